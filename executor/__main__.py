@@ -1,0 +1,65 @@
+"""`python -m executor --model NAME_OR_PATH --bind ENDPOINT [--device] [--dtype] [--policy]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from executor.config import DTYPES, POLICIES, ExecutorConfig
+
+
+def parse_args(argv: list[str] | None) -> ExecutorConfig:
+    parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__)
+    parser.add_argument("--model", help="built-in model name or a Hugging Face model directory")
+    parser.add_argument("--bind", help="ipc:///path or tcp://host:port")
+    parser.add_argument("--device", help="cpu or cuda:N")
+    parser.add_argument("--dtype", choices=DTYPES)
+    parser.add_argument("--threads", type=int, help="torch intra-op threads")
+    parser.add_argument("--policy", choices=POLICIES, help="batching policy")
+    parser.add_argument("--max-wait-ms", type=float, help="cap on any call's wait for company")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="do not fuse linear layers that share an input")
+    args = parser.parse_args(argv)
+    return ExecutorConfig.from_env(
+        model=args.model, bind=args.bind, device=args.device, dtype=args.dtype,
+        threads=args.threads, policy=args.policy, max_wait_ms=args.max_wait_ms,
+        fuse=False if args.no_fuse else None,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = parse_args(argv)
+    import torch
+
+    from executor.models import resolve_model
+    from executor.registry import LayerRegistry
+    from executor.server import ExecutorServer
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    log = logging.getLogger("executor")
+    path = resolve_model(config.model)
+    registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,
+                                  fuse=config.fuse)
+    server = ExecutorServer(registry, config)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    log.info("executor ready: model=%s layers=%d weights=%.1f MiB dtype=%s device=%s "
+             "policy=%s bind=%s", path.name, len(registry.layers),
+             registry.parameter_bytes() / 2**20, config.dtype, config.device, config.policy,
+             config.bind)
+    stop.wait()
+    log.info("executor stopping")
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

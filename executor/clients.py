@@ -1,0 +1,76 @@
+"""The workers the executor knows: their names and, on the same host, their shared memory."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from executor.shm import ShmBuffer
+
+log = logging.getLogger("executor.clients")
+
+
+@dataclass
+class ClientState:
+    identity: bytes
+    name: str
+    pid: int
+    shm: ShmBuffer | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class ClientTable:
+    """Written by the IO thread (hello, remap, bye); read by the compute loop."""
+
+    def __init__(self) -> None:
+        self._clients: dict[bytes, ClientState] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def get(self, identity: bytes) -> ClientState | None:
+        return self._clients.get(identity)
+
+    def add(self, state: ClientState) -> None:
+        with self._lock:
+            old = self._clients.pop(state.identity, None)
+            self._clients[state.identity] = state
+        if old is not None and old.shm is not None:
+            old.shm.close()
+
+    def remove(self, identity: bytes) -> None:
+        with self._lock:
+            state = self._clients.pop(identity, None)
+        if state is not None and state.shm is not None:
+            state.shm.close()
+
+    def touch(self, identity: bytes) -> ClientState | None:
+        state = self._clients.get(identity)
+        if state is not None:
+            state.last_seen = time.monotonic()
+        return state
+
+    def expire(self, idle_s: float) -> list[str]:
+        """Forget clients silent for `idle_s`; a returning one is told to say hello again."""
+        cutoff = time.monotonic() - idle_s
+        stale = [c for c in list(self._clients.values()) if c.last_seen < cutoff]
+        for client in stale:
+            self.remove(client.identity)
+        return [c.name for c in stale]
+
+    def map_shm(self, name: str | None, size: int, token: bytes) -> ShmBuffer | None:
+        """Open a client's segment; None when it is not visible here (another host or namespace)."""
+        if not name:
+            return None
+        try:
+            shm = ShmBuffer(name, size, create=False)
+        except (OSError, ValueError) as exc:
+            log.info("shared memory %s not usable (%s): socket frames instead", name, exc)
+            return None
+        if shm.read_token() != token:
+            shm.close()
+            return None
+        return shm

@@ -1,0 +1,81 @@
+"""The compute loop: take a batch from the scheduler, run its rows as one matmul, reply to each.
+
+Rows of all calls in a batch are concatenated (no padding), run through one base layer, and the
+result is split back by row counts. Results go into each client's shared memory when it has one,
+else into a reply frame; replies leave through the IO thread, which owns the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from executor import protocol as P
+from executor.calls import PendingCall
+from executor.clients import ClientTable
+from executor.registry import LayerRegistry
+from executor.scheduler import Scheduler
+from executor.stats import ExecutorStats
+from executor.tensors import as_bytes, name_of
+
+log = logging.getLogger("executor.engine")
+
+Reply = Callable[[bytes, list], None]  # (client identity, frames after the identity)
+
+
+class Engine:
+    def __init__(self, registry: LayerRegistry, scheduler: Scheduler, clients: ClientTable,
+                 stats: ExecutorStats, device: str = "cpu") -> None:
+        self.registry = registry
+        self.scheduler = scheduler
+        self.clients = clients
+        self.stats = stats
+        self.device = torch.device(device)
+
+    def run(self, stop: threading.Event, reply: Reply) -> None:
+        while not stop.is_set():
+            batch = self.scheduler.wait_batch(stop)
+            if batch:
+                self.execute(batch, reply)
+
+    def execute(self, batch: list[PendingCall], reply: Reply) -> None:
+        started = self.scheduler.clock()
+        layer = self.registry.get(batch[0].header.layer)
+        op = batch[0].header.op
+        tick = time.perf_counter()
+        try:
+            y = self.registry.run(op, layer, self._inputs(batch))
+            if y.device.type != "cpu":
+                y = y.cpu()
+        except Exception as exc:  # one bad batch must not stop the executor
+            log.exception("layer %s op %s failed", layer.spec.name, op.name)
+            for call in batch:
+                self.stats.record_error()
+                reply(call.client, [P.encode(P.Error(call.header.id, P.ErrorCode.INTERNAL,
+                                                     f"{type(exc).__name__}: {exc}"))])
+            return
+        self.stats.record_batch(batch, started, time.perf_counter() - tick)
+        start = 0
+        for call in batch:
+            rows = y[start:start + call.rows]
+            start += call.rows
+            reply(call.client, self._result(call, rows))
+
+    def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
+        is_float = batch[0].x.is_floating_point()
+        dtype = self.registry.dtype if is_float else None
+        if len(batch) == 1:
+            return batch[0].x.to(device=self.device, dtype=dtype)
+        return torch.cat([c.x.to(device=self.device, dtype=dtype) for c in batch])
+
+    def _result(self, call: PendingCall, rows: torch.Tensor) -> list:
+        dtype, shape = name_of(rows.dtype), tuple(rows.shape)
+        client = self.clients.get(call.client)
+        if call.header.shm_out >= 0 and client is not None and client.shm is not None:
+            client.shm.view(call.header.shm_out, rows.dtype, shape).copy_(rows)
+            return [P.encode(P.Result(call.header.id, dtype, shape, True))]
+        return [P.encode(P.Result(call.header.id, dtype, shape, False)), as_bytes(rows)]

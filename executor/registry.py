@@ -1,0 +1,178 @@
+"""The frozen base layers, by stable layer id, and the three operations the executor runs on them.
+
+Loading keeps every frozen weight-bearing layer (nn.Linear, transformers Conv1D, nn.Embedding,
+lm_head; tied weights once) and frees the rest of the model. Linear layers that receive the same
+input in a forward pass (q/k/v, gate/up) are found by tracing one forward pass and also stored as a
+group: one concatenated weight, the members being views into it, so a group costs no extra memory.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoModelForCausalLM
+from transformers.pytorch_utils import Conv1D
+
+from executor.protocol import LayerKind, LayerSpec, Op
+
+
+def is_base_linear(module: nn.Module) -> bool:
+    return type(module) in (nn.Linear, Conv1D)
+
+
+def is_base_embedding(module: nn.Module) -> bool:
+    return isinstance(module, nn.Embedding)
+
+
+def base_layer_names(model: nn.Module) -> list[str]:
+    """The stable ids of a model's frozen weight-bearing layers, in module order."""
+    return [name for name, m in model.named_modules() if is_base_linear(m) or is_base_embedding(m)]
+
+
+@dataclass
+class BaseLayer:
+    spec: LayerSpec
+    weight: torch.Tensor  # linear: [out, in] (a transposed view for Conv1D); embedding: table
+    bias: torch.Tensor | None = None
+    embedding: nn.Module | None = None  # run as is: some models scale inside the embedding
+
+
+class UnsupportedOp(ValueError):
+    pass
+
+
+class LayerRegistry:
+    def __init__(self, layers: list[BaseLayer], model_name: str, dtype: torch.dtype) -> None:
+        self.layers = layers
+        self.model_name = model_name
+        self.dtype = dtype
+        self.by_name = {layer.spec.name: layer for layer in layers}
+
+    @property
+    def specs(self) -> list[LayerSpec]:
+        return [layer.spec for layer in self.layers]
+
+    @classmethod
+    def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+             device: str = "cpu", fuse: bool = True) -> LayerRegistry:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model.eval()
+        groups = trace_shared_inputs(model) if fuse else []
+        model.to(device)
+        registry = cls.from_model(model, groups, model_name=Path(path).name)
+        del model
+        gc.collect()
+        return registry
+
+    @classmethod
+    def from_model(cls, model: nn.Module, groups: list[list[str]], *,
+                   model_name: str) -> LayerRegistry:
+        layers: list[BaseLayer] = []
+        dtype = next(model.parameters()).dtype
+        for name, module in model.named_modules():
+            if not (is_base_linear(module) or is_base_embedding(module)):
+                continue
+            index = len(layers)
+            if is_base_embedding(module):
+                module.requires_grad_(False)
+                num, dim = module.weight.shape
+                spec = LayerSpec(index, name, LayerKind.EMBEDDING, num, dim, False)
+                layers.append(BaseLayer(spec, module.weight, embedding=module))
+                continue
+            weight = module.weight.detach()
+            if isinstance(module, Conv1D):
+                weight = weight.t()
+            bias = None if module.bias is None else module.bias.detach()
+            out_features, in_features = weight.shape
+            spec = LayerSpec(index, name, LayerKind.LINEAR, in_features, out_features,
+                             bias is not None)
+            layers.append(BaseLayer(spec, weight, bias))
+        by_name = {layer.spec.name: layer for layer in layers}
+        for members in groups:
+            layers.append(_fuse(len(layers), [by_name[m] for m in members]))
+        return cls(layers, model_name, dtype)
+
+    def get(self, index: int) -> BaseLayer:
+        if not 0 <= index < len(self.layers):
+            raise KeyError(f"unknown layer index {index}")
+        return self.layers[index]
+
+    def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
+        """Run one operation over a flat batch of rows: x [rows, in] (ids [rows] for lookups)."""
+        if layer.spec.kind == LayerKind.EMBEDDING:
+            if op != Op.FORWARD:
+                raise UnsupportedOp(f"{layer.spec.name} is an embedding: only forward lookups")
+            return layer.embedding(x)
+        if op == Op.FORWARD:
+            return F.linear(x, layer.weight, layer.bias)
+        if op == Op.FORWARD_NOBIAS:
+            return F.linear(x, layer.weight)
+        return x @ layer.weight
+
+    def parameter_bytes(self) -> int:
+        seen: set[int] = set()
+        total = 0
+        for layer in self.layers:
+            for t in (layer.weight, layer.bias):
+                if t is not None and t.untyped_storage().data_ptr() not in seen:
+                    seen.add(t.untyped_storage().data_ptr())
+                    total += t.untyped_storage().nbytes()
+        return total
+
+
+def _fuse(index: int, members: list[BaseLayer]) -> BaseLayer:
+    """One concatenated weight for layers sharing an input; the members become views into it."""
+    weight = torch.cat([m.weight for m in members])
+    has_bias = any(m.bias is not None for m in members)
+    bias = None
+    if has_bias:
+        bias = torch.cat([
+            m.bias if m.bias is not None else weight.new_zeros(m.spec.out_features)
+            for m in members
+        ])
+    start = 0
+    for m in members:
+        stop = start + m.spec.out_features
+        m.weight = weight[start:stop]
+        if m.bias is not None:
+            m.bias = bias[start:stop]
+        start = stop
+    spec = LayerSpec(
+        index, "+".join(m.spec.name for m in members), LayerKind.GROUP,
+        members[0].spec.in_features, start, has_bias,
+        members=tuple(m.spec.name for m in members),
+        splits=tuple(m.spec.out_features for m in members),
+    )
+    return BaseLayer(spec, weight, bias)
+
+
+@torch.no_grad()
+def trace_shared_inputs(model: nn.Module) -> list[list[str]]:
+    """Groups of linear layers that receive the very same input tensor in one forward pass."""
+    seen: list[tuple[str, torch.Tensor]] = []
+    hooks = []
+
+    def record(name: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            seen.append((name, args[0]))
+        return hook
+
+    for name, module in model.named_modules():
+        if is_base_linear(module):
+            hooks.append(module.register_forward_pre_hook(record(name)))
+    try:
+        model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    by_input: dict[int, list[str]] = {}
+    for name, x in seen:
+        members = by_input.setdefault(id(x), [])
+        if name not in members:
+            members.append(name)
+    return [members for members in by_input.values() if len(members) > 1]

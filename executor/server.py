@@ -1,0 +1,189 @@
+"""The executor process's two threads: socket IO and compute.
+
+The IO thread owns the ROUTER socket: it decodes and validates every message, maps tensors from
+shared memory or frames, and queues calls; it forwards the compute loop's replies back to workers.
+The compute thread only runs batches (`Engine`). A bad message gets an error reply to its sender
+alone; nothing a client sends can stop the executor or fail another client's call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import msgspec
+import torch
+import zmq
+
+from executor import protocol as P
+from executor.calls import PendingCall
+from executor.clients import ClientState, ClientTable
+from executor.config import ExecutorConfig
+from executor.engine import Engine
+from executor.registry import LayerRegistry
+from executor.scheduler import Scheduler
+from executor.stats import ExecutorStats
+from executor.validation import CallRejected, check_call
+
+log = logging.getLogger("executor.server")
+
+Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
+
+
+class ExecutorServer:
+    def __init__(self, registry: LayerRegistry, config: ExecutorConfig, *,
+                 scheduler: Scheduler | None = None, tap: Tap | None = None) -> None:
+        self.registry = registry
+        self.config = config
+        self.scheduler = scheduler or Scheduler(max_batch_rows=config.max_batch_rows)
+        self.clients = ClientTable()
+        self.stats = ExecutorStats()
+        self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
+        self.tap = tap
+        self.stopped = threading.Event()
+        self._ctx = zmq.Context()
+        self._replies = f"inproc://executor-replies-{id(self)}"
+        self._threads: list[threading.Thread] = []
+        self._specs = registry.specs
+
+    def start(self) -> None:
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        if self.config.curve_secret_key:
+            secret = self.config.curve_secret_key.encode()
+            self._router.curve_secretkey = secret
+            self._router.curve_publickey = zmq.curve_public(secret)
+            self._router.curve_server = True
+        self._router.bind(self.config.bind)
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.bind(self._replies)
+        for target, name in ((self._io_loop, "executor-io"), (self._compute_loop, "executor-compute")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stopped.set()
+        with self.scheduler.cond:
+            self.scheduler.cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._ctx.term()
+
+    def _compute_loop(self) -> None:
+        push = self._ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self._replies)
+
+        def reply(identity: bytes, frames: list) -> None:
+            push.send_multipart([identity, *frames], copy=False)
+
+        try:
+            self.engine.run(self.stopped, reply)
+        finally:
+            push.close()
+
+    def _io_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._pull, zmq.POLLIN)
+        next_expiry = time.monotonic() + 60
+        try:
+            while not self.stopped.is_set():
+                events = dict(poller.poll(100))
+                if self._pull in events:
+                    self._forward_replies()
+                if self._router in events:
+                    self._receive()
+                if time.monotonic() > next_expiry:
+                    next_expiry = time.monotonic() + 60
+                    for name in self.clients.expire(self.config.client_idle_s):
+                        log.info("forgot idle client %s", name)
+        finally:
+            self._router.close()
+            self._pull.close()
+
+    def _forward_replies(self) -> None:
+        while True:
+            try:
+                frames = self._pull.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._router.send_multipart(frames, copy=False)
+
+    def _receive(self) -> None:
+        for _ in range(256):  # drain what is there, then let replies through
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            identity, body = frames[0].bytes, frames[1:]
+            try:
+                self._handle(identity, body)
+            except CallRejected as rejected:
+                self.stats.record_error()
+                self._send(identity, P.Error(rejected.call_id, rejected.code, rejected.message))
+            except Exception as exc:  # never let one message take the IO thread down
+                log.exception("message from %r failed", identity)
+                self.stats.record_error()
+                self._send(identity, P.Error(-1, P.ErrorCode.INTERNAL, f"{type(exc).__name__}"))
+
+    def _send(self, identity: bytes, message: msgspec.Struct) -> None:
+        self._router.send_multipart([identity, P.encode(message)])
+
+    def _handle(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        if not frames:
+            raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, "empty message")
+        try:
+            message = P.decode_request(frames[0].buffer)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, f"undecodable header: {exc}") from None
+        if isinstance(message, P.Call):
+            self._queue(identity, message, frames)
+        elif isinstance(message, P.Hello):
+            self._hello(identity, message)
+        elif isinstance(message, P.Remap):
+            client = self._known(identity, -1)
+            client.shm = self.clients.map_shm(message.shm_name, message.shm_size,
+                                              message.shm_token)
+            self._send(identity, P.Mapped(client.shm is not None))
+        elif isinstance(message, P.Ping):
+            known = self.clients.touch(identity) is not None
+            self._send(identity, P.Pong(self.registry.model_name, len(self.clients), known))
+        elif isinstance(message, P.StatsRequest):
+            self.stats.queue_depth = self.scheduler.depth()
+            self.stats.clients = len(self.clients)
+            body = self.stats.to_prometheus() if message.format == "prometheus" \
+                else self.stats.to_json()
+            self._send(identity, P.Stats(body))
+        elif isinstance(message, P.Bye):
+            self.clients.remove(identity)
+
+    def _hello(self, identity: bytes, hello: P.Hello) -> None:
+        if hello.version != P.PROTOCOL_VERSION:
+            raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE,
+                               f"protocol version {hello.version}, executor speaks "
+                               f"{P.PROTOCOL_VERSION}")
+        shm = self.clients.map_shm(hello.shm_name, hello.shm_size, hello.shm_token)
+        self.clients.add(ClientState(identity, hello.client, hello.pid, shm))
+        log.info("client %s (pid %d) joined, shared memory: %s", hello.client, hello.pid,
+                 "yes" if shm else "no")
+        self._send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
+                                       self._specs, shm is not None))
+
+    def _known(self, identity: bytes, call_id: int) -> ClientState:
+        client = self.clients.touch(identity)
+        if client is None:
+            raise CallRejected(call_id, P.ErrorCode.UNKNOWN_CLIENT, "say hello first")
+        return client
+
+    def _queue(self, identity: bytes, call: P.Call, frames: list[zmq.Frame]) -> None:
+        client = self._known(identity, call.id)
+        x = check_call(call, self.registry, client.shm, frames[1:])
+        if self.tap is not None:
+            self.tap(client.name, call, x.clone())
+        self.scheduler.add(PendingCall(identity, call, x, self.scheduler.clock(),
+                                       keepalive=frames))

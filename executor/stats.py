@@ -1,0 +1,136 @@
+"""Executor metrics by call kind: batch sizes, waits, compute time, queue depth, rows/s.
+
+Readable as JSON (the stats request on the executor's socket) and as Prometheus text, which the
+gateway re-exports. Written by the compute loop, read by the IO thread, guarded by one lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+from executor.calls import PendingCall
+from executor.protocol import CallKind
+
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+WAIT_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.n += 1
+
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+    def as_dict(self) -> dict:
+        return {"bounds": list(self.bounds), "counts": self.counts, "sum": self.total,
+                "count": self.n}
+
+
+@dataclass
+class KindStats:
+    calls: int = 0
+    rows: int = 0
+    batches: int = 0  # batches that contained at least one call of this kind
+    compute_s: float = 0.0
+    batch_calls: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
+    wait_ms: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_MS))
+
+
+class ExecutorStats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.kinds = {kind: KindStats() for kind in CallKind}
+        self.mixed_batches = 0  # batches with both inference and training calls
+        self.errors = 0
+        self.queue_depth = 0
+        self.clients = 0
+
+    def record_batch(self, batch: list[PendingCall], started: float, compute_s: float) -> None:
+        kinds = {call.kind for call in batch}
+        with self.lock:
+            if len(kinds) > 1:
+                self.mixed_batches += 1
+            for kind in kinds:
+                stats = self.kinds[kind]
+                stats.batches += 1
+                stats.batch_calls.observe(len(batch))
+                stats.compute_s += compute_s
+            for call in batch:
+                stats = self.kinds[call.kind]
+                stats.calls += 1
+                stats.rows += call.rows
+                stats.wait_ms.observe((started - call.arrived) * 1e3)
+
+    def record_error(self) -> None:
+        with self.lock:
+            self.errors += 1
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            uptime = time.monotonic() - self.started
+            kinds = {
+                kind.name.lower(): {
+                    "calls": s.calls, "rows": s.rows, "batches": s.batches,
+                    "mean_batch_calls": s.batch_calls.mean(),
+                    "mean_wait_ms": s.wait_ms.mean(), "compute_s": s.compute_s,
+                    "rows_per_s": s.rows / uptime if uptime else 0.0,
+                    "batch_calls": s.batch_calls.as_dict(), "wait_ms": s.wait_ms.as_dict(),
+                }
+                for kind, s in self.kinds.items()
+            }
+            return {"uptime_s": uptime, "queue_depth": self.queue_depth, "clients": self.clients,
+                    "mixed_batches": self.mixed_batches, "errors": self.errors, "kinds": kinds}
+
+    def to_json(self) -> str:
+        return json.dumps(self.snapshot())
+
+    def to_prometheus(self) -> str:
+        snap = self.snapshot()
+        lines = [
+            "# TYPE symbiosis_executor_queue_depth gauge",
+            f"symbiosis_executor_queue_depth {snap['queue_depth']}",
+            "# TYPE symbiosis_executor_clients gauge",
+            f"symbiosis_executor_clients {snap['clients']}",
+            "# TYPE symbiosis_executor_mixed_batches_total counter",
+            f"symbiosis_executor_mixed_batches_total {snap['mixed_batches']}",
+            "# TYPE symbiosis_executor_errors_total counter",
+            f"symbiosis_executor_errors_total {snap['errors']}",
+        ]
+        for metric, key, kind_ in (("calls", "calls", "counter"), ("rows", "rows", "counter"),
+                                   ("batches", "batches", "counter"),
+                                   ("compute_seconds", "compute_s", "counter")):
+            lines.append(f"# TYPE symbiosis_executor_{metric}_total {kind_}")
+            for kind, s in snap["kinds"].items():
+                lines.append(f'symbiosis_executor_{metric}_total{{kind="{kind}"}} {s[key]}')
+        for metric, key in (("batch_calls", "batch_calls"), ("wait_ms", "wait_ms")):
+            lines.append(f"# TYPE symbiosis_executor_{metric} histogram")
+            for kind, s in snap["kinds"].items():
+                lines.extend(_histogram_lines(f"symbiosis_executor_{metric}", kind, s[key]))
+        return "\n".join(lines) + "\n"
+
+
+def _histogram_lines(name: str, kind: str, h: dict) -> list[str]:
+    lines, cumulative = [], 0
+    for bound, count in zip([*h["bounds"], "+Inf"], h["counts"], strict=True):
+        cumulative += count
+        lines.append(f'{name}_bucket{{kind="{kind}",le="{bound}"}} {cumulative}')
+    lines.append(f'{name}_sum{{kind="{kind}"}} {h["sum"]}')
+    lines.append(f'{name}_count{{kind="{kind}"}} {h["count"]}')
+    return lines

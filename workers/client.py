@@ -1,0 +1,212 @@
+"""A worker's connection to the executor: a DEALER socket plus a shared-memory buffer.
+
+One call in flight at a time (a lock enforces it). On the same host, inputs and results travel
+through shared memory that grows on demand, and only a small header crosses the socket; elsewhere
+they travel as raw frames. While waiting, the client pings the executor: a dead executor raises
+ExecutorUnavailable within seconds, and a restarted one (which no longer knows this worker) gets a
+fresh hello and the call again, transparently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+
+import msgspec
+import torch
+import zmq
+
+from executor import protocol as P
+from executor.shm import ShmBuffer
+from executor.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
+from workers.handle import ExecutorError, ExecutorUnavailable
+
+log = logging.getLogger("workers.client")
+SHM_INITIAL = 1 << 20
+
+
+class ExecutorClient:
+    def __init__(self, endpoint: str, *, name: str = "worker", use_shm: bool = True,
+                 connect_timeout_s: float = 30.0, heartbeat_s: float = 2.0,
+                 call_timeout_s: float | None = None, curve_server_key: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self.use_shm = use_shm
+        self.connect_timeout_s = connect_timeout_s
+        self.heartbeat_s = heartbeat_s
+        self.call_timeout_s = call_timeout_s
+        self.curve_server_key = curve_server_key
+        self._ctx = zmq.Context()
+        self._lock = threading.Lock()
+        self._socket: zmq.Socket | None = None
+        self._shm: ShmBuffer | None = None
+        self._next_id = 0
+        self.calls = 0
+        self._connect()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+        with self._lock:
+            if self._socket is None:
+                self._connect()
+            for attempt in range(2):
+                try:
+                    return self._call(op, layer, x, kind)
+                except _Reconnect:
+                    if attempt:
+                        raise ExecutorUnavailable("executor keeps forgetting this worker") from None
+                    log.info("executor restarted: saying hello again")
+                    self._reset()
+                    self._connect()
+                except ExecutorUnavailable:
+                    self._reset()  # a late reply must not land in the next call's buffer
+                    raise
+            raise AssertionError("unreachable")
+
+    def stats(self, format: str = "json") -> str:
+        with self._lock:
+            if self._socket is None:
+                self._connect()
+            self._send([P.encode(P.StatsRequest(format))])
+            reply = self._await(lambda m: isinstance(m, P.Stats), self.connect_timeout_s)
+            return reply[0].body
+
+    def close(self) -> None:
+        with self._lock:
+            if self._socket is not None:
+                try:
+                    self._socket.send(P.encode(P.Bye()), zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+            self._reset()
+            self._ctx.term()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, f"{self.name}-{os.getpid()}-{secrets.token_hex(4)}".encode())
+        if self.curve_server_key:
+            public, secret = zmq.curve_keypair()
+            sock.curve_publickey, sock.curve_secretkey = public, secret
+            sock.curve_serverkey = self.curve_server_key.encode()
+        sock.connect(self.endpoint)
+        self._socket = sock
+        hello = P.Hello(self.name, os.getpid())
+        if self.use_shm and self._shm is None:
+            self._shm = ShmBuffer.create("symbiosis", SHM_INITIAL)
+        if self._shm is not None:
+            hello.shm_name, hello.shm_size = self._shm.name, self._shm.size
+            hello.shm_token = self._shm.write_token()
+        self._send([P.encode(hello)])
+        try:
+            welcome = self._await(lambda m: isinstance(m, P.Welcome), self.connect_timeout_s,
+                                  ping=False)[0]
+        except ExecutorUnavailable:
+            self._reset()
+            raise
+        if self._shm is not None:
+            self._shm.unlink()  # both sides hold the mapping now; nothing is left to clean up
+            if not welcome.shm:
+                self._shm.close()
+                self._shm = None
+        self.model: str = welcome.model
+        self.dtype: torch.dtype = dtype_of(welcome.dtype)
+        self.layers: list[P.LayerSpec] = welcome.layers
+
+    def _reset(self) -> None:
+        if self._socket is not None:
+            self._socket.close(0)
+            self._socket = None
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if self._shm is None or needed <= self._shm.size:
+            return
+        size = max(needed, 2 * self._shm.size)
+        shm = ShmBuffer.create("symbiosis", size)
+        token = shm.write_token()
+        self._send([P.encode(P.Remap(shm.name, size, token))])
+        mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
+        shm.unlink()
+        self._shm.close()
+        self._shm = shm if mapped.ok else None
+        if not mapped.ok:
+            shm.close()
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def _call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+        spec = self.layers[layer]
+        if x.is_floating_point():
+            wire_dtype = self.dtype
+            width = spec.in_features if op == P.Op.BACKWARD else spec.out_features
+        else:
+            wire_dtype = torch.int64
+            width = spec.out_features
+        rows = x.shape[0]
+        in_bytes = nbytes(wire_dtype, tuple(x.shape))
+        out_bytes = nbytes(self.dtype, (rows, width))
+        self._next_id += 1
+        call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape))
+        self._ensure_capacity(aligned(in_bytes) + out_bytes)
+        if self._shm is not None:
+            call.shm_in, call.shm_out = 0, aligned(in_bytes)
+            self._shm.view(0, wire_dtype, tuple(x.shape)).copy_(x)
+            self._send([P.encode(call)])
+        else:
+            self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
+        reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
+                                    self.call_timeout_s)
+        self.calls += 1
+        if isinstance(reply, P.Error):
+            if reply.code == P.ErrorCode.UNKNOWN_CLIENT:
+                raise _Reconnect
+            raise ExecutorError(reply.code, reply.message)
+        dtype = dtype_of(reply.dtype)
+        if reply.shm:
+            return self._shm.view(call.shm_out, dtype, reply.shape)
+        return from_bytes(frames[0].buffer, dtype, reply.shape)
+
+    def _send(self, frames: list) -> None:
+        self._socket.send_multipart(frames, copy=len(frames) == 1)
+
+    def _await(self, wanted, timeout_s: float | None,
+                ping: bool = True) -> tuple[msgspec.Struct, list]:
+        """The next reply `wanted` accepts; pings the executor while waiting (if `ping`)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pinged_at: float | None = None
+        while True:
+            wait = self.heartbeat_s
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
+            if self._socket.poll(wait * 1000):
+                frames = self._socket.recv_multipart(copy=False)
+                message = P.decode_reply(frames[0].buffer)
+                if isinstance(message, P.Pong):
+                    pinged_at = None
+                    if not message.known:
+                        raise _Reconnect
+                elif wanted(message):
+                    return message, frames[1:]
+                continue
+            if not ping:
+                continue
+            if pinged_at is not None and time.monotonic() - pinged_at > self.heartbeat_s:
+                raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
+            if pinged_at is None:
+                pinged_at = time.monotonic()
+                self._socket.send(P.encode(P.Ping()))
+
+
+class _Reconnect(Exception):
+    pass
