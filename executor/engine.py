@@ -2,15 +2,13 @@
 
 Rows of all calls in a batch are concatenated (no padding), run through one base layer, and the
 result is split back by row counts. Results go into each client's shared memory when it has one,
-else into a reply frame; replies leave through the IO thread, which owns the socket.
+else into a reply frame; the caller sends the replies.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -24,7 +22,7 @@ from executor.tensors import as_bytes, name_of
 
 log = logging.getLogger("executor.engine")
 
-Reply = Callable[[bytes, list], None]  # (client identity, frames after the identity)
+Reply = tuple[bytes, list]  # (client identity, frames after the identity)
 
 
 class Engine:
@@ -36,13 +34,7 @@ class Engine:
         self.stats = stats
         self.device = torch.device(device)
 
-    def run(self, stop: threading.Event, reply: Reply) -> None:
-        while not stop.is_set():
-            batch = self.scheduler.wait_batch(stop)
-            if batch:
-                self.execute(batch, reply)
-
-    def execute(self, batch: list[PendingCall], reply: Reply) -> None:
+    def execute(self, batch: list[PendingCall]) -> list[Reply]:
         started = self.scheduler.clock()
         layer = self.registry.get(batch[0].header.layer)
         op = batch[0].header.op
@@ -53,17 +45,17 @@ class Engine:
                 y = y.cpu()
         except Exception as exc:  # one bad batch must not stop the executor
             log.exception("layer %s op %s failed", layer.spec.name, op.name)
-            for call in batch:
-                self.stats.record_error()
-                reply(call.client, [P.encode(P.Error(call.header.id, P.ErrorCode.INTERNAL,
-                                                     f"{type(exc).__name__}: {exc}"))])
-            return
+            self.stats.record_error()
+            error = f"{type(exc).__name__}: {exc}"
+            return [(c.client, [P.encode(P.Error(c.header.id, P.ErrorCode.INTERNAL, error))])
+                    for c in batch]
         self.stats.record_batch(batch, started, time.perf_counter() - tick)
-        start = 0
+        replies, start = [], 0
         for call in batch:
             rows = y[start:start + call.rows]
             start += call.rows
-            reply(call.client, self._result(call, rows))
+            replies.append((call.client, self._result(call, rows)))
+        return replies
 
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
         is_float = batch[0].x.is_floating_point()

@@ -1,7 +1,7 @@
 """Per-layer queues of pending calls and the choice of what runs next.
 
-Bookkeeping only: no tensors are touched here. `add` is called by the IO thread, `next_batch` by
-the compute loop; both under the scheduler's condition variable.
+Bookkeeping only: no tensors are touched here. Thread-safe: calls are added by whichever executor
+thread drains the socket, and batches are taken by whichever holds the compute slot.
 """
 
 from __future__ import annotations
@@ -21,36 +21,31 @@ class Scheduler:
         self.max_batch_rows = max_batch_rows
         self.clock = clock
         self.queues: dict[tuple[int, Op], deque[PendingCall]] = {}
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()
         self._seq = 0
 
     def add(self, call: PendingCall) -> None:
-        with self.cond:
+        with self.lock:
             self._seq += 1
             call.seq = self._seq
             self.queues.setdefault(call.key, deque()).append(call)
-            self.cond.notify()
 
     def depth(self) -> int:
-        return sum(len(q) for q in self.queues.values())
+        with self.lock:
+            return sum(len(q) for q in self.queues.values())
 
-    def next_batch(self) -> list[PendingCall] | float | None:
-        """A batch to run now, else seconds until one may be ready (None: nothing queued)."""
-        ready = [q for q in self.queues.values() if q]
-        if not ready:
-            return None
-        queue = min(ready, key=lambda q: q[0].seq)
-        return self._take(queue)
+    def next_batch(self) -> list[PendingCall] | None:
+        """Pop the batch to run now, if any."""
+        with self.lock:
+            ready = [q for q in self.queues.values() if q]
+            if not ready:
+                return None
+            return self._take(min(ready, key=lambda q: q[0].seq))
 
-    def wait_batch(self, stop: threading.Event, idle_s: float = 0.1) -> list[PendingCall] | None:
-        """Block until a batch is ready or `stop` is set."""
-        with self.cond:
-            while not stop.is_set():
-                result = self.next_batch()
-                if isinstance(result, list):
-                    return result
-                self.cond.wait(idle_s if result is None else min(result, idle_s))
-        return None
+    def ready_in(self) -> float | None:
+        """Seconds until a batch may be ready (0: now); None when nothing is queued."""
+        with self.lock:
+            return 0.0 if any(self.queues.values()) else None
 
     def _take(self, queue: deque[PendingCall]) -> list[PendingCall]:
         batch = [queue.popleft()]

@@ -1,14 +1,19 @@
-"""The executor process's two threads: socket IO and compute.
+"""The executor's serving loop: two identical threads around one ROUTER socket (leader/follower).
 
-The IO thread owns the ROUTER socket: it decodes and validates every message, maps tensors from
-shared memory or frames, and queues calls; it forwards the compute loop's replies back to workers.
-The compute thread only runs batches (`Engine`). A bad message gets an error reply to its sender
-alone; nothing a client sends can stop the executor or fail another client's call.
+Each thread waits on the socket; the one that wakes drains every message (decode, validate, map
+tensors from shared memory or frames, queue calls, answer pings and stats at once) and, if the
+compute slot is free, runs ready batches (`Engine`) and sends their replies itself. So an idle
+executor hands no call between threads (each hop costs ~50 us on a small VM), and while one thread
+is inside a long matmul the other keeps receiving and answering. The socket is shared under a
+lock; whoever holds it drains what has arrived (its FD only signals edges). A bad message gets an
+error reply to its sender alone; nothing a client sends can stop the executor or fail another
+client's call.
 """
 
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +49,9 @@ class ExecutorServer:
         self.tap = tap
         self.stopped = threading.Event()
         self._ctx = zmq.Context()
-        self._replies = f"inproc://executor-replies-{id(self)}"
+        self._socket_lock = threading.Lock()
+        self._compute_slot = threading.Lock()
+        self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
         self._specs = registry.specs
 
@@ -58,64 +65,55 @@ class ExecutorServer:
             self._router.curve_publickey = zmq.curve_public(secret)
             self._router.curve_server = True
         self._router.bind(self.config.bind)
-        self._pull = self._ctx.socket(zmq.PULL)
-        self._pull.bind(self._replies)
-        for target, name in ((self._io_loop, "executor-io"), (self._compute_loop, "executor-compute")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+        for i in range(2):
+            thread = threading.Thread(target=self._loop, name=f"executor-{i}", daemon=True)
             thread.start()
             self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stopped.set()
-        with self.scheduler.cond:
-            self.scheduler.cond.notify_all()
         for thread in self._threads:
             thread.join(timeout)
+        self._router.close()
         self._ctx.term()
 
-    def _compute_loop(self) -> None:
-        push = self._ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 0)
-        push.connect(self._replies)
+    def _loop(self) -> None:
+        fd_poll = select.poll()
+        fd_poll.register(self._router.getsockopt(zmq.FD), select.POLLIN)
+        while not self.stopped.is_set():
+            ready_in = self.scheduler.ready_in()
+            fd_poll.poll(50 if ready_in is None else min(50, ready_in * 1e3))
+            with self._socket_lock:
+                self._drain()
+            self._compute()
+            self._expire()
 
-        def reply(identity: bytes, frames: list) -> None:
-            push.send_multipart([identity, *frames], copy=False)
-
-        try:
-            self.engine.run(self.stopped, reply)
-        finally:
-            push.close()
-
-    def _io_loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._pull, zmq.POLLIN)
-        next_expiry = time.monotonic() + 60
-        try:
-            while not self.stopped.is_set():
-                events = dict(poller.poll(100))
-                if self._pull in events:
-                    self._forward_replies()
-                if self._router in events:
-                    self._receive()
-                if time.monotonic() > next_expiry:
-                    next_expiry = time.monotonic() + 60
-                    for name in self.clients.expire(self.config.client_idle_s):
-                        log.info("forgot idle client %s", name)
-        finally:
-            self._router.close()
-            self._pull.close()
-
-    def _forward_replies(self) -> None:
-        while True:
+    def _compute(self) -> None:
+        """Run ready batches while holding the compute slot; re-check after letting it go, so a
+        call queued by the other thread meanwhile is never left waiting for a wake-up."""
+        while self._compute_slot.acquire(blocking=False):
             try:
-                frames = self._pull.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+                while (batch := self.scheduler.next_batch()) is not None:
+                    replies = self.engine.execute(batch)
+                    with self._socket_lock:
+                        for identity, frames in replies:
+                            self._router.send_multipart([identity, *frames], copy=False)
+                        self._drain()
+            finally:
+                self._compute_slot.release()
+            if self.scheduler.ready_in() != 0.0:
                 return
-            self._router.send_multipart(frames, copy=False)
 
-    def _receive(self) -> None:
-        for _ in range(256):  # drain what is there, then let replies through
+    def _expire(self) -> None:
+        if time.monotonic() < self._next_expiry:
+            return
+        self._next_expiry = time.monotonic() + 60
+        for name in self.clients.expire(self.config.client_idle_s):
+            log.info("forgot idle client %s", name)
+
+    def _drain(self) -> None:
+        """Handle every message that has arrived. Call with the socket lock held."""
+        while self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             try:
                 frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:

@@ -24,6 +24,7 @@ from executor.registry import is_base_embedding, is_base_linear
 from workers.client import ExecutorClient
 from workers.fusion import FusedGroup
 from workers.handle import ExecutorHandle
+from workers.privacy import PrivacyConfig, PrivateExecutor, WeightSource
 from workers.remote_layers import RemoteConv1D, RemoteEmbedding, RemoteLayer, RemoteLinear
 
 log = logging.getLogger("workers.build")
@@ -48,19 +49,15 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     handle: ExecutorHandle = (ExecutorClient(executor, name=client_name)
                               if isinstance(executor, str) else executor)
     dtype = dtype or handle.dtype
-    local_embeddings = False
-    if privacy:
-        from workers.privacy import PrivacyConfig, PrivateExecutor
-
-        config = privacy if isinstance(privacy, PrivacyConfig) else PrivacyConfig()
-        handle = PrivateExecutor(handle, config, checkpoint=path)
-        local_embeddings = True
-        if dtype != torch.float32:
-            raise ValueError("privacy mode needs float32: masking is exact only in float32")
     hf_config = AutoConfig.from_pretrained(path, **config_kwargs)
     with torch.device("meta"):
         net = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
-    swap_base_layers(net, handle, dtype, torch.device(device), local_embeddings)
+    if privacy:
+        if dtype != torch.float32:
+            raise ValueError("privacy mode needs float32: masking is exact only in float32")
+        config = privacy if isinstance(privacy, PrivacyConfig) else PrivacyConfig()
+        handle = PrivateExecutor(handle, config, checkpoint_weights(net, path))
+    swap_base_layers(net, handle, dtype, torch.device(device), local_embeddings=bool(privacy))
     if fuse:
         fuse_groups(net, handle)
     materialize_local(net, path, dtype, torch.device(device))
@@ -147,6 +144,24 @@ def materialize_local(model: nn.Module, path: Path, dtype: torch.dtype,
     left = [name for name, t in _named_local_tensors(model) if t.is_meta]
     if left:
         raise RuntimeError(f"tensors left on the meta device: {left[:5]}")
+
+
+def checkpoint_weights(model: nn.Module, path: Path) -> WeightSource:
+    """Read one base layer's weight, as [out, in], from the checkpoint (tied weights followed)."""
+    names = {id(m): name for name, m in model.named_modules()}
+    tied: dict[str, str] = {}
+    output, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if getattr(model.config, "tie_word_embeddings", False) and output is not None:
+        tied[names[id(output)]] = names[id(embeddings)]
+    conv1d = {name for name, m in model.named_modules() if isinstance(m, Conv1D)}
+    prefix = getattr(model, "base_model_prefix", "")
+
+    def weight(name: str) -> torch.Tensor:
+        key = f"{tied.get(name, name)}.weight"
+        value = read_checkpoint(path, [key], prefix)[key]
+        return value.t() if name in conv1d else value
+
+    return weight
 
 
 def _named_local_tensors(model: nn.Module):

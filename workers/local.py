@@ -24,9 +24,9 @@ class LocalExecutor:
         self.calls = 0
 
     @classmethod
-    def load(cls, model: str | Path, *, dtype: torch.dtype = torch.float32,
-             fuse: bool = True) -> LocalExecutor:
-        return cls(LayerRegistry.load(resolve_model(model), dtype=dtype, fuse=fuse))
+    def load(cls, model: str | Path, *, dtype: torch.dtype = torch.float32, fuse: bool = True,
+             tap: Tap | None = None) -> LocalExecutor:
+        return cls(LayerRegistry.load(resolve_model(model), dtype=dtype, fuse=fuse), tap)
 
     def call(self, op: Op, layer: int, x: torch.Tensor, kind: CallKind) -> torch.Tensor:
         self.calls += 1

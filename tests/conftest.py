@@ -1,0 +1,49 @@
+"""Shared fixtures: a model cache for the session and real executor processes."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_CACHE = Path(os.environ.get("SYMBIOSIS_TEST_CACHE", Path(tempfile.gettempdir()) / "symbiosis-test-models"))
+os.environ["SYMBIOSIS_MODEL_CACHE"] = str(_CACHE)
+
+from tests.helpers import ExecutorProcess, short_tmp  # noqa: E402
+
+TINY_MODELS = ["tiny-llama", "tiny-gpt2", "tiny-gemma2", "tiny-starcoder", "tiny-qwen2",
+               "tiny-mistral"]
+
+
+@pytest.fixture(scope="session")
+def ipc_dir() -> Iterator[Path]:
+    path = short_tmp()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def executors(ipc_dir: Path) -> Iterator[dict[str, ExecutorProcess]]:
+    """Executor processes by model name, started on first use, stopped at the end."""
+    started: dict[str, ExecutorProcess] = {}
+    yield started
+    for proc in started.values():
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def executor_for(executors: dict[str, ExecutorProcess], ipc_dir: Path):
+    def get(model: str, **options: str) -> ExecutorProcess:
+        key = model + "".join(f"-{k}-{v}" for k, v in sorted(options.items()))
+        if key not in executors or not executors[key].alive():
+            executors[key] = ExecutorProcess.start(model, ipc_dir / f"{key}.sock", **options)
+        return executors[key]
+    return get

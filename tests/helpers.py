@@ -1,0 +1,60 @@
+"""Test helpers: real executor processes and plain transformers + peft references."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_TIMEOUT_S = 120
+
+
+def short_tmp() -> Path:
+    """A short directory for ipc:// socket paths (they are limited to ~100 bytes)."""
+    return Path(tempfile.mkdtemp(prefix="symb-", dir="/tmp"))
+
+
+@dataclass
+class ExecutorProcess:
+    endpoint: str
+    proc: subprocess.Popen
+    log: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, model: str, socket_path: Path, **options: str) -> ExecutorProcess:
+        endpoint = f"ipc://{socket_path}"
+        args = [sys.executable, "-m", "executor", "--model", model, "--bind", endpoint]
+        for key, value in options.items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        started = cls(endpoint, proc)
+        ready = threading.Event()
+
+        def pump() -> None:
+            for line in proc.stderr:
+                started.log.append(line)
+                if "executor ready" in line:
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready.wait(0.1):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("executor did not start:\n" + "".join(started.log))
+        return started
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
+        if self.alive():
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)

@@ -1,0 +1,117 @@
+"""The independent reference: plain transformers + peft on the same weights, side by side.
+
+`compare(model, method, handle)` builds a plain peft model and a split-execution one with the
+same adapter weights, runs forward, backward and 3 AdamW steps on both, then greedy generation,
+and returns the largest differences seen.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from peft import (
+    AdaLoraConfig,
+    IA3Config,
+    LoraConfig,
+    PrefixTuningConfig,
+    PromptTuningConfig,
+    TaskType,
+    get_peft_model,
+)
+from transformers import AutoModelForCausalLM
+
+from executor.models import resolve_model
+from workers import remote_model
+
+METHODS = ["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"]
+GPT2_FAMILY = ("tiny-gpt2", "tiny-starcoder")
+TOLERANCE = 1e-5
+
+
+def peft_config(model: str, method: str, rank: int = 4):
+    gpt2 = model in GPT2_FAMILY
+    if method == "lora":
+        return LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank,
+                          target_modules="all-linear")
+    if method == "ia3":
+        targets, ff = (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]) if gpt2 else \
+            (["k_proj", "v_proj", "down_proj"], ["down_proj"])
+        return IA3Config(task_type=TaskType.CAUSAL_LM, target_modules=targets,
+                         feedforward_modules=ff)
+    if method == "adalora":
+        targets = ["c_attn"] if gpt2 else ["q_proj", "v_proj"]
+        return AdaLoraConfig(task_type=TaskType.CAUSAL_LM, init_r=rank, target_r=2,
+                             total_step=10, target_modules=targets)
+    if method == "prefix_tuning":
+        return PrefixTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=4)
+    if method == "prompt_tuning":
+        return PromptTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=4)
+    raise ValueError(method)
+
+
+def build_pair(model: str, method: str, handle: Any, seed: int = 0, **remote_kwargs: Any):
+    """(plain peft model, split-execution peft model) with identical, non-trivial adapters."""
+    config = peft_config(model, method)
+    torch.manual_seed(seed)
+    plain = get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(model)),
+                           copy.deepcopy(config))
+    ours = get_peft_model(remote_model(model, handle, **remote_kwargs), copy.deepcopy(config))
+    trainable = {n: p for n, p in ours.named_parameters() if p.requires_grad}
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in plain.named_parameters():
+            if p.requires_grad:  # LoRA B starts at zero, IA3 at one: perturb so adapters matter
+                p.add_(0.1 * torch.randn(p.shape, generator=generator))
+                trainable.pop(name).copy_(p)
+    assert not trainable, f"adapter parameters without a reference: {sorted(trainable)}"
+    return plain, ours
+
+
+def batch(seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 50257, (2, 7), generator=generator)
+
+
+def compare(model: str, method: str, handle: Any, steps: int = 3, seed: int = 0,
+            **remote_kwargs: Any) -> dict[str, float | bool]:
+    plain, ours = build_pair(model, method, handle, seed, **remote_kwargs)
+    ids = batch(seed)
+    result = {"logits": 0.0, "grads": 0.0, "params": 0.0}
+    plain.train()
+    ours.train()
+    opts = [torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
+            for m in (plain, ours)]
+    for _ in range(steps):
+        outs = [m(input_ids=ids, labels=ids) for m in (plain, ours)]
+        result["logits"] = max(result["logits"], _diff(outs[0].logits, outs[1].logits))
+        for out in outs:
+            out.loss.backward()
+        result["grads"] = max(result["grads"], _max_diff(plain, ours, grad=True))
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+    result["params"] = _max_diff(plain, ours, grad=False)
+    plain.eval()
+    ours.eval()
+    with torch.no_grad():
+        gens = [m.generate(input_ids=ids[:1], max_new_tokens=8, do_sample=False,
+                           min_new_tokens=8) for m in (plain, ours)]
+    result["generate_equal"] = torch.equal(gens[0], gens[1])
+    result["loss"] = float(outs[1].loss)
+    return result
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.detach().float() - b.detach().float()).abs().max().item()
+
+
+def _max_diff(plain, ours, grad: bool) -> float:
+    theirs = {n: p for n, p in plain.named_parameters() if p.requires_grad}
+    worst = 0.0
+    for name, p in ours.named_parameters():
+        if p.requires_grad:
+            a, b = (theirs[name].grad, p.grad) if grad else (theirs[name], p)
+            worst = max(worst, _diff(a, b))
+    return worst
