@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
+
+# Frames received from ZeroMQ are read-only buffers; the tensors over them are only ever read.
+warnings.filterwarnings("ignore", message="The given buffer is not writable")
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

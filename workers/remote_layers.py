@@ -28,6 +28,8 @@ _METADATA = {
     torch.Tensor.detach, torch.Tensor.__repr__, torch.Tensor.data_ptr, torch.Tensor.__hash__,
     torch.Tensor.__format__, torch.Tensor.storage_offset, torch.Tensor.stride,
     torch.Tensor.is_contiguous, torch.Tensor.nelement, torch.Tensor.__reduce_ex__,
+    torch.Tensor.untyped_storage, torch.Tensor.is_shared, torch.Tensor.is_pinned,
+    torch.Tensor.get_device,
 }
 
 

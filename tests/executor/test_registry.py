@@ -1,0 +1,77 @@
+"""The executor's layer registry against the model's own modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+from transformers.pytorch_utils import Conv1D
+
+from executor.models import resolve_model
+from executor.protocol import LayerKind, Op
+from executor.registry import LayerRegistry, UnsupportedOp, base_layer_names
+from tests.conftest import TINY_MODELS
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_every_weight_bearing_layer_is_served_exactly(name: str) -> None:
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name))
+    registry = LayerRegistry.load(resolve_model(name))
+    modules = dict(model.named_modules())
+    assert [s.name for s in registry.specs if s.kind != LayerKind.GROUP] == base_layer_names(model)
+    torch.manual_seed(0)
+    for layer in registry.layers:
+        spec = layer.spec
+        if spec.kind == LayerKind.GROUP:
+            members = [modules[m] for m in spec.members]
+            x = torch.randn(5, spec.in_features)
+            expected = torch.cat([m(x) for m in members], dim=1)
+            torch.testing.assert_close(registry.run(Op.FORWARD, layer, x), expected)
+            continue
+        module = modules[spec.name]
+        if spec.kind == LayerKind.EMBEDDING:
+            ids = torch.randint(0, spec.in_features, (6,))
+            assert torch.equal(registry.run(Op.FORWARD, layer, ids), module(ids))
+            with pytest.raises(UnsupportedOp):
+                registry.run(Op.BACKWARD, layer, ids)
+            continue
+        x = torch.randn(5, spec.in_features, requires_grad=True)
+        y = module(x)
+        assert torch.equal(registry.run(Op.FORWARD, layer, x.detach()), y.detach())
+        weight = module.weight.t() if isinstance(module, Conv1D) else module.weight
+        assert torch.equal(registry.run(Op.FORWARD_NOBIAS, layer, x.detach()),
+                           F.linear(x.detach(), weight))
+        grad = torch.randn_like(y)
+        y.backward(grad)
+        torch.testing.assert_close(registry.run(Op.BACKWARD, layer, grad), x.grad)
+
+
+def test_groups_share_inputs_and_cost_no_memory() -> None:
+    fused = LayerRegistry.load(resolve_model("tiny-llama"))
+    plain = LayerRegistry.load(resolve_model("tiny-llama"), fuse=False)
+    groups = [s for s in fused.specs if s.kind == LayerKind.GROUP]
+    assert [g.members for g in groups][:2] == [
+        tuple(f"model.layers.0.self_attn.{p}_proj" for p in "qkv"),
+        ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"),
+    ]
+    assert groups[0].splits == (64, 32, 32)
+    assert fused.parameter_bytes() == plain.parameter_bytes()
+
+
+def test_tied_weights_are_stored_once() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-gpt2"))
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-gpt2"))
+    assert registry.by_name["lm_head"].weight.data_ptr() == \
+        registry.by_name["transformer.wte"].weight.data_ptr()
+    full = sum(p.numel() * p.element_size() for p in model.parameters())
+    norms = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "ln" in n)
+    assert registry.parameter_bytes() == full - norms
+
+
+def test_bfloat16_registry_runs_in_bfloat16() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-qwen2"), dtype=torch.bfloat16)
+    layer = registry.by_name["model.layers.0.self_attn.q_proj"]
+    assert layer.weight.dtype == torch.bfloat16
+    assert registry.run(Op.FORWARD, layer, torch.randn(2, 64, dtype=torch.bfloat16)).dtype \
+        == torch.bfloat16
