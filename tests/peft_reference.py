@@ -81,7 +81,7 @@ def compare(model: str, method: str, handle: Any, steps: int = 3, seed: int = 0,
     result = {"logits": 0.0, "grads": 0.0, "params": 0.0}
     plain.train()
     ours.train()
-    opts = [torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
+    opts = [torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
             for m in (plain, ours)]
     for _ in range(steps):
         outs = [m(input_ids=ids, labels=ids) for m in (plain, ours)]

@@ -26,7 +26,7 @@ WeightSource = Callable[[str], torch.Tensor]  # layer name -> its weight as [out
 @dataclass(frozen=True)
 class PrivacyConfig:
     pool_size: int = 8
-    scale: float = 4.0  # noise norm relative to each row's own norm
+    scale: float = 1.0  # noise norm relative to each row's own norm (error grows with it)
     noise_effects: str = "local"  # local | executor
     seed: int | None = None
 
