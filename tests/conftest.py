@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-_CACHE = Path(os.environ.get("SYMBIOSIS_TEST_CACHE", Path(tempfile.gettempdir()) / "symbiosis-test-models"))
+_CACHE = Path(os.environ.get("SYMBIOSIS_TEST_CACHE",
+                            Path(tempfile.gettempdir()) / "symbiosis-test-models"))
 os.environ["SYMBIOSIS_MODEL_CACHE"] = str(_CACHE)
 
 from tests.helpers import ExecutorProcess, short_tmp  # noqa: E402

@@ -4,11 +4,11 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from workers.build import ModelMismatch, remote_model  # noqa: E402
-from workers.client import ExecutorClient  # noqa: E402
-from workers.handle import ExecutorError, ExecutorUnavailable  # noqa: E402
-from workers.local import LocalExecutor  # noqa: E402
-from workers.remote_layers import BaseWeightUnavailable  # noqa: E402
+from workers.build import ModelMismatch, remote_model
+from workers.client import ExecutorClient
+from workers.handle import ExecutorError, ExecutorUnavailable
+from workers.local import LocalExecutor
+from workers.remote_layers import BaseWeightUnavailable
 
 __all__ = [
     "BaseWeightUnavailable",

@@ -9,6 +9,7 @@ fresh hello and the call again, transparently.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -78,10 +79,8 @@ class ExecutorClient:
     def close(self) -> None:
         with self._lock:
             if self._socket is not None:
-                try:
+                with contextlib.suppress(zmq.ZMQError):
                     self._socket.send(P.encode(P.Bye()), zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
             self._reset()
             self._ctx.term()
 

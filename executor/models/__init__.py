@@ -13,11 +13,14 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
 
 from executor.models.builtin import BUILTINS, BuiltinModel
 from executor.models.tokenizer import CHAT_TOKENS, save_tokenizer
 
 __all__ = ["BUILTINS", "export", "model_cache_dir", "resolve_model"]
+
+hf_logging.disable_progress_bar()  # per-shard progress bars only clutter service logs
 
 
 def model_cache_dir() -> Path:
@@ -31,12 +34,13 @@ def resolve_model(name_or_path: str | Path) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"{path} is not a Hugging Face model directory (no config.json)")
+            raise FileNotFoundError(f"{path} is not a Hugging Face model directory")
         return path.resolve()
     name = str(name_or_path)
     if name not in BUILTINS:
         known = ", ".join(sorted(BUILTINS))
-        raise FileNotFoundError(f"unknown model {name!r}: not a directory nor a built-in ({known})")
+        raise FileNotFoundError(
+            f"unknown model {name!r}: not a directory nor a built-in ({known})")
     target = model_cache_dir() / name
     if not (target / "model.safetensors").exists():
         export(name, target)

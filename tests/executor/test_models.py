@@ -20,7 +20,8 @@ def test_export_command_writes_a_loadable_directory(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "executor.models", "export", "tiny-llama",
                           str(target)], capture_output=True, text=True, check=True)
     assert "exported tiny-llama" in out.stdout
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in target.iterdir()}
+    names = {p.name for p in target.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
     model = AutoModelForCausalLM.from_pretrained(target)
     reference = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama"))
     for (name, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items(),
@@ -54,7 +55,8 @@ def test_larger_sizes_are_defined_for_benchmarks() -> None:
     sizes = {name: spec for name, spec in BUILTINS.items() if not name.startswith("tiny")}
     assert "llama-160m" in sizes and "llama-1b" in sizes
     llama = sizes["llama-160m"].config
-    per_layer = 4 * llama["hidden_size"] ** 2 + 3 * llama["hidden_size"] * llama["intermediate_size"]
+    hidden = llama["hidden_size"]
+    per_layer = 4 * hidden**2 + 3 * hidden * llama["intermediate_size"]
     params = llama["num_hidden_layers"] * per_layer + 2 * llama["vocab_size"] * llama["hidden_size"]
     assert 150e6 < params < 170e6
 

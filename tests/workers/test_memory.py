@@ -44,7 +44,8 @@ def test_executor_memory_does_not_grow_with_steps_in_flight(executor_for) -> Non
     clients = [ExecutorClient(proc.endpoint, name=f"mem-{i}") for i in range(3)]
     models = []
     for client in clients:
-        model = get_peft_model(remote_model(MODEL, client), LoraConfig(r=8, target_modules=["q_proj"]))
+        model = get_peft_model(remote_model(MODEL, client),
+                               LoraConfig(r=8, target_modules=["q_proj"]))
         model.train()
         models.append(model)
     ids = torch.randint(0, 50000, (2, 128))

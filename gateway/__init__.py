@@ -1,0 +1,1 @@
+"""The HTTP gateway (FastAPI, OpenAI-compatible). Never imports torch."""
