@@ -16,11 +16,16 @@ class PendingCall:
     x: torch.Tensor  # [rows, in] (ids: [rows]); a view into shared memory or a frame
     arrived: float  # scheduler clock, seconds
     seq: int = 0
+    deadline: float = 0.0  # the latest start the batching policy allows
     keepalive: object = field(default=None, repr=False)  # the frame that backs `x`
 
     @property
     def key(self) -> tuple[int, Op]:
         return self.header.layer, self.header.op
+
+    @property
+    def layer(self) -> int:
+        return self.header.layer
 
     @property
     def rows(self) -> int:

@@ -18,7 +18,8 @@ class ExecutorConfig:
     threads: int | None = None  # torch intra-op threads; None: torch's default
     policy: str = "opportunistic"
     max_wait_ms: float = 20.0  # cap on how long any call waits for company
-    decode_wait_ms: float = 0.3  # base budget of a one-row inference call
+    decode_wait_ms: float = 0.3  # base budget of an inference call
+    training_wait_ms: float = 2.0  # base budget of a training call
     wait_fraction: float = 0.25  # a call may wait this fraction of its own estimated compute
     max_batch_rows: int = 8192
     training_share: float = 0.25  # under load, at least this share of batches goes to training
@@ -33,7 +34,8 @@ class ExecutorConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, not {self.dtype!r}")
         if not self.bind.startswith(("ipc://", "tcp://", "inproc://")):
             raise ValueError(f"bind must be an ipc://, tcp:// or inproc:// endpoint: {self.bind!r}")
-        if self.max_wait_ms < 0 or self.decode_wait_ms < 0 or not 0 <= self.wait_fraction <= 1:
+        if min(self.max_wait_ms, self.decode_wait_ms, self.training_wait_ms) < 0 \
+                or not 0 <= self.wait_fraction <= 1:
             raise ValueError("wait budgets must be non-negative and wait_fraction within [0, 1]")
         if not 0 < self.training_share < 1:
             raise ValueError("training_share must be within (0, 1)")

@@ -49,7 +49,9 @@ class Engine:
             error = f"{type(exc).__name__}: {exc}"
             return [(c.client, [P.encode(P.Error(c.header.id, P.ErrorCode.INTERNAL, error))])
                     for c in batch]
-        self.stats.record_batch(batch, started, time.perf_counter() - tick)
+        elapsed = time.perf_counter() - tick
+        self.scheduler.observe(batch, elapsed)
+        self.stats.record_batch(batch, started, elapsed)
         replies, start = [], 0
         for call in batch:
             rows = y[start:start + call.rows]

@@ -1,7 +1,17 @@
 """Per-layer queues of pending calls and the choice of what runs next.
 
-Bookkeeping only: no tensors are touched here. Thread-safe: calls are added by whichever executor
-thread drains the socket, and batches are taken by whichever holds the compute slot.
+Bookkeeping only, no tensors. Thread-safe: calls are added by whichever executor thread drains the
+socket; batches are taken by whichever holds the compute slot.
+
+Besides the queues, the scheduler tracks each client's presence: when it was last seen, whether
+it has a call queued, and which layer it called last. Clients walk the model's layers in the same
+order, so the layer that followed a layer before predicts where an idle client will call next;
+an opportunistic batch waits only while such a client may still join it.
+
+Choosing among ready queues: inference before training, but training keeps at least
+`training_share` of the batches while it has work; any call waiting past `starvation_s` goes
+first. Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client
+flooding one layer cannot crowd others out.
 """
 
 from __future__ import annotations
@@ -9,49 +19,154 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from executor.calls import PendingCall
-from executor.protocol import Op
+from executor.policy import CostModel, Eager, Policy
+from executor.protocol import CallKind, Op
+
+Key = tuple[int, Op]
+
+
+@dataclass
+class Presence:
+    last_seen: float
+    last_key: Key | None = None
+    queued: int = 0
 
 
 class Scheduler:
-    def __init__(self, *, max_batch_rows: int = 8192,
+    def __init__(self, policy: Policy | None = None, *, max_batch_rows: int = 8192,
+                 training_share: float = 0.25, active_window_s: float = 0.5,
+                 starvation_s: float = 0.2, widths: dict[int, int] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy = policy or Eager()
         self.max_batch_rows = max_batch_rows
+        self.training_share = training_share
+        self.active_window_s = active_window_s
+        self.starvation_s = starvation_s
+        self.widths = widths or {}
         self.clock = clock
-        self.queues: dict[tuple[int, Op], deque[PendingCall]] = {}
+        self.cost = CostModel()
         self.lock = threading.Lock()
+        self.queues: dict[Key, deque[PendingCall]] = {}
+        self.presence: dict[bytes, Presence] = {}
+        self.successor: dict[Key, Key] = {}
+        self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
         self._seq = 0
+
+    # -- called by the IO side -------------------------------------------------------------------
 
     def add(self, call: PendingCall) -> None:
         with self.lock:
             self._seq += 1
             call.seq = self._seq
+            estimate = self.cost.estimate(call.key, call.rows, self.widths.get(call.layer, 0))
+            call.deadline = self.policy.deadline(call, estimate)
             self.queues.setdefault(call.key, deque()).append(call)
+            me = self.presence.get(call.client)
+            if me is None:
+                me = self.presence[call.client] = Presence(call.arrived)
+            if me.last_key is not None and me.last_key != call.key:
+                self.successor[me.last_key] = call.key
+            me.last_seen, me.last_key = call.arrived, call.key
+            me.queued += 1
+
+    # -- called by the compute side --------------------------------------------------------------
+
+    def next_batch(self) -> list[PendingCall] | None:
+        """Pop the batch to run now, if any."""
+        with self.lock:
+            now = self.clock()
+            ready = [q for q, wait in self._scan(now) if wait <= 0]
+            if not ready:
+                return None
+            batch = self._take(self._choose(ready, now))
+            self._recent.append(all(c.kind == CallKind.TRAINING for c in batch))
+            for call in batch:
+                self.presence[call.client].queued -= 1
+            return batch
+
+    def ready_in(self) -> float | None:
+        """Seconds until a batch may be ready (0: now); None when nothing is queued."""
+        with self.lock:
+            waits = [wait for _, wait in self._scan(self.clock())]
+            return max(0.0, min(waits)) if waits else None
+
+    def observe(self, batch: list[PendingCall], seconds: float) -> None:
+        with self.lock:
+            self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds)
+            self._forget_departed()
 
     def depth(self) -> int:
         with self.lock:
             return sum(len(q) for q in self.queues.values())
 
-    def next_batch(self) -> list[PendingCall] | None:
-        """Pop the batch to run now, if any."""
-        with self.lock:
-            ready = [q for q in self.queues.values() if q]
-            if not ready:
-                return None
-            return self._take(min(ready, key=lambda q: q[0].seq))
+    # -- internals -----------------------------------------------------------------------------
 
-    def ready_in(self) -> float | None:
-        """Seconds until a batch may be ready (0: now); None when nothing is queued."""
-        with self.lock:
-            return 0.0 if any(self.queues.values()) else None
+    def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
+        """Each non-empty queue with the seconds it should still wait (<= 0: ready)."""
+        active = {c for c, p in self.presence.items() if now - p.last_seen <= self.active_window_s}
+        for key, queue in self.queues.items():
+            if not queue:
+                continue
+            calls = list(queue)
+            deadline = min(c.deadline for c in calls)
+            if sum(c.rows for c in calls) >= self.max_batch_rows:
+                yield queue, 0.0
+                continue
+            here = {c.client for c in calls}
+            if self.policy.ready(calls, now, deadline, self._joiners(key, active), here, active):
+                yield queue, 0.0
+            else:
+                yield queue, deadline - now
+
+    def _joiners(self, key: Key, active: set[bytes]) -> Iterator[bytes]:
+        """Active clients with nothing queued whose next call is expected at `key`."""
+        for client in active:
+            p = self.presence[client]
+            if p.queued == 0 and p.last_key is not None and self.successor.get(p.last_key) == key:
+                yield client
+
+    def _choose(self, ready: list[deque[PendingCall]], now: float) -> deque[PendingCall]:
+        oldest = min(ready, key=lambda q: q[0].seq)
+        if now - oldest[0].arrived >= self.starvation_s:
+            return oldest
+        inference = [q for q in ready if any(c.kind == CallKind.INFERENCE for c in q)]
+        training = [q for q in ready if q not in inference]
+        share = sum(self._recent) / len(self._recent) if self._recent else 0.0
+        if training and (not inference or share < self.training_share):
+            return min(training, key=lambda q: q[0].seq)
+        return min(inference, key=lambda q: q[0].seq)
 
     def _take(self, queue: deque[PendingCall]) -> list[PendingCall]:
-        batch = [queue.popleft()]
-        rows = batch[0].rows
-        while queue and rows + queue[0].rows <= self.max_batch_rows:
-            call = queue.popleft()
-            rows += call.rows
-            batch.append(call)
+        if sum(c.rows for c in queue) <= self.max_batch_rows:
+            batch = list(queue)
+            queue.clear()
+            return batch
+        by_client: dict[bytes, deque[PendingCall]] = {}
+        for call in queue:
+            by_client.setdefault(call.client, deque()).append(call)
+        batch, rows = [], 0
+        while any(by_client.values()):
+            progressed = False
+            for calls in by_client.values():
+                if calls and (not batch or rows + calls[0].rows <= self.max_batch_rows):
+                    call = calls.popleft()
+                    batch.append(call)
+                    rows += call.rows
+                    progressed = True
+            if not progressed:
+                break
+        taken = set(map(id, batch))
+        remaining = [c for c in queue if id(c) not in taken]
+        queue.clear()
+        queue.extend(remaining)
         return batch
+
+    def _forget_departed(self, idle_s: float = 60.0) -> None:
+        now = self.clock()
+        for client in [c for c, p in self.presence.items()
+                       if p.queued == 0 and now - p.last_seen > idle_s]:
+            del self.presence[client]

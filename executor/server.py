@@ -27,6 +27,7 @@ from executor.calls import PendingCall
 from executor.clients import ClientState, ClientTable
 from executor.config import ExecutorConfig
 from executor.engine import Engine
+from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
@@ -37,12 +38,23 @@ log = logging.getLogger("executor.server")
 Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
 
 
+def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:
+    budgets = Budgets(max_wait_s=config.max_wait_ms / 1e3,
+                      decode_wait_s=config.decode_wait_ms / 1e3,
+                      training_wait_s=config.training_wait_ms / 1e3,
+                      wait_fraction=config.wait_fraction)
+    widths = {s.index: s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
+              else s.out_features for s in registry.specs}
+    return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
+                     training_share=config.training_share, widths=widths)
+
+
 class ExecutorServer:
     def __init__(self, registry: LayerRegistry, config: ExecutorConfig, *,
                  scheduler: Scheduler | None = None, tap: Tap | None = None) -> None:
         self.registry = registry
         self.config = config
-        self.scheduler = scheduler or Scheduler(max_batch_rows=config.max_batch_rows)
+        self.scheduler = scheduler or build_scheduler(config, registry)
         self.clients = ClientTable()
         self.stats = ExecutorStats()
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)

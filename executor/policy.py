@@ -1,0 +1,102 @@
+"""Batching policies: when may a queue of calls for one layer run, and how long may a call wait.
+
+- eager: run whatever is queued now, never wait (the paper's "no lockstep").
+- lockstep: run a layer when every active client has a call there (or the cap expires).
+- opportunistic (default): a call may wait for company within a budget that grows with its size
+  and kind (a decode call waits little; prefill and training, whose own compute is long, may wait
+  longer), capped by `max_wait`; and it never waits when no client is expected to join it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from executor.calls import PendingCall
+from executor.protocol import CallKind, Op
+
+
+@dataclass
+class CostModel:
+    """Seconds a call of `rows` takes on a layer: overhead + rows x per_row, learned online."""
+
+    flops_per_s: float = 50e9  # prior until a layer has been measured
+    overhead_s: float = 30e-6
+    smoothing: float = 0.2
+    _per_row: dict[tuple[int, Op], float] = field(default_factory=dict)
+
+    def estimate(self, key: tuple[int, Op], rows: int, width_product: int) -> float:
+        per_row = self._per_row.get(key)
+        if per_row is None:
+            per_row = 2 * width_product / self.flops_per_s
+        return self.overhead_s + rows * per_row
+
+    def observe(self, key: tuple[int, Op], rows: int, seconds: float) -> None:
+        if rows <= 0:
+            return
+        per_row = max(seconds - self.overhead_s, 0.0) / rows
+        old = self._per_row.get(key)
+        self._per_row[key] = per_row if old is None else old + self.smoothing * (per_row - old)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    max_wait_s: float = 0.020
+    decode_wait_s: float = 0.0003  # base budget of an inference call
+    training_wait_s: float = 0.002  # base budget of a training call
+    wait_fraction: float = 0.25  # plus this fraction of the call's own estimated compute
+
+    def budget(self, call: PendingCall, own_compute_s: float) -> float:
+        base = self.training_wait_s if call.kind == CallKind.TRAINING else self.decode_wait_s
+        return min(self.max_wait_s, base + self.wait_fraction * own_compute_s)
+
+
+class Policy:
+    name = "eager"
+
+    def deadline(self, call: PendingCall, own_compute_s: float) -> float:
+        """The latest time this call should start."""
+        return call.arrived
+
+    def ready(self, calls: list[PendingCall], now: float, deadline: float,
+              joiners: Iterable[bytes], waiting_here: set[bytes], active: set[bytes]) -> bool:
+        return True
+
+
+class Eager(Policy):
+    pass
+
+
+@dataclass
+class Opportunistic(Policy):
+    budgets: Budgets = field(default_factory=Budgets)
+    name = "opportunistic"
+
+    def deadline(self, call: PendingCall, own_compute_s: float) -> float:
+        return call.arrived + self.budgets.budget(call, own_compute_s)
+
+    def ready(self, calls, now, deadline, joiners, waiting_here, active) -> bool:
+        # no one expected to come here soon: waiting would only add latency
+        return now >= deadline or not any(True for _ in joiners)
+
+
+@dataclass
+class Lockstep(Policy):
+    cap_s: float = 0.100
+    name = "lockstep"
+
+    def deadline(self, call: PendingCall, own_compute_s: float) -> float:
+        return call.arrived + self.cap_s
+
+    def ready(self, calls, now, deadline, joiners, waiting_here, active) -> bool:
+        return now >= deadline or active <= waiting_here
+
+
+def make_policy(name: str, budgets: Budgets) -> Policy:
+    if name == "eager":
+        return Eager()
+    if name == "lockstep":
+        return Lockstep(cap_s=max(budgets.max_wait_s * 5, 0.05))
+    if name == "opportunistic":
+        return Opportunistic(budgets)
+    raise ValueError(f"unknown policy {name!r}")

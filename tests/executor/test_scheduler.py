@@ -1,0 +1,170 @@
+"""The batching policies, driven by a fake clock: budgets, joiners, priority, cap, fairness."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from executor.calls import PendingCall
+from executor.policy import Budgets, Eager, Lockstep, Opportunistic
+from executor.protocol import Call, CallKind, Op
+from executor.scheduler import Scheduler
+
+INF, TRAIN = CallKind.INFERENCE, CallKind.TRAINING
+BUDGETS = Budgets(max_wait_s=0.020, decode_wait_s=0.0003, training_wait_s=0.002,
+                  wait_fraction=0.25)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture()
+def clock() -> Clock:
+    return Clock()
+
+
+def scheduler(policy, clock: Clock, **kw) -> Scheduler:
+    return Scheduler(policy, clock=clock, widths={0: 64 * 64, 1: 64 * 64, 2: 64 * 64}, **kw)
+
+
+def call(s: Scheduler, client: str, layer: int, rows: int = 1, kind: CallKind = INF,
+         op: Op = Op.FORWARD) -> PendingCall:
+    pending = PendingCall(client.encode(), Call(0, op, layer, kind, "float32", (rows, 1)),
+                          torch.empty(rows, 1), s.clock())
+    s.add(pending)
+    return pending
+
+
+def clients_of(batch) -> list[str]:
+    return [c.client.decode() for c in batch]
+
+
+def teach_layer_order(s: Scheduler, clients: list[str]) -> None:
+    """Every client calls layer 0 then layer 1 once; afterwards each sits idle after layer 0."""
+    for layer in (0, 1):
+        for name in clients:
+            call(s, name, layer)
+        while s.next_batch():
+            pass
+    for name in clients:
+        call(s, name, 0)
+    while s.next_batch():
+        pass
+
+
+def test_eager_runs_at_once_and_batches_what_is_queued(clock) -> None:
+    s = scheduler(Eager(), clock)
+    call(s, "a", 0)
+    call(s, "b", 0)
+    call(s, "c", 1)
+    assert s.ready_in() == 0.0
+    assert clients_of(s.next_batch()) == ["a", "b"]
+    assert clients_of(s.next_batch()) == ["c"]
+    assert s.next_batch() is None and s.ready_in() is None
+
+
+def test_opportunistic_never_waits_when_no_one_can_join(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    call(s, "solo", 0)
+    assert clients_of(s.next_batch()) == ["solo"]
+
+
+def test_opportunistic_waits_for_an_expected_joiner_within_budget(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    teach_layer_order(s, ["a", "b"])
+    first = call(s, "a", 1)  # b sits after layer 0, so it is expected at layer 1
+    assert s.next_batch() is None
+    wait = s.ready_in()
+    assert 0.0003 <= wait < 0.001  # decode: base 0.3 ms + a quarter of a tiny matmul
+    assert first.deadline == pytest.approx(clock.now + wait)
+    clock.advance(wait / 2)
+    call(s, "b", 1)
+    assert clients_of(s.next_batch()) == ["a", "b"]  # nobody else to wait for: runs at once
+
+
+def test_budget_expires_without_the_joiner(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    teach_layer_order(s, ["a", "b"])
+    call(s, "a", 1)
+    clock.advance(s.ready_in())
+    assert clients_of(s.next_batch()) == ["a"]
+
+
+def test_budget_grows_with_size_and_kind_and_is_capped(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    decode = call(s, "a", 0, rows=1, kind=INF)
+    prefill = call(s, "b", 1, rows=512, kind=INF)
+    train = call(s, "c", 2, rows=512, kind=TRAIN)
+    assert decode.deadline < prefill.deadline < train.deadline
+    huge = call(s, "d", 0, rows=10**7, kind=TRAIN)
+    assert huge.deadline - huge.arrived == pytest.approx(BUDGETS.max_wait_s)
+
+
+def test_cost_model_learns_from_measured_batches(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    before = s.cost.estimate((0, Op.FORWARD), 100, 64 * 64)
+    batch = [call(s, "a", 0, rows=100)]
+    s.next_batch()
+    s.observe(batch, 0.010)  # much slower than the prior
+    assert s.cost.estimate((0, Op.FORWARD), 100, 64 * 64) > 10 * before
+
+
+def test_inference_first_but_training_keeps_its_share(clock) -> None:
+    s = scheduler(Eager(), clock, training_share=0.25)
+    served = []
+    for i in range(80):  # both kinds always have work queued; one batch runs per round
+        clock.advance(0.001)
+        call(s, f"decoder-{i}", 1, kind=INF)
+        if not s.queues.get((0, Op.BACKWARD)):
+            call(s, "trainer", 0, rows=64, kind=TRAIN, op=Op.BACKWARD)
+        served.append(s.next_batch()[0].kind)
+    assert served[0] == TRAIN  # nothing served yet: training is below its share
+    assert 0.2 <= served.count(TRAIN) / len(served) <= 0.3
+    assert served[1] == INF
+
+
+def test_a_starving_call_goes_first(clock) -> None:
+    s = scheduler(Eager(), clock, training_share=0.0001, starvation_s=0.2)
+    old = call(s, "trainer", 0, rows=64, kind=TRAIN)
+    clock.advance(0.25)
+    call(s, "decoder", 1, kind=INF)
+    assert s.next_batch() == [old]
+
+
+def test_round_robin_keeps_a_flooding_client_from_crowding_others_out(clock) -> None:
+    s = scheduler(Eager(), clock, max_batch_rows=100)
+    for _ in range(20):
+        call(s, "flood", 0, rows=10)
+    call(s, "victim", 0, rows=10)
+    first = clients_of(s.next_batch())
+    assert "victim" in first and len(first) <= 10
+    assert sum(1 for _ in range(20) if s.next_batch()) >= 1
+
+
+def test_lockstep_waits_for_every_active_client_or_the_cap(clock) -> None:
+    s = scheduler(Lockstep(cap_s=0.05), clock)
+    teach_layer_order(s, ["a", "b", "c"])
+    call(s, "a", 1)
+    call(s, "b", 1)
+    assert s.next_batch() is None  # c is active but not here yet
+    call(s, "c", 1)
+    assert sorted(clients_of(s.next_batch())) == ["a", "b", "c"]
+    call(s, "a", 0)
+    clock.advance(0.05)
+    assert clients_of(s.next_batch()) == ["a"]  # cap reached
+
+
+def test_departed_clients_are_not_waited_for(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    teach_layer_order(s, ["a", "b"])
+    clock.advance(1.0)  # b has been silent longer than the active window
+    call(s, "a", 1)
+    assert clients_of(s.next_batch()) == ["a"]
