@@ -58,6 +58,10 @@ class Policy:
         """The latest time this call should start."""
         return call.arrived
 
+    def order(self, queue: list[PendingCall], progress: int) -> tuple:
+        """Among ready queues, the smallest key runs first. Default: first come, first served."""
+        return (queue[0].seq,)
+
     def ready(self, calls: list[PendingCall], now: float, deadline: float,
               joiners: Iterable[bytes], waiting_here: set[bytes], active: set[bytes]) -> bool:
         return True
@@ -78,6 +82,11 @@ class Opportunistic(Policy):
     def ready(self, calls, now, deadline, joiners, waiting_here, active) -> bool:
         # no one expected to come here soon: waiting would only add latency
         return now >= deadline or not any(True for _ in joiners)
+
+    def order(self, queue: list[PendingCall], progress: int) -> tuple:
+        # Farthest behind first: clients ahead in the model wait (they are busy anyway) while
+        # those behind catch up, so scattered clients converge into one batch per layer.
+        return (progress, queue[0].seq)
 
 
 @dataclass

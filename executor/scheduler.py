@@ -8,10 +8,12 @@ it has a call queued, and which layer it called last. Clients walk the model's l
 order, so the layer that followed a layer before predicts where an idle client will call next;
 an opportunistic batch waits only while such a client may still join it.
 
-Choosing among ready queues: inference before training, but training keeps at least
-`training_share` of the batches while it has work; any call waiting past `starvation_s` goes
-first. Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client
-flooding one layer cannot crowd others out.
+Choosing among ready queues: any call waiting past `starvation_s` goes first; then inference
+before training, but training keeps at least `training_share` of the batches while it has work;
+then the policy's order (first come first served, or for opportunistic batching the queue
+farthest behind in the model: a layer's position in forward order, reversed for backward).
+Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client flooding
+one layer cannot crowd others out.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Scheduler:
     def __init__(self, policy: Policy | None = None, *, max_batch_rows: int = 8192,
                  training_share: float = 0.25, active_window_s: float = 0.5,
                  starvation_s: float = 0.2, widths: dict[int, int] | None = None,
+                 positions: dict[int, int] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy or Eager()
         self.max_batch_rows = max_batch_rows
@@ -47,6 +50,7 @@ class Scheduler:
         self.active_window_s = active_window_s
         self.starvation_s = starvation_s
         self.widths = widths or {}
+        self.positions = positions or {}  # layer index -> position in forward order
         self.clock = clock
         self.cost = CostModel()
         self.lock = threading.Lock()
@@ -136,9 +140,17 @@ class Scheduler:
         inference = [q for q in ready if any(c.kind == CallKind.INFERENCE for c in q)]
         training = [q for q in ready if q not in inference]
         share = sum(self._recent) / len(self._recent) if self._recent else 0.0
-        if training and (not inference or share < self.training_share):
-            return min(training, key=lambda q: q[0].seq)
-        return min(inference, key=lambda q: q[0].seq)
+        pool = training if training and (not inference or share < self.training_share) \
+            else inference
+        return min(pool, key=lambda q: self.policy.order(q, self._progress(q[0].key)))
+
+    def _progress(self, key: Key) -> int:
+        """How far through a pass a call at `key` is: forward in layer order, then backward."""
+        layer, op = key
+        position = self.positions.get(layer, layer)
+        if op == Op.BACKWARD:
+            return 2 * len(self.positions) - position
+        return position
 
     def _take(self, queue: deque[PendingCall]) -> list[PendingCall]:
         if sum(c.rows for c in queue) <= self.max_batch_rows:

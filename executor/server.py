@@ -45,8 +45,10 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
                       wait_fraction=config.wait_fraction)
     widths = {s.index: s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
               else s.out_features for s in registry.specs}
+    positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
+                 for s in registry.specs}
     return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
-                     training_share=config.training_share, widths=widths)
+                     training_share=config.training_share, widths=widths, positions=positions)
 
 
 class ExecutorServer:
@@ -93,7 +95,9 @@ class ExecutorServer:
         fd_poll = select.poll()
         fd_poll.register(self._router.getsockopt(zmq.FD), select.POLLIN)
         while not self.stopped.is_set():
-            ready_in = self.scheduler.ready_in()
+            # While the other thread computes, it will also run whatever becomes ready, so this
+            # one only waits for messages (spinning here would steal the GIL and a core).
+            ready_in = None if self._compute_slot.locked() else self.scheduler.ready_in()
             fd_poll.poll(50 if ready_in is None else min(50, ready_in * 1e3))
             with self._socket_lock:
                 self._drain()

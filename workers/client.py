@@ -188,8 +188,12 @@ class ExecutorClient:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
                     raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
-            if self._socket.poll(wait * 1000):
+            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
+            try:
                 frames = self._socket.recv_multipart(copy=False)
+            except zmq.Again:
+                frames = None
+            if frames is not None:
                 message = P.decode_reply(frames[0].buffer)
                 if isinstance(message, P.Pong):
                     pinged_at = None

@@ -109,6 +109,14 @@ class _RemoteLinearFn(torch.autograd.Function):
         return grad_x, None, None
 
 
+def remote_linear(layer: RemoteLayer, x: torch.Tensor) -> torch.Tensor:
+    if not torch.is_grad_enabled():  # inference: no autograd node to build
+        spec = layer.spec
+        return layer.remote(Op.FORWARD, x, spec.index, spec.out_features, CallKind.INFERENCE,
+                            x.dtype)
+    return _RemoteLinearFn.apply(x, layer, CallKind.TRAINING)
+
+
 class RemoteLinear(RemoteLayer, nn.Linear):
     def __init__(self, spec: LayerSpec, executor: ExecutorHandle, dtype: torch.dtype,
                  device: torch.device) -> None:
@@ -121,7 +129,7 @@ class RemoteLinear(RemoteLayer, nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fusion is not None and self.fusion.enabled:
             return self.fusion.output(self, x)
-        return _RemoteLinearFn.apply(x, self, current_kind())
+        return remote_linear(self, x)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, remote={self.spec.name!r}"
@@ -139,7 +147,7 @@ class RemoteConv1D(RemoteLayer, Conv1D):
                     (spec.out_features,) if spec.has_bias else None, dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _RemoteLinearFn.apply(x, self, current_kind())
+        return remote_linear(self, x)
 
     def extra_repr(self) -> str:
         return f"nx={self.nx}, nf={self.nf}, remote={self.spec.name!r}"

@@ -38,13 +38,17 @@ def test_every_weight_bearing_layer_is_served_exactly(name: str) -> None:
             continue
         x = torch.randn(5, spec.in_features, requires_grad=True)
         y = module(x)
-        assert torch.equal(registry.run(Op.FORWARD, layer, x.detach()), y.detach())
+        # oneDNN and MKL block differently: equal up to float32 rounding, not bitwise
+        torch.testing.assert_close(registry.run(Op.FORWARD, layer, x.detach()), y.detach())
         weight = module.weight.t() if isinstance(module, Conv1D) else module.weight
-        assert torch.equal(registry.run(Op.FORWARD_NOBIAS, layer, x.detach()),
-                           F.linear(x.detach(), weight))
+        torch.testing.assert_close(registry.run(Op.FORWARD_NOBIAS, layer, x.detach()),
+                                   F.linear(x.detach(), weight))
         grad = torch.randn_like(y)
         y.backward(grad)
-        torch.testing.assert_close(registry.run(Op.BACKWARD, layer, grad), x.grad)
+        # grad_x sums over out_features (50k for lm_head): rounding grows with the length
+        tolerance = 1e-6 * spec.out_features ** 0.5
+        torch.testing.assert_close(registry.run(Op.BACKWARD, layer, grad), x.grad,
+                                   rtol=tolerance, atol=tolerance)
 
 
 def test_groups_share_inputs_and_cost_no_memory() -> None:
@@ -75,3 +79,13 @@ def test_bfloat16_registry_runs_in_bfloat16() -> None:
     assert layer.weight.dtype == torch.bfloat16
     assert registry.run(Op.FORWARD, layer, torch.randn(2, 64, dtype=torch.bfloat16)).dtype \
         == torch.bfloat16
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 65, 300])
+def test_small_and_large_batches_agree_with_plain_linear(rows: int) -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-qwen2"))
+    layer = registry.by_name["model.layers.0.self_attn.q_proj"]
+    x, g = torch.randn(rows, 64), torch.randn(rows, 64)
+    torch.testing.assert_close(registry.run(Op.FORWARD, layer, x),
+                               F.linear(x, layer.weight, layer.bias))
+    torch.testing.assert_close(registry.run(Op.BACKWARD, layer, g), g @ layer.weight)

@@ -1,0 +1,1 @@
+"""Benchmarks: Symbiosis against plain transformers + peft, side by side, as ratios."""

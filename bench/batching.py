@@ -1,0 +1,107 @@
+"""`python -m bench.batching`: the three batching policies on the same workloads, side by side.
+
+Each policy gets a fresh executor and the same client processes; each combination runs
+`--repeats` times and the median is reported. Writes bench/results/batching_policies.json and
+bench/results/batching_policies.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.executors import executor
+from bench.loadgen import Mix, run
+from bench.machine import describe
+
+POLICIES = ("eager", "lockstep", "opportunistic")
+WORKLOADS = {
+    # the paper's Table 5 setting: 8 inference clients with different adapters and ranks
+    "decode8": {"mix": "decode=8", "ranks": (8, 64), "methods": ("lora", "lora", "ia3")},
+    "mixed": {"mix": "decode=5,prefill=2,train=1", "ranks": (8, 64), "methods": ("lora", "ia3")},
+}
+RESULTS = Path(__file__).parent / "results"
+
+
+def median_summary(runs: list[dict]) -> dict:
+    out: dict = {}
+    for kind in ("decode", "prefill", "train"):
+        values = [r[kind] for r in runs if kind in r]
+        if values:
+            out[kind] = {key: statistics.median(v[key] for v in values)
+                         for key in ("tokens_per_s", "latency_mean_ms", "latency_p50_ms",
+                                     "latency_p99_ms")}
+    out["mean_batch_calls"] = statistics.median(r["executor"]["inference"]["mean_batch_calls"]
+                                                for r in runs)
+    return out
+
+
+def markdown(summary: dict, ratios: dict) -> str:
+    lines = []
+    for workload, by_policy in summary.items():
+        lines += [f"### {workload} ({WORKLOADS[workload]['mix']})", "",
+                  "| policy | kind | tokens/s | mean ms | p50 ms | p99 ms | mean batch (calls) |",
+                  "|---|---|---|---|---|---|---|"]
+        for policy, s in by_policy.items():
+            for kind in ("decode", "prefill", "train"):
+                if kind in s:
+                    k = s[kind]
+                    lines.append(f"| {policy} | {kind} | {k['tokens_per_s']:.1f} | "
+                                 f"{k['latency_mean_ms']:.0f} | {k['latency_p50_ms']:.0f} | "
+                                 f"{k['latency_p99_ms']:.0f} | {s['mean_batch_calls']:.2f} |")
+        r = ratios[workload]
+        lines += ["", f"Opportunistic / eager decode throughput: **{r['throughput']:.2f}x** "
+                      f"(goal >= 1.25x); mean decode latency ratio {r['latency']:.2f} "
+                      "(goal <= 1.0).", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.batching")
+    parser.add_argument("--model", default="llama-160m")
+    parser.add_argument("--duration", type=float, default=20)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    raw: dict = {}
+    summary: dict = {}
+    for workload in args.workloads.split(","):
+        spec = WORKLOADS[workload]
+        for policy in POLICIES:
+            runs = []
+            for _ in range(args.repeats):
+                with executor(args.model, policy=policy, threads=args.threads) as (endpoint, _):
+                    runs.append(run(endpoint, args.model, Mix.parse(spec["mix"]),
+                                    duration=args.duration, ranks=spec["ranks"],
+                                    methods=spec["methods"]))
+                sys.stderr.write(f"{workload} {policy}: {json.dumps(runs[-1])}\n")
+            raw.setdefault(workload, {})[policy] = runs
+            summary.setdefault(workload, {})[policy] = median_summary(runs)
+    ratios = {}
+    for workload, s in summary.items():
+        eager, opp = s["eager"]["decode"], s["opportunistic"]["decode"]
+        ratios[workload] = {"throughput": opp["tokens_per_s"] / eager["tokens_per_s"],
+                            "latency": opp["latency_mean_ms"] / eager["latency_mean_ms"]}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    command = "python -m bench.batching " + " ".join(argv if argv is not None else sys.argv[1:])
+    document = {"machine": describe(), "command": command.strip(), "model": args.model,
+                "duration_s": args.duration, "repeats": args.repeats,
+                "date": time.strftime("%Y-%m-%d"), "summary": summary, "ratios": ratios,
+                "runs": raw}
+    (RESULTS / "batching_policies.json").write_text(json.dumps(document, indent=1))
+    table = markdown(summary, ratios)
+    (RESULTS / "batching_policies.md").write_text(
+        f"# Batching policies\n\n`{document['command']}` on {document['machine']['cpu']} "
+        f"({document['machine']['cores']} cores), model {args.model}, float32, "
+        f"{args.duration:.0f} s per run, median of {args.repeats}.\n\n{table}\n")
+    sys.stdout.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
