@@ -14,7 +14,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 from workers import ExecutorClient
@@ -42,31 +41,36 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(endpoint: str, model: str, mix: Mix, *, duration: float = 20.0, setup_s: float = 25.0,
+def run(endpoint: str, model: str, mix: Mix, *, duration: float = 20.0,
         ranks: tuple[int, ...] = (8,), methods: tuple[str, ...] = ("lora",),
         options: dict[str, int] | None = None) -> dict:
-    start_at = time.time() + setup_s
+    """Start every client, wait until all have built their models, start them together."""
     procs, i = [], 0
     for kind, count in mix.counts.items():
         for _ in range(count):
             args = [sys.executable, "-m", "bench.workload", "--endpoint", endpoint, "--model",
                     model, "--kind", kind, "--method", methods[i % len(methods)], "--rank",
-                    str(ranks[i % len(ranks)]), "--start-at", str(start_at), "--duration",
-                    str(duration), "--seed", str(i)]
+                    str(ranks[i % len(ranks)]), "--duration", str(duration), "--seed", str(i)]
             for key, value in (options or {}).items():
                 args += [f"--{key}", str(value)]
-            procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1",
-                                                          "OMP_WAIT_POLICY": "PASSIVE"}))
+            procs.append(subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True,
+                                          env={**os.environ, "OMP_NUM_THREADS": "1",
+                                               "OMP_WAIT_POLICY": "PASSIVE"}))
             i += 1
+    for proc in procs:
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a load client failed to start (exit {proc.wait()})")
     probe = ExecutorClient(endpoint, name="loadgen")
-    time.sleep(max(0.0, start_at - time.time()))
     before = json.loads(probe.stats())
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     results = []
     for proc in procs:
-        out, err = proc.communicate(timeout=setup_s + duration + 600)
+        out, _ = proc.communicate(timeout=duration + 600)
         if proc.returncode != 0:
-            raise RuntimeError(f"a load client failed:\n{err[-2000:]}")
+            raise RuntimeError(f"a load client failed (exit {proc.returncode})")
         results.append(json.loads(out.strip().splitlines()[-1]))
     after = json.loads(probe.stats())
     probe.close()

@@ -1,7 +1,8 @@
 """One load-generating client: a remote model with its own adapter, running one workload.
 
-`python -m bench.workload --endpoint E --model M --kind decode|prefill|train ...` waits for the
-shared start time, runs until the duration is over, and prints its measurements as JSON.
+`python -m bench.workload --endpoint E --model M --kind decode|prefill|train ...` builds its
+model, prints "ready", waits for a line on stdin (the start signal, sent to all clients at once),
+runs for the duration and prints its measurements as JSON.
 """
 
 from __future__ import annotations
@@ -84,7 +85,6 @@ def main() -> None:
     parser.add_argument("--kind", choices=["decode", "prefill", "train"], required=True)
     parser.add_argument("--method", default="lora")
     parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument("--start-at", type=float, required=True, help="time.time() to start")
     parser.add_argument("--duration", type=float, default=20)
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=32)
@@ -98,7 +98,9 @@ def main() -> None:
                            adapter(args.method, args.rank))
     model.eval()
     rng = torch.Generator().manual_seed(args.seed)
-    time.sleep(max(0.0, args.start_at - time.time()))
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    sys.stdin.readline()
     until = time.monotonic() + args.duration
     if args.kind == "decode":
         latencies, per_unit = decode(model, args.prompt, args.tokens, until, rng), 1

@@ -1,0 +1,1 @@
+"""Inference workers: continuous batching over one tenant adapter's requests."""

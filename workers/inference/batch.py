@@ -1,0 +1,77 @@
+"""The running batch's KV cache: rows join (left-padded to a common length) and leave.
+
+Keys and values of every layer are [rows, heads, time, dim]; `mask` [rows, time] marks real
+entries (1) and left padding (0). Position ids come from the mask, as in transformers' generate.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def cache_tensors(cache: DynamicCache) -> KV:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+class BatchCache:
+    def __init__(self) -> None:
+        self.cache = DynamicCache()
+        self.mask: torch.Tensor | None = None
+
+    @property
+    def kv(self) -> KV:
+        return cache_tensors(self.cache)
+
+    @kv.setter
+    def kv(self, kv: KV) -> None:
+        self.cache = DynamicCache(ddp_cache_data=kv) if kv else DynamicCache()
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.mask is None else self.mask.shape[0]
+
+    def join(self, kv: KV, mask: torch.Tensor) -> None:
+        """Append rows whose cache is `kv` and whose entries are marked by `mask` [n, time]."""
+        if self.mask is None:
+            self.kv, self.mask = kv, mask
+            return
+        width = max(self.mask.shape[1], mask.shape[1])
+        self.kv = [(torch.cat([_pad(k0, width), _pad(k1, width)]),
+                    torch.cat([_pad(v0, width), _pad(v1, width)]))
+                   for (k0, v0), (k1, v1) in zip(self.kv, kv, strict=True)]
+        self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(mask, width)])
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows` (in this order), dropping padding no remaining row needs."""
+        if not rows:
+            self.kv, self.mask = [], None
+            return
+        index = torch.tensor(rows)
+        mask = self.mask.index_select(0, index)
+        start = int((mask.cumsum(1) == 0).sum(1).min())  # columns that are padding in every row
+        self.mask = mask[:, start:]
+        self.kv = [(k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
+                   for k, v in self.kv]
+
+    def step_inputs(self) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """(cache, attention mask, position ids) for one more token per row; the model's
+        forward appends that token's keys and values to the cache in place."""
+        self.mask = torch.cat([self.mask, self.mask.new_ones(self.rows, 1)], dim=1)
+        positions = self.mask.sum(1, keepdim=True) - 1
+        return self.cache, self.mask, positions
+
+
+def repeat_rows(kv: KV, n: int) -> KV:
+    return [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in kv]
+
+
+def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(t, (0, 0, width - t.shape[2], 0))
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(mask, (width - mask.shape[1], 0))

@@ -1,0 +1,56 @@
+"""Incremental detokenization with stop strings.
+
+Text is emitted as soon as it is final: not while the last token ends in the middle of a UTF-8
+character, and not while its tail could still be the start of a stop string.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Detokenizer:
+    def __init__(self, tokenizer: Any, stop: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop = [s for s in stop if s]
+        self.ids: list[int] = []
+        self.text = ""  # all decoded text so far
+        self.emitted = 0  # characters of `text` already handed out
+        self.stopped = False
+
+    def add(self, token: int) -> str:
+        """Append a token; return the newly final text (may be empty)."""
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""  # wait for the rest of the character
+        self.text = text
+        start = max(0, self.emitted - max((len(s) for s in self.stop), default=0))
+        cut = min((i for s in self.stop if (i := self.text.find(s, start)) >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            return self._emit(cut)
+        return self._emit(len(self.text) - self._held_back())
+
+    def flush(self) -> str:
+        """The rest of the text, when the sequence ends without a stop string."""
+        if self.stopped:
+            return ""
+        return self._emit(len(self.text))
+
+    def _held_back(self) -> int:
+        """Length of the longest tail of the pending text that begins some stop string."""
+        pending = self.text[self.emitted:]
+        best = 0
+        for stop in self.stop:
+            for n in range(min(len(stop) - 1, len(pending)), best, -1):
+                if stop.startswith(pending[-n:]):
+                    best = n
+                    break
+        return best
+
+    def _emit(self, end: int) -> str:
+        end = max(end, self.emitted)
+        piece = self.text[self.emitted:end]
+        self.emitted = end
+        return piece

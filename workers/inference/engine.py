@@ -1,0 +1,201 @@
+"""Continuous batching over one worker's requests.
+
+`step()` first admits waiting requests (each prefilled on its own, through the PEFT model, which
+also handles the virtual tokens of prompt and prefix tuning), then runs one decode step for all
+running sequences at once (through the underlying model, left-padded batch cache). New requests
+thus join between decode steps, and finished or aborted ones leave.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from peft import PeftModel
+from transformers import DynamicCache
+
+from workers import protocol as W
+from workers.inference.batch import BatchCache, cache_tensors, repeat_rows
+from workers.inference.detok import Detokenizer
+from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
+
+log = logging.getLogger("workers.engine")
+
+
+@dataclass
+class Request:
+    id: str
+    prompt_ids: list[int]
+    params: W.SamplingParams
+    fallback: bool = False
+
+
+@dataclass
+class Sequence:
+    request: Request
+    index: int
+    detok: Detokenizer
+    generator: torch.Generator | None
+    counts: dict[int, int] = field(default_factory=dict)
+    generated: int = 0
+    last: int = 0
+    finish: str | None = None
+
+
+class InferenceEngine:
+    def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
+                 max_batch: int = 32) -> None:
+        self.prefill_model = model
+        self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
+        self.tokenizer = tokenizer
+        self.max_context = max_context
+        self.eos_ids = eos_ids
+        self.max_batch = max_batch
+        self.waiting: deque[Request] = deque()
+        self.running: list[Sequence] = []
+        self.batch = BatchCache()
+        self._pending: dict[str, int] = {}  # request id -> sequences still running
+        self._generated: dict[str, int] = {}  # request id -> tokens generated so far
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, request: Request) -> list[W.Message]:
+        params = request.params
+        limit = self.max_context
+        if params.max_tokens < 0:  # "as many as fit"
+            params.max_tokens = max(0, limit - len(request.prompt_ids))
+        if not request.prompt_ids:
+            return [W.Failed(request.id, 400, "invalid_prompt", "the prompt is empty")]
+        if len(request.prompt_ids) + params.max_tokens > limit:
+            return [W.Failed(
+                request.id, 400, "context_length_exceeded",
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(request.prompt_ids) + params.max_tokens} tokens "
+                f"({len(request.prompt_ids)} in the prompt, {params.max_tokens} for the "
+                "completion). Please reduce the prompt or max_tokens.")]
+        self.waiting.append(request)
+        return []
+
+    def abort(self, request_id: str) -> None:
+        self.waiting = deque(r for r in self.waiting if r.id != request_id)
+        for seq in self.running:
+            if seq.request.id == request_id:
+                seq.finish = "abort"
+        self._drop_finished()
+        self._pending.pop(request_id, None)
+        self._generated.pop(request_id, None)
+
+    def fail_all(self, status: int, code: str, message: str) -> list[W.Message]:
+        ids = {r.id for r in self.waiting} | {s.request.id for s in self.running}
+        self.waiting.clear()
+        self.running.clear()
+        self.batch = BatchCache()
+        self._pending.clear()
+        self._generated.clear()
+        return [W.Failed(i, status, code, message) for i in sorted(ids)]
+
+    @torch.no_grad()
+    def step(self) -> list[W.Message]:
+        events: list[W.Message] = []
+        while self.waiting and len(self.running) + self.waiting[0].params.n <= self.max_batch:
+            events += self._prefill(self.waiting.popleft())
+        if self.running:
+            events += self._decode()
+        return events
+
+    # -- phases -----------------------------------------------------------------------------
+
+    def _prefill(self, request: Request) -> list[W.Message]:
+        params = request.params
+        ids = torch.tensor([request.prompt_ids])
+        want_prompt_logprobs = params.echo and params.logprobs is not None
+        out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                 past_key_values=DynamicCache(), use_cache=True,
+                                 logits_to_keep=0 if want_prompt_logprobs else 1)
+        started = W.Started(request.id, len(request.prompt_ids), request.fallback)
+        if params.echo:
+            started.prompt_text = self.tokenizer.decode(request.prompt_ids,
+                                                        skip_special_tokens=True)
+        if want_prompt_logprobs:
+            logits = out.logits[0, -len(request.prompt_ids):]
+            started.prompt_logprobs = [
+                None if c is None else self._logprob(c)
+                for c in prompt_logprobs(logits, request.prompt_ids, params.logprobs)]
+        events: list[W.Message] = [started]
+        if params.max_tokens == 0:
+            return [*events, *(W.Delta(request.id, i, "", None, "length") for i in range(params.n)),
+                    W.Done(request.id, len(request.prompt_ids), 0)]
+        kv = cache_tensors(out.past_key_values)
+        width = kv[0][0].shape[2]
+        last_logits = out.logits[0, -1]
+        sequences = []
+        self._generated[request.id] = 0
+        for index in range(params.n):
+            seq = Sequence(request, index, Detokenizer(self.tokenizer, params.stop),
+                           make_generator(params, index))
+            events.append(self._accept(seq, self._choose(seq, last_logits)))
+            sequences.append(seq)
+        self._pending[request.id] = params.n
+        self.batch.join(repeat_rows(kv, params.n), torch.ones(params.n, width, dtype=torch.long))
+        self.running.extend(sequences)
+        events += self._drop_finished()
+        return events
+
+    def _decode(self) -> list[W.Message]:
+        cache, mask, positions = self.batch.step_inputs()
+        tokens = torch.tensor([[seq.last] for seq in self.running])
+        out = self.decode_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                                past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1]
+        events = [self._accept(seq, self._choose(seq, logits[row]))
+                  for row, seq in enumerate(self.running)]
+        return events + self._drop_finished()
+
+    # -- per sequence ------------------------------------------------------------------------
+
+    def _choose(self, seq: Sequence, logits: torch.Tensor) -> Choice:
+        params = seq.request.params
+        allow_eos = not params.ignore_eos and seq.generated >= params.min_tokens
+        return choose(logits, params, seq.counts, seq.generator, allow_eos, self.eos_ids)
+
+    def _accept(self, seq: Sequence, choice: Choice) -> W.Delta:
+        params = seq.request.params
+        seq.last = choice.token
+        seq.generated += 1
+        self._generated[seq.request.id] = self._generated.get(seq.request.id, 0) + 1
+        seq.counts[choice.token] = seq.counts.get(choice.token, 0) + 1
+        is_eos = choice.token in self.eos_ids and not params.ignore_eos
+        text = "" if is_eos else seq.detok.add(choice.token)
+        logprobs = None if choice.logprob is None else [self._logprob(choice)]
+        if is_eos or seq.detok.stopped:
+            seq.finish = "stop"
+        elif seq.generated >= params.max_tokens:
+            seq.finish = "length"
+        if seq.finish:
+            text += seq.detok.flush()
+        return W.Delta(seq.request.id, seq.index, text, logprobs, seq.finish)
+
+    def _logprob(self, choice: Choice) -> W.TokenLogprob:
+        token = self.tokenizer.decode([choice.token])
+        top = [(self.tokenizer.decode([t]), lp) for t, lp in (choice.top or [])]
+        return W.TokenLogprob(token, choice.logprob, top, list(token.encode("utf-8")))
+
+    def _drop_finished(self) -> list[W.Message]:
+        events: list[W.Message] = []
+        keep = [row for row, seq in enumerate(self.running) if not seq.finish]
+        if len(keep) == len(self.running):
+            return events
+        for seq in self.running:
+            if seq.finish and seq.finish != "abort" and seq.request.id in self._pending:
+                self._pending[seq.request.id] -= 1
+                if self._pending[seq.request.id] == 0:
+                    del self._pending[seq.request.id]
+                    generated = self._generated.pop(seq.request.id, 0)
+                    events.append(W.Done(seq.request.id, len(seq.request.prompt_ids), generated))
+        self.running = [self.running[row] for row in keep]
+        self.batch.keep(keep)
+        return events

@@ -1,0 +1,74 @@
+"""Token choice per sequence: penalties, temperature, top-k, top-p, seeded sampling, logprobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workers.protocol import SamplingParams
+
+
+@dataclass
+class Choice:
+    token: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] | None = None
+
+
+def make_generator(params: SamplingParams, index: int) -> torch.Generator | None:
+    if params.seed is None:
+        return None
+    generator = torch.Generator()
+    generator.manual_seed(params.seed * 1009 + index)
+    return generator
+
+
+def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
+           generator: torch.Generator | None, allow_eos: bool,
+           eos_ids: tuple[int, ...]) -> Choice:
+    """Pick the next token from one row of logits [vocab]."""
+    raw = logits.float()
+    scores = raw.clone()
+    if counts and (params.presence_penalty or params.frequency_penalty):
+        ids = torch.tensor(list(counts), dtype=torch.long)
+        n = torch.tensor(list(counts.values()), dtype=scores.dtype)
+        scores[ids] -= params.presence_penalty + params.frequency_penalty * n
+    if not allow_eos and eos_ids:
+        scores[list(eos_ids)] = float("-inf")
+    if params.temperature <= 0:
+        token = int(scores.argmax())
+    else:
+        scores = scores / params.temperature
+        if params.top_k > 0:
+            kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
+            scores[scores < kth] = float("-inf")
+        if params.top_p < 1.0:
+            ordered, order = torch.sort(scores, descending=True)
+            cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
+            drop = cumulative - torch.softmax(ordered, dim=-1) >= params.top_p
+            scores[order[drop]] = float("-inf")
+        probs = torch.softmax(scores, dim=-1)
+        token = int(torch.multinomial(probs, 1, generator=generator))
+    if params.logprobs is None:
+        return Choice(token)
+    logprobs = torch.log_softmax(raw, dim=-1)
+    top = []
+    if params.logprobs > 0:
+        values, ids = torch.topk(logprobs, params.logprobs)
+        top = list(zip(ids.tolist(), values.tolist(), strict=True))
+    return Choice(token, float(logprobs[token]), top)
+
+
+def prompt_logprobs(logits: torch.Tensor, ids: list[int], k: int) -> list[Choice | None]:
+    """Logprobs of each prompt token given its prefix (the first has none); logits [len, vocab]."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    out: list[Choice | None] = [None]
+    for position, token in enumerate(ids[1:]):
+        row = logprobs[position]
+        top = []
+        if k > 0:
+            values, top_ids = torch.topk(row, k)
+            top = list(zip(top_ids.tolist(), values.tolist(), strict=True))
+        out.append(Choice(token, float(row[token]), top))
+    return out
