@@ -1,0 +1,1 @@
+"""The public HTTP contract: pydantic request/response models and the committed openapi.json."""

@@ -1,21 +1,29 @@
-"""Workers: tenants' models whose frozen base layers run in the shared executor."""
+"""Workers: tenants' models whose frozen base layers run in the shared executor.
 
+Exports resolve lazily, so torch-free modules (`workers.protocol`, the manager) import without
+torch: the gateway imports the protocol and must never load torch.
+"""
+
+import importlib
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from workers.build import ModelMismatch, remote_model
-from workers.client import ExecutorClient
-from workers.handle import ExecutorError, ExecutorUnavailable
-from workers.local import LocalExecutor
-from workers.remote_layers import BaseWeightUnavailable
+_EXPORTS = {
+    "remote_model": "workers.build",
+    "ModelMismatch": "workers.build",
+    "ExecutorClient": "workers.client",
+    "ExecutorError": "workers.handle",
+    "ExecutorUnavailable": "workers.handle",
+    "LocalExecutor": "workers.local",
+    "BaseWeightUnavailable": "workers.remote_layers",
+    "PrivacyConfig": "workers.privacy",
+}
 
-__all__ = [
-    "BaseWeightUnavailable",
-    "ExecutorClient",
-    "ExecutorError",
-    "ExecutorUnavailable",
-    "LocalExecutor",
-    "ModelMismatch",
-    "remote_model",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'workers' has no attribute {name!r}")

@@ -55,7 +55,7 @@ class Abort(msgspec.Struct, tag="abort", array_like=True):
 
 class TokenLogprob(msgspec.Struct, array_like=True):
     token: str
-    logprob: float
+    logprob: float  # NaN: none (the first prompt token)
     top: list[tuple[str, float]]
     token_bytes: list[int]
 
@@ -65,7 +65,7 @@ class Started(msgspec.Struct, tag="started", array_like=True):
     prompt_tokens: int
     fallback: bool = False
     prompt_text: str = ""  # for echo
-    prompt_logprobs: list[TokenLogprob | None] | None = None
+    prompt_logprobs: list[TokenLogprob] | None = None
 
 
 class Delta(msgspec.Struct, tag="delta", array_like=True):

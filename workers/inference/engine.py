@@ -63,9 +63,9 @@ class InferenceEngine:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def add(self, request: Request) -> list[W.Message]:
+    def add(self, request: Request, max_context: int | None = None) -> list[W.Message]:
         params = request.params
-        limit = self.max_context
+        limit = min(self.max_context, max_context or self.max_context)
         if params.max_tokens < 0:  # "as many as fit"
             params.max_tokens = max(0, limit - len(request.prompt_ids))
         if not request.prompt_ids:
@@ -123,7 +123,7 @@ class InferenceEngine:
         if want_prompt_logprobs:
             logits = out.logits[0, -len(request.prompt_ids):]
             started.prompt_logprobs = [
-                None if c is None else self._logprob(c)
+                self._logprob(c)
                 for c in prompt_logprobs(logits, request.prompt_ids, params.logprobs)]
         events: list[W.Message] = [started]
         if params.max_tokens == 0:

@@ -60,10 +60,11 @@ def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
     return Choice(token, float(logprobs[token]), top)
 
 
-def prompt_logprobs(logits: torch.Tensor, ids: list[int], k: int) -> list[Choice | None]:
-    """Logprobs of each prompt token given its prefix (the first has none); logits [len, vocab]."""
+def prompt_logprobs(logits: torch.Tensor, ids: list[int], k: int) -> list[Choice]:
+    """Logprobs of each prompt token given its prefix; the first token has none (NaN).
+    logits [len, vocab], row i predicting token i + 1."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    out: list[Choice | None] = [None]
+    out: list[Choice] = [Choice(ids[0], float("nan"), [])]
     for position, token in enumerate(ids[1:]):
         row = logprobs[position]
         top = []

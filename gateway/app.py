@@ -1,0 +1,109 @@
+"""create_app(settings): the FastAPI app; its services live on app.state, built in lifespan."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from gateway import errors
+from gateway.db import Database
+from gateway.errors import APIError
+from gateway.manager_client import ManagerClient
+from gateway.metrics import Metrics
+from gateway.registry import AdapterRegistry
+from gateway.routes import router
+from gateway.serving import Serving
+from gateway.settings import GatewaySettings
+from gateway.tenants import TenantDirectory
+
+log = logging.getLogger("gateway")
+JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")
+
+
+def create_app(settings: GatewaySettings | None = None) -> FastAPI:
+    settings = settings or GatewaySettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        state = app.state
+        state.settings = settings
+        state.started = int(time.time())
+        state.db = Database(settings.db_path)
+        state.registry = AdapterRegistry(state.db, settings.data_dir, settings.model)
+        state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,
+                                             max_concurrent=settings.max_concurrent,
+                                             max_context=settings.max_context)
+        state.manager = ManagerClient(settings.manager, stale_s=settings.manager_stale_s)
+        await state.manager.start()
+        state.serving = Serving(state.manager, state.registry, settings.model,
+                                settings.first_token_timeout_s)
+        log.info("gateway ready: model=%s tenants=%d data_dir=%s", settings.model,
+                 len(state.tenants.tenants), settings.data_dir)
+        try:
+            yield
+        finally:
+            await state.manager.close()
+            state.db.close()
+
+    app = FastAPI(title="Symbiosis", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI-compatible completions and fine-tuning for many tenants' "
+                              "PEFT adapters on one shared base model.")
+    app.state.metrics = Metrics()
+    errors.install(app)
+    app.include_router(router)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        status = request.app.state.manager.status if request.app.state.manager.up else None
+        return Response(request.app.state.metrics.render(status),
+                        media_type="text/plain; version=0.0.4")
+
+    @app.middleware("http")
+    async def request_context(request: Request, call_next):
+        request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        started = time.monotonic()
+        try:
+            await _check_body(request, settings)
+            response = await call_next(request)
+        except APIError as exc:
+            response = exc.response()
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        tenant = getattr(request.state, "tenant", "-")
+        app.state.metrics.requests.labels(path, str(response.status_code), tenant).inc()
+        app.state.metrics.latency.labels(path).observe(time.monotonic() - started)
+        response.headers["x-request-id"] = request.state.request_id
+        log.info("request %s %s %s -> %d (%.0f ms, tenant %s)", request.state.request_id,
+                 request.method, request.url.path, response.status_code,
+                 1e3 * (time.monotonic() - started), tenant)
+        return response
+
+    return app
+
+
+async def _check_body(request: Request, settings: GatewaySettings) -> None:
+    """Refuse oversized or non-UTF-8 JSON bodies before any parsing."""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    multipart = request.headers.get("content-type", "").startswith("multipart/")
+    limit = settings.max_upload_bytes if multipart else settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"The request body is larger than {limit} bytes.",
+                       "request_too_large")
+    if multipart or not request.url.path.startswith(JSON_BODIES):
+        return
+    body = await request.body()
+    if len(body) > limit:
+        raise APIError(413, f"The request body is larger than {limit} bytes.",
+                       "request_too_large")
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise APIError(400, "The request body is not valid UTF-8.", "invalid_encoding") from None

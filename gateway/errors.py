@@ -1,0 +1,88 @@
+"""OpenAI-shaped errors: {"error": {"message", "type", "param", "code"}} with the right status."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("gateway.errors")
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "invalid_request_error", 409: "invalid_request_error",
+         413: "invalid_request_error", 415: "invalid_request_error",
+         422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+         503: "service_unavailable"}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, code: str | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": TYPES.get(self.status, "api_error"),
+                          "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def model_not_found(model: str) -> APIError:
+    return APIError(404, f"The model `{model}` does not exist or you do not have access to it.",
+                    "model_not_found", "model")
+
+
+_TYPE_NAMES = {"str", "int", "float", "bool", "dict", "list", "none", "json-or-python"}
+
+
+def _field_path(loc: tuple) -> list[str]:
+    """The request field a validation error is about, without pydantic's union branch names."""
+    path = []
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        text = str(part)
+        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or text[:1].isupper()):
+            break  # from here on pydantic names the union member it tried
+        path.append(text)
+    return path
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        location = _field_path(first.get("loc", ()))
+        param = ".".join(location) or None
+        message = first.get("msg", "invalid request")
+        if first.get("type") == "json_invalid":
+            message = "The request body is not valid JSON."
+        elif param:
+            message = f"Invalid value for '{param}': {message}"
+        return APIError(400, message, "invalid_request", param).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404 and message == "Not Found":
+            message = "Unknown request URL. Please check the URL and method."
+        if exc.status_code == 405:
+            message = "Method not allowed for this URL."
+        return APIError(exc.status_code, message, None).response()
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return APIError(500, "The server had an error while processing your request.",
+                        "internal_error").response()

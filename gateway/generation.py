@@ -1,0 +1,125 @@
+"""The shared path of both completion endpoints: limits, run, JSON or SSE, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gateway.errors import APIError
+from gateway.responses import sse
+from gateway.serving import PromptResult, Run, Target, watch_disconnect
+from gateway.tenants import Tenant
+from workers import protocol as W
+
+log = logging.getLogger("gateway.generation")
+FALLBACK_HEADER = "x-symbiosis-fallback"
+
+
+@dataclass
+class Call:
+    """One API call being served."""
+
+    request: Request
+    tenant: Tenant
+    target: Target
+    response_id: str
+    created: int
+    started_at: float
+
+
+ChunkMaker = Callable[[Call, PromptResult, W.Message], list[dict]]
+BodyMaker = Callable[[Call, list[PromptResult]], dict]
+
+
+async def generate(request: Request, tenant: Tenant, target: Target, prompts: list[dict],
+                   params: W.SamplingParams, *, prefix: str, stream: bool,
+                   include_usage: bool, body: BodyMaker, chunks: ChunkMaker,
+                   usage_chunk: Callable[[Call, list[PromptResult]], dict]):
+    state = request.app.state
+    if not state.tenants.acquire(tenant):
+        state.metrics.rejected.labels(tenant.id, "concurrency").inc()
+        raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
+                       f"{tenant.max_concurrent}); retry when one finishes.",
+                       "rate_limit_exceeded")
+    state.metrics.inflight.labels(tenant.id).inc()
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            state.tenants.release(tenant)
+            state.metrics.inflight.labels(tenant.id).dec()
+
+    call = Call(request, tenant, target, f"{prefix}-{uuid.uuid4().hex}", int(time.time()),
+                time.monotonic())
+    try:
+        run = await state.serving.start(tenant, target, request.state.request_id, prompts,
+                                        params)
+    except BaseException:
+        release()
+        raise
+    headers = {FALLBACK_HEADER: "base-model"} if run.fallback else {}
+    if run.fallback:
+        state.metrics.fallbacks.labels(tenant.id).inc()
+    if stream:
+        return StreamingResponse(_stream(call, run, chunks, include_usage, usage_chunk, release),
+                                 media_type="text/event-stream",
+                                 headers={**headers, "cache-control": "no-cache"})
+    try:
+        task = asyncio.ensure_future(run.collect())
+        watcher = asyncio.ensure_future(watch_disconnect(request, task))
+        try:
+            results = await task
+        except asyncio.CancelledError:
+            raise APIError(499, "client closed the request", "client_closed") from None
+        finally:
+            watcher.cancel()
+        _count(call, results)
+        return JSONResponse(body(call, results), headers=headers)
+    finally:
+        release()
+
+
+async def _stream(call: Call, run: Run, chunks: ChunkMaker, include_usage: bool,
+                  usage_chunk, release) -> AsyncIterator[bytes]:
+    state = call.request.app.state
+    first = True
+    try:
+        for result in run.results:
+            for chunk in chunks(call, result, result.started):
+                yield sse(chunk)
+        async for result, event in run.events():
+            if first and isinstance(event, W.Delta):
+                first = False
+                state.metrics.first_token.labels(call.tenant.id).observe(
+                    time.monotonic() - call.started_at)
+            for chunk in chunks(call, result, event):
+                yield sse(chunk)
+        _count(call, run.results)
+        if include_usage:
+            yield sse(usage_chunk(call, run.results))
+    except APIError as exc:
+        log.warning("request %s failed mid-stream: %s", call.response_id, exc.message)
+        yield sse(exc.body())
+    finally:
+        release()
+        with contextlib.suppress(Exception):
+            await run.close()
+    yield sse("[DONE]")
+
+
+def _count(call: Call, results: list[PromptResult]) -> None:
+    metrics = call.request.app.state.metrics
+    prompt = sum(r.started.prompt_tokens for r in results)
+    completion = sum(r.done.completion_tokens for r in results if r.done)
+    metrics.tokens.labels(call.tenant.id, "prompt").inc(prompt)
+    metrics.tokens.labels(call.tenant.id, "completion").inc(completion)

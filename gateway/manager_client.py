@@ -1,0 +1,132 @@
+"""The gateway's async connection to the worker manager: send requests, demultiplex replies.
+
+One DEALER socket; a reader task routes each reply to the queue of its request id. A heartbeat
+task asks the manager for its status every second; when the manager has not answered for a while,
+requests fail at once with 503 instead of waiting out a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from workers import protocol as W
+
+log = logging.getLogger("gateway.manager")
+
+
+class ManagerUnavailable(Exception):
+    pass
+
+
+class ManagerClient:
+    def __init__(self, endpoint: str, *, stale_s: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.stale_s = stale_s
+        self.status: W.StatusReply | None = None
+        self.last_seen = 0.0
+        self._ctx = zmq.asyncio.Context()
+        self._queues: dict[str, asyncio.Queue] = {}
+        self._status_waiters: list[asyncio.Future] = []
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(self.endpoint)
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._heartbeat())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._sock.close(0)
+        self._ctx.term()
+
+    @property
+    def up(self) -> bool:
+        return time.monotonic() - self.last_seen < self.stale_s
+
+    async def generate(self, request: W.Generate, first_timeout_s: float,
+                       next_timeout_s: float = 120.0) -> AsyncIterator[W.Message]:
+        """The request's events until Done or Failed. Abort is sent if the consumer stops early."""
+        if not self.up:
+            raise ManagerUnavailable("the worker manager is not reachable")
+        queue: asyncio.Queue = asyncio.Queue()
+        self._queues[request.id] = queue
+        finished = False
+        try:
+            await self._sock.send(W.encode(request))
+            timeout = first_timeout_s
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    finished = True
+                    yield W.Failed(request.id, 503, "timeout",
+                                   f"no answer from a worker within {timeout:.0f} s")
+                    return
+                timeout = next_timeout_s
+                if isinstance(event, (W.Done, W.Failed)):
+                    finished = True
+                yield event
+                if finished:
+                    return
+        finally:
+            self._queues.pop(request.id, None)
+            if not finished:
+                await self.abort(request.id)
+
+    async def abort(self, request_id: str) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            await self._sock.send(W.encode(W.Abort(request_id)))
+
+    async def send(self, message: msgspec.Struct) -> None:
+        await self._sock.send(W.encode(message))
+
+    async def fresh_status(self, timeout_s: float = 2.0) -> W.StatusReply | None:
+        future = asyncio.get_running_loop().create_future()
+        self._status_waiters.append(future)
+        await self._sock.send(W.encode(W.Status()))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._status_waiters.remove(future)
+
+    async def _read(self) -> None:
+        while True:
+            data = await self._sock.recv()
+            try:
+                message = W.decode(data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                log.warning("undecodable message from the manager")
+                continue
+            self.last_seen = time.monotonic()
+            if isinstance(message, W.StatusReply):
+                self.status = message
+                for future in self._status_waiters:
+                    if not future.done():
+                        future.set_result(message)
+                self._status_waiters.clear()
+                continue
+            queue = self._queues.get(getattr(message, "id", ""))
+            if queue is not None:
+                queue.put_nowait(message)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            with contextlib.suppress(zmq.ZMQError):
+                await self._sock.send(W.encode(W.Status()))
+            await asyncio.sleep(1.0)

@@ -1,0 +1,41 @@
+"""POST /v1/adapters: register a PEFT adapter (multipart upload of its two files)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+
+from gateway.deps import TenantDep
+from gateway.errors import APIError
+from gateway.registry import AdapterError
+from openapi.common import ErrorResponse, Model
+
+router = APIRouter(prefix="/v1", tags=["adapters"], responses={
+    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 409: {"model": ErrorResponse},
+    413: {"model": ErrorResponse}})
+
+
+@router.post("/adapters", response_model=Model, status_code=201)
+async def register_adapter(request: Request, tenant: TenantDep,
+                           name: Annotated[str, Form()],
+                           adapter_config: Annotated[UploadFile, File()],
+                           adapter_model: Annotated[UploadFile, File()]) -> Model:
+    state = request.app.state
+    limit = state.settings.max_upload_bytes
+    with tempfile.TemporaryDirectory(dir=state.settings.data_dir) as tmp:
+        for upload, filename in ((adapter_config, "adapter_config.json"),
+                                 (adapter_model, "adapter_model.safetensors")):
+            data = await upload.read(limit + 1)
+            if len(data) > limit:
+                raise APIError(413, f"{filename} is larger than {limit} bytes", "file_too_large")
+            (Path(tmp) / filename).write_bytes(data)
+        try:
+            record = state.registry.register(tenant.id, name, Path(tmp))
+        except AdapterError as exc:
+            status = 409 if "already exists" in str(exc) else 400
+            raise APIError(status, str(exc), "invalid_adapter") from None
+    return Model(id=record.id, created=record.created, owned_by=record.tenant,
+                 parent=record.base, root=record.base, peft_type=record.peft_type)

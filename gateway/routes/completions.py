@@ -1,0 +1,71 @@
+"""POST /v1/completions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from gateway import responses
+from gateway.deps import TenantDep
+from gateway.errors import APIError
+from gateway.generation import Call, generate
+from gateway.sampling import completion_params
+from gateway.serving import PromptResult
+from openapi.common import ErrorResponse
+from openapi.completions import CompletionRequest, CompletionResponse
+from workers import protocol as W
+
+router = APIRouter(prefix="/v1", tags=["completions"], responses={
+    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
+    429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+
+
+def prompt_specs(prompt: str | list) -> list[dict]:
+    if isinstance(prompt, str):
+        return [{"prompt": prompt}]
+    if not prompt:
+        raise APIError(400, "prompt must not be empty", "invalid_prompt", "prompt")
+    if all(isinstance(p, int) for p in prompt):
+        return [{"prompt_ids": list(prompt)}]
+    if all(isinstance(p, str) for p in prompt):
+        return [{"prompt": p} for p in prompt]
+    if all(isinstance(p, list) and p for p in prompt):
+        return [{"prompt_ids": list(p)} for p in prompt]
+    raise APIError(400, "prompt must be a string, a list of strings, a list of token ids or a "
+                   "list of lists of token ids", "invalid_prompt", "prompt")
+
+
+@router.post("/completions", response_model=CompletionResponse)
+async def create_completion(body: CompletionRequest, request: Request, tenant: TenantDep):
+    if body.model_extra and "messages" in body.model_extra:
+        raise APIError(400, "'messages' is not a completions parameter: use "
+                       "/v1/chat/completions", "invalid_request", "messages")
+    state = request.app.state
+    target = state.serving.resolve(tenant, body.model)
+    prompts = prompt_specs(body.prompt)
+    params = completion_params(body)
+    n, want_logprobs, echo = body.n, body.logprobs is not None, body.echo
+
+    def make_body(call: Call, results: list[PromptResult]) -> dict:
+        return responses.completion_response(call.response_id, call.created, body.model,
+                                             results, n, want_logprobs, echo).model_dump()
+
+    def chunks(call: Call, result: PromptResult, event: W.Message) -> list[dict]:
+        if isinstance(event, W.Started):
+            if not echo:
+                return []
+            return [responses.completion_chunk(
+                call.response_id, call.created, body.model, result,
+                W.Delta(event.id, i, event.prompt_text), n) for i in range(n)]
+        if isinstance(event, W.Delta):
+            return [responses.completion_chunk(call.response_id, call.created, body.model,
+                                               result, event, n)]
+        return []
+
+    def usage(call: Call, results: list[PromptResult]) -> dict:
+        return responses.usage_chunk(call.response_id, call.created, body.model,
+                                     "text_completion", results)
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await generate(request, tenant, target, prompts, params, prefix="cmpl",
+                          stream=body.stream, include_usage=include_usage, body=make_body,
+                          chunks=chunks, usage_chunk=usage)

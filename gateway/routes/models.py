@@ -1,0 +1,47 @@
+"""GET/DELETE /v1/models: the base model and the tenant's own adapters."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from gateway.deps import TenantDep
+from gateway.errors import APIError, model_not_found
+from openapi.common import DeletedModel, ErrorResponse, Model, ModelList
+from workers import protocol as W
+
+router = APIRouter(prefix="/v1", tags=["models"],
+                   responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+
+
+def _models(request: Request, tenant_id: str) -> list[Model]:
+    state = request.app.state
+    base = Model(id=state.settings.model, created=state.started, owned_by="symbiosis")
+    adapters = [Model(id=r.id, created=r.created, owned_by=r.tenant, parent=r.base,
+                      root=r.base, peft_type=r.peft_type)
+                for r in state.registry.list(tenant_id)]
+    return [base, *adapters]
+
+
+@router.get("/models", response_model=ModelList)
+async def list_models(request: Request, tenant: TenantDep) -> ModelList:
+    return ModelList(data=_models(request, tenant.id))
+
+
+@router.get("/models/{model:path}", response_model=Model)
+async def retrieve_model(model: str, request: Request, tenant: TenantDep) -> Model:
+    for item in _models(request, tenant.id):
+        if item.id == model:
+            return item
+    raise model_not_found(model)
+
+
+@router.delete("/models/{model:path}", response_model=DeletedModel)
+async def delete_model(model: str, request: Request, tenant: TenantDep) -> DeletedModel:
+    state = request.app.state
+    if model == state.settings.model:
+        raise APIError(403, "The base model cannot be deleted.", "permission_denied", "model")
+    if state.registry.visible(model, tenant.id) is None:
+        raise model_not_found(model)
+    state.registry.delete(model)
+    await state.manager.send(W.Evict(tenant.id, model))
+    return DeletedModel(id=model, deleted=True)

@@ -1,0 +1,160 @@
+"""Running a generation for the HTTP layer: resolve the model, fan prompts out to the worker
+manager, and hand back either the collected results or a merged stream of events.
+
+Every prompt of a request becomes one `Generate`; the first event of each (Started, or Failed,
+which becomes an HTTP error) is awaited before any response starts, so errors keep their status
+code and the fallback header can be set. If the client goes away, every prompt is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from gateway.errors import APIError, model_not_found
+from gateway.manager_client import ManagerClient, ManagerUnavailable
+from gateway.registry import AdapterRegistry
+from gateway.tenants import Tenant
+from workers import protocol as W
+
+log = logging.getLogger("gateway.serving")
+
+
+@dataclass(frozen=True)
+class Target:
+    model: str
+    adapter: W.AdapterRef | None
+
+
+@dataclass
+class PromptResult:
+    index: int
+    started: W.Started
+    text: dict[int, str] = field(default_factory=dict)
+    logprobs: dict[int, list[W.TokenLogprob]] = field(default_factory=dict)
+    finish: dict[int, str] = field(default_factory=dict)
+    done: W.Done | None = None
+
+
+class Run:
+    """One API request's generations, one per prompt."""
+
+    def __init__(self, manager: ManagerClient, requests: list[W.Generate],
+                 first_timeout_s: float) -> None:
+        self.streams = [manager.generate(r, first_timeout_s) for r in requests]
+        self.results: list[PromptResult] = []
+
+    async def start(self) -> None:
+        """Wait for every prompt to start; an error becomes an APIError (and stops the rest)."""
+        try:
+            for index, stream in enumerate(self.streams):
+                first = await anext(stream)
+                if isinstance(first, W.Failed):
+                    raise APIError(first.status, first.message, first.code)
+                if not isinstance(first, W.Started):
+                    raise APIError(500, "unexpected first event from the worker", "internal_error")
+                self.results.append(PromptResult(index, first))
+        except BaseException:
+            await self.close()
+            raise
+
+    @property
+    def fallback(self) -> bool:
+        return any(r.started.fallback for r in self.results)
+
+    async def collect(self) -> list[PromptResult]:
+        async for _ in self.events():
+            pass
+        return self.results
+
+    async def events(self) -> AsyncIterator[tuple[PromptResult, W.Message]]:
+        """Deltas and Done events of all prompts, merged, each applied to its result first."""
+        queue: asyncio.Queue = asyncio.Queue()
+        pumps = [asyncio.create_task(self._pump(result, stream, queue))
+                 for result, stream in zip(self.results, self.streams, strict=True)]
+        try:
+            remaining = len(pumps)
+            while remaining:
+                result, event = await queue.get()
+                if event is None:
+                    remaining -= 1
+                    continue
+                if isinstance(event, W.Failed):
+                    raise APIError(event.status, event.message, event.code)
+                self._apply(result, event)
+                yield result, event
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            await self.close()
+
+    async def close(self) -> None:
+        for stream in self.streams:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    @staticmethod
+    async def _pump(result: PromptResult, stream, queue: asyncio.Queue) -> None:
+        try:
+            async for event in stream:
+                await queue.put((result, event))
+        finally:
+            await queue.put((result, None))
+
+    @staticmethod
+    def _apply(result: PromptResult, event: W.Message) -> None:
+        if isinstance(event, W.Delta):
+            result.text[event.index] = result.text.get(event.index, "") + event.text
+            if event.logprobs:
+                result.logprobs.setdefault(event.index, []).extend(event.logprobs)
+            if event.finish_reason:
+                result.finish[event.index] = event.finish_reason
+        elif isinstance(event, W.Done):
+            result.done = event
+
+
+class Serving:
+    def __init__(self, manager: ManagerClient, registry: AdapterRegistry, base_model: str,
+                 first_timeout_s: float) -> None:
+        self.manager = manager
+        self.registry = registry
+        self.base_model = base_model
+        self.first_timeout_s = first_timeout_s
+
+    def resolve(self, tenant: Tenant, model: str) -> Target:
+        if model == self.base_model:
+            return Target(model, None)
+        record = self.registry.visible(model, tenant.id)
+        if record is None:
+            raise model_not_found(model)
+        return Target(model, W.AdapterRef(record.path, record.peft_type))
+
+    async def start(self, tenant: Tenant, target: Target, request_id: str,
+                    prompts: list[dict], params: W.SamplingParams) -> Run:
+        requests = [W.Generate(f"{request_id}-{i}", tenant.id, target.model, params,
+                               target.adapter, max_context=tenant.max_context,
+                               fallback=tenant.fallback, **prompt)
+                    for i, prompt in enumerate(prompts)]
+        if not self.manager.up:
+            raise APIError(503, "The worker manager is not reachable; try again shortly.",
+                           "service_unavailable")
+        run = Run(self.manager, requests, self.first_timeout_s)
+        try:
+            await run.start()
+        except ManagerUnavailable as exc:
+            raise APIError(503, str(exc), "service_unavailable") from None
+        return run
+
+
+async def watch_disconnect(request: Request, task: asyncio.Task, every_s: float = 0.5) -> None:
+    """Cancel `task` when the HTTP client goes away (non-streaming responses)."""
+    while not task.done():
+        if await request.is_disconnected():
+            task.cancel()
+            return
+        await asyncio.sleep(every_s)

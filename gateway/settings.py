@@ -1,0 +1,32 @@
+"""The gateway's one settings object (environment variables prefixed SYMBIOSIS_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_", extra="ignore")
+
+    data_dir: Path = Path("./data")
+    model: str = "tiny-llama"  # the base model served (built-in name or HF directory)
+    manager: str = "ipc:///tmp/symbiosis-manager.sock"
+    executor: str = "ipc:///tmp/symbiosis-executor.sock"
+    tenants_file: Path | None = None  # default: DATA_DIR/tenants.json
+    api_keys: str = ""  # "tenant=key,tenant2=key2": extra keys from the environment
+    max_body_bytes: int = 2 * 2**20
+    max_upload_bytes: int = 64 * 2**20
+    first_token_timeout_s: float = 300.0  # includes starting a worker and queueing
+    manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
+    max_concurrent: int = 16  # per tenant, unless the tenants file says otherwise
+    max_context: int = 0  # per tenant; 0: the model's own limit
+
+    @property
+    def tenants_path(self) -> Path:
+        return self.tenants_file or self.data_dir / "tenants.json"
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "state.db"

@@ -1,0 +1,101 @@
+"""Tenants and their API keys (stored as SHA-256 hashes), limits and in-flight counts.
+
+The tenants file (JSON) looks like:
+    {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
+                  "max_context": 2048, "fallback": false}]}
+Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class Tenant:
+    id: str
+    key_sha256: list[str] = field(default_factory=list)
+    max_concurrent: int = 16
+    max_context: int = 0
+    fallback: bool = False
+
+
+class TenantDirectory:
+    def __init__(self, tenants: list[Tenant]) -> None:
+        self.tenants = {t.id: t for t in tenants}
+        self._by_hash = {h: t for t in tenants for h in t.key_sha256}
+        self._inflight: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path: Path, env_keys: str = "", *, max_concurrent: int = 16,
+             max_context: int = 0) -> TenantDirectory:
+        tenants: dict[str, Tenant] = {}
+        if path.exists():
+            for entry in json.loads(path.read_text()).get("tenants", []):
+                tenant = Tenant(**{"max_concurrent": max_concurrent,
+                                   "max_context": max_context, **entry})
+                if not TENANT_ID.match(tenant.id):
+                    raise ValueError(f"invalid tenant id {tenant.id!r}")
+                tenants[tenant.id] = tenant
+        for pair in filter(None, (p.strip() for p in env_keys.split(","))):
+            tenant_id, _, key = pair.partition("=")
+            if not key or not TENANT_ID.match(tenant_id):
+                raise ValueError("SYMBIOSIS_API_KEYS must look like tenant=key,tenant2=key2")
+            tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
+                                                          max_context))
+            tenant.key_sha256.append(hash_key(key))
+        return cls(list(tenants.values()))
+
+    def authenticate(self, key: str) -> Tenant | None:
+        digest = hash_key(key)
+        for known, tenant in self._by_hash.items():
+            if hmac.compare_digest(known, digest):
+                return tenant
+        return None
+
+    def acquire(self, tenant: Tenant) -> bool:
+        with self._lock:
+            count = self._inflight.get(tenant.id, 0)
+            if count >= tenant.max_concurrent:
+                return False
+            self._inflight[tenant.id] = count + 1
+            return True
+
+    def release(self, tenant: Tenant) -> None:
+        with self._lock:
+            self._inflight[tenant.id] = max(0, self._inflight.get(tenant.id, 1) - 1)
+
+    def inflight(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._inflight)
+
+
+def create_tenant(path: Path, tenant_id: str, **limits: object) -> str:
+    """Add a tenant with a fresh key to the tenants file; returns the key (shown once)."""
+    if not TENANT_ID.match(tenant_id):
+        raise ValueError(f"invalid tenant id {tenant_id!r}")
+    data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
+    key = "sk-symb-" + secrets.token_urlsafe(24)
+    entry = next((t for t in data["tenants"] if t["id"] == tenant_id), None)
+    if entry is None:
+        entry = {"id": tenant_id, "key_sha256": [], **limits}
+        data["tenants"].append(entry)
+    entry["key_sha256"].append(hash_key(key))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    path.chmod(0o600)
+    return key

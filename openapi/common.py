@@ -1,0 +1,61 @@
+"""Shared pieces of the public API: the base model, errors, usage, models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OpenAIBaseModel(BaseModel):
+    """Request bodies accept extra (vendor) fields; they are honoured where known, else ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class StrictModel(BaseModel):
+    """Nested request objects: an unknown field there is a mistake, not a vendor extra."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class StreamOptions(StrictModel):
+    include_usage: bool = False
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    parent: str | None = Field(default=None, description="the base model of an adapter")
+    root: str | None = None
+    peft_type: str | None = Field(default=None, description="LORA, IA3, ADALORA, ...")
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+class DeletedModel(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    deleted: bool

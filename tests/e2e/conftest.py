@@ -1,0 +1,72 @@
+"""One real stack (executor, worker manager, gateway processes) shared by the e2e tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from gateway.stack import Stack, free_port
+from tests.e2e.adapters import MODEL, Reference, save_adapter
+
+KEYS = {"acme": "sk-acme-test", "beta": "sk-beta-test", "gamma": "sk-gamma-test"}
+
+
+@dataclass
+class Deployment:
+    stack: Stack
+    adapters: dict[str, Path]  # model id -> adapter directory
+
+    def client(self, tenant: str, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.stack.base_url}/v1", api_key=KEYS[tenant],
+                             max_retries=0, timeout=kw.pop("timeout", 120), **kw)
+
+    def reference(self, model_id: str) -> Reference:
+        return Reference(self.adapters.get(model_id))
+
+
+def register(data_dir: Path, tenant: str, name: str, directory: Path) -> None:
+    subprocess.run([sys.executable, "-m", "gateway.cli", "adapters", "register",
+                    str(directory), "--tenant", tenant, "--name", name, "--model", MODEL,
+                    "--data-dir", str(data_dir)], check=True, capture_output=True)
+
+
+def deploy(root: Path, **stack_options) -> Deployment:
+    data_dir = root / "data"
+    data_dir.mkdir(parents=True)
+    (data_dir / "tenants.json").write_text(json.dumps({"tenants": [
+        {"id": "gamma", "key_sha256": [], "fallback": True, "max_concurrent": 2}]}))
+    adapters = {}
+    for tenant, name, method, seed in (("acme", "lora-a", "lora", 1), ("beta", "ia3-b", "ia3", 2),
+                                       ("acme", "prefix-a", "prefix_tuning", 3)):
+        directory = save_adapter(root / f"{tenant}-{name}", method, seed)
+        register(data_dir, tenant, name, directory)
+        adapters[f"{tenant}/{name}"] = directory
+    broken = save_adapter(root / "broken", "lora", 4)
+    register(data_dir, "gamma", "broken", broken)
+    (Path(_record_path(data_dir, "gamma/broken")) / "adapter_model.safetensors").write_bytes(
+        b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
+    stack = Stack(data_dir, MODEL, port=free_port(), env={"SYMBIOSIS_API_KEYS": keys},
+                  **stack_options)
+    return Deployment(stack.start(), adapters)
+
+
+def _record_path(data_dir: Path, model_id: str) -> str:
+    import sqlite3
+
+    with sqlite3.connect(data_dir / "state.db") as conn:
+        return conn.execute("SELECT path FROM models WHERE id = ?", (model_id,)).fetchone()[0]
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory) -> Iterator[Deployment]:
+    dep = deploy(tmp_path_factory.mktemp("e2e"))
+    yield dep
+    dep.stack.stop()

@@ -1,0 +1,96 @@
+"""Bad requests get 4xx OpenAI-shaped errors, never a 500 or a stack trace."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway.conftest import KEY
+
+COMPLETION = {"model": "tiny-llama", "prompt": "hi"}
+CHAT = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}]}
+
+BAD = [
+    ("/v1/completions", {**COMPLETION, "max_tokens": -1}, "max_tokens"),
+    ("/v1/completions", {**COMPLETION, "max_tokens": "ten"}, "max_tokens"),
+    ("/v1/completions", {**COMPLETION, "n": 9}, "n"),
+    ("/v1/completions", {**COMPLETION, "n": 0}, "n"),
+    ("/v1/completions", {**COMPLETION, "temperature": 3}, "temperature"),
+    ("/v1/completions", {**COMPLETION, "top_p": 0}, "top_p"),
+    ("/v1/completions", {**COMPLETION, "logprobs": 6}, "logprobs"),
+    ("/v1/completions", {**COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/completions", {**COMPLETION, "stop": 5}, "stop"),
+    ("/v1/completions", {**COMPLETION, "prompt": []}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "prompt": [1, "a"]}, "prompt"),
+    ("/v1/completions", {"prompt": "hi"}, "model"),
+    ("/v1/completions", {**COMPLETION, "messages": []}, "messages"),
+    ("/v1/completions", {**COMPLETION, "stream_options": {"include_usage": True, "x": 1}},
+     "stream_options.x"),
+    ("/v1/completions", {**COMPLETION, "min_tokens": 20, "max_tokens": 5}, "min_tokens"),
+    ("/v1/chat/completions", {**CHAT, "messages": []}, "messages"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]},
+     "messages.0.role"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
+    ("/v1/chat/completions", {**CHAT, "prompt": "hi"}, "prompt"),
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 2}, "top_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": -5}, "max_completion_tokens"),
+]
+
+
+def assert_openai_error(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"] and "Traceback" not in error["message"]
+    return error
+
+
+@pytest.mark.parametrize(("path", "body", "param"), BAD,
+                         ids=[f"{p.rsplit('/', 1)[1]}-{param}" for p, _, param in BAD])
+def test_invalid_fields_are_400(client, path: str, body: dict, param: str) -> None:
+    error = assert_openai_error(client.post(path, json=body, headers=KEY), 400)
+    assert error["param"] == param
+    assert error["type"] == "invalid_request_error"
+
+
+def test_not_json_invalid_utf8_and_oversized(client) -> None:
+    error = assert_openai_error(client.post("/v1/completions", content=b"{not json",
+                                            headers={**KEY, "content-type": "application/json"}),
+                                400)
+    assert "JSON" in error["message"]
+    assert_openai_error(client.post("/v1/completions", content=b'{"prompt": "\xff\xfe"}',
+                                    headers={**KEY, "content-type": "application/json"}), 400)
+    big = {**COMPLETION, "prompt": "x" * 100_000}
+    assert_openai_error(client.post("/v1/completions", json=big, headers=KEY), 413)
+    assert_openai_error(client.post("/v1/completions", json=[1, 2], headers=KEY), 400)
+
+
+def test_missing_and_wrong_keys_are_401(client) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic x"}):
+        for method, path in (("get", "/v1/models"), ("post", "/v1/completions"),
+                             ("post", "/v1/chat/completions"), ("get", "/v1/models/x"),
+                             ("delete", "/v1/models/x")):
+            response = getattr(client, method)(path, headers=headers,
+                                               **({"json": COMPLETION} if method == "post" else {}))
+            assert_openai_error(response, 401)
+
+
+def test_unknown_model_is_404_and_unknown_route_too(client) -> None:
+    error = assert_openai_error(client.post("/v1/completions", json={**COMPLETION,
+                                                                      "model": "acme/x"},
+                                            headers=KEY), 404)
+    assert error["code"] == "model_not_found"
+    assert_openai_error(client.get("/v1/nothing-here", headers=KEY), 404)
+    assert_openai_error(client.put("/v1/models", headers=KEY), 405)
+
+
+def test_manager_down_is_503_not_a_hang(client) -> None:
+    error = assert_openai_error(client.post("/v1/completions", json=COMPLETION, headers=KEY), 503)
+    assert error["type"] == "service_unavailable"
+    ready = client.get("/ready")
+    assert ready.status_code == 503 and ready.json()["checks"]["manager"] is False
+
+
+def test_base_model_cannot_be_deleted(client) -> None:
+    assert_openai_error(client.delete("/v1/models/tiny-llama", headers=KEY), 403)

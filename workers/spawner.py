@@ -1,0 +1,108 @@
+"""The preloaded parent of inference workers: `python -m workers.spawner --model BASE`.
+
+It imports torch, transformers and peft and loads the base model's tokenizer once, then forks a
+worker per request, so workers share those pages copy-on-write and start in well under a second.
+It stays single-threaded and never runs torch compute, so forking is safe. It talks to the worker
+manager in JSON lines over its stdin/stdout (no pickle):
+    in:  {"spawn": WORKER_CONFIG}        out: {"spawned": KEY, "pid": PID}
+                                         out: {"exited": PID, "status": CODE}
+When its stdin closes (the manager is gone), it stops its workers and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import select
+import signal
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import peft  # noqa: F401  (preloaded for the workers)
+import torch  # noqa: F401
+import transformers  # noqa: F401
+
+import workers.build  # noqa: F401
+from workers.inference.worker import Preloaded, WorkerConfig, preload, serve
+
+log = logging.getLogger("workers.spawner")
+PR_SET_PDEATHSIG = 1
+
+
+def spawn(config: WorkerConfig, preloaded: Preloaded, out) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setpgid(0, 0)  # signals for the spawner's group do not reach workers twice
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # die with the spawner
+        sys.stdin.close()
+        code = serve(config, preloaded)
+    except BaseException:
+        log.exception("worker %s crashed", config.key)
+    finally:
+        os._exit(code)  # never run the parent's exit handlers in a forked child
+
+
+def reap(children: dict[int, str], out) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.pop(pid, None)
+        out.write(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}) + "\n")
+        out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m workers.spawner")
+    parser.add_argument("--model", required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the manager decides when we stop
+    preloaded = preload(args.model)
+    out = sys.stdout
+    out.write(json.dumps({"ready": os.getpid()}) + "\n")
+    out.flush()
+    children: dict[int, str] = {}
+    stdin = sys.stdin.fileno()
+    buffer = b""
+    while True:
+        readable, _, _ = select.select([stdin], [], [], 0.1)
+        reap(children, out)
+        if not readable:
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            request = json.loads(line)
+            config = WorkerConfig(**request["spawn"])
+            pid = spawn(config, preloaded, out)
+            children[pid] = config.key
+            out.write(json.dumps({"spawned": config.key, "pid": pid}) + "\n")
+            out.flush()
+    for pid in list(children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
