@@ -22,6 +22,67 @@ MIGRATIONS = [
     );
     CREATE INDEX models_by_tenant ON models (tenant);
     """,
+    """
+    CREATE TABLE files (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'processed',
+        path TEXT NOT NULL,
+        examples INTEGER NOT NULL DEFAULT 0,
+        format TEXT
+    );
+    CREATE INDEX files_by_tenant ON files (tenant, created_at);
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        model TEXT NOT NULL,
+        training_file TEXT NOT NULL,
+        validation_file TEXT,
+        suffix TEXT,
+        seed INTEGER NOT NULL,
+        hyperparameters TEXT NOT NULL,
+        method TEXT NOT NULL,
+        metadata TEXT,
+        fine_tuned_model TEXT,
+        finished_at INTEGER,
+        error TEXT,
+        trained_tokens INTEGER,
+        result_files TEXT NOT NULL DEFAULT '[]',
+        control TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        queued_at REAL
+    );
+    CREATE INDEX jobs_by_tenant ON jobs (tenant, created_at);
+    CREATE INDEX jobs_by_status ON jobs (status);
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        job_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        level TEXT NOT NULL,
+        message TEXT NOT NULL,
+        type TEXT NOT NULL,
+        data TEXT
+    );
+    CREATE INDEX events_by_job ON events (job_id, seq);
+    CREATE TABLE checkpoints (
+        id TEXT PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        step INTEGER NOT NULL,
+        epoch INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        metrics TEXT NOT NULL,
+        path TEXT NOT NULL
+    );
+    CREATE INDEX checkpoints_by_job ON checkpoints (job_id, step);
+    """,
 ]
 
 

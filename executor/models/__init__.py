@@ -6,7 +6,6 @@ directory is used as is; a built-in name is exported once into the model cache a
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,18 +15,12 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from executor.models.builtin import BUILTINS, BuiltinModel
+from executor.paths import model_cache_dir
 from executor.models.tokenizer import CHAT_TOKENS, save_tokenizer
 
 __all__ = ["BUILTINS", "export", "model_cache_dir", "resolve_model"]
 
 hf_logging.disable_progress_bar()  # per-shard progress bars only clutter service logs
-
-
-def model_cache_dir() -> Path:
-    root = os.environ.get("SYMBIOSIS_MODEL_CACHE")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "symbiosis" / "models"
 
 
 def resolve_model(name_or_path: str | Path) -> Path:

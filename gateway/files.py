@@ -1,0 +1,93 @@
+"""Uploaded files: stored under DATA_DIR/files/<id> (client filenames are never paths)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.db import Database
+
+PURPOSES = {"fine-tune", "fine-tune-results"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    id: str
+    tenant: str
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: str
+    path: str
+    examples: int = 0
+    format: str | None = None
+
+    def public(self) -> dict:
+        return {"id": self.id, "object": "file", "bytes": self.bytes,
+                "created_at": self.created_at, "filename": self.filename,
+                "purpose": self.purpose, "status": self.status, "status_details": None}
+
+
+class FileStore:
+    def __init__(self, db: Database, data_dir: Path) -> None:
+        self.db = db
+        self.root = data_dir / "files"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def create(self, tenant: str, filename: str, purpose: str, data: bytes, *,
+               examples: int = 0, format: str | None = None) -> FileRecord:
+        file_id = new_id("file")
+        path = self.root / file_id
+        staging = path.with_suffix(".tmp")
+        staging.write_bytes(data)
+        os.replace(staging, path)
+        record = FileRecord(file_id, tenant, len(data), int(time.time()),
+                            _safe_name(filename), purpose, "processed", str(path), examples,
+                            format)
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (record.id, record.tenant, record.bytes, record.created_at,
+                          record.filename, record.purpose, record.status, record.path,
+                          record.examples, record.format))
+        return record
+
+    def get(self, file_id: str, tenant: str) -> FileRecord | None:
+        rows = self.db.query("SELECT * FROM files WHERE id = ? AND tenant = ?", (file_id, tenant))
+        return FileRecord(**dict(rows[0])) if rows else None
+
+    def list(self, tenant: str, *, purpose: str | None, after: str | None, limit: int,
+             order: str) -> tuple[list[FileRecord], bool]:
+        sql, params = "SELECT * FROM files WHERE tenant = ?", [tenant]
+        if purpose:
+            sql += " AND purpose = ?"
+            params.append(purpose)
+        direction = "DESC" if order == "desc" else "ASC"
+        if after:
+            cursor = self.get(after, tenant)
+            if cursor is not None:
+                op = "<" if order == "desc" else ">"
+                sql += f" AND (created_at, id) {op} (?, ?)"
+                params += [cursor.created_at, cursor.id]
+        sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+        params.append(limit + 1)
+        rows = [FileRecord(**dict(r)) for r in self.db.query(sql, tuple(params))]
+        return rows[:limit], len(rows) > limit
+
+    def delete(self, record: FileRecord) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
+        Path(record.path).unlink(missing_ok=True)
+
+
+def _safe_name(filename: str) -> str:
+    """Kept for display only: the last path component, printable, at most 255 characters."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in name if c.isprintable())[:255] or "upload"
