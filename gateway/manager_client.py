@@ -68,12 +68,12 @@ class ManagerClient:
             await self._sock.send(W.encode(request))
             timeout = first_timeout_s
             while True:
-                try:
-                    event = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError:
+                event = await self._next(queue, timeout)
+                if event is None:
                     finished = True
-                    yield W.Failed(request.id, 503, "timeout",
-                                   f"no answer from a worker within {timeout:.0f} s")
+                    reason = f"no answer from a worker within {timeout:.0f} s" if self.up \
+                        else "the worker manager stopped answering"
+                    yield W.Failed(request.id, 503, "timeout", reason)
                     return
                 timeout = next_timeout_s
                 if isinstance(event, (W.Done, W.Failed)):
@@ -85,6 +85,17 @@ class ManagerClient:
             self._queues.pop(request.id, None)
             if not finished:
                 await self.abort(request.id)
+
+    async def _next(self, queue: asyncio.Queue, timeout_s: float) -> W.Message | None:
+        """The next event, or None after `timeout_s` or as soon as the manager goes silent."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                return await asyncio.wait_for(queue.get(), min(left, 1.0))
+            except TimeoutError:
+                if not self.up:
+                    return None
+        return None
 
     async def abort(self, request_id: str) -> None:
         with contextlib.suppress(zmq.ZMQError):

@@ -31,7 +31,7 @@ SHM_INITIAL = 1 << 20
 
 class ExecutorClient:
     def __init__(self, endpoint: str, *, name: str = "worker", use_shm: bool = True,
-                 connect_timeout_s: float = 30.0, heartbeat_s: float = 2.0,
+                 connect_timeout_s: float = 10.0, heartbeat_s: float = 2.0,
                  call_timeout_s: float | None = None, curve_server_key: str | None = None) -> None:
         self.endpoint = endpoint
         self.name = name
@@ -89,6 +89,7 @@ class ExecutorClient:
     def _connect(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, int(self.heartbeat_s * 1000))  # a dead peer must not hang
         sock.setsockopt(zmq.IDENTITY, f"{self.name}-{os.getpid()}-{secrets.token_hex(4)}".encode())
         if self.curve_server_key:
             public, secret = zmq.curve_keypair()
@@ -175,7 +176,11 @@ class ExecutorClient:
         return from_bytes(frames[0].buffer, dtype, reply.shape)
 
     def _send(self, frames: list) -> None:
-        self._socket.send_multipart(frames, copy=len(frames) == 1)
+        try:
+            self._socket.send_multipart(frames, copy=len(frames) == 1)
+        except zmq.Again:
+            raise ExecutorUnavailable(f"executor at {self.endpoint} is not taking messages") \
+                from None
 
     def _await(self, wanted, timeout_s: float | None,
                 ping: bool = True) -> tuple[msgspec.Struct, list]:
@@ -208,7 +213,7 @@ class ExecutorClient:
                 raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
             if pinged_at is None:
                 pinged_at = time.monotonic()
-                self._socket.send(P.encode(P.Ping()))
+                self._send([P.encode(P.Ping())])
 
 
 class _Reconnect(Exception):

@@ -7,6 +7,7 @@ restarted executor is picked up.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
@@ -36,7 +37,8 @@ class ExecutorProbe:
         if self._asked > self.last_answer and time.monotonic() - self._asked > self.stale_s:
             replaced, self.socket = self.socket, self._connect()
         self._asked = time.monotonic()
-        self.socket.send(P.encode(P.StatsRequest("prometheus")), zmq.NOBLOCK)
+        with contextlib.suppress(zmq.Again):  # the executor is not taking messages: it is down
+            self.socket.send(P.encode(P.StatsRequest("prometheus")), zmq.NOBLOCK)
         return replaced
 
     def receive(self) -> None:

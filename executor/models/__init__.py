@@ -15,8 +15,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from executor.models.builtin import BUILTINS, BuiltinModel
-from executor.paths import model_cache_dir
 from executor.models.tokenizer import CHAT_TOKENS, save_tokenizer
+from executor.paths import model_cache_dir
 
 __all__ = ["BUILTINS", "export", "model_cache_dir", "resolve_model"]
 

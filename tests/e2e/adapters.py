@@ -38,8 +38,8 @@ class Reference:
 
     def ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
         if messages is not None:
-            out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-            return list(out["input_ids"] if isinstance(out, dict) else out)
+            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                           return_dict=False))
         return self.tokenizer.encode(prompt)
 
     @torch.no_grad()

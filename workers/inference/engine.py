@@ -102,7 +102,8 @@ class InferenceEngine:
     def step(self) -> list[W.Message]:
         events: list[W.Message] = []
         while self.waiting and len(self.running) + self.waiting[0].params.n <= self.max_batch:
-            events += self._prefill(self.waiting.popleft())
+            events += self._prefill(self.waiting[0])
+            self.waiting.popleft()  # only now: a prefill that raises leaves it for fail_all
         if self.running:
             events += self._decode()
         return events

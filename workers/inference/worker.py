@@ -100,8 +100,8 @@ def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
         return list(message.prompt_ids)
     if message.messages is not None:
         chat = [{"role": m.role, "content": m.content} for m in message.messages]
-        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=False))
     return tokenizer.encode(message.prompt or "")
 
 
