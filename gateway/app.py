@@ -11,15 +11,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from gateway import errors
-from gateway.db import Database
 from gateway.errors import APIError
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
-from gateway.registry import AdapterRegistry
 from gateway.routes import router
 from gateway.serving import Serving
 from gateway.settings import GatewaySettings
 from gateway.tenants import TenantDirectory
+from state.adapters import AdapterRegistry
+from state.db import Database
 
 log = logging.getLogger("gateway")
 JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")

@@ -68,8 +68,8 @@ def tenants_create(args: argparse.Namespace) -> int:
 
 
 def adapters_register(args: argparse.Namespace) -> int:
-    from gateway.db import Database
-    from gateway.registry import AdapterError, AdapterRegistry
+    from state.adapters import AdapterError, AdapterRegistry
+    from state.db import Database
 
     settings = GatewaySettings(data_dir=Path(args.data_dir), model=args.model)
     registry = AdapterRegistry(Database(settings.db_path), settings.data_dir, settings.model)

@@ -18,8 +18,8 @@ from fastapi import Request
 
 from gateway.errors import APIError, model_not_found
 from gateway.manager_client import ManagerClient, ManagerUnavailable
-from gateway.registry import AdapterRegistry
 from gateway.tenants import Tenant
+from state.adapters import AdapterRegistry
 from workers import protocol as W
 
 log = logging.getLogger("gateway.serving")

@@ -10,8 +10,8 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError
-from gateway.registry import AdapterError
 from openapi.common import ErrorResponse, Model
+from state.adapters import AdapterError
 
 router = APIRouter(prefix="/v1", tags=["adapters"], responses={
     400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 409: {"model": ErrorResponse},

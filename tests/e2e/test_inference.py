@@ -212,3 +212,46 @@ def test_sdk_errors_are_typed(deployment: Deployment) -> None:
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{deployment.stack.base_url}/v1", api_key="wrong",
                       max_retries=0).models.list()
+
+
+def test_tenants_cannot_see_each_others_models_on_any_route(deployment: Deployment) -> None:
+    beta = deployment.client("beta")
+    calls = [
+        lambda: beta.models.retrieve("acme/lora-a"),
+        lambda: beta.models.delete("acme/lora-a"),
+        lambda: beta.completions.create(model="acme/lora-a", prompt="x", max_tokens=1),
+        lambda: beta.chat.completions.create(model="acme/lora-a", max_tokens=1,
+                                             messages=[{"role": "user", "content": "x"}]),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert "acme/lora-a" not in [m.id for m in beta.models.list().data]
+    assert deployment.client("acme").models.retrieve("acme/lora-a").id == "acme/lora-a"
+
+
+def test_register_serve_and_delete_an_adapter_over_http(deployment: Deployment,
+                                                        tmp_path) -> None:
+    from tests.e2e.adapters import Reference, save_adapter
+
+    directory = save_adapter(tmp_path / "uploaded", "adalora", 9)
+    files = {"adapter_config": ("adapter_config.json",
+                                (directory / "adapter_config.json").read_bytes()),
+             "adapter_model": ("adapter_model.safetensors",
+                               (directory / "adapter_model.safetensors").read_bytes())}
+    headers = {"Authorization": "Bearer sk-beta-test"}
+    url = f"{deployment.stack.base_url}/v1/adapters"
+    created = httpx.post(url, data={"name": "uploaded"}, files=files, headers=headers)
+    assert created.status_code == 201, created.text
+    assert created.json()["id"] == "beta/uploaded" and created.json()["peft_type"] == "ADALORA"
+    again = httpx.post(url, data={"name": "uploaded"}, files=files, headers=headers)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_adapter"
+    reference = Reference(directory)
+    expected = reference.text(reference.greedy(reference.ids(PROMPT), 8))
+    client = deployment.client("beta")
+    out = client.completions.create(model="beta/uploaded", prompt=PROMPT, max_tokens=8,
+                                    temperature=0)
+    assert out.choices[0].text == expected
+    assert client.models.delete("beta/uploaded").deleted
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="beta/uploaded", prompt=PROMPT, max_tokens=1)

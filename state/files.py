@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.db import Database
+from state.db import Database
 
 PURPOSES = {"fine-tune", "fine-tune-results"}
 
