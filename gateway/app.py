@@ -18,8 +18,11 @@ from gateway.routes import router
 from gateway.serving import Serving
 from gateway.settings import GatewaySettings
 from gateway.tenants import TenantDirectory
+from gateway.tokens import TextTokens
 from state.adapters import AdapterRegistry
 from state.db import Database
+from state.files import FileStore
+from state.jobs import JobStore
 
 log = logging.getLogger("gateway")
 JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")
@@ -36,6 +39,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.started = int(time.time())
         state.db = Database(settings.db_path)
         state.registry = AdapterRegistry(state.db, settings.data_dir, settings.model)
+        state.files = FileStore(state.db, settings.data_dir)
+        state.jobs = JobStore(state.db)
+        state.text_tokens = TextTokens(settings.model)
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,
                                              max_concurrent=settings.max_concurrent,
                                              max_context=settings.max_context)

@@ -76,6 +76,13 @@ class ExecutorClient:
             reply = self._await(lambda m: isinstance(m, P.Stats), self.connect_timeout_s)
             return reply[0].body
 
+    def __del__(self) -> None:  # never leave a context that blocks interpreter exit
+        try:
+            self._reset()
+            self._ctx.term()
+        except Exception:
+            pass
+
     def close(self) -> None:
         with self._lock:
             if self._socket is not None:

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -27,6 +28,7 @@ from workers import protocol as W
 from workers.executor_probe import ExecutorProbe
 from workers.pool import NoCapacity, WorkerHandle, WorkerPool, worker_key
 from workers.spawn_client import SpawnerProcess
+from workers.training.scheduler import JobScheduler
 
 log = logging.getLogger("workers.manager")
 STOP_GRACE_S = 10.0
@@ -43,6 +45,8 @@ class ManagerConfig:
     pinned: frozenset[str] = field(default_factory=frozenset)  # "tenant|model" keys
     max_batch: int = 32
     worker_threads: int = 1
+    data_dir: str | None = None  # with it, the manager also runs the fine-tuning queue
+    max_jobs: int = 0  # 0: sized to the machine
 
 
 class Manager:
@@ -65,6 +69,11 @@ class Manager:
         self.back.setsockopt(zmq.LINGER, 0)
         self.back.bind(self.worker_bind)
         self.spawner = SpawnerProcess.start(self.config.model)
+        self.jobs = None
+        if self.config.data_dir:
+            self.jobs = JobScheduler(Path(self.config.data_dir), self.spawner.train,
+                                     base=self.config.model, executor=self.config.executor,
+                                     max_jobs=self.config.max_jobs)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d", self.config.model,
                  self.config.bind, self.config.max_workers)
         poller = zmq.Poller()
@@ -193,10 +202,16 @@ class Manager:
 
     def _from_spawner(self, event: dict) -> None:
         if "spawned" in event:
-            handle = self.pool.workers.get(event["spawned"])
+            key = event["spawned"]
+            if key.startswith("train:") and self.jobs is not None:
+                self.jobs.spawned(key.split(":", 1)[1], event["pid"])
+                return
+            handle = self.pool.workers.get(key)
             if handle is not None:
                 handle.pid = event["pid"]
         elif "exited" in event:
+            if self.jobs is not None and self.jobs.exited(event["exited"], event["status"]):
+                return
             handle = self.pool.by_pid(event["exited"])
             if handle is None:
                 return
@@ -222,6 +237,8 @@ class Manager:
         self._to_worker(handle.key, W.Stop())
 
     def _sweep(self) -> None:
+        if self.jobs is not None:
+            self.jobs.tick()
         for handle in self.pool.idle():
             log.info("stopping idle worker %s", handle.key)
             self._stop(handle)
@@ -275,10 +292,16 @@ def main(argv: list[str] | None = None) -> int:
                         default=float(os.environ.get("SYMBIOSIS_WORKER_IDLE_S", "600")))
     parser.add_argument("--pin", action="append", default=[],
                         help="TENANT|MODEL never evicted (repeatable)")
+    parser.add_argument("--data-dir", default=os.environ.get("SYMBIOSIS_DATA_DIR"),
+                        help="run the fine-tuning jobs recorded in this data dir")
+    parser.add_argument("--max-jobs", type=int,
+                        default=int(os.environ.get("SYMBIOSIS_MAX_JOBS", "0")),
+                        help="fine-tuning jobs running at once (0: sized to the machine)")
     args = parser.parse_args(argv)
     config = ManagerConfig(executor=args.executor, model=args.model, bind=args.bind,
                            max_workers=args.max_workers, idle_s=args.idle_s,
-                           pinned=frozenset(args.pin))
+                           pinned=frozenset(args.pin), data_dir=args.data_dir,
+                           max_jobs=args.max_jobs)
     manager = Manager(config)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: manager.stopped.set())

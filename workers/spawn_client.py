@@ -26,7 +26,13 @@ class SpawnerProcess:
         return cls(proc)
 
     def spawn(self, config: dict) -> None:
-        self.proc.stdin.write((json.dumps({"spawn": config}) + "\n").encode())
+        self._send({"spawn": config})
+
+    def train(self, config: dict) -> None:
+        self._send({"train": config})
+
+    def _send(self, request: dict) -> None:
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
 
     def read(self) -> list[dict]:

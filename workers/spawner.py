@@ -5,6 +5,7 @@ worker per request, so workers share those pages copy-on-write and start in well
 It stays single-threaded and never runs torch compute, so forking is safe. It talks to the worker
 manager in JSON lines over its stdin/stdout (no pickle):
     in:  {"spawn": WORKER_CONFIG}        out: {"spawned": KEY, "pid": PID}
+    in:  {"train": TRAINER_CONFIG}       out: {"spawned": "train:JOB", "pid": PID}
                                          out: {"exited": PID, "status": CODE}
 When its stdin closes (the manager is gone), it stops its workers and exits.
 """
@@ -31,12 +32,15 @@ import transformers  # noqa: F401
 
 import workers.build  # noqa: F401
 from workers.inference.worker import Preloaded, WorkerConfig, preload, serve
+from workers.training.runner import TrainerConfig
+from workers.training.runner import run as train
 
 log = logging.getLogger("workers.spawner")
 PR_SET_PDEATHSIG = 1
 
 
-def spawn(config: WorkerConfig, preloaded: Preloaded, out) -> int:
+def spawn(target, preloaded: Preloaded) -> int:
+    """Fork a child that runs `target(preloaded)` and exits with its return code."""
     pid = os.fork()
     if pid:
         return pid
@@ -47,9 +51,9 @@ def spawn(config: WorkerConfig, preloaded: Preloaded, out) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # die with the spawner
         sys.stdin.close()
-        code = serve(config, preloaded)
+        code = target(preloaded)
     except BaseException:
-        log.exception("worker %s crashed", config.key)
+        log.exception("child process crashed")
     finally:
         os._exit(code)  # never run the parent's exit handlers in a forked child
 
@@ -93,10 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
-            config = WorkerConfig(**request["spawn"])
-            pid = spawn(config, preloaded, out)
-            children[pid] = config.key
-            out.write(json.dumps({"spawned": config.key, "pid": pid}) + "\n")
+            if "train" in request:
+                trainer = TrainerConfig(**request["train"])
+                key = f"train:{trainer.job_id}"
+                pid = spawn(lambda p, c=trainer: train(c, p.tokenizer), preloaded)
+            else:
+                worker = WorkerConfig(**request["spawn"])
+                key = worker.key
+                pid = spawn(lambda p, c=worker: serve(c, p), preloaded)
+            children[pid] = key
+            out.write(json.dumps({"spawned": key, "pid": pid}) + "\n")
             out.flush()
     for pid in list(children):
         with contextlib.suppress(ProcessLookupError):

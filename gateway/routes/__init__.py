@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter
 
-from gateway.routes import adapters, chat, completions, health, models
+from gateway.routes import adapters, chat, completions, files, fine_tuning, health, models
 
 router = APIRouter()
-for module in (health, models, completions, chat, adapters):
+for module in (health, models, completions, chat, adapters, files, fine_tuning):
     router.include_router(module.router)

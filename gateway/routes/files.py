@@ -1,0 +1,83 @@
+"""/v1/files: upload (validated fine-tuning JSONL), list, retrieve, content, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import Response
+
+from gateway.dataset import validate_jsonl
+from gateway.deps import TenantDep
+from gateway.errors import APIError
+from openapi.common import ErrorResponse
+from openapi.files import FileDeleted, FileList, FileObject
+
+router = APIRouter(prefix="/v1", tags=["files"], responses={
+    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
+    413: {"model": ErrorResponse}})
+
+
+def _not_found(file_id: str) -> APIError:
+    return APIError(404, f"No such File object: {file_id}", "file_not_found", "id")
+
+
+@router.post("/files", response_model=FileObject)
+async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
+                      purpose: Annotated[str, Form()]) -> FileObject:
+    state = request.app.state
+    if purpose != "fine-tune":
+        raise APIError(400, f"purpose {purpose!r} is not supported here (use 'fine-tune')",
+                       "invalid_purpose", "purpose")
+    limit = state.settings.max_upload_bytes
+    data = await file.read(limit + 1)
+    if len(data) > limit:
+        raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
+                       "file_too_large", "file")
+    tokens = state.text_tokens
+    report = validate_jsonl(data, tokens.count, tokens.max_context)
+    if not report.ok:
+        raise APIError(400, report.message(), "invalid_file_format", "file")
+    record = state.files.create(tenant.id, file.filename or "upload.jsonl", purpose, data,
+                                examples=report.examples, format=report.format)
+    return FileObject(**record.public())
+
+
+@router.get("/files", response_model=FileList)
+async def list_files(request: Request, tenant: TenantDep, purpose: str | None = None,
+                     limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
+                     after: str | None = None,
+                     order: Literal["asc", "desc"] = "desc") -> FileList:
+    records, more = request.app.state.files.list(tenant.id, purpose=purpose, after=after,
+                                                 limit=limit, order=order)
+    data = [FileObject(**r.public()) for r in records]
+    return FileList(data=data, first_id=data[0].id if data else None,
+                    last_id=data[-1].id if data else None, has_more=more)
+
+
+@router.get("/files/{file_id}", response_model=FileObject)
+async def retrieve_file(file_id: str, request: Request, tenant: TenantDep) -> FileObject:
+    record = request.app.state.files.get(file_id, tenant.id)
+    if record is None:
+        raise _not_found(file_id)
+    return FileObject(**record.public())
+
+
+@router.get("/files/{file_id}/content")
+async def file_content(file_id: str, request: Request, tenant: TenantDep) -> Response:
+    record = request.app.state.files.get(file_id, tenant.id)
+    if record is None:
+        raise _not_found(file_id)
+    media = "text/csv" if record.filename.endswith(".csv") else "application/jsonl"
+    with open(record.path, "rb") as f:
+        return Response(f.read(), media_type=media)
+
+
+@router.delete("/files/{file_id}", response_model=FileDeleted)
+async def delete_file(file_id: str, request: Request, tenant: TenantDep) -> FileDeleted:
+    state = request.app.state
+    record = state.files.get(file_id, tenant.id)
+    if record is None:
+        raise _not_found(file_id)
+    state.files.delete(record)
+    return FileDeleted(id=file_id, deleted=True)

@@ -1,0 +1,181 @@
+"""/v1/fine_tuning/jobs: create, list, retrieve, cancel, pause, resume, events, checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from gateway.deps import TenantDep
+from gateway.errors import APIError
+from openapi.common import ErrorResponse
+from openapi.fine_tuning import (
+    CheckpointList,
+    EventList,
+    FineTuningJob,
+    FineTuningJobCreate,
+    Hyperparameters,
+    JobList,
+    PeftSettings,
+)
+from state.jobs import TERMINAL, JobRecord
+
+router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"], responses={
+    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+MIN_EXAMPLES = 10
+STOP_WAIT_S = 20.0
+
+
+def _job(request: Request, tenant_id: str, job_id: str) -> JobRecord:
+    job = request.app.state.jobs.get(job_id, tenant_id)
+    if job is None:
+        raise APIError(404, f"No such fine-tuning job: {job_id}", "job_not_found", "id")
+    return job
+
+
+def _check_hyperparameters(hp: Hyperparameters) -> dict:
+    if hp.n_epochs != "auto" and not 1 <= hp.n_epochs <= 50:
+        raise APIError(400, "n_epochs must be 'auto' or between 1 and 50", "invalid_value",
+                       "hyperparameters.n_epochs")
+    if hp.batch_size != "auto" and not 1 <= hp.batch_size <= 256:
+        raise APIError(400, "batch_size must be 'auto' or between 1 and 256", "invalid_value",
+                       "hyperparameters.batch_size")
+    if hp.learning_rate_multiplier != "auto" and hp.learning_rate_multiplier <= 0:
+        raise APIError(400, "learning_rate_multiplier must be 'auto' or positive",
+                       "invalid_value", "hyperparameters.learning_rate_multiplier")
+    return hp.model_dump()
+
+
+def _method(peft: PeftSettings, max_context: int) -> dict:
+    settings = peft.model_dump()
+    settings["type"] = settings.pop("method")
+    settings["alpha"] = settings["alpha"] or 2 * settings["r"]
+    limit = max_context or 2048
+    settings["max_seq_length"] = min(settings["max_seq_length"] or 1024, limit)
+    return settings
+
+
+@router.post("/jobs", response_model=FineTuningJob)
+async def create_job(body: FineTuningJobCreate, request: Request,
+                     tenant: TenantDep) -> FineTuningJob:
+    state = request.app.state
+    if body.model != state.settings.model:
+        raise APIError(404, f"Model {body.model} is not available for fine-tuning (the base "
+                       f"model here is {state.settings.model}).", "model_not_available", "model")
+    if body.method is not None and body.method.type != "supervised":
+        raise APIError(400, f"method {body.method.type!r} is not supported; use 'supervised'",
+                       "unsupported_method", "method.type")
+    if body.metadata and (len(body.metadata) > 16 or any(
+            len(k) > 64 or len(v) > 512 for k, v in body.metadata.items())):
+        raise APIError(400, "metadata holds at most 16 pairs (keys <= 64, values <= 512 chars)",
+                       "invalid_value", "metadata")
+    files = {}
+    for param in ("training_file", "validation_file"):
+        file_id = getattr(body, param)
+        if file_id is None:
+            continue
+        record = state.files.get(file_id, tenant.id)
+        if record is None:
+            raise APIError(404, f"No such File object: {file_id}", "file_not_found", param)
+        if record.purpose != "fine-tune":
+            raise APIError(400, f"{file_id} has purpose {record.purpose!r}, not 'fine-tune'",
+                           "invalid_file_purpose", param)
+        files[param] = record
+    supervised = body.method.supervised if body.method else None
+    hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
+          else body.hyperparameters or Hyperparameters())
+    method = _method(body.peft or PeftSettings(), state.text_tokens.max_context)
+    seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
+    jobs = state.jobs
+    job = jobs.create(tenant.id, body.model, body.training_file, body.validation_file,
+                      body.suffix, seed, _check_hyperparameters(hp), method, body.metadata)
+    jobs.event(job.id, f"Validating training file: {body.training_file}")
+    examples = files["training_file"].examples
+    if examples < MIN_EXAMPLES:
+        message = (f"Training file has {examples} example(s), but must have at least "
+                   f"{MIN_EXAMPLES} examples")
+        jobs.update(job.id, status="failed", error={"code": "invalid_n_examples",
+                                                    "message": message,
+                                                    "param": "training_file"})
+        jobs.event(job.id, message, level="error")
+    else:
+        jobs.update(job.id, status="queued")
+        jobs.event(job.id, "Files validated, moving job to queued state")
+    return FineTuningJob(**jobs.get(job.id).public())
+
+
+@router.get("/jobs", response_model=JobList)
+async def list_jobs(request: Request, tenant: TenantDep, after: str | None = None,
+                    limit: Annotated[int, Query(ge=1, le=100)] = 20) -> JobList:
+    metadata = {m.group(1): v for k, v in request.query_params.items()
+                if (m := re.fullmatch(r"metadata\[(.+)\]", k))}
+    jobs, more = request.app.state.jobs.list(tenant.id, after=after, limit=limit,
+                                             metadata=metadata)
+    return JobList(data=[FineTuningJob(**j.public()) for j in jobs], has_more=more)
+
+
+@router.get("/jobs/{job_id}", response_model=FineTuningJob)
+async def retrieve_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
+    return FineTuningJob(**_job(request, tenant.id, job_id).public())
+
+
+async def _stop(request: Request, job: JobRecord, control: str, final: str) -> FineTuningJob:
+    """Queued or paused jobs stop at once; a running one is asked to checkpoint and stop."""
+    jobs = request.app.state.jobs
+    waiting = ("queued", "validating_files", "paused") if final == "cancelled" else ("queued",)
+    if not jobs.transition(job.id, waiting, status=final):
+        if not jobs.transition(job.id, ("running",), control=control):
+            current = jobs.get(job.id)
+            raise APIError(400, f"Job {job.id} is {current.status}: it cannot be {final}.",
+                           "invalid_state", "id")
+        deadline = asyncio.get_running_loop().time() + STOP_WAIT_S
+        while jobs.get(job.id).status == "running" and \
+                asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
+    else:
+        jobs.event(job.id, f"Job {final}")
+    return FineTuningJob(**jobs.get(job.id).public())
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=FineTuningJob)
+async def cancel_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
+    job = _job(request, tenant.id, job_id)
+    if job.status in TERMINAL:
+        raise APIError(400, f"Job {job_id} has already {job.status}.", "invalid_state", "id")
+    return await _stop(request, job, "cancel", "cancelled")
+
+
+@router.post("/jobs/{job_id}/pause", response_model=FineTuningJob)
+async def pause_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
+    return await _stop(request, _job(request, tenant.id, job_id), "pause", "paused")
+
+
+@router.post("/jobs/{job_id}/resume", response_model=FineTuningJob)
+async def resume_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
+    jobs = request.app.state.jobs
+    job = _job(request, tenant.id, job_id)
+    if not jobs.transition(job.id, ("paused",), status="queued", attempts=0):
+        raise APIError(400, f"Job {job_id} is {job.status}, not paused.", "invalid_state", "id")
+    jobs.event(job.id, "Job resumed; queued to continue from its latest checkpoint")
+    return FineTuningJob(**jobs.get(job.id).public())
+
+
+@router.get("/jobs/{job_id}/events", response_model=EventList)
+async def list_events(job_id: str, request: Request, tenant: TenantDep, after: str | None = None,
+                      limit: Annotated[int, Query(ge=1, le=1000)] = 20) -> EventList:
+    _job(request, tenant.id, job_id)
+    events, more = request.app.state.jobs.events(job_id, after=after, limit=limit)
+    return EventList(data=events, has_more=more)
+
+
+@router.get("/jobs/{job_id}/checkpoints", response_model=CheckpointList)
+async def list_checkpoints(job_id: str, request: Request, tenant: TenantDep,
+                           after: str | None = None,
+                           limit: Annotated[int, Query(ge=1, le=100)] = 10) -> CheckpointList:
+    _job(request, tenant.id, job_id)
+    items, more = request.app.state.jobs.checkpoints(job_id, after=after, limit=limit)
+    return CheckpointList(data=items, first_id=items[0]["id"] if items else None,
+                          last_id=items[-1]["id"] if items else None, has_more=more)

@@ -1,0 +1,129 @@
+"""/v1/fine_tuning/jobs: the request (OpenAI's fields plus a `peft` extension) and responses."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from openapi.common import OpenAIBaseModel, StrictModel
+
+Auto = Literal["auto"]
+
+
+class Hyperparameters(StrictModel):
+    n_epochs: Auto | int = Field(default="auto", description="1 to 50")
+    batch_size: Auto | int = Field(default="auto", description="1 to 256")
+    learning_rate_multiplier: Auto | float = Field(default="auto", description="> 0")
+
+
+class Supervised(StrictModel):
+    hyperparameters: Hyperparameters | None = None
+
+
+class Method(StrictModel):
+    type: Literal["supervised", "dpo", "reinforcement"]
+    supervised: Supervised | None = None
+    dpo: dict | None = None
+    reinforcement: dict | None = None
+
+
+class PeftSettings(StrictModel):
+    """Extension (sent by the SDK through `extra_body={"peft": {...}}`): the PEFT method."""
+
+    method: Literal["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"] = "lora"
+    r: int = Field(default=8, ge=1, le=256)
+    alpha: int | None = Field(default=None, ge=1, description="default: 2 x r")
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] | None = None
+    feedforward_modules: list[str] | None = None
+    num_virtual_tokens: int = Field(default=10, ge=1, le=256)
+    max_seq_length: int | None = Field(default=None, ge=8)
+    learning_rate: float | None = Field(default=None, gt=0, description="overrides base x mult.")
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
+
+
+class FineTuningJobCreate(OpenAIBaseModel):
+    model: str
+    training_file: str
+    validation_file: str | None = None
+    suffix: str | None = Field(default=None, min_length=1, max_length=64,
+                               pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int | None = Field(default=None, ge=0, le=2147483647)
+    metadata: dict[str, str] | None = None
+    method: Method | None = None
+    hyperparameters: Hyperparameters | None = Field(default=None, description="deprecated")
+    integrations: list[dict] | None = None
+    peft: PeftSettings | None = None
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class FineTuningJob(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["fine_tuning.job"] = "fine_tuning.job"
+    created_at: int
+    error: JobError | None = None
+    fine_tuned_model: str | None = None
+    finished_at: int | None = None
+    hyperparameters: dict
+    model: str
+    organization_id: str
+    result_files: list[str]
+    seed: int
+    status: Literal["validating_files", "queued", "running", "succeeded", "failed",
+                    "cancelled", "paused"]
+    trained_tokens: int | None = None
+    training_file: str
+    validation_file: str | None = None
+    metadata: dict[str, str] | None = None
+    method: dict
+
+
+class JobList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FineTuningJob]
+    has_more: bool
+
+
+class JobEvent(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job.event"] = "fine_tuning.job.event"
+    created_at: int
+    level: Literal["info", "warn", "error"]
+    message: str
+    type: Literal["message", "metrics"] = "message"
+    data: dict | None = None
+
+
+class EventList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[JobEvent]
+    has_more: bool
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["fine_tuning.job.checkpoint"] = "fine_tuning.job.checkpoint"
+    created_at: int
+    fine_tuned_model_checkpoint: str
+    fine_tuning_job_id: str
+    step_number: int
+    metrics: dict
+
+
+class CheckpointList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Checkpoint]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool

@@ -1,0 +1,1 @@
+"""Trainer processes: one per running fine-tuning job, on the shared executor."""

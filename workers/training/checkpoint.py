@@ -1,0 +1,57 @@
+"""Trainer checkpoints: the adapter (PEFT format) plus what resuming needs.
+
+DATA_DIR/jobs/<job>/checkpoints/step-<N>/ holds adapter_config.json,
+adapter_model.safetensors and trainer_state.pt (optimizer, scheduler, data position, history).
+Written to a staging directory and renamed, so a crash never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from peft import set_peft_model_state_dict
+from safetensors.torch import load_file
+
+STATE = "trainer_state.pt"
+
+
+@dataclass
+class Progress:
+    epoch: int = 0  # the epoch to continue in
+    position: int = 0  # the batch to continue at, within that epoch
+    step: int = 0  # optimizer steps done
+    trained_tokens: int = 0
+    history: list[dict] = field(default_factory=list)  # one row per step (the results CSV)
+
+
+def checkpoint_root(data_dir: Path, job_id: str) -> Path:
+    return data_dir / "jobs" / job_id / "checkpoints"
+
+
+def save(root: Path, model, optimizer, scheduler, progress: Progress) -> Path:
+    target = root / f"step-{progress.step}"
+    staging = root / f".step-{progress.step}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    model.save_pretrained(staging)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "progress": progress.__dict__}, staging / STATE)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def latest(root: Path) -> Path | None:
+    found = [p for p in root.glob("step-*") if (p / STATE).exists()]
+    return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def restore(path: Path, model, optimizer, scheduler) -> Progress:
+    set_peft_model_state_dict(model, load_file(path / "adapter_model.safetensors"))
+    state = torch.load(path / STATE, weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return Progress(**state["progress"])

@@ -1,0 +1,115 @@
+"""Training examples: token ids and labels, loss only where the model should learn.
+
+Chat: the tokenizer's chat template; the loss is on assistant messages (weight 0 excludes one).
+Which tokens an assistant message contributes is found by rendering the conversation up to the
+message (with the generation prompt) and up to its end: the difference is the message. This works
+with any template whose renderings grow by appending. Prompt/completion: the loss is on the
+completion and the end-of-sequence token.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+IGNORE = -100
+
+
+class InvalidTrainingFile(ValueError):
+    def __init__(self, example: int, message: str) -> None:
+        super().__init__(f"Example {example}: {message}")
+        self.example = example
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    labels: list[int]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(1 for label in self.labels if label != IGNORE)
+
+
+def load_examples(path: str | Path, tokenizer: Any, max_seq_length: int) -> list[Example]:
+    examples = []
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for number, line in enumerate(lines, start=1):
+        record = json.loads(line)
+        try:
+            if "messages" in record:
+                ids, labels = chat_example(record["messages"], tokenizer)
+            else:
+                ids, labels = prompt_completion_example(record["prompt"], record["completion"],
+                                                        tokenizer)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidTrainingFile(number, f"cannot be tokenized ({exc})") from None
+        ids, labels = ids[:max_seq_length], labels[:max_seq_length]
+        example = Example(ids, labels)
+        if example.trained_tokens == 0:
+            raise InvalidTrainingFile(number, f"has no tokens to learn from within "
+                                              f"max_seq_length={max_seq_length}")
+        examples.append(example)
+    return examples
+
+
+def _render(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> list[int]:
+    return list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False,
+                                              add_generation_prompt=generation_prompt))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content)
+    return content or ""
+
+
+def chat_example(messages: list[dict], tokenizer: Any) -> tuple[list[int], list[int]]:
+    chat = [{"role": "system" if m["role"] == "developer" else m["role"],
+             "content": _text(m.get("content"))} for m in messages]
+    ids = _render(tokenizer, chat, False)
+    labels = [IGNORE] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or message.get("weight", 1) == 0:
+            continue
+        start = len(_render(tokenizer, chat[:i], True))
+        end_ids = _render(tokenizer, chat[: i + 1], False)
+        if end_ids != ids[: len(end_ids)]:
+            raise ValueError("the chat template does not render conversations by appending")
+        labels[start:len(end_ids)] = ids[start:len(end_ids)]
+    return ids, labels
+
+
+def prompt_completion_example(prompt: str, completion: str,
+                              tokenizer: Any) -> tuple[list[int], list[int]]:
+    prompt_ids = tokenizer.encode(prompt)
+    completion_ids = [*tokenizer.encode(completion), tokenizer.eos_token_id]
+    return prompt_ids + completion_ids, [IGNORE] * len(prompt_ids) + completion_ids
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The order of examples in an epoch: a permutation from (seed, epoch) alone."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + epoch)).tolist()
+
+
+def batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    order = epoch_order(n, seed, epoch)
+    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded tensors; padding is masked out of attention and loss."""
+    width = max(len(e.ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, example in enumerate(examples):
+        n = len(example.ids)
+        ids[row, :n] = torch.tensor(example.ids)
+        labels[row, :n] = torch.tensor(example.labels)
+        mask[row, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}

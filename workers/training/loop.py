@@ -1,0 +1,104 @@
+"""One optimizer step over a batch, with gradient accumulation; evaluation; the optimizer.
+
+A batch whose padded size exceeds `micro_batch_tokens` is split into micro-batches; the loss is
+the sum of token losses divided by the token count of the whole batch, so accumulated gradients
+equal those of the batch in one piece.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import get_linear_schedule_with_warmup
+
+from workers.training.data import IGNORE, Example, collate
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    n_epochs: int
+    batch_size: int
+    learning_rate: float
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    micro_batch_tokens: int = 4096
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class StepResult:
+    loss: float
+    accuracy: float
+    tokens: int  # tokens processed (all positions, not only trained ones)
+
+
+def optimizer_for(model: torch.nn.Module, hp: Hyperparameters, total_steps: int):
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
+    warmup = round(hp.warmup_ratio * total_steps)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+
+def micro_batches(examples: list[Example], max_tokens: int) -> list[list[Example]]:
+    groups: list[list[Example]] = [[]]
+    for example in examples:
+        group = groups[-1]
+        width = max([len(example.ids), *(len(e.ids) for e in group)])
+        if group and width * (len(group) + 1) > max_tokens:
+            groups.append([example])
+        else:
+            group.append(example)
+    return groups
+
+
+def _losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]):
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    length = batch["input_ids"].shape[1]
+    logits = out.logits[:, -length:, :]  # prompt tuning prepends virtual tokens
+    logits, labels = logits[:, :-1, :].float(), batch["labels"][:, 1:]
+    token_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                 ignore_index=IGNORE, reduction="sum")
+    mask = labels != IGNORE
+    correct = ((logits.argmax(-1) == labels) & mask).sum()
+    return token_loss, int(mask.sum()), int(correct)
+
+
+def train_step(model: torch.nn.Module, examples: list[Example], pad_id: int, optimizer,
+               scheduler, hp: Hyperparameters,
+               on_gradients: Callable[[], None] | None = None) -> StepResult:
+    """One optimizer step; `on_gradients` runs after it, before gradients are cleared."""
+    total = sum(sum(1 for label in e.labels[1:] if label != IGNORE) for e in examples)
+    loss_sum = correct = tokens = 0
+    for group in micro_batches(examples, hp.micro_batch_tokens):
+        batch = collate(group, pad_id)
+        token_loss, _, right = _losses(model, batch)
+        (token_loss / total).backward()
+        loss_sum += float(token_loss.detach())
+        correct += right
+        tokens += int(batch["attention_mask"].sum())
+    if hp.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                       hp.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    if on_gradients is not None:
+        on_gradients()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(loss_sum / total, correct / total, tokens)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, examples: list[Example], pad_id: int,
+             micro_batch_tokens: int) -> tuple[float, float]:
+    """(mean token loss, token accuracy) over `examples`."""
+    loss_sum = count = correct = 0
+    for group in micro_batches(examples, micro_batch_tokens):
+        token_loss, n, right = _losses(model, collate(group, pad_id))
+        loss_sum += float(token_loss)
+        count += n
+        correct += right
+    return (loss_sum / count, correct / count) if count else (math.nan, math.nan)

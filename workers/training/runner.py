@@ -1,0 +1,239 @@
+"""One fine-tuning job in its own process: data, the remote model, the loop, checkpoints, events.
+
+The job's row in SQLite is the contract with the gateway and the manager: this process reads the
+job, writes events and checkpoints, watches `control` (pause or cancel) between steps and records
+the final status. A job that was paused, cancelled or interrupted continues from its latest
+checkpoint (adapter, optimizer, scheduler, data position) when it runs again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import get_peft_model
+
+from state.adapters import AdapterRegistry
+from state.db import Database
+from state.files import FileStore
+from state.jobs import JobRecord, JobStore
+from workers.build import remote_model
+from workers.handle import ExecutorUnavailable
+from workers.training import checkpoint
+from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
+from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
+from workers.training.methods import BASE_LEARNING_RATE, peft_config
+
+log = logging.getLogger("workers.trainer")
+MIN_EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    job_id: str
+    data_dir: str
+    base: str
+    executor: str
+    threads: int = 1
+
+
+class JobStopped(Exception):
+    pass
+
+
+def resolve(job: JobRecord, n_examples: int) -> Hyperparameters:
+    """Hyperparameters with "auto" replaced by values (also written back to the job)."""
+    hp = job.hyperparameters
+    n_epochs = 3 if hp.get("n_epochs", "auto") == "auto" else int(hp["n_epochs"])
+    batch_size = (min(8, max(1, round(n_examples * 0.02))) if hp.get("batch_size", "auto") ==
+                  "auto" else int(hp["batch_size"]))
+    multiplier = (1.0 if hp.get("learning_rate_multiplier", "auto") == "auto"
+                  else float(hp["learning_rate_multiplier"]))
+    method = job.method
+    lr = method.get("learning_rate") or BASE_LEARNING_RATE[method["type"]] * multiplier
+    return Hyperparameters(n_epochs, batch_size, lr, method.get("warmup_ratio", 0.1),
+                           method.get("weight_decay", 0.0))
+
+
+class Trainer:
+    def __init__(self, config: TrainerConfig, tokenizer: Any) -> None:
+        self.config = config
+        self.data_dir = Path(config.data_dir)
+        self.db = Database(self.data_dir / "state.db")
+        self.jobs = JobStore(self.db)
+        self.files = FileStore(self.db, self.data_dir)
+        self.tokenizer = tokenizer
+        self.job = self.jobs.get(config.job_id)
+
+    def run(self) -> int:
+        job = self.job
+        try:
+            examples, valid = self._data()
+        except InvalidTrainingFile as exc:
+            return self._fail("invalid_training_file",
+                              f"The job failed due to an invalid training file. {exc}",
+                              "training_file")
+        if len(examples) < MIN_EXAMPLES:
+            return self._fail("invalid_n_examples", f"Training file has {len(examples)} "
+                              f"example(s), but must have at least {MIN_EXAMPLES} examples",
+                              "training_file")
+        hp = resolve(job, len(examples))
+        self.jobs.update(job.id, hyperparameters={
+            "n_epochs": hp.n_epochs, "batch_size": hp.batch_size,
+            "learning_rate_multiplier": job.hyperparameters.get("learning_rate_multiplier")
+            if job.hyperparameters.get("learning_rate_multiplier", "auto") != "auto" else 1.0})
+        torch.set_num_threads(self.config.threads)
+        steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
+        total = hp.n_epochs * steps_per_epoch
+        model = remote_model(self.config.base, self.config.executor,
+                             client_name=f"trainer-{job.id}")
+        torch.manual_seed(job.seed)
+        model = get_peft_model(model, peft_config(job.method, total))
+        optimizer, scheduler = optimizer_for(model, hp, total)
+        root = checkpoint.checkpoint_root(self.data_dir, job.id)
+        found = checkpoint.latest(root)
+        progress = (checkpoint.restore(found, model, optimizer, scheduler) if found
+                    else checkpoint.Progress())
+        how = f"resumed at step {progress.step}" if found else "started"
+        self.jobs.event(job.id, f"Fine-tuning job {how}: {len(examples)} examples, "
+                                f"{hp.n_epochs} epoch(s), {total} steps")
+        model.train()
+        try:
+            self._epochs(model, optimizer, scheduler, hp, examples, valid, progress, total)
+            self._finish(model, progress)
+        except JobStopped:
+            pass
+        finally:
+            model.get_base_model().symbiosis_executor.close()
+        return 0
+
+    # -- phases ------------------------------------------------------------------------------
+
+    def _data(self) -> tuple[list[Example], list[Example]]:
+        max_len = self.job.method.get("max_seq_length", 1024)
+        train = self.files.get(self.job.training_file, self.job.tenant)
+        examples = load_examples(train.path, self.tokenizer, max_len)
+        valid: list[Example] = []
+        if self.job.validation_file:
+            record = self.files.get(self.job.validation_file, self.job.tenant)
+            valid = load_examples(record.path, self.tokenizer, max_len)
+        return examples, valid
+
+    def _epochs(self, model, optimizer, scheduler, hp: Hyperparameters,
+                examples: list[Example], valid: list[Example], progress, total: int) -> None:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.tokenizer.eos_token_id
+        on_gradients = None
+        if self.job.method["type"] == "adalora":  # AdaLoRA reallocates ranks as it trains
+            def on_gradients() -> None:
+                model.base_model.update_and_allocate(progress.step)
+        root = checkpoint.checkpoint_root(self.data_dir, self.job.id)
+        for epoch in range(progress.epoch, hp.n_epochs):
+            order = batches(len(examples), hp.batch_size, self.job.seed, epoch)
+            for position in range(progress.position, len(order)):
+                self._check_control(model, optimizer, scheduler, progress, epoch, position)
+                result = train_step(model, [examples[i] for i in order[position]], pad,
+                                    optimizer, scheduler, hp, on_gradients)
+                progress.step += 1
+                progress.trained_tokens += result.tokens
+                progress.history.append({"step": progress.step, "train_loss": result.loss,
+                                         "train_accuracy": result.accuracy})
+                self.jobs.event(self.job.id, f"Step {progress.step}/{total}: training "
+                                f"loss={result.loss:.4f}", type="metrics",
+                                data={"step": progress.step, "train_loss": result.loss,
+                                      "train_mean_token_accuracy": result.accuracy,
+                                      "epoch": epoch + 1})
+            progress.epoch, progress.position = epoch + 1, 0
+            metrics = dict(progress.history[-1])
+            if valid:
+                model.eval()
+                metrics["valid_loss"], metrics["valid_mean_token_accuracy"] = evaluate(
+                    model, valid, pad, hp.micro_batch_tokens)
+                model.train()
+                progress.history[-1].update(valid_loss=metrics["valid_loss"],
+                                            valid_mean_token_accuracy=metrics[
+                                                "valid_mean_token_accuracy"])
+                self.jobs.event(self.job.id, f"Epoch {epoch + 1}/{hp.n_epochs}: validation "
+                                f"loss={metrics['valid_loss']:.4f}", type="metrics",
+                                data={"step": progress.step, **metrics})
+            path = checkpoint.save(root, model, optimizer, scheduler, progress)
+            self._register_checkpoint(path, progress, epoch + 1, metrics)
+
+    def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
+                       position: int) -> None:
+        control = self.jobs.get(self.job.id).control
+        if control not in ("pause", "cancel"):
+            return
+        progress.epoch, progress.position = epoch, position
+        checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
+                        scheduler, progress)
+        status = "paused" if control == "pause" else "cancelled"
+        self.jobs.update(self.job.id, status=status, control=None)
+        self.jobs.event(self.job.id, f"Job {status} at step {progress.step}; checkpoint saved")
+        raise JobStopped
+
+    def _register_checkpoint(self, path: Path, progress, epoch: int, metrics: dict) -> None:
+        model_id = f"{self.job.model_id}:ckpt-step-{progress.step}"
+        registry = AdapterRegistry(self.db, self.data_dir, self.job.model)
+        if registry.get(model_id) is None:
+            registry.register(self.job.tenant, "", path, model_id=model_id,
+                              origin="checkpoint", job_id=self.job.id)
+        self.jobs.add_checkpoint(self.job.id, progress.step, epoch, model_id, metrics,
+                                 str(path))
+        self.jobs.event(self.job.id, f"Checkpoint created at step {progress.step}: {model_id}")
+
+    def _finish(self, model, progress) -> None:
+        job = self.job
+        registry = AdapterRegistry(self.db, self.data_dir, job.model)
+        with tempfile.TemporaryDirectory(dir=self.data_dir) as tmp:
+            model.save_pretrained(tmp)
+            if registry.get(job.model_id) is None:
+                registry.register(job.tenant, "", Path(tmp), model_id=job.model_id,
+                                  origin="fine-tune", job_id=job.id)
+        results = self.files.create(job.tenant, f"{job.id}-results.csv", "fine-tune-results",
+                                    _results_csv(progress.history))
+        self.jobs.event(job.id, f"New fine-tuned model created: {job.model_id}")
+        self.jobs.update(job.id, status="succeeded", fine_tuned_model=job.model_id,
+                         trained_tokens=progress.trained_tokens, result_files=[results.id])
+        self.jobs.event(job.id, "The job has successfully completed")
+
+    def _fail(self, code: str, message: str, param: str | None = None) -> int:
+        self.jobs.update(self.job.id, status="failed",
+                         error={"code": code, "message": message, "param": param})
+        self.jobs.event(self.job.id, message, level="error")
+        return 0
+
+
+def _results_csv(history: list[dict]) -> bytes:
+    out = io.StringIO()
+    columns = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in history:
+        writer.writerow({k: row.get(k, "") for k in columns})
+    return out.getvalue().encode()
+
+
+def run(config: TrainerConfig, tokenizer: Any) -> int:
+    """Process entry point. Returns non-zero when the job should be retried (it stays running
+    in the database, so the scheduler requeues it)."""
+    trainer = Trainer(config, tokenizer)
+    if trainer.job is None or trainer.job.status != "running":
+        return 0
+    try:
+        return trainer.run()
+    except ExecutorUnavailable:
+        log.exception("job %s lost the executor", config.job_id)
+        trainer.jobs.event(config.job_id, "The executor is unavailable; the job will resume "
+                           "from its latest checkpoint", level="warn")
+        return 75
+    except Exception as exc:
+        log.exception("job %s failed", config.job_id)
+        return trainer._fail("internal_error", f"The job failed: {type(exc).__name__}: {exc}")
