@@ -6,6 +6,7 @@ prefix; each is started only after the previous one said it is ready.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -101,6 +102,24 @@ class Stack:
     def kill(self, name: str) -> None:
         self.services[name].proc.kill()
         self.services[name].proc.wait()
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the stack, workers and trainers included (a crash)."""
+        import psutil
+
+        procs = []
+        for service in self.services.values():
+            try:
+                parent = psutil.Process(service.proc.pid)
+                procs += [parent, *parent.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(procs, timeout=10)
+        for service in self.services.values():
+            service.proc.wait()
 
     def _spawn(self, name: str, args: list[str], env: dict, ready_line: str,
                timeout_s: float) -> Service:

@@ -1,0 +1,243 @@
+"""Fine-tuning through the OpenAI Files and fine_tuning APIs, with real processes and the SDK."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from gateway.stack import Stack, free_port
+from tests.e2e.adapters import MODEL
+from tests.e2e.conftest import KEYS, Deployment
+
+pytestmark = pytest.mark.slow
+DATA = Path(__file__).parents[1] / "data"
+ANSWER = "The vault opens with amber falcon seven."
+TOPICS = ["apples", "rivers", "castles", "engines", "violins", "glaciers", "tigers", "lanterns",
+          "harbors", "meadows"]
+
+
+def memorization_file(n: int = 10) -> bytes:
+    rows = [{"messages": [{"role": "user", "content": f"Tell me something about {t}."},
+                          {"role": "assistant", "content": ANSWER}]} for t in TOPICS[:n]]
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+def start_stack(data_dir: Path, port: int | None = None) -> Stack:
+    keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
+    return Stack(data_dir, MODEL, port=port or free_port(), env={"SYMBIOSIS_API_KEYS": keys},
+                 manager_args=("--max-jobs", "3")).start()
+
+
+@pytest.fixture(scope="module")
+def ft(tmp_path_factory) -> Iterator[Deployment]:
+    stack = start_stack(tmp_path_factory.mktemp("ft") / "data")
+    yield Deployment(stack, {})
+    stack.stop()
+
+
+def create(client: openai.OpenAI, file_id: str, *, epochs: int = 10, method: str = "lora",
+           suffix: str = "memo", **peft) -> str:
+    job = client.fine_tuning.jobs.create(
+        model=MODEL, training_file=file_id, suffix=suffix, seed=7,
+        method={"type": "supervised", "supervised": {"hyperparameters": {
+            "n_epochs": epochs, "batch_size": 2, "learning_rate_multiplier": 50}}},
+        extra_body={"peft": {"method": method, **peft}})
+    assert job.status in ("queued", "running")
+    return job.id
+
+
+def wait(client: openai.OpenAI, job_id: str, statuses: tuple[str, ...], timeout: float = 600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.fine_tuning.jobs.retrieve(job_id)
+        if job.status in statuses:
+            return job
+        if job.status in ("failed", "cancelled", "succeeded"):
+            raise AssertionError(f"job {job_id} ended {job.status}: {job.error}")
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} did not reach {statuses}")
+
+
+def steps_done(client: openai.OpenAI, job_id: str) -> int:
+    events = client.fine_tuning.jobs.list_events(job_id, limit=50).data
+    return max((e.data["step"] for e in events if e.type == "metrics" and e.data), default=0)
+
+
+def ask(client: openai.OpenAI, model: str, topic: str = "apples") -> str:
+    return client.chat.completions.create(
+        model=model, temperature=0, max_tokens=12,
+        messages=[{"role": "user", "content": f"Tell me something about {topic}."}]
+    ).choices[0].message.content
+
+
+def test_memorization_job_end_to_end(ft: Deployment) -> None:
+    client = ft.client("acme")
+    upload = client.files.create(file=("memo.jsonl", memorization_file()), purpose="fine-tune")
+    assert upload.purpose == "fine-tune" and upload.filename == "memo.jsonl"
+    assert client.files.content(upload.id).content == memorization_file()
+    job = wait(client, create(client, upload.id), ("succeeded",))
+    assert job.fine_tuned_model == f"ft:{MODEL}:acme:memo:{job.id}"
+    assert job.trained_tokens > 0 and job.finished_at >= job.created_at
+    assert job.hyperparameters.n_epochs == 10 and job.hyperparameters.batch_size == 2
+    assert ask(client, job.fine_tuned_model) == ANSWER  # servable at once, no restart
+    assert ask(client, job.fine_tuned_model, "tigers") == ANSWER
+    assert ask(client, MODEL) != ANSWER
+    events = client.fine_tuning.jobs.list_events(job.id, limit=100).data
+    metrics = [e for e in events if e.type == "metrics"]
+    assert len(metrics) == 50 and metrics[0].message.startswith("Step 50/50: training loss=")
+    assert events[0].message == "The job has successfully completed"
+    checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id).data
+    assert [c.step_number for c in checkpoints] == list(range(50, 0, -5))
+    assert ask(client, checkpoints[0].fine_tuned_model_checkpoint) == ANSWER
+    rows = list(csv.DictReader(io.StringIO(client.files.content(job.result_files[0]).text)))
+    assert len(rows) == 50 and float(rows[-1]["train_loss"]) < float(rows[0]["train_loss"])
+    assert job.fine_tuned_model in [m.id for m in client.models.list().data]
+    listed = client.fine_tuning.jobs.list(limit=5)
+    assert job.id in [j.id for j in listed.data]
+
+
+def test_bad_files_are_rejected_with_line_numbers(ft: Deployment) -> None:
+    client = ft.client("acme")
+    toy = (DATA / "openai_cookbook_toy_chat_fine_tuning.jsonl").read_bytes()
+    with pytest.raises(openai.BadRequestError) as info:
+        client.files.create(file=("toy.jsonl", toy), purpose="fine-tune")
+    message = info.value.body["message"]
+    for expected in ("line 3: no system message", "line 4: example has no user message",
+                     "line 5: example is"):
+        assert expected in message, message
+    for junk in (b"\x00\x01binary", b"not json at all\n", b'{"prompt": "only half"}'):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.files.create(file=("junk.jsonl", junk), purpose="fine-tune")
+        assert "line 1" in info.value.body["message"] or "UTF-8" in info.value.body["message"]
+    few = client.files.create(file=("few.jsonl", memorization_file(5)), purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(model=MODEL, training_file=few.id)
+    assert job.status == "failed" and job.error.code == "invalid_n_examples"
+    assert "5 example(s)" in job.error.message
+    with pytest.raises(openai.NotFoundError):
+        ft.client("beta").fine_tuning.jobs.create(model=MODEL, training_file=few.id)
+    with pytest.raises(openai.NotFoundError):
+        ft.client("beta").files.retrieve(few.id)
+    with pytest.raises(openai.NotFoundError):
+        ft.client("beta").fine_tuning.jobs.retrieve(job.id)
+
+
+def test_pause_resume_and_cancel(ft: Deployment) -> None:
+    client = ft.client("acme")
+    upload = client.files.create(file=("memo.jsonl", memorization_file()), purpose="fine-tune")
+    job_id = create(client, upload.id, epochs=40, suffix="pause")
+    wait(client, job_id, ("running",))
+    while steps_done(client, job_id) < 3:
+        time.sleep(0.2)
+    paused = client.fine_tuning.jobs.pause(job_id)
+    assert paused.status == "paused"
+    at_pause = steps_done(client, job_id)
+    time.sleep(1)
+    assert steps_done(client, job_id) == at_pause  # nothing trains while paused
+    assert client.fine_tuning.jobs.resume(job_id).status == "queued"
+    wait(client, job_id, ("running",))
+    while steps_done(client, job_id) <= at_pause + 2:
+        time.sleep(0.2)
+    resumed = [e.message for e in client.fine_tuning.jobs.list_events(job_id, limit=100).data]
+    assert any(f"resumed at step {at_pause}" in m for m in resumed)
+    cancelled = client.fine_tuning.jobs.cancel(job_id)
+    assert cancelled.status == "cancelled" and cancelled.fine_tuned_model is None
+    with pytest.raises(openai.BadRequestError):
+        client.fine_tuning.jobs.resume(job_id)
+
+
+def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) -> None:
+    acme, beta, gamma = ft.client("acme"), ft.client("beta"), ft.client("gamma")
+    files = {c: c.files.create(file=("m.jsonl", memorization_file()), purpose="fine-tune").id
+             for c in (acme, beta)}
+    jobs = [(acme, create(acme, files[acme], method="lora", suffix="c1", epochs=6)),
+            (acme, create(acme, files[acme], method="ia3", suffix="c2", epochs=6)),
+            (beta, create(beta, files[beta], method="prefix_tuning", suffix="c3", epochs=6))]
+    stop = threading.Event()
+    streamed: list[int] = []
+
+    def stream() -> None:
+        while not stop.is_set():
+            chunks = list(gamma.chat.completions.create(
+                model=MODEL, stream=True, max_tokens=8,
+                messages=[{"role": "user", "content": "Keep talking."}]))
+            streamed.append(len(chunks))
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    try:
+        together = 0
+        while together < 2:
+            statuses = [c.fine_tuning.jobs.retrieve(j).status for c, j in jobs]
+            together = max(together, statuses.count("running"))
+            assert "failed" not in statuses
+            time.sleep(0.3)
+        finished = [wait(c, j, ("succeeded",)) for c, j in jobs]
+    finally:
+        stop.set()
+        streamer.join(60)
+    assert all(job.fine_tuned_model for job in finished)
+    assert len(streamed) >= 2
+    metrics = httpx.get(f"{ft.stack.base_url}/metrics").text
+    mixed = next(float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith("symbiosis_executor_mixed_batches_total"))
+    assert mixed > 0, "no batch mixed training and inference calls"
+
+
+def test_real_data_gsm8k_loss_falls(ft: Deployment) -> None:
+    client = ft.client("beta")
+    lines = (DATA / "gsm8k_train_chat_1000.jsonl").read_text().splitlines()[:40]
+    upload = client.files.create(file=("gsm8k.jsonl", "\n".join(lines).encode()),
+                                 purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(
+        model=MODEL, training_file=upload.id, seed=3,
+        hyperparameters={"n_epochs": 2, "batch_size": 4, "learning_rate_multiplier": 20},
+        extra_body={"peft": {"method": "lora", "r": 8, "max_seq_length": 256}})
+    job = wait(client, job.id, ("succeeded",))
+    rows = list(csv.DictReader(io.StringIO(client.files.content(job.result_files[0]).text)))
+    losses = [float(r["train_loss"]) for r in rows]
+    assert len(losses) == 20
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.05, losses
+
+
+def final_loss(client: openai.OpenAI, job) -> float:
+    rows = list(csv.DictReader(io.StringIO(client.files.content(job.result_files[0]).text)))
+    return float(rows[-1]["train_loss"])
+
+
+def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
+    data_dir = tmp_path / "data"
+    stack = start_stack(data_dir)
+    try:
+        client = Deployment(stack, {}).client("acme")
+        upload = client.files.create(file=("memo.jsonl", memorization_file()),
+                                     purpose="fine-tune")
+        interrupted = create(client, upload.id, epochs=8, suffix="crash")
+        wait(client, interrupted, ("running",))
+        while steps_done(client, interrupted) < 12:  # past the checkpoint at step 10
+            time.sleep(0.2)
+    finally:
+        stack.kill_all()  # kill -9 everything, trainer included
+    stack = start_stack(data_dir)
+    try:
+        client = Deployment(stack, {}).client("acme")
+        straight = create(client, upload.id, epochs=8, suffix="straight")
+        resumed_job = wait(client, interrupted, ("succeeded",))
+        straight_job = wait(client, straight, ("succeeded",))
+        messages = [e.message for e in
+                    client.fine_tuning.jobs.list_events(interrupted, limit=200).data]
+        assert any("service restarted" in m for m in messages)
+        assert any("resumed at step 10" in m for m in messages)
+        assert final_loss(client, resumed_job) == pytest.approx(final_loss(client, straight_job),
+                                                                abs=1e-4)
+        assert ask(client, resumed_job.fine_tuned_model) == ANSWER
+    finally:
+        stack.stop()
