@@ -194,11 +194,13 @@ def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) ->
 
 def test_real_data_gsm8k_loss_falls(ft: Deployment) -> None:
     client = ft.client("beta")
-    lines = (DATA / "gsm8k_train_chat_1000.jsonl").read_text().splitlines()[:40]
-    upload = client.files.create(file=("gsm8k.jsonl", "\n".join(lines).encode()),
+    lines = (DATA / "gsm8k_train_chat_1000.jsonl").read_text().splitlines()
+    upload = client.files.create(file=("gsm8k.jsonl", "\n".join(lines[:40]).encode()),
                                  purpose="fine-tune")
+    valid = client.files.create(file=("valid.jsonl", "\n".join(lines[900:910]).encode()),
+                                purpose="fine-tune")
     job = client.fine_tuning.jobs.create(
-        model=MODEL, training_file=upload.id, seed=3,
+        model=MODEL, training_file=upload.id, validation_file=valid.id, seed=3,
         hyperparameters={"n_epochs": 2, "batch_size": 4, "learning_rate_multiplier": 20},
         extra_body={"peft": {"method": "lora", "r": 8, "max_seq_length": 256}})
     job = wait(client, job.id, ("succeeded",))
@@ -206,6 +208,12 @@ def test_real_data_gsm8k_loss_falls(ft: Deployment) -> None:
     losses = [float(r["train_loss"]) for r in rows]
     assert len(losses) == 20
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.05, losses
+    valid_losses = [float(r["valid_loss"]) for r in rows if r["valid_loss"]]
+    assert len(valid_losses) == 2 and valid_losses[1] < valid_losses[0]
+    checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id).data
+    assert [c.step_number for c in checkpoints] == [20, 10]
+    assert all(c.metrics.valid_loss is not None and c.metrics.train_loss is not None
+               for c in checkpoints)
 
 
 def final_loss(client: openai.OpenAI, job) -> float:

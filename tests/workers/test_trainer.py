@@ -127,3 +127,41 @@ def test_chat_labels_cover_exactly_the_assistant_messages(tokenizer) -> None:
     ours = [label != IGNORE for label in labels]
     weighted_out = [i for i, m in enumerate(mask) if m and not ours[i]]
     assert tokenizer.decode([ids[i] for i in weighted_out]).startswith("Ignored.")
+
+
+def test_gradient_accumulation_equals_one_big_batch(tokenizer) -> None:
+    from tests.peft_reference import build_pair
+    from workers import LocalExecutor
+    from workers.training.data import Example, prompt_completion_example
+    from workers.training.loop import Hyperparameters, micro_batches, optimizer_for, train_step
+
+    examples = [Example(*prompt_completion_example(r["prompt"], r["completion"], tokenizer))
+                for r in gsm8k(4)]
+    results = []
+    for micro in (100_000, 150):  # one piece, then micro-batches of ~150 padded tokens
+        _, model = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+        model.train()
+        hp = Hyperparameters(1, 4, 1e-2, warmup_ratio=0.0, micro_batch_tokens=micro)
+        optimizer, schedule = optimizer_for(model, hp, 1)
+        loss = train_step(model, examples, tokenizer.eos_token_id, optimizer, schedule, hp).loss
+        results.append((loss, {n: p.detach().clone() for n, p in model.named_parameters()
+                               if p.requires_grad}))
+    assert len(micro_batches(examples, 150)) > 1
+    (loss_a, params_a), (loss_b, params_b) = results
+    assert loss_a == pytest.approx(loss_b, abs=1e-5)
+    assert max((params_a[k] - params_b[k]).abs().max().item() for k in params_a) < 1e-5
+
+
+def test_queued_jobs_are_claimed_fairly_across_tenants(tmp_path) -> None:
+    db = Database(tmp_path / "state.db")
+    jobs = JobStore(db)
+    created = []
+    for tenant in ("flood", "flood", "flood", "quiet", "flood"):
+        job = jobs.create(tenant, MODEL, "file-x", None, None, 1, {}, {"type": "lora"}, None)
+        jobs.update(job.id, status="queued")
+        created.append(job)
+    first = jobs.claim(2)
+    assert [j.tenant for j in first] == ["flood", "quiet"]  # quiet is not stuck behind flood
+    assert jobs.claim(2) == []  # two are running: at capacity
+    jobs.update(first[0].id, status="succeeded")
+    assert [j.id for j in jobs.claim(2)] == [created[1].id]  # then the oldest waiting

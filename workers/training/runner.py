@@ -151,7 +151,9 @@ class Trainer:
                                       "train_mean_token_accuracy": result.accuracy,
                                       "epoch": epoch + 1})
             progress.epoch, progress.position = epoch + 1, 0
-            metrics = dict(progress.history[-1])
+            last = progress.history[-1]
+            metrics = {"step": last["step"], "train_loss": last["train_loss"],
+                       "train_mean_token_accuracy": last["train_accuracy"]}
             if valid:
                 model.eval()
                 metrics["valid_loss"], metrics["valid_mean_token_accuracy"] = evaluate(
