@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 
+from bench.group import Group, GroupResult
+from bench.scenarios.common import client
 from workers import ExecutorClient
+
+KINDS = ("decode", "prefill", "train")
 
 
 @dataclass(frozen=True)
@@ -28,76 +29,49 @@ class Mix:
         counts = {}
         for part in text.split(","):
             kind, _, n = part.partition("=")
-            if kind not in ("decode", "prefill", "train"):
+            if kind not in KINDS:
                 raise ValueError(f"unknown workload kind {kind!r}")
             counts[kind] = int(n or 1)
         return cls(counts)
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run(endpoint: str, model: str, mix: Mix, *, duration: float = 20.0,
-        ranks: tuple[int, ...] = (8,), methods: tuple[str, ...] = ("lora",),
-        options: dict[str, int] | None = None) -> dict:
-    """Start every client, wait until all have built their models, start them together."""
-    procs, i = [], 0
+        ranks: tuple[int, ...] = (8,), methods: tuple[str, ...] = ("lora",)) -> dict:
+    """Clients forked from a preloaded parent (as the worker manager starts them)."""
+    argvs, i = [], 0
     for kind, count in mix.counts.items():
         for _ in range(count):
-            args = [sys.executable, "-m", "bench.workload", "--endpoint", endpoint, "--model",
-                    model, "--kind", kind, "--method", methods[i % len(methods)], "--rank",
-                    str(ranks[i % len(ranks)]), "--duration", str(duration), "--seed", str(i)]
-            for key, value in (options or {}).items():
-                args += [f"--{key}", str(value)]
-            procs.append(subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, text=True,
-                                          env={**os.environ, "OMP_NUM_THREADS": "1",
-                                               "OMP_WAIT_POLICY": "PASSIVE"}))
+            argvs.append(client(kind, side="ours", model=model, endpoint=endpoint,
+                                method=methods[i % len(methods)], rank=ranks[i % len(ranks)],
+                                duration=duration))
             i += 1
-    for proc in procs:
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"a load client failed to start (exit {proc.wait()})")
     probe = ExecutorClient(endpoint, name="loadgen")
     before = json.loads(probe.stats())
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    results = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=duration + 600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"a load client failed (exit {proc.returncode})")
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    result = Group(argvs, forked=True).run()
     after = json.loads(probe.stats())
     probe.close()
-    return summarize(results, before, after, duration)
+    return summarize(result, before, after)
 
 
-def summarize(results: list[dict], before: dict, after: dict, duration: float) -> dict:
+def summarize(result: GroupResult, before: dict, after: dict) -> dict:
     summary: dict[str, dict] = {}
-    for kind in ("decode", "prefill", "train"):
-        mine = [r for r in results if r["kind"] == kind]
-        if not mine:
+    for kind in KINDS:
+        if not any(r["kind"] == kind for r in result.results):
             continue
-        latencies = [x for r in mine for x in r["latencies"]]
-        tokens = sum(len(r["latencies"]) * r["tokens_per_unit"] for r in mine)
         summary[kind] = {
-            "clients": len(mine), "units": len(latencies),
-            "tokens_per_s": tokens / duration,
-            "latency_mean_ms": 1e3 * statistics.fmean(latencies) if latencies else float("nan"),
-            "latency_p50_ms": 1e3 * percentile(latencies, 0.50),
-            "latency_p99_ms": 1e3 * percentile(latencies, 0.99),
+            "clients": sum(r["kind"] == kind for r in result.results),
+            "tokens_per_s": result.tokens_per_s(kind),
+            "latency_mean_ms": result.latency_ms(kind=kind),
+            "latency_p50_ms": result.latency_ms(0.5, kind),
+            "latency_p99_ms": result.latency_ms(0.99, kind),
         }
     batches = {}
     for kind in ("inference", "training"):
-        calls = after["kinds"][kind]["calls"] - before["kinds"][kind]["calls"]
-        n = after["kinds"][kind]["batch_calls"]["sum"] - before["kinds"][kind]["batch_calls"]["sum"]
-        count = after["kinds"][kind]["batches"] - before["kinds"][kind]["batches"]
-        batches[kind] = {"calls": calls, "mean_batch_calls": n / count if count else 0.0}
+        b, a = before["kinds"][kind], after["kinds"][kind]
+        count = a["batches"] - b["batches"]
+        calls = a["batch_calls"]["sum"] - b["batch_calls"]["sum"]
+        batches[kind] = {"calls": a["calls"] - b["calls"],
+                         "mean_batch_calls": calls / count if count else 0.0}
     summary["executor"] = batches
     return summary
 
@@ -106,11 +80,10 @@ def table(summary: dict) -> str:
     lines = ["| kind | clients | tokens/s | mean ms | p50 ms | p99 ms |",
              "|---|---|---|---|---|---|"]
     for kind, s in summary.items():
-        if kind == "executor":
-            continue
-        lines.append(f"| {kind} | {s['clients']} | {s['tokens_per_s']:.1f} | "
-                     f"{s['latency_mean_ms']:.1f} | {s['latency_p50_ms']:.1f} | "
-                     f"{s['latency_p99_ms']:.1f} |")
+        if kind != "executor":
+            lines.append(f"| {kind} | {s['clients']} | {s['tokens_per_s']:.1f} | "
+                         f"{s['latency_mean_ms']:.1f} | {s['latency_p50_ms']:.1f} | "
+                         f"{s['latency_p99_ms']:.1f} |")
     return "\n".join(lines)
 
 
@@ -127,8 +100,7 @@ def main() -> None:
     summary = run(args.endpoint, args.model, Mix.parse(args.mix), duration=args.duration,
                   ranks=tuple(int(r) for r in args.ranks.split(",")),
                   methods=tuple(args.methods.split(",")))
-    sys.stdout.write(table(summary) + "\n")
-    sys.stdout.write(json.dumps(summary["executor"]) + "\n")
+    sys.stdout.write(table(summary) + "\n" + json.dumps(summary["executor"]) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""One load-generating client: a remote model with its own adapter, running one workload.
+"""One benchmark client: a model with its own adapter running one workload, either side.
 
-`python -m bench.workload --endpoint E --model M --kind decode|prefill|train ...` builds its
-model, prints "ready", waits for a line on stdin (the start signal, sent to all clients at once),
-runs for the duration and prints its measurements as JSON.
+    python -m bench.workload --side ours|plain --model M [--endpoint E] --kind decode|prefill|train
+        --sync-dir D --index I [--duration S] ...
+
+`ours` is a remote model on the shared executor; `plain` is transformers + peft with its own copy
+of the weights (the baseline). The client builds its model, writes D/I.ready, waits for D/go,
+runs for the duration and writes its measurements to D/I.json.
 """
 
 from __future__ import annotations
@@ -10,23 +13,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
-from peft import IA3Config, LoraConfig, PrefixTuningConfig, PromptTuningConfig, get_peft_model
+from peft import (
+    IA3Config,
+    LoraConfig,
+    PrefixTuningConfig,
+    PromptTuningConfig,
+    get_peft_model,
+)
 
-from workers import remote_model
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 def adapter(method: str, rank: int):
     if method == "lora":
-        return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "k_proj",
-                                                                       "v_proj", "o_proj"])
+        return LoraConfig(task_type="CAUSAL_LM", r=rank, lora_alpha=2 * rank,
+                          target_modules=LORA_TARGETS)
     if method == "ia3":
-        return IA3Config(target_modules=["k_proj", "v_proj", "down_proj"],
+        return IA3Config(task_type="CAUSAL_LM", target_modules=["k_proj", "v_proj", "down_proj"],
                          feedforward_modules=["down_proj"])
     if method == "prefix_tuning":
         return PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8)
@@ -35,25 +44,68 @@ def adapter(method: str, rank: int):
     raise ValueError(method)
 
 
+def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
+          privacy: bool = False):
+    if side == "plain":
+        from transformers import AutoModelForCausalLM
+
+        from executor.models import resolve_model
+
+        base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
+    else:
+        from workers import remote_model
+
+        base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=privacy)
+    torch.manual_seed(seed)
+    return get_peft_model(base, adapter(method, rank))
+
+
 def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator) -> list[float]:
+    """generate() calls; one latency per generated token (the call's time / tokens)."""
+    model.eval()
     latencies = []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (1, prompt), generator=rng)
+        started = time.perf_counter()
         with torch.no_grad():
-            out = model(input_ids=ids, use_cache=True)
-            past = out.past_key_values
-            token = out.logits[:, -1:].argmax(-1)
-            for _ in range(tokens):
-                started = time.perf_counter()
-                out = model(input_ids=token, past_key_values=past, use_cache=True)
-                past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
-                latencies.append(time.perf_counter() - started)
-                if time.monotonic() >= until:
-                    break
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                           max_new_tokens=tokens, min_new_tokens=tokens)
+        latencies += [(time.perf_counter() - started) / tokens] * tokens
+    return latencies
+
+
+def build_mixed(model: str, ranks: list[int]):
+    """One plain model holding several LoRA adapters (peft's mixed-adapter batches)."""
+    from transformers import AutoModelForCausalLM
+
+    from executor.models import resolve_model
+
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(model)),
+                                adapter("lora", ranks[0]), adapter_name="a0")
+    for i, rank in enumerate(ranks[1:], start=1):
+        peft_model.add_adapter(f"a{i}", adapter("lora", rank))
+    return peft_model
+
+
+def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
+                 rng: torch.Generator) -> list[float]:
+    """One generate() over n sequences, each with its own adapter; per-sequence token latency."""
+    model.eval()
+    names = [f"a{i}" for i in range(n)]
+    latencies = []
+    while time.monotonic() < until:
+        ids = torch.randint(0, 50000, (n, prompt), generator=rng)
+        started = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                           max_new_tokens=tokens, min_new_tokens=tokens, adapter_names=names)
+        latencies += [(time.perf_counter() - started) / tokens] * (tokens * n)
     return latencies
 
 
 def prefill(model, length: int, until: float, rng: torch.Generator) -> list[float]:
+    model.eval()
     latencies = []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (1, length), generator=rng)
@@ -65,54 +117,76 @@ def prefill(model, length: int, until: float, rng: torch.Generator) -> list[floa
 
 
 def train(model, batch: int, length: int, until: float, rng: torch.Generator) -> list[float]:
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    """A Trainer-style loop: AdamW, labels = inputs, gradient clipping."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
     model.train()
     latencies = []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (batch, length), generator=rng)
         started = time.perf_counter()
         model(input_ids=ids, labels=ids).loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad()
         latencies.append(time.perf_counter() - started)
     return latencies
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--endpoint", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--kind", choices=["decode", "prefill", "train"], required=True)
-    parser.add_argument("--method", default="lora")
-    parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument("--duration", type=float, default=20)
-    parser.add_argument("--prompt", type=int, default=16)
-    parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    model = get_peft_model(remote_model(args.model, args.endpoint,
-                                        client_name=f"{args.kind}-{args.seed}"),
-                           adapter(args.method, args.rank))
-    model.eval()
-    rng = torch.Generator().manual_seed(args.seed)
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
-    sys.stdin.readline()
-    until = time.monotonic() + args.duration
-    if args.kind == "decode":
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.workload")
+    p.add_argument("--side", choices=["ours", "plain"], default="ours")
+    p.add_argument("--endpoint")
+    p.add_argument("--model", required=True)
+    p.add_argument("--kind", choices=["decode", "prefill", "train"], required=True)
+    p.add_argument("--method", default="lora")
+    p.add_argument("--rank", type=int, default=8)
+    p.add_argument("--privacy", action="store_true")
+    p.add_argument("--adapters", type=int, default=0,
+                   help="plain only: one model with this many LoRA adapters, mixed batches")
+    p.add_argument("--sync-dir", type=Path, required=True)
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--duration", type=float, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--length", type=int, default=128)
+    p.add_argument("--batch", type=int, default=2)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.adapters:
+        ranks = [(8, 16, 32, 64)[i % 4] for i in range(args.adapters)]
+        model = build_mixed(args.model, ranks)
+    else:
+        model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
+                      args.privacy)
+    rng = torch.Generator().manual_seed(args.index)
+    sync: Path = args.sync_dir
+    (sync / f"{args.index}.ready").touch()
+    while not (sync / "go").exists():
+        time.sleep(0.01)
+    started = time.monotonic()
+    until = started + args.duration
+    if args.kind == "decode" and args.adapters:
+        latencies = decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng)
+        per_unit = 1
+    elif args.kind == "decode":
         latencies, per_unit = decode(model, args.prompt, args.tokens, until, rng), 1
     elif args.kind == "prefill":
         latencies, per_unit = prefill(model, args.length, until, rng), args.length
     else:
         latencies, per_unit = train(model, args.batch, args.length, until, rng), \
             args.batch * args.length
-    sys.stdout.write(json.dumps({"kind": args.kind, "method": args.method, "rank": args.rank,
-                                 "latencies": latencies, "tokens_per_unit": per_unit,
-                                 "duration": args.duration}) + "\n")
+    result = {"kind": args.kind, "method": args.method, "rank": args.rank,
+              "latencies": latencies, "tokens_per_unit": per_unit,
+              "elapsed": time.monotonic() - started}
+    (sync / f"{args.index}.json").write_text(json.dumps(result))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

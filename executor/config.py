@@ -45,9 +45,12 @@ class ExecutorConfig:
         """Defaults from SYMBIOSIS_EXECUTOR_* environment variables, then explicit overrides."""
         env: dict[str, object] = {}
         for name, kind in (("model", str), ("bind", str), ("device", str), ("dtype", str),
-                           ("policy", str), ("max_wait_ms", float), ("threads", int)):
+                           ("policy", str), ("max_wait_ms", float), ("threads", int),
+                           ("curve_secret", str)):
             value = os.environ.get(f"SYMBIOSIS_EXECUTOR_{name.upper()}")
             if value:
-                env[name] = kind(value)
+                env["curve_secret_key" if name == "curve_secret" else name] = kind(value)
+        if "model" not in env and os.environ.get("SYMBIOSIS_MODEL"):
+            env["model"] = os.environ["SYMBIOSIS_MODEL"]
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**env)  # type: ignore[arg-type]

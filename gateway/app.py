@@ -66,8 +66,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
-        status = request.app.state.manager.status if request.app.state.manager.up else None
-        return Response(request.app.state.metrics.render(status),
+        state = request.app.state
+        status = state.manager.status if state.manager.up else None
+        return Response(state.metrics.render(status, state.jobs.count_by_status()),
                         media_type="text/plain; version=0.0.4")
 
     @app.middleware("http")

@@ -27,8 +27,13 @@ class Metrics:
         self.rejected = Counter("symbiosis_rejected", "Requests refused over a tenant limit",
                                 ["tenant", "reason"], registry=r)
 
-    def render(self, status: W.StatusReply | None, extra: str = "") -> bytes:
+    def render(self, status: W.StatusReply | None, jobs: dict[str, int] | None = None) -> bytes:
         lines = [generate_latest(self.registry).decode()]
+        if jobs is not None:
+            lines.append("# HELP symbiosis_jobs Fine-tuning jobs by status")
+            lines.append("# TYPE symbiosis_jobs gauge")
+            lines.extend(f'symbiosis_jobs{{status="{name}"}} {count}'
+                         for name, count in sorted(jobs.items()))
         if status is not None:
             lines.append("# TYPE symbiosis_workers gauge")
             states: dict[str, int] = {}
@@ -42,5 +47,4 @@ class Metrics:
             lines.append("# TYPE symbiosis_executor_up gauge")
             lines.append(f"symbiosis_executor_up {int(status.executor_ok)}")
             lines.append(status.executor_metrics)
-        lines.append(extra)
         return ("\n".join(line.rstrip("\n") for line in lines if line) + "\n").encode()

@@ -158,6 +158,13 @@ class JobStore:
                 claimed.append(job)
         return claimed
 
+    def count_by_status(self) -> dict[str, int]:
+        counts = dict.fromkeys(("validating_files", "queued", "running", "paused", "succeeded",
+                                "failed", "cancelled"), 0)
+        for row in self.db.query("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status"):
+            counts[row["status"]] = row["n"]
+        return counts
+
     def with_status(self, status: str) -> list[JobRecord]:
         return [JobRecord.from_row(r)
                 for r in self.db.query("SELECT * FROM jobs WHERE status = ?", (status,))]

@@ -39,7 +39,8 @@ class ExecutorClient:
         self.connect_timeout_s = connect_timeout_s
         self.heartbeat_s = heartbeat_s
         self.call_timeout_s = call_timeout_s
-        self.curve_server_key = curve_server_key
+        self.curve_server_key = curve_server_key or os.environ.get(
+            "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC") or None
         self._ctx = zmq.Context()
         self._lock = threading.Lock()
         self._socket: zmq.Socket | None = None

@@ -45,6 +45,7 @@ class ManagerConfig:
     pinned: frozenset[str] = field(default_factory=frozenset)  # "tenant|model" keys
     max_batch: int = 32
     worker_threads: int = 1
+    privacy: bool = False  # inference workers use privacy mode (see README)
     data_dir: str | None = None  # with it, the manager also runs the fine-tuning queue
     max_jobs: int = 0  # 0: sized to the machine
 
@@ -155,6 +156,7 @@ class Manager:
             "manager": self.worker_bind, "fallback": request.fallback,
             "adapter_path": request.adapter.path if request.adapter else None,
             "max_batch": self.config.max_batch, "threads": self.config.worker_threads,
+            "privacy": self.config.privacy,
         }
         self.spawner.spawn(config)
 
@@ -292,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=float(os.environ.get("SYMBIOSIS_WORKER_IDLE_S", "600")))
     parser.add_argument("--pin", action="append", default=[],
                         help="TENANT|MODEL never evicted (repeatable)")
+    parser.add_argument("--privacy", action="store_true",
+                        default=os.environ.get("SYMBIOSIS_PRIVACY", "") in ("1", "true"),
+                        help="workers mask what they send to the executor (float32 only)")
     parser.add_argument("--data-dir", default=os.environ.get("SYMBIOSIS_DATA_DIR"),
                         help="run the fine-tuning jobs recorded in this data dir")
     parser.add_argument("--max-jobs", type=int,
@@ -300,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = ManagerConfig(executor=args.executor, model=args.model, bind=args.bind,
                            max_workers=args.max_workers, idle_s=args.idle_s,
-                           pinned=frozenset(args.pin), data_dir=args.data_dir,
+                           pinned=frozenset(args.pin), privacy=args.privacy,
+                           data_dir=args.data_dir,
                            max_jobs=args.max_jobs)
     manager = Manager(config)
     for sig in (signal.SIGTERM, signal.SIGINT):

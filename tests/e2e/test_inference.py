@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import httpx
 import openai
@@ -255,3 +256,38 @@ def test_register_serve_and_delete_an_adapter_over_http(deployment: Deployment,
     assert client.models.delete("beta/uploaded").deleted
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="beta/uploaded", prompt=PROMPT, max_tokens=1)
+
+
+def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def sample() -> dict:
+        text = httpx.get(f"{deployment.stack.base_url}/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    before = sample()
+    deployment.client("acme").completions.create(model="acme/lora-a", prompt=PROMPT,
+                                                 max_tokens=5, temperature=0)
+    after = sample()
+
+    def moved(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    deadline = time.monotonic() + 10  # the executor's metrics come via the manager's 1 s probe
+    while not moved("symbiosis_executor_calls_total", kind="inference") and \
+            time.monotonic() < deadline:
+        time.sleep(0.5)
+        after = sample()
+
+    assert moved("symbiosis_requests_total", route="/v1/completions", status="200",
+                 tenant="acme") == 1
+    assert moved("symbiosis_tokens_total", tenant="acme", kind="completion") == 5
+    assert moved("symbiosis_request_seconds_count", route="/v1/completions") == 1
+    assert moved("symbiosis_executor_calls_total", kind="inference") > 0
+    assert after[("symbiosis_executor_up", ())] == 1
+    assert after[("symbiosis_workers", (("state", "ready"),))] >= 1
+    assert ("symbiosis_manager_worker_starts_total", ()) in after
+    assert ("symbiosis_jobs", (("status", "running"),)) in after
+    assert ("symbiosis_executor_queue_depth", ()) in after

@@ -40,6 +40,7 @@ class WorkerConfig:
     fallback: bool = False
     max_batch: int = 32
     threads: int = 1
+    privacy: bool = False  # mask activations and gradients sent to the executor
 
 
 @dataclass
@@ -83,7 +84,8 @@ def build_model(config: WorkerConfig) -> tuple[Any, bool]:
     from workers.build import remote_model
 
     torch.set_num_threads(config.threads)
-    base = remote_model(config.base, config.executor, client_name=config.key)
+    base = remote_model(config.base, config.executor, client_name=config.key,
+                        privacy=config.privacy)
     if config.adapter_path is None:
         return base, False
     try:

@@ -1,0 +1,99 @@
+"""`python -m bench run [--quick] [SCENARIO ...]` | `python -m bench list`.
+
+Runs each scenario for Symbiosis and for its baseline (plain transformers + peft) in the same run
+on the same machine, prints a markdown table, writes bench/results/latest.json and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+
+from bench import plots
+from bench.machine import describe
+from bench.measure import matmul_peak_gflops
+from bench.records import Record, table, write_json
+from bench.scenarios import inference, overhead, trace, training
+from bench.scenarios.common import Settings
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _with_plot(settings: Settings) -> list[Record]:
+    """Aggregate training tokens/s at N = 1, 2, 4, 8 jobs, small and large steps (+ plot)."""
+    records, curves = training.throughput(settings)
+    plots.throughput(curves, settings.results / "throughput.png")
+    return records
+
+
+SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
+    "memory": training.memory,
+    "capacity": training.capacity,
+    "throughput": _with_plot,
+    "decode": inference.decode,
+    "policies": trace.policy_records,
+    "mixed": inference.mixed,
+    "privacy": inference.privacy,
+    "overhead": overhead.per_call,
+    "methods": inference.methods,
+    "coldstart": overhead.cold_start,
+}
+QUICK_SKIP = {"capacity"}  # ~1B model: minutes per step on a small CPU
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--quick", action="store_true", help="short runs, fewer points (<10 min)")
+    run.add_argument("--toy", action="store_true",
+                     help="check the harness only: tiny model, 2 clients, 2-second windows")
+    run.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    run.add_argument("scenarios", nargs="*", choices=[*SCENARIOS, []], default=[])
+    sub.add_parser("list")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for name, fn in SCENARIOS.items():
+            summary = (fn.__doc__ or "").strip().splitlines() or [""]
+            sys.stdout.write(f"{name:12} {summary[0]}\n")
+        return 0
+    names = args.scenarios or [n for n in SCENARIOS if not (args.quick and n in QUICK_SKIP)]
+    torch.set_num_threads(os.cpu_count() or 2)
+    settings = Settings(quick=args.quick, toy=args.toy, results=args.out.parent,
+                        peak_gflops=matmul_peak_gflops(seconds=0.5 if args.toy else 3.0))
+    settings.results.mkdir(parents=True, exist_ok=True)
+    records: list[Record] = []
+    started = time.monotonic()
+    for name in names:
+        sys.stderr.write(f"== {name}\n")
+        t = time.monotonic()
+        try:
+            records += SCENARIOS[name](settings)
+        except Exception as exc:  # report and go on: one scenario must not lose the others
+            sys.stderr.write(f"scenario {name} failed: {type(exc).__name__}: {exc}\n")
+            records.append(Record(name, f"FAILED: {type(exc).__name__}: {exc}"[:120], float("nan"),
+                                  None))
+        sys.stderr.write(f"   {time.monotonic() - t:.0f} s\n")
+        write_json(args.out, records, _meta(argv, settings, started))
+    sys.stdout.write(table(records) + "\n")
+    return 0
+
+
+def _meta(argv: list[str] | None, settings: Settings, started: float) -> dict:
+    command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    return {"command": command, "machine": describe(), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "quick": settings.quick, "matmul_peak_gflops": settings.peak_gflops,
+            "elapsed_s": time.monotonic() - started}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""What every scenario shares: settings, client arguments, running both sides."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.executors import executor
+from bench.group import Group, GroupResult
+
+SPEED_MODEL = "llama-160m"
+CAPACITY_MODEL = "llama-1b"
+PARAMS_160M = 162e6
+
+
+@dataclass
+class Settings:
+    quick: bool = False
+    toy: bool = False  # checks the harness only: tiny model, 2 clients, 2-second windows
+    threads: int = field(default_factory=lambda: os.cpu_count() or 2)
+    peak_gflops: float = 0.0  # measured at the start of a run
+    results: Path = Path(__file__).parents[1] / "results"  # JSON and plots go here
+
+    @property
+    def model(self) -> str:
+        return "tiny-llama" if self.toy else SPEED_MODEL
+
+    @property
+    def capacity_model(self) -> str:
+        return "tiny-llama" if self.toy else CAPACITY_MODEL
+
+    @property
+    def duration(self) -> float:
+        return 2.0 if self.toy else 15.0 if self.quick else 30.0
+
+    def n(self, clients: int) -> int:
+        """A scenario's client count (2 in toy runs)."""
+        return min(clients, 2) if self.toy else clients
+
+
+def client(kind: str, *, side: str, model: str, endpoint: str | None = None, threads: int = 1,
+           **options: object) -> list[str]:
+    argv = ["--side", side, "--model", model, "--kind", kind, "--threads", str(threads)]
+    if endpoint:
+        argv += ["--endpoint", endpoint]
+    for key, value in options.items():
+        if value is True:
+            argv.append(f"--{key.replace('_', '-')}")
+        elif value is not False and value is not None:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def run_ours(settings: Settings, clients: list[dict], *, model: str | None = None,
+             policy: str = "opportunistic") -> GroupResult:
+    """Clients forked from a preloaded parent, against a fresh executor (counted in memory)."""
+    model = model or settings.model
+    with executor(model, policy=policy, threads=settings.threads) as (endpoint, pid):
+        argvs = [client(side="ours", model=model, endpoint=endpoint, **c) for c in clients]
+        return Group(argvs, forked=True, extra_pids=[pid]).run()
+
+
+def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None) -> GroupResult:
+    """Separate processes, each with its own copy of the model; the threads are shared out."""
+    model = model or settings.model
+    threads = max(1, settings.threads // len(clients))
+    argvs = [client(side="plain", model=model, threads=threads, **c) for c in clients]
+    return Group(argvs, forked=False).run()
+
+
+def gb(n_bytes: float) -> float:
+    return n_bytes / 2**30

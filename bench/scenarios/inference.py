@@ -1,0 +1,73 @@
+"""Inference scenarios: decode (4), mixed with training (6), privacy (7), PEFT methods (9)."""
+
+from __future__ import annotations
+
+from bench.group import Group
+from bench.records import Record
+from bench.scenarios.common import Settings, client, run_ours, run_plain
+
+RANKS = (8, 16, 32, 64)
+
+
+def tenants(n: int, duration: float, kind: str = "decode", methods=("lora",), **extra) -> list:
+    return [{"kind": kind, "method": methods[i % len(methods)], "rank": RANKS[i % 4],
+             "duration": duration, **extra} for i in range(n)]
+
+
+def decode(settings: Settings) -> list[Record]:
+    """8 tenants, each with its own LoRA adapter (ranks 8-64), greedy decode of 32 tokens."""
+    n = settings.n(8)
+    ours = run_ours(settings, tenants(n, settings.duration))
+    plain = run_plain(settings, tenants(n, settings.duration))
+    mixed = Group([client("decode", side="plain", model=settings.model, threads=settings.threads,
+                          adapters=n, duration=settings.duration)], forked=False).run()
+    return [
+        Record("4 decode", "8 tenants vs 8 processes: tokens/s", ours.tokens_per_s(),
+               plain.tokens_per_s(), "tok/s", ">= 3.0x"),
+        Record("4 decode", "8 tenants vs one peft process with mixed-adapter batches: tokens/s",
+               ours.tokens_per_s(), mixed.tokens_per_s(), "tok/s", ">= 1.0x",
+               note="ours keeps each tenant in its own process"),
+        Record("4 decode", "per-token latency vs 8 processes", ours.latency_ms(),
+               plain.latency_ms(), "ms", higher_is_better=False),
+        Record("4 decode", "memory (PSS) vs 8 processes", ours.peak_pss / 2**30,
+               plain.peak_pss / 2**30, "GB", higher_is_better=False),
+    ]
+
+
+def mixed(settings: Settings) -> list[Record]:
+    """6 inference tenants + 2 fine-tuning jobs against 8 inference tenants (both ours)."""
+    training = [{"kind": "train", "method": "lora", "rank": 8, "batch": 2, "length": 128,
+                 "duration": settings.duration}] * 2
+    inference = settings.n(8) - len(training) if not settings.toy else 1
+    training = training[:1] if settings.toy else training
+    with_jobs = run_ours(settings, tenants(inference, settings.duration) + training)
+    only = run_ours(settings, tenants(inference + len(training), settings.duration))
+    return [
+        Record("6 mixed", "inference per-token latency, 6 tenants + 2 jobs vs 8 tenants",
+               with_jobs.latency_ms(kind="decode"), only.latency_ms(kind="decode"), "ms",
+               "<= 1.2x", higher_is_better=False),
+        Record("6 mixed", "total tokens/s (inference + training) vs 8 tenants",
+               with_jobs.tokens_per_s(), only.tokens_per_s(), "tok/s"),
+    ]
+
+
+def privacy(settings: Settings) -> list[Record]:
+    """Privacy mode against plain split execution: decode and training throughput."""
+    out = []
+    for kind, extra in (("decode", {}), ("train", {"batch": 2, "length": 128})):
+        n = settings.n(4)
+        private = run_ours(settings, tenants(n, settings.duration, kind, privacy=True, **extra))
+        plain = run_ours(settings, tenants(n, settings.duration, kind, **extra))
+        out.append(Record("7 privacy", f"{kind} tokens/s, 4 tenants, privacy vs plain",
+                          private.tokens_per_s(), plain.tokens_per_s(), "tok/s", ">= 0.9x"))
+    return out
+
+
+def methods(settings: Settings) -> list[Record]:
+    """LoRA, IA3, prefix and prompt tuning served together, against LoRA only."""
+    mix = ("lora", "ia3", "prefix_tuning", "prompt_tuning")
+    n = 4 if settings.toy else 8
+    together = run_ours(settings, tenants(n, settings.duration, methods=mix))
+    lora = run_ours(settings, tenants(n, settings.duration))
+    return [Record("9 mixed PEFT methods", "decode tokens/s, 4 methods vs LoRA only",
+                   together.tokens_per_s(), lora.tokens_per_s(), "tok/s")]

@@ -1,0 +1,21 @@
+"""`python -m gateway.healthcheck [URL]`: exit 0 if GET URL (default /ready) answers 200."""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.request
+
+
+def main() -> int:
+    port = os.environ.get("SYMBIOSIS_PORT", "8000")
+    url = sys.argv[1] if len(sys.argv) > 1 else f"http://127.0.0.1:{port}/ready"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            return 0 if response.status == 200 else 1
+    except OSError:
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
