@@ -73,17 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     settings.results.mkdir(parents=True, exist_ok=True)
     records: list[Record] = []
     started = time.monotonic()
-    for name in names:
-        sys.stderr.write(f"== {name}\n")
-        t = time.monotonic()
-        try:
-            records += SCENARIOS[name](settings)
-        except Exception as exc:  # report and go on: one scenario must not lose the others
-            sys.stderr.write(f"scenario {name} failed: {type(exc).__name__}: {exc}\n")
-            records.append(Record(name, f"FAILED: {type(exc).__name__}: {exc}"[:120], float("nan"),
-                                  None))
-        sys.stderr.write(f"   {time.monotonic() - t:.0f} s\n")
-        write_json(args.out, records, _meta(argv, settings, started))
+    try:
+        for name in names:
+            sys.stderr.write(f"== {name}\n")
+            t = time.monotonic()
+            try:
+                records += SCENARIOS[name](settings)
+            except Exception as exc:  # report and go on: one scenario must not lose the others
+                sys.stderr.write(f"scenario {name} failed: {type(exc).__name__}: {exc}\n")
+                records.append(Record(name, f"FAILED: {type(exc).__name__}: {exc}"[:120],
+                                      float("nan"), None))
+            sys.stderr.write(f"   {time.monotonic() - t:.0f} s\n")
+            write_json(args.out, records, _meta(argv, settings, started))
+    finally:
+        settings.executors.close()
     sys.stdout.write(table(records) + "\n")
     return 0
 

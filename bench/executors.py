@@ -1,4 +1,4 @@
-"""Start and stop executor processes for benchmarks."""
+"""Executor processes for benchmarks: started on first use, kept for the run, then stopped."""
 
 from __future__ import annotations
 
@@ -12,37 +12,69 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+class ExecutorProcess:
+    def __init__(self, model: str, policy: str, threads: int | None, dtype: str) -> None:
+        path = Path(tempfile.mkdtemp(prefix="symb-bench-")) / "executor.sock"
+        self.endpoint = f"ipc://{path}"
+        args = [sys.executable, "-m", "executor", "--model", model, "--bind", self.endpoint,
+                "--policy", policy, "--dtype", dtype]
+        if threads:
+            args += ["--threads", str(threads)]
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        ready, log = threading.Event(), []
+
+        def pump() -> None:
+            for line in self.proc.stderr:
+                log.append(line)
+                if "executor ready" in line:
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + 900
+        while not ready.wait(0.2):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("executor failed to start:\n" + "".join(log[-30:]))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class ExecutorPool:
+    """One executor per (model, policy, threads, dtype), shared by a benchmark run's scenarios
+    (their clients come and go; the executor keeps nothing between calls)."""
+
+    def __init__(self) -> None:
+        self._running: dict[tuple, ExecutorProcess] = {}
+
+    def get(self, model: str, *, policy: str = "opportunistic", threads: int | None = None,
+            dtype: str = "float32") -> ExecutorProcess:
+        key = (model, policy, threads, dtype)
+        if key not in self._running or self._running[key].proc.poll() is not None:
+            self._running[key] = ExecutorProcess(model, policy, threads, dtype)
+        return self._running[key]
+
+    def close(self) -> None:
+        for process in self._running.values():
+            process.stop()
+        self._running.clear()
+
+
 @contextmanager
 def executor(model: str, *, policy: str = "opportunistic", threads: int | None = None,
-             dtype: str = "float32", extra: tuple[str, ...] = ()):
-    """Yields (endpoint, pid) of a running executor; stops it afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="symb-bench-")) / "executor.sock"
-    args = [sys.executable, "-m", "executor", "--model", model, "--bind", f"ipc://{path}",
-            "--policy", policy, "--dtype", dtype, *extra]
-    if threads:
-        args += ["--threads", str(threads)]
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
-    ready = threading.Event()
-    log: list[str] = []
-
-    def pump() -> None:
-        for line in proc.stderr:
-            log.append(line)
-            if "executor ready" in line:
-                ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + 600
-    while not ready.wait(0.2):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("executor failed to start:\n" + "".join(log[-30:]))
+             dtype: str = "float32"):
+    """A private executor for one measurement: yields (endpoint, pid)."""
+    process = ExecutorProcess(model, policy, threads, dtype)
     try:
-        yield f"ipc://{path}", proc.pid
+        yield process.endpoint, process.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        process.stop()

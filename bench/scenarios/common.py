@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.executors import executor
+from bench.executors import ExecutorPool
 from bench.group import Group, GroupResult
 
 SPEED_MODEL = "llama-160m"
 CAPACITY_MODEL = "llama-1b"
-PARAMS_160M = 162e6
+
+
+def matmul_params(model: str) -> int:
+    """Weights that take part in matmuls (all but the input embedding tables)."""
+    from safetensors import safe_open
+
+    from executor.models import resolve_model
+
+    total = 0
+    with safe_open(resolve_model(model) / "model.safetensors", "pt") as f:
+        for name in f.keys():  # noqa: SIM118 - safe_open has no iterator
+            if "embed" not in name and "wte" not in name and "wpe" not in name:
+                total += math.prod(f.get_slice(name).get_shape())
+    return total
 
 
 @dataclass
@@ -21,6 +35,7 @@ class Settings:
     threads: int = field(default_factory=lambda: os.cpu_count() or 2)
     peak_gflops: float = 0.0  # measured at the start of a run
     results: Path = Path(__file__).parents[1] / "results"  # JSON and plots go here
+    executors: ExecutorPool = field(default_factory=ExecutorPool)
 
     @property
     def model(self) -> str:
@@ -56,9 +71,9 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
              policy: str = "opportunistic") -> GroupResult:
     """Clients forked from a preloaded parent, against a fresh executor (counted in memory)."""
     model = model or settings.model
-    with executor(model, policy=policy, threads=settings.threads) as (endpoint, pid):
-        argvs = [client(side="ours", model=model, endpoint=endpoint, **c) for c in clients]
-        return Group(argvs, forked=True, extra_pids=[pid]).run()
+    process = settings.executors.get(model, policy=policy, threads=settings.threads)
+    argvs = [client(side="ours", model=model, endpoint=process.endpoint, **c) for c in clients]
+    return Group(argvs, forked=True, extra_pids=[process.pid]).run()
 
 
 def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None) -> GroupResult:

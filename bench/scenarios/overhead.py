@@ -39,7 +39,7 @@ def per_call(settings: Settings) -> list[Record]:
     from workers import ExecutorClient, remote_model
 
     torch.set_num_threads(1)
-    with executor(MODEL, threads=1) as (endpoint, _):
+    with executor(MODEL, threads=1) as (endpoint, _):  # a private one: nothing else on it
         client = ExecutorClient(endpoint, name="overhead")
         layer = next(s for s in client.layers if s.name.endswith("layers.0.self_attn.o_proj"))
         x = torch.randn(1, layer.in_features)

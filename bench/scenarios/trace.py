@@ -12,8 +12,6 @@ import asyncio
 import csv
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,12 +57,12 @@ async def _request(client: httpx.AsyncClient, tenant: int, prompt: int, output: 
     out.append({"sent": sent, "stamps": stamps, "tokens": len(stamps)})
 
 
-async def replay(base_url: str, trace: list[tuple]) -> list[dict]:
+async def replay(base_url: str, trace: list[tuple], tenants: int) -> list[dict]:
     results: list[dict] = []
     limits = httpx.Limits(max_connections=512)
     async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
         t0 = time.monotonic() + 1
-        await asyncio.gather(*(_request(client, i % TENANTS, p, o, at, t0, results)
+        await asyncio.gather(*(_request(client, i % tenants, p, o, at, t0, results)
                                for i, (at, p, o) in enumerate(trace)))
     return results
 
@@ -85,22 +83,22 @@ def summarize(results: list[dict]) -> dict:
             "requests": len(results)}
 
 
-def _adapters(root: Path, data_dir: Path, model: str) -> None:
+def _adapters(root: Path, data_dir: Path, model: str, tenants: int) -> None:
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
     from bench.workload import adapter
     from executor.models import resolve_model
+    from state.adapters import AdapterRegistry
+    from state.db import Database
 
-    for tenant in range(TENANTS):
+    registry = AdapterRegistry(Database(data_dir / "state.db"), data_dir, model)
+    for tenant in range(tenants):
         directory = root / f"adapter-{tenant}"
         base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
         get_peft_model(base, adapter("lora", (8, 16, 32, 64)[tenant % 4])).save_pretrained(
             directory)
-        subprocess.run([sys.executable, "-m", "gateway.cli", "adapters", "register",
-                        str(directory), "--tenant", f"t{tenant}", "--name", "adapter",
-                        "--model", model, "--data-dir", str(data_dir)], check=True,
-                       capture_output=True)
+        registry.register(f"t{tenant}", "adapter", directory)
 
 
 def policies(settings: Settings) -> tuple[list[Record], dict]:
@@ -108,23 +106,24 @@ def policies(settings: Settings) -> tuple[list[Record], dict]:
 
     n, stretch = (8, 0.5) if settings.toy else (40, 6.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
-    keys = ",".join(f"t{i}=sk-t{i}" for i in range(TENANTS))
+    tenants = settings.n(TENANTS)
+    keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
     summaries = {}
     for policy in ("eager", "lockstep", "opportunistic"):
         root = Path(tempfile.mkdtemp(prefix=f"symb-trace-{policy}-"))
-        _adapters(root, root / "data", settings.model)
+        _adapters(root, root / "data", settings.model, tenants)
         stack = Stack(root / "data", settings.model, port=free_port(),
                       env={"SYMBIOSIS_API_KEYS": keys},
                       executor_args=("--policy", policy, "--threads", str(settings.threads)))
         stack.start()
         try:
-            summaries[policy] = summarize(asyncio.run(replay(stack.base_url, trace)))
+            summaries[policy] = summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
         finally:
             stack.stop()
     eager, opp = summaries["eager"], summaries["opportunistic"]
     records = [Record("5 batching policies (Azure trace)", "throughput, opportunistic vs eager",
                       opp["tokens_per_s"], eager["tokens_per_s"], "tok/s", ">= 1.25x",
-                      note=f"{n} requests, 8 tenants, arrivals x{stretch:g}")]
+                      note=f"{n} requests, {tenants} tenants, arrivals x{stretch:g}")]
     for key, label in (("ttft_p50_ms", "time to first token p50"),
                        ("ttft_p99_ms", "time to first token p99"),
                        ("token_p50_ms", "per-token latency p50"),

@@ -5,13 +5,7 @@ from __future__ import annotations
 import psutil
 
 from bench.records import Record
-from bench.scenarios.common import (
-    PARAMS_160M,
-    Settings,
-    gb,
-    run_ours,
-    run_plain,
-)
+from bench.scenarios.common import Settings, gb, matmul_params, run_ours, run_plain
 
 LARGE = {"batch": 2, "length": 128}
 SMALL = {"batch": 1, "length": 32}
@@ -77,7 +71,8 @@ def throughput(settings: Settings) -> tuple[list[Record], dict]:
             records.append(Record("3 fine-tuning throughput", f"{regime}, N={n}", ours, plain,
                                   "tok/s", goal))
     ours_last = curves["large steps 2x128"][last][0]
-    flops = ours_last * 4 * PARAMS_160M / 1e9  # frozen base: forward + input grads ~ 4 x params
+    # frozen base: forward + input gradients = 2 matmuls of 2 FLOPs per weight, per token
+    flops = ours_last * 4 * matmul_params(settings.model) / 1e9
     records.append(Record("3 fine-tuning throughput",
                           f"achieved share of matmul peak, N={last} large",
                           100 * flops / settings.peak_gflops, None, "%", ">= 80 %",
