@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.out, records, _meta(argv, settings, started))
     finally:
         settings.executors.close()
+    meta = _meta(argv, settings, started)
+    machine = meta["machine"]
+    header = (f"`{meta['command']}`, {meta['date']}, {machine['cpu']} ({machine['cores']} cores, "
+              f"{machine['memory_gb']} GB), torch {machine['torch']}, measured fp32 matmul "
+              f"peak {settings.peak_gflops:.0f} GFLOP/s, {meta['elapsed_s'] / 60:.0f} min\n\n")
+    args.out.with_suffix(".md").write_text(header + table(records) + "\n")
     sys.stdout.write(table(records) + "\n")
     return 0
 

@@ -83,35 +83,45 @@ def summarize(results: list[dict]) -> dict:
             "requests": len(results)}
 
 
-def _adapters(root: Path, data_dir: Path, model: str, tenants: int) -> None:
+def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
+    """One LoRA adapter per tenant (ranks 8 to 64), in PEFT format."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
     from bench.workload import adapter
     from executor.models import resolve_model
-    from state.adapters import AdapterRegistry
-    from state.db import Database
 
-    registry = AdapterRegistry(Database(data_dir / "state.db"), data_dir, model)
+    directories = []
     for tenant in range(tenants):
         directory = root / f"adapter-{tenant}"
         base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
         get_peft_model(base, adapter("lora", (8, 16, 32, 64)[tenant % 4])).save_pretrained(
             directory)
+        directories.append(directory)
+    return directories
+
+
+def _register(data_dir: Path, model: str, adapters: list[Path]) -> None:
+    from state.adapters import AdapterRegistry
+    from state.db import Database
+
+    registry = AdapterRegistry(Database(data_dir / "state.db"), data_dir, model)
+    for tenant, directory in enumerate(adapters):
         registry.register(f"t{tenant}", "adapter", directory)
 
 
 def policies(settings: Settings) -> tuple[list[Record], dict]:
     from gateway.stack import Stack, free_port
 
-    n, stretch = (8, 0.5) if settings.toy else (40, 6.0) if settings.quick else (120, 6.0)
+    n, stretch = (8, 0.5) if settings.toy else (24, 4.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
     tenants = settings.n(TENANTS)
     keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
     summaries = {}
+    adapters = _adapters(Path(tempfile.mkdtemp(prefix="symb-trace-")), settings.model, tenants)
     for policy in ("eager", "lockstep", "opportunistic"):
         root = Path(tempfile.mkdtemp(prefix=f"symb-trace-{policy}-"))
-        _adapters(root, root / "data", settings.model, tenants)
+        _register(root / "data", settings.model, adapters)
         stack = Stack(root / "data", settings.model, port=free_port(),
                       env={"SYMBIOSIS_API_KEYS": keys},
                       executor_args=("--policy", policy, "--threads", str(settings.threads)))

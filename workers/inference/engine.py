@@ -70,6 +70,9 @@ class InferenceEngine:
             params.max_tokens = max(0, limit - len(request.prompt_ids))
         if not request.prompt_ids:
             return [W.Failed(request.id, 400, "invalid_prompt", "the prompt is empty")]
+        if params.n > self.max_batch:
+            return [W.Failed(request.id, 400, "invalid_n",
+                             f"n={params.n} is more than this worker's batch of {self.max_batch}")]
         if len(request.prompt_ids) + params.max_tokens > limit:
             return [W.Failed(
                 request.id, 400, "context_length_exceeded",
