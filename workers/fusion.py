@@ -14,7 +14,7 @@ import logging
 import torch
 
 from executor.protocol import CallKind, LayerSpec, Op
-from workers.remote_layers import RemoteLinear, current_kind
+from workers.remote_layers import RemoteLinear, chunked_calls, current_kind
 
 log = logging.getLogger("workers.fusion")
 MAX_MISSES = 3
@@ -60,14 +60,17 @@ class _RemoteGroupFn(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, group: FusedGroup, kind: CallKind):
         ctx.group = group
         ctx.x_dtype = x.dtype
-        executor = group.members[0].executor
-        y = executor.call(Op.FORWARD, group.spec.index, x.reshape(-1, x.shape[-1]), kind)
-        outs, start = [], 0
-        for width in group.spec.splits:
-            out = torch.empty(*x.shape[:-1], width, dtype=x.dtype, device=x.device)
-            out.view(-1, width).copy_(y[:, start:start + width])
-            outs.append(out)
-            start += width
+        outs = [torch.empty(*x.shape[:-1], width, dtype=x.dtype, device=x.device)
+                for width in group.spec.splits]
+        flat_outs = [out.view(-1, out.shape[-1]) for out in outs]
+        for start, stop, y in chunked_calls(group.members[0].executor, Op.FORWARD,
+                                            group.spec.index, x.reshape(-1, x.shape[-1]), kind,
+                                            group.spec.out_features):
+            column = 0
+            for flat in flat_outs:
+                width = flat.shape[1]
+                flat[start:stop].copy_(y[:, column:column + width])
+                column += width
         return tuple(outs)
 
     @staticmethod

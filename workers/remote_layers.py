@@ -56,6 +56,23 @@ def stub_parameter(shape: tuple[int, ...], dtype: torch.dtype, device: torch.dev
     return nn.Parameter(StubWeight(shape, dtype, device), requires_grad=False)
 
 
+MAX_CALL_BYTES = 16 * 2**20
+
+
+def chunked_calls(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor,
+                  kind: CallKind, width: int):
+    """(start, stop, result rows) of one call per chunk of rows of x [rows, in] (ids: [rows]).
+
+    Large calls (an lm_head over a long sequence is 200 KB per row) are split so that shared
+    memory stays small and one call never holds the executor for long.
+    """
+    row_bytes = 4 * max(width, x.shape[1] if x.dim() == 2 else 1)
+    step = max(1, MAX_CALL_BYTES // row_bytes)
+    for start in range(0, x.shape[0], step):
+        stop = min(start + step, x.shape[0])
+        yield start, stop, executor.call(op, index, x[start:stop], kind)
+
+
 def current_kind() -> CallKind:
     return CallKind.TRAINING if torch.is_grad_enabled() else CallKind.INFERENCE
 
@@ -86,10 +103,11 @@ class RemoteLayer:
 
     def remote(self, op: Op, x: torch.Tensor, index: int, width: int, kind: CallKind,
                dtype: torch.dtype) -> torch.Tensor:
-        """One executor call; the result lands in a fresh tensor [..., width] (never a view)."""
-        y = self.executor.call(op, index, x.reshape(-1, x.shape[-1]), kind)
+        """Executor calls (chunked by rows); the result is a fresh tensor [..., width]."""
         out = torch.empty(*x.shape[:-1], width, dtype=dtype, device=x.device)
-        out.view(-1, width).copy_(y)
+        flat, flat_out = x.reshape(-1, x.shape[-1]), out.view(-1, width)
+        for start, stop, y in chunked_calls(self.executor, op, index, flat, kind, width):
+            flat_out[start:stop].copy_(y)
         return out
 
 
@@ -168,9 +186,11 @@ class RemoteEmbedding(RemoteLayer, nn.Embedding):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         width = self.spec.out_features
-        y = self.executor.call(Op.FORWARD, self.spec.index, ids.reshape(-1), current_kind())
         out = torch.empty(*ids.shape, width, dtype=self.weight.dtype, device=ids.device)
-        out.view(-1, width).copy_(y)
+        flat_out = out.view(-1, width)
+        for start, stop, y in chunked_calls(self.executor, Op.FORWARD, self.spec.index,
+                                            ids.reshape(-1), current_kind(), width):
+            flat_out[start:stop].copy_(y)
         return out
 
     def extra_repr(self) -> str:

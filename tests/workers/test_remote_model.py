@@ -115,3 +115,30 @@ def test_generate_with_explicit_caches(llama_executor) -> None:
                   StaticCache(config=ours.config, max_cache_len=32)):
         out = ours.generate(ids, max_new_tokens=6, do_sample=False, past_key_values=cache)
         assert torch.equal(out, expected)
+
+
+def test_large_calls_are_split_into_row_chunks_with_identical_results(monkeypatch) -> None:
+    import workers.remote_layers as remote_layers
+
+    config = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)
+    ids = torch.arange(3, 3 + 2 * 24).reshape(2, 24)
+    plain = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama"))
+    vocab = plain.config.vocab_size
+    whole_exec, chunked_exec = LocalExecutor.load("tiny-llama"), LocalExecutor.load("tiny-llama")
+    results = []
+    for model in (plain, whole_exec, chunked_exec):
+        if model is chunked_exec:  # 16 rows of the widest (lm_head) output per call
+            monkeypatch.setattr(remote_layers, "MAX_CALL_BYTES", 16 * 4 * vocab)
+        if isinstance(model, LocalExecutor):
+            model = remote_model("tiny-llama", model)
+        torch.manual_seed(0)
+        peft_model = get_peft_model(model, config)
+        out = peft_model(ids, labels=ids)
+        out.loss.backward()
+        lora = peft_model.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"]
+        results.append((out.logits, lora.weight.grad))
+    for logits, grad in results[1:]:
+        torch.testing.assert_close(logits, results[0][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(grad, results[0][1], rtol=1e-4, atol=1e-6)
+    # lm_head's 48 rows (and their backward) take 3 calls each instead of 1
+    assert chunked_exec.calls >= whole_exec.calls + 4
