@@ -25,7 +25,7 @@ import pytest
 from gateway.stack import free_port
 from tests.deploy.test_compose import compose_binary
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # ~5 min here from a clean store
 ROOT = Path(__file__).parents[2]
 BASE = "localhost/symbiosis-base:bookworm"
 IMAGE = "localhost/symbiosis:test"
@@ -45,10 +45,12 @@ def prerequisites() -> str | None:
 
 
 def sh(*args: str, env: dict | None = None, timeout: float = 900, **kw) -> str:
+    started = time.monotonic()
     out = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, **(env or {})}, **kw)
     assert out.returncode == 0, f"{' '.join(args)} failed:\n{out.stdout[-2000:]}\n" \
                                 f"{out.stderr[-4000:]}"
+    print(f"[{time.monotonic() - started:6.1f} s] {' '.join(args[:3])}", flush=True)
     return out.stdout
 
 
@@ -64,12 +66,14 @@ def base_image(env: dict, work: Path) -> None:
 
 
 def wheelhouse(wheels: Path) -> None:
-    wheels.mkdir(exist_ok=True)
-    sh(sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), "torch==2.13.0")
-    sh(sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), str(ROOT))
+    """Our wheel and every dependency's, resolved together with torch pinned to the CPU build
+    (resolved alone, `torch>=2.4` would pull the newest CUDA torch and gigabytes of nvidia-*)."""
+    sh(sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), "torch==2.13.0", str(ROOT))
+    cuda = [w.name for w in wheels.glob("*.whl") if w.name.startswith(("nvidia", "triton"))]
+    assert not cuda, f"CUDA wheels in the wheelhouse: {cuda}"
 
 
-def test_override(port: int) -> str:
+def host_override(port: int) -> str:
     """Host networking (test traffic on loopback), so endpoints become 127.0.0.1."""
     common = f"""    network_mode: host
     image: {IMAGE}
@@ -115,7 +119,7 @@ def test_compose_up_serves_and_fine_tunes(tmp_path) -> None:
                                env={**os.environ, **env})
     port = free_port()
     override = tmp_path / "compose.test.yaml"
-    override.write_text(test_override(port))
+    override.write_text(host_override(port))
     compose = [str(compose_binary()), "-p", PROJECT, "-f", str(ROOT / "compose.yaml"),
                "-f", str(override)]
     stop = threading.Event()
