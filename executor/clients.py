@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from executor.doorbell import ExecutorDoorbell
 from executor.shm import ShmBuffer
 
 log = logging.getLogger("executor.clients")
@@ -18,7 +19,14 @@ class ClientState:
     name: str
     pid: int
     shm: ShmBuffer | None = None
+    doorbell: ExecutorDoorbell | None = None
     last_seen: float = field(default_factory=time.monotonic)
+
+    def release(self) -> None:
+        if self.doorbell is not None:
+            self.doorbell.close()
+        if self.shm is not None:
+            self.shm.close()
 
 
 class ClientTable:
@@ -27,6 +35,7 @@ class ClientTable:
     def __init__(self) -> None:
         self._clients: dict[bytes, ClientState] = {}
         self._lock = threading.Lock()
+        self.generation = 0  # changes whenever a client comes or goes (doorbells to watch)
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -38,14 +47,19 @@ class ClientTable:
         with self._lock:
             old = self._clients.pop(state.identity, None)
             self._clients[state.identity] = state
-        if old is not None and old.shm is not None:
-            old.shm.close()
+            self.generation += 1
+        if old is not None:
+            old.release()
 
     def remove(self, identity: bytes) -> None:
         with self._lock:
             state = self._clients.pop(identity, None)
-        if state is not None and state.shm is not None:
-            state.shm.close()
+            self.generation += 1
+        if state is not None:
+            state.release()
+
+    def with_doorbells(self) -> list[ClientState]:
+        return [c for c in list(self._clients.values()) if c.doorbell is not None]
 
     def touch(self, identity: bytes) -> ClientState | None:
         state = self._clients.get(identity)

@@ -1,8 +1,9 @@
 """Worker <-> executor wire protocol: typed msgspec messages plus raw tensor frames. No pickle.
 
 A message is one or two ZeroMQ frames: a msgpack header (one of the Structs below, tagged) and,
-when a tensor does not travel through the client's shared memory, its raw bytes. Both ends import
-this module; it imports nothing from the rest of the executor.
+when a tensor does not travel through the client's shared memory, its raw bytes. On the same
+host, calls and their replies may travel as headers in shared memory instead (`executor.doorbell`).
+Both ends import this module; it imports nothing from the rest of the executor.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Hello(msgspec.Struct, tag="hello", array_like=True):
     shm_name: str | None = None
     shm_size: int = 0
     shm_token: bytes = b""
+    doorbell: str | None = None  # path prefix of the worker's doorbell pipes (same host only)
 
 
 class Welcome(msgspec.Struct, tag="welcome", array_like=True):
@@ -66,6 +68,7 @@ class Welcome(msgspec.Struct, tag="welcome", array_like=True):
     layers: list[LayerSpec]
     shm: bool
     version: int = PROTOCOL_VERSION
+    doorbell: bool = False  # calls go through shared memory and the doorbell pipes
 
 
 class Remap(msgspec.Struct, tag="remap", array_like=True):

@@ -1,18 +1,21 @@
-"""The executor's serving loop: two identical threads around one ROUTER socket (leader/follower).
+"""The executor's serving loop: two identical threads around one ROUTER socket and the same-host
+clients' doorbells (leader/follower).
 
-Each thread waits on the socket; the one that wakes drains every message (decode, validate, map
-tensors from shared memory or frames, queue calls, answer pings and stats at once) and, if the
-compute slot is free, runs ready batches (`Engine`) and sends their replies itself. So an idle
-executor hands no call between threads (each hop costs ~50 us on a small VM), and while one thread
-is inside a long matmul the other keeps receiving and answering. The socket is shared under a
-lock; whoever holds it drains what has arrived (its FD only signals edges). A bad message gets an
-error reply to its sender alone; nothing a client sends can stop the executor or fail another
-client's call.
+The thread holding the baton waits on the socket and the doorbells; when it wakes it drains every
+message (decode, validate, map tensors from shared memory or frames, queue calls, answer pings and
+stats at once) and, if the compute slot is free, runs ready batches (`Engine`) and sends their
+replies itself. So an idle executor hands no call between threads (each hand-over costs 100-200 us
+on a small VM). Before a long batch it passes the baton, and the other thread keeps receiving and
+answering meanwhile. The socket is shared under a lock; whoever holds it drains what has arrived
+(its FD only signals edges). A bad message gets an error reply to its sender alone; nothing a
+client sends can stop the executor or fail another client's call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import select
 import threading
 import time
@@ -22,6 +25,7 @@ import msgspec
 import torch
 import zmq
 
+from executor import doorbell as bell
 from executor import protocol as P
 from executor.calls import PendingCall
 from executor.clients import ClientState, ClientTable
@@ -35,6 +39,7 @@ from executor.validation import CallRejected, check_call
 
 log = logging.getLogger("executor.server")
 
+LONG_BATCH_MACS = 1 << 23  # ~0.1-0.3 ms of matmul on a small CPU: worth a thread hand-over
 Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
 
 
@@ -51,6 +56,33 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
                      training_share=config.training_share, widths=widths, positions=positions)
 
 
+class Baton:
+    """Which of the serving threads waits on the sockets; the other sleeps on the lock (no GIL
+    ping-pong: each hand-over costs 100-200 us on a small VM)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+
+    def take(self, timeout: float) -> bool:
+        """Hold the baton (True), waiting up to `timeout` for it; keeps it if already held."""
+        if self.held():
+            return True
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._holder = threading.get_ident()
+        return True
+
+    def held(self) -> bool:
+        return self._holder == threading.get_ident()
+
+    def pass_on(self) -> None:
+        """Let the other thread lead; a no-op for a thread that does not hold the baton."""
+        if self.held():
+            self._holder = None
+            self._lock.release()
+
+
 class ExecutorServer:
     def __init__(self, registry: LayerRegistry, config: ExecutorConfig, *,
                  scheduler: Scheduler | None = None, tap: Tap | None = None) -> None:
@@ -65,6 +97,10 @@ class ExecutorServer:
         self._ctx = zmq.Context()
         self._socket_lock = threading.Lock()
         self._compute_slot = threading.Lock()
+        self._baton = Baton()
+        self._nudge_r, self._nudge_w = os.pipe2(os.O_NONBLOCK)  # wakes the baton holder
+        self._macs_per_row = [s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
+                              else s.out_features for s in registry.specs]
         self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
         self._specs = registry.specs
@@ -90,34 +126,55 @@ class ExecutorServer:
             thread.join(timeout)
         self._router.close()
         self._ctx.term()
+        os.close(self._nudge_r)
+        os.close(self._nudge_w)
 
     def _loop(self) -> None:
-        fd_poll = select.poll()
-        fd_poll.register(self._router.getsockopt(zmq.FD), select.POLLIN)
-        while not self.stopped.is_set():
-            # While the other thread computes, it will also run whatever becomes ready, so this
-            # one only waits for messages (spinning here would steal the GIL and a core).
-            ready_in = None if self._compute_slot.locked() else self.scheduler.ready_in()
-            fd_poll.poll(50 if ready_in is None else min(50, ready_in * 1e3))
-            with self._socket_lock:
-                self._drain()
-            self._compute()
-            self._expire()
+        poller, generation = None, -1
+        try:
+            while not self.stopped.is_set():
+                if not self._baton.take(timeout=0.1):
+                    continue
+                if generation != self.clients.generation:  # the router and every doorbell
+                    generation = self.clients.generation
+                    poller = select.poll()
+                    poller.register(self._router.getsockopt(zmq.FD), select.POLLIN)
+                    poller.register(self._nudge_r, select.POLLIN)
+                    for client in self.clients.with_doorbells():
+                        poller.register(client.doorbell.fd, select.POLLIN)
+                # While the other thread computes, it also runs whatever becomes ready, so
+                # this one only waits for messages (spinning would steal the GIL and a core).
+                ready_in = None if self._compute_slot.locked() else self.scheduler.ready_in()
+                poller.poll(50 if ready_in is None else min(50, ready_in * 1e3))
+                with self._socket_lock:
+                    self._receive()
+                self._compute()
+                self._expire()
+        finally:
+            self._baton.pass_on()
 
     def _compute(self) -> None:
         """Run ready batches while holding the compute slot; re-check after letting it go, so a
-        call queued by the other thread meanwhile is never left waiting for a wake-up."""
+        call queued by the other thread meanwhile is never left waiting for a wake-up. Before a
+        long batch the baton goes to the other thread, which keeps receiving meanwhile; short
+        ones run inline, so a quiet executor answers with no thread hand-over at all."""
         while self._compute_slot.acquire(blocking=False):
             try:
                 while (batch := self.scheduler.next_batch()) is not None:
+                    if sum(c.rows for c in batch) * self._macs_per_row[batch[0].layer] \
+                            >= LONG_BATCH_MACS:
+                        self._baton.pass_on()
                     replies = self.engine.execute(batch)
                     with self._socket_lock:
                         for identity, frames in replies:
-                            self._router.send_multipart([identity, *frames], copy=False)
-                        self._drain()
+                            self._deliver(identity, frames)
+                        self._receive()
             finally:
                 self._compute_slot.release()
             if self.scheduler.ready_in() != 0.0:
+                if not self._baton.held():  # the holder's poll timed itself to our compute
+                    with contextlib.suppress(BlockingIOError):
+                        os.write(self._nudge_w, b"\0")
                 return
 
     def _expire(self) -> None:
@@ -126,6 +183,49 @@ class ExecutorServer:
         self._next_expiry = time.monotonic() + 60
         for name in self.clients.expire(self.config.client_idle_s):
             log.info("forgot idle client %s", name)
+
+    def _receive(self) -> None:
+        """Handle every message and doorbell call that has arrived. Call with the socket lock."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._nudge_r, 4096)
+        self._drain()
+        for client in self.clients.with_doorbells():
+            try:
+                if client.doorbell.rang():
+                    self._ring(client)
+            except bell.Hangup:
+                log.info("client %s closed its doorbell: forgotten", client.name)
+                self.clients.remove(client.identity)
+
+    def _ring(self, client: ClientState) -> None:
+        """A call whose header waits in the client's shared memory."""
+        try:
+            message = P.decode_request(bell.read_header(client.shm.raw, bell.REQUEST_AT))
+            if not isinstance(message, P.Call):
+                raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, "only calls ring the doorbell")
+            self._queue(client.identity, message, [])
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+            self.stats.record_error()
+            self._deliver(client.identity, [P.encode(P.Error(
+                -1, P.ErrorCode.BAD_MESSAGE, f"undecodable header: {exc}"))])
+        except CallRejected as rejected:
+            self.stats.record_error()
+            self._deliver(client.identity, [P.encode(P.Error(
+                rejected.call_id, rejected.code, rejected.message))])
+
+    def _deliver(self, identity: bytes, frames: list) -> None:
+        """A call's reply: through the doorbell when the client has one, else the socket."""
+        client = self.clients.get(identity)
+        if client is None or client.doorbell is None or len(frames) != 1:
+            self._router.send_multipart([identity, *frames], copy=False)
+            return
+        header = bytes(frames[0])
+        if len(header) > bell.HEADER_MAX:
+            reply = P.decode_reply(header)
+            reply.message = reply.message[:bell.HEADER_MAX // 2]  # only errors carry free text
+            header = P.encode(reply)
+        bell.write_header(client.shm.raw, bell.REPLY_AT, header)
+        client.doorbell.answer()
 
     def _drain(self) -> None:
         """Handle every message that has arrived. Call with the socket lock held."""
@@ -182,11 +282,17 @@ class ExecutorServer:
                                f"protocol version {hello.version}, executor speaks "
                                f"{P.PROTOCOL_VERSION}")
         shm = self.clients.map_shm(hello.shm_name, hello.shm_size, hello.shm_token)
-        self.clients.add(ClientState(identity, hello.client, hello.pid, shm))
-        log.info("client %s (pid %d) joined, shared memory: %s", hello.client, hello.pid,
-                 "yes" if shm else "no")
+        doorbell = None
+        if shm is not None and hello.doorbell:
+            try:
+                doorbell = bell.ExecutorDoorbell(hello.doorbell)
+            except OSError as exc:
+                log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
+        self.clients.add(ClientState(identity, hello.client, hello.pid, shm, doorbell))
+        log.info("client %s (pid %d) joined, shared memory: %s, doorbell: %s", hello.client,
+                 hello.pid, "yes" if shm else "no", "yes" if doorbell else "no")
         self._send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
-                                       self._specs, shm is not None))
+                                       self._specs, shm is not None, doorbell=doorbell is not None))
 
     def _known(self, identity: bytes, call_id: int) -> ClientState:
         client = self.clients.touch(identity)

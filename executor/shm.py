@@ -49,6 +49,11 @@ class ShmBuffer:
             raise ValueError(f"shared memory region [{offset}, {end}) is outside the segment")
         return self._bytes[offset:end].view(dtype).view(shape)
 
+    @property
+    def raw(self) -> mmap.mmap:
+        """The mapping itself, for small byte headers (`executor.doorbell`)."""
+        return self._mmap
+
     def write_token(self) -> bytes:
         token = secrets.token_bytes(TOKEN_BYTES)
         self._bytes[:TOKEN_BYTES].copy_(torch.frombuffer(bytearray(token), dtype=torch.uint8))

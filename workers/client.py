@@ -20,8 +20,9 @@ import msgspec
 import torch
 import zmq
 
+from executor import doorbell as bell
 from executor import protocol as P
-from executor.shm import ShmBuffer
+from executor.shm import SHM_DIR, ShmBuffer
 from executor.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.handle import ExecutorError, ExecutorUnavailable
 
@@ -31,11 +32,13 @@ SHM_INITIAL = 1 << 20
 
 class ExecutorClient:
     def __init__(self, endpoint: str, *, name: str = "worker", use_shm: bool = True,
-                 connect_timeout_s: float = 10.0, heartbeat_s: float = 2.0,
-                 call_timeout_s: float | None = None, curve_server_key: str | None = None) -> None:
+                 use_doorbell: bool = True, connect_timeout_s: float = 10.0,
+                 heartbeat_s: float = 2.0, call_timeout_s: float | None = None,
+                 curve_server_key: str | None = None) -> None:
         self.endpoint = endpoint
         self.name = name
         self.use_shm = use_shm
+        self.use_doorbell = use_shm and use_doorbell
         self.connect_timeout_s = connect_timeout_s
         self.heartbeat_s = heartbeat_s
         self.call_timeout_s = call_timeout_s
@@ -45,6 +48,7 @@ class ExecutorClient:
         self._lock = threading.Lock()
         self._socket: zmq.Socket | None = None
         self._shm: ShmBuffer | None = None
+        self._doorbell: bell.WorkerDoorbell | None = None
         self._next_id = 0
         self.calls = 0
         self._connect()
@@ -111,6 +115,8 @@ class ExecutorClient:
         if self._shm is not None:
             hello.shm_name, hello.shm_size = self._shm.name, self._shm.size
             hello.shm_token = self._shm.write_token()
+            self._doorbell = self._new_doorbell()
+            hello.doorbell = str(self._doorbell.prefix) if self._doorbell else None
         self._send([P.encode(hello)])
         try:
             welcome = self._await(lambda m: isinstance(m, P.Welcome), self.connect_timeout_s,
@@ -123,11 +129,34 @@ class ExecutorClient:
             if not welcome.shm:
                 self._shm.close()
                 self._shm = None
+        if self._doorbell is not None:
+            if welcome.doorbell:
+                self._doorbell.open()
+            else:
+                self._doorbell.close()
+                self._doorbell = None
         self.model: str = welcome.model
         self.dtype: torch.dtype = dtype_of(welcome.dtype)
         self.layers: list[P.LayerSpec] = welcome.layers
 
+    def _new_doorbell(self) -> bell.WorkerDoorbell | None:
+        if not self.use_doorbell:
+            return None
+        try:
+            name = f"symbiosis-bell-{os.getpid()}-{secrets.token_hex(6)}"
+            return bell.WorkerDoorbell(SHM_DIR / name)
+        except OSError as exc:
+            log.info("no doorbell (%s): calls over the socket", exc)
+            return None
+
+    @property
+    def doorbell(self) -> bool:
+        return self._doorbell is not None
+
     def _reset(self) -> None:
+        if self._doorbell is not None:
+            self._doorbell.close()
+            self._doorbell = None
         if self._socket is not None:
             self._socket.close(0)
             self._socket = None
@@ -164,15 +193,21 @@ class ExecutorClient:
         out_bytes = nbytes(self.dtype, (rows, width))
         self._next_id += 1
         call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape))
-        self._ensure_capacity(aligned(in_bytes) + out_bytes)
+        base = bell.DATA_AT if self._doorbell is not None else 0
+        self._ensure_capacity(base + aligned(in_bytes) + out_bytes)
         if self._shm is not None:
-            call.shm_in, call.shm_out = 0, aligned(in_bytes)
-            self._shm.view(0, wire_dtype, tuple(x.shape)).copy_(x)
-            self._send([P.encode(call)])
+            call.shm_in, call.shm_out = base, base + aligned(in_bytes)
+            self._shm.view(base, wire_dtype, tuple(x.shape)).copy_(x)
+        if self._doorbell is not None:
+            bell.write_header(self._shm.raw, bell.REQUEST_AT, P.encode(call))
+            reply, frames = self._ring(call.id)
         else:
-            self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
-        reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
-                                    self.call_timeout_s)
+            if self._shm is not None:
+                self._send([P.encode(call)])
+            else:
+                self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
+            reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
+                                        self.call_timeout_s)
         self.calls += 1
         if isinstance(reply, P.Error):
             if reply.code == P.ErrorCode.UNKNOWN_CLIENT:
@@ -182,6 +217,45 @@ class ExecutorClient:
         if reply.shm:
             return self._shm.view(call.shm_out, dtype, reply.shape)
         return from_bytes(frames[0].buffer, dtype, reply.shape)
+
+    def _ring(self, call_id: int) -> tuple[msgspec.Struct, list]:
+        """Ring the doorbell and wait for the reply bell; while it is silent, ping over the
+        socket (a restarted executor gets a fresh hello, a dead one raises)."""
+        deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
+        try:
+            self._doorbell.ring()
+            while True:
+                wait = self.heartbeat_s
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        raise ExecutorUnavailable(
+                            f"no reply from {self.endpoint} in {self.call_timeout_s} s")
+                if self._doorbell.wait(wait):
+                    reply = P.decode_reply(bell.read_header(self._shm.raw, bell.REPLY_AT))
+                    if getattr(reply, "id", None) in (call_id, -1):
+                        return reply, []
+                else:
+                    self._check_alive()
+        except bell.Hangup:
+            self._check_alive()
+            raise ExecutorUnavailable(f"executor at {self.endpoint} dropped this worker") from None
+
+    def _check_alive(self) -> None:
+        """One ping over the socket: returns if the executor knows this worker, else raises."""
+        self._send([P.encode(P.Ping())])
+        deadline = time.monotonic() + self.heartbeat_s
+        while (wait := deadline - time.monotonic()) > 0:
+            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
+            try:
+                message = P.decode_reply(self._socket.recv_multipart(copy=False)[0].buffer)
+            except zmq.Again:
+                break
+            if isinstance(message, P.Pong):
+                if not message.known:
+                    raise _Reconnect
+                return
+        raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
 
     def _send(self, frames: list) -> None:
         try:

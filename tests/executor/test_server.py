@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
 import msgspec
@@ -158,3 +160,66 @@ def test_restarted_executor_is_rejoined_transparently(ipc_dir) -> None:
     finally:
         client.close()
         proc.stop()
+
+
+def test_doorbell_calls_match_socket_calls(llama: ExecutorProcess) -> None:
+    fast = ExecutorClient(llama.endpoint, name="doorbell")
+    plain = ExecutorClient(llama.endpoint, name="socket", use_doorbell=False)
+    framed = ExecutorClient(llama.endpoint, name="frames", use_shm=False)
+    assert (fast.doorbell, plain.doorbell, framed.doorbell) == (True, False, False)
+    q = next(s.index for s in fast.layers if s.name.startswith("model.layers.0.self_attn.q_proj"))
+    head = next(s.index for s in fast.layers if s.name == "lm_head")
+    embed = next(s.index for s in fast.layers if s.name == "model.embed_tokens")
+    torch.manual_seed(0)
+    calls = [(P.Op.FORWARD, q, torch.randn(5, 64)), (P.Op.BACKWARD, q, None),
+             (P.Op.FORWARD, embed, torch.tensor([3, 50_000, 7])),
+             (P.Op.FORWARD, head, torch.randn(100, 64))]  # 20 MB: the shared memory grows
+    for op, layer, x in calls:
+        if x is None:
+            x = torch.randn(5, fast.layers[layer].out_features)
+        results = [c.call(op, layer, x, P.CallKind.TRAINING).clone()
+                   for c in (fast, plain, framed)]
+        assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+    for c in (fast, plain, framed):
+        c.close()
+
+
+def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: ExecutorProcess) -> None:
+    from executor import doorbell as bell
+
+    client = ExecutorClient(llama.endpoint, name="scribbler")
+    x = torch.randn(2, 64)
+    expected = client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE).clone()
+    for header in (b"\xff\x00garbage", P.encode(P.Ping())):
+        bell.write_header(client._shm.raw, bell.REQUEST_AT, header)
+        client._doorbell.ring()
+        assert client._doorbell.wait(10)
+        reply = P.decode_reply(bell.read_header(client._shm.raw, bell.REPLY_AT))
+        assert isinstance(reply, P.Error) and reply.code == P.ErrorCode.BAD_MESSAGE, reply
+    assert torch.equal(client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)
+    client.close()
+
+
+def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> None:
+    code = ("import sys, time, torch; from executor import protocol as P; "
+            "from workers import ExecutorClient; "
+            f"c = ExecutorClient({llama.endpoint!r}, name='doomed'); assert c.doorbell; "
+            "c.call(P.Op.FORWARD, 1, torch.randn(1, 64), P.CallKind.INFERENCE); "
+            "print('ready', flush=True); time.sleep(60)")
+    watcher = ExecutorClient(llama.endpoint, name="watcher")
+    before = json.loads(watcher.stats())["clients"]
+    doomed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert doomed.stdout.readline().strip() == "ready"
+        assert json.loads(watcher.stats())["clients"] == before + 1
+        doomed.kill()
+        doomed.wait()
+        deadline = time.monotonic() + 5  # the idle timeout is minutes; the pipe tells at once
+        while json.loads(watcher.stats())["clients"] != before:
+            assert time.monotonic() < deadline, "the executor still counts the dead client"
+            time.sleep(0.05)
+        assert watcher.call(P.Op.FORWARD, 1, torch.randn(1, 64), P.CallKind.INFERENCE).shape \
+            == (1, 64)
+    finally:
+        doomed.kill()
+        watcher.close()

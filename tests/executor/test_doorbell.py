@@ -1,0 +1,69 @@
+"""Doorbell pipes between a worker and the executor, in one process (no executor needed)."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+
+from executor import doorbell as bell
+
+
+@pytest.fixture()
+def pair(tmp_path):
+    worker = bell.WorkerDoorbell(tmp_path / "bell")
+    executor = bell.ExecutorDoorbell(str(tmp_path / "bell"))
+    yield worker, executor
+    worker.close()
+    executor.close()
+
+
+def test_ring_and_answer_once_per_call(pair) -> None:
+    worker, executor = pair
+    assert not executor.rang()  # no writer yet: still connecting, not a hang-up
+    worker.open()
+    assert not executor.rang()
+    worker.ring()
+    assert executor.rang() and not executor.rang()
+    assert not worker.wait(0.01)
+    executor.answer()
+    assert worker.wait(1.0) and not worker.wait(0.01)
+
+
+def test_paths_are_gone_once_both_ends_are_open(pair, tmp_path) -> None:
+    worker, _ = pair
+    assert worker.request_path.exists() and worker.reply_path.exists()
+    worker.open()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_each_side_sees_the_other_leave(tmp_path) -> None:
+    worker = bell.WorkerDoorbell(tmp_path / "a")
+    executor = bell.ExecutorDoorbell(str(tmp_path / "a"))
+    worker.open()
+    worker.close()
+    with pytest.raises(bell.Hangup):
+        executor.rang()
+    executor.close()
+    worker = bell.WorkerDoorbell(tmp_path / "b")
+    executor = bell.ExecutorDoorbell(str(tmp_path / "b"))
+    worker.open()
+    executor.close()
+    with pytest.raises(bell.Hangup):
+        worker.wait(1.0)
+    with pytest.raises(bell.Hangup):
+        worker.ring()
+    worker.close()
+
+
+def test_headers_round_trip_and_refuse_what_does_not_fit() -> None:
+    mapped = mmap.mmap(-1, bell.DATA_AT)
+    bell.write_header(mapped, bell.REQUEST_AT, b"call")
+    bell.write_header(mapped, bell.REPLY_AT, b"x" * bell.HEADER_MAX)
+    assert bell.read_header(mapped, bell.REQUEST_AT) == b"call"
+    assert bell.read_header(mapped, bell.REPLY_AT) == b"x" * bell.HEADER_MAX
+    with pytest.raises(ValueError, match="does not fit"):
+        bell.write_header(mapped, bell.REQUEST_AT, b"x" * (bell.HEADER_MAX + 1))
+    mapped[bell.REQUEST_AT:bell.REQUEST_AT + 4] = (10**6).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="out of range"):
+        bell.read_header(mapped, bell.REQUEST_AT)
