@@ -14,10 +14,10 @@ import argparse
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import torch
 from peft import (
     IA3Config,
@@ -27,6 +27,8 @@ from peft import (
     get_peft_model,
 )
 
+# peft asks transformers 5 about gradient checkpointing by its deprecated name, once per model
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 

@@ -58,6 +58,14 @@ class ClientTable:
         if state is not None:
             state.release()
 
+    def drop_doorbell(self, identity: bytes) -> None:
+        state = self._clients.get(identity)
+        if state is not None and state.doorbell is not None:
+            with self._lock:
+                doorbell, state.doorbell = state.doorbell, None
+                self.generation += 1
+            doorbell.close()
+
     def with_doorbells(self) -> list[ClientState]:
         return [c for c in list(self._clients.values()) if c.doorbell is not None]
 

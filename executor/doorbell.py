@@ -18,11 +18,13 @@ import contextlib
 import errno
 import os
 import select
+import stat
 import struct
 from pathlib import Path
 
 REQUEST_AT, REPLY_AT, DATA_AT = 0, 2048, 4096
 HEADER_MAX = REPLY_AT - REQUEST_AT - 4
+NAME_PREFIX = "symbiosis-bell-"
 _LENGTH = struct.Struct("<I")
 
 
@@ -54,10 +56,14 @@ class WorkerDoorbell:
     def __init__(self, prefix: Path) -> None:
         self.prefix = prefix
         self.request_path, self.reply_path = _paths(prefix)
-        os.mkfifo(self.request_path, 0o600)
-        os.mkfifo(self.reply_path, 0o600)
-        self._reply = os.open(self.reply_path, os.O_RDONLY | os.O_NONBLOCK)
         self._request: int | None = None
+        try:
+            os.mkfifo(self.request_path, 0o600)
+            os.mkfifo(self.reply_path, 0o600)
+            self._reply = os.open(self.reply_path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            self.unlink()
+            raise
         self._poll = select.poll()
         self._poll.register(self._reply, select.POLLIN)
 
@@ -99,14 +105,27 @@ class WorkerDoorbell:
         self._request = self._reply = None
 
 
+def _open_pipe(path: Path, flags: int) -> int:
+    """Open a named pipe and nothing else: a client names the path, and the executor must never
+    write into (or read) a file some client pointed it at."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a named pipe")
+    return fd
+
+
 class ExecutorDoorbell:
     """The executor's ends: reads the request pipe, rings the reply pipe."""
 
-    def __init__(self, prefix: str) -> None:
-        request_path, reply_path = _paths(Path(prefix))
-        self.fd = os.open(request_path, os.O_RDONLY | os.O_NONBLOCK)
+    def __init__(self, prefix: str, directory: Path) -> None:
+        path = Path(prefix)
+        if path.parent != directory or not path.name.startswith(NAME_PREFIX):
+            raise OSError(errno.EINVAL, f"doorbell {prefix} is not a {NAME_PREFIX}* in {directory}")
+        request_path, reply_path = _paths(path)
+        self.fd = _open_pipe(request_path, os.O_RDONLY)
         try:
-            self._reply = os.open(reply_path, os.O_WRONLY | os.O_NONBLOCK)
+            self._reply = _open_pipe(reply_path, os.O_WRONLY)
         except OSError:
             os.close(self.fd)
             raise

@@ -34,6 +34,7 @@ from executor.engine import Engine
 from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from executor.shm import SHM_DIR
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, check_call
 
@@ -212,6 +213,11 @@ class ExecutorServer:
             self.stats.record_error()
             self._deliver(client.identity, [P.encode(P.Error(
                 rejected.call_id, rejected.code, rejected.message))])
+        except Exception as exc:  # never let one call take the serving thread down
+            log.exception("doorbell call from %s failed", client.name)
+            self.stats.record_error()
+            self._deliver(client.identity, [P.encode(P.Error(
+                -1, P.ErrorCode.INTERNAL, type(exc).__name__))])
 
     def _deliver(self, identity: bytes, frames: list) -> None:
         """A call's reply: through the doorbell when the client has one, else the socket."""
@@ -263,6 +269,8 @@ class ExecutorServer:
             client = self._known(identity, -1)
             client.shm = self.clients.map_shm(message.shm_name, message.shm_size,
                                               message.shm_token)
+            if client.shm is None:  # a doorbell call needs its header in shared memory
+                self.clients.drop_doorbell(identity)
             self._send(identity, P.Mapped(client.shm is not None))
         elif isinstance(message, P.Ping):
             known = self.clients.touch(identity) is not None
@@ -285,7 +293,7 @@ class ExecutorServer:
         doorbell = None
         if shm is not None and hello.doorbell:
             try:
-                doorbell = bell.ExecutorDoorbell(hello.doorbell)
+                doorbell = bell.ExecutorDoorbell(hello.doorbell, SHM_DIR)
             except OSError as exc:
                 log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
         self.clients.add(ClientState(identity, hello.client, hello.pid, shm, doorbell))

@@ -143,7 +143,7 @@ class ExecutorClient:
         if not self.use_doorbell:
             return None
         try:
-            name = f"symbiosis-bell-{os.getpid()}-{secrets.token_hex(6)}"
+            name = f"{bell.NAME_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
             return bell.WorkerDoorbell(SHM_DIR / name)
         except OSError as exc:
             log.info("no doorbell (%s): calls over the socket", exc)
@@ -177,6 +177,9 @@ class ExecutorClient:
         self._shm = shm if mapped.ok else None
         if not mapped.ok:
             shm.close()
+            if self._doorbell is not None:  # the executor dropped it too: socket calls from now
+                self._doorbell.close()
+                self._doorbell = None
 
     # -- calls ------------------------------------------------------------------------------------
 

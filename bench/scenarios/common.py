@@ -47,7 +47,7 @@ class Settings:
 
     @property
     def duration(self) -> float:
-        return 2.0 if self.toy else 8.0 if self.quick else 30.0
+        return 2.0 if self.toy else 6.0 if self.quick else 30.0
 
     def n(self, clients: int) -> int:
         """A scenario's client count (2 in toy runs)."""

@@ -113,7 +113,7 @@ def _register(data_dir: Path, model: str, adapters: list[Path]) -> None:
 def policies(settings: Settings) -> tuple[list[Record], dict]:
     from gateway.stack import Stack, free_port
 
-    n, stretch = (8, 0.5) if settings.toy else (24, 4.0) if settings.quick else (120, 6.0)
+    n, stretch = (8, 0.5) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
     tenants = settings.n(TENANTS)
     keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))

@@ -11,8 +11,8 @@ from executor import doorbell as bell
 
 @pytest.fixture()
 def pair(tmp_path):
-    worker = bell.WorkerDoorbell(tmp_path / "bell")
-    executor = bell.ExecutorDoorbell(str(tmp_path / "bell"))
+    worker = bell.WorkerDoorbell(tmp_path / f"{bell.NAME_PREFIX}1")
+    executor = bell.ExecutorDoorbell(str(tmp_path / f"{bell.NAME_PREFIX}1"), tmp_path)
     yield worker, executor
     worker.close()
     executor.close()
@@ -38,15 +38,15 @@ def test_paths_are_gone_once_both_ends_are_open(pair, tmp_path) -> None:
 
 
 def test_each_side_sees_the_other_leave(tmp_path) -> None:
-    worker = bell.WorkerDoorbell(tmp_path / "a")
-    executor = bell.ExecutorDoorbell(str(tmp_path / "a"))
+    worker = bell.WorkerDoorbell(tmp_path / f"{bell.NAME_PREFIX}a")
+    executor = bell.ExecutorDoorbell(str(tmp_path / f"{bell.NAME_PREFIX}a"), tmp_path)
     worker.open()
     worker.close()
     with pytest.raises(bell.Hangup):
         executor.rang()
     executor.close()
-    worker = bell.WorkerDoorbell(tmp_path / "b")
-    executor = bell.ExecutorDoorbell(str(tmp_path / "b"))
+    worker = bell.WorkerDoorbell(tmp_path / f"{bell.NAME_PREFIX}b")
+    executor = bell.ExecutorDoorbell(str(tmp_path / f"{bell.NAME_PREFIX}b"), tmp_path)
     worker.open()
     executor.close()
     with pytest.raises(bell.Hangup):
@@ -67,3 +67,26 @@ def test_headers_round_trip_and_refuse_what_does_not_fit() -> None:
     mapped[bell.REQUEST_AT:bell.REQUEST_AT + 4] = (10**6).to_bytes(4, "little")
     with pytest.raises(ValueError, match="out of range"):
         bell.read_header(mapped, bell.REQUEST_AT)
+
+
+def test_the_executor_opens_only_named_pipes_where_it_expects_them(tmp_path) -> None:
+    import os
+
+    victim = tmp_path / "precious"
+    victim.write_bytes(b"precious")
+    os.mkfifo(tmp_path / f"{bell.NAME_PREFIX}x.req")
+    reply = tmp_path / f"{bell.NAME_PREFIX}x.rep"
+    reply.write_bytes(b"precious")  # a regular file where the reply pipe should be
+    with pytest.raises(OSError, match="not a named pipe"):
+        bell.ExecutorDoorbell(str(tmp_path / f"{bell.NAME_PREFIX}x"), tmp_path)
+    reply.unlink()
+    reply.symlink_to(victim)  # a link to someone's file
+    with pytest.raises(OSError):
+        bell.ExecutorDoorbell(str(tmp_path / f"{bell.NAME_PREFIX}x"), tmp_path)
+    assert victim.read_bytes() == b"precious"
+    elsewhere = bell.WorkerDoorbell(tmp_path / "other-name")
+    with pytest.raises(OSError, match="is not a"):
+        bell.ExecutorDoorbell(str(tmp_path / "other-name"), tmp_path)
+    with pytest.raises(OSError, match="is not a"):
+        bell.ExecutorDoorbell(str(tmp_path / f"{bell.NAME_PREFIX}1"), tmp_path / "sub")
+    elsewhere.close()
