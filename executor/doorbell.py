@@ -132,6 +132,8 @@ class ExecutorDoorbell:
 
     def rang(self) -> bool:
         """Whether the worker rang since the last look (each call rings once). Hangup at EOF."""
+        if self.fd < 0:  # closed by another thread meanwhile
+            return False
         try:
             data = os.read(self.fd, 64)
         except BlockingIOError:
@@ -149,6 +151,8 @@ class ExecutorDoorbell:
         return any(event & select.POLLHUP for _, event in poller.poll(0))
 
     def answer(self) -> None:
+        if self._reply < 0:
+            return
         try:
             os.write(self._reply, b"\x01")
         except OSError as exc:  # the worker is gone; forgetting it is the IO thread's job
@@ -156,6 +160,10 @@ class ExecutorDoorbell:
                 raise
 
     def close(self) -> None:
-        for fd in (self.fd, self._reply):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Idempotent; a closed doorbell never rings and never answers (its fd numbers may
+        already belong to someone else)."""
+        fds, self.fd, self._reply = (self.fd, self._reply), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

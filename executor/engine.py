@@ -70,6 +70,9 @@ class Engine:
         dtype, shape = name_of(rows.dtype), tuple(rows.shape)
         client = self.clients.get(call.client)
         if call.header.shm_out >= 0 and client is not None and client.shm is not None:
-            client.shm.view(call.header.shm_out, rows.dtype, shape).copy_(rows)
-            return [P.encode(P.Result(call.header.id, dtype, shape, True))]
+            try:
+                client.shm.view(call.header.shm_out, rows.dtype, shape).copy_(rows)
+                return [P.encode(P.Result(call.header.id, dtype, shape, True))]
+            except ValueError:  # the client left (its memory closed) while its call ran
+                return [P.encode(P.Error(call.header.id, P.ErrorCode.UNKNOWN_CLIENT, "gone"))]
         return [P.encode(P.Result(call.header.id, dtype, shape, False)), as_bytes(rows)]

@@ -27,6 +27,7 @@ import zmq
 
 from executor import doorbell as bell
 from executor import protocol as P
+from executor.baton import Baton
 from executor.calls import PendingCall
 from executor.clients import ClientState, ClientTable
 from executor.config import ExecutorConfig
@@ -55,33 +56,6 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
                  for s in registry.specs}
     return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
                      training_share=config.training_share, widths=widths, positions=positions)
-
-
-class Baton:
-    """Which of the serving threads waits on the sockets; the other sleeps on the lock (no GIL
-    ping-pong: each hand-over costs 100-200 us on a small VM)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holder: int | None = None
-
-    def take(self, timeout: float) -> bool:
-        """Hold the baton (True), waiting up to `timeout` for it; keeps it if already held."""
-        if self.held():
-            return True
-        if not self._lock.acquire(timeout=timeout):
-            return False
-        self._holder = threading.get_ident()
-        return True
-
-    def held(self) -> bool:
-        return self._holder == threading.get_ident()
-
-    def pass_on(self) -> None:
-        """Let the other thread lead; a no-op for a thread that does not hold the baton."""
-        if self.held():
-            self._holder = None
-            self._lock.release()
 
 
 class ExecutorServer:
@@ -125,8 +99,7 @@ class ExecutorServer:
         self.stopped.set()
         for thread in self._threads:
             thread.join(timeout)
-        self._router.close()
-        self._ctx.term()
+        self._ctx.destroy(linger=0)  # closes the router too; never waits on a dead peer
         os.close(self._nudge_r)
         os.close(self._nudge_w)
 
@@ -136,23 +109,34 @@ class ExecutorServer:
             while not self.stopped.is_set():
                 if not self._baton.take(timeout=0.1):
                     continue
-                if generation != self.clients.generation:  # the router and every doorbell
-                    generation = self.clients.generation
-                    poller = select.poll()
-                    poller.register(self._router.getsockopt(zmq.FD), select.POLLIN)
-                    poller.register(self._nudge_r, select.POLLIN)
-                    for client in self.clients.with_doorbells():
-                        poller.register(client.doorbell.fd, select.POLLIN)
-                # While the other thread computes, it also runs whatever becomes ready, so
-                # this one only waits for messages (spinning would steal the GIL and a core).
-                ready_in = None if self._compute_slot.locked() else self.scheduler.ready_in()
-                poller.poll(50 if ready_in is None else min(50, ready_in * 1e3))
-                with self._socket_lock:
-                    self._receive()
-                self._compute()
-                self._expire()
+                try:
+                    if generation != self.clients.generation:
+                        generation = self.clients.generation
+                        poller = self._watch()
+                    # While the other thread computes, it also runs whatever becomes ready, so
+                    # this one only waits for messages (spinning would steal the GIL and a core).
+                    ready_in = None if self._compute_slot.locked() else self.scheduler.ready_in()
+                    poller.poll(50 if ready_in is None else min(50, ready_in * 1e3))
+                    with self._socket_lock:
+                        self._receive()
+                    self._compute()
+                    self._expire()
+                except Exception:  # a serving thread must outlive anything one client does
+                    log.exception("serving loop")
+                    generation = -1
         finally:
             self._baton.pass_on()
+
+    def _watch(self) -> select.poll:
+        """A poller on the router, the nudge pipe and every open doorbell."""
+        poller = select.poll()
+        with self._socket_lock:  # ZeroMQ sockets are not thread-safe, even for getsockopt
+            poller.register(self._router.getsockopt(zmq.FD), select.POLLIN)
+        poller.register(self._nudge_r, select.POLLIN)
+        for client in self.clients.with_doorbells():
+            if (fd := client.doorbell.fd) >= 0:  # closed meanwhile by the other thread
+                poller.register(fd, select.POLLIN)
+        return poller
 
     def _compute(self) -> None:
         """Run ready batches while holding the compute slot; re-check after letting it go, so a
@@ -230,8 +214,11 @@ class ExecutorServer:
             reply = P.decode_reply(header)
             reply.message = reply.message[:bell.HEADER_MAX // 2]  # only errors carry free text
             header = P.encode(reply)
-        bell.write_header(client.shm.raw, bell.REPLY_AT, header)
-        client.doorbell.answer()
+        try:
+            bell.write_header(client.shm.raw, bell.REPLY_AT, header)
+            client.doorbell.answer()
+        except (OSError, ValueError, TypeError):  # it left while its call ran
+            log.info("client %s left before its reply", client.name)
 
     def _drain(self) -> None:
         """Handle every message that has arrived. Call with the socket lock held."""

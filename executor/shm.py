@@ -50,7 +50,7 @@ class ShmBuffer:
         return self._bytes[offset:end].view(dtype).view(shape)
 
     @property
-    def raw(self) -> mmap.mmap:
+    def raw(self) -> mmap.mmap | None:
         """The mapping itself, for small byte headers (`executor.doorbell`)."""
         return self._mmap
 
@@ -67,6 +67,8 @@ class ShmBuffer:
             os.unlink(SHM_DIR / self.name)
 
     def close(self) -> None:
+        """Drop this handle's references. The mapping itself goes when the last tensor viewing it
+        does (torch keeps the mmap object alive): unmapping under a live view, say a queued
+        call's rows when its worker dies, would crash the process."""
         self._bytes = torch.empty(0, dtype=torch.uint8)
-        with contextlib.suppress(BufferError):  # a live view still points into it: GC frees it
-            self._mmap.close()
+        self._mmap = None

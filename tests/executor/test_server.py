@@ -204,22 +204,27 @@ def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> 
     code = ("import sys, time, torch; from executor import protocol as P; "
             "from workers import ExecutorClient; "
             f"c = ExecutorClient({llama.endpoint!r}, name='doomed'); assert c.doorbell; "
+            "head = next(s.index for s in c.layers if s.name == 'lm_head'); "
             "c.call(P.Op.FORWARD, 1, torch.randn(1, 64), P.CallKind.INFERENCE); "
-            "print('ready', flush=True); time.sleep(60)")
+            "print('ready', flush=True)\n"
+            "while True: c.call(P.Op.FORWARD, head, torch.randn(300, 64), P.CallKind.INFERENCE)")
     watcher = ExecutorClient(llama.endpoint, name="watcher")
     before = json.loads(watcher.stats())["clients"]
-    doomed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert doomed.stdout.readline().strip() == "ready"
-        assert json.loads(watcher.stats())["clients"] == before + 1
-        doomed.kill()
-        doomed.wait()
-        deadline = time.monotonic() + 5  # the idle timeout is minutes; the pipe tells at once
-        while json.loads(watcher.stats())["clients"] != before:
-            assert time.monotonic() < deadline, "the executor still counts the dead client"
-            time.sleep(0.05)
-        assert watcher.call(P.Op.FORWARD, 1, torch.randn(1, 64), P.CallKind.INFERENCE).shape \
-            == (1, 64)
-    finally:
-        doomed.kill()
-        watcher.close()
+    for _ in range(3):  # killed at different points of its calls: mid-call, mid-reply
+        doomed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert doomed.stdout.readline().strip() == "ready"
+            time.sleep(0.3)
+            doomed.kill()
+            doomed.wait()
+            deadline = time.monotonic() + 5  # the idle timeout is minutes; the pipe tells at once
+            while json.loads(watcher.stats())["clients"] != before:
+                assert time.monotonic() < deadline, "the executor still counts the dead client"
+                time.sleep(0.05)
+            assert watcher.call(P.Op.FORWARD, 1, torch.randn(1, 64),
+                                P.CallKind.INFERENCE).shape == (1, 64)
+        finally:
+            doomed.kill()
+    watcher.close()
+    assert llama.alive()
+    assert not any("Traceback" in line for line in llama.log)
