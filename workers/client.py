@@ -1,10 +1,12 @@
-"""A worker's connection to the executor: a DEALER socket plus a shared-memory buffer.
+"""A worker's connection to the executor: a DEALER socket, a shared-memory buffer and, on the
+same host, a doorbell.
 
 One call in flight at a time (a lock enforces it). On the same host, inputs and results travel
-through shared memory that grows on demand, and only a small header crosses the socket; elsewhere
-they travel as raw frames. While waiting, the client pings the executor: a dead executor raises
-ExecutorUnavailable within seconds, and a restarted one (which no longer knows this worker) gets a
-fresh hello and the call again, transparently.
+through shared memory that grows on demand, and the call header goes next to them with one byte
+through the doorbell pipe (`executor.doorbell`); without a doorbell the header crosses the socket,
+and across hosts the tensors travel as raw frames. While waiting, the client pings the executor:
+a dead executor raises ExecutorUnavailable within seconds, and a restarted one (which no longer
+knows this worker) gets a fresh hello and the call again, transparently.
 """
 
 from __future__ import annotations
