@@ -142,7 +142,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.device.type != "cpu" or x.dim() != 2:
         return F.linear(x, weight, bias)
     rows, (out_features, in_features) = x.shape[0], weight.shape
-    if x.shape[0] * in_features * out_features < SINGLE_THREAD_MACS:
+    if rows * in_features * out_features < SINGLE_THREAD_MACS:
         threads = torch.get_num_threads()
         if threads > 1:
             torch.set_num_threads(1)

@@ -217,7 +217,7 @@ class ExecutorServer:
         try:
             bell.write_header(client.shm.raw, bell.REPLY_AT, header)
             client.doorbell.answer()
-        except (OSError, ValueError, TypeError):  # it left while its call ran
+        except (OSError, ValueError, TypeError, AttributeError):  # it left meanwhile
             log.info("client %s left before its reply", client.name)
 
     def _drain(self) -> None:
