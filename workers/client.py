@@ -163,6 +163,7 @@ class ExecutorClient:
             self._socket.close(0)
             self._socket = None
         if self._shm is not None:
+            self._shm.unlink()  # a no-op once the executor mapped it; else the file would stay
             self._shm.close()
             self._shm = None
 
@@ -172,9 +173,11 @@ class ExecutorClient:
         size = max(needed, 2 * self._shm.size)
         shm = ShmBuffer.create("symbiosis", size)
         token = shm.write_token()
-        self._send([P.encode(P.Remap(shm.name, size, token))])
-        mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
-        shm.unlink()
+        try:
+            self._send([P.encode(P.Remap(shm.name, size, token))])
+            mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
+        finally:
+            shm.unlink()
         self._shm.close()
         self._shm = shm if mapped.ok else None
         if not mapped.ok:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -229,3 +230,15 @@ def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> 
     watcher.close()
     assert llama.alive()
     assert not any("Traceback" in line for line in llama.log[log_from:])
+
+
+def test_a_failed_hello_leaves_nothing_in_shared_memory(ipc_dir) -> None:
+    from executor.shm import SHM_DIR
+
+    def ours() -> set[str]:
+        return {p.name for p in SHM_DIR.glob(f"symbiosis*-{os.getpid()}-*")}
+
+    before = ours()
+    with pytest.raises(ExecutorUnavailable):
+        ExecutorClient(f"ipc://{ipc_dir}/nobody.sock", name="lonely", connect_timeout_s=0.5)
+    assert ours() == before
