@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import select
 import stat
 import struct
@@ -66,6 +67,10 @@ class WorkerDoorbell:
             raise
         self._poll = select.poll()
         self._poll.register(self._reply, select.POLLIN)
+
+    @classmethod
+    def create(cls, directory: Path) -> WorkerDoorbell:
+        return cls(directory / f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
 
     def open(self) -> None:
         """After the executor opened its ends (its welcome says so)."""

@@ -45,13 +45,18 @@ LONG_BATCH_MACS = 1 << 23  # ~0.1-0.3 ms of matmul on a small CPU: worth a threa
 Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
 
 
+def macs_per_row(specs: list[P.LayerSpec]) -> list[int]:
+    """Work per input row of each layer, by index (a lookup copies one row of the table)."""
+    return [s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
+            else s.out_features for s in specs]
+
+
 def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:
     budgets = Budgets(max_wait_s=config.max_wait_ms / 1e3,
                       decode_wait_s=config.decode_wait_ms / 1e3,
                       training_wait_s=config.training_wait_ms / 1e3,
                       wait_fraction=config.wait_fraction)
-    widths = {s.index: s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
-              else s.out_features for s in registry.specs}
+    widths = dict(enumerate(macs_per_row(registry.specs)))
     positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
                  for s in registry.specs}
     return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
@@ -74,8 +79,7 @@ class ExecutorServer:
         self._compute_slot = threading.Lock()
         self._baton = Baton()
         self._nudge_r, self._nudge_w = os.pipe2(os.O_NONBLOCK)  # wakes the baton holder
-        self._macs_per_row = [s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
-                              else s.out_features for s in registry.specs]
+        self._macs_per_row = macs_per_row(registry.specs)
         self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
         self._specs = registry.specs

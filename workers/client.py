@@ -145,8 +145,7 @@ class ExecutorClient:
         if not self.use_doorbell:
             return None
         try:
-            name = f"{bell.NAME_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-            return bell.WorkerDoorbell(SHM_DIR / name)
+            return bell.WorkerDoorbell.create(SHM_DIR)
         except OSError as exc:
             log.info("no doorbell (%s): calls over the socket", exc)
             return None
