@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import secrets
 import select
 import stat
 import struct
 from pathlib import Path
+
+log = logging.getLogger("executor.doorbell")
 
 REQUEST_AT, REPLY_AT, DATA_AT = 0, 2048, 4096
 HEADER_MAX = REPLY_AT - REQUEST_AT - 4
@@ -71,6 +74,15 @@ class WorkerDoorbell:
     @classmethod
     def create(cls, directory: Path) -> WorkerDoorbell:
         return cls(directory / f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+
+    @classmethod
+    def create_if_possible(cls, directory: Path) -> WorkerDoorbell | None:
+        """None where named pipes cannot be made there (the caller keeps to its socket)."""
+        try:
+            return cls.create(directory)
+        except OSError as exc:
+            log.info("no doorbell (%s): calls over the socket", exc)
+            return None
 
     def open(self) -> None:
         """After the executor opened its ends (its welcome says so)."""

@@ -32,9 +32,9 @@ from executor.calls import PendingCall
 from executor.clients import ClientState, ClientTable
 from executor.config import ExecutorConfig
 from executor.engine import Engine
-from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from executor.scheduling import build_scheduler, macs_per_row
 from executor.shm import SHM_DIR
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, check_call
@@ -43,24 +43,6 @@ log = logging.getLogger("executor.server")
 
 LONG_BATCH_MACS = 1 << 23  # ~0.1-0.3 ms of matmul on a small CPU: worth a thread hand-over
 Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
-
-
-def macs_per_row(specs: list[P.LayerSpec]) -> list[int]:
-    """Work per input row of each layer, by index (a lookup copies one row of the table)."""
-    return [s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
-            else s.out_features for s in specs]
-
-
-def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:
-    budgets = Budgets(max_wait_s=config.max_wait_ms / 1e3,
-                      decode_wait_s=config.decode_wait_ms / 1e3,
-                      training_wait_s=config.training_wait_ms / 1e3,
-                      wait_fraction=config.wait_fraction)
-    widths = dict(enumerate(macs_per_row(registry.specs)))
-    positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
-                 for s in registry.specs}
-    return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
-                     training_share=config.training_share, widths=widths, positions=positions)
 
 
 class ExecutorServer:

@@ -117,7 +117,8 @@ class ExecutorClient:
         if self._shm is not None:
             hello.shm_name, hello.shm_size = self._shm.name, self._shm.size
             hello.shm_token = self._shm.write_token()
-            self._doorbell = self._new_doorbell()
+            self._doorbell = bell.WorkerDoorbell.create_if_possible(SHM_DIR) if self.use_doorbell \
+                else None
             hello.doorbell = str(self._doorbell.prefix) if self._doorbell else None
         self._send([P.encode(hello)])
         try:
@@ -140,15 +141,6 @@ class ExecutorClient:
         self.model: str = welcome.model
         self.dtype: torch.dtype = dtype_of(welcome.dtype)
         self.layers: list[P.LayerSpec] = welcome.layers
-
-    def _new_doorbell(self) -> bell.WorkerDoorbell | None:
-        if not self.use_doorbell:
-            return None
-        try:
-            return bell.WorkerDoorbell.create(SHM_DIR)
-        except OSError as exc:
-            log.info("no doorbell (%s): calls over the socket", exc)
-            return None
 
     @property
     def doorbell(self) -> bool:
@@ -232,13 +224,7 @@ class ExecutorClient:
         try:
             self._doorbell.ring()
             while True:
-                wait = self.heartbeat_s
-                if deadline is not None:
-                    wait = min(wait, deadline - time.monotonic())
-                    if wait <= 0:
-                        raise ExecutorUnavailable(
-                            f"no reply from {self.endpoint} in {self.call_timeout_s} s")
-                if self._doorbell.wait(wait):
+                if self._doorbell.wait(self._next_wait(deadline, self.call_timeout_s)):
                     reply = P.decode_reply(bell.read_header(self._shm.raw, bell.REPLY_AT))
                     if getattr(reply, "id", None) in (call_id, -1):
                         return reply, []
@@ -264,6 +250,15 @@ class ExecutorClient:
                 return
         raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
 
+    def _next_wait(self, deadline: float | None, timeout_s: float | None) -> float:
+        """How long to wait before the next liveness check; raises once past the deadline."""
+        wait = self.heartbeat_s
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
+        return wait
+
     def _send(self, frames: list) -> None:
         try:
             self._socket.send_multipart(frames, copy=len(frames) == 1)
@@ -277,11 +272,7 @@ class ExecutorClient:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pinged_at: float | None = None
         while True:
-            wait = self.heartbeat_s
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
+            wait = self._next_wait(deadline, timeout_s)
             self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
             try:
                 frames = self._socket.recv_multipart(copy=False)
@@ -307,3 +298,4 @@ class ExecutorClient:
 
 class _Reconnect(Exception):
     pass
+

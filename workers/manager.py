@@ -9,7 +9,6 @@ and is started afresh on the next request. Never imports torch.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -18,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import msgspec
@@ -26,28 +25,13 @@ import zmq
 
 from workers import protocol as W
 from workers.executor_probe import ExecutorProbe
+from workers.manager_config import ManagerConfig, parse_config
 from workers.pool import NoCapacity, WorkerHandle, WorkerPool, worker_key
 from workers.spawn_client import SpawnerProcess
 from workers.training.scheduler import JobScheduler
 
 log = logging.getLogger("workers.manager")
 STOP_GRACE_S = 10.0
-
-
-@dataclass(frozen=True)
-class ManagerConfig:
-    executor: str
-    model: str = "tiny-llama"
-    bind: str = "ipc:///tmp/symbiosis-manager.sock"
-    worker_bind: str = ""  # derived from a private directory when empty
-    max_workers: int = 8
-    idle_s: float = 600.0
-    pinned: frozenset[str] = field(default_factory=frozenset)  # "tenant|model" keys
-    max_batch: int = 32
-    worker_threads: int = 1
-    privacy: bool = False  # inference workers use privacy mode (see README)
-    data_dir: str | None = None  # with it, the manager also runs the fine-tuning queue
-    max_jobs: int = 0  # 0: sized to the machine
 
 
 class Manager:
@@ -282,32 +266,7 @@ def _kill(pid: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m workers.manager")
-    parser.add_argument("--executor", default=os.environ.get("SYMBIOSIS_EXECUTOR",
-                                                             "ipc:///tmp/symbiosis-executor.sock"))
-    parser.add_argument("--model", default=os.environ.get("SYMBIOSIS_MODEL", "tiny-llama"))
-    parser.add_argument("--bind", default=os.environ.get("SYMBIOSIS_MANAGER",
-                                                         "ipc:///tmp/symbiosis-manager.sock"))
-    parser.add_argument("--max-workers", type=int,
-                        default=int(os.environ.get("SYMBIOSIS_MAX_WORKERS", "8")))
-    parser.add_argument("--idle-s", type=float,
-                        default=float(os.environ.get("SYMBIOSIS_WORKER_IDLE_S", "600")))
-    parser.add_argument("--pin", action="append", default=[],
-                        help="TENANT|MODEL never evicted (repeatable)")
-    parser.add_argument("--privacy", action="store_true",
-                        default=os.environ.get("SYMBIOSIS_PRIVACY", "") in ("1", "true"),
-                        help="workers mask what they send to the executor (float32 only)")
-    parser.add_argument("--data-dir", default=os.environ.get("SYMBIOSIS_DATA_DIR"),
-                        help="run the fine-tuning jobs recorded in this data dir")
-    parser.add_argument("--max-jobs", type=int,
-                        default=int(os.environ.get("SYMBIOSIS_MAX_JOBS", "0")),
-                        help="fine-tuning jobs running at once (0: sized to the machine)")
-    args = parser.parse_args(argv)
-    config = ManagerConfig(executor=args.executor, model=args.model, bind=args.bind,
-                           max_workers=args.max_workers, idle_s=args.idle_s,
-                           pinned=frozenset(args.pin), privacy=args.privacy,
-                           data_dir=args.data_dir,
-                           max_jobs=args.max_jobs)
+    config = parse_config(argv)
     manager = Manager(config)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: manager.stopped.set())

@@ -1,0 +1,28 @@
+"""Builds the scheduler for a loaded model from the executor's config: the wait budgets, the
+policy, and each layer's work per row (the scheduler's cost widths)."""
+
+from __future__ import annotations
+
+from executor import protocol as P
+from executor.config import ExecutorConfig
+from executor.policy import Budgets, make_policy
+from executor.registry import LayerRegistry
+from executor.scheduler import Scheduler
+
+
+def macs_per_row(specs: list[P.LayerSpec]) -> list[int]:
+    """Work per input row of each layer, by index (a lookup copies one row of the table)."""
+    return [s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
+            else s.out_features for s in specs]
+
+
+def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:
+    budgets = Budgets(max_wait_s=config.max_wait_ms / 1e3,
+                      decode_wait_s=config.decode_wait_ms / 1e3,
+                      training_wait_s=config.training_wait_ms / 1e3,
+                      wait_fraction=config.wait_fraction)
+    widths = dict(enumerate(macs_per_row(registry.specs)))
+    positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
+                 for s in registry.specs}
+    return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
+                     training_share=config.training_share, widths=widths, positions=positions)
