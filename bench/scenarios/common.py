@@ -76,12 +76,18 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     return Group(argvs, forked=True, extra_pids=[process.pid]).run()
 
 
-def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None) -> GroupResult:
-    """Separate processes, each with its own copy of the model; the threads are shared out."""
+def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None,
+              fresh: bool = False) -> GroupResult:
+    """Separate processes, each loading its own copy of the model; the threads are shared out.
+
+    `fresh`: each a new interpreter, as a user would start them (scenarios that measure memory).
+    Otherwise they are forked from a parent that imported torch, transformers and peft but loaded
+    no model, which saves start-up time and changes nothing inside the measured window.
+    """
     model = model or settings.model
     threads = max(1, settings.threads // len(clients))
     argvs = [client(side="plain", model=model, threads=threads, **c) for c in clients]
-    return Group(argvs, forked=False).run()
+    return Group(argvs, forked=not fresh).run()
 
 
 def gb(n_bytes: float) -> float:

@@ -18,7 +18,7 @@ def decode(settings: Settings) -> list[Record]:
     """8 tenants, each with its own LoRA adapter (ranks 8-64), greedy decode of 32 tokens."""
     n = settings.n(8)
     ours = run_ours(settings, tenants(n, settings.duration))
-    plain = run_plain(settings, tenants(n, settings.duration))
+    plain = run_plain(settings, tenants(n, settings.duration), fresh=True)  # memory too
     mixed = Group([client("decode", side="plain", model=settings.model, threads=settings.threads,
                           adapters=n, duration=settings.duration)], forked=False).run()
     return [

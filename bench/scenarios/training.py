@@ -20,7 +20,7 @@ def memory(settings: Settings) -> list[Record]:
     """8 concurrent LoRA jobs (2x128-token steps): PSS summed over each side's processes."""
     duration, n = settings.duration, settings.n(8)
     ours = run_ours(settings, jobs(n, LARGE, duration))
-    plain = run_plain(settings, jobs(n, LARGE, duration))
+    plain = run_plain(settings, jobs(n, LARGE, duration), fresh=True)
     return [Record("1 fine-tuning memory", f"PSS of {n} LoRA jobs", gb(ours.peak_pss),
                    gb(plain.peak_pss), "GB", "<= 0.25x", higher_is_better=False,
                    note="ours: executor + 8 trainers forked from one preloaded parent")]
@@ -37,10 +37,11 @@ def capacity(settings: Settings) -> list[Record]:
     duration = 1.0 if settings.toy else 5.0  # one step reaches the peak of a job's memory
     available = psutil.virtual_memory().available - 2 * 2**30  # keep 2 GB for the system
     fits = {}
-    for side, run in (("ours", run_ours), ("plain", run_plain)):
+    for side, options in (("ours", {}), ("plain", {"fresh": True})):
+        run = run_ours if side == "ours" else run_plain
         model = settings.capacity_model
-        one = run(settings, jobs(1, shape, duration), model=model).peak_pss
-        two = run(settings, jobs(2, shape, duration), model=model).peak_pss
+        one = run(settings, jobs(1, shape, duration), model=model, **options).peak_pss
+        two = run(settings, jobs(2, shape, duration), model=model, **options).peak_pss
         per_job = max(two - one, 1)
         fixed = one - per_job
         fits[side] = (int((available - fixed) // per_job), fixed, per_job)
