@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"   {time.monotonic() - t:.0f} s\n")
             write_json(args.out, records, _meta(argv, settings, started))
     finally:
-        settings.executors.close()
+        settings.close()
     meta = _meta(argv, settings, started)
     machine = meta["machine"]
     header = (f"`{meta['command']}`, {meta['date']}, {machine['cpu']} ({machine['cores']} cores, "

@@ -2,7 +2,8 @@
 
 Each policy gets a fresh executor and the same client processes; each combination runs
 `--repeats` times and the median is reported. Writes bench/results/batching_policies.json and
-bench/results/batching_policies.md.
+bench/results/batching_policies.md (`batching_policies_bfloat16.*` with `--dtype bfloat16`: the
+executor holds bf16 weights, the workers stay fp32).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args(argv)
     raw: dict = {}
     summary: dict = {}
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         for policy in POLICIES:
             runs = []
             for _ in range(args.repeats):
-                with executor(args.model, policy=policy, threads=args.threads) as (endpoint, _):
+                with executor(args.model, policy=policy, threads=args.threads,
+                              dtype=args.dtype) as (endpoint, _):
                     runs.append(run(endpoint, args.model, Mix.parse(spec["mix"]),
                                     duration=args.duration, ranks=spec["ranks"],
                                     methods=spec["methods"]))
@@ -90,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     command = "python -m bench.batching " + " ".join(argv if argv is not None else sys.argv[1:])
     document = {"machine": describe(), "command": command.strip(), "model": args.model,
-                "duration_s": args.duration, "repeats": args.repeats,
+                "dtype": args.dtype, "duration_s": args.duration, "repeats": args.repeats,
                 "date": time.strftime("%Y-%m-%d"), "summary": summary, "ratios": ratios,
                 "runs": raw}
-    (RESULTS / "batching_policies.json").write_text(json.dumps(document, indent=1))
+    stem = "batching_policies" + ("" if args.dtype == "float32" else f"_{args.dtype}")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(document, indent=1))
     table = markdown(summary, ratios)
-    (RESULTS / "batching_policies.md").write_text(
+    (RESULTS / f"{stem}.md").write_text(
         f"# Batching policies\n\n`{document['command']}` on {document['machine']['cpu']} "
-        f"({document['machine']['cores']} cores), model {args.model}, float32, "
+        f"({document['machine']['cores']} cores), model {args.model}, executor {args.dtype}, "
         f"{args.duration:.0f} s per run, median of {args.repeats}.\n\n{table}\n")
     sys.stdout.write(table + "\n")
     return 0

@@ -1,6 +1,12 @@
-"""`python -m bench.forked ARGS_JSON`: preload torch, transformers and peft once, then fork one
-child per argument list, each running `bench.workload.main(args)` (the way the worker manager's
-spawner starts workers and trainers: shared import pages, so PSS counts them once)."""
+"""`python -m bench.forked`: a preloaded parent (torch, transformers and peft imported, no model
+loaded) that forks benchmark clients, the way the worker manager's spawner starts workers and
+trainers: shared import pages, so PSS counts them once, and no interpreter start per client.
+
+It lives for a whole benchmark run. Line protocol (JSON, one object per line): it reads
+`{"argvs": [[...], ...]}` on stdin, forks one child per argument list running
+`bench.workload.main(argv)`, answers `{"pids": [...]}`, and once all have exited
+`{"failed": N}`. It exits at the end of its input.
+"""
 
 from __future__ import annotations
 
@@ -18,23 +24,31 @@ import workers.build  # noqa: F401
 from bench import workload
 
 
+def _say(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _fork(argv: list[str]) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the protocol pipes stay the parent's
+            os.dup2(2, 1)
+            code = workload.main(argv)
+        finally:
+            os._exit(code)
+    return pid
+
+
 def main() -> int:
-    argvs = json.loads(open(sys.argv[1]).read())  # noqa: SIM115
-    children = []
-    for argv in argvs:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = workload.main(argv)
-            finally:
-                os._exit(code)
-        children.append(pid)
-    failed = 0
-    for pid in children:
-        _, status = os.waitpid(pid, 0)
-        failed += os.waitstatus_to_exitcode(status) != 0
-    return 1 if failed else 0
+    while line := sys.stdin.readline():
+        pids = [_fork(argv) for argv in json.loads(line)["argvs"]]
+        _say({"pids": pids})
+        failed = sum(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in pids)
+        _say({"failed": failed})
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.measure import PeakPss
+from bench.zygote import Zygote
 
 ENV = {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -50,6 +51,7 @@ class Group:
     argvs: list[list[str]]
     forked: bool
     extra_pids: list[int] = field(default_factory=list)  # e.g. the executor, for memory
+    zygote: Zygote | None = None  # the run's preloaded parent; else one just for this group
 
     def run(self, timeout_s: float = 1800) -> GroupResult:
         sync = Path(tempfile.mkdtemp(prefix="symb-bench-"))
@@ -57,36 +59,61 @@ class Group:
                  for i, a in enumerate(self.argvs)]
         env = {**os.environ, **ENV}
         started = time.monotonic()
-        if self.forked:
-            (sync / "args.json").write_text(json.dumps(argvs))
-            procs = [subprocess.Popen([sys.executable, "-m", "bench.forked",
-                                       str(sync / "args.json")], env=env)]
-        else:
-            procs = [subprocess.Popen([sys.executable, "-m", "bench.workload", *a], env=env)
-                     for a in argvs]
+        zygote = (self.zygote or Zygote(env)) if self.forked else None
+        clients = zygote.launch(argvs) if zygote else \
+            _Processes([subprocess.Popen([sys.executable, "-m", "bench.workload", *a], env=env)
+                        for a in argvs])
+        parents = [zygote.pid] if zygote else clients.pids  # their trees hold every client
         try:
-            self._wait(lambda: all((sync / f"{i}.ready").exists() for i in range(len(argvs))),
-                       procs, timeout_s)
+            ready = lambda: all((sync / f"{i}.ready").exists() for i in range(len(argvs)))  # noqa: E731
+            self._wait(lambda: ready() or clients.any_exited(), timeout_s)
+            if not ready():
+                raise RuntimeError("a benchmark client exited before it was ready")
             setup = time.monotonic() - started
-            with PeakPss(lambda: [p.pid for p in procs] + self.extra_pids) as pss:
+            with PeakPss(lambda: parents + self.extra_pids) as pss:
                 (sync / "go").touch()
-                self._wait(lambda: all(p.poll() is not None for p in procs), [], timeout_s)
-            if any(p.returncode for p in procs):
+                self._wait(clients.done, timeout_s)
+            if clients.failed:
                 raise RuntimeError("a benchmark client failed")
             results = [json.loads((sync / f"{i}.json").read_text()) for i in range(len(argvs))]
+            ran = time.monotonic() - started - setup
+            sys.stderr.write(f"   {len(argvs)} {'forked' if zygote else 'fresh'} clients: ready "
+                             f"in {setup:.0f} s, ran {ran:.0f} s\n")
             return GroupResult(results, pss.peak, setup)
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
+            clients.kill()
+            if zygote is not None and zygote is not self.zygote:
+                zygote.close()
             shutil.rmtree(sync, ignore_errors=True)
 
     @staticmethod
-    def _wait(done, procs, timeout_s: float) -> None:
+    def _wait(done, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not done():
-            if any(p.poll() not in (None, 0) for p in procs):
-                raise RuntimeError("a benchmark client exited before it was ready")
             if time.monotonic() > deadline:
                 raise TimeoutError("benchmark clients did not finish in time")
             time.sleep(0.05)
+
+
+class _Processes:
+    """Fresh interpreters, one per client (what a user would start)."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        self.procs = procs
+        self.pids = [p.pid for p in procs]
+
+    @property
+    def failed(self) -> int:
+        return sum(p.returncode not in (None, 0) for p in self.procs)
+
+    def done(self) -> bool:
+        return all(p.poll() is not None for p in self.procs)
+
+    def any_exited(self) -> bool:
+        return any(p.poll() is not None for p in self.procs)
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

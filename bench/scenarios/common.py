@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.executors import ExecutorPool
-from bench.group import Group, GroupResult
+from bench.group import ENV, Group, GroupResult
+from bench.zygote import Zygote
 
 SPEED_MODEL = "llama-160m"
 CAPACITY_MODEL = "llama-1b"
@@ -36,6 +37,18 @@ class Settings:
     peak_gflops: float = 0.0  # measured at the start of a run
     results: Path = Path(__file__).parents[1] / "results"  # JSON and plots go here
     executors: ExecutorPool = field(default_factory=ExecutorPool)
+    _zygote: Zygote | None = None
+
+    def preloaded(self) -> Zygote:
+        """The run's preloaded parent that forks clients (started on first use)."""
+        if self._zygote is None or self._zygote.proc.poll() is not None:
+            self._zygote = Zygote({**os.environ, **ENV})
+        return self._zygote
+
+    def close(self) -> None:
+        self.executors.close()
+        if self._zygote is not None:
+            self._zygote.close()
 
     @property
     def model(self) -> str:
@@ -73,7 +86,8 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads)
     argvs = [client(side="ours", model=model, endpoint=process.endpoint, **c) for c in clients]
-    return Group(argvs, forked=True, extra_pids=[process.pid]).run()
+    return Group(argvs, forked=True, extra_pids=[process.pid],
+                 zygote=settings.preloaded()).run()
 
 
 def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None,
@@ -87,7 +101,7 @@ def run_plain(settings: Settings, clients: list[dict], *, model: str | None = No
     model = model or settings.model
     threads = max(1, settings.threads // len(clients))
     argvs = [client(side="plain", model=model, threads=threads, **c) for c in clients]
-    return Group(argvs, forked=not fresh).run()
+    return Group(argvs, forked=not fresh, zygote=None if fresh else settings.preloaded()).run()
 
 
 def gb(n_bytes: float) -> float:

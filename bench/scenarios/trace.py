@@ -9,6 +9,7 @@ to first token and per-token latency (gaps between streamed tokens).
 from __future__ import annotations
 
 import asyncio
+import copy
 import csv
 import json
 import statistics
@@ -92,11 +93,11 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
     from executor.models import resolve_model
 
     directories = []
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
     for tenant in range(tenants):
         directory = root / f"adapter-{tenant}"
-        base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
-        get_peft_model(base, adapter("lora", (8, 16, 32, 64)[tenant % 4])).save_pretrained(
-            directory)
+        get_peft_model(copy.deepcopy(base), adapter("lora", (8, 16, 32, 64)[tenant % 4])) \
+            .save_pretrained(directory)
         directories.append(directory)
     return directories
 
