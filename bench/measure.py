@@ -47,8 +47,10 @@ class PeakPss:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while True:  # first sample at once: a short window still gets one
             self.peak = max(self.peak, tree_pss(self.pids_fn()))
+            if self._stop.wait(self.every_s):
+                return
 
 
 def matmul_peak_gflops(dtype: torch.dtype = torch.float32, size: int = 2048,

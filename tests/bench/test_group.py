@@ -1,0 +1,41 @@
+"""The benchmark harness's client groups: fresh processes and clients forked from the run's
+preloaded parent give the same kind of result, and a client that fails is reported at once."""
+
+import os
+import time
+
+import pytest
+
+from bench.group import ENV, Group
+from bench.scenarios.common import client
+from bench.zygote import Zygote
+
+
+def _decode(duration: float = 0.5) -> list[str]:
+    return client("decode", side="plain", model="tiny-llama", duration=duration, tokens=2)
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    parent = Zygote({**os.environ, **ENV})
+    yield parent
+    parent.close()
+    assert parent.proc.returncode == 0
+
+
+def test_forked_and_fresh_clients_measure_the_same_workload(zygote) -> None:
+    forked = Group([_decode(), _decode()], forked=True, zygote=zygote).run()
+    fresh = Group([_decode()], forked=False).run()
+    for result in (forked, fresh):
+        assert all(r["kind"] == "decode" and len(r["latencies"]) >= 2 for r in result.results)
+        assert result.tokens_per_s() > 0 and result.peak_pss > 0
+    assert len(forked.results) == 2
+
+
+def test_a_client_dying_before_the_barrier_fails_the_group_quickly(zygote) -> None:
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited before it was ready"):
+        Group([_decode(), [*_decode(), "--kind", "nonsense"]], forked=True, zygote=zygote).run()
+    assert time.monotonic() - started < 60  # not the group's 30-minute timeout
+    again = Group([_decode()], forked=True, zygote=zygote).run()  # the parent goes on serving
+    assert len(again.results) == 1
