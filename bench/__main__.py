@@ -1,4 +1,5 @@
-"""`python -m bench run [--quick] [SCENARIO ...]` | `python -m bench list`.
+"""`python -m bench run [--quick] [SCENARIO ...]` | `python -m bench list` |
+`python -m bench compare RUN.json ...` (runs side by side, with the median ratio).
 
 Runs each scenario for Symbiosis and for its baseline (plain transformers + peft) in the same run
 on the same machine, prints a markdown table, writes bench/results/latest.json and PNG plots.
@@ -18,6 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 from bench import plots
+from bench.compare import compare
 from bench.machine import describe
 from bench.measure import matmul_peak_gflops
 from bench.records import Record, table, write_json
@@ -60,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     run.add_argument("scenarios", nargs="*", choices=[*SCENARIOS, []], default=[])
     sub.add_parser("list")
+    runs = sub.add_parser("compare")
+    runs.add_argument("runs", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        sys.stdout.write(compare(args.runs) + "\n")
+        return 0
     if args.command == "list":
         for name, fn in SCENARIOS.items():
             summary = (fn.__doc__ or "").strip().splitlines() or [""]

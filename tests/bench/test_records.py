@@ -20,3 +20,21 @@ def test_ratio_goals_and_absolute_goals() -> None:
 def test_table_marks_missed_goals() -> None:
     text = table([Record("4 decode", "tokens/s", 10.0, 20.0, "tok/s", ">= 3.0x")])
     assert "| 4 decode | tokens/s | 10 tok/s | 20 tok/s | 0.50x | >= 3.0x | **no** |" in text
+
+
+def test_compare_puts_runs_side_by_side_with_the_median(tmp_path) -> None:
+    from bench.compare import compare
+    from bench.records import write_json
+
+    runs = []
+    for i, ours in enumerate((10.0, 40.0, 25.0)):
+        path = tmp_path / f"run{i}.json"
+        write_json(path, [Record("4 decode", "tokens/s", ours, 10.0, "tok/s", ">= 2.0x")]
+                   + ([Record("8 overhead", "us", 90.0, None, "us", "<= 100 us")] if i == 0
+                      else []), {})
+        runs.append(path)
+    lines = compare(runs).splitlines()
+    assert lines[0].startswith("| scenario | metric | ours | baseline | ratio (run0 / run1 / run2)")
+    assert lines[2] == ("| 4 decode | tokens/s | 10 tok/s | 10 tok/s | 1.00x / 4.00x / 2.50x | "
+                        "2.50x | >= 2.0x | no / yes / yes |")
+    assert lines[3] == "| 8 overhead | us | 90 us | - | - / - / - | - | <= 100 us | yes / - / - |"
