@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -89,3 +93,18 @@ def test_small_and_large_batches_agree_with_plain_linear(rows: int) -> None:
     torch.testing.assert_close(registry.run(Op.FORWARD, layer, x),
                                F.linear(x, layer.weight, layer.bias))
     torch.testing.assert_close(registry.run(Op.BACKWARD, layer, g), g @ layer.weight)
+
+
+def test_loaded_registry_keeps_no_map_of_the_checkpoint() -> None:
+    """Every page of the checkpoint is read while loading; a map kept open would hold them all
+    resident next to the fused q/k/v and gate/up copies (1.7x the weights for a Llama)."""
+    checkpoint = resolve_model("tiny-llama") / "model.safetensors"
+    script = (
+        "import gc, sys; from executor.registry import LayerRegistry; "
+        f"r = LayerRegistry.load({str(checkpoint.parent)!r}); gc.collect(); "
+        f"maps = open('/proc/self/maps').read(); "
+        "sys.stdout.write(str(len(r.layers)) + ' ' + str(maps.count('model.safetensors')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parents[2]).stdout.split()
+    layers, mapped = int(out[0]), int(out[1])
+    assert layers > 10 and mapped == 0
