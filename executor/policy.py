@@ -5,6 +5,7 @@
 - opportunistic (default): a call may wait for company within a budget that grows with its size
   and kind (a decode call waits little; prefill and training, whose own compute is long, may wait
   longer), capped by `max_wait`; and it never waits when no client is expected to join it.
+  Among ready queues, decode steps run before prefills and large batches.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Eager(Policy):
 @dataclass
 class Opportunistic(Policy):
     budgets: Budgets = field(default_factory=Budgets)
+    decode_rows: int = 32  # a call of at most this many rows is a decode step
     name = "opportunistic"
 
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
@@ -84,9 +86,13 @@ class Opportunistic(Policy):
         return now >= deadline or not any(True for _ in joiners)
 
     def order(self, queue: list[PendingCall], progress: int) -> tuple:
-        # Farthest behind first: clients ahead in the model wait (they are busy anyway) while
-        # those behind catch up, so scattered clients converge into one batch per layer.
-        return (progress, queue[0].seq)
+        # Decode steps first: a token's latency is the sum of its ~50 calls' waits, while a
+        # prefill or a large batch hardly notices a short delay (the starvation bound keeps it
+        # from waiting long). Then farthest behind first: clients ahead in the model wait (they
+        # are busy anyway) while those behind catch up, so scattered clients converge into one
+        # batch per layer.
+        decode = any(c.rows <= self.decode_rows for c in queue)
+        return (not decode, progress, queue[0].seq)
 
 
 @dataclass

@@ -168,3 +168,20 @@ def test_departed_clients_are_not_waited_for(clock) -> None:
     clock.advance(1.0)  # b has been silent longer than the active window
     call(s, "a", 1)
     assert clients_of(s.next_batch()) == ["a"]
+
+
+def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock, starvation_s=0.2)
+    prefill = call(s, "prefill", 0, rows=128)
+    decode = call(s, "decoder", 1, rows=1)  # further in the model: farthest-behind picks 0
+    clock.advance(0.001)
+    assert s.next_batch() == [decode]
+    assert s.next_batch() == [prefill]
+    prefill = call(s, "prefill", 0, rows=128)
+    clock.advance(0.25)  # waited past the starvation bound
+    decode = call(s, "decoder", 1, rows=1)
+    assert s.next_batch() == [prefill]
+    eager = scheduler(Eager(), clock)
+    first = call(eager, "prefill", 0, rows=128)
+    call(eager, "decoder", 1, rows=1)
+    assert eager.next_batch() == [first]  # eager: first come, first served
