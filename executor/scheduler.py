@@ -1,5 +1,8 @@
 """Per-layer queues of pending calls and the choice of what runs next.
 
+A queue holds the calls for one (layer, op) in one of the policy's size classes: opportunistic
+batching keeps decode steps apart from prefills and large batches, the others keep one queue.
+
 Bookkeeping only, no tensors. Thread-safe: calls are added by whichever executor thread drains the
 socket; batches are taken by whichever holds the compute slot.
 
@@ -28,7 +31,8 @@ from executor.calls import PendingCall
 from executor.policy import CostModel, Eager, Policy
 from executor.protocol import CallKind, Op
 
-Key = tuple[int, Op]
+Key = tuple[int, Op]  # (layer, op): where a call is in the model
+QueueKey = tuple[int, Op, int]  # ... and the policy's size class (decode steps apart, or not)
 
 
 @dataclass
@@ -54,7 +58,7 @@ class Scheduler:
         self.clock = clock
         self.cost = CostModel()
         self.lock = threading.Lock()
-        self.queues: dict[Key, deque[PendingCall]] = {}
+        self.queues: dict[QueueKey, deque[PendingCall]] = {}
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
         self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
@@ -68,7 +72,8 @@ class Scheduler:
             call.seq = self._seq
             estimate = self.cost.estimate(call.key, call.rows, self.widths.get(call.layer, 0))
             call.deadline = self.policy.deadline(call, estimate)
-            self.queues.setdefault(call.key, deque()).append(call)
+            queue_key = (*call.key, self.policy.size_class(call.rows))
+            self.queues.setdefault(queue_key, deque()).append(call)
             me = self.presence.get(call.client)
             if me is None:
                 me = self.presence[call.client] = Presence(call.arrived)
@@ -121,7 +126,8 @@ class Scheduler:
                 yield queue, 0.0
                 continue
             here = {c.client for c in calls}
-            if self.policy.ready(calls, now, deadline, self._joiners(key, active), here, active):
+            joiners = self._joiners(key[:2], active)
+            if self.policy.ready(calls, now, deadline, joiners, here, active):
                 yield queue, 0.0
             else:
                 yield queue, deadline - now
