@@ -13,8 +13,9 @@ an opportunistic batch waits only while such a client may still join it.
 
 Choosing among ready queues: any call waiting past `starvation_s` goes first; then inference
 before training, but training keeps at least `training_share` of the batches while it has work;
-then the policy's order (first come first served, or for opportunistic batching the queue
-farthest behind in the model: a layer's position in forward order, reversed for backward).
+then the policy's order (first come first served; or for opportunistic batching decode steps
+first, then the queue farthest behind in the model: a layer's position in forward order,
+reversed for backward).
 Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client flooding
 one layer cannot crowd others out.
 """

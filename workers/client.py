@@ -298,4 +298,3 @@ class ExecutorClient:
 
 class _Reconnect(Exception):
     pass
-
