@@ -5,7 +5,7 @@
 - opportunistic (default): a call may wait for company within a budget that grows with its size
   and kind (a decode call waits little; prefill and training, whose own compute is long, may wait
   longer), capped by `max_wait`; and it never waits when no client is expected to join it.
-  Decode steps are queued apart from prefills and large batches and run before them.
+  Among ready queues, decode steps run before prefills and large batches.
 """
 
 from __future__ import annotations
@@ -63,10 +63,6 @@ class Policy:
         """Among ready queues, the smallest key runs first. Default: first come, first served."""
         return (queue[0].seq,)
 
-    def size_class(self, rows: int) -> int:
-        """Calls for one layer are batched only within a size class. Default: all together."""
-        return 0
-
     def ready(self, calls: list[PendingCall], now: float, deadline: float,
               joiners: Iterable[bytes], waiting_here: set[bytes], active: set[bytes]) -> bool:
         return True
@@ -95,11 +91,8 @@ class Opportunistic(Policy):
         # from waiting long). Then farthest behind first: clients ahead in the model wait (they
         # are busy anyway) while those behind catch up, so scattered clients converge into one
         # batch per layer.
-        return (self.size_class(queue[0].rows), progress, queue[0].seq)
-
-    def size_class(self, rows: int) -> int:
-        # A decode step never joins a prefill's batch: it would wait for that whole matmul.
-        return int(rows > self.decode_rows)
+        decode = any(c.rows <= self.decode_rows for c in queue)
+        return (not decode, progress, queue[0].seq)
 
 
 @dataclass

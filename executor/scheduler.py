@@ -1,8 +1,5 @@
 """Per-layer queues of pending calls and the choice of what runs next.
 
-A queue holds the calls for one (layer, op) in one of the policy's size classes: opportunistic
-batching keeps decode steps apart from prefills and large batches, the others keep one queue.
-
 Bookkeeping only, no tensors. Thread-safe: calls are added by whichever executor thread drains the
 socket; batches are taken by whichever holds the compute slot.
 
@@ -15,7 +12,8 @@ Choosing among ready queues: any call waiting past `starvation_s` goes first; th
 before training, but training keeps at least `training_share` of the batches while it has work;
 then the policy's order (first come first served; or for opportunistic batching decode steps
 first, then the queue farthest behind in the model: a layer's position in forward order,
-reversed for backward).
+reversed for backward). Decode steps, prefills and training calls for one layer share its queue,
+so they can share a batch (one matmul for every tenant).
 Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client flooding
 one layer cannot crowd others out.
 """
@@ -32,8 +30,7 @@ from executor.calls import PendingCall
 from executor.policy import CostModel, Eager, Policy
 from executor.protocol import CallKind, Op
 
-Key = tuple[int, Op]  # (layer, op): where a call is in the model
-QueueKey = tuple[int, Op, int]  # ... and the policy's size class (decode steps apart, or not)
+Key = tuple[int, Op]
 
 
 @dataclass
@@ -59,7 +56,7 @@ class Scheduler:
         self.clock = clock
         self.cost = CostModel()
         self.lock = threading.Lock()
-        self.queues: dict[QueueKey, deque[PendingCall]] = {}
+        self.queues: dict[Key, deque[PendingCall]] = {}
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
         self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
@@ -73,8 +70,7 @@ class Scheduler:
             call.seq = self._seq
             estimate = self.cost.estimate(call.key, call.rows, self.widths.get(call.layer, 0))
             call.deadline = self.policy.deadline(call, estimate)
-            queue_key = (*call.key, self.policy.size_class(call.rows))
-            self.queues.setdefault(queue_key, deque()).append(call)
+            self.queues.setdefault(call.key, deque()).append(call)
             me = self.presence.get(call.client)
             if me is None:
                 me = self.presence[call.client] = Presence(call.arrived)
@@ -127,8 +123,7 @@ class Scheduler:
                 yield queue, 0.0
                 continue
             here = {c.client for c in calls}
-            joiners = self._joiners(key[:2], active)
-            if self.policy.ready(calls, now, deadline, joiners, here, active):
+            if self.policy.ready(calls, now, deadline, self._joiners(key, active), here, active):
                 yield queue, 0.0
             else:
                 yield queue, deadline - now

@@ -123,7 +123,7 @@ def test_inference_first_but_training_keeps_its_share(clock) -> None:
     for i in range(80):  # both kinds always have work queued; one batch runs per round
         clock.advance(0.001)
         call(s, f"decoder-{i}", 1, kind=INF)
-        if not s.queues.get((0, Op.BACKWARD, 0)):
+        if not s.queues.get((0, Op.BACKWARD)):
             call(s, "trainer", 0, rows=64, kind=TRAIN, op=Op.BACKWARD)
         served.append(s.next_batch()[0].kind)
     assert served[0] == TRAIN  # nothing served yet: training is below its share
@@ -185,14 +185,3 @@ def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock
     first = call(eager, "prefill", 0, rows=128)
     call(eager, "decoder", 1, rows=1)
     assert eager.next_batch() == [first]  # eager: first come, first served
-
-
-def test_opportunistic_keeps_decode_steps_out_of_a_prefills_batch(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS), clock)
-    prefill = call(s, "prefill", 0, rows=128)
-    decodes = [call(s, "a", 0), call(s, "b", 0, rows=4)]
-    assert s.next_batch() == decodes  # alone: not waiting for the prefill's matmul
-    assert s.next_batch() == [prefill]
-    eager = scheduler(Eager(), clock)
-    together = [call(eager, "prefill", 0, rows=128), call(eager, "a", 0)]
-    assert eager.next_batch() == together  # eager runs whatever is queued at the layer
