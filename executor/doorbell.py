@@ -72,14 +72,11 @@ class WorkerDoorbell:
         self._poll.register(self._reply, select.POLLIN)
 
     @classmethod
-    def create(cls, directory: Path) -> WorkerDoorbell:
-        return cls(directory / f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
-
-    @classmethod
     def create_if_possible(cls, directory: Path) -> WorkerDoorbell | None:
-        """None where named pipes cannot be made there (the caller keeps to its socket)."""
+        """A doorbell with a fresh name in `directory`; None where named pipes cannot be made
+        there (the caller keeps to its socket)."""
         try:
-            return cls.create(directory)
+            return cls(directory / f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
         except OSError as exc:
             log.info("no doorbell (%s): calls over the socket", exc)
             return None
