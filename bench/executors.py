@@ -13,11 +13,12 @@ from pathlib import Path
 
 
 class ExecutorProcess:
-    def __init__(self, model: str, policy: str, threads: int | None, dtype: str) -> None:
+    def __init__(self, model: str, policy: str, threads: int | None, dtype: str,
+                 device: str = "cpu") -> None:
         path = Path(tempfile.mkdtemp(prefix="symb-bench-")) / "executor.sock"
         self.endpoint = f"ipc://{path}"
         args = [sys.executable, "-m", "executor", "--model", model, "--bind", self.endpoint,
-                "--policy", policy, "--dtype", dtype]
+                "--policy", policy, "--dtype", dtype, "--device", device]
         if threads:
             args += ["--threads", str(threads)]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
@@ -71,9 +72,9 @@ class ExecutorPool:
 
 @contextmanager
 def executor(model: str, *, policy: str = "opportunistic", threads: int | None = None,
-             dtype: str = "float32"):
+             dtype: str = "float32", device: str = "cpu"):
     """A private executor for one measurement: yields (endpoint, pid)."""
-    process = ExecutorProcess(model, policy, threads, dtype)
+    process = ExecutorProcess(model, policy, threads, dtype, device)
     try:
         yield process.endpoint, process.pid
     finally:

@@ -31,10 +31,9 @@ class GroupResult:
     setup_s: float
 
     def tokens_per_s(self, kind: str | None = None) -> float:
-        mine = [r for r in self.results if kind is None or r["kind"] == kind]
-        tokens = sum(len(r["latencies"]) * r["tokens_per_unit"] for r in mine)
-        window = max(r["elapsed"] for r in mine)
-        return tokens / window if window else 0.0
+        """Each client's tokens over its own window (to its last completed unit), summed."""
+        return sum(len(r["latencies"]) * r["tokens_per_unit"] / r["elapsed"]
+                   for r in self.results if (kind is None or r["kind"] == kind) and r["elapsed"])
 
     def latency_ms(self, q: float | None = None, kind: str | None = None) -> float:
         values = sorted(x for r in self.results if kind is None or r["kind"] == kind

@@ -13,6 +13,8 @@ import json
 import sys
 from dataclasses import dataclass
 
+import psutil
+
 from bench.group import Group, GroupResult
 from bench.scenarios.common import client
 from workers import ExecutorClient
@@ -36,8 +38,10 @@ class Mix:
 
 
 def run(endpoint: str, model: str, mix: Mix, *, duration: float = 20.0,
-        ranks: tuple[int, ...] = (8,), methods: tuple[str, ...] = ("lora",)) -> dict:
-    """Clients forked from a preloaded parent (as the worker manager starts them)."""
+        ranks: tuple[int, ...] = (8,), methods: tuple[str, ...] = ("lora",),
+        executor_pid: int | None = None) -> dict:
+    """Clients forked from a preloaded parent (as the worker manager starts them). With the
+    executor's pid, also the cores it kept busy (its idle start-up of the clients counted in)."""
     argvs, i = [], 0
     for kind, count in mix.counts.items():
         for _ in range(count):
@@ -46,11 +50,17 @@ def run(endpoint: str, model: str, mix: Mix, *, duration: float = 20.0,
                                 duration=duration))
             i += 1
     probe = ExecutorClient(endpoint, name="loadgen")
+    executor = psutil.Process(executor_pid) if executor_pid else None
+    cpu = sum(executor.cpu_times()[:2]) if executor else 0.0
     before = json.loads(probe.stats())
     result = Group(argvs, forked=True).run()
     after = json.loads(probe.stats())
     probe.close()
-    return summarize(result, before, after)
+    summary = summarize(result, before, after)
+    if executor:
+        window = max(r["elapsed"] for r in result.results)
+        summary["executor"]["cores"] = (sum(executor.cpu_times()[:2]) - cpu) / window
+    return summary
 
 
 def summarize(result: GroupResult, before: dict, after: dict) -> dict:
@@ -64,6 +74,9 @@ def summarize(result: GroupResult, before: dict, after: dict) -> dict:
             "latency_mean_ms": result.latency_ms(kind=kind),
             "latency_p50_ms": result.latency_ms(0.5, kind),
             "latency_p99_ms": result.latency_ms(0.99, kind),
+            # cores this kind's client processes kept busy (their own work, not the executor's)
+            "client_cores": sum(r["cpu_s"] / r["elapsed"] for r in result.results
+                                if r["kind"] == kind),
         }
     batches = {}
     for kind in ("inference", "training"):

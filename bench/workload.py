@@ -26,6 +26,7 @@ from peft import (
     PromptTuningConfig,
     get_peft_model,
 )
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 # peft asks transformers 5 about gradient checkpointing by its deprecated name, once per model
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
@@ -62,18 +63,38 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
     return get_peft_model(base, adapter(method, rank))
 
 
-def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator) -> list[float]:
-    """generate() calls; one latency per generated token (the call's time / tokens)."""
-    model.eval()
-    latencies = []
-    while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (1, prompt), generator=rng)
-        started = time.perf_counter()
+class TokenClock(StoppingCriteria):
+    """Stamps each generated token and ends the generation when the window closes, so a
+    client's last generate() does not run past the measured window."""
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+        self.stamps: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        now = time.monotonic()
+        self.stamps.append(now)
+        return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool)
+
+    def generate(self, model, ids: torch.Tensor, tokens: int, **kwargs) -> list[float]:
+        """One generate(); the gap before each of its tokens (the first: since the start)."""
+        self.stamps = [time.monotonic()]
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=tokens, min_new_tokens=tokens)
-        latencies += [(time.perf_counter() - started) / tokens] * tokens
-    return latencies
+                           max_new_tokens=tokens, min_new_tokens=tokens,
+                           stopping_criteria=StoppingCriteriaList([self]), **kwargs)
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
+
+
+def decode(model, prompt: int, tokens: int, until: float,
+           rng: torch.Generator) -> tuple[list[float], float]:
+    """generate() calls until the window closes: each token's latency, and when the last came."""
+    model.eval()
+    clock, latencies = TokenClock(until), []
+    while time.monotonic() < until:
+        ids = torch.randint(0, 50000, (1, prompt), generator=rng)
+        latencies += clock.generate(model, ids, tokens)
+    return latencies, clock.stamps[-1]
 
 
 def build_mixed(model: str, ranks: list[int]):
@@ -91,22 +112,20 @@ def build_mixed(model: str, ranks: list[int]):
 
 
 def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
-                 rng: torch.Generator) -> list[float]:
-    """One generate() over n sequences, each with its own adapter; per-sequence token latency."""
+                 rng: torch.Generator) -> tuple[list[float], float]:
+    """generate() over n sequences, each with its own adapter; per-sequence token latency."""
     model.eval()
     names = [f"a{i}" for i in range(n)]
-    latencies = []
+    clock, latencies = TokenClock(until), []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (n, prompt), generator=rng)
-        started = time.perf_counter()
-        with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=tokens, min_new_tokens=tokens, adapter_names=names)
-        latencies += [(time.perf_counter() - started) / tokens] * (tokens * n)
-    return latencies
+        latencies += [gap for gap in clock.generate(model, ids, tokens, adapter_names=names)
+                      for _ in range(n)]
+    return latencies, clock.stamps[-1]
 
 
-def prefill(model, length: int, until: float, rng: torch.Generator) -> list[float]:
+def prefill(model, length: int, until: float,
+            rng: torch.Generator) -> tuple[list[float], float]:
     model.eval()
     latencies = []
     while time.monotonic() < until:
@@ -115,10 +134,11 @@ def prefill(model, length: int, until: float, rng: torch.Generator) -> list[floa
         with torch.no_grad():
             model(input_ids=ids, use_cache=False, logits_to_keep=1)
         latencies.append(time.perf_counter() - started)
-    return latencies
+    return latencies, time.monotonic()
 
 
-def train(model, batch: int, length: int, until: float, rng: torch.Generator) -> list[float]:
+def train(model, batch: int, length: int, until: float,
+          rng: torch.Generator) -> tuple[list[float], float]:
     """A Trainer-style loop: AdamW, labels = inputs, gradient clipping."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
@@ -132,7 +152,7 @@ def train(model, batch: int, length: int, until: float, rng: torch.Generator) ->
         optimizer.step()
         optimizer.zero_grad()
         latencies.append(time.perf_counter() - started)
-    return latencies
+    return latencies, time.monotonic()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -171,21 +191,22 @@ def main(argv: list[str] | None = None) -> int:
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
         time.sleep(0.01)
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
     if args.kind == "decode" and args.adapters:
-        latencies = decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng)
+        latencies, done = decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng)
         per_unit = 1
     elif args.kind == "decode":
-        latencies, per_unit = decode(model, args.prompt, args.tokens, until, rng), 1
+        (latencies, done), per_unit = decode(model, args.prompt, args.tokens, until, rng), 1
     elif args.kind == "prefill":
-        latencies, per_unit = prefill(model, args.length, until, rng), args.length
+        (latencies, done), per_unit = prefill(model, args.length, until, rng), args.length
     else:
-        latencies, per_unit = train(model, args.batch, args.length, until, rng), \
+        (latencies, done), per_unit = train(model, args.batch, args.length, until, rng), \
             args.batch * args.length
     result = {"kind": args.kind, "method": args.method, "rank": args.rank,
               "latencies": latencies, "tokens_per_unit": per_unit,
-              "elapsed": time.monotonic() - started}
+              "elapsed": done - started,  # to the last completed unit of work
+              "cpu_s": time.process_time() - cpu_started}
     (sync / f"{args.index}.json").write_text(json.dumps(result))
     return 0
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
+from executor.lanes import Lane, lane_of_batch
 from executor.protocol import CallKind, Op
 
 
@@ -75,7 +76,6 @@ class Eager(Policy):
 @dataclass
 class Opportunistic(Policy):
     budgets: Budgets = field(default_factory=Budgets)
-    decode_rows: int = 32  # a call of at most this many rows is a decode step
     name = "opportunistic"
 
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
@@ -91,8 +91,7 @@ class Opportunistic(Policy):
         # from waiting long). Then farthest behind first: clients ahead in the model wait (they
         # are busy anyway) while those behind catch up, so scattered clients converge into one
         # batch per layer.
-        decode = any(c.rows <= self.decode_rows for c in queue)
-        return (not decode, progress, queue[0].seq)
+        return (lane_of_batch(queue) != Lane.DECODE, progress, queue[0].seq)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Executor metrics by call kind: batch sizes, waits, compute time, queue depth, rows/s.
+"""Executor metrics by call kind: batch sizes, waits, compute time, queue depth, rows/s; and by
+lane (decode steps, prefills, training: `executor.lanes`): calls, waits and compute time.
 
 Readable as JSON (the stats request on the executor's socket) and as Prometheus text, which the
 gateway re-exports. Written by the compute loop, read by the IO thread, guarded by one lock.
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
+from executor.lanes import Lane, lane_of, lane_of_batch
 from executor.protocol import CallKind
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
@@ -52,11 +54,20 @@ class KindStats:
     wait_ms: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_MS))
 
 
+@dataclass
+class LaneStats:
+    calls: int = 0
+    batches: int = 0  # batches whose most urgent call is in this lane
+    compute_s: float = 0.0  # of those batches
+    wait_s: float = 0.0  # summed over this lane's calls
+
+
 class ExecutorStats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.started = time.monotonic()
         self.kinds = {kind: KindStats() for kind in CallKind}
+        self.lanes = {lane: LaneStats() for lane in Lane}
         self.mixed_batches = 0  # batches with both inference and training calls
         self.errors = 0
         self.queue_depth = 0
@@ -72,11 +83,17 @@ class ExecutorStats:
                 stats.batches += 1
                 stats.batch_calls.observe(len(batch))
                 stats.compute_s += compute_s
+            lane = self.lanes[lane_of_batch(batch)]
+            lane.batches += 1
+            lane.compute_s += compute_s
             for call in batch:
                 stats = self.kinds[call.kind]
                 stats.calls += 1
                 stats.rows += call.rows
                 stats.wait_ms.observe((started - call.arrived) * 1e3)
+                lane = self.lanes[lane_of(call)]
+                lane.calls += 1
+                lane.wait_s += started - call.arrived
 
     def record_error(self) -> None:
         with self.lock:
@@ -95,8 +112,14 @@ class ExecutorStats:
                 }
                 for kind, s in self.kinds.items()
             }
+            lanes = {lane.name.lower(): {"calls": s.calls, "batches": s.batches,
+                                         "compute_s": s.compute_s, "wait_s": s.wait_s,
+                                         "mean_wait_ms": 1e3 * s.wait_s / s.calls if s.calls
+                                         else 0.0}
+                     for lane, s in self.lanes.items()}
             return {"uptime_s": uptime, "queue_depth": self.queue_depth, "clients": self.clients,
-                    "mixed_batches": self.mixed_batches, "errors": self.errors, "kinds": kinds}
+                    "mixed_batches": self.mixed_batches, "errors": self.errors, "kinds": kinds,
+                    "lanes": lanes}
 
     def to_json(self) -> str:
         return json.dumps(self.snapshot())
@@ -119,6 +142,11 @@ class ExecutorStats:
             lines.append(f"# TYPE symbiosis_executor_{metric}_total {kind_}")
             for kind, s in snap["kinds"].items():
                 lines.append(f'symbiosis_executor_{metric}_total{{kind="{kind}"}} {s[key]}')
+        for metric, key in (("calls", "calls"), ("compute_seconds", "compute_s"),
+                            ("wait_seconds", "wait_s")):
+            lines.append(f"# TYPE symbiosis_executor_lane_{metric}_total counter")
+            for lane, s in snap["lanes"].items():
+                lines.append(f'symbiosis_executor_lane_{metric}_total{{lane="{lane}"}} {s[key]}')
         for metric, key in (("batch_calls", "batch_calls"), ("wait_ms", "wait_ms")):
             lines.append(f"# TYPE symbiosis_executor_{metric} histogram")
             for kind, s in snap["kinds"].items():

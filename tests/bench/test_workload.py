@@ -1,0 +1,44 @@
+"""The benchmark client's accounting: a decode client stops when its window closes and counts
+every token it generated; throughput is each client's work over its own window."""
+
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from bench.group import GroupResult
+from bench.workload import TokenClock, decode
+from executor.models import resolve_model
+
+
+def _model():
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
+
+
+def test_token_clock_counts_each_token_and_stops_at_the_window() -> None:
+    model, ids = _model(), torch.tensor([[1, 2, 3, 4]])
+    open_window = TokenClock(until=time.monotonic() + 600)
+    gaps = open_window.generate(model, ids, tokens=6)
+    assert len(gaps) == 6 and all(g > 0 for g in gaps)
+    closed = TokenClock(until=time.monotonic())  # already over: stops after one token
+    assert len(closed.generate(model, ids, tokens=6)) == 1
+
+
+def test_decode_ends_with_the_window_not_with_its_last_generate() -> None:
+    model, rng = _model(), torch.Generator().manual_seed(0)
+    started = time.monotonic()
+    latencies, last = decode(model, prompt=4, tokens=10_000, until=started + 1.0, rng=rng)
+    assert started + 1.0 <= last < started + 3.0  # a 10,000-token generate was cut short
+    assert len(latencies) > 1 and abs(sum(latencies) - (last - started)) < 0.05
+
+
+def test_throughput_is_each_clients_work_over_its_own_window() -> None:
+    result = GroupResult([
+        {"kind": "decode", "latencies": [0.1] * 10, "tokens_per_unit": 1, "elapsed": 2.0},
+        {"kind": "decode", "latencies": [0.1] * 30, "tokens_per_unit": 1, "elapsed": 3.0},
+        {"kind": "train", "latencies": [1.0] * 2, "tokens_per_unit": 256, "elapsed": 4.0},
+    ], peak_pss=0, setup_s=0.0)
+    assert result.tokens_per_s("decode") == 10 / 2.0 + 30 / 3.0
+    assert result.tokens_per_s("train") == 2 * 256 / 4.0
+    assert result.tokens_per_s() == 15.0 + 128.0

@@ -1,0 +1,47 @@
+"""Executor metrics by kind and by lane, as JSON and Prometheus text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from executor.calls import PendingCall
+from executor.lanes import Lane, lane_of, lane_of_batch
+from executor.protocol import Call, CallKind, Op
+from executor.stats import ExecutorStats
+
+
+def pending(rows: int, kind: CallKind, arrived: float) -> PendingCall:
+    return PendingCall(b"c", Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8)),
+                       torch.empty(rows, 8), arrived)
+
+
+def test_lanes_follow_kind_and_size() -> None:
+    decode = pending(1, CallKind.INFERENCE, 0.0)
+    prefill = pending(128, CallKind.INFERENCE, 0.0)
+    small_training = pending(4, CallKind.TRAINING, 0.0)
+    assert [lane_of(c) for c in (decode, prefill, small_training)] == \
+        [Lane.DECODE, Lane.PREFILL, Lane.TRAINING]
+    assert lane_of_batch([small_training, prefill]) == Lane.PREFILL
+    assert lane_of_batch([prefill, decode]) == Lane.DECODE
+
+
+def test_waits_and_compute_are_counted_per_lane() -> None:
+    stats = ExecutorStats()
+    stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
+                        pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
+    stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
+    lanes = json.loads(stats.to_json())["lanes"]
+    assert lanes["decode"] == {"calls": 2, "batches": 1, "compute_s": 0.25, "wait_s": 1.5,
+                               "mean_wait_ms": 750.0}
+    assert lanes["prefill"]["calls"] == 1 and lanes["prefill"]["compute_s"] == 0.5
+    assert lanes["prefill"]["wait_s"] == pytest.approx(0.5)
+    assert lanes["training"] == {"calls": 1, "batches": 0, "compute_s": 0.0, "wait_s": 2.0,
+                                 "mean_wait_ms": 2000.0}
+    text = stats.to_prometheus()
+    assert 'symbiosis_executor_lane_calls_total{lane="decode"} 2' in text
+    assert 'symbiosis_executor_lane_wait_seconds_total{lane="training"} 2.0' in text
+    assert 'symbiosis_executor_lane_compute_seconds_total{lane="prefill"} 0.5' in text
+    assert json.loads(stats.to_json())["mixed_batches"] == 1
