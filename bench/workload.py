@@ -94,7 +94,7 @@ def decode(model, prompt: int, tokens: int, until: float,
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (1, prompt), generator=rng)
         latencies += clock.generate(model, ids, tokens)
-    return latencies, clock.stamps[-1]
+    return latencies, clock.stamps[-1] if clock.stamps else time.monotonic()
 
 
 def build_mixed(model: str, ranks: list[int]):
@@ -121,7 +121,7 @@ def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
         ids = torch.randint(0, 50000, (n, prompt), generator=rng)
         latencies += [gap for gap in clock.generate(model, ids, tokens, adapter_names=names)
                       for _ in range(n)]
-    return latencies, clock.stamps[-1]
+    return latencies, clock.stamps[-1] if clock.stamps else time.monotonic()
 
 
 def prefill(model, length: int, until: float,
