@@ -20,13 +20,16 @@ def parse_args(argv: list[str] | None) -> ExecutorConfig:
     parser.add_argument("--threads", type=int, help="torch intra-op threads")
     parser.add_argument("--policy", choices=POLICIES, help="batching policy")
     parser.add_argument("--max-wait-ms", type=float, help="cap on any call's wait for company")
+    parser.add_argument("--slice-ms", type=float,
+                        help="opportunistic: run training batches in slices of about this much "
+                             "compute, with ready decode steps between them (0: never slice)")
     parser.add_argument("--no-fuse", action="store_true",
                         help="do not fuse linear layers that share an input")
     args = parser.parse_args(argv)
     return ExecutorConfig.from_env(
         model=args.model, bind=args.bind, device=args.device, dtype=args.dtype,
         threads=args.threads, policy=args.policy, max_wait_ms=args.max_wait_ms,
-        fuse=False if args.no_fuse else None,
+        slice_ms=args.slice_ms, fuse=False if args.no_fuse else None,
     )
 
 

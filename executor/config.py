@@ -21,6 +21,7 @@ class ExecutorConfig:
     decode_wait_ms: float = 0.3  # base budget of an inference call
     training_wait_ms: float = 2.0  # base budget of a training call
     wait_fraction: float = 0.25  # a call may wait this fraction of its own estimated compute
+    slice_ms: float = 5.0  # opportunistic: training batches run in slices this long (0: whole)
     max_batch_rows: int = 8192
     training_share: float = 0.25  # under load, at least this share of batches goes to training
     client_idle_s: float = 600.0  # forget clients silent this long (their shared memory too)
@@ -34,7 +35,7 @@ class ExecutorConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, not {self.dtype!r}")
         if not self.bind.startswith(("ipc://", "tcp://", "inproc://")):
             raise ValueError(f"bind must be an ipc://, tcp:// or inproc:// endpoint: {self.bind!r}")
-        if min(self.max_wait_ms, self.decode_wait_ms, self.training_wait_ms) < 0 \
+        if min(self.max_wait_ms, self.decode_wait_ms, self.training_wait_ms, self.slice_ms) < 0 \
                 or not 0 <= self.wait_fraction <= 1:
             raise ValueError("wait budgets must be non-negative and wait_fraction within [0, 1]")
         if not 0 < self.training_share < 1:
@@ -45,7 +46,8 @@ class ExecutorConfig:
         """Defaults from SYMBIOSIS_EXECUTOR_* environment variables, then explicit overrides."""
         env: dict[str, object] = {}
         for name, kind in (("model", str), ("bind", str), ("device", str), ("dtype", str),
-                           ("policy", str), ("max_wait_ms", float), ("threads", int),
+                           ("policy", str), ("max_wait_ms", float), ("slice_ms", float),
+                           ("training_share", float), ("threads", int),
                            ("curve_secret", str)):
             value = os.environ.get(f"SYMBIOSIS_EXECUTOR_{name.upper()}")
             if value:

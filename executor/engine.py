@@ -2,13 +2,16 @@
 
 Rows of all calls in a batch are concatenated (no padding), run through one base layer, and the
 result is split back by row counts. Results go into each client's shared memory when it has one,
-else into a reply frame; the caller sends the replies.
+else into a reply frame; the caller sends the replies. A batch the scheduler slices runs as
+several matmuls over consecutive rows, with `between` called after each slice but the last (the
+server runs ready decode steps there).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -34,13 +37,23 @@ class Engine:
         self.stats = stats
         self.device = torch.device(device)
 
-    def execute(self, batch: list[PendingCall]) -> list[Reply]:
+    def execute(self, batch: list[PendingCall],
+                between: Callable[[], None] | None = None) -> list[Reply]:
         started = self.scheduler.clock()
         layer = self.registry.get(batch[0].header.layer)
         op = batch[0].header.op
-        tick = time.perf_counter()
+        size = self.scheduler.slice_rows(batch) if between is not None else None
+        elapsed = 0.0
         try:
-            y = self.registry.run(op, layer, self._inputs(batch))
+            x = self._inputs(batch)
+            parts = []
+            for start in range(0, x.shape[0], size or x.shape[0]):
+                if parts:
+                    between()
+                tick = time.perf_counter()
+                parts.append(self.registry.run(op, layer, x[start:start + (size or x.shape[0])]))
+                elapsed += time.perf_counter() - tick
+            y = parts[0] if len(parts) == 1 else torch.cat(parts)
             if y.device.type != "cpu":
                 y = y.cpu()
         except Exception as exc:  # one bad batch must not stop the executor
@@ -49,7 +62,6 @@ class Engine:
             error = f"{type(exc).__name__}: {exc}"
             return [(c.client, [P.encode(P.Error(c.header.id, P.ErrorCode.INTERNAL, error))])
                     for c in batch]
-        elapsed = time.perf_counter() - tick
         self.scheduler.observe(batch, elapsed)
         self.stats.record_batch(batch, started, elapsed)
         replies, start = [], 0

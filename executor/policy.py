@@ -5,7 +5,10 @@
 - opportunistic (default): a call may wait for company within a budget that grows with its size
   and kind (a decode call waits little; prefill and training, whose own compute is long, may wait
   longer), capped by `max_wait`; and it never waits when no client is expected to join it.
-  Among ready queues, decode steps run before prefills and large batches.
+  Among ready queues, decode steps run before prefills and large batches; and a training batch
+  runs in slices of about `slice_s` of compute, with the decode steps that became ready run
+  between slices (training keeps its share of batches), so a token never waits behind a whole
+  256-row training matmul.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ class Policy:
               joiners: Iterable[bytes], waiting_here: set[bytes], active: set[bytes]) -> bool:
         return True
 
+    def slice_rows(self, per_row_s: float) -> int | None:
+        """Rows per slice of a training batch, between which decode steps may run; None: whole."""
+        return None
+
 
 class Eager(Policy):
     pass
@@ -76,6 +83,8 @@ class Eager(Policy):
 @dataclass
 class Opportunistic(Policy):
     budgets: Budgets = field(default_factory=Budgets)
+    slice_s: float = 0.005  # a training batch runs in slices of about this much compute (0: whole)
+    min_slice_rows: int = 64  # a matmul of fewer rows runs well below the CPU's peak
     name = "opportunistic"
 
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
@@ -93,6 +102,11 @@ class Opportunistic(Policy):
         # batch per layer.
         return (lane_of_batch(queue) != Lane.DECODE, progress, queue[0].seq)
 
+    def slice_rows(self, per_row_s: float) -> int | None:
+        if self.slice_s <= 0:
+            return None
+        return max(self.min_slice_rows, int(self.slice_s / max(per_row_s, 1e-9)))
+
 
 @dataclass
 class Lockstep(Policy):
@@ -106,11 +120,11 @@ class Lockstep(Policy):
         return now >= deadline or active <= waiting_here
 
 
-def make_policy(name: str, budgets: Budgets) -> Policy:
+def make_policy(name: str, budgets: Budgets, slice_s: float = 0.005) -> Policy:
     if name == "eager":
         return Eager()
     if name == "lockstep":
         return Lockstep(cap_s=max(budgets.max_wait_s * 5, 0.05))
     if name == "opportunistic":
-        return Opportunistic(budgets)
+        return Opportunistic(budgets, slice_s=slice_s)
     raise ValueError(f"unknown policy {name!r}")

@@ -14,6 +14,9 @@ then the policy's order (first come first served; or for opportunistic batching 
 first, then the queue farthest behind in the model: a layer's position in forward order,
 reversed for backward). Decode steps, prefills and training calls for one layer share its queue,
 so they can share a batch (one matmul for every tenant).
+A training batch may run in slices (`slice_rows`, as the policy says); between slices the
+decode steps that are ready run (`between_slices`) as long as training keeps `training_share` of
+the batches, each slice counting as one.
 Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client flooding
 one layer cannot crowd others out.
 """
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from executor.calls import PendingCall
+from executor.lanes import Lane, lane_of
 from executor.policy import CostModel, Eager, Policy
 from executor.protocol import CallKind, Op
 
@@ -93,6 +97,41 @@ class Scheduler:
             for call in batch:
                 self.presence[call.client].queued -= 1
             return batch
+
+    def slice_rows(self, batch: list[PendingCall]) -> int | None:
+        """Rows per slice for a training batch under the policy; None when it runs whole."""
+        if any(c.kind != CallKind.TRAINING for c in batch):
+            return None
+        rows = sum(c.rows for c in batch)
+        with self.lock:
+            key = batch[0].key
+            per_row = (self.cost.estimate(key, rows, self.widths.get(key[0], 0))
+                       - self.cost.overhead_s) / rows
+        size = self.policy.slice_rows(per_row)
+        return size if size is not None and size < rows else None
+
+    def between_slices(self) -> list[PendingCall] | None:
+        """After a slice of a training batch: pop the ready decode steps of one queue to run
+        now, if training keeps its share of batches (the rest of that queue stays queued)."""
+        with self.lock:
+            if not self._recent or sum(self._recent) / len(self._recent) < self.training_share:
+                return None
+            for queue, wait in self._scan(self.clock()):
+                urgent = [c for c in queue if lane_of(c) == Lane.DECODE] if wait <= 0 else []
+                if urgent:
+                    rest = [c for c in queue if lane_of(c) != Lane.DECODE]
+                    queue.clear()
+                    queue.extend(rest)
+                    self._recent.append(False)
+                    for call in urgent:
+                        self.presence[call.client].queued -= 1
+                    return urgent
+            return None
+
+    def count_slice(self) -> None:
+        """A slice of a training batch counts as one training batch for the share."""
+        with self.lock:
+            self._recent.append(True)
 
     def ready_in(self) -> float | None:
         """Seconds until a batch may be ready (0: now); None when nothing is queued."""

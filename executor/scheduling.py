@@ -24,5 +24,6 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
     widths = dict(enumerate(macs_per_row(registry.specs)))
     positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
                  for s in registry.specs}
-    return Scheduler(make_policy(config.policy, budgets), max_batch_rows=config.max_batch_rows,
+    policy = make_policy(config.policy, budgets, config.slice_ms / 1e3)
+    return Scheduler(policy, max_batch_rows=config.max_batch_rows,
                      training_share=config.training_share, widths=widths, positions=positions)

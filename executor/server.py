@@ -135,11 +135,7 @@ class ExecutorServer:
                     if sum(c.rows for c in batch) * self._macs_per_row[batch[0].layer] \
                             >= LONG_BATCH_MACS:
                         self._baton.pass_on()
-                    replies = self.engine.execute(batch)
-                    with self._socket_lock:
-                        for identity, frames in replies:
-                            self._deliver(identity, frames)
-                        self._receive()
+                    self._reply(self.engine.execute(batch, between=self._between_slices))
             finally:
                 self._compute_slot.release()
             if self.scheduler.ready_in() != 0.0:
@@ -147,6 +143,21 @@ class ExecutorServer:
                     with contextlib.suppress(BlockingIOError):
                         os.write(self._nudge_w, b"\0")
                 return
+
+    def _between_slices(self) -> None:
+        """Between the slices of a training batch: the decode steps that are ready."""
+        self.scheduler.count_slice()
+        try:
+            while (batch := self.scheduler.between_slices()) is not None:
+                self._reply(self.engine.execute(batch))
+        except Exception:  # the training batch goes on regardless
+            log.exception("decode steps between slices")
+
+    def _reply(self, replies: list) -> None:
+        with self._socket_lock:
+            for identity, frames in replies:
+                self._deliver(identity, frames)
+            self._receive()
 
     def _expire(self) -> None:
         if time.monotonic() < self._next_expiry:

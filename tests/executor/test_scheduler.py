@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 import torch
 
@@ -185,3 +187,34 @@ def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock
     first = call(eager, "prefill", 0, rows=128)
     call(eager, "decoder", 1, rows=1)
     assert eager.next_batch() == [first]  # eager: first come, first served
+
+
+def test_training_batches_are_sliced_under_opportunistic_only(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS, slice_s=1e-9, min_slice_rows=64), clock)
+    training = [call(s, "trainer", 0, rows=200, kind=TRAIN, op=Op.BACKWARD)]
+    assert s.slice_rows(training) == 64
+    assert s.slice_rows([call(s, "prefill", 1, rows=200)]) is None  # inference runs whole
+    assert s.slice_rows([call(s, "small", 2, rows=64, kind=TRAIN)]) is None  # one slice anyway
+    assert scheduler(Eager(), clock).slice_rows(training) is None
+    assert scheduler(Opportunistic(BUDGETS, slice_s=0), clock).slice_rows(training) is None
+
+
+def test_decode_steps_run_between_slices_while_training_keeps_its_share(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
+    call(s, "trainer", 0, rows=256, kind=TRAIN)
+    assert s.next_batch()[0].kind == TRAIN  # the training batch starts; counts as one
+    decoders = [call(s, f"decoder-{i}", 1 + i % 2) for i in range(8)]
+    prefill = call(s, "prefill", 1, rows=128)
+    run = []
+    while (batch := s.between_slices()) is not None:
+        run.append(batch)
+    assert len(run) == 2  # one batch per layer, then training is at 1 in 3 >= 25%
+    assert sorted(c.client for b in run for c in b) == sorted(c.client for c in decoders)
+    assert s.queues[(1, Op.FORWARD)] == deque([prefill])  # prefills wait for a regular batch
+    s.count_slice()
+    assert s.between_slices() is None  # nothing decode left
+    interjected = 0
+    while call(s, "decoder-0", 1) and s.between_slices() is not None:
+        interjected += 1
+    assert interjected == 5  # 2 of the last 4 batches were training: then 2/5 ... 2/8 >= 25%
+    assert len(s.queues[(1, Op.FORWARD)]) == 2  # the refused decode step waits with the prefill
