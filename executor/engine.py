@@ -46,12 +46,13 @@ class Engine:
         elapsed = 0.0
         try:
             x = self._inputs(batch)
+            step = size or max(x.shape[0], 1)  # an empty call still runs once
             parts = []
-            for start in range(0, x.shape[0], size or x.shape[0]):
+            for start in range(0, max(x.shape[0], 1), step):
                 if parts:
                     between()
                 tick = time.perf_counter()
-                parts.append(self.registry.run(op, layer, x[start:start + (size or x.shape[0])]))
+                parts.append(self.registry.run(op, layer, x[start:start + step]))
                 elapsed += time.perf_counter() - tick
             y = parts[0] if len(parts) == 1 else torch.cat(parts)
             if y.device.type != "cpu":

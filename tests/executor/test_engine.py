@@ -55,3 +55,14 @@ def test_sliced_training_batch_is_exact_and_lets_decode_steps_through() -> None:
     assert len(between) == 1  # after the first of four slices
     torch.testing.assert_close(between[0], torch.nn.functional.linear(
         step, weight, registry.get(linear.index).bias), rtol=0, atol=1e-6)
+
+
+def test_an_empty_call_gets_an_empty_result() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    scheduler = Scheduler(Opportunistic(Budgets()))
+    engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
+    linear = next(s for s in registry.specs if s.kind == P.LayerKind.LINEAR)
+    _pending(scheduler, "empty", P.Op.FORWARD, linear.index, P.CallKind.INFERENCE,
+             torch.empty(0, linear.in_features))
+    [(_, frames)] = engine.execute(scheduler.next_batch(), between=lambda: None)
+    assert _rows(frames).shape == (0, linear.out_features)
