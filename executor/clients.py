@@ -6,7 +6,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from executor import protocol as P
 from executor.doorbell import ExecutorDoorbell
 from executor.shm import ShmBuffer
 
@@ -50,6 +52,21 @@ class ClientTable:
             self.generation += 1
         if old is not None:
             old.release()
+
+    def admit(self, identity: bytes, hello: P.Hello, doorbell_dir: Path) -> ClientState:
+        """A worker that said hello: its shared memory and doorbell when usable from here."""
+        shm = self.map_shm(hello.shm_name, hello.shm_size, hello.shm_token)
+        doorbell = None
+        if shm is not None and hello.doorbell:
+            try:
+                doorbell = ExecutorDoorbell(hello.doorbell, doorbell_dir)
+            except OSError as exc:
+                log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
+        state = ClientState(identity, hello.client, hello.pid, shm, doorbell)
+        self.add(state)
+        log.info("client %s (pid %d) joined, shared memory: %s, doorbell: %s", hello.client,
+                 hello.pid, "yes" if shm else "no", "yes" if doorbell else "no")
+        return state
 
     def remove(self, identity: bytes) -> None:
         with self._lock:

@@ -114,7 +114,7 @@ class Scheduler:
         """After a slice of a training batch: pop the ready decode steps of one queue to run
         now, if training keeps its share of batches (the rest of that queue stays queued)."""
         with self.lock:
-            if not self._recent or sum(self._recent) / len(self._recent) < self.training_share:
+            if self._training_share_of_recent() < self.training_share:
                 return None
             for queue, wait in self._scan(self.clock()):
                 urgent = [c for c in queue if lane_of(c) == Lane.DECODE] if wait <= 0 else []
@@ -180,10 +180,13 @@ class Scheduler:
             return oldest
         inference = [q for q in ready if any(c.kind == CallKind.INFERENCE for c in q)]
         training = [q for q in ready if q not in inference]
-        share = sum(self._recent) / len(self._recent) if self._recent else 0.0
+        share = self._training_share_of_recent()
         pool = training if training and (not inference or share < self.training_share) \
             else inference
         return min(pool, key=lambda q: self.policy.order(q, self._progress(q[0].key)))
+
+    def _training_share_of_recent(self) -> float:
+        return sum(self._recent) / len(self._recent) if self._recent else 0.0
 
     def _progress(self, key: Key) -> int:
         """How far through a pass a call at `key` is: forward in layer order, then backward."""

@@ -187,18 +187,18 @@ class ExecutorServer:
                 raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, "only calls ring the doorbell")
             self._queue(client.identity, message, [])
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
-            self.stats.record_error()
-            self._deliver(client.identity, [P.encode(P.Error(
-                -1, P.ErrorCode.BAD_MESSAGE, f"undecodable header: {exc}"))])
+            self._refuse(client.identity, -1, P.ErrorCode.BAD_MESSAGE,
+                         f"undecodable header: {exc}")
         except CallRejected as rejected:
-            self.stats.record_error()
-            self._deliver(client.identity, [P.encode(P.Error(
-                rejected.call_id, rejected.code, rejected.message))])
+            self._refuse(client.identity, rejected.call_id, rejected.code, rejected.message)
         except Exception as exc:  # never let one call take the serving thread down
             log.exception("doorbell call from %s failed", client.name)
-            self.stats.record_error()
-            self._deliver(client.identity, [P.encode(P.Error(
-                -1, P.ErrorCode.INTERNAL, type(exc).__name__))])
+            self._refuse(client.identity, -1, P.ErrorCode.INTERNAL, type(exc).__name__)
+
+    def _refuse(self, identity: bytes, call_id: int, code: P.ErrorCode, message: str) -> None:
+        """A counted error reply to one doorbell call."""
+        self.stats.record_error()
+        self._deliver(identity, [P.encode(P.Error(call_id, code, message))])
 
     def _deliver(self, identity: bytes, frames: list) -> None:
         """A call's reply: through the doorbell when the client has one, else the socket."""
@@ -273,18 +273,10 @@ class ExecutorServer:
             raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE,
                                f"protocol version {hello.version}, executor speaks "
                                f"{P.PROTOCOL_VERSION}")
-        shm = self.clients.map_shm(hello.shm_name, hello.shm_size, hello.shm_token)
-        doorbell = None
-        if shm is not None and hello.doorbell:
-            try:
-                doorbell = bell.ExecutorDoorbell(hello.doorbell, SHM_DIR)
-            except OSError as exc:
-                log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
-        self.clients.add(ClientState(identity, hello.client, hello.pid, shm, doorbell))
-        log.info("client %s (pid %d) joined, shared memory: %s, doorbell: %s", hello.client,
-                 hello.pid, "yes" if shm else "no", "yes" if doorbell else "no")
+        client = self.clients.admit(identity, hello, SHM_DIR)
         self._send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
-                                       self._specs, shm is not None, doorbell=doorbell is not None))
+                                       self._specs, client.shm is not None,
+                                       doorbell=client.doorbell is not None))
 
     def _known(self, identity: bytes, call_id: int) -> ClientState:
         client = self.clients.touch(identity)
