@@ -76,6 +76,11 @@ class TokenClock(StoppingCriteria):
         self.stamps.append(now)
         return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool)
 
+    @property
+    def last(self) -> float:
+        """When the last token came (now, if none has)."""
+        return self.stamps[-1] if self.stamps else time.monotonic()
+
     def generate(self, model, ids: torch.Tensor, tokens: int, **kwargs) -> list[float]:
         """One generate(); the gap before each of its tokens (the first: since the start)."""
         self.stamps = [time.monotonic()]
@@ -94,7 +99,7 @@ def decode(model, prompt: int, tokens: int, until: float,
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (1, prompt), generator=rng)
         latencies += clock.generate(model, ids, tokens)
-    return latencies, clock.stamps[-1] if clock.stamps else time.monotonic()
+    return latencies, clock.last
 
 
 def build_mixed(model: str, ranks: list[int]):
@@ -121,7 +126,7 @@ def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
         ids = torch.randint(0, 50000, (n, prompt), generator=rng)
         latencies += [gap for gap in clock.generate(model, ids, tokens, adapter_names=names)
                       for _ in range(n)]
-    return latencies, clock.stamps[-1] if clock.stamps else time.monotonic()
+    return latencies, clock.last
 
 
 def prefill(model, length: int, until: float,
