@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import zmq
+
 from executor import protocol as P
 from executor.doorbell import ExecutorDoorbell
-from executor.shm import ShmBuffer
+from executor.shm import SHM_DIR, SegmentRefused, ShmBuffer
 
 log = logging.getLogger("executor.clients")
 
@@ -20,6 +25,7 @@ class ClientState:
     identity: bytes
     name: str
     pid: int
+    uid: int  # who may own its shared memory and doorbell (see `peer_uid`)
     shm: ShmBuffer | None = None
     doorbell: ExecutorDoorbell | None = None
     last_seen: float = field(default_factory=time.monotonic)
@@ -53,16 +59,17 @@ class ClientTable:
         if old is not None:
             old.release()
 
-    def admit(self, identity: bytes, hello: P.Hello, doorbell_dir: Path) -> ClientState:
+    def admit(self, identity: bytes, hello: P.Hello, uid: int,
+              directory: Path = SHM_DIR) -> ClientState:
         """A worker that said hello: its shared memory and doorbell when usable from here."""
-        shm = self.map_shm(hello.shm_name, hello.shm_size, hello.shm_token)
+        shm = self.map_shm(hello.shm_name, hello.shm_size, hello.shm_token, uid, directory)
         doorbell = None
         if shm is not None and hello.doorbell:
             try:
-                doorbell = ExecutorDoorbell(hello.doorbell, doorbell_dir)
+                doorbell = ExecutorDoorbell(hello.doorbell, directory, uid)
             except OSError as exc:
                 log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
-        state = ClientState(identity, hello.client, hello.pid, shm, doorbell)
+        state = ClientState(identity, hello.client, hello.pid, uid, shm, doorbell)
         self.add(state)
         log.info("client %s (pid %d) joined, shared memory: %s, doorbell: %s", hello.client,
                  hello.pid, "yes" if shm else "no", "yes" if doorbell else "no")
@@ -100,16 +107,34 @@ class ClientTable:
             self.remove(client.identity)
         return [c.name for c in stale]
 
-    def map_shm(self, name: str | None, size: int, token: bytes) -> ShmBuffer | None:
-        """Open a client's segment; None when it is not visible here (another host or namespace)."""
+    @staticmethod
+    def map_shm(name: str | None, size: int, token: bytes, uid: int,
+                directory: Path = SHM_DIR) -> ShmBuffer | None:
+        """Open a client's segment; None when it is not visible here (another host or namespace)
+        or not one the client may have made (a path, a link, someone else's file)."""
         if not name:
             return None
         try:
-            shm = ShmBuffer(name, size, create=False)
-        except (OSError, ValueError) as exc:
+            shm = ShmBuffer.attach(name, size, uid, directory)
+        except SegmentRefused as exc:
+            log.warning("shared memory refused (%s): socket frames instead", exc)
+            return None
+        except OSError as exc:
             log.info("shared memory %s not usable (%s): socket frames instead", name, exc)
             return None
-        if shm.read_token() != token:
+        if not hmac.compare_digest(shm.read_token(), token):
             shm.close()
+            log.warning("shared memory %s refused: wrong token", name)
             return None
         return shm
+
+
+def peer_uid(frame: zmq.Frame, over_ipc: bool) -> int:
+    """The uid that must own a client's shared memory: the peer's own, read from the kernel
+    (SO_PEERCRED, which ZeroMQ reports as "host:uid:gid:pid") on an ipc:// socket; over TCP,
+    where there is none, the executor's own (same-host TCP clients, as in compose, share its
+    IPC namespace and run as its user)."""
+    if over_ipc:
+        with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
+            return int(frame.get("Peer-Address").rsplit(":", 3)[1])
+    return os.geteuid()

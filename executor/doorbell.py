@@ -18,6 +18,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import secrets
 import select
 import stat
@@ -29,6 +30,7 @@ log = logging.getLogger("executor.doorbell")
 REQUEST_AT, REPLY_AT, DATA_AT = 0, 2048, 4096
 HEADER_MAX = REPLY_AT - REQUEST_AT - 4
 NAME_PREFIX = "symbiosis-bell-"
+NAME = re.compile(rf"{NAME_PREFIX}[0-9A-Za-z_-]{{1,64}}")
 _LENGTH = struct.Struct("<I")
 
 
@@ -119,27 +121,32 @@ class WorkerDoorbell:
         self._request = self._reply = None
 
 
-def _open_pipe(path: Path, flags: int) -> int:
-    """Open a named pipe and nothing else: a client names the path, and the executor must never
-    write into (or read) a file some client pointed it at."""
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW)
-    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+def _open_pipe(directory: Path, name: str, flags: int, owner_uid: int) -> int:
+    """Open a named pipe of the client's in `directory` and nothing else: a client names the
+    path, and the executor must never write into (or read) a file some client pointed it at."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(name, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != owner_uid:
         os.close(fd)
-        raise OSError(errno.EINVAL, f"{path} is not a named pipe")
+        raise OSError(errno.EINVAL, f"{name} is not a named pipe of uid {owner_uid}")
     return fd
 
 
 class ExecutorDoorbell:
     """The executor's ends: reads the request pipe, rings the reply pipe."""
 
-    def __init__(self, prefix: str, directory: Path) -> None:
+    def __init__(self, prefix: str, directory: Path, owner_uid: int) -> None:
         path = Path(prefix)
-        if path.parent != directory or not path.name.startswith(NAME_PREFIX):
+        if path.parent != directory or not NAME.fullmatch(path.name):
             raise OSError(errno.EINVAL, f"doorbell {prefix} is not a {NAME_PREFIX}* in {directory}")
         request_path, reply_path = _paths(path)
-        self.fd = _open_pipe(request_path, os.O_RDONLY)
+        self.fd = _open_pipe(directory, request_path.name, os.O_RDONLY, owner_uid)
         try:
-            self._reply = _open_pipe(reply_path, os.O_WRONLY)
+            self._reply = _open_pipe(directory, reply_path.name, os.O_WRONLY, owner_uid)
         except OSError:
             os.close(self.fd)
             raise

@@ -29,13 +29,12 @@ from executor import doorbell as bell
 from executor import protocol as P
 from executor.baton import Baton
 from executor.calls import PendingCall
-from executor.clients import ClientState, ClientTable
+from executor.clients import ClientState, ClientTable, peer_uid
 from executor.config import ExecutorConfig
 from executor.engine import Engine
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.scheduling import build_scheduler, macs_per_row
-from executor.shm import SHM_DIR
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, check_call
 
@@ -65,6 +64,7 @@ class ExecutorServer:
         self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
         self._specs = registry.specs
+        self._over_ipc = config.bind.startswith("ipc://")
 
     def start(self) -> None:
         self._router = self._ctx.socket(zmq.ROUTER)
@@ -248,11 +248,11 @@ class ExecutorServer:
         if isinstance(message, P.Call):
             self._queue(identity, message, frames)
         elif isinstance(message, P.Hello):
-            self._hello(identity, message)
+            self._hello(identity, message, peer_uid(frames[0], self._over_ipc))
         elif isinstance(message, P.Remap):
             client = self._known(identity, -1)
             client.shm = self.clients.map_shm(message.shm_name, message.shm_size,
-                                              message.shm_token)
+                                              message.shm_token, client.uid)
             if client.shm is None:  # a doorbell call needs its header in shared memory
                 self.clients.drop_doorbell(identity)
             self._send(identity, P.Mapped(client.shm is not None))
@@ -268,12 +268,12 @@ class ExecutorServer:
         elif isinstance(message, P.Bye):
             self.clients.remove(identity)
 
-    def _hello(self, identity: bytes, hello: P.Hello) -> None:
+    def _hello(self, identity: bytes, hello: P.Hello, uid: int) -> None:
         if hello.version != P.PROTOCOL_VERSION:
             raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE,
                                f"protocol version {hello.version}, executor speaks "
                                f"{P.PROTOCOL_VERSION}")
-        client = self.clients.admit(identity, hello, SHM_DIR)
+        client = self.clients.admit(identity, hello, uid)
         self._send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
                                        self._specs, client.shm is not None,
                                        doorbell=client.doorbell is not None))

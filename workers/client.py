@@ -113,7 +113,7 @@ class ExecutorClient:
         self._socket = sock
         hello = P.Hello(self.name, os.getpid())
         if self.use_shm and self._shm is None:
-            self._shm = ShmBuffer.create("symbiosis", SHM_INITIAL)
+            self._shm = ShmBuffer.create(SHM_INITIAL)
         if self._shm is not None:
             hello.shm_name, hello.shm_size = self._shm.name, self._shm.size
             hello.shm_token = self._shm.write_token()
@@ -162,7 +162,7 @@ class ExecutorClient:
         if self._shm is None or needed <= self._shm.size:
             return
         size = max(needed, 2 * self._shm.size)
-        shm = ShmBuffer.create("symbiosis", size)
+        shm = ShmBuffer.create(size)
         token = shm.write_token()
         try:
             self._send([P.encode(P.Remap(shm.name, size, token))])
