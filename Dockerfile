@@ -19,9 +19,12 @@ ENV PYTHONUNBUFFERED=1 \
 RUN python3 -m venv /opt/venv
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY wire wire
+COPY catalogue catalogue
 COPY executor executor
 COPY workers workers
 COPY gateway gateway
+COPY launcher launcher
 COPY openapi openapi
 COPY state state
 COPY bench bench

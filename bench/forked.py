@@ -20,7 +20,7 @@ import peft  # noqa: F401
 import torch  # noqa: F401
 import transformers  # noqa: F401
 
-import workers.build  # noqa: F401
+import workers.remote.build  # noqa: F401
 from bench import workload
 
 

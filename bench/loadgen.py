@@ -17,7 +17,7 @@ import psutil
 
 from bench.group import Group, GroupResult
 from bench.scenarios.common import client
-from workers import ExecutorClient
+from workers.remote.client import ExecutorClient
 
 KINDS = ("decode", "prefill", "train")
 

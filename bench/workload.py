@@ -52,12 +52,11 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
     if side == "plain":
         from transformers import AutoModelForCausalLM
 
-        from executor.models import resolve_model
+        from catalogue.resolve import resolve_model
 
         base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
     else:
-        from workers import remote_model
-
+        from workers.remote.build import remote_model
         base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=privacy)
     torch.manual_seed(seed)
     return get_peft_model(base, adapter(method, rank))
@@ -106,7 +105,7 @@ def build_mixed(model: str, ranks: list[int]):
     """One plain model holding several LoRA adapters (peft's mixed-adapter batches)."""
     from transformers import AutoModelForCausalLM
 
-    from executor.models import resolve_model
+    from catalogue.resolve import resolve_model
 
     torch.manual_seed(0)
     peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(model)),

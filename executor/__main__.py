@@ -26,11 +26,10 @@ def parse_args(argv: list[str] | None) -> ExecutorConfig:
     parser.add_argument("--no-fuse", action="store_true",
                         help="do not fuse linear layers that share an input")
     args = parser.parse_args(argv)
-    return ExecutorConfig.from_env(
-        model=args.model, bind=args.bind, device=args.device, dtype=args.dtype,
-        threads=args.threads, policy=args.policy, max_wait_ms=args.max_wait_ms,
-        slice_ms=args.slice_ms, fuse=False if args.no_fuse else None,
-    )
+    flags = {"model": args.model, "bind": args.bind, "device": args.device, "dtype": args.dtype,
+             "threads": args.threads, "policy": args.policy, "max_wait_ms": args.max_wait_ms,
+             "slice_ms": args.slice_ms, "fuse": False if args.no_fuse else None}
+    return ExecutorConfig(**{k: v for k, v in flags.items() if v is not None})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     import torch
 
-    from executor.models import resolve_model
+    from catalogue.resolve import resolve_model
     from executor.registry import LayerRegistry
     from executor.server import ExecutorServer
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from executor.protocol import Call, CallKind, Op
+from wire.executor import Call, CallKind, Op
 
 
 @dataclass(eq=False)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import zmq
 
-from executor import protocol as P
-from executor.doorbell import ExecutorDoorbell
-from executor.shm import SHM_DIR, SegmentRefused, ShmBuffer
+from wire import executor as P
+from wire.doorbell import ExecutorDoorbell
+from wire.shm import SHM_DIR, SegmentRefused, ShmBuffer
 
 log = logging.getLogger("executor.clients")
 

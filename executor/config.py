@@ -1,58 +1,51 @@
-"""The executor's one config object, built in its entrypoint and passed down."""
+"""The executor's one config object: defaults, then SYMBIOSIS_EXECUTOR_* environment variables,
+then the command line's flags (`python -m executor`), validated once."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from wire.endpoints import default_executor
 
 POLICIES = ("opportunistic", "eager", "lockstep")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutorConfig:
-    model: str = "tiny-llama"
-    bind: str = "ipc:///tmp/symbiosis-executor.sock"
+class ExecutorConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_EXECUTOR_", frozen=True,
+                                      extra="forbid", populate_by_name=True)
+
+    model: str = Field("tiny-llama", validation_alias=AliasChoices(
+        "model", "SYMBIOSIS_EXECUTOR_MODEL", "SYMBIOSIS_MODEL"))
+    bind: str = Field(default_factory=default_executor)
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: int | None = None  # torch intra-op threads; None: torch's default
-    policy: str = "opportunistic"
-    max_wait_ms: float = 20.0  # cap on how long any call waits for company
-    decode_wait_ms: float = 0.3  # base budget of an inference call
-    training_wait_ms: float = 2.0  # base budget of a training call
-    wait_fraction: float = 0.25  # a call may wait this fraction of its own estimated compute
-    slice_ms: float = 5.0  # opportunistic: training batches run in slices this long (0: whole)
-    max_batch_rows: int = 8192
-    training_share: float = 0.25  # under load, at least this share of batches goes to training
+    policy: Literal["opportunistic", "eager", "lockstep"] = "opportunistic"
+    max_wait_ms: float = Field(20.0, ge=0)  # cap on how long any call waits for company
+    decode_wait_ms: float = Field(0.3, ge=0)  # base budget of an inference call
+    training_wait_ms: float = Field(2.0, ge=0)  # base budget of a training call
+    wait_fraction: float = Field(0.25, ge=0, le=1)  # of a call's own estimated compute
+    slice_ms: float = Field(5.0, ge=0)  # opportunistic: training batches run in slices (0: whole)
+    max_batch_rows: int = Field(8192, ge=1)
+    training_share: float = Field(0.25, gt=0, lt=1)  # least share of batches training keeps
     client_idle_s: float = 600.0  # forget clients silent this long (their shared memory too)
     fuse: bool = True  # run linear layers that share an input (q/k/v, gate/up) as one matmul
-    curve_secret_key: str | None = None  # z85 server secret: CurveZMQ on tcp:// endpoints
+    curve_secret_key: str | None = Field(None, validation_alias=AliasChoices(
+        "curve_secret_key", "SYMBIOSIS_EXECUTOR_CURVE_SECRET"))  # z85: CurveZMQ on tcp://
 
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, not {self.policy!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, not {self.dtype!r}")
-        if not self.bind.startswith(("ipc://", "tcp://", "inproc://")):
-            raise ValueError(f"bind must be an ipc://, tcp:// or inproc:// endpoint: {self.bind!r}")
-        if min(self.max_wait_ms, self.decode_wait_ms, self.training_wait_ms, self.slice_ms) < 0 \
-                or not 0 <= self.wait_fraction <= 1:
-            raise ValueError("wait budgets must be non-negative and wait_fraction within [0, 1]")
-        if not 0 < self.training_share < 1:
-            raise ValueError("training_share must be within (0, 1)")
-
+    @field_validator("bind")
     @classmethod
-    def from_env(cls, **overrides: object) -> ExecutorConfig:
-        """Defaults from SYMBIOSIS_EXECUTOR_* environment variables, then explicit overrides."""
-        env: dict[str, object] = {}
-        for name, kind in (("model", str), ("bind", str), ("device", str), ("dtype", str),
-                           ("policy", str), ("max_wait_ms", float), ("slice_ms", float),
-                           ("training_share", float), ("threads", int),
-                           ("curve_secret", str)):
-            value = os.environ.get(f"SYMBIOSIS_EXECUTOR_{name.upper()}")
-            if value:
-                env["curve_secret_key" if name == "curve_secret" else name] = kind(value)
-        if "model" not in env and os.environ.get("SYMBIOSIS_MODEL"):
-            env["model"] = os.environ["SYMBIOSIS_MODEL"]
-        env.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**env)  # type: ignore[arg-type]
+    def _endpoint(cls, bind: str) -> str:
+        if not bind.startswith(("ipc://", "tcp://", "inproc://")):
+            raise ValueError(f"bind must be an ipc://, tcp:// or inproc:// endpoint: {bind!r}")
+        return bind
+
+    @model_validator(mode="after")
+    def _device(self) -> ExecutorConfig:
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be cpu or cuda[:N], not {self.device!r}")
+        return self

@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import torch
 
-from executor import protocol as P
 from executor.calls import PendingCall
 from executor.clients import ClientTable
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
-from executor.tensors import as_bytes, name_of
+from wire import executor as P
+from wire.tensors import as_bytes, name_of
 
 log = logging.getLogger("executor.engine")
 

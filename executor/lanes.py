@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from enum import IntEnum
 
 from executor.calls import PendingCall
-from executor.protocol import CallKind
+from wire.executor import CallKind
 
 DECODE_ROWS = 32  # an inference call of at most this many rows is a decode step
 

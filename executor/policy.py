@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of_batch
-from executor.protocol import CallKind, Op
+from wire.executor import CallKind, Op
 
 
 @dataclass

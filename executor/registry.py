@@ -18,20 +18,8 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
-from executor.protocol import LayerKind, LayerSpec, Op
-
-
-def is_base_linear(module: nn.Module) -> bool:
-    return type(module) in (nn.Linear, Conv1D)
-
-
-def is_base_embedding(module: nn.Module) -> bool:
-    return isinstance(module, nn.Embedding)
-
-
-def base_layer_names(model: nn.Module) -> list[str]:
-    """The stable ids of a model's frozen weight-bearing layers, in module order."""
-    return [name for name, m in model.named_modules() if is_base_linear(m) or is_base_embedding(m)]
+from catalogue.base_layers import is_base_embedding, is_base_linear
+from wire.executor import LayerKind, LayerSpec, Op
 
 
 @dataclass

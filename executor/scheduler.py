@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of
 from executor.policy import CostModel, Eager, Policy
-from executor.protocol import CallKind, Op
+from wire.executor import CallKind, Op
 
 Key = tuple[int, Op]
 

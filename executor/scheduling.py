@@ -3,11 +3,11 @@ policy, and each layer's work per row (the scheduler's cost widths)."""
 
 from __future__ import annotations
 
-from executor import protocol as P
 from executor.config import ExecutorConfig
 from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from wire import executor as P
 
 
 def macs_per_row(specs: list[P.LayerSpec]) -> list[int]:

@@ -25,8 +25,6 @@ import msgspec
 import torch
 import zmq
 
-from executor import doorbell as bell
-from executor import protocol as P
 from executor.baton import Baton
 from executor.calls import PendingCall
 from executor.clients import ClientState, ClientTable, peer_uid
@@ -37,6 +35,9 @@ from executor.scheduler import Scheduler
 from executor.scheduling import build_scheduler, macs_per_row
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, check_call
+from wire import doorbell as bell
+from wire import executor as P
+from wire.endpoints import prepare
 
 log = logging.getLogger("executor.server")
 
@@ -75,7 +76,7 @@ class ExecutorServer:
             self._router.curve_secretkey = secret
             self._router.curve_publickey = zmq.curve_public(secret)
             self._router.curve_server = True
-        self._router.bind(self.config.bind)
+        self._router.bind(prepare(self.config.bind))
         for i in range(2):
             thread = threading.Thread(target=self._loop, name=f"executor-{i}", daemon=True)
             thread.start()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of, lane_of_batch
-from executor.protocol import CallKind
+from wire.executor import CallKind
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 WAIT_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 import zmq
 
-from executor import protocol as P
 from executor.registry import LayerRegistry
-from executor.shm import ShmBuffer
-from executor.tensors import from_bytes, nbytes
+from wire import executor as P
+from wire.shm import ShmBuffer
+from wire.tensors import from_bytes, nbytes
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 INDEX_DTYPES = ("int64", "int32")

@@ -17,7 +17,7 @@ from gateway.errors import APIError
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
-from workers import protocol as W
+from wire import manager as W
 
 log = logging.getLogger("gateway.generation")
 FALLBACK_HEADER = "x-symbiosis-fallback"

@@ -11,13 +11,15 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
 import zmq
 import zmq.asyncio
 
-from workers import protocol as W
+from wire import manager as W
+from wire.jobs import JobAction, JobCommand, JobState
 
 log = logging.getLogger("gateway.manager")
 
@@ -103,6 +105,21 @@ class ManagerClient:
 
     async def send(self, message: msgspec.Struct) -> None:
         await self._sock.send(W.encode(message))
+
+    async def job(self, job_id: str, action: JobAction, timeout_s: float) -> JobState | None:
+        """Ask the manager to act on a job; its answer once the action took effect (a pause or
+        cancel: once the trainer stopped), or None after `timeout_s` or when it is down."""
+        command = JobCommand(uuid.uuid4().hex, job_id, action)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._queues[command.id] = queue
+        try:
+            await self._sock.send(W.encode(command))
+            answer = await self._next(queue, timeout_s)
+        except zmq.ZMQError:
+            return None
+        finally:
+            self._queues.pop(command.id, None)
+        return answer if isinstance(answer, JobState) else None
 
     async def fresh_status(self, timeout_s: float = 2.0) -> W.StatusReply | None:
         future = asyncio.get_running_loop().create_future()

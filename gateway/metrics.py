@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from workers import protocol as W
+from wire import manager as W
 
 
 class Metrics:

@@ -18,7 +18,7 @@ from openapi.chat import (
 )
 from openapi.common import Usage
 from openapi.completions import CompletionChoice, CompletionLogprobs, CompletionResponse
-from workers import protocol as W
+from wire import manager as W
 
 
 def usage(results: list[PromptResult]) -> Usage:

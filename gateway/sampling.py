@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.errors import APIError
 from openapi.chat import ChatCompletionRequest
 from openapi.completions import MAX_STOP, CompletionRequest, SamplingFields
-from workers.protocol import SamplingParams
+from wire.manager import SamplingParams
 
 UNTIL_CONTEXT = -1  # chat without max tokens: as many as fit in the context
 

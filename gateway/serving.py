@@ -20,7 +20,7 @@ from gateway.errors import APIError, model_not_found
 from gateway.manager_client import ManagerClient, ManagerUnavailable
 from gateway.tenants import Tenant
 from state.adapters import AdapterRegistry
-from workers import protocol as W
+from wire import manager as W
 
 log = logging.getLogger("gateway.serving")
 

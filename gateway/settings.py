@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from state.db import db_path
+from wire.endpoints import default_executor, default_manager
 
 
 class GatewaySettings(BaseSettings):
@@ -12,8 +16,10 @@ class GatewaySettings(BaseSettings):
 
     data_dir: Path = Path("./data")
     model: str = "tiny-llama"  # the base model served (built-in name or HF directory)
-    manager: str = "ipc:///tmp/symbiosis-manager.sock"
-    executor: str = "ipc:///tmp/symbiosis-executor.sock"
+    manager: str = Field(default_factory=default_manager)
+    executor: str = Field(default_factory=default_executor)
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
     tenants_file: Path | None = None  # default: DATA_DIR/tenants.json
     api_keys: str = ""  # "tenant=key,tenant2=key2": extra keys from the environment
     max_body_bytes: int = 2 * 2**20
@@ -29,4 +35,4 @@ class GatewaySettings(BaseSettings):
 
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "state.db"
+        return db_path(self.data_dir)

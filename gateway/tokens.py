@@ -7,7 +7,7 @@ from functools import cached_property
 
 from tokenizers import Tokenizer
 
-from executor.paths import local_path
+from catalogue.paths import local_path
 
 
 class TextTokens:

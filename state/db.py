@@ -86,6 +86,11 @@ MIGRATIONS = [
 ]
 
 
+def db_path(data_dir: Path) -> Path:
+    """Where the state of a data dir lives (the one definition)."""
+    return data_dir / "state.db"
+
+
 class Database:
     def __init__(self, path: Path, migrations: list[str] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

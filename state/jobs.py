@@ -1,8 +1,8 @@
 """Fine-tuning jobs, their events and checkpoints, in SQLite.
 
-Status: validating_files -> queued -> running -> succeeded | failed | cancelled, plus paused
-(from queued or running; resume puts it back in the queue). A running job is stopped by setting
-`control` ("pause" or "cancel"): its trainer checkpoints and then records the new status.
+A job's status changes only through `move`, by the state machine of `state.job_states`, applied
+atomically (a move from a status the job has left meanwhile does nothing and says so). Pausing or
+cancelling a running job is a message to its trainer (`wire.jobs`), not a field here.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import time
 from dataclasses import dataclass, field
 
 from state.db import Database
+from state.job_spec import JobSpec
+from state.job_states import TERMINAL, IllegalMove, sources
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+__all__ = ["TERMINAL", "JobRecord", "JobStore"]
 
 
 def new_id(prefix: str) -> str:
@@ -53,6 +55,10 @@ class JobRecord:
         return cls(**data)
 
     @property
+    def spec(self) -> JobSpec:
+        return JobSpec.from_stored(self.hyperparameters, self.method)
+
+    @property
     def model_id(self) -> str:
         return f"ft:{self.model}:{self.tenant}:{self.suffix or ''}:{self.id}"
 
@@ -79,8 +85,9 @@ class JobStore:
     # -- jobs -----------------------------------------------------------------------------------
 
     def create(self, tenant: str, model: str, training_file: str, validation_file: str | None,
-               suffix: str | None, seed: int, hyperparameters: dict, method: dict,
+               suffix: str | None, seed: int, spec: JobSpec,
                metadata: dict | None) -> JobRecord:
+        hyperparameters, method = spec.hyperparameters(), spec.peft_dict()
         job = JobRecord(new_id("ftjob"), tenant, int(time.time()), "validating_files", model,
                         training_file, validation_file, suffix, seed, hyperparameters, method,
                         metadata)
@@ -115,16 +122,19 @@ class JobStore:
         return rows[:limit], len(rows) > limit
 
     def update(self, job_id: str, **fields: object) -> None:
+        """Fields other than the status (which only `move` changes)."""
+        if "status" in fields:
+            raise IllegalMove("a job's status changes only through JobStore.move")
         self._update(job_id, None, fields)
 
-    def transition(self, job_id: str, allowed: tuple[str, ...], **fields: object) -> bool:
-        """Update only if the job is in one of the `allowed` states (atomically)."""
-        return self._update(job_id, allowed, fields)
+    def move(self, job_id: str, status: str, **fields: object) -> bool:
+        """Move the job to `status` if the state machine allows it from where the job is now
+        (atomically); False when it does not (the job is elsewhere, or gone)."""
+        return self._update(job_id, sources(status), {"status": status, **fields})
 
     def _update(self, job_id: str, allowed: tuple[str, ...] | None, fields: dict) -> bool:
         if fields.get("status") in TERMINAL:
             fields.setdefault("finished_at", int(time.time()))
-            fields.setdefault("control", None)
         if fields.get("status") == "queued":
             fields.setdefault("queued_at", time.time())
         for key in ("error", "result_files", "hyperparameters"):
@@ -138,9 +148,9 @@ class JobStore:
         with self.db.transaction() as conn:
             return conn.execute(sql, params).rowcount > 0
 
-    def claim(self, max_running: int) -> list[JobRecord]:
-        """Mark queued jobs running, up to `max_running` in all, fairly across tenants (the
-        tenant with the fewest running jobs first, then the longest waiting job)."""
+    def claim(self, max_running: int, slots: int | None = None) -> list[JobRecord]:
+        """Mark queued jobs running, up to `max_running` in all and `slots` now, fairly across
+        tenants (the tenant with the fewest running jobs first, then the longest waiting)."""
         claimed = []
         with self.db.transaction() as conn:
             running: dict[str, int] = {}
@@ -148,12 +158,13 @@ class JobStore:
                 running[row["tenant"]] = running.get(row["tenant"], 0) + 1
             queued = [JobRecord.from_row(r) for r in conn.execute(
                 "SELECT * FROM jobs WHERE status = 'queued' ORDER BY queued_at, created_at")]
-            while queued and sum(running.values()) < max_running:
+            while queued and sum(running.values()) < max_running and \
+                    (slots is None or len(claimed) < slots):
                 job = min(queued, key=lambda j: (running.get(j.tenant, 0), j.queued_at or 0))
                 queued.remove(job)
                 running[job.tenant] = running.get(job.tenant, 0) + 1
                 conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "
-                             "WHERE id = ?", (job.id,))
+                             "WHERE id = ? AND status = 'queued'", (job.id,))
                 job.status, job.attempts = "running", job.attempts + 1
                 claimed.append(job)
         return claimed

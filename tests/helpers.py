@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wire.probes import executor_answers
+
 READY_TIMEOUT_S = 120
 
 
@@ -35,20 +37,18 @@ class ExecutorProcess:
         proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
         started = cls(endpoint, proc)
-        ready = threading.Event()
 
         def pump() -> None:
             for line in proc.stderr:
                 started.log.append(line)
-                if "executor ready" in line:
-                    ready.set()
 
         threading.Thread(target=pump, daemon=True).start()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.wait(0.1):
+        while not executor_answers(endpoint, 500):
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError("executor did not start:\n" + "".join(started.log))
+            time.sleep(0.05)
         return started
 
     def alive(self) -> bool:

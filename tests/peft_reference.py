@@ -22,8 +22,8 @@ from peft import (
 )
 from transformers import AutoModelForCausalLM
 
-from executor.models import resolve_model
-from workers import remote_model
+from catalogue.resolve import resolve_model
+from workers.remote.build import remote_model
 
 METHODS = ["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"]
 GPT2_FAMILY = ("tiny-gpt2", "tiny-starcoder")

@@ -18,8 +18,8 @@ import torch
 from peft import IA3Config, LoraConfig, TaskType, get_peft_model
 from transformers import AutoTokenizer
 
-from executor.models import resolve_model
-from workers import remote_model
+from catalogue.resolve import resolve_model
+from workers.remote.build import remote_model
 
 log = logging.getLogger("demo")
 

@@ -3,11 +3,9 @@
 It imports torch, transformers and peft and loads the base model's tokenizer once, then forks a
 worker per request, so workers share those pages copy-on-write and start in well under a second.
 It stays single-threaded and never runs torch compute, so forking is safe. It talks to the worker
-manager in JSON lines over its stdin/stdout (no pickle):
-    in:  {"spawn": WORKER_CONFIG}        out: {"spawned": KEY, "pid": PID}
-    in:  {"train": TRAINER_CONFIG}       out: {"spawned": "train:JOB", "pid": PID}
-                                         out: {"exited": PID, "status": CODE}
-When its stdin closes (the manager is gone), it stops its workers and exits.
+manager in typed JSON lines over its stdin/stdout (`wire.spawner`, no pickle): a `WorkerSpec` or
+`TrainerSpec` in, `Spawned` and `Exited` out. When its stdin closes (the manager is gone), it
+stops its workers and exits.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import select
@@ -26,13 +23,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+import msgspec
 import peft  # noqa: F401  (preloaded for the workers)
 import torch  # noqa: F401
 import transformers  # noqa: F401
 
-import workers.build  # noqa: F401
-from workers.inference.worker import Preloaded, WorkerConfig, preload, serve
-from workers.training.runner import TrainerConfig
+import workers.remote.build  # noqa: F401
+from wire import spawner as S
+from workers.inference.worker import Preloaded, preload, serve
 from workers.training.runner import run as train
 
 log = logging.getLogger("workers.spawner")
@@ -67,7 +65,7 @@ def reap(children: dict[int, str], out) -> None:
         if pid == 0:
             return
         children.pop(pid, None)
-        out.write(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}) + "\n")
+        out.write(S.encode(S.Exited(pid, os.waitstatus_to_exitcode(status))))
         out.flush()
 
 
@@ -79,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the manager decides when we stop
     preloaded = preload(args.model)
-    out = sys.stdout
-    out.write(json.dumps({"ready": os.getpid()}) + "\n")
+    out = sys.stdout.buffer
+    out.write(S.encode(S.SpawnerReady(os.getpid())))
     out.flush()
     children: dict[int, str] = {}
     stdin = sys.stdin.fileno()
@@ -96,17 +94,19 @@ def main(argv: list[str] | None = None) -> int:
         buffer += chunk
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
-            request = json.loads(line)
-            if "train" in request:
-                trainer = TrainerConfig(**request["train"])
-                key = f"train:{trainer.job_id}"
-                pid = spawn(lambda p, c=trainer: train(c, p.tokenizer), preloaded)
+            try:
+                spec = S.decode_request(line)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.error("undecodable request from the manager: %s", exc)
+                continue
+            if isinstance(spec, S.TrainerSpec):
+                key = S.trainer_key(spec.job_id)
+                pid = spawn(lambda p, c=spec: train(c, p.tokenizer), preloaded)
             else:
-                worker = WorkerConfig(**request["spawn"])
-                key = worker.key
-                pid = spawn(lambda p, c=worker: serve(c, p), preloaded)
+                key = spec.key
+                pid = spawn(lambda p, c=spec: serve(c, p), preloaded)
             children[pid] = key
-            out.write(json.dumps({"spawned": key, "pid": pid}) + "\n")
+            out.write(S.encode(S.Spawned(key, pid)))
             out.flush()
     for pid in list(children):
         with contextlib.suppress(ProcessLookupError):

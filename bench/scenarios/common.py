@@ -19,7 +19,7 @@ def matmul_params(model: str) -> int:
     """Weights that take part in matmuls (all but the input embedding tables)."""
     from safetensors import safe_open
 
-    from executor.models import resolve_model
+    from catalogue.resolve import resolve_model
 
     total = 0
     with safe_open(resolve_model(model) / "model.safetensors", "pt") as f:

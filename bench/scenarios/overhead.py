@@ -17,8 +17,8 @@ from transformers import AutoModelForCausalLM
 from bench.executors import executor
 from bench.records import Record
 from bench.scenarios.common import Settings
-from executor.models import resolve_model
-from executor.protocol import CallKind, Op
+from catalogue.resolve import resolve_model
+from wire.executor import CallKind, Op
 
 MODEL = "tiny-llama"  # small layers: the overhead, not the matmuls, is what is measured
 
@@ -36,8 +36,8 @@ def _generate_s(model, ids: torch.Tensor, tokens: int, repeats: int) -> float:
 
 def per_call(settings: Settings) -> list[Record]:
     """Executor round trip of a 1-row call, and the overhead per call in a decode loop."""
-    from workers import ExecutorClient, remote_model
-
+    from workers.remote.build import remote_model
+    from workers.remote.client import ExecutorClient
     torch.set_num_threads(1)
     with executor(MODEL, threads=1) as (endpoint, _):  # a private one: nothing else on it
         client = ExecutorClient(endpoint, name="overhead")
@@ -82,13 +82,13 @@ def cold_start(settings: Settings) -> list[Record]:
     from peft import get_peft_model
 
     from bench.workload import adapter as adapter_config
-    from gateway.stack import Stack, free_port
+    from launcher.stack import Stack, free_port
 
     root = Path(tempfile.mkdtemp(prefix="symb-cold-"))
     adapter = root / "adapter"
     get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
                    adapter_config("lora", 8)).save_pretrained(adapter)
-    subprocess.run([sys.executable, "-m", "gateway.cli", "adapters", "register", str(adapter),
+    subprocess.run([sys.executable, "-m", "launcher.cli", "adapters", "register", str(adapter),
                     "--tenant", "acme", "--name", "a", "--data-dir", str(root / "data")],
                    check=True, capture_output=True)
     stack = Stack(root / "data", MODEL, port=free_port(),

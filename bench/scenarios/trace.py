@@ -90,7 +90,7 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
     from transformers import AutoModelForCausalLM
 
     from bench.workload import adapter
-    from executor.models import resolve_model
+    from catalogue.resolve import resolve_model
 
     directories = []
     base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
@@ -104,15 +104,15 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
 
 def _register(data_dir: Path, model: str, adapters: list[Path]) -> None:
     from state.adapters import AdapterRegistry
-    from state.db import Database
+    from state.db import Database, db_path
 
-    registry = AdapterRegistry(Database(data_dir / "state.db"), data_dir, model)
+    registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, model)
     for tenant, directory in enumerate(adapters):
         registry.register(f"t{tenant}", "adapter", directory)
 
 
 def policies(settings: Settings) -> tuple[list[Record], dict]:
-    from gateway.stack import Stack, free_port
+    from launcher.stack import Stack, free_port
 
     n, stretch = (8, 0.5) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)

@@ -12,7 +12,7 @@ from gateway.sampling import chat_params
 from gateway.serving import PromptResult
 from openapi.chat import ChatCompletionRequest, ChatCompletionResponse
 from openapi.common import ErrorResponse
-from workers import protocol as W
+from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["chat"], responses={
     400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},

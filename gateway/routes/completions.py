@@ -12,7 +12,7 @@ from gateway.sampling import completion_params
 from gateway.serving import PromptResult
 from openapi.common import ErrorResponse
 from openapi.completions import CompletionRequest, CompletionResponse
-from workers import protocol as W
+from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["completions"], responses={
     400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},

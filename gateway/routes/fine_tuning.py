@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -21,12 +21,14 @@ from openapi.fine_tuning import (
     JobList,
     PeftSettings,
 )
-from state.jobs import TERMINAL, JobRecord
+from state.job_spec import resolve, too_few_examples
+from state.job_states import TERMINAL, can_move
+from state.jobs import JobRecord
+from wire.jobs import JobAction, JobCommand
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"], responses={
     400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
-MIN_EXAMPLES = 10
-STOP_WAIT_S = 20.0
+STOP_WAIT_S = 20.0  # a running job stops after its current step; answer with it then
 
 
 def _job(request: Request, tenant_id: str, job_id: str) -> JobRecord:
@@ -47,15 +49,6 @@ def _check_hyperparameters(hp: Hyperparameters) -> dict:
         raise APIError(400, "learning_rate_multiplier must be 'auto' or positive",
                        "invalid_value", "hyperparameters.learning_rate_multiplier")
     return hp.model_dump()
-
-
-def _method(peft: PeftSettings, max_context: int) -> dict:
-    settings = peft.model_dump()
-    settings["type"] = settings.pop("method")
-    settings["alpha"] = settings["alpha"] or 2 * settings["r"]
-    limit = max_context or 2048
-    settings["max_seq_length"] = min(settings["max_seq_length"] or 1024, limit)
-    return settings
 
 
 @router.post("/jobs", response_model=FineTuningJob)
@@ -87,24 +80,30 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     supervised = body.method.supervised if body.method else None
     hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
           else body.hyperparameters or Hyperparameters())
-    method = _method(body.peft or PeftSettings(), state.text_tokens.max_context)
+    examples = files["training_file"].examples
+    spec = resolve(_check_hyperparameters(hp), (body.peft or PeftSettings()).model_dump(),
+                   examples, state.text_tokens.max_context)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     jobs = state.jobs
     job = jobs.create(tenant.id, body.model, body.training_file, body.validation_file,
-                      body.suffix, seed, _check_hyperparameters(hp), method, body.metadata)
+                      body.suffix, seed, spec, body.metadata)
     jobs.event(job.id, f"Validating training file: {body.training_file}")
-    examples = files["training_file"].examples
-    if examples < MIN_EXAMPLES:
-        message = (f"Training file has {examples} example(s), but must have at least "
-                   f"{MIN_EXAMPLES} examples")
-        jobs.update(job.id, status="failed", error={"code": "invalid_n_examples",
-                                                    "message": message,
-                                                    "param": "training_file"})
-        jobs.event(job.id, message, level="error")
+    if (problem := too_few_examples(examples)) is not None:
+        jobs.move(job.id, "failed", error={"code": "invalid_n_examples", "message": problem,
+                                           "param": "training_file"})
+        jobs.event(job.id, problem, level="error")
     else:
-        jobs.update(job.id, status="queued")
+        jobs.move(job.id, "queued")
         jobs.event(job.id, "Files validated, moving job to queued state")
+        await _queued(request, job.id)
     return FineTuningJob(**jobs.get(job.id).public())
+
+
+async def _queued(request: Request, job_id: str) -> None:
+    """Tell the manager a job waits (it also finds queued jobs when it starts)."""
+    if request.app.state.manager.up:
+        await request.app.state.manager.send(JobCommand(uuid.uuid4().hex, job_id,
+                                                        JobAction.START))
 
 
 @router.get("/jobs", response_model=JobList)
@@ -122,21 +121,21 @@ async def retrieve_job(job_id: str, request: Request, tenant: TenantDep) -> Fine
     return FineTuningJob(**_job(request, tenant.id, job_id).public())
 
 
-async def _stop(request: Request, job: JobRecord, control: str, final: str) -> FineTuningJob:
-    """Queued or paused jobs stop at once; a running one is asked to checkpoint and stop."""
-    jobs = request.app.state.jobs
-    waiting = ("queued", "validating_files", "paused") if final == "cancelled" else ("queued",)
-    if not jobs.transition(job.id, waiting, status=final):
-        if not jobs.transition(job.id, ("running",), control=control):
-            current = jobs.get(job.id)
+async def _stop(request: Request, job: JobRecord, action: JobAction) -> FineTuningJob:
+    """A job that is not training stops at once; a running one is asked (through the manager)
+    to checkpoint and stop after its current step, and answers once it did."""
+    jobs, final = request.app.state.jobs, "paused" if action == JobAction.PAUSE else "cancelled"
+    current = jobs.get(job.id)
+    if current.status != "running" and jobs.move(job.id, final):
+        jobs.event(job.id, f"Job {final}")
+        return FineTuningJob(**jobs.get(job.id).public())
+    current = jobs.get(job.id)  # it may have started meanwhile
+    if current.status != "running":
+        if not can_move(current.status, final):
             raise APIError(400, f"Job {job.id} is {current.status}: it cannot be {final}.",
                            "invalid_state", "id")
-        deadline = asyncio.get_running_loop().time() + STOP_WAIT_S
-        while jobs.get(job.id).status == "running" and \
-                asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.2)
-    else:
-        jobs.event(job.id, f"Job {final}")
+        return FineTuningJob(**current.public())
+    await request.app.state.manager.job(job.id, action, STOP_WAIT_S)
     return FineTuningJob(**jobs.get(job.id).public())
 
 
@@ -145,21 +144,22 @@ async def cancel_job(job_id: str, request: Request, tenant: TenantDep) -> FineTu
     job = _job(request, tenant.id, job_id)
     if job.status in TERMINAL:
         raise APIError(400, f"Job {job_id} has already {job.status}.", "invalid_state", "id")
-    return await _stop(request, job, "cancel", "cancelled")
+    return await _stop(request, job, JobAction.CANCEL)
 
 
 @router.post("/jobs/{job_id}/pause", response_model=FineTuningJob)
 async def pause_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
-    return await _stop(request, _job(request, tenant.id, job_id), "pause", "paused")
+    return await _stop(request, _job(request, tenant.id, job_id), JobAction.PAUSE)
 
 
 @router.post("/jobs/{job_id}/resume", response_model=FineTuningJob)
 async def resume_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
     jobs = request.app.state.jobs
     job = _job(request, tenant.id, job_id)
-    if not jobs.transition(job.id, ("paused",), status="queued", attempts=0):
+    if job.status != "paused" or not jobs.move(job.id, "queued", attempts=0):
         raise APIError(400, f"Job {job_id} is {job.status}, not paused.", "invalid_state", "id")
     jobs.event(job.id, "Job resumed; queued to continue from its latest checkpoint")
+    await _queued(request, job.id)
     return FineTuningJob(**jobs.get(job.id).public())
 
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from gateway.deps import TenantDep
 from gateway.errors import APIError, model_not_found
 from openapi.common import DeletedModel, ErrorResponse, Model, ModelList
-from workers import protocol as W
+from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["models"],
                    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from bench.group import GroupResult
 from bench.workload import TokenClock, decode
-from executor.models import resolve_model
+from catalogue.resolve import resolve_model
 
 
 def _model():

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.stack import free_port
+from launcher.stack import free_port
 
 ROOT = Path(__file__).parents[2]
 FILES = {"compose.yaml": [], "gpu": ["compose.gpu.yaml"], "remote": []}

@@ -8,7 +8,7 @@ import torch
 from peft import PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from executor.models import resolve_model
+from catalogue.resolve import resolve_model
 from tests.peft_reference import peft_config
 
 MODEL = "tiny-llama"

@@ -12,7 +12,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.stack import Stack, free_port
+from launcher.stack import Stack, free_port
+from state.db import db_path
 from tests.e2e.adapters import MODEL, Reference, save_adapter
 
 KEYS = {"acme": "sk-acme-test", "beta": "sk-beta-test", "gamma": "sk-gamma-test"}
@@ -32,7 +33,7 @@ class Deployment:
 
 
 def register(data_dir: Path, tenant: str, name: str, directory: Path) -> None:
-    subprocess.run([sys.executable, "-m", "gateway.cli", "adapters", "register",
+    subprocess.run([sys.executable, "-m", "launcher.cli", "adapters", "register",
                     str(directory), "--tenant", tenant, "--name", name, "--model", MODEL,
                     "--data-dir", str(data_dir)], check=True, capture_output=True)
 
@@ -61,7 +62,7 @@ def deploy(root: Path, **stack_options) -> Deployment:
 def _record_path(data_dir: Path, model_id: str) -> str:
     import sqlite3
 
-    with sqlite3.connect(data_dir / "state.db") as conn:
+    with sqlite3.connect(db_path(data_dir)) as conn:
         return conn.execute("SELECT path FROM models WHERE id = ?", (model_id,)).fetchone()[0]
 
 

@@ -13,7 +13,7 @@ import zmq
 
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import Deployment, deploy
-from workers import protocol as W
+from wire import manager as W
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.stack import Stack, free_port
+from launcher.stack import Stack, free_port
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import KEYS, Deployment
 
@@ -152,6 +152,51 @@ def test_pause_resume_and_cancel(ft: Deployment) -> None:
     assert cancelled.status == "cancelled" and cancelled.fine_tuned_model is None
     with pytest.raises(openai.BadRequestError):
         client.fine_tuning.jobs.resume(job_id)
+
+
+def long_examples_file() -> bytes:
+    """Examples of ~200 tokens, so that a step is long next to an HTTP round trip."""
+    text = " ".join(f"{t} are remembered here" for t in TOPICS * 8)
+    rows = [{"messages": [{"role": "user", "content": f"Recite the list {i}."},
+                          {"role": "assistant", "content": text}]} for i in range(10)]
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+def after_a_step(client: openai.OpenAI, job_id: str, at_least: int) -> int:
+    """Watch the events until a step finishes (then the next has just begun): its number."""
+    seen = steps_done(client, job_id)
+    while True:
+        now = steps_done(client, job_id)
+        if now > seen and now >= at_least:
+            return now
+        seen = now
+        time.sleep(0.01)
+
+
+def test_pause_and_cancel_take_effect_within_one_step(ft: Deployment) -> None:
+    """A running job stops after the step it is in: the pause and cancel travel as messages to
+    its trainer (no database polling), and the gateway answers once the trainer stopped."""
+    client = ft.client("acme")
+    upload = client.files.create(file=("long.jsonl", long_examples_file()), purpose="fine-tune")
+    job_id = create(client, upload.id, epochs=30, suffix="stop")
+    wait(client, job_id, ("running",))
+    done = after_a_step(client, job_id, 2)
+    started = time.monotonic()
+    paused = client.fine_tuning.jobs.pause(job_id)
+    pause_s = time.monotonic() - started
+    assert paused.status == "paused"  # in effect when the call returns
+    events = [e.message for e in client.fine_tuning.jobs.list_events(job_id, limit=20).data]
+    stopped_at = next(int(m.split("step ")[1].split(";")[0]) for m in events
+                      if m.startswith("Job paused at step"))
+    assert stopped_at <= done + 1, (done, stopped_at)  # the step under way, no more
+    assert steps_done(client, job_id) == stopped_at
+    client.fine_tuning.jobs.resume(job_id)
+    wait(client, job_id, ("running",))
+    done = after_a_step(client, job_id, stopped_at + 1)
+    cancelled = client.fine_tuning.jobs.cancel(job_id)
+    assert cancelled.status == "cancelled"
+    assert steps_done(client, job_id) <= done + 1
+    assert pause_s < 20, pause_s
 
 
 def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) -> None:

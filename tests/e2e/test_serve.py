@@ -13,14 +13,14 @@ import openai
 import psutil
 import pytest
 
-from gateway.stack import free_port
+from launcher.stack import free_port
 
 pytestmark = pytest.mark.slow
 
 
 def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--data-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "serve", "--data-dir",
                              str(tmp_path / "data"), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})

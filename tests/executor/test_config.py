@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from catalogue.resolve import resolve_model
 from executor.__main__ import parse_args
 from executor.config import ExecutorConfig
-from executor.models import resolve_model
 from executor.registry import LayerRegistry
 from executor.scheduling import build_scheduler
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from executor import protocol as P
+from catalogue.resolve import resolve_model
 from executor.calls import PendingCall
 from executor.clients import ClientTable
 from executor.engine import Engine
-from executor.models import resolve_model
 from executor.policy import Budgets, Opportunistic
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
-from executor.tensors import dtype_of, from_bytes
+from wire import executor as P
+from wire.tensors import dtype_of, from_bytes
 
 
 def _pending(s: Scheduler, client: str, op: P.Op, layer: int, kind: P.CallKind,

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
-from executor.models import resolve_model
-from executor.protocol import LayerKind, Op
-from executor.registry import LayerRegistry, UnsupportedOp, base_layer_names
+from catalogue.base_layers import base_layer_names
+from catalogue.resolve import resolve_model
+from executor.registry import LayerRegistry, UnsupportedOp
 from tests.conftest import TINY_MODELS
+from wire.executor import LayerKind, Op
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)

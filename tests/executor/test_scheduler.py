@@ -9,8 +9,8 @@ import torch
 
 from executor.calls import PendingCall
 from executor.policy import Budgets, Eager, Lockstep, Opportunistic
-from executor.protocol import Call, CallKind, Op
 from executor.scheduler import Scheduler
+from wire.executor import Call, CallKind, Op
 
 INF, TRAIN = CallKind.INFERENCE, CallKind.TRAINING
 BUDGETS = Budgets(max_wait_s=0.020, decode_wait_s=0.0003, training_wait_s=0.002,

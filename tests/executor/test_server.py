@@ -14,10 +14,11 @@ import pytest
 import torch
 import zmq
 
-from executor import protocol as P
-from executor.tensors import as_bytes
 from tests.helpers import ExecutorProcess
-from workers import ExecutorClient, ExecutorUnavailable
+from wire import executor as P
+from wire.tensors import as_bytes
+from workers.remote.client import ExecutorClient
+from workers.remote.handle import ExecutorUnavailable
 
 
 class RawClient:
@@ -186,7 +187,7 @@ def test_doorbell_calls_match_socket_calls(llama: ExecutorProcess) -> None:
 
 
 def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: ExecutorProcess) -> None:
-    from executor import doorbell as bell
+    from wire import doorbell as bell
 
     client = ExecutorClient(llama.endpoint, name="scribbler")
     x = torch.randn(2, 64)
@@ -202,8 +203,8 @@ def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: Executo
 
 
 def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> None:
-    code = ("import sys, time, torch; from executor import protocol as P; "
-            "from workers import ExecutorClient; "
+    code = ("import sys, time, torch; from wire import executor as P; "
+            "from workers.remote import ExecutorClient; "
             f"c = ExecutorClient({llama.endpoint!r}, name='doomed'); assert c.doorbell; "
             "head = next(s.index for s in c.layers if s.name == 'lm_head'); "
             "c.call(P.Op.FORWARD, 1, torch.randn(1, 64), P.CallKind.INFERENCE); "
@@ -233,7 +234,7 @@ def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> 
 
 
 def test_a_failed_hello_leaves_nothing_in_shared_memory(ipc_dir) -> None:
-    from executor.shm import SHM_DIR
+    from wire.shm import SHM_DIR
 
     def ours() -> set[str]:
         return {p.name for p in SHM_DIR.glob(f"symbiosis*-{os.getpid()}-*")}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from executor import protocol as P
-from executor.shm import SHM_DIR, TOKEN_BYTES, SegmentRefused, ShmBuffer
 from tests.executor.test_server import RawClient, layer_index
+from wire import executor as P
+from wire.shm import SHM_DIR, TOKEN_BYTES, SegmentRefused, ShmBuffer
 
 
 def segment_name() -> str:

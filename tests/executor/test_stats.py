@@ -9,8 +9,8 @@ import torch
 
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of, lane_of_batch
-from executor.protocol import Call, CallKind, Op
 from executor.stats import ExecutorStats
+from wire.executor import Call, CallKind, Op
 
 
 def pending(rows: int, kind: CallKind, arrived: float) -> PendingCall:

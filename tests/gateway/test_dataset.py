@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from executor.models import resolve_model
+from catalogue.resolve import resolve_model
 from gateway.dataset import validate_jsonl
 
 DATA = Path(__file__).parents[1] / "data"

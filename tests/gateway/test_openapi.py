@@ -6,14 +6,14 @@ import json
 import re
 from pathlib import Path
 
-from openapi.export import DOCUMENT, render
+from gateway.openapi_export import DOCUMENT, render
 
 OPENAI_SPEC = Path(__file__).parents[1] / "data" / "openai-openapi-subset.yaml"
 
 
 def test_committed_document_matches_the_app() -> None:
     assert DOCUMENT.read_text() == render(), \
-        "openapi/openapi.json is stale: run `python -m openapi.export` and commit it"
+        "openapi/openapi.json is stale: run `python -m gateway.openapi_export` and commit it"
 
 
 def test_openai_paths_are_served_under_v1() -> None:

@@ -17,7 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import DynamicCache
 
-from workers import protocol as W
+from wire import manager as W
 from workers.inference.batch import BatchCache, cache_tensors, repeat_rows
 from workers.inference.detok import Detokenizer
 from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs

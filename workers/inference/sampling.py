@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.protocol import SamplingParams
+from wire.manager import SamplingParams
 
 
 @dataclass

@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 import zmq
 
-from workers import protocol as W
-from workers.handle import ExecutorError, ExecutorUnavailable
+from wire import manager as W
+from wire.spawner import WorkerSpec
 from workers.inference.engine import InferenceEngine, Request
+from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.worker")
 
@@ -26,21 +27,6 @@ DEFAULT_CHAT_TEMPLATE = (
     "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    key: str
-    tenant: str
-    model: str  # the model id clients use
-    base: str  # built-in name or directory of the base model
-    executor: str
-    manager: str  # the manager's endpoint for workers
-    adapter_path: str | None = None
-    fallback: bool = False
-    max_batch: int = 32
-    threads: int = 1
-    privacy: bool = False  # mask activations and gradients sent to the executor
 
 
 @dataclass
@@ -55,7 +41,7 @@ class Preloaded:
 def preload(base: str) -> Preloaded:
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    from executor.models import resolve_model
+    from catalogue.resolve import resolve_model
 
     path = resolve_model(base)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -76,12 +62,12 @@ def preload(base: str) -> Preloaded:
     return Preloaded(tokenizer, int(context), tuple(sorted(eos)))
 
 
-def build_model(config: WorkerConfig) -> tuple[Any, bool]:
+def build_model(config: WorkerSpec) -> tuple[Any, bool]:
     """(model, fallback): the adapter on the remote base, or the base alone if allowed."""
     import torch
     from peft import PeftModel
 
-    from workers.build import remote_model
+    from workers.remote.build import remote_model
 
     torch.set_num_threads(config.threads)
     base = remote_model(config.base, config.executor, client_name=config.key,
@@ -107,7 +93,7 @@ def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
     return tokenizer.encode(message.prompt or "")
 
 
-def serve(config: WorkerConfig, preloaded: Preloaded) -> int:
+def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     started = time.perf_counter()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

@@ -1,9 +1,10 @@
 """One fine-tuning job in its own process: data, the remote model, the loop, checkpoints, events.
 
-The job's row in SQLite is the contract with the gateway and the manager: this process reads the
-job, writes events and checkpoints, watches `control` (pause or cancel) between steps and records
-the final status. A job that was paused, cancelled or interrupted continues from its latest
-checkpoint (adapter, optimizer, scheduler, data position) when it runs again.
+The job's stored spec says what to run (every default was resolved when the job was created).
+This process writes events, checkpoints and the final status to the job store, and takes pause
+and cancel from the worker manager between steps (`ControlChannel`). A job that was paused,
+cancelled or interrupted continues from its latest checkpoint (adapter, optimizer, scheduler,
+data position) when it runs again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import io
 import logging
 import math
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,56 +21,37 @@ import torch
 from peft import get_peft_model
 
 from state.adapters import AdapterRegistry
-from state.db import Database
+from state.db import Database, db_path
 from state.files import FileStore
-from state.jobs import JobRecord, JobStore
-from workers.build import remote_model
-from workers.handle import ExecutorUnavailable
+from state.jobs import JobStore
+from wire.jobs import JobAction
+from wire.spawner import TrainerSpec
+from workers.remote.build import remote_model
+from workers.remote.handle import ExecutorUnavailable
 from workers.training import checkpoint
+from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
-from workers.training.methods import BASE_LEARNING_RATE, peft_config
+from workers.training.methods import peft_config
 
 log = logging.getLogger("workers.trainer")
-MIN_EXAMPLES = 10
-
-
-@dataclass(frozen=True)
-class TrainerConfig:
-    job_id: str
-    data_dir: str
-    base: str
-    executor: str
-    threads: int = 1
 
 
 class JobStopped(Exception):
     pass
 
 
-def resolve(job: JobRecord, n_examples: int) -> Hyperparameters:
-    """Hyperparameters with "auto" replaced by values (also written back to the job)."""
-    hp = job.hyperparameters
-    n_epochs = 3 if hp.get("n_epochs", "auto") == "auto" else int(hp["n_epochs"])
-    batch_size = (min(8, max(1, round(n_examples * 0.02))) if hp.get("batch_size", "auto") ==
-                  "auto" else int(hp["batch_size"]))
-    multiplier = (1.0 if hp.get("learning_rate_multiplier", "auto") == "auto"
-                  else float(hp["learning_rate_multiplier"]))
-    method = job.method
-    lr = method.get("learning_rate") or BASE_LEARNING_RATE[method["type"]] * multiplier
-    return Hyperparameters(n_epochs, batch_size, lr, method.get("warmup_ratio", 0.1),
-                           method.get("weight_decay", 0.0))
-
-
 class Trainer:
-    def __init__(self, config: TrainerConfig, tokenizer: Any) -> None:
+    def __init__(self, config: TrainerSpec, tokenizer: Any) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir)
-        self.db = Database(self.data_dir / "state.db")
+        self.db = Database(db_path(self.data_dir))
         self.jobs = JobStore(self.db)
         self.files = FileStore(self.db, self.data_dir)
         self.tokenizer = tokenizer
         self.job = self.jobs.get(config.job_id)
+        self.control = ControlChannel(None, config.job_id)
+        self.stopped: str | None = None  # the status this process left the job in
 
     def run(self) -> int:
         job = self.job
@@ -80,22 +61,16 @@ class Trainer:
             return self._fail("invalid_training_file",
                               f"The job failed due to an invalid training file. {exc}",
                               "training_file")
-        if len(examples) < MIN_EXAMPLES:
-            return self._fail("invalid_n_examples", f"Training file has {len(examples)} "
-                              f"example(s), but must have at least {MIN_EXAMPLES} examples",
-                              "training_file")
-        hp = resolve(job, len(examples))
-        self.jobs.update(job.id, hyperparameters={
-            "n_epochs": hp.n_epochs, "batch_size": hp.batch_size,
-            "learning_rate_multiplier": job.hyperparameters.get("learning_rate_multiplier")
-            if job.hyperparameters.get("learning_rate_multiplier", "auto") != "auto" else 1.0})
+        spec = job.spec
+        hp = Hyperparameters(spec.n_epochs, spec.batch_size, spec.peft.learning_rate,
+                             spec.peft.warmup_ratio, spec.peft.weight_decay)
         torch.set_num_threads(self.config.threads)
         steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
         total = hp.n_epochs * steps_per_epoch
         model = remote_model(self.config.base, self.config.executor,
                              client_name=f"trainer-{job.id}")
         torch.manual_seed(job.seed)
-        model = get_peft_model(model, peft_config(job.method, total))
+        model = get_peft_model(model, peft_config(spec.peft, total))
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
@@ -117,7 +92,7 @@ class Trainer:
     # -- phases ------------------------------------------------------------------------------
 
     def _data(self) -> tuple[list[Example], list[Example]]:
-        max_len = self.job.method.get("max_seq_length", 1024)
+        max_len = self.job.spec.peft.max_seq_length
         train = self.files.get(self.job.training_file, self.job.tenant)
         examples = load_examples(train.path, self.tokenizer, max_len)
         valid: list[Example] = []
@@ -131,7 +106,7 @@ class Trainer:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         on_gradients = None
-        if self.job.method["type"] == "adalora":  # AdaLoRA reallocates ranks as it trains
+        if self.job.spec.peft.method == "adalora":  # AdaLoRA reallocates ranks as it trains
             def on_gradients() -> None:
                 model.base_model.update_and_allocate(progress.step)
         root = checkpoint.checkpoint_root(self.data_dir, self.job.id)
@@ -170,15 +145,16 @@ class Trainer:
 
     def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
                        position: int) -> None:
-        control = self.jobs.get(self.job.id).control
-        if control not in ("pause", "cancel"):
+        action = self.control.requested()
+        if action is None:
             return
         progress.epoch, progress.position = epoch, position
         checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
                         scheduler, progress)
-        status = "paused" if control == "pause" else "cancelled"
-        self.jobs.update(self.job.id, status=status, control=None)
-        self.jobs.event(self.job.id, f"Job {status} at step {progress.step}; checkpoint saved")
+        status = "paused" if action == JobAction.PAUSE else "cancelled"
+        if self.jobs.move(self.job.id, status):
+            self.jobs.event(self.job.id, f"Job {status} at step {progress.step}; checkpoint saved")
+        self.stopped = status
         raise JobStopped
 
     def _register_checkpoint(self, path: Path, progress, epoch: int, metrics: dict) -> None:
@@ -202,14 +178,16 @@ class Trainer:
         results = self.files.create(job.tenant, f"{job.id}-results.csv", "fine-tune-results",
                                     _results_csv(progress.history))
         self.jobs.event(job.id, f"New fine-tuned model created: {job.model_id}")
-        self.jobs.update(job.id, status="succeeded", fine_tuned_model=job.model_id,
-                         trained_tokens=progress.trained_tokens, result_files=[results.id])
+        self.jobs.move(job.id, "succeeded", fine_tuned_model=job.model_id,
+                       trained_tokens=progress.trained_tokens, result_files=[results.id])
         self.jobs.event(job.id, "The job has successfully completed")
+        self.stopped = "succeeded"
 
     def _fail(self, code: str, message: str, param: str | None = None) -> int:
-        self.jobs.update(self.job.id, status="failed",
-                         error={"code": code, "message": message, "param": param})
-        self.jobs.event(self.job.id, message, level="error")
+        if self.jobs.move(self.job.id, "failed",
+                          error={"code": code, "message": message, "param": param}):
+            self.jobs.event(self.job.id, message, level="error")
+        self.stopped = "failed"
         return 0
 
 
@@ -223,12 +201,13 @@ def _results_csv(history: list[dict]) -> bytes:
     return out.getvalue().encode()
 
 
-def run(config: TrainerConfig, tokenizer: Any) -> int:
+def run(config: TrainerSpec, tokenizer: Any) -> int:
     """Process entry point. Returns non-zero when the job should be retried (it stays running
     in the database, so the scheduler requeues it)."""
     trainer = Trainer(config, tokenizer)
     if trainer.job is None or trainer.job.status != "running":
         return 0
+    trainer.control = ControlChannel(config.manager, config.job_id)
     try:
         return trainer.run()
     except ExecutorUnavailable:
@@ -239,3 +218,7 @@ def run(config: TrainerConfig, tokenizer: Any) -> int:
     except Exception as exc:
         log.exception("job %s failed", config.job_id)
         return trainer._fail("internal_error", f"The job failed: {type(exc).__name__}: {exc}")
+    finally:
+        if trainer.stopped is not None:
+            trainer.control.stopped(trainer.stopped)
+        trainer.control.close()

@@ -1,0 +1,136 @@
+"""`symbiosis`: the command line. Starts processes and edits state; never imports torch itself.
+
+    symbiosis serve [--model tiny-llama] [--data-dir ./data] [--port 8000]
+    symbiosis tenants create NAME [--max-concurrent N] [--data-dir ./data]
+    symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
+    symbiosis demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from gateway.settings import GatewaySettings
+from gateway.tenants import create_tenant
+
+DEV_TENANT = "dev"
+
+
+def serve(args: argparse.Namespace) -> int:
+    from launcher.stack import Stack
+
+    data_dir = Path(args.data_dir)
+    tenants = GatewaySettings(data_dir=data_dir).tenants_path
+    key = None
+    if not tenants.exists():
+        key = create_tenant(tenants, DEV_TENANT)
+    stack = Stack(data_dir, args.model, args.host, args.port, echo=True,
+                  executor_args=("--policy", args.policy))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stack.start()
+    lines = [f"Symbiosis is serving {args.model} at {stack.base_url}/v1"]
+    if key:
+        lines.append(f"Tenant '{DEV_TENANT}' API key (shown once): {key}")
+    else:
+        lines.append(f"Tenants and their hashed keys: {tenants}")
+    lines.append(f"Try: curl {stack.base_url}/v1/completions -H 'Authorization: Bearer "
+                 f"{key or 'YOUR_KEY'}' -H 'Content-Type: application/json' -d "
+                 f"'{json.dumps({'model': args.model, 'prompt': 'Hello', 'max_tokens': 8})}'")
+    lines.append("Press Ctrl-C to stop.")
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+    while not stop.wait(0.5):
+        dead = [s.name for s in stack.services.values() if not s.alive()]
+        if dead:
+            sys.stderr.write(f"{', '.join(dead)} exited; stopping\n")
+            break
+    stack.stop()
+    return 0
+
+
+def tenants_create(args: argparse.Namespace) -> int:
+    path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
+    limits = {"max_concurrent": args.max_concurrent} if args.max_concurrent else {}
+    if args.fallback:
+        limits["fallback"] = True
+    key = create_tenant(path, args.name, **limits)
+    sys.stdout.write(f"tenant {args.name}: API key (shown once) {key}\n")
+    return 0
+
+
+def adapters_register(args: argparse.Namespace) -> int:
+    from state.adapters import AdapterError, AdapterRegistry
+    from state.db import Database
+
+    settings = GatewaySettings(data_dir=Path(args.data_dir), model=args.model)
+    registry = AdapterRegistry(Database(settings.db_path), settings.data_dir, settings.model)
+    try:
+        record = registry.register(args.tenant, args.name, Path(args.directory))
+    except AdapterError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    sys.stdout.write(f"registered {record.id} ({record.peft_type}) for tenant {record.tenant}\n")
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.call([sys.executable, "-m", "workers.demo", "--model", args.model],
+                           env=env)
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="symbiosis", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = root.add_subparsers(dest="command", required=True)
+    default_dir = os.environ.get("SYMBIOSIS_DATA_DIR", "./data")
+    default_model = os.environ.get("SYMBIOSIS_MODEL", "tiny-llama")
+
+    p = sub.add_parser("serve", help="start executor, worker manager and gateway")
+    p.add_argument("--model", default=default_model)
+    p.add_argument("--data-dir", default=default_dir)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--policy", default="opportunistic")
+    p.set_defaults(run=serve)
+
+    tenants = sub.add_parser("tenants").add_subparsers(dest="action", required=True)
+    p = tenants.add_parser("create", help="add a tenant and print a new API key")
+    p.add_argument("name")
+    p.add_argument("--max-concurrent", type=int)
+    p.add_argument("--fallback", action="store_true",
+                   help="serve the base model when the tenant's adapter cannot be loaded")
+    p.add_argument("--data-dir", default=default_dir)
+    p.set_defaults(run=tenants_create)
+
+    adapters = sub.add_parser("adapters").add_subparsers(dest="action", required=True)
+    p = adapters.add_parser("register", help="register a PEFT adapter directory")
+    p.add_argument("directory")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--model", default=default_model)
+    p.add_argument("--data-dir", default=default_dir)
+    p.set_defaults(run=adapters_register)
+
+    p = sub.add_parser("demo", help="an executor and two tenants training and generating")
+    p.add_argument("--model", default="tiny-llama")
+    p.set_defaults(run=demo)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

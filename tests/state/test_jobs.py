@@ -1,0 +1,78 @@
+"""The job state machine: the allowed moves, applied atomically by the one store that changes a
+job's status; and job settings resolved once, at creation."""
+
+from __future__ import annotations
+
+import pytest
+
+from state.db import Database
+from state.job_spec import JobSpec, PeftSpec, resolve, too_few_examples
+from state.job_states import MOVES, STATUSES, TERMINAL, IllegalMove, can_move, sources
+from state.jobs import JobStore
+
+EXPECTED = {
+    ("validating_files", "queued"), ("validating_files", "failed"),
+    ("validating_files", "cancelled"),
+    ("queued", "running"), ("queued", "paused"), ("queued", "cancelled"), ("queued", "failed"),
+    ("running", "succeeded"), ("running", "failed"), ("running", "cancelled"),
+    ("running", "paused"), ("running", "queued"),
+    ("paused", "queued"), ("paused", "cancelled"),
+}
+
+
+def test_the_allowed_moves_are_exactly_these() -> None:
+    allowed = {(a, b) for a in STATUSES for b in STATUSES if can_move(a, b)}
+    assert allowed == EXPECTED
+    assert all(not MOVES[status] for status in TERMINAL)
+    assert set(sources("paused")) == {"queued", "running"}
+
+
+@pytest.fixture()
+def store(tmp_path) -> JobStore:
+    return JobStore(Database(tmp_path / "state.db"))
+
+
+def new_job(store: JobStore) -> str:
+    return store.create("acme", "tiny-llama", "file-1", None, None, 1,
+                        JobSpec(1, 1, 1.0, PeftSpec()), None).id
+
+
+def test_the_store_refuses_what_the_machine_forbids(store: JobStore) -> None:
+    job = new_job(store)
+    assert not store.move(job, "running")  # validating_files -> running: not a move
+    assert store.get(job).status == "validating_files"
+    assert store.move(job, "queued") and store.move(job, "running")
+    assert store.move(job, "succeeded")
+    finished = store.get(job)
+    assert finished.status == "succeeded" and finished.finished_at is not None
+    for target in STATUSES:  # nothing leaves a final status
+        assert not store.move(job, target)
+    with pytest.raises(IllegalMove):
+        store.update(job, status="queued")  # only `move` changes a status
+    with pytest.raises(IllegalMove):
+        store.move(job, "exploded")
+
+
+def test_a_move_from_a_status_left_meanwhile_does_nothing(store: JobStore) -> None:
+    job = new_job(store)
+    store.move(job, "queued")
+    claimed = store.claim(1)
+    assert [j.id for j in claimed] == [job]
+    assert store.get(job).status == "running"
+    assert store.move(job, "paused")  # running -> paused is allowed
+    assert not store.move(job, "running")  # paused -> running is not: resume queues it
+    assert store.move(job, "queued") and store.get(job).queued_at is not None
+
+
+def test_defaults_are_resolved_once_at_creation() -> None:
+    spec = resolve({"n_epochs": "auto", "batch_size": "auto", "learning_rate_multiplier": 2},
+                   {"method": "ia3", "r": 4, "alpha": None, "max_seq_length": None}, 200, 512)
+    assert (spec.n_epochs, spec.batch_size, spec.learning_rate_multiplier) == (3, 4, 2.0)
+    assert spec.peft.method == "ia3" and spec.peft.alpha == 8
+    assert spec.peft.learning_rate == pytest.approx(2e-3)  # ia3's base rate x the multiplier
+    assert spec.peft.max_seq_length == 512  # the default 1024, capped by the context
+    assert resolve({}, {"learning_rate": 0.01}, 3, 0).peft.learning_rate == 0.01
+    assert resolve({}, {}, 1000, 0).batch_size == 8
+    assert JobSpec.from_stored(spec.hyperparameters(), spec.peft_dict()) == spec
+    assert too_few_examples(10) is None
+    assert "9 example(s)" in too_few_examples(9)

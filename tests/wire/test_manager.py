@@ -1,0 +1,31 @@
+"""Gateway <-> manager <-> worker messages survive a round trip (and stay torch-free)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wire import manager as W
+
+PARAMS = W.SamplingParams(max_tokens=5, temperature=0.5, top_p=0.9, top_k=4, n=2, seed=3,
+                          stop=["\n"], logprobs=2, echo=True, ignore_eos=True, min_tokens=1)
+MESSAGES = [
+    W.Generate("r1", "acme", "acme/x", PARAMS, W.AdapterRef("/a", "LORA"), prompt="hi"),
+    W.Generate("r2", "acme", "base", W.SamplingParams(), prompt_ids=[1, 2],
+               messages=[W.ChatMessage("user", "hi")], max_context=100, fallback=True),
+    W.Abort("r1"),
+    W.Started("r1", 4, True, "hi", [W.TokenLogprob("h", float("-0.5"), [("h", -0.5)], [104])]),
+    W.Delta("r1", 1, "text", [W.TokenLogprob("t", -1.0, [], [116])], "stop"),
+    W.Done("r1", 4, 2),
+    W.Failed("r1", 503, "worker_unavailable", "gone"),
+    W.Ready("acme|x", 12, 0.5, False),
+    W.LoadFailed("acme|x", "bad"),
+    W.Stop(),
+    W.Status(),
+    W.StatusReply([W.WorkerInfo("k", "t", "m", 1, "ready", 0, 1.5, False)], True, {"a": 1}),
+    W.Evict("acme", "acme/x"),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip(message) -> None:
+    assert W.decode(W.encode(message)) == message

@@ -1,0 +1,94 @@
+"""The manager's fine-tuning queue, driven by events, with a real job store and recorded
+messages in place of sockets and the spawner."""
+
+from __future__ import annotations
+
+import pytest
+
+from state.db import Database
+from state.job_spec import JobSpec, PeftSpec
+from state.jobs import JobStore
+from wire.jobs import JobAction, JobCommand, JobState, TrainerControl
+from wire.spawner import TrainerSpec
+from workers.manager.jobs import JobScheduler
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.answers: list[tuple[bytes, JobState]] = []
+        self.controls: list[tuple[str, TrainerControl]] = []
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    store = JobStore(Database(tmp_path / "state.db"))
+    seen = Recorder()
+    scheduler = JobScheduler(
+        store, lambda spec: seen.started.append(spec.job_id),
+        lambda job_id: TrainerSpec(job_id=job_id, data_dir="d", base="b", executor="e",
+                                   manager="m"),
+        lambda gateway, state: seen.answers.append((gateway, state)),
+        lambda job_id, control: seen.controls.append((job_id, control)), max_jobs=1)
+    return store, scheduler, seen
+
+
+def queued_job(store: JobStore, tenant: str = "acme") -> str:
+    job = store.create(tenant, "m", "file", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()), None)
+    store.move(job.id, "queued")
+    return job.id
+
+
+def test_a_queued_job_starts_on_its_message_and_the_next_when_a_slot_frees(setup) -> None:
+    store, scheduler, seen = setup
+    first, second = queued_job(store), queued_job(store)
+    scheduler.command(b"gw", JobCommand("r1", first, JobAction.START))
+    assert seen.started == [first]  # one slot
+    assert seen.answers[-1][1].status in ("running", "queued")
+    scheduler.spawned(first, 101)
+    store.move(first, "succeeded")
+    assert scheduler.exited(101, 0)
+    assert seen.started == [first, second]
+    assert not scheduler.exited(999, 0)  # not a trainer of ours
+
+
+def test_pause_goes_to_the_trainer_and_answers_when_it_stopped(setup) -> None:
+    store, scheduler, seen = setup
+    job = queued_job(store)
+    scheduler.schedule()
+    scheduler.spawned(job, 7)
+    scheduler.command(b"gw", JobCommand("p1", job, JobAction.PAUSE))
+    assert seen.controls == []  # not connected yet: held until hello
+    scheduler.hello(job)
+    assert seen.controls == [(job, TrainerControl(job, JobAction.PAUSE))]
+    assert seen.answers == []  # no answer before the trainer acted
+    store.move(job, "paused")
+    scheduler.stopped(job, "paused")
+    assert seen.answers == [(b"gw", JobState("p1", job, "paused"))]
+    assert scheduler.exited(7, 0) and store.get(job).status == "paused"
+
+
+def test_a_trainer_dying_before_a_cancel_still_cancels_and_crashes_requeue(setup) -> None:
+    store, scheduler, seen = setup
+    job = queued_job(store)
+    scheduler.schedule()
+    scheduler.spawned(job, 8)
+    scheduler.hello(job)
+    scheduler.command(b"gw", JobCommand("c1", job, JobAction.CANCEL))
+    scheduler.exited(8, -9)
+    assert store.get(job).status == "cancelled"
+    assert seen.answers == [(b"gw", JobState("c1", job, "cancelled"))]
+    other = queued_job(store)
+    scheduler.schedule()
+    scheduler.spawned(other, 9)
+    scheduler.exited(9, -9)  # a crash, nothing asked: back to the queue, and started again
+    assert seen.started[-1] == other and store.get(other).status == "running"
+
+
+def test_recovery_requeues_jobs_a_previous_stack_left_running(setup) -> None:
+    store, scheduler, seen = setup
+    job = queued_job(store)
+    store.claim(1)
+    scheduler.recover()
+    assert seen.started == [job] and store.get(job).attempts == 2
+    assert "restarted" in store.events(job, after=None, limit=5)[0][0]["message"]

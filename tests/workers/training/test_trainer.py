@@ -1,0 +1,171 @@
+"""The trainer equals a plain transformers + peft loop (same examples, order, seed, schedule)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from peft import LoraConfig, TaskType, get_peft_model, get_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+
+from catalogue.resolve import resolve_model
+from state.adapters import AdapterRegistry
+from state.db import Database
+from state.files import FileStore
+from state.job_spec import JobSpec, PeftSpec, resolve
+from state.jobs import JobStore
+from wire.spawner import TrainerSpec
+from workers.training.data import IGNORE, chat_example
+from workers.training.runner import run
+
+MODEL = "tiny-llama"
+DATA = Path(__file__).parents[2] / "data"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resolve_model(MODEL))
+
+
+def gsm8k(n: int) -> list[dict]:
+    lines = (DATA / "gsm8k_train_prompt_completion_1000.jsonl").read_text().splitlines()[:n]
+    return [json.loads(line) for line in lines]
+
+
+def make_job(data_dir: Path, rows: list[dict], **method) -> tuple[JobStore, str]:
+    db = Database(data_dir / "state.db")
+    files = FileStore(db, data_dir)
+    record = files.create("acme", "train.jsonl", "fine-tune",
+                          "\n".join(json.dumps(r) for r in rows).encode(), examples=len(rows))
+    jobs = JobStore(db)
+    settings = {"method": "lora", "r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None,
+                "max_seq_length": 128, "learning_rate": 5e-3, "warmup_ratio": 0.1,
+                "weight_decay": 0.0, **method}
+    spec = resolve({"n_epochs": 3, "batch_size": 2, "learning_rate_multiplier": "auto"},
+                   settings, len(rows), 0)
+    job = jobs.create("acme", MODEL, record.id, None, "eq", 1234, spec, None)
+    assert jobs.move(job.id, "queued") and jobs.move(job.id, "running")
+    return jobs, job.id
+
+
+def reference_adapter(rows: list[dict], tokenizer, seed: int, epochs: int, batch_size: int,
+                      lr: float, max_len: int) -> dict[str, torch.Tensor]:
+    """Written independently of the trainer: Trainer-style loop, transformers' own loss."""
+    examples = []
+    for row in rows:
+        prompt = tokenizer.encode(row["prompt"])
+        completion = [*tokenizer.encode(row["completion"]), tokenizer.eos_token_id]
+        ids = (prompt + completion)[:max_len]
+        labels = ([IGNORE] * len(prompt) + completion)[:max_len]
+        examples.append((ids, labels))
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
+    torch.manual_seed(seed)
+    model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8,
+                                             lora_dropout=0.0, target_modules="all-linear"))
+    total = epochs * math.ceil(len(examples) / batch_size)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                                  weight_decay=0.0)
+    schedule = get_linear_schedule_with_warmup(optimizer, round(0.1 * total), total)
+    model.train()
+    for epoch in range(epochs):
+        order = torch.randperm(len(examples),
+                               generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+        for start in range(0, len(examples), batch_size):
+            chosen = [examples[i] for i in order[start:start + batch_size].tolist()]
+            width = max(len(ids) for ids, _ in chosen)
+            ids = torch.tensor([i + [0] * (width - len(i)) for i, _ in chosen])
+            labels = torch.tensor([lab + [IGNORE] * (width - len(lab)) for _, lab in chosen])
+            mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in chosen])
+            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                           1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+    return get_peft_model_state_dict(model)
+
+
+@pytest.mark.slow
+def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path) -> None:
+    rows = gsm8k(10)
+    jobs, job_id = make_job(tmp_path, rows)
+    config = TrainerSpec(job_id=job_id, data_dir=str(tmp_path), base=MODEL,
+                         executor=executor_for(MODEL).endpoint, manager="")
+    assert run(config, tokenizer) == 0
+    job = jobs.get(job_id)
+    assert job.status == "succeeded", job.error
+    assert job.hyperparameters == {"n_epochs": 3, "batch_size": 2,
+                                   "learning_rate_multiplier": 1.0}
+    record = AdapterRegistry(jobs.db, tmp_path, MODEL).get(job.fine_tuned_model)
+    ours = load_file(Path(record.path) / "adapter_model.safetensors")
+    theirs = reference_adapter(rows, tokenizer, 1234, 3, 2, 5e-3, 128)
+    assert set(ours) == set(theirs)
+    worst = max((ours[k] - theirs[k]).abs().max().item() for k in ours)
+    moved = max(theirs[k].abs().max().item() for k in theirs if "lora_B" in k)
+    assert moved > 1e-3, "training did not move the adapter: the comparison would be empty"
+    assert worst < 1e-4, worst
+    checkpoints, _ = jobs.checkpoints(job_id)
+    assert [c["step_number"] for c in checkpoints] == [15, 10, 5]
+
+
+def test_chat_labels_cover_exactly_the_assistant_messages(tokenizer) -> None:
+    messages = [{"role": "system", "content": "Be terse."},
+                {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Bye"},
+                {"role": "assistant", "content": "Ignored.", "weight": 0},
+                {"role": "user", "content": "Really?"}, {"role": "assistant", "content": "Yes."}]
+    ids, labels = chat_example(messages, tokenizer)
+    built_in = tokenizer.apply_chat_template(
+        [{k: v for k, v in m.items() if k != "weight"} for m in messages],
+        return_assistant_tokens_mask=True, return_dict=True)
+    assert ids == built_in["input_ids"]
+    learned = tokenizer.decode([i for i, label in zip(ids, labels, strict=True)
+                                if label != IGNORE])
+    assert learned == "Hello.<|im_end|>\nYes.<|im_end|>\n"
+    mask = built_in["assistant_masks"]  # the template's own {% generation %} markers
+    ours = [label != IGNORE for label in labels]
+    weighted_out = [i for i, m in enumerate(mask) if m and not ours[i]]
+    assert tokenizer.decode([ids[i] for i in weighted_out]).startswith("Ignored.")
+
+
+def test_gradient_accumulation_equals_one_big_batch(tokenizer) -> None:
+    from executor.local import LocalExecutor
+    from tests.peft_reference import build_pair
+    from workers.training.data import Example, prompt_completion_example
+    from workers.training.loop import Hyperparameters, micro_batches, optimizer_for, train_step
+
+    examples = [Example(*prompt_completion_example(r["prompt"], r["completion"], tokenizer))
+                for r in gsm8k(4)]
+    results = []
+    for micro in (100_000, 150):  # one piece, then micro-batches of ~150 padded tokens
+        _, model = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+        model.train()
+        hp = Hyperparameters(1, 4, 1e-2, warmup_ratio=0.0, micro_batch_tokens=micro)
+        optimizer, schedule = optimizer_for(model, hp, 1)
+        loss = train_step(model, examples, tokenizer.eos_token_id, optimizer, schedule, hp).loss
+        results.append((loss, {n: p.detach().clone() for n, p in model.named_parameters()
+                               if p.requires_grad}))
+    assert len(micro_batches(examples, 150)) > 1
+    (loss_a, params_a), (loss_b, params_b) = results
+    assert loss_a == pytest.approx(loss_b, abs=1e-5)
+    assert max((params_a[k] - params_b[k]).abs().max().item() for k in params_a) < 1e-5
+
+
+def test_queued_jobs_are_claimed_fairly_across_tenants(tmp_path) -> None:
+    db = Database(tmp_path / "state.db")
+    jobs = JobStore(db)
+    created = []
+    for tenant in ("flood", "flood", "flood", "quiet", "flood"):
+        job = jobs.create(tenant, MODEL, "file-x", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()),
+                          None)
+        jobs.move(job.id, "queued")
+        created.append(job)
+    first = jobs.claim(2)
+    assert [j.tenant for j in first] == ["flood", "quiet"]  # quiet is not stuck behind flood
+    assert jobs.claim(2) == []  # two are running: at capacity
+    jobs.move(first[0].id, "succeeded")
+    assert [j.id for j in jobs.claim(2)] == [created[1].id]  # then the oldest waiting

@@ -1,0 +1,54 @@
+"""Where the internal sockets live: the one definition of each default address, and the private
+directory that holds ipc:// sockets.
+
+ipc:// sockets go in a directory of this user's alone (`$XDG_RUNTIME_DIR/symbiosis`, else
+`/tmp/symbiosis-<uid>`), created with mode 0700 and refused when another user owns it or can
+write to it: on a shared host nobody else can pre-create it, plant a socket there or reach the
+services through it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class UnsafeDirectory(RuntimeError):
+    pass
+
+
+def runtime_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and Path(base).is_dir():
+        return Path(base) / "symbiosis"
+    return Path("/tmp") / f"symbiosis-{os.geteuid()}"
+
+
+def default_executor() -> str:
+    return f"ipc://{runtime_dir()}/executor.sock"
+
+
+def default_manager() -> str:
+    return f"ipc://{runtime_dir()}/manager.sock"
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory only this user can enter (made if missing, checked if not)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectory(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeDirectory(f"{path} belongs to uid {st.st_uid}, not to this user "
+                              f"({os.geteuid()}): refusing to put sockets there")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)  # ours: tighten it
+    return path
+
+
+def prepare(endpoint: str) -> str:
+    """Before binding `endpoint`: an ipc:// socket's directory must be private to this user."""
+    if endpoint.startswith("ipc://"):
+        private_dir(Path(endpoint.removeprefix("ipc://")).parent)
+    return endpoint

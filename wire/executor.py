@@ -1,0 +1,149 @@
+"""Worker <-> executor wire protocol: typed msgspec messages plus raw tensor frames. No pickle.
+
+A message is one or two ZeroMQ frames: a msgpack header (one of the Structs below, tagged) and,
+when a tensor does not travel through the client's shared memory, its raw bytes. On the same
+host, calls and their replies may travel as headers in shared memory instead (`wire.doorbell`).
+Both ends import this module; it imports nothing from the rest of the executor.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+
+class Op(enum.IntEnum):
+    FORWARD = 0  # y = x W^T + b (linear), table lookup (embedding)
+    FORWARD_NOBIAS = 1  # y = x W^T: the effect of privacy noise
+    BACKWARD = 2  # grad_x = grad_y W; nothing is kept between forward and backward
+
+
+class CallKind(enum.IntEnum):
+    INFERENCE = 0  # latency-sensitive
+    TRAINING = 1  # throughput-oriented
+
+
+class LayerKind(enum.IntEnum):
+    LINEAR = 0
+    EMBEDDING = 1
+    GROUP = 2  # several linear layers that share one input, run as one matmul
+
+
+class ErrorCode(enum.StrEnum):
+    BAD_MESSAGE = "bad_message"
+    UNKNOWN_CLIENT = "unknown_client"
+    UNKNOWN_LAYER = "unknown_layer"
+    BAD_TENSOR = "bad_tensor"
+    UNSUPPORTED = "unsupported"
+    INTERNAL = "internal"
+
+
+class LayerSpec(msgspec.Struct, frozen=True, array_like=True):
+    index: int
+    name: str
+    kind: LayerKind
+    in_features: int  # embeddings: number of rows in the table
+    out_features: int
+    has_bias: bool
+    members: tuple[str, ...] = ()  # groups: member layer names, in output order
+    splits: tuple[int, ...] = ()  # groups: out_features of each member
+
+
+class Hello(msgspec.Struct, tag="hello", array_like=True):
+    client: str
+    pid: int
+    version: int = PROTOCOL_VERSION
+    shm_name: str | None = None
+    shm_size: int = 0
+    shm_token: bytes = b""
+    doorbell: str | None = None  # path prefix of the worker's doorbell pipes (same host only)
+
+
+class Welcome(msgspec.Struct, tag="welcome", array_like=True):
+    model: str
+    dtype: str
+    layers: list[LayerSpec]
+    shm: bool
+    version: int = PROTOCOL_VERSION
+    doorbell: bool = False  # calls go through shared memory and the doorbell pipes
+
+
+class Remap(msgspec.Struct, tag="remap", array_like=True):
+    """The client's shared memory grew: map the new segment instead."""
+
+    shm_name: str
+    shm_size: int
+    shm_token: bytes
+
+
+class Mapped(msgspec.Struct, tag="mapped", array_like=True):
+    ok: bool
+
+
+class Call(msgspec.Struct, tag="call", array_like=True):
+    id: int
+    op: Op
+    layer: int
+    kind: CallKind
+    dtype: str
+    shape: tuple[int, ...]
+    shm_in: int = -1  # byte offset of the input in the client's shared memory; -1: next frame
+    shm_out: int = -1  # byte offset for the result in shared memory; -1: reply with a frame
+
+
+class Result(msgspec.Struct, tag="result", array_like=True):
+    id: int
+    dtype: str
+    shape: tuple[int, ...]
+    shm: bool  # True: the result is in shared memory at the call's shm_out
+
+
+class Error(msgspec.Struct, tag="error", array_like=True):
+    id: int
+    code: ErrorCode
+    message: str
+
+
+class StatsRequest(msgspec.Struct, tag="stats", array_like=True):
+    format: str = "json"  # json | prometheus
+
+
+class Stats(msgspec.Struct, tag="stats_reply", array_like=True):
+    body: str
+
+
+class Ping(msgspec.Struct, tag="ping", array_like=True):
+    pass
+
+
+class Pong(msgspec.Struct, tag="pong", array_like=True):
+    model: str
+    clients: int
+    known: bool  # False: the executor does not know this worker (it restarted): hello again
+
+
+class Bye(msgspec.Struct, tag="bye", array_like=True):
+    pass
+
+
+ToExecutor = Hello | Remap | Call | StatsRequest | Ping | Bye
+FromExecutor = Welcome | Mapped | Result | Error | Stats | Pong
+
+_encoder = msgspec.msgpack.Encoder()
+_to_executor = msgspec.msgpack.Decoder(ToExecutor)
+_from_executor = msgspec.msgpack.Decoder(FromExecutor)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_request(data: bytes | memoryview) -> ToExecutor:
+    return _to_executor.decode(data)
+
+
+def decode_reply(data: bytes | memoryview) -> FromExecutor:
+    return _from_executor.decode(data)

@@ -1,0 +1,153 @@
+"""Gateway <-> worker manager <-> inference worker messages. Typed msgspec, torch-free, no pickle.
+
+The gateway sends a `Generate` per prompt; the manager routes it to the worker of the
+(tenant, model) pair, starting one if needed; the worker streams `Started`, `Delta`s and `Done`
+(or `Failed`) back through the manager. `Abort` stops a request whose HTTP client went away.
+Fine-tuning jobs are controlled over the same sockets by the messages of `wire.jobs`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
+
+
+class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    n: int = 1
+    seed: int | None = None
+    stop: list[str] = []
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None  # None: no logprobs; k: the chosen token's and k alternatives
+    echo: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+
+class ChatMessage(msgspec.Struct, array_like=True):
+    role: str
+    content: str
+
+
+class AdapterRef(msgspec.Struct, array_like=True):
+    path: str  # a PEFT directory: adapter_config.json + adapter_model.safetensors
+    peft_type: str
+
+
+class Generate(msgspec.Struct, tag="generate", array_like=True):
+    id: str
+    tenant: str
+    model: str  # the model id the client asked for
+    params: SamplingParams
+    adapter: AdapterRef | None = None
+    prompt: str | None = None
+    prompt_ids: list[int] | None = None
+    messages: list[ChatMessage] | None = None
+    max_context: int = 0  # 0: the model's own limit
+    fallback: bool = False  # serve with the base model if the adapter cannot be loaded
+
+
+class Abort(msgspec.Struct, tag="abort", array_like=True):
+    id: str
+
+
+class TokenLogprob(msgspec.Struct, array_like=True):
+    token: str
+    logprob: float  # NaN: none (the first prompt token)
+    top: list[tuple[str, float]]
+    token_bytes: list[int]
+
+
+class Started(msgspec.Struct, tag="started", array_like=True):
+    id: str
+    prompt_tokens: int
+    fallback: bool = False
+    prompt_text: str = ""  # for echo
+    prompt_logprobs: list[TokenLogprob] | None = None
+
+
+class Delta(msgspec.Struct, tag="delta", array_like=True):
+    id: str
+    index: int  # which of the n sequences
+    text: str
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: str | None = None  # stop | length
+
+
+class Done(msgspec.Struct, tag="done", array_like=True):
+    id: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Failed(msgspec.Struct, tag="failed", array_like=True):
+    id: str
+    status: int  # the HTTP status the gateway should answer with
+    code: str
+    message: str
+
+
+# worker <-> manager control
+class Ready(msgspec.Struct, tag="ready", array_like=True):
+    key: str
+    pid: int
+    load_s: float
+    fallback: bool = False
+
+
+class LoadFailed(msgspec.Struct, tag="load_failed", array_like=True):
+    key: str
+    message: str
+
+
+class Stop(msgspec.Struct, tag="stop", array_like=True):
+    pass
+
+
+# gateway <-> manager control
+class Status(msgspec.Struct, tag="status", array_like=True):
+    pass
+
+
+class WorkerInfo(msgspec.Struct, array_like=True):
+    key: str
+    tenant: str
+    model: str
+    pid: int
+    state: str
+    inflight: int
+    idle_s: float
+    pinned: bool
+
+
+class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):
+    workers: list[WorkerInfo]
+    executor_ok: bool
+    counters: dict[str, int]
+    executor_metrics: str = ""
+
+
+class Evict(msgspec.Struct, tag="evict", array_like=True):
+    tenant: str
+    model: str
+
+
+Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | Stop
+           | Status | StatusReply | Evict | JobCommand | JobState | TrainerHello | TrainerControl
+           | TrainerStopped)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(data: bytes | memoryview) -> Message:
+    return _decoder.decode(data)

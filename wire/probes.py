@@ -1,0 +1,36 @@
+"""Is a service there? One ping over its own link (the launcher's readiness checks, compose's
+healthchecks and tests use these, never log lines)."""
+
+from __future__ import annotations
+
+import zmq
+
+from wire import executor as P
+from wire import manager as W
+
+
+def _ask(endpoint: str, request: bytes, decode, expected: type, timeout_ms: int,
+         server_key: str | None = None) -> bool:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if server_key:
+        sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+        sock.curve_serverkey = server_key.encode()
+    try:
+        sock.connect(endpoint)
+        sock.send(request)
+        return bool(sock.poll(timeout_ms)) and isinstance(decode(sock.recv()), expected)
+    except Exception:  # anything but a well-formed answer means "not ready"
+        return False
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def executor_answers(endpoint: str, timeout_ms: int = 2000, server_key: str | None = None) -> bool:
+    return _ask(endpoint, P.encode(P.Ping()), P.decode_reply, P.Pong, timeout_ms, server_key)
+
+
+def manager_answers(endpoint: str, timeout_ms: int = 3000) -> bool:
+    return _ask(endpoint, W.encode(W.Status()), W.decode, W.StatusReply, timeout_ms)

@@ -1,0 +1,56 @@
+"""The worker manager's one config object: defaults, then SYMBIOSIS_* environment variables
+(so a container needs no command line), then the flags of `python -m workers.manager`."""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from wire.endpoints import default_executor, default_manager
+
+
+class ManagerConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_", frozen=True, extra="ignore",
+                                      populate_by_name=True)
+
+    executor: str = Field(default_factory=default_executor)
+    model: str = "tiny-llama"
+    bind: str = Field(default_factory=default_manager,
+                      validation_alias=AliasChoices("bind", "SYMBIOSIS_MANAGER"))
+    worker_bind: str = Field("", validation_alias=AliasChoices("worker_bind"))  # "": private
+    max_workers: int = Field(8, ge=1)
+    idle_s: float = Field(600.0, gt=0, validation_alias=AliasChoices(
+        "idle_s", "SYMBIOSIS_WORKER_IDLE_S"))
+    pinned: frozenset[str] = Field(frozenset(), validation_alias=AliasChoices("pinned"))
+    max_batch: int = Field(32, ge=1)
+    worker_threads: int = Field(1, ge=1)
+    worker_device: str = "cpu"  # where workers and trainers run their own part
+    privacy: bool = False  # inference workers use privacy mode (see README)
+    data_dir: str | None = None  # with it, the manager also runs the fine-tuning queue
+    max_jobs: int = Field(0, ge=0)  # 0: sized to the machine
+
+
+def parse_config(argv: list[str] | None = None) -> ManagerConfig:
+    parser = argparse.ArgumentParser(prog="python -m workers.manager")
+    parser.add_argument("--executor", help="the executor's endpoint")
+    parser.add_argument("--model", help="the base model (built-in name or HF directory)")
+    parser.add_argument("--bind", help="where the gateway reaches this manager")
+    parser.add_argument("--max-workers", type=int)
+    parser.add_argument("--idle-s", type=float)
+    parser.add_argument("--pin", action="append", help="TENANT|MODEL never evicted (repeatable)")
+    parser.add_argument("--privacy", action="store_true", default=None,
+                        help="workers mask what they send to the executor (float32 only)")
+    parser.add_argument("--worker-device", help="cpu or cuda[:N]: where workers and trainers "
+                        "run attention, adapters, KV cache and optimizer")
+    parser.add_argument("--data-dir", help="run the fine-tuning jobs recorded in this data dir")
+    parser.add_argument("--max-jobs", type=int,
+                        help="fine-tuning jobs running at once (0: sized to the machine)")
+    args = parser.parse_args(argv)
+    flags = {"executor": args.executor, "model": args.model, "bind": args.bind,
+             "max_workers": args.max_workers, "idle_s": args.idle_s,
+             "pinned": frozenset(args.pin) if args.pin else None, "privacy": args.privacy,
+             "worker_device": args.worker_device, "data_dir": args.data_dir,
+             "max_jobs": args.max_jobs}
+    return ManagerConfig(**{k: v for k, v in flags.items() if v is not None})

@@ -1,0 +1,66 @@
+"""Torch-free questions to the executor (is it up? its metrics), for the manager's status.
+
+Non-blocking: `ask()` sends a stats request, the owner polls `socket` and calls `receive()`;
+`alive` says whether an answer came recently. A socket that went unanswered is replaced, so a
+restarted executor is picked up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import msgspec
+import zmq
+
+from wire import executor as P
+
+
+class ExecutorProbe:
+    def __init__(self, endpoint: str, ctx: zmq.Context, *, stale_s: float = 5.0) -> None:
+        self.endpoint = endpoint
+        self.ctx = ctx
+        self.stale_s = stale_s
+        self.metrics = ""
+        self.last_answer = 0.0
+        self._asked = 0.0
+        self.socket = self._connect()
+
+    @property
+    def alive(self) -> bool:
+        return time.monotonic() - self.last_answer < self.stale_s
+
+    def ask(self) -> zmq.Socket | None:
+        """Send a stats request. Returns the old socket when it was replaced: the owner stops
+        polling it, closes it and polls `socket` instead."""
+        replaced = None
+        if self._asked > self.last_answer and time.monotonic() - self._asked > self.stale_s:
+            replaced, self.socket = self.socket, self._connect()
+        self._asked = time.monotonic()
+        with contextlib.suppress(zmq.Again):  # the executor is not taking messages: it is down
+            self.socket.send(P.encode(P.StatsRequest("prometheus")), zmq.NOBLOCK)
+        return replaced
+
+    def receive(self) -> None:
+        while True:
+            try:
+                data = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                reply = P.decode_reply(data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if isinstance(reply, P.Stats):
+                self.metrics = reply.body
+                self.last_answer = time.monotonic()
+
+    def close(self) -> None:
+        self.socket.close(0)
+
+    def _connect(self) -> zmq.Socket:
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 4)
+        sock.connect(self.endpoint)
+        return sock

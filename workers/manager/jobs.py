@@ -1,0 +1,154 @@
+"""The fine-tuning queue, run by the worker manager: which jobs train, what a pause or cancel
+means for a running one, and what a dead trainer means. Torch-free; driven by events, not by
+polling: a job queued (`JobAction.START`), a trainer that stopped or exited.
+
+At start, jobs left "running" by a previous stack (no trainer of ours) go back to the queue,
+where they resume from their latest checkpoint. Queued jobs start, up to `max_jobs` at once,
+fairly across tenants. A pause or cancel for a running job goes to its trainer, which acts
+between two steps; every gateway request waiting on it is answered when it did. A trainer that
+exits while its job is still "running" crashed or lost the executor: the job is requeued up to
+`max_attempts` times, then failed (or paused or cancelled, if that was asked of it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from state.jobs import JobStore
+from wire.jobs import JobAction, JobCommand, JobState, TrainerControl
+from wire.spawner import TrainerSpec
+
+log = logging.getLogger("workers.jobs")
+
+Answer = Callable[[bytes, JobState], None]  # to the gateway that asked
+ToTrainer = Callable[[str, TrainerControl], None]  # to a job's trainer
+
+
+def default_max_jobs() -> int:
+    return max(2, (os.cpu_count() or 2) // 2)
+
+
+@dataclass
+class Trainer:
+    job_id: str
+    pid: int = 0
+    connected: bool = False
+    asked: JobAction | None = None  # pause or cancel, sent or to send once it says hello
+    waiting: list[tuple[bytes, str]] = field(default_factory=list)  # (gateway, request id)
+
+
+class JobScheduler:
+    def __init__(self, jobs: JobStore, start: Callable[[TrainerSpec], None],
+                 trainer_spec: Callable[[str], TrainerSpec], answer: Answer,
+                 to_trainer: ToTrainer, *, max_jobs: int = 0, max_attempts: int = 3) -> None:
+        self.jobs = jobs
+        self.start = start  # asks the spawner for a trainer process
+        self.trainer_spec = trainer_spec
+        self.answer = answer
+        self.to_trainer = to_trainer
+        self.max_jobs = max_jobs or default_max_jobs()
+        self.max_attempts = max_attempts
+        self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
+
+    @property
+    def running(self) -> int:
+        return len(self.trainers)
+
+    def recover(self) -> None:
+        for job in self.jobs.with_status("running"):
+            if self.jobs.move(job.id, "queued"):
+                log.info("job %s was running when the stack stopped: requeued", job.id)
+                self.jobs.event(job.id, "The service restarted; the job will resume from its "
+                                "latest checkpoint", level="warn")
+        self.schedule()
+
+    def schedule(self) -> None:
+        free = self.max_jobs - self.running
+        if free <= 0:
+            return
+        for job in self.jobs.claim(self.max_jobs, slots=free):
+            log.info("starting trainer for job %s (tenant %s)", job.id, job.tenant)
+            self.trainers[job.id] = Trainer(job.id)
+            self.start(self.trainer_spec(job.id))
+
+    # -- events ----------------------------------------------------------------------------
+
+    def command(self, gateway: bytes, command: JobCommand) -> None:
+        if command.action == JobAction.START:
+            self.schedule()
+            self._answer_now(gateway, command)
+            return
+        trainer = self.trainers.get(command.job_id)
+        if trainer is None:  # not running here: nothing to stop
+            self._answer_now(gateway, command)
+            return
+        trainer.waiting.append((gateway, command.id))
+        if trainer.asked != JobAction.CANCEL:
+            trainer.asked = command.action
+        if trainer.connected:
+            self.to_trainer(trainer.job_id, TrainerControl(trainer.job_id, trainer.asked))
+
+    def spawned(self, job_id: str, pid: int) -> None:
+        if job_id in self.trainers:
+            self.trainers[job_id].pid = pid
+
+    def hello(self, job_id: str) -> None:
+        trainer = self.trainers.get(job_id)
+        if trainer is None:
+            return
+        trainer.connected = True
+        if trainer.asked is not None:
+            self.to_trainer(job_id, TrainerControl(job_id, trainer.asked))
+
+    def stopped(self, job_id: str, status: str) -> None:
+        """The trainer says how it left the job; its exit follows."""
+        trainer = self.trainers.get(job_id)
+        if trainer is not None:
+            self._release(trainer, status)
+
+    def exited(self, pid: int, status: int) -> bool:
+        """A process ended; True if it was one of our trainers."""
+        trainer = next((t for t in self.trainers.values() if t.pid == pid), None)
+        if trainer is None:
+            return False
+        del self.trainers[trainer.job_id]
+        job = self.jobs.get(trainer.job_id)
+        if job is not None and job.status == "running":
+            self._after_crash(trainer, job.attempts, status)
+        job = self.jobs.get(trainer.job_id)
+        self._release(trainer, job.status if job else "failed")
+        self.schedule()
+        return True
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _after_crash(self, trainer: Trainer, attempts: int, status: int) -> None:
+        job_id = trainer.job_id
+        if trainer.asked is not None:  # it died before acting on a pause or cancel: honour it
+            final = "paused" if trainer.asked == JobAction.PAUSE else "cancelled"
+            if self.jobs.move(job_id, final):
+                self.jobs.event(job_id, f"Job {final}; it will resume from its latest "
+                                "checkpoint" if final == "paused" else f"Job {final}")
+        elif attempts < self.max_attempts:
+            log.warning("trainer of job %s exited with %s: requeued", job_id, status)
+            if self.jobs.move(job_id, "queued"):
+                self.jobs.event(job_id, f"The trainer stopped unexpectedly (exit {status}); the "
+                                "job will resume from its latest checkpoint", level="warn")
+        else:
+            message = f"The trainer failed {attempts} times (last exit {status})"
+            if self.jobs.move(job_id, "failed", error={"code": "trainer_failed",
+                                                        "message": message, "param": None}):
+                self.jobs.event(job_id, message, level="error")
+
+    def _release(self, trainer: Trainer, status: str) -> None:
+        for gateway, request in trainer.waiting:
+            self.answer(gateway, JobState(request, trainer.job_id, status))
+        trainer.waiting.clear()
+
+    def _answer_now(self, gateway: bytes, command: JobCommand) -> None:
+        job = self.jobs.get(command.job_id)
+        self.answer(gateway, JobState(command.id, command.job_id,
+                                      job.status if job else "unknown"))

@@ -1,0 +1,211 @@
+"""`remote_model`: a regular transformers model whose frozen layers run in the shared executor.
+
+The model is built on the meta device, its frozen weight-bearing layers are swapped for remote
+ones, then only what stays local (norms, rotary buffers, ...) is materialized: non-persistent
+buffers are recomputed by the model's own initializer, other tensors are read from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedModel
+from transformers.pytorch_utils import Conv1D
+
+from catalogue.base_layers import is_base_embedding, is_base_linear
+from catalogue.resolve import resolve_model
+from wire.executor import LayerKind, LayerSpec
+from workers.remote.client import ExecutorClient
+from workers.remote.fusion import FusedGroup
+from workers.remote.handle import ExecutorHandle
+from workers.remote.layers import RemoteConv1D, RemoteEmbedding, RemoteLayer, RemoteLinear
+from workers.remote.privacy import PrivacyConfig, PrivateExecutor, WeightSource
+
+log = logging.getLogger("workers.remote")
+
+
+class ModelMismatch(ValueError):
+    """The worker's model does not match the executor's."""
+
+
+def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
+                 dtype: torch.dtype | None = None, device: str = "cpu", fuse: bool = True,
+                 privacy: bool | Any = False, client_name: str = "worker",
+                 **config_kwargs: Any) -> PreTrainedModel:
+    """Build `model` (built-in name or HF directory) with its base layers in `executor`.
+
+    `executor` is an endpoint (ipc:// or tcp://) or a handle such as `LocalExecutor`.
+    `privacy=True` (or a PrivacyConfig) masks every activation and gradient sent to the
+    executor and keeps the embedding tables local; it requires float32.
+    `config_kwargs` go to the model config (e.g. attn_implementation="eager").
+    """
+    path = resolve_model(model)
+    handle: ExecutorHandle = (ExecutorClient(executor, name=client_name)
+                              if isinstance(executor, str) else executor)
+    dtype = dtype or handle.dtype
+    hf_config = AutoConfig.from_pretrained(path, **config_kwargs)
+    with torch.device("meta"):
+        net = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    if privacy:
+        if dtype != torch.float32:
+            raise ValueError("privacy mode needs float32: masking is exact only in float32")
+        config = privacy if isinstance(privacy, PrivacyConfig) else PrivacyConfig()
+        handle = PrivateExecutor(handle, config, checkpoint_weights(net, path))
+    swap_base_layers(net, handle, dtype, torch.device(device), local_embeddings=bool(privacy))
+    if fuse:
+        fuse_groups(net, handle)
+    materialize_local(net, path, dtype, torch.device(device))
+    net.eval()
+    net.name_or_path = str(path)
+    if (path / "generation_config.json").exists():
+        net.generation_config = GenerationConfig.from_pretrained(path)
+    net.symbiosis_executor = handle
+    return net
+
+
+def swap_base_layers(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype,
+                     device: torch.device, local_embeddings: bool = False) -> int:
+    specs = {spec.name: spec for spec in handle.layers}
+    swapped = 0
+    for name, module in list(model.named_modules()):
+        if not (is_base_linear(module) or is_base_embedding(module)):
+            continue
+        if local_embeddings and is_base_embedding(module):
+            continue
+        spec = specs.get(name)
+        _check(name, module, spec)
+        if is_base_embedding(module):
+            remote: nn.Module = RemoteEmbedding(spec, handle, dtype, device, module.padding_idx)
+        elif isinstance(module, Conv1D):
+            remote = RemoteConv1D(spec, handle, dtype, device)
+        else:
+            remote = RemoteLinear(spec, handle, dtype, device)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, remote)
+        swapped += 1
+    return swapped
+
+
+def _check(name: str, module: nn.Module, spec: LayerSpec | None) -> None:
+    if spec is None:
+        raise ModelMismatch(f"the executor serves no layer {name!r}: is it running this model?")
+    if is_base_embedding(module):
+        expected = (LayerKind.EMBEDDING, module.num_embeddings, module.embedding_dim)
+    elif isinstance(module, Conv1D):
+        expected = (LayerKind.LINEAR, module.nx, module.nf)
+    else:
+        expected = (LayerKind.LINEAR, module.in_features, module.out_features)
+    if (spec.kind, spec.in_features, spec.out_features) != expected:
+        raise ModelMismatch(f"layer {name}: executor has {spec}, this model has {expected}")
+
+
+def fuse_groups(model: nn.Module, handle: ExecutorHandle) -> int:
+    modules = dict(model.named_modules())
+    fused = 0
+    for spec in handle.layers:
+        if spec.kind != LayerKind.GROUP:
+            continue
+        members = [modules.get(name) for name in spec.members]
+        if all(isinstance(m, RemoteLinear) for m in members):
+            FusedGroup(spec, members)  # type: ignore[arg-type]
+            fused += 1
+    return fused
+
+
+def materialize_local(model: nn.Module, path: Path, dtype: torch.dtype,
+                      device: torch.device) -> None:
+    """Give real values to everything still on the meta device (all of it small)."""
+    owners = set()
+    for name, buffer in list(model.named_buffers()):
+        if buffer.is_meta:
+            owner_name, _, leaf = name.rpartition(".")
+            owner = model.get_submodule(owner_name)
+            owner._buffers[leaf] = torch.empty_like(buffer, device=device)
+            owners.add(owner_name)
+    for owner_name in owners:  # transformers' initializer recomputes non-persistent buffers
+        model._init_weights(model.get_submodule(owner_name))
+    wanted = [name for name, t in _named_local_tensors(model) if t.is_meta]
+    values = read_checkpoint(path, wanted, getattr(model, "base_model_prefix", ""))
+    for name in wanted:
+        owner_name, _, leaf = name.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        value = values[name].to(device=device, dtype=dtype if values[name].is_floating_point()
+                                else None)
+        if leaf in owner._parameters:
+            owner._parameters[leaf] = nn.Parameter(value, requires_grad=value.is_floating_point())
+        else:
+            owner._buffers[leaf] = value
+    left = [name for name, t in _named_local_tensors(model) if t.is_meta]
+    if left:
+        raise RuntimeError(f"tensors left on the meta device: {left[:5]}")
+
+
+def checkpoint_weights(model: nn.Module, path: Path) -> WeightSource:
+    """Read one base layer's weight, as [out, in], from the checkpoint (tied weights followed)."""
+    names = {id(m): name for name, m in model.named_modules()}
+    tied: dict[str, str] = {}
+    output, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if getattr(model.config, "tie_word_embeddings", False) and output is not None:
+        tied[names[id(output)]] = names[id(embeddings)]
+    conv1d = {name for name, m in model.named_modules() if isinstance(m, Conv1D)}
+    prefix = getattr(model, "base_model_prefix", "")
+
+    def weight(name: str) -> torch.Tensor:
+        key = f"{tied.get(name, name)}.weight"
+        value = read_checkpoint(path, [key], prefix)[key]
+        return value.t() if name in conv1d else value
+
+    return weight
+
+
+def _named_local_tensors(model: nn.Module):
+    for name, module in model.named_modules():
+        if isinstance(module, RemoteLayer):
+            continue
+        for leaf, p in module._parameters.items():
+            if p is not None:
+                yield (f"{name}.{leaf}" if name else leaf), p
+        for leaf, b in module._buffers.items():
+            if b is not None and leaf not in module._non_persistent_buffers_set:
+                yield (f"{name}.{leaf}" if name else leaf), b
+
+
+def read_checkpoint(path: Path, names: list[str], prefix: str = "") -> dict[str, torch.Tensor]:
+    """Read `names` from a (possibly sharded) safetensors checkpoint, nothing else."""
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+    else:
+        single = path / "model.safetensors"
+        if not single.exists():
+            raise FileNotFoundError(f"{path} has no safetensors checkpoint")
+        with safe_open(single, "pt") as f:
+            weight_map = dict.fromkeys(f.keys(), "model.safetensors")
+    found: dict[str, torch.Tensor] = {}
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for name in names:
+        key = _checkpoint_key(name, weight_map, prefix)
+        by_file.setdefault(weight_map[key], []).append((name, key))
+    for filename, pairs in by_file.items():
+        with safe_open(path / filename, "pt") as f:
+            for name, key in pairs:
+                found[name] = f.get_tensor(key)
+    return found
+
+
+def _checkpoint_key(name: str, weight_map: dict[str, str], prefix: str) -> str:
+    candidates = [name]
+    if prefix and name.startswith(prefix + "."):
+        candidates.append(name[len(prefix) + 1:])
+    elif prefix:
+        candidates.append(f"{prefix}.{name}")
+    for key in candidates:
+        if key in weight_map:
+            return key
+    raise KeyError(f"{name} is not in the checkpoint")

@@ -1,0 +1,300 @@
+"""A worker's connection to the executor: a DEALER socket, a shared-memory buffer and, on the
+same host, a doorbell.
+
+One call in flight at a time (a lock enforces it). On the same host, inputs and results travel
+through shared memory that grows on demand, and the call header goes next to them with one byte
+through the doorbell pipe (`wire.doorbell`); without a doorbell the header crosses the socket,
+and across hosts the tensors travel as raw frames. While waiting, the client pings the executor:
+a dead executor raises ExecutorUnavailable within seconds, and a restarted one (which no longer
+knows this worker) gets a fresh hello and the call again, transparently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+
+import msgspec
+import torch
+import zmq
+
+from wire import doorbell as bell
+from wire import executor as P
+from wire.shm import SHM_DIR, ShmBuffer
+from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
+from workers.remote.handle import ExecutorError, ExecutorUnavailable
+
+log = logging.getLogger("workers.remote.client")
+SHM_INITIAL = 1 << 20
+
+
+class ExecutorClient:
+    def __init__(self, endpoint: str, *, name: str = "worker", use_shm: bool = True,
+                 use_doorbell: bool = True, connect_timeout_s: float = 10.0,
+                 heartbeat_s: float = 2.0, call_timeout_s: float | None = None,
+                 curve_server_key: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self.use_shm = use_shm
+        self.use_doorbell = use_shm and use_doorbell
+        self.connect_timeout_s = connect_timeout_s
+        self.heartbeat_s = heartbeat_s
+        self.call_timeout_s = call_timeout_s
+        self.curve_server_key = curve_server_key or os.environ.get(
+            "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC") or None
+        self._ctx = zmq.Context()
+        self._lock = threading.Lock()
+        self._socket: zmq.Socket | None = None
+        self._shm: ShmBuffer | None = None
+        self._doorbell: bell.WorkerDoorbell | None = None
+        self._next_id = 0
+        self.calls = 0
+        self._connect()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+        with self._lock:
+            if self._socket is None:
+                self._connect()
+            for attempt in range(2):
+                try:
+                    return self._call(op, layer, x, kind)
+                except _Reconnect:
+                    if attempt:
+                        raise ExecutorUnavailable("executor keeps forgetting this worker") from None
+                    log.info("executor restarted: saying hello again")
+                    self._reset()
+                    self._connect()
+                except ExecutorUnavailable:
+                    self._reset()  # a late reply must not land in the next call's buffer
+                    raise
+            raise AssertionError("unreachable")
+
+    def stats(self, format: str = "json") -> str:
+        with self._lock:
+            if self._socket is None:
+                self._connect()
+            self._send([P.encode(P.StatsRequest(format))])
+            reply = self._await(lambda m: isinstance(m, P.Stats), self.connect_timeout_s)
+            return reply[0].body
+
+    def __del__(self) -> None:  # never leave a context that blocks interpreter exit
+        try:
+            self._reset()
+            self._ctx.term()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._socket is not None:
+                with contextlib.suppress(zmq.ZMQError):
+                    self._socket.send(P.encode(P.Bye()), zmq.NOBLOCK)
+            self._reset()
+            self._ctx.term()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, int(self.heartbeat_s * 1000))  # a dead peer must not hang
+        sock.setsockopt(zmq.IDENTITY, f"{self.name}-{os.getpid()}-{secrets.token_hex(4)}".encode())
+        if self.curve_server_key:
+            public, secret = zmq.curve_keypair()
+            sock.curve_publickey, sock.curve_secretkey = public, secret
+            sock.curve_serverkey = self.curve_server_key.encode()
+        sock.connect(self.endpoint)
+        self._socket = sock
+        hello = P.Hello(self.name, os.getpid())
+        if self.use_shm and self._shm is None:
+            self._shm = ShmBuffer.create(SHM_INITIAL)
+        if self._shm is not None:
+            hello.shm_name, hello.shm_size = self._shm.name, self._shm.size
+            hello.shm_token = self._shm.write_token()
+            self._doorbell = bell.WorkerDoorbell.create_if_possible(SHM_DIR) if self.use_doorbell \
+                else None
+            hello.doorbell = str(self._doorbell.prefix) if self._doorbell else None
+        self._send([P.encode(hello)])
+        try:
+            welcome = self._await(lambda m: isinstance(m, P.Welcome), self.connect_timeout_s,
+                                  ping=False)[0]
+        except ExecutorUnavailable:
+            self._reset()
+            raise
+        if self._shm is not None:
+            self._shm.unlink()  # both sides hold the mapping now; nothing is left to clean up
+            if not welcome.shm:
+                self._shm.close()
+                self._shm = None
+        if self._doorbell is not None:
+            if welcome.doorbell:
+                self._doorbell.open()
+            else:
+                self._doorbell.close()
+                self._doorbell = None
+        self.model: str = welcome.model
+        self.dtype: torch.dtype = dtype_of(welcome.dtype)
+        self.layers: list[P.LayerSpec] = welcome.layers
+
+    @property
+    def doorbell(self) -> bool:
+        return self._doorbell is not None
+
+    def _reset(self) -> None:
+        if self._doorbell is not None:
+            self._doorbell.close()
+            self._doorbell = None
+        if self._socket is not None:
+            self._socket.close(0)
+            self._socket = None
+        if self._shm is not None:
+            self._shm.unlink()  # a no-op once the executor mapped it; else the file would stay
+            self._shm.close()
+            self._shm = None
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if self._shm is None or needed <= self._shm.size:
+            return
+        size = max(needed, 2 * self._shm.size)
+        shm = ShmBuffer.create(size)
+        token = shm.write_token()
+        try:
+            self._send([P.encode(P.Remap(shm.name, size, token))])
+            mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
+        finally:
+            shm.unlink()
+        self._shm.close()
+        self._shm = shm if mapped.ok else None
+        if not mapped.ok:
+            shm.close()
+            if self._doorbell is not None:  # the executor dropped it too: socket calls from now
+                self._doorbell.close()
+                self._doorbell = None
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def _call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+        spec = self.layers[layer]
+        if x.is_floating_point():
+            wire_dtype = self.dtype
+            width = spec.in_features if op == P.Op.BACKWARD else spec.out_features
+        else:
+            wire_dtype = torch.int64
+            width = spec.out_features
+        rows = x.shape[0]
+        in_bytes = nbytes(wire_dtype, tuple(x.shape))
+        out_bytes = nbytes(self.dtype, (rows, width))
+        self._next_id += 1
+        call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape))
+        base = bell.DATA_AT if self._doorbell is not None else 0
+        self._ensure_capacity(base + aligned(in_bytes) + out_bytes)
+        if self._shm is not None:
+            call.shm_in, call.shm_out = base, base + aligned(in_bytes)
+            self._shm.view(base, wire_dtype, tuple(x.shape)).copy_(x)
+        if self._doorbell is not None:
+            bell.write_header(self._shm.raw, bell.REQUEST_AT, P.encode(call))
+            reply, frames = self._ring(call.id)
+        else:
+            if self._shm is not None:
+                self._send([P.encode(call)])
+            else:
+                self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
+            reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
+                                        self.call_timeout_s)
+        self.calls += 1
+        if isinstance(reply, P.Error):
+            if reply.code == P.ErrorCode.UNKNOWN_CLIENT:
+                raise _Reconnect
+            raise ExecutorError(reply.code, reply.message)
+        dtype = dtype_of(reply.dtype)
+        if reply.shm:
+            return self._shm.view(call.shm_out, dtype, reply.shape)
+        return from_bytes(frames[0].buffer, dtype, reply.shape)
+
+    def _ring(self, call_id: int) -> tuple[msgspec.Struct, list]:
+        """Ring the doorbell and wait for the reply bell; while it is silent, ping over the
+        socket (a restarted executor gets a fresh hello, a dead one raises)."""
+        deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
+        try:
+            self._doorbell.ring()
+            while True:
+                if self._doorbell.wait(self._next_wait(deadline, self.call_timeout_s)):
+                    reply = P.decode_reply(bell.read_header(self._shm.raw, bell.REPLY_AT))
+                    if getattr(reply, "id", None) in (call_id, -1):
+                        return reply, []
+                else:
+                    self._check_alive()
+        except bell.Hangup:
+            self._check_alive()
+            raise ExecutorUnavailable(f"executor at {self.endpoint} dropped this worker") from None
+
+    def _check_alive(self) -> None:
+        """One ping over the socket: returns if the executor knows this worker, else raises."""
+        self._send([P.encode(P.Ping())])
+        deadline = time.monotonic() + self.heartbeat_s
+        while (wait := deadline - time.monotonic()) > 0:
+            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
+            try:
+                message = P.decode_reply(self._socket.recv_multipart(copy=False)[0].buffer)
+            except zmq.Again:
+                break
+            if isinstance(message, P.Pong):
+                if not message.known:
+                    raise _Reconnect
+                return
+        raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
+
+    def _next_wait(self, deadline: float | None, timeout_s: float | None) -> float:
+        """How long to wait before the next liveness check; raises once past the deadline."""
+        wait = self.heartbeat_s
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
+        return wait
+
+    def _send(self, frames: list) -> None:
+        try:
+            self._socket.send_multipart(frames, copy=len(frames) == 1)
+        except zmq.Again:
+            raise ExecutorUnavailable(f"executor at {self.endpoint} is not taking messages") \
+                from None
+
+    def _await(self, wanted, timeout_s: float | None,
+                ping: bool = True) -> tuple[msgspec.Struct, list]:
+        """The next reply `wanted` accepts; pings the executor while waiting (if `ping`)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pinged_at: float | None = None
+        while True:
+            wait = self._next_wait(deadline, timeout_s)
+            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
+            try:
+                frames = self._socket.recv_multipart(copy=False)
+            except zmq.Again:
+                frames = None
+            if frames is not None:
+                message = P.decode_reply(frames[0].buffer)
+                if isinstance(message, P.Pong):
+                    pinged_at = None
+                    if not message.known:
+                        raise _Reconnect
+                elif wanted(message):
+                    return message, frames[1:]
+                continue
+            if not ping:
+                continue
+            if pinged_at is not None and time.monotonic() - pinged_at > self.heartbeat_s:
+                raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
+            if pinged_at is None:
+                pinged_at = time.monotonic()
+                self._send([P.encode(P.Ping())])
+
+
+class _Reconnect(Exception):
+    pass

@@ -1,0 +1,84 @@
+"""Fused calls: linear layers that share one input (q/k/v, gate/up) travel as one executor call.
+
+The first member called with an input runs the whole group (one matmul in the executor, one
+autograd node, so backward is one call as well); its siblings then find their outputs waiting,
+matched by the identity and version of the input tensor. If the siblings are not called with that
+same input (an adapter that rescales a member's input, say), the prefetch is wasted and after a few
+misses the group falls back to one call per layer, so results are always exact.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from wire.executor import CallKind, LayerSpec, Op
+from workers.remote.layers import RemoteLinear, chunked_calls, current_kind
+
+log = logging.getLogger("workers.remote.fusion")
+MAX_MISSES = 3
+
+
+class FusedGroup:
+    def __init__(self, spec: LayerSpec, members: list[RemoteLinear]) -> None:
+        self.spec = spec
+        self.members = members
+        self.position = {id(m): i for i, m in enumerate(members)}
+        self.enabled = True
+        self.misses = 0
+        self._input: torch.Tensor | None = None
+        self._version = -1
+        self._pending: dict[int, torch.Tensor] = {}
+        for member in members:
+            member.fusion = self
+
+    def output(self, member: RemoteLinear, x: torch.Tensor) -> torch.Tensor:
+        i = self.position[id(member)]
+        if self._input is x and self._version == x._version and i in self._pending:
+            out = self._pending.pop(i)
+            if not self._pending:
+                self._input = None
+            return out
+        if self._pending:
+            self._miss()
+        outs = _RemoteGroupFn.apply(x, self, current_kind())
+        self._pending = {j: o for j, o in enumerate(outs) if j != i}
+        self._input, self._version = (x, x._version) if self._pending else (None, -1)
+        return outs[i]
+
+    def _miss(self) -> None:
+        self.misses += 1
+        self._pending.clear()
+        if self.misses >= MAX_MISSES:
+            self.enabled = False
+            log.info("group %s: members get different inputs; one call per layer", self.spec.name)
+
+
+class _RemoteGroupFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: FusedGroup, kind: CallKind):
+        ctx.group = group
+        ctx.x_dtype = x.dtype
+        outs = [torch.empty(*x.shape[:-1], width, dtype=x.dtype, device=x.device)
+                for width in group.spec.splits]
+        flat_outs = [out.view(-1, out.shape[-1]) for out in outs]
+        for start, stop, y in chunked_calls(group.members[0].executor, Op.FORWARD,
+                                            group.spec.index, x.reshape(-1, x.shape[-1]), kind,
+                                            group.spec.out_features):
+            column = 0
+            for flat in flat_outs:
+                width = flat.shape[1]
+                flat[start:stop].copy_(y[:, column:column + width])
+                column += width
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        group: FusedGroup = ctx.group
+        first = grads[0]
+        flat = torch.cat([g.reshape(-1, g.shape[-1]) for g in grads], dim=1)
+        grad_x = group.members[0].remote(Op.BACKWARD, flat.view(*first.shape[:-1], -1),
+                                         group.spec.index, group.spec.in_features,
+                                         CallKind.TRAINING, ctx.x_dtype)
+        return grad_x, None, None

@@ -1,0 +1,38 @@
+"""What a worker's model needs from an executor, whichever transport sits behind it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from wire.executor import CallKind, LayerSpec, Op
+
+
+class ExecutorError(RuntimeError):
+    """The executor refused or failed a call."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"executor error ({code}): {message}")
+        self.code = code
+
+
+class ExecutorUnavailable(ExecutorError):
+    """The executor cannot be reached (down, restarting, or not answering in time)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unavailable", message)
+
+
+class ExecutorHandle(Protocol):
+    model: str
+    dtype: torch.dtype
+    layers: list[LayerSpec]
+
+    def call(self, op: Op, layer: int, x: torch.Tensor, kind: CallKind) -> torch.Tensor:
+        """Run `op` of base layer `layer` on x [rows, in] (ids: [rows]).
+
+        The result, [rows, out] in the executor's dtype, may live in a transport buffer: it is
+        valid until the next call on this handle, so callers copy what they keep.
+        """
+        ...
