@@ -2,35 +2,58 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from wire.executor import Call, CallKind, Op
 
 
-@dataclass(eq=False)
 class PendingCall:
-    client: bytes  # ZeroMQ identity of the worker
-    header: Call
-    x: torch.Tensor  # [rows, in] (ids: [rows]); a view into shared memory or a frame
-    arrived: float  # scheduler clock, seconds
-    seq: int = 0
-    deadline: float = 0.0  # the latest start the batching policy allows
-    keepalive: object = field(default=None, repr=False)  # the frame that backs `x`
+    """What the scheduler and the engine read of a call, computed once when it arrives."""
 
-    @property
-    def key(self) -> tuple[int, Op]:
-        return self.header.layer, self.header.op
+    __slots__ = (
+        "arrived",
+        "client",
+        "deadline",
+        "header",
+        "keepalive",
+        "key",
+        "kind",
+        "lane",
+        "layer",
+        "op",
+        "reply_seq",
+        "rows",
+        "seq",
+        "x",
+    )
 
-    @property
-    def layer(self) -> int:
-        return self.header.layer
+    def __init__(self, client: bytes, header: Call, x: torch.Tensor, arrived: float,
+                 seq: int = 0, deadline: float = 0.0, keepalive: object = None,
+                 reply_seq: int = -1) -> None:
+        self.client = client  # ZeroMQ identity of the worker
+        self.header = header
+        self.x = x  # [rows, in] (ids: [rows]); a view into shared memory or a frame
+        self.arrived = arrived  # scheduler clock, seconds
+        self.seq = seq
+        self.deadline = deadline  # the latest start the batching policy allows
+        self.keepalive = keepalive  # the frame that backs `x`
+        self.reply_seq = reply_seq  # a doorbell call: the seq of its reply (-1: socket call)
+        self.layer: int = header.layer
+        self.op: Op = header.op
+        self.kind: CallKind = header.kind
+        self.key: tuple[int, Op] = (self.layer, self.op)
+        self.rows: int = x.shape[0]
+        self.lane = lane_for(self.kind, self.rows)
 
-    @property
-    def rows(self) -> int:
-        return self.x.shape[0]
+    def __repr__(self) -> str:
+        return f"PendingCall(layer={self.layer}, op={self.op}, rows={self.rows})"
 
-    @property
-    def kind(self) -> CallKind:
-        return self.header.kind
+
+DECODE_ROWS = 32  # an inference call of at most this many rows is a decode step
+
+
+def lane_for(kind: int, rows: int) -> int:
+    """0: decode step, 1: prefill, 2: training (`executor.lanes.Lane`)."""
+    if kind == CallKind.TRAINING:
+        return 2
+    return 0 if rows <= DECODE_ROWS else 1

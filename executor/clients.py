@@ -13,6 +13,7 @@ from pathlib import Path
 
 import zmq
 
+from executor.ports import DoorbellPort
 from wire import executor as P
 from wire.doorbell import ExecutorDoorbell
 from wire.shm import SHM_DIR, SegmentRefused, ShmBuffer
@@ -29,6 +30,15 @@ class ClientState:
     shm: ShmBuffer | None = None
     doorbell: ExecutorDoorbell | None = None
     last_seen: float = field(default_factory=time.monotonic)
+    port: DoorbellPort | None = None  # calls through shared memory and the doorbell
+
+    def __post_init__(self) -> None:
+        self.remap(self.shm)
+
+    def remap(self, shm: ShmBuffer | None) -> None:
+        """New shared memory (it grew, or none any more): the doorbell port follows it."""
+        self.shm = shm
+        self.port = DoorbellPort(shm, self.doorbell) if shm and self.doorbell else None
 
     def release(self) -> None:
         if self.doorbell is not None:
@@ -86,7 +96,7 @@ class ClientTable:
         state = self._clients.get(identity)
         if state is not None and state.doorbell is not None:
             with self._lock:
-                doorbell, state.doorbell = state.doorbell, None
+                doorbell, state.doorbell, state.port = state.doorbell, None, None
                 self.generation += 1
             doorbell.close()
 

@@ -1,10 +1,10 @@
 """The compute loop: take a batch from the scheduler, run its rows as one matmul, reply to each.
 
 Rows of all calls in a batch are concatenated (no padding), run through one base layer, and the
-result is split back by row counts. Results go into each client's shared memory when it has one,
-else into a reply frame; the caller sends the replies. A batch the scheduler slices runs as
-several matmuls over consecutive rows, with `between` called after each slice but the last (the
-server runs ready decode steps there).
+result is split back by row counts. A doorbell call's result goes straight into its client's
+shared memory and the client's doorbell rings; socket calls get reply frames, which the caller
+sends. A batch the scheduler slices runs as several matmuls over consecutive rows, with `between`
+called after each slice but the last (the server runs ready decode steps there).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
 from wire import executor as P
+from wire.callheader import CODE_OF
+from wire.executor import CallKind
 from wire.tensors import as_bytes, name_of
 
 log = logging.getLogger("executor.engine")
@@ -36,48 +38,88 @@ class Engine:
         self.clients = clients
         self.stats = stats
         self.device = torch.device(device)
+        self._on_cpu = self.device.type == "cpu"
+        self._runners = registry.runners()
+        self._result_code = CODE_OF[registry.dtype]
 
     def execute(self, batch: list[PendingCall],
                 between: Callable[[], None] | None = None) -> list[Reply]:
+        """Run the batch; answer its doorbell calls; return the socket calls' replies."""
         started = self.scheduler.clock()
-        layer = self.registry.get(batch[0].header.layer)
-        op = batch[0].header.op
-        size = self.scheduler.slice_rows(batch) if between is not None else None
-        elapsed = 0.0
+        first = batch[0]
+        run = self._runners[first.layer][first.op]
+        size = self.scheduler.slice_rows(batch) \
+            if between is not None and first.kind == CallKind.TRAINING else None
         try:
             x = self._inputs(batch)
-            step = size or max(x.shape[0], 1)  # an empty call still runs once
-            parts = []
-            for start in range(0, max(x.shape[0], 1), step):
-                if parts:
-                    between()
+            if size is None:  # an empty call runs once too: it gets an empty result
                 tick = time.perf_counter()
-                parts.append(self.registry.run(op, layer, x[start:start + step]))
-                elapsed += time.perf_counter() - tick
-            y = parts[0] if len(parts) == 1 else torch.cat(parts)
+                y = run(x)
+                elapsed = time.perf_counter() - tick
+            else:
+                y, elapsed = self._sliced(run, x, size, between)
             if y.device.type != "cpu":
                 y = y.cpu()
         except Exception as exc:  # one bad batch must not stop the executor
-            log.exception("layer %s op %s failed", layer.spec.name, op.name)
+            log.exception("layer %d op %s failed", first.layer, first.op)
             self.stats.record_error()
-            error = f"{type(exc).__name__}: {exc}"
-            return [(c.client, [P.encode(P.Error(c.header.id, P.ErrorCode.INTERNAL, error))])
-                    for c in batch]
+            return self._fail(batch, f"{type(exc).__name__}: {exc}")
         self.scheduler.observe(batch, elapsed)
         self.stats.record_batch(batch, started, elapsed)
-        replies, start = [], 0
+        replies: list[Reply] = []
+        if len(batch) == 1:
+            self._deliver(first, y, replies)
+            return replies
+        start = 0
         for call in batch:
-            rows = y[start:start + call.rows]
+            self._deliver(call, y[start:start + call.rows], replies)
             start += call.rows
-            replies.append((call.client, self._result(call, rows)))
         return replies
 
+    @staticmethod
+    def _sliced(run, x: torch.Tensor, size: int,
+                between: Callable[[], None]) -> tuple[torch.Tensor, float]:
+        """Run `x` in slices of `size` rows, with `between` after each slice but the last."""
+        parts, elapsed = [], 0.0
+        for start in range(0, x.shape[0], size):
+            if parts:
+                between()
+            tick = time.perf_counter()
+            parts.append(run(x[start:start + size]))
+            elapsed += time.perf_counter() - tick
+        return torch.cat(parts), elapsed
+
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
-        is_float = batch[0].x.is_floating_point()
-        dtype = self.registry.dtype if is_float else None
-        if len(batch) == 1:
-            return batch[0].x.to(device=self.device, dtype=dtype)
-        return torch.cat([c.x.to(device=self.device, dtype=dtype) for c in batch])
+        x = batch[0].x if len(batch) == 1 else torch.cat([c.x for c in batch])
+        if x.is_floating_point() and x.dtype != self.registry.dtype:
+            x = x.to(self.registry.dtype)
+        return x if self._on_cpu else x.to(self.device)
+
+    def _deliver(self, call: PendingCall, rows: torch.Tensor, replies: list[Reply]) -> None:
+        if call.reply_seq < 0:
+            replies.append((call.client, self._result(call, rows)))
+            return
+        client = self.clients.get(call.client)
+        port = client.port if client is not None else None
+        if port is None:
+            return  # it left while its call ran
+        try:
+            port.answer(call.reply_seq, call.header.id, call.header.shm_out, rows,
+                        self._result_code)
+        except (ValueError, RuntimeError, OSError, TypeError) as exc:
+            log.info("client %s left before its reply (%s)", client.name, exc)
+
+    def _fail(self, batch: list[PendingCall], error: str) -> list[Reply]:
+        replies = []
+        for call in batch:
+            if call.reply_seq < 0:
+                replies.append((call.client, [P.encode(P.Error(call.header.id,
+                                                               P.ErrorCode.INTERNAL, error))]))
+                continue
+            client = self.clients.get(call.client)
+            if client is not None and client.port is not None:
+                client.port.refuse(call.reply_seq, call.header.id, P.ErrorCode.INTERNAL, error)
+        return replies
 
     def _result(self, call: PendingCall, rows: torch.Tensor) -> list:
         dtype, shape = name_of(rows.dtype), tuple(rows.shape)

@@ -3,7 +3,8 @@
 A decode step (an inference call of a few rows) is one of a token's ~50 calls, so its wait adds
 straight to the token's latency; a prefill's wait adds to time-to-first-token but is small next to
 its own compute; a training call only needs throughput. The opportunistic policy runs decode steps
-first among ready queues, and the metrics report waits and compute time per lane.
+first among ready queues, and the metrics report waits and compute time per lane. A call's lane
+is computed once, when it arrives (`PendingCall.lane`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import IntEnum
 
-from executor.calls import PendingCall
-from wire.executor import CallKind
+from executor.calls import DECODE_ROWS, PendingCall
 
-DECODE_ROWS = 32  # an inference call of at most this many rows is a decode step
+__all__ = ["DECODE_ROWS", "Lane", "lane_of", "lane_of_batch"]
 
 
 class Lane(IntEnum):
@@ -24,11 +24,9 @@ class Lane(IntEnum):
 
 
 def lane_of(call: PendingCall) -> Lane:
-    if call.kind == CallKind.TRAINING:
-        return Lane.TRAINING
-    return Lane.DECODE if call.rows <= DECODE_ROWS else Lane.PREFILL
+    return Lane(call.lane)
 
 
 def lane_of_batch(calls: Iterable[PendingCall]) -> Lane:
     """The most urgent lane among the calls (a queue or batch holds calls of several lanes)."""
-    return min(lane_of(c) for c in calls)
+    return Lane(min(c.lane for c in calls))

@@ -69,6 +69,7 @@ class Policy:
 
     def ready(self, calls: list[PendingCall], now: float, deadline: float,
               joiners: Iterable[bytes], waiting_here: set[bytes], active: set[bytes]) -> bool:
+        """Whether a queue may run before its deadline (past it, every queue is ready)."""
         return True
 
     def slice_rows(self, per_row_s: float) -> int | None:

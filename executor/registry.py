@@ -9,6 +9,7 @@ group: one concatenated weight, the members being views into it, so a group cost
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,22 @@ class LayerRegistry:
         if not 0 <= index < len(self.layers):
             raise KeyError(f"unknown layer index {index}")
         return self.layers[index]
+
+    def runners(self) -> list[dict[int, Callable[[torch.Tensor], torch.Tensor]]]:
+        """Per layer index, per op: the function that runs it on a flat batch of rows (what
+        `run` decides per call, decided once)."""
+        table = []
+        for layer in self.layers:
+            if layer.spec.kind == LayerKind.EMBEDDING:
+                table.append({Op.FORWARD: layer.embedding})
+                continue
+            weight, bias, weight_t = layer.weight, layer.bias, layer.weight.t()
+            table.append({
+                Op.FORWARD: lambda x, w=weight, b=bias: linear(x, w, b),
+                Op.FORWARD_NOBIAS: lambda x, w=weight: linear(x, w),
+                Op.BACKWARD: lambda x, w=weight_t: linear(x, w),
+            })
+        return table
 
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
         """Run one operation over a flat batch of rows: x [rows, in] (ids [rows] for lookups)."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from executor.calls import PendingCall
-from executor.lanes import Lane, lane_of
+from executor.lanes import Lane
 from executor.policy import CostModel, Eager, Policy
 from wire.executor import CallKind, Op
 
@@ -61,10 +61,12 @@ class Scheduler:
         self.cost = CostModel()
         self.lock = threading.Lock()
         self.queues: dict[Key, deque[PendingCall]] = {}
+        self._busy: dict[Key, deque[PendingCall]] = {}  # the non-empty queues, oldest first
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
         self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
         self._seq = 0
+        self._next_forget = 0.0
 
     # -- called by the IO side -------------------------------------------------------------------
 
@@ -74,7 +76,11 @@ class Scheduler:
             call.seq = self._seq
             estimate = self.cost.estimate(call.key, call.rows, self.widths.get(call.layer, 0))
             call.deadline = self.policy.deadline(call, estimate)
-            self.queues.setdefault(call.key, deque()).append(call)
+            queue = self.queues.get(call.key)
+            if queue is None:
+                queue = self.queues[call.key] = deque()
+            queue.append(call)
+            self._busy[call.key] = queue
             me = self.presence.get(call.client)
             if me is None:
                 me = self.presence[call.client] = Presence(call.arrived)
@@ -88,14 +94,21 @@ class Scheduler:
     def next_batch(self) -> list[PendingCall] | None:
         """Pop the batch to run now, if any."""
         with self.lock:
+            if not self._busy:
+                return None
             now = self.clock()
             ready = [q for q, wait in self._scan(now) if wait <= 0]
             if not ready:
                 return None
-            batch = self._take(self._choose(ready, now))
-            self._recent.append(all(c.kind == CallKind.TRAINING for c in batch))
+            queue = ready[0] if len(ready) == 1 else self._choose(ready, now)
+            batch = self._take(queue)
+            if not queue:
+                del self._busy[batch[0].key]
+            training = True
             for call in batch:
                 self.presence[call.client].queued -= 1
+                training = training and call.kind == CallKind.TRAINING
+            self._recent.append(training)
             return batch
 
     def slice_rows(self, batch: list[PendingCall]) -> int | None:
@@ -117,11 +130,13 @@ class Scheduler:
             if self._training_share_of_recent() < self.training_share:
                 return None
             for queue, wait in self._scan(self.clock()):
-                urgent = [c for c in queue if lane_of(c) == Lane.DECODE] if wait <= 0 else []
+                urgent = [c for c in queue if c.lane == Lane.DECODE] if wait <= 0 else []
                 if urgent:
-                    rest = [c for c in queue if lane_of(c) != Lane.DECODE]
+                    rest = [c for c in queue if c.lane != Lane.DECODE]
                     queue.clear()
                     queue.extend(rest)
+                    if not queue:
+                        del self._busy[urgent[0].key]
                     self._recent.append(False)
                     for call in urgent:
                         self.presence[call.client].queued -= 1
@@ -135,6 +150,8 @@ class Scheduler:
 
     def ready_in(self) -> float | None:
         """Seconds until a batch may be ready (0: now); None when nothing is queued."""
+        if not self._busy:
+            return None
         with self.lock:
             waits = [wait for _, wait in self._scan(self.clock())]
             return max(0.0, min(waits)) if waits else None
@@ -142,7 +159,10 @@ class Scheduler:
     def observe(self, batch: list[PendingCall], seconds: float) -> None:
         with self.lock:
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds)
-            self._forget_departed()
+            now = self.clock()
+            if now >= self._next_forget:
+                self._next_forget = now + 1.0
+                self._forget_departed(now)
 
     def depth(self) -> int:
         with self.lock:
@@ -152,15 +172,21 @@ class Scheduler:
 
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready)."""
-        active = {c for c, p in self.presence.items() if now - p.last_seen <= self.active_window_s}
-        for key, queue in self.queues.items():
-            if not queue:
-                continue
-            calls = list(queue)
-            deadline = min(c.deadline for c in calls)
-            if sum(c.rows for c in calls) >= self.max_batch_rows:
+        active: set[bytes] | None = None  # clients seen lately, computed when first needed
+        for key, queue in self._busy.items():
+            if len(queue) == 1:
+                call = queue[0]
+                calls, deadline, rows = [call], call.deadline, call.rows
+            else:
+                calls = list(queue)
+                deadline = min(c.deadline for c in calls)
+                rows = sum(c.rows for c in calls)
+            if rows >= self.max_batch_rows or now >= deadline:  # past its deadline: ready
                 yield queue, 0.0
                 continue
+            if active is None:
+                active = {c for c, p in self.presence.items()
+                          if now - p.last_seen <= self.active_window_s}
             here = {c.client for c in calls}
             if self.policy.ready(calls, now, deadline, self._joiners(key, active), here, active):
                 yield queue, 0.0
@@ -197,6 +223,8 @@ class Scheduler:
         return position
 
     def _take(self, queue: deque[PendingCall]) -> list[PendingCall]:
+        if len(queue) == 1:
+            return [queue.popleft()]
         if sum(c.rows for c in queue) <= self.max_batch_rows:
             batch = list(queue)
             queue.clear()
@@ -221,8 +249,7 @@ class Scheduler:
         queue.extend(remaining)
         return batch
 
-    def _forget_departed(self, idle_s: float = 60.0) -> None:
-        now = self.clock()
+    def _forget_departed(self, now: float, idle_s: float = 60.0) -> None:
         for client in [c for c, p in self.presence.items()
                        if p.queued == 0 and now - p.last_seen > idle_s]:
             del self.presence[client]

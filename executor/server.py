@@ -34,13 +34,16 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.scheduling import build_scheduler, macs_per_row
 from executor.stats import ExecutorStats
-from executor.validation import CallRejected, check_call
+from executor.validation import CallRejected, CallTable, check_call, check_doorbell
 from wire import doorbell as bell
 from wire import executor as P
+from wire.callheader import SPIN_SAFE
 from wire.endpoints import prepare
+from wire.spin import AdaptiveSpin
 
 log = logging.getLogger("executor.server")
 
+POLLIN = int(zmq.POLLIN)
 LONG_BATCH_MACS = 1 << 23  # ~0.1-0.3 ms of matmul on a small CPU: worth a thread hand-over
 Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
 
@@ -65,6 +68,10 @@ class ExecutorServer:
         self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
         self._specs = registry.specs
+        self._table = CallTable(registry.specs)
+        self._bells: dict[int, ClientState] = {}
+        self._router_fd = -1
+        self._spinner = AdaptiveSpin()
         self._over_ipc = config.bind.startswith("ipc://")
 
     def start(self) -> None:
@@ -103,9 +110,13 @@ class ExecutorServer:
                     # While the other thread computes, it also runs whatever becomes ready, so
                     # this one only waits for messages (spinning would steal the GIL and a core).
                     ready_in = None if self._compute_slot.locked() else self.scheduler.ready_in()
-                    poller.poll(50 if ready_in is None else min(50, ready_in * 1e3))
-                    with self._socket_lock:
-                        self._receive()
+                    waited = time.perf_counter()
+                    events = self._spin(poller) if ready_in is None else []
+                    if not events:
+                        events = poller.poll(50 if ready_in is None else min(50, ready_in * 1e3))
+                    if ready_in is None and any(fd in self._bells for fd, _ in events):
+                        self._spinner.observe(time.perf_counter() - waited)
+                    self._receive(events)
                     self._compute()
                     self._expire()
                 except Exception:  # a serving thread must outlive anything one client does
@@ -115,15 +126,39 @@ class ExecutorServer:
             self._baton.pass_on()
 
     def _watch(self) -> select.poll:
-        """A poller on the router, the nudge pipe and every open doorbell."""
+        """A poller on the router, the nudge pipe and every open doorbell (whose fds map to
+        their clients, so a wake-up reads only the doorbells that rang)."""
         poller = select.poll()
         with self._socket_lock:  # ZeroMQ sockets are not thread-safe, even for getsockopt
-            poller.register(self._router.getsockopt(zmq.FD), select.POLLIN)
+            self._router_fd = self._router.getsockopt(zmq.FD)
+        poller.register(self._router_fd, select.POLLIN)
         poller.register(self._nudge_r, select.POLLIN)
+        self._bells = {}
         for client in self.clients.with_doorbells():
             if (fd := client.doorbell.fd) >= 0:  # closed meanwhile by the other thread
                 poller.register(fd, select.POLLIN)
+                self._bells[fd] = client
         return poller
+
+    def _spin(self, poller: select.poll) -> list[tuple[int, int]]:
+        """Watch the doorbell clients' call headers (no system call) while calls have lately
+        come soon after the executor went idle (`AdaptiveSpin`); the doorbells of the clients
+        that called, or [] to sleep in poll. A poll(0) now and then catches socket messages."""
+        budget = self._spinner.budget()
+        if budget <= 0 or not self._bells or not SPIN_SAFE:
+            return []
+        until = time.perf_counter() + budget
+        watched = list(self._bells.items())
+        looks = 0
+        while True:
+            found = [(fd, POLLIN) for fd, client in watched
+                     if client.port is not None and client.port.pending()]
+            if found:
+                return found
+            looks += 1
+            if time.perf_counter() >= until or (looks % 16 == 0 and poller.poll(0)):
+                return []
+            os.sched_yield()
 
     def _compute(self) -> None:
         """Run ready batches while holding the compute slot; re-check after letting it go, so a
@@ -155,10 +190,14 @@ class ExecutorServer:
             log.exception("decode steps between slices")
 
     def _reply(self, replies: list) -> None:
+        """Send the socket calls' replies (doorbell calls were answered by the engine). A send
+        can swallow the router's wake-up for messages that came meanwhile: drain after it."""
+        if not replies:
+            return
         with self._socket_lock:
             for identity, frames in replies:
-                self._deliver(identity, frames)
-            self._receive()
+                self._router.send_multipart([identity, *frames], copy=False)
+            self._drain()
 
     def _expire(self) -> None:
         if time.monotonic() < self._next_expiry:
@@ -167,60 +206,52 @@ class ExecutorServer:
         for name in self.clients.expire(self.config.client_idle_s):
             log.info("forgot idle client %s", name)
 
-    def _receive(self) -> None:
-        """Handle every message and doorbell call that has arrived. Call with the socket lock."""
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._nudge_r, 4096)
-        self._drain()
-        for client in self.clients.with_doorbells():
+    def _receive(self, events: list[tuple[int, int]]) -> None:
+        """Handle what woke the poller: the doorbells that rang (only those), and the router
+        when its FD signalled (it signals edges: every send drains it again, see `_reply`)."""
+        router = False
+        for fd, _ in events:
+            client = self._bells.get(fd)
+            if client is None:
+                if fd == self._nudge_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._nudge_r, 4096)
+                router = router or fd == self._router_fd
+                continue
             try:
-                if client.doorbell.rang():
-                    self._ring(client)
+                client.doorbell.rang()  # takes the ring; the header says whether it is new
+                self._ring(client)
             except bell.Hangup:
                 log.info("client %s closed its doorbell: forgotten", client.name)
                 self.clients.remove(client.identity)
+        if router:
+            with self._socket_lock:
+                self._drain()
 
     def _ring(self, client: ClientState) -> None:
         """A call whose header waits in the client's shared memory."""
-        try:
-            message = P.decode_request(bell.read_header(client.shm.raw, bell.REQUEST_AT))
-            if not isinstance(message, P.Call):
-                raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, "only calls ring the doorbell")
-            self._queue(client.identity, message, [])
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
-            self._refuse(client.identity, -1, P.ErrorCode.BAD_MESSAGE,
-                         f"undecodable header: {exc}")
-        except CallRejected as rejected:
-            self._refuse(client.identity, rejected.call_id, rejected.code, rejected.message)
-        except Exception as exc:  # never let one call take the serving thread down
-            log.exception("doorbell call from %s failed", client.name)
-            self._refuse(client.identity, -1, P.ErrorCode.INTERNAL, type(exc).__name__)
-
-    def _refuse(self, identity: bytes, call_id: int, code: P.ErrorCode, message: str) -> None:
-        """A counted error reply to one doorbell call."""
-        self.stats.record_error()
-        self._deliver(identity, [P.encode(P.Error(call_id, code, message))])
-
-    def _deliver(self, identity: bytes, frames: list) -> None:
-        """A call's reply: through the doorbell when the client has one, else the socket."""
-        client = self.clients.get(identity)
-        if client is None or client.doorbell is None or len(frames) != 1:
-            self._router.send_multipart([identity, *frames], copy=False)
+        port = client.port
+        if port is None:
             return
-        header = bytes(frames[0])
-        if len(header) > bell.HEADER_MAX:
-            reply = P.decode_reply(header)
-            reply.message = reply.message[:bell.HEADER_MAX // 2]  # only errors carry free text
-            header = P.encode(reply)
+        header = port.take()
+        if header is None:
+            return
+        seq, call_id = header[0], header[1]
         try:
-            bell.write_header(client.shm.raw, bell.REPLY_AT, header)
-            client.doorbell.answer()
-        except (OSError, ValueError, TypeError, AttributeError):  # it left meanwhile
-            log.info("client %s left before its reply", client.name)
+            x = check_doorbell(self._table, port, header, self.registry.dtype)
+        except CallRejected as rejected:
+            self.stats.record_error()
+            port.refuse(seq, call_id, rejected.code, rejected.message)
+            return
+        client.last_seen = now = self.scheduler.clock()
+        call = P.Call(call_id, header[2], header[6], header[3], "", (), header[9], header[10])
+        if self.tap is not None:
+            self.tap(client.name, call, x.clone())
+        self.scheduler.add(PendingCall(client.identity, call, x, now, reply_seq=seq))
 
     def _drain(self) -> None:
         """Handle every message that has arrived. Call with the socket lock held."""
-        while self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while self._router.getsockopt(zmq.EVENTS) & POLLIN:
             try:
                 frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -252,8 +283,8 @@ class ExecutorServer:
             self._hello(identity, message, peer_uid(frames[0], self._over_ipc))
         elif isinstance(message, P.Remap):
             client = self._known(identity, -1)
-            client.shm = self.clients.map_shm(message.shm_name, message.shm_size,
-                                              message.shm_token, client.uid)
+            client.remap(self.clients.map_shm(message.shm_name, message.shm_size,
+                                              message.shm_token, client.uid))
             if client.shm is None:  # a doorbell call needs its header in shared memory
                 self.clients.drop_doorbell(identity)
             self._send(identity, P.Mapped(client.shm is not None))
@@ -287,7 +318,7 @@ class ExecutorServer:
 
     def _queue(self, identity: bytes, call: P.Call, frames: list[zmq.Frame]) -> None:
         client = self._known(identity, call.id)
-        x = check_call(call, self.registry, client.shm, frames[1:])
+        x = check_call(call, self._table, client.shm, frames[1:], self.registry.dtype)
         if self.tap is not None:
             self.tap(client.name, call, x.clone())
         self.scheduler.add(PendingCall(identity, call, x, self.scheduler.clock(),

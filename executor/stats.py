@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
-from executor.lanes import Lane, lane_of, lane_of_batch
+from executor.lanes import Lane
 from wire.executor import CallKind
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
@@ -74,8 +74,24 @@ class ExecutorStats:
         self.clients = 0
 
     def record_batch(self, batch: list[PendingCall], started: float, compute_s: float) -> None:
-        kinds = {call.kind for call in batch}
         with self.lock:
+            first = batch[0]
+            if len(batch) == 1:  # the common case, one call: no sets, no loops
+                stats = self.kinds[first.kind]
+                stats.batches += 1
+                stats.batch_calls.observe(1)
+                stats.compute_s += compute_s
+                stats.calls += 1
+                stats.rows += first.rows
+                wait = started - first.arrived
+                stats.wait_ms.observe(wait * 1e3)
+                lane = self.lanes[first.lane]
+                lane.batches += 1
+                lane.compute_s += compute_s
+                lane.calls += 1
+                lane.wait_s += wait
+                return
+            kinds = {call.kind for call in batch}
             if len(kinds) > 1:
                 self.mixed_batches += 1
             for kind in kinds:
@@ -83,7 +99,7 @@ class ExecutorStats:
                 stats.batches += 1
                 stats.batch_calls.observe(len(batch))
                 stats.compute_s += compute_s
-            lane = self.lanes[lane_of_batch(batch)]
+            lane = self.lanes[min(c.lane for c in batch)]
             lane.batches += 1
             lane.compute_s += compute_s
             for call in batch:
@@ -91,7 +107,7 @@ class ExecutorStats:
                 stats.calls += 1
                 stats.rows += call.rows
                 stats.wait_ms.observe((started - call.arrived) * 1e3)
-                lane = self.lanes[lane_of(call)]
+                lane = self.lanes[call.lane]
                 lane.calls += 1
                 lane.wait_s += started - call.arrived
 

@@ -2,14 +2,12 @@
 
 A ZeroMQ round trip crosses six threads (the app and an IO thread on each side, both ways); on a
 small VM each wake-up costs 50-100 us. With a doorbell the worker writes the call header into its
-shared memory and one byte into its request pipe; the executor thread already waiting in `poll`
-wakes, runs the call and writes the reply header plus one byte into the reply pipe: two wake-ups
-per call. ZeroMQ stays for everything else (hello, remap, ping, stats) and for other hosts.
-
-Layout of a doorbell client's shared memory: [0, 2 KiB) request header, [2 KiB, 4 KiB) reply
-header (each a u32 length then a protocol message), tensors from 4 KiB on. The pipes live next to
-the shared memory and are unlinked once both ends are open; a side that dies closes its ends, and
-the other sees end-of-file or a hang-up at once.
+shared memory (`wire.callheader`) and one byte into its request pipe; the executor wakes, runs the
+call and writes the reply header plus one byte into the reply pipe. A worker that expects its
+reply soon watches the reply header for a moment before it sleeps on the pipe, so a quick reply
+costs it no wake-up. ZeroMQ stays for everything else (hello, remap, ping, stats) and for other
+hosts. The pipes live next to the shared memory and are unlinked once both ends are open; a side
+that dies closes its ends, and the other sees end-of-file or a hang-up at once.
 """
 
 from __future__ import annotations
@@ -22,34 +20,16 @@ import re
 import secrets
 import select
 import stat
-import struct
 from pathlib import Path
 
 log = logging.getLogger("wire.doorbell")
 
-REQUEST_AT, REPLY_AT, DATA_AT = 0, 2048, 4096
-HEADER_MAX = REPLY_AT - REQUEST_AT - 4
 NAME_PREFIX = "symbiosis-bell-"
 NAME = re.compile(rf"{NAME_PREFIX}[0-9A-Za-z_-]{{1,64}}")
-_LENGTH = struct.Struct("<I")
 
 
 class Hangup(Exception):
     """The other side closed its end of a doorbell pipe (it exited or forgot this client)."""
-
-
-def write_header(mapped, offset: int, message: bytes) -> None:
-    if len(message) > HEADER_MAX:
-        raise ValueError(f"header of {len(message)} bytes does not fit in {HEADER_MAX}")
-    mapped[offset + 4:offset + 4 + len(message)] = message
-    mapped[offset:offset + 4] = _LENGTH.pack(len(message))
-
-
-def read_header(mapped, offset: int) -> bytes:
-    (length,) = _LENGTH.unpack(mapped[offset:offset + 4])
-    if length > HEADER_MAX:
-        raise ValueError(f"header length {length} is out of range")
-    return mapped[offset + 4:offset + 4 + length]
 
 
 def _paths(prefix: Path) -> tuple[Path, Path]:

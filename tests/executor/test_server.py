@@ -187,19 +187,36 @@ def test_doorbell_calls_match_socket_calls(llama: ExecutorProcess) -> None:
 
 
 def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: ExecutorProcess) -> None:
-    from wire import doorbell as bell
+    from wire import callheader as H
 
     client = ExecutorClient(llama.endpoint, name="scribbler")
+    bystander = ExecutorClient(llama.endpoint, name="bystander")
     x = torch.randn(2, 64)
     expected = client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE).clone()
-    for header in (b"\xff\x00garbage", P.encode(P.Ping())):
-        bell.write_header(client._shm.raw, bell.REQUEST_AT, header)
+    fast = client._fast
+    size = client._shm.size
+    bad = {  # (dtype code, rank, layer, rows, cols, shm_in, shm_out) -> expected error code
+        (99, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (0, 3, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (0, 2, 10**6, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.UNKNOWN_LAYER,
+        (0, 2, 1, 2, 65, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (0, 2, 1, 2, 64, size - 64, H.DATA_AT): P.ErrorCode.BAD_TENSOR,
+        (0, 2, 1, 2, 64, H.DATA_AT, 0): P.ErrorCode.BAD_TENSOR,  # over the headers: overlap
+        (0, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 8): P.ErrorCode.BAD_TENSOR,  # misaligned
+        (0, 2, 1, 10**9, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+    }
+    for (dtype, ndim, layer, rows, cols, shm_in, shm_out), code in bad.items():
+        fast.seq += 1
+        H.publish_call(fast.mapped, fast.seq, 7, P.Op.FORWARD, P.CallKind.INFERENCE, dtype, ndim,
+                       layer, rows, cols, shm_in, shm_out)
         client._doorbell.ring()
-        assert client._doorbell.wait(10)
-        reply = P.decode_reply(bell.read_header(client._shm.raw, bell.REPLY_AT))
-        assert isinstance(reply, P.Error) and reply.code == P.ErrorCode.BAD_MESSAGE, reply
+        reply = fast._await(fast.seq, client._check_alive, None)
+        assert reply[1] != H.OK
+        assert H.read_error(fast.mapped, reply[1], reply[6])[0] == code, (dtype, ndim, layer)
+        assert torch.equal(bystander.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)
     assert torch.equal(client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)
     client.close()
+    bystander.close()
 
 
 def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> None:

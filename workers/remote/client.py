@@ -2,11 +2,11 @@
 same host, a doorbell.
 
 One call in flight at a time (a lock enforces it). On the same host, inputs and results travel
-through shared memory that grows on demand, and the call header goes next to them with one byte
-through the doorbell pipe (`wire.doorbell`); without a doorbell the header crosses the socket,
-and across hosts the tensors travel as raw frames. While waiting, the client pings the executor:
-a dead executor raises ExecutorUnavailable within seconds, and a restarted one (which no longer
-knows this worker) gets a fresh hello and the call again, transparently.
+through shared memory that grows on demand, and the call header goes next to them in a fixed
+binary layout with one byte through the doorbell pipe (`FastPath`); without a doorbell the header
+crosses the socket, and across hosts the tensors travel as raw frames. While waiting, the client
+pings the executor: a dead executor raises ExecutorUnavailable within seconds, and a restarted
+one (which no longer knows this worker) gets a fresh hello and the call again, transparently.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from wire import doorbell as bell
 from wire import executor as P
 from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
+from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.remote.client")
@@ -51,6 +52,7 @@ class ExecutorClient:
         self._socket: zmq.Socket | None = None
         self._shm: ShmBuffer | None = None
         self._doorbell: bell.WorkerDoorbell | None = None
+        self._fast: FastPath | None = None
         self._next_id = 0
         self.calls = 0
         self._connect()
@@ -132,21 +134,24 @@ class ExecutorClient:
             if not welcome.shm:
                 self._shm.close()
                 self._shm = None
-        if self._doorbell is not None:
-            if welcome.doorbell:
-                self._doorbell.open()
-            else:
-                self._doorbell.close()
-                self._doorbell = None
         self.model: str = welcome.model
         self.dtype: torch.dtype = dtype_of(welcome.dtype)
         self.layers: list[P.LayerSpec] = welcome.layers
+        if self._doorbell is not None:
+            if welcome.doorbell:
+                self._doorbell.open()
+                self._fast = FastPath(self._shm, self._doorbell, self.layers, self.dtype,
+                                      self.heartbeat_s)
+            else:
+                self._doorbell.close()
+                self._doorbell = None
 
     @property
     def doorbell(self) -> bool:
         return self._doorbell is not None
 
     def _reset(self) -> None:
+        self._fast = None
         if self._doorbell is not None:
             self._doorbell.close()
             self._doorbell = None
@@ -171,8 +176,12 @@ class ExecutorClient:
             shm.unlink()
         self._shm.close()
         self._shm = shm if mapped.ok else None
-        if not mapped.ok:
+        if mapped.ok:
+            if self._fast is not None:
+                self._fast.remap(shm)
+        else:
             shm.close()
+            self._fast = None
             if self._doorbell is not None:  # the executor dropped it too: socket calls from now
                 self._doorbell.close()
                 self._doorbell = None
@@ -180,6 +189,10 @@ class ExecutorClient:
     # -- calls ------------------------------------------------------------------------------------
 
     def _call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+        self._next_id += 1
+        self.calls += 1
+        if self._fast is not None:
+            return self._call_fast(op, layer, x, kind)
         spec = self.layers[layer]
         if x.is_floating_point():
             wire_dtype = self.dtype
@@ -190,24 +203,16 @@ class ExecutorClient:
         rows = x.shape[0]
         in_bytes = nbytes(wire_dtype, tuple(x.shape))
         out_bytes = nbytes(self.dtype, (rows, width))
-        self._next_id += 1
         call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape))
-        base = bell.DATA_AT if self._doorbell is not None else 0
-        self._ensure_capacity(base + aligned(in_bytes) + out_bytes)
+        self._ensure_capacity(aligned(in_bytes) + out_bytes)
         if self._shm is not None:
-            call.shm_in, call.shm_out = base, base + aligned(in_bytes)
-            self._shm.view(base, wire_dtype, tuple(x.shape)).copy_(x)
-        if self._doorbell is not None:
-            bell.write_header(self._shm.raw, bell.REQUEST_AT, P.encode(call))
-            reply, frames = self._ring(call.id)
+            call.shm_in, call.shm_out = 0, aligned(in_bytes)
+            self._shm.view(0, wire_dtype, tuple(x.shape)).copy_(x)
+            self._send([P.encode(call)])
         else:
-            if self._shm is not None:
-                self._send([P.encode(call)])
-            else:
-                self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
-            reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
-                                        self.call_timeout_s)
-        self.calls += 1
+            self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
+        reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
+                                    self.call_timeout_s)
         if isinstance(reply, P.Error):
             if reply.code == P.ErrorCode.UNKNOWN_CLIENT:
                 raise _Reconnect
@@ -217,22 +222,29 @@ class ExecutorClient:
             return self._shm.view(call.shm_out, dtype, reply.shape)
         return from_bytes(frames[0].buffer, dtype, reply.shape)
 
-    def _ring(self, call_id: int) -> tuple[msgspec.Struct, list]:
-        """Ring the doorbell and wait for the reply bell; while it is silent, ping over the
-        socket (a restarted executor gets a fresh hello, a dead one raises)."""
-        deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
+    def _call_fast(self, op: P.Op, layer: int, x: torch.Tensor,
+                   kind: P.CallKind) -> torch.Tensor:
+        deadline = None if self.call_timeout_s is None else \
+            time.monotonic() + self.call_timeout_s
         try:
-            self._doorbell.ring()
-            while True:
-                if self._doorbell.wait(self._next_wait(deadline, self.call_timeout_s)):
-                    reply = P.decode_reply(bell.read_header(self._shm.raw, bell.REPLY_AT))
-                    if getattr(reply, "id", None) in (call_id, -1):
-                        return reply, []
-                else:
-                    self._check_alive()
+            return self._fast.call(op, layer, x, kind, self._next_id, self._check_alive,
+                                   deadline)
+        except NeedsCapacity as needed:
+            self._ensure_capacity(needed.size)
+            if self._fast is None:  # the executor could not map the larger memory
+                return self._call(op, layer, x, kind)
+            return self._fast.call(op, layer, x, kind, self._next_id, self._check_alive,
+                                   deadline)
+        except CallFailed as failed:
+            if failed.code == P.ErrorCode.UNKNOWN_CLIENT:
+                raise _Reconnect from None
+            raise ExecutorError(failed.code, failed.message) from None
         except bell.Hangup:
             self._check_alive()
             raise ExecutorUnavailable(f"executor at {self.endpoint} dropped this worker") from None
+        except TimeoutError:
+            raise ExecutorUnavailable(f"no reply from {self.endpoint} in "
+                                      f"{self.call_timeout_s} s") from None
 
     def _check_alive(self) -> None:
         """One ping over the socket: returns if the executor knows this worker, else raises."""

@@ -1,0 +1,62 @@
+"""A same-host client's calls through its shared memory: the header read in place, the input
+and the result as views cached by shape, the reply header written in place and the doorbell
+rung. One port per doorbell client; rebuilt when the client's memory is remapped."""
+
+from __future__ import annotations
+
+import torch
+
+from wire.callheader import OK, REQUEST_AT, SEQ, publish_reply, read_call, write_error
+from wire.doorbell import ExecutorDoorbell
+from wire.executor import ErrorCode
+from wire.shm import ShmBuffer
+from wire.tensors import nbytes
+
+Header = tuple[int, ...]  # callheader.read_call: seq, id, op, kind, dtype, ndim, layer, ...
+
+
+class DoorbellPort:
+    def __init__(self, shm: ShmBuffer, doorbell: ExecutorDoorbell) -> None:
+        self.shm = shm
+        self.doorbell = doorbell
+        self.mapped = shm.raw
+        self.last_seq = 0
+        self._views: dict[tuple[int, torch.dtype, int, int], torch.Tensor] = {}
+
+    def pending(self) -> bool:
+        """Whether the client has published its next call (no system call)."""
+        return SEQ.unpack_from(self.mapped, REQUEST_AT)[0] == self.last_seq + 1
+
+    def take(self) -> Header | None:
+        """The client's next call (a snapshot of its header), None if it has not published one
+        (a stale ring)."""
+        header = read_call(self.mapped, self.last_seq + 1)
+        if header is not None:
+            self.last_seq += 1
+        return header
+
+    def view(self, offset: int, dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
+        """A [rows, cols] view (ids: [rows] when cols is 0) at `offset`; ValueError when it
+        does not lie inside the segment or is misaligned."""
+        key = (offset, dtype, rows, cols)
+        view = self._views.get(key)
+        if view is None:
+            shape = (rows, cols) if cols else (rows,)
+            if offset < 0 or offset % 64 or offset + nbytes(dtype, shape) > self.shm.size:
+                raise ValueError(f"shared memory region at {offset} for {list(shape)} "
+                                 f"{dtype} is outside the segment")
+            if len(self._views) > 256:  # shapes vary (prefills): keep the cache bounded
+                self._views.clear()
+            view = self._views[key] = self.shm.view(offset, dtype, shape)
+        return view
+
+    def answer(self, seq: int, call_id: int, offset: int, y: torch.Tensor,
+               dtype_code: int) -> None:
+        rows, cols = y.shape[0], (y.shape[1] if y.dim() == 2 else 0)
+        self.view(offset, y.dtype, rows, cols).copy_(y)
+        publish_reply(self.mapped, seq, call_id, OK, dtype_code, y.dim(), rows, cols)
+        self.doorbell.answer()
+
+    def refuse(self, seq: int, call_id: int, code: ErrorCode, message: str) -> None:
+        write_error(self.mapped, seq, call_id, code, message)
+        self.doorbell.answer()
