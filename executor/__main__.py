@@ -25,10 +25,13 @@ def parse_args(argv: list[str] | None) -> ExecutorConfig:
                              "compute, with ready decode steps between them (0: never slice)")
     parser.add_argument("--no-fuse", action="store_true",
                         help="do not fuse linear layers that share an input")
+    parser.add_argument("--no-stretch", action="store_true",
+                        help="offer no stretches (a decoder layer's frozen part as one call)")
     args = parser.parse_args(argv)
     flags = {"model": args.model, "bind": args.bind, "device": args.device, "dtype": args.dtype,
              "threads": args.threads, "policy": args.policy, "max_wait_ms": args.max_wait_ms,
-             "slice_ms": args.slice_ms, "fuse": False if args.no_fuse else None}
+             "slice_ms": args.slice_ms, "fuse": False if args.no_fuse else None,
+             "stretch": False if args.no_stretch else None}
     return ExecutorConfig(**{k: v for k, v in flags.items() if v is not None})
 
 
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("executor")
     path = resolve_model(config.model)
     registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,
-                                  fuse=config.fuse)
+                                  fuse=config.fuse, stretch=config.stretch)
     server = ExecutorServer(registry, config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

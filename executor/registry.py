@@ -20,6 +20,8 @@ from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
+from executor import stretches
+from executor.kernels import linear
 from wire.executor import LayerKind, LayerSpec, Op
 
 
@@ -29,6 +31,7 @@ class BaseLayer:
     weight: torch.Tensor  # linear: [out, in] (a transposed view for Conv1D); embedding: table
     bias: torch.Tensor | None = None
     embedding: nn.Module | None = None  # run as is: some models scale inside the embedding
+    stretch: Callable[[torch.Tensor], torch.Tensor] | None = None  # `executor.stretches`
 
 
 class UnsupportedOp(ValueError):
@@ -48,21 +51,21 @@ class LayerRegistry:
 
     @classmethod
     def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-             device: str = "cpu", fuse: bool = True) -> LayerRegistry:
+             device: str = "cpu", fuse: bool = True, stretch: bool = True) -> LayerRegistry:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         model.eval()
         groups = trace_shared_inputs(model) if fuse else []
         model.to(device)
         if device == "cpu":
             _own_memory(model)
-        registry = cls.from_model(model, groups, model_name=Path(path).name)
+        registry = cls.from_model(model, groups, model_name=Path(path).name, stretch=stretch)
         del model
         gc.collect()
         return registry
 
     @classmethod
     def from_model(cls, model: nn.Module, groups: list[list[str]], *,
-                   model_name: str) -> LayerRegistry:
+                   model_name: str, stretch: bool = False) -> LayerRegistry:
         layers: list[BaseLayer] = []
         dtype = next(model.parameters()).dtype
         for name, module in model.named_modules():
@@ -84,8 +87,12 @@ class LayerRegistry:
                              bias is not None)
             layers.append(BaseLayer(spec, weight, bias))
         by_name = {layer.spec.name: layer for layer in layers}
+        fused = {}
         for members in groups:
             layers.append(_fuse(len(layers), [by_name[m] for m in members]))
+            fused[tuple(members)] = layers[-1]
+        if stretch:
+            layers += stretches.build(model, by_name, fused, len(layers))
         return cls(layers, model_name, dtype)
 
     def get(self, index: int) -> BaseLayer:
@@ -98,8 +105,13 @@ class LayerRegistry:
         `run` decides per call, decided once)."""
         table = []
         for layer in self.layers:
+            if layer.stretch is not None:
+                table.append({Op.FORWARD: layer.stretch})
+                continue
             if layer.spec.kind == LayerKind.EMBEDDING:
-                table.append({Op.FORWARD: layer.embedding})
+                plain = type(layer.embedding) is nn.Embedding and layer.embedding.max_norm is None
+                table.append({Op.FORWARD: (lambda ids, w=layer.weight: F.embedding(ids, w))
+                              if plain else layer.embedding})
                 continue
             weight, bias, weight_t = layer.weight, layer.bias, layer.weight.t()
             table.append({
@@ -111,6 +123,10 @@ class LayerRegistry:
 
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
         """Run one operation over a flat batch of rows: x [rows, in] (ids [rows] for lookups)."""
+        if layer.stretch is not None:
+            if op != Op.FORWARD:
+                raise UnsupportedOp(f"{layer.spec.name} is a stretch: forward only")
+            return layer.stretch(x)
         if layer.spec.kind == LayerKind.EMBEDDING:
             if op != Op.FORWARD:
                 raise UnsupportedOp(f"{layer.spec.name} is an embedding: only forward lookups")
@@ -128,43 +144,6 @@ class LayerRegistry:
                     seen.add(t.untyped_storage().data_ptr())
                     total += t.untyped_storage().nbytes()
         return total
-
-
-SMALL_BATCH_ROWS = 64
-ONEDNN_MIN_WEIGHT = 1 << 21  # in * out
-SINGLE_THREAD_MACS = 1 << 21  # rows * in * out
-_onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """x W^T + b, by the fastest CPU route measured on a 2-core AMD EPYC (fp32, median us):
-
-    - few rows through a large weight go through oneDNN: MKL's skinny GEMM is 1.5-3x slower
-      there (8 rows through a 50k-vocab lm_head: 15 ms vs 40 ms; 768x4096: 1.9 vs 2.5 ms);
-    - smaller weights stay with MKL: oneDNN costs ~50 us per call (768x768, 1 row: 250 vs 80);
-    - tiny products run on one thread: waking a second one costs ~150 us (64x64, 8 rows: 12 vs
-      154).
-    All routes read the same dense weight, no copy.
-    """
-    if x.device.type != "cpu" or x.dim() != 2:
-        return F.linear(x, weight, bias)
-    rows, (out_features, in_features) = x.shape[0], weight.shape
-    if rows * in_features * out_features < SINGLE_THREAD_MACS:
-        threads = torch.get_num_threads()
-        if threads > 1:
-            torch.set_num_threads(1)
-            try:
-                return F.linear(x, weight, bias)
-            finally:
-                torch.set_num_threads(threads)
-    if (_onednn_linear is not None and rows <= SMALL_BATCH_ROWS
-            and in_features * out_features >= ONEDNN_MIN_WEIGHT
-            and x.dtype in (torch.float32, torch.bfloat16)):
-        try:
-            return _onednn_linear(x, weight, bias, "none", [], "")
-        except RuntimeError:
-            pass
-    return F.linear(x, weight, bias)
 
 
 def _own_memory(model: nn.Module) -> None:

@@ -7,13 +7,22 @@ from executor.config import ExecutorConfig
 from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from executor.stretches import macs_per_row as stretch_macs
 from wire import executor as P
 
 
-def macs_per_row(specs: list[P.LayerSpec]) -> list[int]:
+def macs_per_row(registry: LayerRegistry) -> list[int]:
     """Work per input row of each layer, by index (a lookup copies one row of the table)."""
-    return [s.in_features * s.out_features if s.kind != P.LayerKind.EMBEDDING
-            else s.out_features for s in specs]
+    work = []
+    for layer in registry.layers:
+        spec = layer.spec
+        if layer.stretch is not None:
+            work.append(stretch_macs(layer.stretch))
+        elif spec.kind == P.LayerKind.EMBEDDING:
+            work.append(spec.out_features)
+        else:
+            work.append(spec.in_features * spec.out_features)
+    return work
 
 
 def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:
@@ -21,7 +30,7 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
                       decode_wait_s=config.decode_wait_ms / 1e3,
                       training_wait_s=config.training_wait_ms / 1e3,
                       wait_fraction=config.wait_fraction)
-    widths = dict(enumerate(macs_per_row(registry.specs)))
+    widths = dict(enumerate(macs_per_row(registry)))
     positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
                  for s in registry.specs}
     policy = make_policy(config.policy, budgets, config.slice_ms / 1e3)

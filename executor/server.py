@@ -64,14 +64,14 @@ class ExecutorServer:
         self._compute_slot = threading.Lock()
         self._baton = Baton()
         self._nudge_r, self._nudge_w = os.pipe2(os.O_NONBLOCK)  # wakes the baton holder
-        self._macs_per_row = macs_per_row(registry.specs)
+        self._macs_per_row = macs_per_row(registry)
         self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
         self._specs = registry.specs
         self._table = CallTable(registry.specs)
         self._bells: dict[int, ClientState] = {}
         self._router_fd = -1
-        self._spinner = AdaptiveSpin()
+        self._spinner = AdaptiveSpin(limit_s=config.spin_us * 1e-6)
         self._over_ipc = config.bind.startswith("ipc://")
 
     def start(self) -> None:

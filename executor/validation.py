@@ -45,6 +45,9 @@ class CallTable:
             if s.kind == P.LayerKind.EMBEDDING:
                 self.layers.append(LayerShape(s.name, s.in_features,
                                               {P.Op.FORWARD: (0, s.out_features)}))
+            elif s.kind == P.LayerKind.STRETCH:
+                self.layers.append(LayerShape(s.name, 0, {
+                    P.Op.FORWARD: (s.in_features, s.out_features)}))
             else:
                 forward = (s.in_features, s.out_features)
                 self.layers.append(LayerShape(s.name, 0, {
@@ -59,7 +62,7 @@ class CallTable:
         entry = self.layers[layer]
         widths = entry.widths.get(op)
         if widths is None:
-            kind = "an embedding: forward only" if entry.table_rows else "linear"
+            kind = "linear" if len(entry.widths) == 3 else "forward only"
             raise CallRejected(call_id, P.ErrorCode.UNSUPPORTED, f"{entry.name} is {kind}")
         width_in, width_out = widths
         if entry.table_rows:
@@ -80,7 +83,7 @@ class CallTable:
     def check_ids(self, call_id: int, layer: int, x: torch.Tensor) -> None:
         rows = self.layers[layer].table_rows
         if rows and x.numel():
-            low, high = int(x.min()), int(x.max())
+            low, high = map(int, torch.aminmax(x))
             if low < 0 or high >= rows:
                 raise CallRejected(call_id, P.ErrorCode.BAD_TENSOR,
                                    f"token ids must be in [0, {rows}), got [{low}, {high}]")

@@ -30,6 +30,7 @@ class LayerKind(enum.IntEnum):
     LINEAR = 0
     EMBEDDING = 1
     GROUP = 2  # several linear layers that share one input, run as one matmul
+    STRETCH = 3  # the frozen part of a decoder layer between two attentions (forward only)
 
 
 class ErrorCode(enum.StrEnum):
@@ -48,8 +49,10 @@ class LayerSpec(msgspec.Struct, frozen=True, array_like=True):
     in_features: int  # embeddings: number of rows in the table
     out_features: int
     has_bias: bool
-    members: tuple[str, ...] = ()  # groups: member layer names, in output order
-    splits: tuple[int, ...] = ()  # groups: out_features of each member
+    members: tuple[str, ...] = ()  # groups: member layer names, in output order; stretches:
+    #                                the output projection, then where the next q/k/v go
+    splits: tuple[int, ...] = ()  # groups: out_features of each member; stretches: the hidden
+    #                               width, then each next q/k/v target's
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):

@@ -24,10 +24,13 @@ def test_every_weight_bearing_layer_is_served_exactly(name: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(resolve_model(name))
     registry = LayerRegistry.load(resolve_model(name))
     modules = dict(model.named_modules())
-    assert [s.name for s in registry.specs if s.kind != LayerKind.GROUP] == base_layer_names(model)
+    assert [s.name for s in registry.specs if s.kind not in (LayerKind.GROUP, LayerKind.STRETCH)] \
+        == base_layer_names(model)
     torch.manual_seed(0)
     for layer in registry.layers:
         spec = layer.spec
+        if spec.kind == LayerKind.STRETCH:
+            continue  # test_stretches_equal_the_decoder_layers_they_stand_for
         if spec.kind == LayerKind.GROUP:
             members = [modules[m] for m in spec.members]
             x = torch.randn(5, spec.in_features)
@@ -109,3 +112,37 @@ def test_loaded_registry_keeps_no_map_of_the_checkpoint() -> None:
                          check=True, cwd=Path(__file__).parents[2]).stdout.split()
     layers, mapped = int(out[0]), int(out[1])
     assert layers > 10 and mapped == 0
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-mistral"])
+def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
+    """A stretch = output projection, residual, norm, MLP, residual, the next layer's input norm
+    and q/k/v, computed here with the model's own modules."""
+    from catalogue.stretches import RECIPES
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
+    recipe = RECIPES[model.config.model_type]
+    decoder = model.get_submodule(recipe.layers)
+    registry = LayerRegistry.load(resolve_model(name))
+    stretches = [layer for layer in registry.layers if layer.spec.kind == LayerKind.STRETCH]
+    assert len(stretches) == len(decoder)
+    torch.manual_seed(0)
+    for i, layer in enumerate(stretches):
+        block = decoder[i]
+        o = block.get_submodule(recipe.o)
+        attn = torch.randn(3, layer.spec.in_features - layer.spec.splits[0])
+        residual = torch.randn(3, layer.spec.splits[0])
+        with torch.no_grad():
+            h = residual + o(attn)
+            n = block.get_submodule(recipe.post_norm)(h)
+            mlp = block.get_submodule(recipe.mlp_in[0].rsplit(".", 1)[0])
+            h = h + mlp(n)
+            expected = [h]
+            if i + 1 < len(decoder):
+                following = decoder[i + 1]
+                n = following.get_submodule(recipe.in_norm)(h)
+                expected += [following.get_submodule(q)(n) for q in recipe.qkv]
+            got = registry.run(Op.FORWARD, layer, torch.cat([attn, residual], dim=1))
+        torch.testing.assert_close(got, torch.cat(expected, dim=1))
+        with pytest.raises(UnsupportedOp):
+            registry.run(Op.BACKWARD, layer, torch.cat([attn, residual], dim=1))

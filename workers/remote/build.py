@@ -26,6 +26,7 @@ from workers.remote.fusion import FusedGroup
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteConv1D, RemoteEmbedding, RemoteLayer, RemoteLinear
 from workers.remote.privacy import PrivacyConfig, PrivateExecutor, WeightSource
+from workers.remote.stretch import enable_stretches
 
 log = logging.getLogger("workers.remote")
 
@@ -36,6 +37,7 @@ class ModelMismatch(ValueError):
 
 def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
                  dtype: torch.dtype | None = None, device: str = "cpu", fuse: bool = True,
+                 stretch: bool = True,
                  privacy: bool | Any = False, client_name: str = "worker",
                  **config_kwargs: Any) -> PreTrainedModel:
     """Build `model` (built-in name or HF directory) with its base layers in `executor`.
@@ -60,6 +62,8 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     swap_base_layers(net, handle, dtype, torch.device(device), local_embeddings=bool(privacy))
     if fuse:
         fuse_groups(net, handle)
+    if stretch and not privacy:  # a stretch is not linear: privacy's masking cannot cover it
+        enable_stretches(net, handle, dtype)
     materialize_local(net, path, dtype, torch.device(device))
     net.eval()
     net.name_or_path = str(path)

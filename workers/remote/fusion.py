@@ -14,7 +14,7 @@ import logging
 import torch
 
 from wire.executor import CallKind, LayerSpec, Op
-from workers.remote.layers import RemoteLinear, chunked_calls, current_kind
+from workers.remote.layers import RemoteLinear, remote_rows
 
 log = logging.getLogger("workers.remote.fusion")
 MAX_MISSES = 3
@@ -42,7 +42,10 @@ class FusedGroup:
             return out
         if self._pending:
             self._miss()
-        outs = _RemoteGroupFn.apply(x, self, current_kind())
+        if torch.is_grad_enabled():
+            outs = _RemoteGroupFn.apply(x, self, CallKind.TRAINING)
+        else:  # inference: no autograd node to build
+            outs = self.run(x, CallKind.INFERENCE)
         self._pending = {j: o for j, o in enumerate(outs) if j != i}
         self._input, self._version = (x, x._version) if self._pending else (None, -1)
         return outs[i]
@@ -55,23 +58,21 @@ class FusedGroup:
             log.info("group %s: members get different inputs; one call per layer", self.spec.name)
 
 
+    def run(self, x: torch.Tensor, kind: CallKind, own: bool = False) -> tuple[torch.Tensor, ...]:
+        """One executor call for the whole group; each member's output (`own`: in a tensor of
+        its own, as autograd wants of a custom Function's outputs)."""
+        y = remote_rows(self.members[0].executor, Op.FORWARD, self.spec.index, x, kind,
+                        self.spec.out_features, x.dtype)
+        parts = y.split(self.spec.splits, dim=-1)
+        return tuple(p.clone() if own else p.contiguous() for p in parts)
+
+
 class _RemoteGroupFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, group: FusedGroup, kind: CallKind):
         ctx.group = group
         ctx.x_dtype = x.dtype
-        outs = [torch.empty(*x.shape[:-1], width, dtype=x.dtype, device=x.device)
-                for width in group.spec.splits]
-        flat_outs = [out.view(-1, out.shape[-1]) for out in outs]
-        for start, stop, y in chunked_calls(group.members[0].executor, Op.FORWARD,
-                                            group.spec.index, x.reshape(-1, x.shape[-1]), kind,
-                                            group.spec.out_features):
-            column = 0
-            for flat in flat_outs:
-                width = flat.shape[1]
-                flat[start:stop].copy_(y[:, column:column + width])
-                column += width
-        return tuple(outs)
+        return group.run(x, kind, own=True)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):

@@ -1,0 +1,94 @@
+"""Stretches: the frozen part of a decoder layer between two attentions, run as one call.
+
+For a tenant whose adapters leave it untouched (LoRA on q/v, the most common case), everything
+from a layer's attention output to the next layer's q/k/v is frozen: the output projection, the
+residual add, the post-attention norm, the whole MLP, the second residual add, the next layer's
+input norm and its q/k/v projections. The executor runs that as one call (`Stretch`): it takes
+[attention output | residual stream] rows and returns [new residual stream | next q/k/v] (the last
+layer's stretch returns the residual stream alone). A decode step then makes one call per layer
+instead of four. Results equal the per-projection path: the same modules and weights, in order.
+
+Supported where the decoder layer is known to be exactly that sequence (`catalogue.stretches`);
+other models keep per-projection calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from catalogue.stretches import RECIPES
+from executor.kernels import linear
+from wire.executor import LayerKind, LayerSpec
+
+
+class Stretch:
+    """x [rows, attention width + hidden] -> [rows, hidden (+ next q/k/v widths)]."""
+
+    def __init__(self, o, post_norm: nn.Module, mlp_in: list, gated: bool, act: Callable, down,
+                 in_norm: nn.Module | None, targets: list) -> None:
+        self.o, self.post_norm, self.mlp_in, self.act, self.down = o, post_norm, mlp_in, act, down
+        self.gated, self.in_norm, self.targets = gated, in_norm, targets
+        self.widths = [o.spec.in_features, o.spec.out_features]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        attn, residual = x.split(self.widths, dim=1)
+        h = residual + linear(attn, self.o.weight, self.o.bias)
+        n = self.post_norm(h)
+        u = [linear(n, m.weight, m.bias) for m in self.mlp_in]
+        if self.gated:  # gate and up: fused into one matmul when the registry groups them
+            gate, up = u if len(u) == 2 else u[0].chunk(2, dim=1)
+            m = self.act(gate) * up
+        else:
+            m = self.act(u[0])
+        h = h + linear(m, self.down.weight, self.down.bias)
+        if self.in_norm is None:
+            return h
+        n = self.in_norm(h)
+        return torch.cat([h, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
+
+
+def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],
+          first_index: int) -> list:
+    """The stretch layers of `model` (BaseLayer objects with a `stretch`), [] if its
+    architecture has no recipe. `by_name`: the registry's layers; `groups`: fused groups by
+    their members (the next q/k/v go out in the group's layout when there is one)."""
+    from executor.registry import BaseLayer  # the registry builds stretches; no cycle at import
+
+    recipe = RECIPES.get(getattr(model.config, "model_type", ""))
+    if recipe is None:
+        return []
+    decoder = model.get_submodule(recipe.layers)
+    stretches = []
+    for i in range(len(decoder)):
+        prefix = f"{recipe.layers}.{i}"
+        layer = decoder[i]
+        o = by_name[f"{prefix}.{recipe.o}"]
+        names = tuple(f"{prefix}.{name}" for name in recipe.mlp_in)
+        mlp_in = [groups[names]] if names in groups else [by_name[n] for n in names]
+        down = by_name[f"{prefix}.{recipe.down}"]
+        hidden = o.spec.out_features
+        in_norm, targets = None, []
+        if i + 1 < len(decoder):
+            following = f"{recipe.layers}.{i + 1}"
+            in_norm = decoder[i + 1].get_submodule(recipe.in_norm)
+            names = tuple(f"{following}.{name}" for name in recipe.qkv)
+            group = groups.get(names)
+            targets = [group] if group is not None else [by_name[n] for n in names]
+        stretch = Stretch(o, layer.get_submodule(recipe.post_norm), mlp_in,
+                          len(recipe.mlp_in) == 2, layer.get_submodule(recipe.act), down, in_norm,
+                          targets)
+        spec = LayerSpec(first_index + i, f"{prefix}.stretch", LayerKind.STRETCH,
+                         o.spec.in_features + hidden,
+                         hidden + sum(t.spec.out_features for t in targets), False,
+                         members=(o.spec.name, *(t.spec.name for t in targets)),
+                         splits=(hidden, *(t.spec.out_features for t in targets)))
+        stretches.append(BaseLayer(spec, o.weight, stretch=stretch))
+    return stretches
+
+
+def macs_per_row(stretch: Stretch) -> int:
+    parts = [stretch.o, *stretch.mlp_in, stretch.down, *stretch.targets]
+    return sum(p.spec.in_features * p.spec.out_features for p in parts)

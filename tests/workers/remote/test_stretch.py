@@ -1,0 +1,81 @@
+"""Stretch calls (a decoder layer's frozen part after attention as one executor call) against
+plain transformers + peft, through a real executor process: exact whichever adapter decides
+whether they apply, and one call per layer instead of four when they do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.peft_reference import TOLERANCE, batch, build_pair, compare
+from workers.remote.client import ExecutorClient
+
+LAYERS = 2  # every tiny model has two decoder layers
+
+
+def per_token_calls(model, client: ExecutorClient, tokens: int = 6) -> float:
+    ids = batch(1)[:1]
+    with torch.no_grad():
+        model.generate(input_ids=ids, max_new_tokens=1, do_sample=False)
+        before = client.calls
+        model.generate(input_ids=ids, max_new_tokens=tokens + 1, min_new_tokens=tokens + 1,
+                       do_sample=False)
+        after = client.calls
+        model.generate(input_ids=ids, max_new_tokens=1, do_sample=False)
+        prefill = client.calls - after
+    return (after - before - prefill) / tokens
+
+
+@pytest.mark.parametrize(("model", "method", "stretched"), [
+    ("tiny-llama", "lora_qv", True), ("tiny-qwen2", "lora_qv", True),
+    ("tiny-gpt2", "lora_qv", True), ("tiny-gpt2", "ia3", False),
+    ("tiny-llama", "lora", False), ("tiny-llama", "ia3", False),
+])
+def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, method: str,
+                                                                  stretched: bool,
+                                                                  executor_for) -> None:
+    client = ExecutorClient(executor_for(model).endpoint, name=f"stretch-{model}-{method}")
+    try:
+        result = compare(model, method, client)  # training (per projection), then generation
+        assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+        assert result["generate_equal"], result
+        plain, ours = build_pair(model, method, client, seed=3)
+        plain.eval()
+        ours.eval()
+        ids = batch(4)
+        with torch.no_grad():
+            before = client.calls
+            logits = ours(input_ids=ids).logits
+            forward_calls = client.calls - before
+            torch.testing.assert_close(logits, plain(input_ids=ids).logits, rtol=0,
+                                       atol=TOLERANCE)
+        embeddings = 2 if model == "tiny-gpt2" else 1  # GPT-2: token and position tables
+        per_projection = embeddings + 4 * LAYERS + 1
+        expected = embeddings + 1 + LAYERS + 1 if stretched else per_projection
+        assert forward_calls == expected
+        assert per_token_calls(ours, client) == expected
+    finally:
+        client.close()
+
+
+def test_a_stretch_stays_out_of_the_way_of_an_adapter_added_later(executor_for) -> None:
+    """Adapters wrap the model after it was built: the stretch notices at call time."""
+    from peft import LoraConfig, get_peft_model
+
+    from workers.remote.build import remote_model
+
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="stretch-late")
+    try:
+        model = remote_model("tiny-llama", client).eval()
+        ids = batch(5)
+        with torch.no_grad():
+            before = client.calls
+            base = model(input_ids=ids).logits
+            assert client.calls - before == 5
+            wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["o_proj"])).eval()
+            before = client.calls
+            same = wrapped(input_ids=ids).logits  # LoRA B is zero: the same logits
+            assert client.calls - before == 10
+        torch.testing.assert_close(same, base, rtol=0, atol=TOLERANCE)
+    finally:
+        client.close()
