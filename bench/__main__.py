@@ -1,5 +1,6 @@
 """`python -m bench run [--quick] [SCENARIO ...]` | `python -m bench list` |
-`python -m bench compare RUN.json ...` (runs side by side, with the median ratio).
+`python -m bench compare RUN.json ...` (runs side by side, with the median ratio) |
+`python -m bench report RUN.json ...` (bench/RESULTS.md from results JSON, `bench.report`).
 
 Runs each scenario for Symbiosis and for its baseline (plain transformers + peft) in the same run
 on the same machine, prints a markdown table, writes bench/results/latest.json and PNG plots.
@@ -45,6 +46,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "mixed": inference.mixed,
     "privacy": inference.privacy,
     "overhead": overhead.per_call,
+    "rate": overhead.executor_rate,
     "methods": inference.methods,
     "coldstart": overhead.cold_start,
 }
@@ -64,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list")
     runs = sub.add_parser("compare")
     runs.add_argument("runs", nargs="+", type=Path)
+    sub.add_parser("report", add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["report"]:
+        from bench.report import main as report
+
+        return report(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "compare":
         sys.stdout.write(compare(args.runs) + "\n")

@@ -35,6 +35,12 @@ class GroupResult:
         return sum(len(r["latencies"]) * r["tokens_per_unit"] / r["elapsed"]
                    for r in self.results if (kind is None or r["kind"] == kind) and r["elapsed"])
 
+    def calls_per_token(self, kind: str = "decode") -> float:
+        """Executor calls per token (prefills included), over every client that counted."""
+        counted = [r for r in self.results if r["kind"] == kind and r.get("executor_calls")]
+        tokens = sum(len(r["latencies"]) * r["tokens_per_unit"] for r in counted)
+        return sum(r["executor_calls"] for r in counted) / tokens if tokens else float("nan")
+
     def latency_ms(self, q: float | None = None, kind: str | None = None) -> float:
         values = sorted(x for r in self.results if kind is None or r["kind"] == kind
                         for x in r["latencies"])

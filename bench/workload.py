@@ -30,7 +30,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 # peft asks transformers 5 about gradient checkpointing by its deprecated name, once per model
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+LORA_TARGETS = ["q_proj", "v_proj"]  # peft's default for Llama: the most common adapter
 
 
 def adapter(method: str, rank: int):
@@ -141,6 +141,25 @@ def prefill(model, length: int, until: float,
     return latencies, time.monotonic()
 
 
+def calls(endpoint: str, layer_name: str, until: float) -> tuple[list[float], float, int]:
+    """1-row executor calls on one layer, back to back: each call's round trip."""
+    from wire.executor import CallKind, Op
+    from workers.remote.client import ExecutorClient
+
+    client = ExecutorClient(endpoint, name="calls")
+    layer = next(s for s in client.layers if s.name.endswith(layer_name))
+    x = torch.randn(1, layer.in_features)
+    for _ in range(20):
+        client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
+    latencies = []
+    while (now := time.monotonic()) < until:
+        started = time.perf_counter()
+        client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
+        latencies.append(time.perf_counter() - started)
+    client.close()
+    return latencies, now, 1
+
+
 def train(model, batch: int, length: int, until: float,
           rng: torch.Generator) -> tuple[list[float], float]:
     """A Trainer-style loop: AdamW, labels = inputs, gradient clipping."""
@@ -164,7 +183,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["ours", "plain"], default="ours")
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
-    p.add_argument("--kind", choices=["decode", "prefill", "train"], required=True)
+    p.add_argument("--kind", choices=["decode", "prefill", "train", "calls"], required=True)
+    p.add_argument("--layer", default="layers.0.self_attn.o_proj",
+                   help="calls: the layer called (a name suffix)")
     p.add_argument("--method", default="lora")
     p.add_argument("--rank", type=int, default=8)
     p.add_argument("--privacy", action="store_true")
@@ -184,7 +205,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.adapters:
+    if args.kind == "calls":
+        model = None
+    elif args.adapters:
         ranks = [(8, 16, 32, 64)[i % 4] for i in range(args.adapters)]
         model = build_mixed(args.model, ranks)
     else:
@@ -197,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.01)
     started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
-    if args.kind == "decode" and args.adapters:
+    if args.kind == "calls":
+        latencies, done, per_unit = calls(args.endpoint, args.layer, until)
+    elif args.kind == "decode" and args.adapters:
         latencies, done = decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng)
         per_unit = 1
     elif args.kind == "decode":
@@ -207,8 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         (latencies, done), per_unit = train(model, args.batch, args.length, until, rng), \
             args.batch * args.length
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    handle = getattr(base, "symbiosis_executor", None)
     result = {"kind": args.kind, "method": args.method, "rank": args.rank,
               "latencies": latencies, "tokens_per_unit": per_unit,
+              "executor_calls": getattr(handle, "calls", None),
               "elapsed": done - started,  # to the last completed unit of work
               "cpu_s": time.process_time() - cpu_started}
     (sync / f"{args.index}.json").write_text(json.dumps(result))

@@ -24,6 +24,6 @@ class Recipe:
 LLAMA = Recipe("llama", "model.layers", "self_attn", "self_attn.o_proj", "post_attention_layernorm",
                ("mlp.gate_proj", "mlp.up_proj"), "mlp.act_fn", "mlp.down_proj",
                "input_layernorm", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
-GPT2 = Recipe("gpt2", "transformer.h", "attn", "attn.c_proj", "ln_2", ("mlp.c_fc",), "mlp.act", "mlp.c_proj",
-              "ln_1", ("attn.c_attn",))
+GPT2 = Recipe("gpt2", "transformer.h", "attn", "attn.c_proj", "ln_2", ("mlp.c_fc",), "mlp.act",
+              "mlp.c_proj", "ln_1", ("attn.c_attn",))
 RECIPES = {"llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "gpt2": GPT2}

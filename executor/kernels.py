@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-SMALL_BATCH_ROWS = 64
+ONEDNN_MAX_ROWS = 512
 ONEDNN_MIN_WEIGHT = 1 << 21  # in * out
 ONEDNN_MIN_WIDTH = 256  # on one thread, MKL wins for narrow inputs (64 x 50k: 650 vs 733 us)
 SINGLE_THREAD_MACS = 1 << 21  # rows * in * out
@@ -15,8 +15,10 @@ _onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise"
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
     """x W^T + b, by the fastest CPU route measured on a 2-core AMD EPYC (fp32, median us):
 
-    - few rows through a large weight go through oneDNN: MKL's skinny GEMM is 1.5-3x slower
-      there (8 rows through a 50k-vocab lm_head: 15 ms vs 40 ms; 768x4096: 1.9 vs 2.5 ms);
+    - up to a few hundred rows through a large weight go through oneDNN: MKL is 1.1-3x slower
+      there (8 rows through a 50k-vocab lm_head: 15 ms vs 40 ms; 768x4096: 1.9 vs 2.5 ms; 256
+      rows, 768 x 50k: 144 vs 191 ms, 768 x 6144: 16 vs 20 ms). Only for a contiguous weight:
+      through a transposed view (the backward's) oneDNN is slower (256 rows: 199 vs 139 ms);
     - smaller weights stay with MKL: oneDNN costs ~50 us per call (768x768, 1 row: 250 vs 80);
     - tiny products run on one thread: waking a second one costs ~150 us (64x64, 8 rows: 12 vs
       154).
@@ -33,8 +35,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                 return F.linear(x, weight, bias)
             finally:
                 torch.set_num_threads(threads)
-    if (_onednn_linear is not None and rows <= SMALL_BATCH_ROWS
-            and in_features * out_features >= ONEDNN_MIN_WEIGHT
+    if (_onednn_linear is not None and rows <= ONEDNN_MAX_ROWS
+            and in_features * out_features >= ONEDNN_MIN_WEIGHT and weight.is_contiguous()
             and (in_features >= ONEDNN_MIN_WIDTH or torch.get_num_threads() > 1)
             and x.dtype in (torch.float32, torch.bfloat16)):
         try:

@@ -20,6 +20,7 @@ class LocalExecutor:
         self.model = registry.model_name
         self.dtype = registry.dtype
         self.layers: list[LayerSpec] = registry.specs
+        self.device = "cpu"
         self.tap = tap
         self.calls = 0
 

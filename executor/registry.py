@@ -31,7 +31,7 @@ class BaseLayer:
     weight: torch.Tensor  # linear: [out, in] (a transposed view for Conv1D); embedding: table
     bias: torch.Tensor | None = None
     embedding: nn.Module | None = None  # run as is: some models scale inside the embedding
-    stretch: Callable[[torch.Tensor], torch.Tensor] | None = None  # `executor.stretches`
+    stretch: stretches.Stretch | None = None
 
 
 class UnsupportedOp(ValueError):
@@ -106,7 +106,7 @@ class LayerRegistry:
         table = []
         for layer in self.layers:
             if layer.stretch is not None:
-                table.append({Op.FORWARD: layer.stretch})
+                table.append({Op.FORWARD: layer.stretch, Op.BACKWARD: layer.stretch.backward})
                 continue
             if layer.spec.kind == LayerKind.EMBEDDING:
                 plain = type(layer.embedding) is nn.Embedding and layer.embedding.max_norm is None
@@ -124,9 +124,11 @@ class LayerRegistry:
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
         """Run one operation over a flat batch of rows: x [rows, in] (ids [rows] for lookups)."""
         if layer.stretch is not None:
-            if op != Op.FORWARD:
-                raise UnsupportedOp(f"{layer.spec.name} is a stretch: forward only")
-            return layer.stretch(x)
+            if op == Op.FORWARD:
+                return layer.stretch(x)
+            if op == Op.BACKWARD:
+                return layer.stretch.backward(x)
+            raise UnsupportedOp(f"{layer.spec.name} is a stretch: forward or backward")
         if layer.spec.kind == LayerKind.EMBEDDING:
             if op != Op.FORWARD:
                 raise UnsupportedOp(f"{layer.spec.name} is an embedding: only forward lookups")

@@ -42,6 +42,7 @@ class Presence:
     last_seen: float
     last_key: Key | None = None
     queued: int = 0
+    inference: bool = False  # its last call was an inference call
 
 
 class Scheduler:
@@ -87,6 +88,7 @@ class Scheduler:
             if me.last_key is not None and me.last_key != call.key:
                 self.successor[me.last_key] = call.key
             me.last_seen, me.last_key = call.arrived, call.key
+            me.inference = call.kind == CallKind.INFERENCE
             me.queued += 1
 
     # -- called by the compute side --------------------------------------------------------------
@@ -112,11 +114,16 @@ class Scheduler:
             return batch
 
     def slice_rows(self, batch: list[PendingCall]) -> int | None:
-        """Rows per slice for a training batch under the policy; None when it runs whole."""
+        """Rows per slice for a training batch under the policy; None when it runs whole (also
+        when no inference client is active: slices only cost throughput then)."""
         if any(c.kind != CallKind.TRAINING for c in batch):
             return None
         rows = sum(c.rows for c in batch)
         with self.lock:
+            now = self.clock()
+            if not any(p.inference and now - p.last_seen <= self.active_window_s
+                       for p in self.presence.values()):
+                return None
             key = batch[0].key
             per_row = (self.cost.estimate(key, rows, self.widths.get(key[0], 0))
                        - self.cost.overhead_s) / rows

@@ -308,7 +308,8 @@ class ExecutorServer:
         client = self.clients.admit(identity, hello, uid)
         self._send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
                                        self._specs, client.shm is not None,
-                                       doorbell=client.doorbell is not None))
+                                       doorbell=client.doorbell is not None,
+                                       device=self.config.device))
 
     def _known(self, identity: bytes, call_id: int) -> ClientState:
         client = self.clients.touch(identity)

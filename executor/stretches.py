@@ -25,7 +25,9 @@ from wire.executor import LayerKind, LayerSpec
 
 
 class Stretch:
-    """x [rows, attention width + hidden] -> [rows, hidden (+ next q/k/v widths)]."""
+    """Forward: x [rows, attention width + hidden] -> [rows, hidden (+ next q/k/v widths)].
+    Backward (training): [inputs | output gradients] -> input gradients, by running the forward
+    again with autograd, so nothing is kept in the executor between forward and backward."""
 
     def __init__(self, o, post_norm: nn.Module, mlp_in: list, gated: bool, act: Callable, down,
                  in_norm: nn.Module | None, targets: list) -> None:
@@ -35,6 +37,19 @@ class Stretch:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         attn, residual = x.split(self.widths, dim=1)
+        return self._forward(attn, residual)
+
+    def backward(self, x: torch.Tensor) -> torch.Tensor:
+        width_in = sum(self.widths)
+        inputs, grad = x.split([width_in, x.shape[1] - width_in], dim=1)
+        with torch.enable_grad():
+            inputs = inputs.detach().requires_grad_(True)
+            attn, residual = inputs.split(self.widths, dim=1)
+            out = self._forward(attn, residual)
+            (grad_in,) = torch.autograd.grad(out, inputs, grad)
+        return grad_in
+
+    def _forward(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         h = residual + linear(attn, self.o.weight, self.o.bias)
         n = self.post_norm(h)
         u = [linear(n, m.weight, m.bias) for m in self.mlp_in]
@@ -77,6 +92,9 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
             names = tuple(f"{following}.{name}" for name in recipe.qkv)
             group = groups.get(names)
             targets = [group] if group is not None else [by_name[n] for n in names]
+        for module in (layer.get_submodule(recipe.post_norm), in_norm):
+            if module is not None:
+                module.requires_grad_(False)  # a backward computes input gradients only
         stretch = Stretch(o, layer.get_submodule(recipe.post_norm), mlp_in,
                           len(recipe.mlp_in) == 2, layer.get_submodule(recipe.act), down, in_norm,
                           targets)

@@ -45,9 +45,10 @@ class CallTable:
             if s.kind == P.LayerKind.EMBEDDING:
                 self.layers.append(LayerShape(s.name, s.in_features,
                                               {P.Op.FORWARD: (0, s.out_features)}))
-            elif s.kind == P.LayerKind.STRETCH:
+            elif s.kind == P.LayerKind.STRETCH:  # backward: [inputs | output grads] -> grads
                 self.layers.append(LayerShape(s.name, 0, {
-                    P.Op.FORWARD: (s.in_features, s.out_features)}))
+                    P.Op.FORWARD: (s.in_features, s.out_features),
+                    P.Op.BACKWARD: (s.in_features + s.out_features, s.in_features)}))
             else:
                 forward = (s.in_features, s.out_features)
                 self.layers.append(LayerShape(s.name, 0, {
@@ -62,7 +63,8 @@ class CallTable:
         entry = self.layers[layer]
         widths = entry.widths.get(op)
         if widths is None:
-            kind = "linear" if len(entry.widths) == 3 else "forward only"
+            kind = "an embedding: forward only" if entry.table_rows else \
+                "a stretch: forward or backward"
             raise CallRejected(call_id, P.ErrorCode.UNSUPPORTED, f"{entry.name} is {kind}")
         width_in, width_out = widths
         if entry.table_rows:

@@ -12,7 +12,7 @@ import enum
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: binary doorbell headers (`wire.callheader`), stretches
 
 
 class Op(enum.IntEnum):
@@ -30,7 +30,8 @@ class LayerKind(enum.IntEnum):
     LINEAR = 0
     EMBEDDING = 1
     GROUP = 2  # several linear layers that share one input, run as one matmul
-    STRETCH = 3  # the frozen part of a decoder layer between two attentions (forward only)
+    STRETCH = 3  # the frozen part of a decoder layer between two attentions (backward: from
+    #             [inputs | output gradients] to input gradients)
 
 
 class ErrorCode(enum.StrEnum):
@@ -72,6 +73,7 @@ class Welcome(msgspec.Struct, tag="welcome", array_like=True):
     shm: bool
     version: int = PROTOCOL_VERSION
     doorbell: bool = False  # calls go through shared memory and the doorbell pipes
+    device: str = "cpu"  # where the executor computes (a client weighs calls against compute)
 
 
 class Remap(msgspec.Struct, tag="remap", array_like=True):

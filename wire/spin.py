@@ -17,7 +17,7 @@ class AdaptiveSpin:
 
     def budget(self) -> float:
         """Seconds to watch before sleeping."""
-        return self.limit_s if self.hit_rate > 0.5 else 0.0
+        return self.limit_s if self.hit_rate > 0.5 and self.limit_s > 0 else 0.0
 
     def observe(self, seconds: float) -> None:
         self.hit_rate += 0.05 * ((seconds <= self.limit_s) - self.hit_rate)

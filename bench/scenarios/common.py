@@ -85,7 +85,9 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     """Clients forked from a preloaded parent, against a fresh executor (counted in memory)."""
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads)
-    argvs = [client(side="ours", model=model, endpoint=process.endpoint, **c) for c in clients]
+    threads = max(1, settings.threads // len(clients))  # what each baseline process gets
+    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads, **c)
+             for c in clients]
     return Group(argvs, forked=True, extra_pids=[process.pid],
                  zygote=settings.preloaded()).run()
 

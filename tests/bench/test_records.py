@@ -38,3 +38,34 @@ def test_compare_puts_runs_side_by_side_with_the_median(tmp_path) -> None:
     assert lines[2] == ("| 4 decode | tokens/s | 10 tok/s | 10 tok/s | 1.00x / 4.00x / 2.50x | "
                         "2.50x | >= 2.0x | no / yes / yes |")
     assert lines[3] == "| 8 overhead | us | 90 us | - | - / - / - | - | <= 100 us | yes / - / - |"
+
+
+def test_the_report_judges_goals_by_the_median_of_the_runs(tmp_path) -> None:
+    import json
+
+    from bench.records import write_json
+    from bench.report import render
+
+    meta = {"command": "python -m bench run --quick", "date": "2026-11-23 12:00",
+            "elapsed_s": 540.0, "matmul_peak_gflops": 150.0,
+            "machine": {"cpu": "test CPU", "cores": 2, "memory_gb": 24, "torch": "2.13"}}
+    runs = []
+    for i, (ours, rtt) in enumerate(((10.0, 120.0), (40.0, 80.0), (25.0, 90.0))):
+        path = tmp_path / f"run{i}.json"
+        write_json(path, [Record("4 decode", "tokens/s", ours, 10.0, "tok/s", ">= 2.0x"),
+                          Record("8 overhead", "round trip", rtt, None, "us", "<= 100 us"),
+                          Record("3 training", "tokens/s", 5.0, 10.0, "tok/s", ">= 1.0x")], meta)
+        runs.append(path)
+    after, before = tmp_path / "after.json", tmp_path / "before.json"
+    after.write_text(json.dumps({"date": "d2", "round_trip_us": 62.0, "matmul_us": 5.0}))
+    before.write_text(json.dumps({"date": "d1", "round_trip_us": 211.0, "matmul_us": 5.0}))
+    notes = tmp_path / "notes.md"
+    notes.write_text("## Notes\n\nHand-written.")
+    text = render(runs, [after, before], notes)
+    met = text.split("## Goals met")[1].split("## Goals missed")[0]
+    missed = text.split("## Goals missed")[1].split("## Where")[0]
+    assert "4 decode, tokens/s: 2.5x (goal >= 2.0x, median of 3 runs)" in met
+    assert "8 overhead, round trip: 90 us (goal <= 100 us, median of 3 runs)" in met
+    assert "3 training, tokens/s: 0.5x" in missed and "4 decode" not in missed
+    assert "| round trip, as a client sees it | 211 us | 62 us |" in text
+    assert text.rstrip().endswith("Hand-written.")

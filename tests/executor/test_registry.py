@@ -130,19 +130,23 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
     for i, layer in enumerate(stretches):
         block = decoder[i]
         o = block.get_submodule(recipe.o)
-        attn = torch.randn(3, layer.spec.in_features - layer.spec.splits[0])
-        residual = torch.randn(3, layer.spec.splits[0])
-        with torch.no_grad():
-            h = residual + o(attn)
-            n = block.get_submodule(recipe.post_norm)(h)
-            mlp = block.get_submodule(recipe.mlp_in[0].rsplit(".", 1)[0])
-            h = h + mlp(n)
-            expected = [h]
-            if i + 1 < len(decoder):
-                following = decoder[i + 1]
-                n = following.get_submodule(recipe.in_norm)(h)
-                expected += [following.get_submodule(q)(n) for q in recipe.qkv]
-            got = registry.run(Op.FORWARD, layer, torch.cat([attn, residual], dim=1))
-        torch.testing.assert_close(got, torch.cat(expected, dim=1))
+        attn = torch.randn(3, layer.spec.in_features - layer.spec.splits[0], requires_grad=True)
+        residual = torch.randn(3, layer.spec.splits[0], requires_grad=True)
+        h = residual + o(attn)
+        n = block.get_submodule(recipe.post_norm)(h)
+        mlp = block.get_submodule(recipe.mlp_in[0].rsplit(".", 1)[0])
+        h = h + mlp(n)
+        expected = [h]
+        if i + 1 < len(decoder):
+            following = decoder[i + 1]
+            n = following.get_submodule(recipe.in_norm)(h)
+            expected += [following.get_submodule(q)(n) for q in recipe.qkv]
+        expected = torch.cat(expected, dim=1)
+        inputs = torch.cat([attn, residual], dim=1).detach()
+        torch.testing.assert_close(registry.run(Op.FORWARD, layer, inputs), expected.detach())
+        grad = torch.randn_like(expected)
+        grads = torch.cat(torch.autograd.grad(expected, (attn, residual), grad), dim=1)
+        got = registry.run(Op.BACKWARD, layer, torch.cat([inputs, grad], dim=1))
+        torch.testing.assert_close(got, grads)
         with pytest.raises(UnsupportedOp):
-            registry.run(Op.BACKWARD, layer, torch.cat([attn, residual], dim=1))
+            registry.run(Op.FORWARD_NOBIAS, layer, inputs)

@@ -137,6 +137,7 @@ class ExecutorClient:
         self.model: str = welcome.model
         self.dtype: torch.dtype = dtype_of(welcome.dtype)
         self.layers: list[P.LayerSpec] = welcome.layers
+        self.device: str = welcome.device
         if self._doorbell is not None:
             if welcome.doorbell:
                 self._doorbell.open()

@@ -56,7 +56,7 @@ class FastPath:
         self.mapped = shm.raw
         self.dtype = dtype
         self.seq = 0
-        self.spin = AdaptiveSpin()
+        self.spin = AdaptiveSpin(float(os.environ.get("SYMBIOSIS_CLIENT_SPIN_US", "200")) * 1e-6)
         self._widths = [_widths(spec) for spec in layers]
         self._plans: dict[tuple[int, int, int, torch.dtype], Plan] = {}
 
@@ -132,5 +132,7 @@ class FastPath:
 def _widths(spec: LayerSpec) -> dict[int, int]:
     if spec.kind == LayerKind.EMBEDDING:
         return {Op.FORWARD: spec.out_features}
+    if spec.kind == LayerKind.STRETCH:
+        return {Op.FORWARD: spec.out_features, Op.BACKWARD: spec.in_features}
     return {Op.FORWARD: spec.out_features, Op.FORWARD_NOBIAS: spec.out_features,
             Op.BACKWARD: spec.in_features}

@@ -28,6 +28,7 @@ class ExecutorHandle(Protocol):
     model: str
     dtype: torch.dtype
     layers: list[LayerSpec]
+    device: str  # where the executor computes
 
     def call(self, op: Op, layer: int, x: torch.Tensor, kind: CallKind) -> torch.Tensor:
         """Run `op` of base layer `layer` on x [rows, in] (ids: [rows]).

@@ -48,6 +48,7 @@ class PrivateExecutor:
         self.config = config
         self.weights = weights
         self.model, self.dtype, self.layers = inner.model, inner.dtype, inner.layers
+        self.device = getattr(inner, "device", "cpu")
         self._rng = torch.Generator()
         if config.seed is None:
             self._rng.seed()  # from the OS's entropy, not torch's global seed

@@ -5,11 +5,14 @@ by adapters makes one executor call for it (`executor.stretches`) instead of fou
 forward of its own (module swap: names and submodules stay, so adapters load as usual). Per call
 that forward checks, cheaply, that the stretch may be used: no autograd (inference), eval mode,
 the executor's dtype, and the layer's output projection, norms and MLP (and the next layer's
-input norm) not wrapped or hooked by an adapter. Then it runs the input norm and the attention
-locally, with the output projection passing its input through, sends [attention output |
-residual] to the executor and gets [residual after the MLP | next layer's base q/k/v]; the next
-q/k/v wait on their remote layers (`Stage`) for the next layer's normed input, so adapters on
-q/k/v (LoRA, IA3) still apply. Otherwise the layer runs its own forward, per projection.
+input norm) not wrapped or hooked by an adapter, and, while training, no dropout inside it.
+Then it runs the input norm and the attention locally, with the output projection passing its
+input through, sends [attention output | residual] to the executor and gets [residual after the
+MLP | next layer's base q/k/v]; the next q/k/v wait on their remote layers (`Stage`) for the next
+layer's normed input, so adapters on q/k/v (LoRA, IA3) still apply. In training, for batches
+small enough (`TRAIN_MAX_ROWS`, by the executor's device), the call is one autograd node whose
+backward is one call too (the executor recomputes the stretch to get the input gradients).
+Otherwise the layer runs its own forward, per projection.
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ from wire.executor import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
 
+# A stretch's backward recomputes its forward: worth it while calls, not matmuls, dominate. On a
+# GPU executor they do for batches of some thousand rows; on a CPU one not even for 1 x 32 tokens
+# of a 160M model (102-107 tokens/s per projection against 96 with stretches, 2-core VM).
+TRAIN_MAX_ROWS = {"cpu": 0, "cuda": 4096}
+
 
 class StretchControl:
     """One decoder layer's stretch: when it may be used, and the call itself."""
 
     def __init__(self, layer: nn.Module, recipe: Recipe, spec: LayerSpec, handle: ExecutorHandle,
                  targets: list[RemoteLayer], next_layer: nn.Module | None,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, train_rows: int) -> None:
         self.layer, self.spec, self.handle, self.dtype = layer, spec, handle, dtype
         self.original = types.MethodType(type(layer).forward, layer)
         self.o: RemoteLayer = layer.get_submodule(recipe.o)
@@ -42,12 +50,21 @@ class StretchControl:
             [(recipe.in_norm, next_layer.get_submodule(recipe.in_norm))]
         self.targets = targets  # the next layer's q/k/v remote layers, in the stretch's order
         self.widths = [t.spec.out_features for t in targets]
+        self.hidden = spec.splits[0]
+        self.train_rows = train_rows  # the largest training batch (rows) that uses the stretch
+        self.train_ok = not any(isinstance(m, nn.Dropout) and m.p > 0
+                                for _, frozen in self.frozen for m in frozen.modules()) \
+            and not _dropout_after(layer, recipe)
         self.previous: StretchControl | None = None
         self.waiting: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         self.calls = 0
 
     def usable(self, hidden_states: torch.Tensor) -> bool:
-        if torch.is_grad_enabled() or self.layer.training or hidden_states.dtype != self.dtype:
+        if hidden_states.dtype != self.dtype:
+            return False
+        if self.layer.training and not self.train_ok:  # dropout inside the stretch
+            return False
+        if torch.is_grad_enabled() and hidden_states.numel() > self.train_rows * self.hidden:
             return False
         return _untouched(self.layer, self.frozen) and \
             (self.next_layer is None or _untouched(self.next_layer, self.next_frozen))
@@ -62,18 +79,58 @@ class StretchControl:
 
     def run(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """One executor call: [attention output | residual] -> the layer's output."""
-        rows = torch.cat([attn.reshape(-1, attn.shape[-1]),
-                          residual.reshape(-1, residual.shape[-1])], dim=1)
-        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, rows, CallKind.INFERENCE,
-                        self.spec.out_features, self.dtype)
+        attn_rows = attn.reshape(-1, attn.shape[-1])
+        residual_rows = residual.reshape(-1, residual.shape[-1])
         self.calls += 1
-        hidden = residual.shape[-1]
-        h = y[:, :hidden].contiguous().view(residual.shape)
+        if torch.is_grad_enabled() and (attn.requires_grad or residual.requires_grad):
+            outs = _StretchFn.apply(attn_rows, residual_rows, self)
+        else:
+            outs = self.forward_rows(torch.cat([attn_rows, residual_rows], dim=1),
+                                     CallKind.INFERENCE)
+        h = outs[0].view(residual.shape)
         if self.targets:
             lead = residual.shape[:-1]
-            self.waiting = (h, [part.contiguous().view(*lead, part.shape[1])
-                                for part in y[:, hidden:].split(self.widths, dim=1)])
+            self.waiting = (h, [out.view(*lead, out.shape[1]) for out in outs[1:]])
         return h
+
+    def forward_rows(self, rows: torch.Tensor, kind: CallKind) -> tuple[torch.Tensor, ...]:
+        """[rows, attention + hidden] -> (new residual rows, each next q/k/v's rows), each a
+        tensor of its own."""
+        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, rows, kind,
+                        self.spec.out_features, self.dtype)
+        return tuple(part.clone() for part in y.split(self.spec.splits[:1] + tuple(self.widths),
+                                                      dim=1))
+
+
+class _StretchFn(torch.autograd.Function):
+    """A stretch in training: one call forward, one call backward (input gradients only)."""
+
+    @staticmethod
+    def forward(ctx, attn: torch.Tensor, residual: torch.Tensor, control: StretchControl):
+        rows = torch.cat([attn, residual], dim=1)
+        ctx.save_for_backward(rows)
+        ctx.control = control
+        return control.forward_rows(rows, CallKind.TRAINING)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        (rows,) = ctx.saved_tensors
+        control: StretchControl = ctx.control
+        outs = control.spec.splits[:1] + tuple(control.widths)
+        grads = [g if g is not None else rows.new_zeros(rows.shape[0], width)
+                 for g, width in zip(grads, outs, strict=True)]
+        x = torch.cat([rows, *grads], dim=1)
+        g = remote_rows(control.handle, Op.BACKWARD, control.spec.index, x, CallKind.TRAINING,
+                        control.spec.in_features, rows.dtype)
+        grad_attn, grad_residual = g.split([rows.shape[1] - outs[0], outs[0]], dim=1)
+        return grad_attn, grad_residual, None
+
+
+def _dropout_after(layer: nn.Module, recipe: Recipe) -> bool:
+    """Dropout the attention applies after its output projection (GPT-2's resid_dropout)."""
+    attention = layer.get_submodule(recipe.attn)
+    return any(isinstance(m, nn.Dropout) and m.p > 0 and "resid" in name
+               for name, m in attention.named_modules())
 
 
 def _untouched(layer: nn.Module, modules: list[tuple[str, nn.Module]]) -> bool:
@@ -85,9 +142,14 @@ def _untouched(layer: nn.Module, modules: list[tuple[str, nn.Module]]) -> bool:
     return True
 
 
-def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype) -> int:
+def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype,
+                     train_rows: int | None = None) -> int:
     """Give the decoder layers of `model` stretch calls where the executor offers them (call
-    before adapters wrap the model); the number of layers that got one."""
+    before adapters wrap the model); the number of layers that got one. `train_rows`: the
+    largest training batch that uses them (default: by the executor's device)."""
+    if train_rows is None:
+        device = getattr(handle, "device", "cpu").split(":")[0]
+        train_rows = TRAIN_MAX_ROWS.get(device, 0)
     recipe = RECIPES.get(getattr(model.config, "model_type", ""))
     specs = {s.name: s for s in handle.layers}
     if recipe is None or dtype != handle.dtype:
@@ -105,7 +167,8 @@ def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtyp
             target = specs[name]
             targets += [modules[n] for n in (target.members or (target.name,))]
         following = decoder[i + 1] if i + 1 < len(decoder) else None
-        controls.append(StretchControl(layer, recipe, spec, handle, targets, following, dtype))
+        controls.append(StretchControl(layer, recipe, spec, handle, targets, following, dtype,
+                                       train_rows))
     forward = _llama_forward if recipe.style == "llama" else _gpt2_forward
     for i, control in enumerate(controls):
         control.previous = controls[i - 1] if i else None

@@ -36,10 +36,12 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
                                                                   executor_for) -> None:
     client = ExecutorClient(executor_for(model).endpoint, name=f"stretch-{model}-{method}")
     try:
-        result = compare(model, method, client)  # training (per projection), then generation
+        # training stretches are off on a CPU executor by default (their backward recomputes):
+        # on here, so that training through them is checked too
+        result = compare(model, method, client, train_stretch_rows=64)
         assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
         assert result["generate_equal"], result
-        plain, ours = build_pair(model, method, client, seed=3)
+        plain, ours = build_pair(model, method, client, seed=3, train_stretch_rows=64)
         plain.eval()
         ours.eval()
         ids = batch(4)
@@ -54,6 +56,13 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         expected = embeddings + 1 + LAYERS + 1 if stretched else per_projection
         assert forward_calls == expected
         assert per_token_calls(ours, client) == expected
+        ours.train()
+        before = client.calls
+        ours(input_ids=ids, labels=ids).loss.backward()
+        # backward: lm_head, then each stretch (or each layer's 4 projections but the first
+        # q/k/v, whose input, the embeddings, needs no gradient)
+        backward = 1 + LAYERS if stretched else 4 * LAYERS
+        assert client.calls - before == expected + backward
     finally:
         client.close()
 
