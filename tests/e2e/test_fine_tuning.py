@@ -275,7 +275,7 @@ def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
                                      purpose="fine-tune")
         interrupted = create(client, upload.id, epochs=8, suffix="crash")
         wait(client, interrupted, ("running",))
-        while steps_done(client, interrupted) < 12:  # past the checkpoint at step 10
+        while steps_done(client, interrupted) < 12:  # past a checkpoint (one per 5-step epoch)
             time.sleep(0.2)
     finally:
         stack.kill_all()  # kill -9 everything, trainer included
@@ -287,8 +287,11 @@ def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
         straight_job = wait(client, straight, ("succeeded",))
         messages = [e.message for e in
                     client.fine_tuning.jobs.list_events(interrupted, limit=200).data]
-        assert any("service restarted" in m for m in messages)
-        assert any("resumed at step 10" in m for m in messages)
+        restarted = next(i for i, m in enumerate(messages) if "service restarted" in m)
+        saved = [int(m.split("at step ")[1].split(":")[0]) for m in messages[restarted:]
+                 if m.startswith("Checkpoint created at step")]  # before the crash
+        assert max(saved) >= 10  # the crash came after step 12
+        assert any(f"resumed at step {max(saved)}:" in m for m in messages[:restarted]), messages
         assert final_loss(client, resumed_job) == pytest.approx(final_loss(client, straight_job),
                                                                 abs=1e-4)
         assert ask(client, resumed_job.fine_tuned_model) == ANSWER
