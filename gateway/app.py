@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from gateway import errors
 from gateway.errors import APIError
+from gateway.guard import BodyGuard, authenticate
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
@@ -44,7 +45,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.text_tokens = TextTokens(settings.model)
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,
                                              max_concurrent=settings.max_concurrent,
-                                             max_context=settings.max_context)
+                                             max_context=settings.max_context,
+                                             admin_keys=settings.admin_keys)
         state.manager = ManagerClient(settings.manager, stale_s=settings.manager_stale_s)
         await state.manager.start()
         state.serving = Serving(state.manager, state.registry, settings.model,
@@ -67,6 +69,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
         state = request.app.state
+        if not authenticate(request.headers.get("authorization", ""), state.tenants).admin:
+            raise APIError(403, "Metrics list every tenant's volumes; they need an operator "
+                           "key (an admin tenant or SYMBIOSIS_ADMIN_KEYS).", "admin_key_required")
         status = state.manager.status if state.manager.up else None
         return Response(state.metrics.render(status, state.jobs.count_by_status()),
                         media_type="text/plain; version=0.0.4")
@@ -76,7 +81,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         started = time.monotonic()
         try:
-            await _check_body(request, settings)
+            await _check_utf8(request)
             response = await call_next(request)
         except APIError as exc:
             response = exc.response()
@@ -91,26 +96,17 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                  1e3 * (time.monotonic() - started), tenant)
         return response
 
+    app.add_middleware(BodyGuard, settings=settings)  # outermost: before any body is read
     return app
 
 
-async def _check_body(request: Request, settings: GatewaySettings) -> None:
-    """Refuse oversized or non-UTF-8 JSON bodies before any parsing."""
-    if request.method not in ("POST", "PUT", "PATCH"):
+async def _check_utf8(request: Request) -> None:
+    """Refuse non-UTF-8 JSON bodies before any parsing (BodyGuard has authenticated the request
+    and bounds the body)."""
+    if request.method not in ("POST", "PUT", "PATCH") or \
+            not request.url.path.startswith(JSON_BODIES):
         return
-    multipart = request.headers.get("content-type", "").startswith("multipart/")
-    limit = settings.max_upload_bytes if multipart else settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"The request body is larger than {limit} bytes.",
-                       "request_too_large")
-    if multipart or not request.url.path.startswith(JSON_BODIES):
-        return
-    body = await request.body()
-    if len(body) > limit:
-        raise APIError(413, f"The request body is larger than {limit} bytes.",
-                       "request_too_large")
     try:
-        body.decode("utf-8")
+        (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise APIError(400, "The request body is not valid UTF-8.", "invalid_encoding") from None

@@ -22,6 +22,7 @@ class GatewaySettings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     tenants_file: Path | None = None  # default: DATA_DIR/tenants.json
     api_keys: str = ""  # "tenant=key,tenant2=key2": extra keys from the environment
+    admin_keys: str = ""  # "key,key2": operator keys (may read /metrics)
     max_body_bytes: int = 2 * 2**20
     max_upload_bytes: int = 64 * 2**20
     first_token_timeout_s: float = 300.0  # includes starting a worker and queueing

@@ -2,8 +2,9 @@
 
 The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
-                  "max_context": 2048, "fallback": false}]}
-Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...".
+                  "max_context": 2048, "fallback": false, "admin": false}]}
+Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
+operator keys (for /metrics) from SYMBIOSIS_ADMIN_KEYS="sk-...,sk-...".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+OPERATOR = "~operator"  # the keys of SYMBIOSIS_ADMIN_KEYS (no tenant id can look like this)
 
 
 def hash_key(key: str) -> str:
@@ -31,6 +33,7 @@ class Tenant:
     max_concurrent: int = 16
     max_context: int = 0
     fallback: bool = False
+    admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
 
 
 class TenantDirectory:
@@ -42,7 +45,7 @@ class TenantDirectory:
 
     @classmethod
     def load(cls, path: Path, env_keys: str = "", *, max_concurrent: int = 16,
-             max_context: int = 0) -> TenantDirectory:
+             max_context: int = 0, admin_keys: str = "") -> TenantDirectory:
         tenants: dict[str, Tenant] = {}
         if path.exists():
             for entry in json.loads(path.read_text()).get("tenants", []):
@@ -58,6 +61,9 @@ class TenantDirectory:
             tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
                                                           max_context))
             tenant.key_sha256.append(hash_key(key))
+        operators = [hash_key(k.strip()) for k in admin_keys.split(",") if k.strip()]
+        if operators:
+            tenants[OPERATOR] = Tenant(OPERATOR, operators, max_concurrent=0, admin=True)
         return cls(list(tenants.values()))
 
     def authenticate(self, key: str) -> Tenant | None:

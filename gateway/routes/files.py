@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from gateway.dataset import validate_jsonl
 from gateway.deps import TenantDep
@@ -35,11 +36,13 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
         raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
                        "file_too_large", "file")
     tokens = state.text_tokens
-    report = validate_jsonl(data, tokens.count, tokens.max_context)
+    # tokenizing a large file takes seconds: off the event loop, so other requests go on
+    report = await run_in_threadpool(validate_jsonl, data, tokens.count, tokens.max_context)
     if not report.ok:
         raise APIError(400, report.message(), "invalid_file_format", "file")
-    record = state.files.create(tenant.id, file.filename or "upload.jsonl", purpose, data,
-                                examples=report.examples, format=report.format)
+    record = await run_in_threadpool(state.files.create, tenant.id,
+                                     file.filename or "upload.jsonl", purpose, data,
+                                     examples=report.examples, format=report.format)
     return FileObject(**record.public())
 
 

@@ -17,6 +17,8 @@ from state.db import db_path
 from tests.e2e.adapters import MODEL, Reference, save_adapter
 
 KEYS = {"acme": "sk-acme-test", "beta": "sk-beta-test", "gamma": "sk-gamma-test"}
+OPERATOR_KEY = "sk-operator-test"
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 
 
 @dataclass
@@ -54,7 +56,8 @@ def deploy(root: Path, **stack_options) -> Deployment:
     (Path(_record_path(data_dir, "gamma/broken")) / "adapter_model.safetensors").write_bytes(
         b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
     keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
-    stack = Stack(data_dir, MODEL, port=free_port(), env={"SYMBIOSIS_API_KEYS": keys},
+    stack = Stack(data_dir, MODEL, port=free_port(), env={"SYMBIOSIS_API_KEYS": keys,
+                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
                   **stack_options)
     return Deployment(stack.start(), adapters)
 

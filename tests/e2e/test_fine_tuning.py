@@ -16,7 +16,7 @@ import pytest
 
 from launcher.stack import Stack, free_port
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import KEYS, Deployment
+from tests.e2e.conftest import KEYS, OPERATOR, OPERATOR_KEY, Deployment
 
 pytestmark = pytest.mark.slow
 DATA = Path(__file__).parents[1] / "data"
@@ -33,7 +33,8 @@ def memorization_file(n: int = 10) -> bytes:
 
 def start_stack(data_dir: Path, port: int | None = None) -> Stack:
     keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
-    return Stack(data_dir, MODEL, port=port or free_port(), env={"SYMBIOSIS_API_KEYS": keys},
+    return Stack(data_dir, MODEL, port=port or free_port(), env={"SYMBIOSIS_API_KEYS": keys,
+                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
                  manager_args=("--max-jobs", "3")).start()
 
 
@@ -231,7 +232,7 @@ def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) ->
         streamer.join(60)
     assert all(job.fine_tuned_model for job in finished)
     assert len(streamed) >= 2
-    metrics = httpx.get(f"{ft.stack.base_url}/metrics").text
+    metrics = httpx.get(f"{ft.stack.base_url}/metrics", headers=OPERATOR).text
     mixed = next(float(line.split()[-1]) for line in metrics.splitlines()
                  if line.startswith("symbiosis_executor_mixed_batches_total"))
     assert mixed > 0, "no batch mixed training and inference calls"

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import Deployment
+from tests.e2e.conftest import OPERATOR, Deployment
 
 pytestmark = pytest.mark.slow
 PROMPT = "The quick brown fox"
@@ -190,7 +190,7 @@ def test_fallback_to_the_base_model_is_flagged_and_counted(deployment: Deploymen
     base = deployment.client("acme").completions.create(model=MODEL, prompt=PROMPT, max_tokens=6,
                                                         temperature=0)
     assert raw.parse().choices[0].text == base.choices[0].text
-    metrics = httpx.get(f"{deployment.stack.base_url}/metrics").text
+    metrics = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
     assert 'symbiosis_fallbacks_total{tenant="gamma"} 1.0' in metrics
 
 
@@ -262,7 +262,7 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     def sample() -> dict:
-        text = httpx.get(f"{deployment.stack.base_url}/metrics").text
+        text = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 

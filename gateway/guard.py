@@ -1,0 +1,101 @@
+"""BodyGuard: authenticate a request before reading its body, then count the body as it streams.
+
+An ASGI middleware (outermost), so nothing reads a byte of a body before it runs:
+- a request with a body to /v1/ without a valid key gets its 401 before any of the body is read;
+- a declared Content-Length over the limit gets its 413 at once;
+- a body without a declared length (chunked) is counted as it arrives; the first chunk past the
+  limit ends the request with a 413, whatever the route was doing with it (JSON or multipart).
+"""
+
+from __future__ import annotations
+
+import json
+
+from gateway.errors import APIError
+from gateway.settings import GatewaySettings
+from gateway.tenants import TenantDirectory
+
+BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def authenticate(authorization: str, tenants: TenantDirectory):
+    """The tenant a bearer key belongs to, or the OpenAI-shaped 401."""
+    scheme, _, key = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise APIError(401, "You didn't provide an API key. Provide it in the Authorization "
+                       "header as 'Bearer YOUR_KEY'.", "missing_api_key")
+    found = tenants.authenticate(key.strip())
+    if found is None:
+        raise APIError(401, "Incorrect API key provided.", "invalid_api_key")
+    return found
+
+
+def too_large(limit: int) -> APIError:
+    return APIError(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+
+
+class BodyGuard:
+    def __init__(self, app, settings: GatewaySettings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope["headers"]}
+        multipart = headers.get("content-type", "").startswith("multipart/")
+        limit = self.settings.max_upload_bytes if multipart else self.settings.max_body_bytes
+        try:
+            if scope["path"].startswith("/v1/"):
+                authenticate(headers.get("authorization", ""), scope["app"].state.tenants)
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise too_large(limit)
+        except APIError as refused:
+            await _send_error(send, refused)
+            return
+        await self._counted(scope, receive, send, limit)
+
+    async def _counted(self, scope, receive, send, limit: int) -> None:
+        seen = 0
+        overflow = False
+        started = False
+
+        async def counting_receive():
+            nonlocal seen, overflow
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    overflow = True
+                    raise BodyTooLarge
+            return message
+
+        async def guarded_send(message) -> None:
+            nonlocal started
+            if overflow:
+                return  # the route's reaction to the cut body is replaced by the 413
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except BodyTooLarge:
+            overflow = True
+        if overflow and not started:
+            await _send_error(send, too_large(limit))
+
+
+async def _send_error(send, error: APIError) -> None:
+    body = json.dumps(error.body()).encode()
+    await send({"type": "http.response.start", "status": error.status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

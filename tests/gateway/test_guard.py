@@ -1,0 +1,105 @@
+"""Bodies are read only after authentication and only up to the limit; /metrics needs an
+operator key. The app is driven as raw ASGI, so the test sees every chunk the server pulls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from tests.gateway.conftest import KEY
+
+CHUNK = 16 * 1024
+
+
+@pytest.fixture()
+def app(tmp_path) -> Iterator:
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               admin_keys="sk-operator",
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock",
+                               max_body_bytes=64 * 1024, max_upload_bytes=256 * 1024)
+    application = create_app(settings)
+    with TestClient(application):  # runs the lifespan (tenants, stores)
+        yield application
+
+
+def drive(app, path: str, headers: dict[str, str], chunks: int) -> tuple[int, dict, int]:
+    """POST `chunks` chunks of CHUNK bytes with no Content-Length (a multipart body is one
+    endless file field); returns (status, JSON body, chunks the server pulled)."""
+    first = PART_HEAD if headers.get("content-type", "").startswith("multipart/") else b""
+    pulled = 0
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        nonlocal pulled
+        if pulled >= chunks:
+            await asyncio.sleep(3600)  # a client that stalls after its last chunk
+        pulled += 1
+        head = first if pulled == 1 else b""
+        return {"type": "http.request", "body": head + b"x" * (CHUNK - len(head)),
+                "more_body": pulled < chunks}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80), "app": app,
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], json.loads(body), pulled
+
+
+MULTIPART = {"content-type": "multipart/form-data; boundary=xyz"}
+PART_HEAD = (b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="a.jsonl"\r\n'
+             b"Content-Type: application/octet-stream\r\n\r\n")
+
+
+@pytest.mark.parametrize(("path", "headers"), [
+    ("/v1/files", MULTIPART),
+    ("/v1/completions", {"content-type": "application/json"}),
+    ("/v1/fine_tuning/jobs", {"content-type": "application/json"}),
+])
+def test_no_body_is_read_before_authentication(app, path: str, headers: dict) -> None:
+    status, body, pulled = drive(app, path, headers, chunks=64)
+    assert (status, body["error"]["code"], pulled) == (401, "missing_api_key", 0)
+    status, body, pulled = drive(app, path, {**headers, "authorization": "Bearer sk-nope"}, 64)
+    assert (status, body["error"]["code"], pulled) == (401, "invalid_api_key", 0)
+
+
+@pytest.mark.parametrize(("path", "headers", "limit"), [
+    ("/v1/files", MULTIPART, 256 * 1024),
+    ("/v1/completions", {"content-type": "application/json"}, 64 * 1024),
+])
+def test_bodies_are_cut_at_the_limit_as_they_stream(app, path: str, headers: dict,
+                                                    limit: int) -> None:
+    status, body, pulled = drive(app, path, {**headers, **KEY}, chunks=1024)  # 16 MiB
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert pulled == limit // CHUNK + 1  # stopped at the first chunk past the limit
+
+
+def test_a_declared_oversized_body_is_refused_unread(app) -> None:
+    headers = {**KEY, "content-type": "application/json", "content-length": str(10**9)}
+    status, body, pulled = drive(app, "/v1/completions", headers, chunks=64)
+    assert (status, body["error"]["code"], pulled) == (413, "request_too_large", 0)
+
+
+def test_metrics_need_an_operator_key(app) -> None:
+    with TestClient(app) as client:
+        assert client.get("/metrics").status_code == 401
+        refused = client.get("/metrics", headers=KEY)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "admin_key_required"
+        allowed = client.get("/metrics", headers={"Authorization": "Bearer sk-operator"})
+        assert allowed.status_code == 200 and "symbiosis_requests_total" in allowed.text
+        # the operator key is no tenant key
+        assert client.get("/v1/files", headers={"Authorization": "Bearer sk-operator"}
+                          ).status_code in (401, 403)
