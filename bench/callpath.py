@@ -93,9 +93,13 @@ def pipe_floor() -> float:
     to_parent, from_child = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.close(from_parent)  # else the child holds its own pipe open and never sees EOF
+        os.close(to_parent)
         while os.read(to_child, 1):
             os.write(from_child, b"x")
         os._exit(0)
+    os.close(to_child)
+    os.close(from_child)
     times = []
     for _ in range(CALLS):
         started = time.perf_counter()

@@ -62,7 +62,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
+        errors = exc.errors()
+        # a union reports each member's complaint; our own checks say more than "not a string"
+        first = next((e for e in errors if e.get("type") == "value_error"),
+                     errors[0] if errors else {})
         location = _field_path(first.get("loc", ()))
         param = ".".join(location) or None
         message = first.get("msg", "invalid request")

@@ -25,11 +25,18 @@ class TextTokens:
         return Tokenizer.from_file(str(self._path / "tokenizer.json"))
 
     @cached_property
+    def _config(self) -> dict:
+        return {} if self._path is None else json.loads((self._path / "config.json").read_text())
+
+    @cached_property
     def max_context(self) -> int:
-        if self._path is None:
-            return 0
-        config = json.loads((self._path / "config.json").read_text())
+        config = self._config
         return int(config.get("max_position_embeddings") or config.get("n_positions") or 0)
+
+    @cached_property
+    def vocab_size(self) -> int:
+        """The model's vocabulary (0: unknown here; the worker checks token ids then)."""
+        return int(self._config.get("vocab_size") or 0)
 
     def count(self, text: str) -> int:
         tokenizer = self._tokenizer

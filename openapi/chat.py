@@ -6,19 +6,19 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from openapi.common import StrictModel, Usage
+from openapi.common import INT32, StrictModel, Text, Usage
 from openapi.completions import SamplingFields
 
 
 class TextPart(StrictModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
+    content: Text | list[TextPart] | None = None
+    name: Text | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -30,11 +30,11 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=0, description="deprecated alias")
-    max_completion_tokens: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0, le=INT32, description="deprecated alias")
+    max_completion_tokens: int | None = Field(default=None, ge=0, le=INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[Text, float] | None = None
 
 
 class TopLogprob(BaseModel):

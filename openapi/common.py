@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+INT32 = 2**31 - 1
+
+
+def _unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"contains a lone surrogate ({text[exc.start]!r}), which is not "
+                         "valid Unicode") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]  # request text: valid Unicode only
+TokenId = Annotated[int, Field(ge=0, le=INT32)]
 
 
 class OpenAIBaseModel(BaseModel):

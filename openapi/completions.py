@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from openapi.common import OpenAIBaseModel, StreamOptions, Usage
+from openapi.common import INT32, OpenAIBaseModel, StreamOptions, Text, TokenId, Usage
 
 MAX_N = 8
 MAX_STOP = 4
@@ -15,31 +15,31 @@ MAX_STOP = 4
 class SamplingFields(OpenAIBaseModel):
     """Fields both completion endpoints share (OpenAI's, then common vendor extras)."""
 
-    model: str
+    model: Text
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     presence_penalty: float = Field(default=0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0, ge=-2, le=2)
-    seed: int | None = None
-    user: str | None = None
+    seed: int | None = Field(default=None, ge=-2**63, le=2**63 - 1)
+    user: Text | None = None
     # vendor extras (vLLM-style), honoured
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT32)
     ignore_eos: bool = False
-    min_tokens: int = Field(default=0, ge=0)
+    min_tokens: int = Field(default=0, ge=0, le=INT32)
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=0)
+    prompt: Text | list[Text] | list[TokenId] | list[list[TokenId]]
+    max_tokens: int | None = Field(default=16, ge=0, le=INT32)
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
-    suffix: str | None = None
+    suffix: Text | None = None
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[Text, float] | None = None
 
 
 class CompletionLogprobs(BaseModel):

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openapi.common import OpenAIBaseModel, StrictModel
+from openapi.common import INT32, OpenAIBaseModel, StrictModel, Text
 
 Auto = Literal["auto"]
 
 
 class Hyperparameters(StrictModel):
-    n_epochs: Auto | int = Field(default="auto", description="1 to 50")
-    batch_size: Auto | int = Field(default="auto", description="1 to 256")
+    n_epochs: Auto | Annotated[int, Field(ge=1, le=50)] = "auto"
+    batch_size: Auto | Annotated[int, Field(ge=1, le=256)] = "auto"
     learning_rate_multiplier: Auto | float = Field(default="auto", description="> 0")
 
 
@@ -33,25 +33,25 @@ class PeftSettings(StrictModel):
 
     method: Literal["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"] = "lora"
     r: int = Field(default=8, ge=1, le=256)
-    alpha: int | None = Field(default=None, ge=1, description="default: 2 x r")
+    alpha: int | None = Field(default=None, ge=1, le=INT32, description="default: 2 x r")
     dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[str] | None = None
-    feedforward_modules: list[str] | None = None
+    target_modules: list[Text] | None = None
+    feedforward_modules: list[Text] | None = None
     num_virtual_tokens: int = Field(default=10, ge=1, le=256)
-    max_seq_length: int | None = Field(default=None, ge=8)
+    max_seq_length: int | None = Field(default=None, ge=8, le=INT32)
     learning_rate: float | None = Field(default=None, gt=0, description="overrides base x mult.")
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
 
 
 class FineTuningJobCreate(OpenAIBaseModel):
-    model: str
-    training_file: str
-    validation_file: str | None = None
+    model: Text
+    training_file: Text
+    validation_file: Text | None = None
     suffix: str | None = Field(default=None, min_length=1, max_length=64,
                                pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int | None = Field(default=None, ge=0, le=2147483647)
-    metadata: dict[str, str] | None = None
+    metadata: dict[Text, Text] | None = None
     method: Method | None = None
     hyperparameters: Hyperparameters | None = Field(default=None, description="deprecated")
     integrations: list[dict] | None = None
@@ -83,7 +83,7 @@ class FineTuningJob(BaseModel):
     trained_tokens: int | None = None
     training_file: str
     validation_file: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: dict[Text, Text] | None = None
     method: dict
 
 

@@ -99,6 +99,9 @@ def validate(directory: Path) -> str:
         config = json.loads((directory / "adapter_config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AdapterError(f"adapter_config.json is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise AdapterError("adapter_config.json must hold a JSON object, not "
+                           f"{type(config).__name__}")
     peft_type = str(config.get("peft_type", "")).upper()
     if peft_type not in SUPPORTED:
         raise AdapterError(f"peft_type {peft_type or 'missing'!r} is not supported "

@@ -19,7 +19,19 @@ router = APIRouter(prefix="/v1", tags=["completions"], responses={
     429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
 
 
-def prompt_specs(prompt: str | list) -> list[dict]:
+def prompt_specs(prompt: str | list, vocab_size: int = 0) -> list[dict]:
+    specs = _prompt_specs(prompt)
+    for spec in specs:
+        bad = next((t for t in spec.get("prompt_ids", ()) if vocab_size and t >= vocab_size),
+                   None)
+        if bad is not None:
+            raise APIError(400, f"Token id {bad} is out of range: this model's vocabulary has "
+                           f"{vocab_size} tokens (ids 0 to {vocab_size - 1}).", "invalid_prompt",
+                           "prompt")
+    return specs
+
+
+def _prompt_specs(prompt: str | list) -> list[dict]:
     if isinstance(prompt, str):
         return [{"prompt": prompt}]
     if not prompt:
@@ -41,7 +53,7 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
                        "/v1/chat/completions", "invalid_request", "messages")
     state = request.app.state
     target = state.serving.resolve(tenant, body.model)
-    prompts = prompt_specs(body.prompt)
+    prompts = prompt_specs(body.prompt, state.text_tokens.vocab_size)
     params = completion_params(body)
     n, want_logprobs, echo = body.n, body.logprobs is not None, body.echo
 

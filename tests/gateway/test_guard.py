@@ -17,13 +17,16 @@ from tests.gateway.conftest import KEY
 CHUNK = 16 * 1024
 
 
+def make_app(data_dir):
+    return create_app(GatewaySettings(data_dir=data_dir, api_keys="acme=sk-acme",
+                                      admin_keys="sk-operator",
+                                      manager="ipc:///tmp/symbiosis-test-no-manager.sock",
+                                      max_body_bytes=64 * 1024, max_upload_bytes=256 * 1024))
+
+
 @pytest.fixture()
 def app(tmp_path) -> Iterator:
-    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
-                               admin_keys="sk-operator",
-                               manager="ipc:///tmp/symbiosis-test-no-manager.sock",
-                               max_body_bytes=64 * 1024, max_upload_bytes=256 * 1024)
-    application = create_app(settings)
+    application = make_app(tmp_path)
     with TestClient(application):  # runs the lifespan (tenants, stores)
         yield application
 
@@ -92,8 +95,8 @@ def test_a_declared_oversized_body_is_refused_unread(app) -> None:
     assert (status, body["error"]["code"], pulled) == (413, "request_too_large", 0)
 
 
-def test_metrics_need_an_operator_key(app) -> None:
-    with TestClient(app) as client:
+def test_metrics_need_an_operator_key(tmp_path) -> None:
+    with TestClient(make_app(tmp_path)) as client:
         assert client.get("/metrics").status_code == 401
         refused = client.get("/metrics", headers=KEY)
         assert refused.status_code == 403

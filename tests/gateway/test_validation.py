@@ -94,3 +94,55 @@ def test_manager_down_is_503_not_a_hang(client) -> None:
 
 def test_base_model_cannot_be_deleted(client) -> None:
     assert_openai_error(client.delete("/v1/models/tiny-llama", headers=KEY), 403)
+
+
+HUGE = 2**64  # one past what msgspec and SQLite hold
+OUT_OF_RANGE = [
+    ("/v1/completions", {**COMPLETION, "prompt": [99999999]}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "prompt": [[5, 99999999]]}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "prompt": [-1]}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "prompt": [HUGE]}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "max_tokens": HUGE}, "max_tokens"),
+    ("/v1/completions", {**COMPLETION, "seed": HUGE}, "seed"),
+    ("/v1/completions", {**COMPLETION, "top_k": HUGE}, "top_k"),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": HUGE}, "max_completion_tokens"),
+    ("/v1/chat/completions", {**CHAT, "seed": -HUGE}, "seed"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), OUT_OF_RANGE,
+                         ids=[f"{p.rsplit('/', 1)[1]}-{param}-{i}"
+                              for i, (p, _, param) in enumerate(OUT_OF_RANGE)])
+def test_out_of_range_numbers_are_400(client, path: str, body: dict, param: str) -> None:
+    error = assert_openai_error(client.post(path, json=body, headers=KEY), 400)
+    assert error["param"] == param
+
+
+@pytest.mark.parametrize(("path", "raw", "param"), [
+    ("/v1/completions", '{"model": "tiny-llama", "prompt": "a\\ud800b"}', "prompt"),
+    ("/v1/completions", '{"model": "tiny-llama", "prompt": ["ok", "\\udc00"]}', "prompt"),
+    ("/v1/completions", '{"model": "tiny-llama", "prompt": "x", "stop": "\\ud800"}', "stop"),
+    ("/v1/chat/completions", '{"model": "tiny-llama", "messages": [{"role": "user", '
+                             '"content": "\\ud83d"}]}', "messages.0.content"),
+])
+def test_lone_surrogates_are_400(client, path: str, raw: str, param: str) -> None:
+    error = assert_openai_error(client.post(path, content=raw.encode(),
+                                            headers={**KEY, "content-type": "application/json"}),
+                                400)
+    assert error["param"] == param and "surrogate" in error["message"]
+
+
+def test_a_surrogate_pair_is_fine(client) -> None:
+    raw = '{"model": "tiny-llama", "prompt": "\\ud83d\\ude00"}'  # one emoji: valid
+    response = client.post("/v1/completions", content=raw.encode(),
+                           headers={**KEY, "content-type": "application/json"})
+    assert response.status_code == 503  # past validation; no manager in these tests
+
+
+@pytest.mark.parametrize("config", [b"[1, 2]", b'"lora"', b"null", b"7"])
+def test_an_adapter_config_that_is_not_an_object_is_400(client, config: bytes) -> None:
+    response = client.post("/v1/adapters", headers=KEY, data={"name": "x"},
+                           files={"adapter_config": ("adapter_config.json", config),
+                                  "adapter_model": ("adapter_model.safetensors", b"\0" * 16)})
+    error = assert_openai_error(response, 400)
+    assert error["code"] == "invalid_adapter" and "JSON object" in error["message"]

@@ -18,6 +18,7 @@ from peft import PeftModel
 from transformers import DynamicCache
 
 from wire import manager as W
+from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.inference.batch import BatchCache, cache_tensors, repeat_rows
 from workers.inference.detok import Detokenizer
 from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
@@ -54,6 +55,7 @@ class InferenceEngine:
         self.max_context = max_context
         self.eos_ids = eos_ids
         self.max_batch = max_batch
+        self.vocab_size = int(model.config.vocab_size)
         self.waiting: deque[Request] = deque()
         self.running: list[Sequence] = []
         self.batch = BatchCache()
@@ -70,6 +72,11 @@ class InferenceEngine:
             params.max_tokens = max(0, limit - len(request.prompt_ids))
         if not request.prompt_ids:
             return [W.Failed(request.id, 400, "invalid_prompt", "the prompt is empty")]
+        bad = next((t for t in request.prompt_ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            return [W.Failed(request.id, 400, "invalid_prompt",
+                             f"Token id {bad} is out of range: this model's vocabulary has "
+                             f"{self.vocab_size} tokens (ids 0 to {self.vocab_size - 1}).")]
         if params.n > self.max_batch:
             return [W.Failed(request.id, 400, "invalid_n",
                              f"n={params.n} is more than this worker's batch of {self.max_batch}")]
@@ -89,6 +96,9 @@ class InferenceEngine:
             if seq.request.id == request_id:
                 seq.finish = "abort"
         self._drop_finished()
+        self._forget(request_id)
+
+    def _forget(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
         self._generated.pop(request_id, None)
 
@@ -105,8 +115,18 @@ class InferenceEngine:
     def step(self) -> list[W.Message]:
         events: list[W.Message] = []
         while self.waiting and len(self.running) + self.waiting[0].params.n <= self.max_batch:
-            events += self._prefill(self.waiting[0])
-            self.waiting.popleft()  # only now: a prefill that raises leaves it for fail_all
+            request = self.waiting.popleft()
+            try:
+                events += self._prefill(request)
+            except ExecutorUnavailable:
+                self.waiting.appendleft(request)  # every request fails with the executor
+                raise
+            except Exception as exc:  # this request's failure only; the others go on
+                log.exception("request %s failed in prefill", request.id)
+                self._forget(request.id)
+                code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
+                events.append(W.Failed(request.id, 500, code,
+                                       f"The request failed: {type(exc).__name__}"))
         if self.running:
             events += self._decode()
         return events

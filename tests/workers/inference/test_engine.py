@@ -110,3 +110,37 @@ def test_a_prefill_that_fails_is_reported_not_lost(tokenizer) -> None:
         engine.step()
     failed = engine.fail_all(503, "executor_unavailable", "down")
     assert [(f.id, f.status) for f in failed] == [("lost?", 503)]
+
+
+def test_one_bad_request_fails_alone(tokenizer) -> None:
+    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    ours.eval()
+    greedy = W.SamplingParams(max_tokens=6, temperature=0)
+    good = prompts()[1]
+    solo = run(InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=()),
+               [Request("alone", good, greedy)])["alone"]
+
+    engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=())
+    prefill = engine.prefill_model
+    poison = 7  # a prompt starting with this token makes its prefill raise (an injected bug)
+
+    def faulty(input_ids, **kw):
+        if input_ids[0, 0].item() == poison:
+            raise RuntimeError("injected")
+        return prefill(input_ids=input_ids, **kw)
+
+    engine.prefill_model = faulty
+    events = run(engine, [Request("good", good, greedy),
+                          Request("huge-id", [5, 99_999_999], greedy),
+                          Request("negative", [-1, 5], greedy),
+                          Request("poisoned", [poison, 5, 6], greedy),
+                          Request("also-good", good, greedy)], stagger=0)
+    for rid in ("huge-id", "negative"):
+        (failed,) = events[rid]
+        assert isinstance(failed, W.Failed) and failed.status == 400
+        assert "out of range" in failed.message
+    (failed,) = events["poisoned"]
+    assert isinstance(failed, W.Failed) and failed.status == 500
+    for rid in ("good", "also-good"):
+        assert text(events[rid]) == text(solo) and isinstance(events[rid][-1], W.Done)
+    assert not engine.running and not engine._pending
