@@ -18,10 +18,10 @@ from peft import PeftModel
 from transformers import DynamicCache
 
 from wire import manager as W
-from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.inference.batch import BatchCache, cache_tensors, repeat_rows
 from workers.inference.detok import Detokenizer
 from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
+from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
 
