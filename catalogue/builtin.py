@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from catalogue.tokenizer import VOCAB_SIZE
+GPT2_VOCAB = 50257
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
+VOCAB_SIZE = GPT2_VOCAB + len(CHAT_TOKENS)  # the built-in tokenizer's (catalogue.tokenizer)
 
 TINY = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 128}
 

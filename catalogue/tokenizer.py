@@ -8,9 +8,8 @@ from pathlib import Path
 
 from transformers import GPT2TokenizerFast
 
-GPT2_VOCAB = 50257
-CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
-VOCAB_SIZE = GPT2_VOCAB + len(CHAT_TOKENS)
+from catalogue.builtin import CHAT_TOKENS, GPT2_VOCAB, VOCAB_SIZE
+
 EOS = "<|endoftext|>"
 
 # ChatML; {% generation %} marks the assistant tokens a fine-tuning loss is taken on.

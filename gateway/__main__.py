@@ -17,11 +17,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--fd", type=int,
+                        help="serve on this already bound socket (the launcher binds the port "
+                             "itself, exclusively, before it starts anything)")
     args = parser.parse_args(argv)
     flags = {"host": args.host, "port": args.port}
     settings = GatewaySettings(**{k: v for k, v in flags.items() if v is not None})
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level="warning", timeout_graceful_shutdown=5)
+    where = {"fd": args.fd} if args.fd is not None else {"host": settings.host,
+                                                         "port": settings.port}
+    uvicorn.run(create_app(settings), log_level="warning", timeout_graceful_shutdown=5, **where)
     return 0
 
 

@@ -17,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+from catalogue.builtin import BUILTINS
 from gateway.settings import GatewaySettings
 from gateway.tenants import create_tenant
 
@@ -24,37 +25,60 @@ DEV_TENANT = "dev"
 
 
 def serve(args: argparse.Namespace) -> int:
-    from launcher.stack import Stack
+    from launcher.stack import PortInUse, Stack
 
     data_dir = Path(args.data_dir)
+    stack = Stack(data_dir, args.model, args.host, args.port, echo=True,
+                  executor_args=("--policy", args.policy))
+    try:
+        stack.bind()  # before anything is printed or started
+    except PortInUse as exc:
+        sys.stderr.write(f"error: {exc}. Is another server running? Choose another port with "
+                         "--port or SYMBIOSIS_PORT.\n")
+        return 1
     tenants = GatewaySettings(data_dir=data_dir).tenants_path
     key = None
     if not tenants.exists():
-        key = create_tenant(tenants, DEV_TENANT)
-    stack = Stack(data_dir, args.model, args.host, args.port, echo=True,
-                  executor_args=("--policy", args.policy))
+        key = create_tenant(tenants, DEV_TENANT, admin=True)
+        key_file = data_dir / f"{DEV_TENANT}.key"
+        key_file.write_text(key + "\n")
+        key_file.chmod(0o600)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stack.start()
-    lines = [f"Symbiosis is serving {args.model} at {stack.base_url}/v1"]
-    if key:
-        lines.append(f"Tenant '{DEV_TENANT}' API key (shown once): {key}")
-    else:
-        lines.append(f"Tenants and their hashed keys: {tenants}")
-    lines.append(f"Try: curl {stack.base_url}/v1/completions -H 'Authorization: Bearer "
-                 f"{key or 'YOUR_KEY'}' -H 'Content-Type: application/json' -d "
-                 f"'{json.dumps({'model': args.model, 'prompt': 'Hello', 'max_tokens': 8})}'")
-    lines.append("Press Ctrl-C to stop.")
-    sys.stdout.write("\n".join(lines) + "\n")
+    try:
+        stack.start()
+    except RuntimeError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        stack.stop()
+        return 1
+    sys.stdout.write(banner(stack, args.model, key, data_dir, tenants))
     sys.stdout.flush()
     while not stop.wait(0.5):
-        dead = [s.name for s in stack.services.values() if not s.alive()]
-        if dead:
-            sys.stderr.write(f"{', '.join(dead)} exited; stopping\n")
-            break
+        for line in stack.supervise():
+            sys.stderr.write(f"[supervisor] {line}\n")
     stack.stop()
     return 0
+
+
+def banner(stack, model: str, key: str | None, data_dir: Path, tenants: Path) -> str:
+    rule = "=" * 78
+    lines = [rule, f"Symbiosis is serving {model} at {stack.base_url}/v1"]
+    if key:
+        lines += [f"Tenant '{DEV_TENANT}' API key: {key}",
+                  f"  (saved to {data_dir / (DEV_TENANT + '.key')}, readable by you only; it is "
+                  "also an operator key for /metrics)"]
+    else:
+        lines.append(f"Tenants and their hashed keys: {tenants} (a first run saved the dev key "
+                     f"in {data_dir / (DEV_TENANT + '.key')})")
+    if model in BUILTINS:
+        lines.append(f"Note: {model} is a built-in test model with random weights: its answers "
+                     "are gibberish and run to max_tokens.")
+    request = {"model": model, "prompt": "Hello", "max_tokens": 8}
+    lines += [f"Try: curl {stack.base_url}/v1/completions -H 'Authorization: Bearer "
+              f"{key or 'YOUR_KEY'}' -H 'Content-Type: application/json' -d "
+              f"'{json.dumps(request)}'", "Press Ctrl-C to stop.", rule]
+    return "\n".join(lines) + "\n"
 
 
 def tenants_create(args: argparse.Namespace) -> int:
@@ -98,8 +122,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="start executor, worker manager and gateway")
     p.add_argument("--model", default=default_model)
     p.add_argument("--data-dir", default=default_dir)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default=os.environ.get("SYMBIOSIS_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("SYMBIOSIS_PORT", "8000")))
     p.add_argument("--policy", default="opportunistic")
     p.set_defaults(run=serve)
 

@@ -2,7 +2,10 @@
 
 Used by `symbiosis serve` and by the end-to-end tests. Each child's stderr is kept (and relayed
 with a prefix when asked); each is started only once the previous one answers its own probe
-(the executor and the manager a ping on their sockets, the gateway `/health`).
+(the executor and the manager a ping on their sockets, the gateway `/health`). The HTTP port is
+bound here, exclusively, before anything starts (the gateway serves on the inherited socket), so
+a port in use fails at once and a restarted gateway never races for it. `supervise()` restarts a
+service that died, with exponential backoff (as compose's `restart: unless-stopped` does).
 """
 
 from __future__ import annotations
@@ -31,14 +34,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortInUse(OSError):
+    pass
+
+
 @dataclass
 class Service:
     name: str
     proc: subprocess.Popen
     log: list[str] = field(default_factory=list)
+    started_at: float = field(default_factory=time.monotonic)
+    restarts: int = 0  # in a row, without a minute of uptime since
+    retry_at: float = 0.0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+
+BACKOFF_S = (0.5, 1, 2, 4, 8, 16, 30)
+STABLE_S = 60.0  # up this long: the next crash starts the backoff again
 
 
 @dataclass
@@ -52,6 +66,8 @@ class Stack:
     manager_args: tuple[str, ...] = ()
     echo: bool = False  # relay the services' logs to our stderr
     services: dict[str, Service] = field(default_factory=dict)
+    listener: socket.socket | None = None
+    _recipes: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -73,28 +89,86 @@ class Stack:
             "SYMBIOSIS_HOST": self.host, "SYMBIOSIS_PORT": str(self.port), **self.env,
         }
 
+    def bind(self) -> socket.socket:
+        """Bind and listen on the HTTP port (raises PortInUse); port 0 picks a free one."""
+        if self.listener is None:
+            listener = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT only
+            try:
+                listener.bind((self.host, self.port))
+            except OSError as exc:
+                listener.close()
+                raise PortInUse(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") \
+                    from None
+            listener.listen(2048)
+            listener.set_inheritable(True)
+            self.port = listener.getsockname()[1]
+            self.listener = listener
+        return self.listener
+
     def start(self, timeout_s: float = 300) -> Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         private_dir(runtime_dir())
         private_dir(self.run_dir)
+        fd = self.bind().fileno()
         env = self.service_env()
+        self._recipes = {
+            "executor": ([sys.executable, "-m", "executor", "--model", self.model, "--bind",
+                          env["SYMBIOSIS_EXECUTOR"], *self.executor_args],
+                         lambda: executor_answers(env["SYMBIOSIS_EXECUTOR"], 1000), ()),
+            "manager": ([sys.executable, "-m", "workers.manager", "--executor",
+                         env["SYMBIOSIS_EXECUTOR"], "--model", self.model, "--bind",
+                         env["SYMBIOSIS_MANAGER"], *self.manager_args],
+                        lambda: manager_answers(env["SYMBIOSIS_MANAGER"], 1000), ()),
+            "gateway": ([sys.executable, "-m", "gateway", "--fd", str(fd)], self._http_ok,
+                        (fd,)),
+        }
         try:
-            self._spawn("executor", [sys.executable, "-m", "executor", "--model", self.model,
-                                     "--bind", env["SYMBIOSIS_EXECUTOR"], *self.executor_args],
-                        env, lambda: executor_answers(env["SYMBIOSIS_EXECUTOR"], 1000),
-                        timeout_s)
-            self._spawn("manager", [sys.executable, "-m", "workers.manager", "--executor",
-                                    env["SYMBIOSIS_EXECUTOR"], "--model", self.model, "--bind",
-                                    env["SYMBIOSIS_MANAGER"], *self.manager_args],
-                        env, lambda: manager_answers(env["SYMBIOSIS_MANAGER"], 1000), timeout_s)
-            self._spawn("gateway", [sys.executable, "-m", "gateway"], env, self._http_ok,
-                        timeout_s)
+            for name in self._recipes:
+                self._start(name, env, timeout_s)
         except BaseException:
             self.stop()
             raise
         return self
 
+    def supervise(self, timeout_s: float = 120) -> list[str]:
+        """Restart every service that died (backoff between tries); returns what it did."""
+        done = []
+        now = time.monotonic()
+        for name, service in list(self.services.items()):
+            if service.alive() or now < service.retry_at:
+                continue
+            restarts = 0 if now - service.started_at > STABLE_S else service.restarts + 1
+            code = service.proc.returncode
+            try:
+                revived = self._start(name, self.service_env(), timeout_s)
+                revived.restarts = restarts
+                done.append(f"{name} exited (code {code}); restarted")
+            except RuntimeError:
+                service.restarts = restarts
+                service.started_at = now
+                service.retry_at = now + BACKOFF_S[min(restarts, len(BACKOFF_S) - 1)]
+                done.append(f"{name} exited (code {code}); restart failed, next try in "
+                            f"{service.retry_at - now:.1f} s")
+        return done
+
     def stop(self, timeout_s: float = 15) -> None:
+        self._stop_services(timeout_s)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        self._remove_sockets()
+
+    def _remove_sockets(self) -> None:
+        """The stack's socket directory goes with it (sockets a killed service left, too)."""
+        with contextlib.suppress(FileNotFoundError):
+            for entry in self.run_dir.iterdir():
+                if entry.is_socket() or entry.is_fifo():
+                    entry.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.run_dir.rmdir()
+
+    def _stop_services(self, timeout_s: float) -> None:
         for name in ("gateway", "manager", "executor"):
             service = self.services.get(name)
             if service is not None and service.alive():
@@ -126,11 +200,18 @@ class Stack:
         psutil.wait_procs(procs, timeout=10)
         for service in self.services.values():
             service.proc.wait()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+    def _start(self, name: str, env: dict, timeout_s: float) -> Service:
+        args, ready, fds = self._recipes[name]
+        return self._spawn(name, args, env, ready, timeout_s, fds)
 
     def _spawn(self, name: str, args: list[str], env: dict, ready: Callable[[], bool],
-               timeout_s: float) -> Service:
+               timeout_s: float, pass_fds: tuple[int, ...] = ()) -> Service:
         proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                text=True, errors="replace")
+                                text=True, errors="replace", pass_fds=pass_fds)
         service = Service(name, proc)
         self.services[name] = service
 
@@ -146,6 +227,9 @@ class Stack:
         deadline = time.monotonic() + timeout_s
         while not ready():
             if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
                 raise RuntimeError(f"{name} did not start:\n" + "".join(service.log[-40:]))
             time.sleep(0.1)
         return service

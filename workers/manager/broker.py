@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from state.db import Database, db_path
 from state.jobs import JobStore
 from wire import manager as W
 from wire import spawner as S
-from wire.endpoints import prepare
+from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
 from workers.manager.config import ManagerConfig, parse_config
 from workers.manager.executor_probe import ExecutorProbe
@@ -47,8 +48,11 @@ class Manager:
         self.routes: dict[str, tuple[bytes, str]] = {}  # request id -> (gateway, worker key)
         self.stopped = threading.Event()
         self.ctx = zmq.Context()
-        self.worker_bind = config.worker_bind or \
-            f"ipc://{tempfile.mkdtemp(prefix='symb-workers-')}/workers.sock"
+        self._own_dir: Path | None = None
+        if not config.worker_bind:  # a private directory of ours, removed when we stop
+            self._own_dir = Path(tempfile.mkdtemp(prefix="workers-",
+                                                  dir=private_dir(runtime_dir())))
+        self.worker_bind = config.worker_bind or f"ipc://{self._own_dir}/workers.sock"
         self.probe = ExecutorProbe(config.executor, self.ctx)
 
     def serve(self) -> None:
@@ -101,6 +105,8 @@ class Manager:
             self.back.close()
             self.probe.close()
             self.ctx.term()
+            if self._own_dir is not None:
+                shutil.rmtree(self._own_dir, ignore_errors=True)
 
     # -- gateway side ----------------------------------------------------------------------
 
