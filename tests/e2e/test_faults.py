@@ -86,6 +86,19 @@ def test_killed_worker_fails_only_its_own_stream(deployment: Deployment) -> None
     assert manager_status(deployment).counters["worker_crashes"] == crashes_before + 1
 
 
+def test_a_request_right_after_a_worker_died_goes_to_a_new_worker(
+        deployment: Deployment) -> None:
+    beta = deployment.client("beta")
+    expected = beta.completions.create(model="beta/ia3-b", prompt="Hello", max_tokens=5,
+                                       temperature=0).choices[0].text
+    victim = worker_pid(deployment, "beta", "beta/ia3-b")
+    os.kill(victim, signal.SIGKILL)  # the manager has not noticed yet when the request comes
+    again = beta.completions.create(model="beta/ia3-b", prompt="Hello", max_tokens=5,
+                                    temperature=0)
+    assert again.choices[0].text == expected
+    assert worker_pid(deployment, "beta", "beta/ia3-b") != victim
+
+
 def test_executor_down_is_503_and_not_ready(tmp_path) -> None:
     deployment = deploy(tmp_path)
     try:

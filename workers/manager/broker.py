@@ -46,6 +46,9 @@ class Manager:
         self.pool = WorkerPool(max_workers=config.max_workers, idle_s=config.idle_s,
                                pinned=set(config.pinned))
         self.routes: dict[str, tuple[bytes, str]] = {}  # request id -> (gateway, worker key)
+        # requests in flight that have sent nothing back yet (request, tries): a worker that
+        # dies before answering them does not fail them; they go to a fresh worker once
+        self.unanswered: dict[str, tuple[W.Generate, int]] = {}
         self.stopped = threading.Event()
         self.ctx = zmq.Context()
         self._own_dir: Path | None = None
@@ -114,6 +117,7 @@ class Manager:
         if isinstance(message, W.Generate):
             self._generate(gateway, message)
         elif isinstance(message, W.Abort):
+            self.unanswered.pop(message.id, None)
             route = self.routes.pop(message.id, None)
             if route is not None:
                 self._to_worker(route[1], message)
@@ -132,7 +136,7 @@ class Manager:
             else:
                 self.jobs.command(gateway, message)
 
-    def _generate(self, gateway: bytes, request: W.Generate) -> None:
+    def _generate(self, gateway: bytes, request: W.Generate, tries: int = 1) -> None:
         handle = self.pool.get(request.tenant, request.model)
         if handle is None:
             try:
@@ -145,6 +149,7 @@ class Manager:
                 self._stop(victim)
             self._start(handle, request)
         self.routes[request.id] = (gateway, handle.key)
+        self.unanswered[request.id] = (request, tries)
         handle.inflight.add(request.id)
         if handle.state == "ready":
             self._to_worker(handle.key, request)
@@ -206,6 +211,7 @@ class Manager:
             route = self.routes.get(message.id)
             if route is None:
                 return  # aborted meanwhile
+            self.unanswered.pop(message.id, None)
             if isinstance(message, (W.Done, W.Failed)):
                 del self.routes[message.id]
                 if handle is not None:
@@ -232,11 +238,26 @@ class Manager:
                 self.pool.counters["worker_crashes"] += 1
                 log.warning("worker %s (pid %d) died with status %s", handle.key, handle.pid,
                             event.status)
+            self._retry_unanswered(handle)
             self._fail_all(handle, 503, "worker_unavailable",
                            "the worker serving this model stopped; retry the request")
 
+    def _retry_unanswered(self, handle: WorkerHandle) -> None:
+        """Requests the dead worker never answered go to a fresh worker (once each)."""
+        for request_id in list(handle.inflight):
+            request, tries = self.unanswered.get(request_id, (None, 0))
+            route = self.routes.get(request_id)
+            if request is None or route is None or tries > 1:
+                continue
+            handle.inflight.discard(request_id)
+            del self.routes[request_id]
+            log.info("request %s: worker %s died before answering; retrying on a new worker",
+                     request_id, handle.key)
+            self._generate(route[0], request, tries + 1)
+
     def _fail_all(self, handle: WorkerHandle, status: int, code: str, message: str) -> None:
         for request_id in list(handle.inflight):
+            self.unanswered.pop(request_id, None)
             route = self.routes.pop(request_id, None)
             if route is not None:
                 self._reply(route[0], W.Failed(request_id, status, code, message))
