@@ -151,10 +151,12 @@ class Serving:
         return run
 
 
-async def watch_disconnect(request: Request, task: asyncio.Task, every_s: float = 0.5) -> None:
-    """Cancel `task` when the HTTP client goes away (non-streaming responses)."""
+async def watch_disconnect(request: Request, task: asyncio.Task) -> None:
+    """Cancel `task` when the HTTP client goes away (non-streaming responses). The body has been
+    read, so the next ASGI message can only be the disconnect: wait for it (polling with
+    `is_disconnected()` never sees it behind a BaseHTTPMiddleware)."""
     while not task.done():
-        if await request.is_disconnected():
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
             task.cancel()
             return
-        await asyncio.sleep(every_s)

@@ -99,6 +99,22 @@ def test_a_request_right_after_a_worker_died_goes_to_a_new_worker(
     assert worker_pid(deployment, "beta", "beta/ia3-b") != victim
 
 
+def test_a_non_streaming_request_stops_when_its_client_leaves(deployment: Deployment) -> None:
+    acme = deployment.client("acme")
+    acme.completions.create(model="acme/lora-a", prompt="warm", max_tokens=1)
+    impatient = deployment.client("acme", timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):  # the client hangs up after 1.5 s
+        impatient.completions.create(model="acme/lora-a", prompt="Long", max_tokens=1900,
+                                     extra_body={"ignore_eos": True})
+    left = time.monotonic()
+    while True:
+        busy = [w for w in manager_status(deployment).workers if w.model == "acme/lora-a"]
+        if busy and busy[0].inflight == 0:
+            break
+        assert time.monotonic() - left < 5, "the worker is still generating for nobody"
+        time.sleep(0.2)
+
+
 def test_executor_down_is_503_and_not_ready(tmp_path) -> None:
     deployment = deploy(tmp_path)
     try:
