@@ -176,6 +176,14 @@ class JobStore:
             counts[row["status"]] = row["n"]
         return counts
 
+    def using_file(self, file_id: str, tenant: str) -> list[str]:
+        """Unfinished jobs (they will still read it) that train or validate on `file_id`."""
+        rows = self.db.query(
+            "SELECT id FROM jobs WHERE tenant = ? AND (training_file = ? OR validation_file = ?) "
+            f"AND status NOT IN ({', '.join('?' * len(TERMINAL))}) ORDER BY id",
+            (tenant, file_id, file_id, *TERMINAL))
+        return [row["id"] for row in rows]
+
     def with_status(self, status: str) -> list[JobRecord]:
         return [JobRecord.from_row(r)
                 for r in self.db.query("SELECT * FROM jobs WHERE status = ?", (status,))]
@@ -189,6 +197,14 @@ class JobStore:
                          " VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (new_id("ftevent"), job_id, int(time.time()), level, message, type,
                           None if data is None else json.dumps(data)))
+
+    def forget_steps_after(self, job_id: str, step: int) -> int:
+        """Drop the metrics events of steps after `step` (a resume from an older checkpoint
+        redoes them; their events come again). Returns how many went."""
+        with self.db.transaction() as conn:
+            return conn.execute(
+                "DELETE FROM events WHERE job_id = ? AND type = 'metrics' AND data IS NOT NULL "
+                "AND json_extract(data, '$.step') > ?", (job_id, step)).rowcount
 
     def events(self, job_id: str, *, after: str | None, limit: int) -> tuple[list[dict], bool]:
         sql, params = "SELECT * FROM events WHERE job_id = ?", [job_id]

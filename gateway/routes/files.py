@@ -16,7 +16,7 @@ from openapi.files import FileDeleted, FileList, FileObject
 
 router = APIRouter(prefix="/v1", tags=["files"], responses={
     400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
-    413: {"model": ErrorResponse}})
+    409: {"model": ErrorResponse}, 413: {"model": ErrorResponse}})
 
 
 def _not_found(file_id: str) -> APIError:
@@ -82,5 +82,10 @@ async def delete_file(file_id: str, request: Request, tenant: TenantDep) -> File
     record = state.files.get(file_id, tenant.id)
     if record is None:
         raise _not_found(file_id)
+    users = state.jobs.using_file(file_id, tenant.id)
+    if users:
+        raise APIError(409, f"File {file_id} is used by fine-tuning job(s) that have not "
+                       f"finished: {', '.join(users)}. Cancel them or wait for them to finish.",
+                       "file_in_use", "file_id")
     state.files.delete(record)
     return FileDeleted(id=file_id, deleted=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -143,6 +144,9 @@ def test_pause_resume_and_cancel(ft: Deployment) -> None:
     at_pause = steps_done(client, job_id)
     time.sleep(1)
     assert steps_done(client, job_id) == at_pause  # nothing trains while paused
+    with pytest.raises(openai.ConflictError) as in_use:  # the job still needs its file
+        client.files.delete(upload.id)
+    assert job_id in in_use.value.body["message"]
     assert client.fine_tuning.jobs.resume(job_id).status == "queued"
     wait(client, job_id, ("running",))
     while steps_done(client, job_id) <= at_pause + 2:
@@ -153,6 +157,10 @@ def test_pause_resume_and_cancel(ft: Deployment) -> None:
     assert cancelled.status == "cancelled" and cancelled.fine_tuned_model is None
     with pytest.raises(openai.BadRequestError):
         client.fine_tuning.jobs.resume(job_id)
+    assert client.files.delete(upload.id).deleted  # a finished job lets go of it
+    steps = [e.data["step"] for e in client.fine_tuning.jobs.list_events(job_id, limit=200).data
+             if e.type == "metrics"]
+    assert len(steps) == len(set(steps))  # no step's event twice across pause and resume
 
 
 def long_examples_file() -> bytes:
@@ -292,7 +300,12 @@ def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
         saved = [int(m.split("at step ")[1].split(":")[0]) for m in messages[restarted:]
                  if m.startswith("Checkpoint created at step")]  # before the crash
         assert max(saved) >= 10  # the crash came after step 12
-        assert any(f"resumed at step {max(saved)}:" in m for m in messages[:restarted]), messages
+        assert any(re.search(rf"resumed at step {max(saved)}\b", m)
+                   for m in messages[:restarted]), messages
+        events = client.fine_tuning.jobs.list_events(interrupted, limit=200).data
+        steps = [e.data["step"] for e in events if e.type == "metrics" and "train_loss" in e.data
+                 and "valid_loss" not in e.data]
+        assert sorted(steps) == list(range(1, 41))  # each step once, though some ran twice
         assert final_loss(client, resumed_job) == pytest.approx(final_loss(client, straight_job),
                                                                 abs=1e-4)
         assert ask(client, resumed_job.fine_tuned_model) == ANSWER

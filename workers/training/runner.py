@@ -77,6 +77,9 @@ class Trainer:
         progress = (checkpoint.restore(found, model, optimizer, scheduler) if found
                     else checkpoint.Progress())
         how = f"resumed at step {progress.step}" if found else "started"
+        redone = self.jobs.forget_steps_after(job.id, progress.step)
+        if redone:
+            how += f" (the steps after it are redone; {redone} of their events dropped)"
         self.jobs.event(job.id, f"Fine-tuning job {how}: {len(examples)} examples, "
                                 f"{hp.n_epochs} epoch(s), {total} steps")
         model.train()
