@@ -33,6 +33,7 @@ class TrainerSpec(msgspec.Struct, tag="trainer", frozen=True, kw_only=True):
     executor: str
     manager: str  # where the trainer takes pause and cancel from
     threads: int = 1
+    privacy: bool = False  # mask activations and gradients sent to the executor
     device: str = "cpu"
 
 

@@ -167,7 +167,7 @@ class Manager:
     def _trainer_spec(self, job_id: str) -> S.TrainerSpec:
         return S.TrainerSpec(job_id=job_id, data_dir=str(self.config.data_dir),
                              base=self.config.model, executor=self.config.executor,
-                             manager=self.worker_bind)
+                             manager=self.worker_bind, privacy=self.config.privacy)
 
     def _status(self) -> W.StatusReply:
         now = time.monotonic()

@@ -27,7 +27,7 @@ class ManagerConfig(BaseSettings):
     max_batch: int = Field(32, ge=1)
     worker_threads: int = Field(1, ge=1)
     worker_device: str = "cpu"  # where workers and trainers run their own part
-    privacy: bool = False  # inference workers use privacy mode (see README)
+    privacy: bool = False  # inference workers and trainers use privacy mode (see README)
     data_dir: str | None = None  # with it, the manager also runs the fine-tuning queue
     max_jobs: int = Field(0, ge=0)  # 0: sized to the machine
 

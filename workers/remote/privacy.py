@@ -3,8 +3,11 @@
 Base layers are linear, so a client can add noise n to its input and subtract the noise's effect:
     forward:  (x + n) W^T + b - n W^T = x W^T + b
     backward: (g + m) W       - m W   = g W
-Each row gets its own noise, a random combination of a small per-layer pool of noise vectors, so
-the executor never sees the same noise twice; the pool's effects are computed once per layer,
+Each row gets its own noise, a random combination of a per-layer pool of orthonormal noise
+directions: as many as the layer is wide, up to `pool_size` (256), so the noise spans the whole
+space of a layer up to 256 wide and 256 dimensions of a wider one; an executor that removes the
+principal components of what it receives removes signal with the noise (the attack test,
+tests/workers/remote/test_privacy_attack.py). The pool's effects are computed once per layer,
 either from the public checkpoint on the client ("local", default: the executor never sees the
 pool) or through the executor's bias-free path ("executor", as in the paper: the executor sees the
 pool once). Exact in float32 up to rounding (error grows with the noise scale).
@@ -25,7 +28,7 @@ WeightSource = Callable[[str], torch.Tensor]  # layer name -> its weight as [out
 
 @dataclass(frozen=True)
 class PrivacyConfig:
-    pool_size: int = 8
+    pool_size: int = 256  # noise directions per layer: min(layer width, pool_size)
     scale: float = 1.0  # noise norm relative to each row's own norm (error grows with it)
     noise_effects: str = "local"  # local | executor
     seed: int | None = None
@@ -72,8 +75,9 @@ class PrivateExecutor:
         if key not in self._pools:
             spec = self.layers[layer]
             width = spec.out_features if op == Op.BACKWARD else spec.in_features
-            pool = torch.randn(self.config.pool_size, width, generator=self._rng)
-            pool = pool / pool.norm(dim=1, keepdim=True)
+            size = min(width, self.config.pool_size)
+            basis = torch.randn(width, size, generator=self._rng, dtype=torch.float64)
+            pool = torch.linalg.qr(basis).Q.t().to(torch.float32)  # orthonormal rows
             self._pools[key] = (pool, self._effect(layer, key[1], pool))
         return self._pools[key]
 

@@ -68,7 +68,7 @@ class Trainer:
         steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
         total = hp.n_epochs * steps_per_epoch
         model = remote_model(self.config.base, self.config.executor,
-                             client_name=f"trainer-{job.id}")
+                             client_name=f"trainer-{job.id}", privacy=self.config.privacy)
         torch.manual_seed(job.seed)
         model = get_peft_model(model, peft_config(spec.peft, total))
         optimizer, scheduler = optimizer_for(model, hp, total)
