@@ -9,6 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from openapi.common import ErrorResponse
+
 log = logging.getLogger("gateway.errors")
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -16,6 +18,14 @@ TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permis
          413: "invalid_request_error", 415: "invalid_request_error",
          422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
          503: "service_unavailable"}
+
+
+def documented(*statuses: int) -> dict:
+    """A router's error responses for the OpenAPI document: every /v1 route can answer 401 (no
+    or a wrong key) and 403 (an operator key, which is no tenant's), 413 (body over the limit)
+    and 503 (the manager or executor down) besides its own."""
+    return {status: {"model": ErrorResponse}
+            for status in sorted({401, 403, 413, 503, *statuses})}
 
 
 class APIError(Exception):
@@ -69,8 +79,9 @@ def install(app: FastAPI) -> None:
         location = _field_path(first.get("loc", ()))
         param = ".".join(location) or None
         message = first.get("msg", "invalid request")
-        if first.get("type") == "json_invalid":
-            message = "The request body is not valid JSON."
+        if first.get("type") == "json_invalid":  # its location is a byte offset, not a field
+            offset = location[0] if location else "?"
+            message, param = f"The request body is not valid JSON (at byte {offset}).", None
         elif param:
             message = f"Invalid value for '{param}': {message}"
         return APIError(400, message, "invalid_request", param).response()
@@ -82,7 +93,7 @@ def install(app: FastAPI) -> None:
             message = "Unknown request URL. Please check the URL and method."
         if exc.status_code == 405:
             message = "Method not allowed for this URL."
-        return APIError(exc.status_code, message, None).response()
+        return APIError(exc.status_code, message, None, headers=exc.headers).response()
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
 from openapi.common import INT32, OpenAIBaseModel, StreamOptions, Text, TokenId, Usage
 
 MAX_N = 8
+T = TypeVar("T")
+NonEmpty = Annotated[T, Field(min_length=1)]
 MAX_STOP = 4
 
 
@@ -33,7 +35,8 @@ class SamplingFields(OpenAIBaseModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: Text | list[Text] | list[TokenId] | list[list[TokenId]]
+    prompt: Text | NonEmpty[list[Text]] | NonEmpty[list[TokenId]] | \
+        NonEmpty[list[NonEmpty[list[TokenId]]]]
     max_tokens: int | None = Field(default=16, ge=0, le=INT32)
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False

@@ -9,13 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Request, UploadFile
 
 from gateway.deps import TenantDep
-from gateway.errors import APIError
-from openapi.common import ErrorResponse, Model
+from gateway.errors import APIError, documented
+from openapi.common import Model
 from state.adapters import AdapterError
 
-router = APIRouter(prefix="/v1", tags=["adapters"], responses={
-    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 409: {"model": ErrorResponse},
-    413: {"model": ErrorResponse}})
+router = APIRouter(prefix="/v1", tags=["adapters"],
+                   responses=documented(400, 409))
 
 
 @router.post("/adapters", response_model=Model, status_code=201)

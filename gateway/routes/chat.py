@@ -6,17 +6,15 @@ from fastapi import APIRouter, Request
 
 from gateway import responses
 from gateway.deps import TenantDep
-from gateway.errors import APIError
+from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
 from gateway.sampling import chat_params
 from gateway.serving import PromptResult
 from openapi.chat import ChatCompletionRequest, ChatCompletionResponse
-from openapi.common import ErrorResponse
 from wire import manager as W
 
-router = APIRouter(prefix="/v1", tags=["chat"], responses={
-    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
-    429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+router = APIRouter(prefix="/v1", tags=["chat"],
+                   responses=documented(400, 404, 429))
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse)

@@ -6,17 +6,15 @@ from fastapi import APIRouter, Request
 
 from gateway import responses
 from gateway.deps import TenantDep
-from gateway.errors import APIError
+from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
 from gateway.sampling import completion_params
 from gateway.serving import PromptResult
-from openapi.common import ErrorResponse
 from openapi.completions import CompletionRequest, CompletionResponse
 from wire import manager as W
 
-router = APIRouter(prefix="/v1", tags=["completions"], responses={
-    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
-    429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+router = APIRouter(prefix="/v1", tags=["completions"],
+                   responses=documented(400, 404, 429))
 
 
 def prompt_specs(prompt: str | list, vocab_size: int = 0) -> list[dict]:

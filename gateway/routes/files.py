@@ -10,13 +10,11 @@ from starlette.concurrency import run_in_threadpool
 
 from gateway.dataset import validate_jsonl
 from gateway.deps import TenantDep
-from gateway.errors import APIError
-from openapi.common import ErrorResponse
+from gateway.errors import APIError, documented
 from openapi.files import FileDeleted, FileList, FileObject
 
-router = APIRouter(prefix="/v1", tags=["files"], responses={
-    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
-    409: {"model": ErrorResponse}, 413: {"model": ErrorResponse}})
+router = APIRouter(prefix="/v1", tags=["files"],
+                   responses=documented(400, 404, 409))
 
 
 def _not_found(file_id: str) -> APIError:
@@ -25,11 +23,8 @@ def _not_found(file_id: str) -> APIError:
 
 @router.post("/files", response_model=FileObject)
 async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
-                      purpose: Annotated[str, Form()]) -> FileObject:
+                      purpose: Annotated[Literal["fine-tune"], Form()]) -> FileObject:
     state = request.app.state
-    if purpose != "fine-tune":
-        raise APIError(400, f"purpose {purpose!r} is not supported here (use 'fine-tune')",
-                       "invalid_purpose", "purpose")
     limit = state.settings.max_upload_bytes
     data = await file.read(limit + 1)
     if len(data) > limit:
@@ -66,7 +61,12 @@ async def retrieve_file(file_id: str, request: Request, tenant: TenantDep) -> Fi
     return FileObject(**record.public())
 
 
-@router.get("/files/{file_id}/content")
+CONTENT = {200: {"description": "The file's bytes: an uploaded JSONL file or a job's results",
+                 "content": {"application/jsonl": {"schema": {"type": "string"}},
+                             "text/csv": {"schema": {"type": "string"}}}}}
+
+
+@router.get("/files/{file_id}/content", response_class=Response, responses=CONTENT)
 async def file_content(file_id: str, request: Request, tenant: TenantDep) -> Response:
     record = request.app.state.files.get(file_id, tenant.id)
     if record is None:

@@ -10,8 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
-from gateway.errors import APIError
-from openapi.common import ErrorResponse
+from gateway.errors import APIError, documented
 from openapi.fine_tuning import (
     CheckpointList,
     EventList,
@@ -26,8 +25,8 @@ from state.job_states import TERMINAL, can_move
 from state.jobs import JobRecord
 from wire.jobs import JobAction, JobCommand
 
-router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"], responses={
-    400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"],
+                   responses=documented(400, 404))
 STOP_WAIT_S = 20.0  # a running job stops after its current step; answer with it then
 
 

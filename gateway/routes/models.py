@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from gateway.deps import TenantDep
-from gateway.errors import APIError, model_not_found
-from openapi.common import DeletedModel, ErrorResponse, Model, ModelList
+from gateway.errors import APIError, documented, model_not_found
+from openapi.common import DeletedModel, Model, ModelList
 from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["models"],
-                   responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+                   responses=documented(404))
 
 
 def _models(request: Request, tenant_id: str) -> list[Model]:

@@ -291,3 +291,9 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert ("symbiosis_manager_worker_starts_total", ()) in after
     assert ("symbiosis_jobs", (("status", "running"),)) in after
     assert ("symbiosis_executor_queue_depth", ()) in after
+
+
+def test_an_empty_prompt_starts_a_new_document(deployment: Deployment) -> None:
+    out = deployment.client("acme").completions.create(model=MODEL, prompt="", max_tokens=3,
+                                                       temperature=0)
+    assert out.usage.prompt_tokens == 1 and out.usage.completion_tokens == 3  # <|endoftext|>

@@ -146,3 +146,22 @@ def test_an_adapter_config_that_is_not_an_object_is_400(client, config: bytes) -
                                   "adapter_model": ("adapter_model.safetensors", b"\0" * 16)})
     error = assert_openai_error(response, 400)
     assert error["code"] == "invalid_adapter" and "JSON object" in error["message"]
+
+
+def test_405_says_what_is_allowed(client) -> None:
+    response = client.put("/v1/models", headers=KEY)
+    assert_openai_error(response, 405)
+    assert response.headers["allow"] == "GET"
+
+
+def test_malformed_json_names_no_field(client) -> None:
+    error = assert_openai_error(client.post("/v1/completions", content=b'{"model": "x",',
+                                            headers={**KEY, "content-type": "application/json"}),
+                                400)
+    assert error["param"] is None and "byte" in error["message"]
+
+
+def test_only_fine_tune_uploads_are_taken(client) -> None:
+    response = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune-results"},
+                           files={"file": ("a.jsonl", b'{"prompt": "a", "completion": "b"}')})
+    assert assert_openai_error(response, 400)["param"] == "purpose"

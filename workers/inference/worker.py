@@ -90,7 +90,10 @@ def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
         chat = [{"role": m.role, "content": m.content} for m in message.messages]
         return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
                                                   return_dict=False))
-    return tokenizer.encode(message.prompt or "")
+    ids = tokenizer.encode(message.prompt or "")
+    # an empty prompt generates "as if from the beginning of a new document" (OpenAI's words)
+    return ids or [tokenizer.bos_token_id if tokenizer.bos_token_id is not None
+                   else tokenizer.eos_token_id]
 
 
 def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
