@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from openapi.common import ErrorResponse
 
@@ -65,6 +66,14 @@ def _field_path(loc: tuple) -> list[str]:
     return path
 
 
+def _allowed(request: Request) -> list[str]:
+    """The methods some route serves on this path (tried one by one: routers nest)."""
+    routes = request.app.router.routes
+    return [method for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                   for route in routes)]
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -87,13 +96,16 @@ def install(app: FastAPI) -> None:
         return APIError(400, message, "invalid_request", param).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404 and message == "Not Found":
             message = "Unknown request URL. Please check the URL and method."
         if exc.status_code == 405:
             message = "Method not allowed for this URL."
-        return APIError(exc.status_code, message, None, headers=exc.headers).response()
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of every route on this path, not the first's
+            headers["Allow"] = ", ".join(_allowed(request))
+        return APIError(exc.status_code, message, None, headers=headers).response()
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

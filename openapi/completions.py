@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from openapi.common import INT32, OpenAIBaseModel, StreamOptions, Text, TokenId, Usage
 
@@ -26,7 +26,8 @@ class SamplingFields(OpenAIBaseModel):
     stop: Text | list[Text] | None = None
     presence_penalty: float = Field(default=0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0, ge=-2, le=2)
-    seed: int | None = Field(default=None, ge=-2**63, le=2**63 - 1)
+    seed: Annotated[int, AfterValidator(lambda seed: seed % 2**63)] | None = Field(
+        default=None, description="any integer (taken modulo 2^63)")
     user: Text | None = None
     # vendor extras (vLLM-style), honoured
     top_k: int | None = Field(default=None, ge=-1, le=INT32)

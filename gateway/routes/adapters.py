@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1", tags=["adapters"],
 
 @router.post("/adapters", response_model=Model, status_code=201)
 async def register_adapter(request: Request, tenant: TenantDep,
-                           name: Annotated[str, Form()],
+                           name: Annotated[str, Form(min_length=1, max_length=64)],
                            adapter_config: Annotated[UploadFile, File()],
                            adapter_model: Annotated[UploadFile, File()]) -> Model:
     state = request.app.state
