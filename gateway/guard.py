@@ -10,11 +10,14 @@ An ASGI middleware (outermost), so nothing reads a byte of a body before it runs
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 
 from gateway.errors import APIError
 from gateway.settings import GatewaySettings
 from gateway.tenants import TenantDirectory
 
+log = logging.getLogger("gateway")
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
@@ -58,7 +61,7 @@ class BodyGuard:
             if declared.isdigit() and int(declared) > limit:
                 raise too_large(limit)
         except APIError as refused:
-            await _send_error(send, refused)
+            await _refuse(scope, headers, send, refused)
             return
         await self._counted(scope, receive, send, limit)
 
@@ -89,13 +92,21 @@ class BodyGuard:
         except BodyTooLarge:
             overflow = True
         if overflow and not started:
-            await _send_error(send, too_large(limit))
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                       for k, v in scope["headers"]}
+            await _refuse(scope, headers, send, too_large(limit))
 
 
-async def _send_error(send, error: APIError) -> None:
+async def _refuse(scope, headers: dict[str, str], send, error: APIError) -> None:
+    """Answer with `error` (with a request id, logged and counted like any other request)."""
+    request_id = headers.get("x-request-id") or uuid.uuid4().hex
+    log.info("request %s %s %s -> %d (%s; body not read)", request_id, scope["method"],
+             scope["path"], error.status, error.code)
+    scope["app"].state.metrics.requests.labels("unmatched", str(error.status), "-").inc()
     body = json.dumps(error.body()).encode()
     await send({"type": "http.response.start", "status": error.status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
+                            (b"x-request-id", request_id.encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
