@@ -18,9 +18,13 @@ import os
 import select
 import signal
 import sys
+import warnings
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# peft reads transformers' deprecated `is_gradient_checkpointing` on every PeftModel: one
+# FutureWarning per worker start that no user can act on
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 import msgspec

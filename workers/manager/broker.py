@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     manager = Manager(config)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: manager.stopped.set())
-    log.info("starting with %s", config.model_dump())
+    log.info("starting with %s", config.model_dump(exclude={"max_jobs"}))  # resolved: at ready
     manager.serve()
     return 0
 
