@@ -22,9 +22,6 @@ import warnings
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# peft reads transformers' deprecated `is_gradient_checkpointing` on every PeftModel: one
-# FutureWarning per worker start that no user can act on
-warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 import msgspec
@@ -36,6 +33,10 @@ import workers.remote.build  # noqa: F401
 from wire import spawner as S
 from workers.inference.worker import Preloaded, preload, serve
 from workers.training.runner import run as train
+
+# peft reads transformers' deprecated `is_gradient_checkpointing` on every PeftModel: one
+# FutureWarning per worker start that no user can act on
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 log = logging.getLogger("workers.spawner")
 PR_SET_PDEATHSIG = 1
