@@ -65,12 +65,24 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     if stretch and not privacy:  # a stretch is not linear: privacy's masking cannot cover it
         enable_stretches(net, handle, dtype, train_stretch_rows)
     materialize_local(net, path, dtype, torch.device(device))
+    if privacy:
+        handle.warm(called_layers(net))
     net.eval()
     net.name_or_path = str(path)
     if (path / "generation_config.json").exists():
         net.generation_config = GenerationConfig.from_pretrained(path)
     net.symbiosis_executor = handle
     return net
+
+
+def called_layers(model: nn.Module) -> list[int]:
+    """The executor layers a model's remote layers call (a fused group's, not its members')."""
+    ids = set()
+    for module in model.modules():
+        if isinstance(module, RemoteLayer) and not isinstance(module, RemoteEmbedding):
+            group = getattr(module, "fusion", None)
+            ids.add(group.spec.index if group is not None else module.spec.index)
+    return sorted(ids)
 
 
 def swap_base_layers(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype,

@@ -32,6 +32,7 @@ class PrivacyConfig:
     scale: float = 1.0  # noise norm relative to each row's own norm (error grows with it)
     noise_effects: str = "local"  # local | executor
     seed: int | None = None
+    backward: bool = False  # also build the backward pools up front (trainers)
 
     def __post_init__(self) -> None:
         if self.noise_effects not in ("local", "executor"):
@@ -69,6 +70,14 @@ class PrivateExecutor:
         coeffs = coeffs * (self.config.scale * norms / pool.shape[0] ** 0.5)
         masked = self.inner.call(op, layer, x + coeffs @ pool, kind)
         return masked.to(torch.float32) - coeffs @ effect
+
+    def warm(self, layers: list[int]) -> None:
+        """Build the pools and their effects of `layers` now (at model build), not at their
+        first call: a wide layer's effects cost a matmul of the pool through its weight."""
+        for layer in layers:
+            self._pool(layer, Op.FORWARD)
+            if self.config.backward:
+                self._pool(layer, Op.BACKWARD)
 
     def _pool(self, layer: int, op: Op) -> tuple[torch.Tensor, torch.Tensor]:
         key = (layer, Op.BACKWARD if op == Op.BACKWARD else Op.FORWARD)

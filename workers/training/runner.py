@@ -28,6 +28,7 @@ from wire.jobs import JobAction
 from wire.spawner import TrainerSpec
 from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
+from workers.remote.privacy import PrivacyConfig
 from workers.training import checkpoint
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
@@ -68,7 +69,8 @@ class Trainer:
         steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
         total = hp.n_epochs * steps_per_epoch
         model = remote_model(self.config.base, self.config.executor,
-                             client_name=f"trainer-{job.id}", privacy=self.config.privacy)
+                             client_name=f"trainer-{job.id}",
+                             privacy=self.config.privacy and PrivacyConfig(backward=True))
         torch.manual_seed(job.seed)
         model = get_peft_model(model, peft_config(spec.peft, total))
         optimizer, scheduler = optimizer_for(model, hp, total)
