@@ -48,7 +48,7 @@ def adapter(method: str, rank: int):
 
 
 def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
-          privacy: bool = False):
+          privacy: bool = False, training: bool = False):
     if side == "plain":
         from transformers import AutoModelForCausalLM
 
@@ -57,7 +57,10 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
         base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
     else:
         from workers.remote.build import remote_model
-        base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=privacy)
+        from workers.remote.privacy import PrivacyConfig
+
+        private = privacy and PrivacyConfig(backward=training)  # as a trainer builds its pools
+        base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=private)
     torch.manual_seed(seed)
     return get_peft_model(base, adapter(method, rank))
 
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_mixed(args.model, ranks)
     else:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
-                      args.privacy)
+                      args.privacy, training=args.kind == "train")
     rng = torch.Generator().manual_seed(args.index)
     sync: Path = args.sync_dir
     (sync / f"{args.index}.ready").touch()
