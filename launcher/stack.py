@@ -132,24 +132,30 @@ class Stack:
         return self
 
     def supervise(self, timeout_s: float = 120) -> list[str]:
-        """Restart every service that died (backoff between tries); returns what it did."""
+        """Restart every service that died: at once after a minute of uptime, else after a
+        backoff that doubles with each quick death in a row. Returns what it did."""
         done = []
         now = time.monotonic()
         for name, service in list(self.services.items()):
             if service.alive() or now < service.retry_at:
                 continue
-            restarts = 0 if now - service.started_at > STABLE_S else service.restarts + 1
-            code = service.proc.returncode
+            if service.retry_at == 0.0:  # a death not seen before
+                quick = now - service.started_at < STABLE_S
+                service.restarts = service.restarts + 1 if quick else 0
+                delay = BACKOFF_S[min(service.restarts, len(BACKOFF_S)) - 1] \
+                    if service.restarts else 0.0
+                service.retry_at = now + delay
+                done.append(f"{name} exited (code {service.proc.returncode}); restarting"
+                            + (f" in {delay:g} s" if delay else ""))
+                if delay:
+                    continue
             try:
                 revived = self._start(name, self.service_env(), timeout_s)
-                revived.restarts = restarts
-                done.append(f"{name} exited (code {code}); restarted")
-            except RuntimeError:
-                service.restarts = restarts
-                service.started_at = now
-                service.retry_at = now + BACKOFF_S[min(restarts, len(BACKOFF_S) - 1)]
-                done.append(f"{name} exited (code {code}); restart failed, next try in "
-                            f"{service.retry_at - now:.1f} s")
+                done.append(f"{name} is back")
+            except RuntimeError as exc:
+                revived = self.services[name]  # the attempt that did not come up: a quick death
+                done.append(f"{name} did not come back: {str(exc).splitlines()[0]}")
+            revived.restarts = service.restarts
         return done
 
     def stop(self, timeout_s: float = 15) -> None:
