@@ -251,6 +251,7 @@ class Manager:
                 continue
             handle.inflight.discard(request_id)
             del self.routes[request_id]
+            del self.unanswered[request_id]  # _generate files it again (unless it refuses)
             log.info("request %s: worker %s died before answering; retrying on a new worker",
                      request_id, handle.key)
             self._generate(route[0], request, tries + 1)
