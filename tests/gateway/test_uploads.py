@@ -18,7 +18,7 @@ ROW = json.dumps({"messages": [
 
 
 def test_health_answers_while_a_large_upload_is_validated(tmp_path) -> None:
-    data = "\n".join([ROW] * 20_000).encode()  # ~9 MB: seconds of tokenizing
+    data = "\n".join([ROW] * 30_000).encode()  # ~14 MB: seconds of tokenizing
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
                                manager="ipc:///tmp/symbiosis-test-no-manager.sock")
     with TestClient(create_app(settings)) as client:
