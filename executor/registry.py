@@ -92,7 +92,8 @@ class LayerRegistry:
             layers.append(_fuse(len(layers), [by_name[m] for m in members]))
             fused[tuple(members)] = layers[-1]
         if stretch:
-            layers += stretches.build(model, by_name, fused, len(layers))
+            layers += [BaseLayer(spec, stretch.o.weight, stretch=stretch)
+                       for spec, stretch in stretches.build(model, by_name, fused, len(layers))]
         return cls(layers, model_name, dtype)
 
     def get(self, index: int) -> BaseLayer:

@@ -66,12 +66,10 @@ class Stretch:
 
 
 def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],
-          first_index: int) -> list:
-    """The stretch layers of `model` (BaseLayer objects with a `stretch`), [] if its
-    architecture has no recipe. `by_name`: the registry's layers; `groups`: fused groups by
-    their members (the next q/k/v go out in the group's layout when there is one)."""
-    from executor.registry import BaseLayer  # the registry builds stretches; no cycle at import
-
+          first_index: int) -> list[tuple[LayerSpec, Stretch]]:
+    """The stretches of `model` with their layer specs, [] if its architecture has no recipe.
+    `by_name`: the registry's layers; `groups`: fused groups by their members (the next q/k/v
+    go out in the group's layout when there is one)."""
     recipe = RECIPES.get(getattr(model.config, "model_type", ""))
     if recipe is None:
         return []
@@ -103,7 +101,7 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
                          hidden + sum(t.spec.out_features for t in targets), False,
                          members=(o.spec.name, *(t.spec.name for t in targets)),
                          splits=(hidden, *(t.spec.out_features for t in targets)))
-        stretches.append(BaseLayer(spec, o.weight, stretch=stretch))
+        stretches.append((spec, stretch))
     return stretches
 
 
