@@ -63,9 +63,9 @@ class BodyGuard:
         except APIError as refused:
             await _refuse(scope, headers, send, refused)
             return
-        await self._counted(scope, receive, send, limit)
+        await self._counted(scope, headers, receive, send, limit)
 
-    async def _counted(self, scope, receive, send, limit: int) -> None:
+    async def _counted(self, scope, headers: dict[str, str], receive, send, limit: int) -> None:
         seen = 0
         overflow = False
         started = False
@@ -89,11 +89,10 @@ class BodyGuard:
 
         try:
             await self.app(scope, counting_receive, guarded_send)
-        except BodyTooLarge:
-            overflow = True
+        except Exception:  # BodyTooLarge, possibly wrapped in a task group's ExceptionGroup
+            if not overflow:
+                raise
         if overflow and not started:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                       for k, v in scope["headers"]}
             await _refuse(scope, headers, send, too_large(limit))
 
 
