@@ -18,6 +18,7 @@ Otherwise the layer runs its own forward, per projection.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -76,6 +77,19 @@ class StretchControl:
         if waiting is not None and waiting[0] is hidden_states:
             for target, output in zip(self.targets, waiting[1], strict=True):
                 target.stage.put(normed, output)
+
+    def around_attention(self, hidden: torch.Tensor, normed: torch.Tensor,
+                         attend: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """A decoder layer's forward with a stretch: hand the previous stretch's prefetched
+        q/k/v over, run attention with o_proj passed through, then the stretch."""
+        if self.previous is not None:
+            self.previous.deliver(hidden, normed)
+        self.o.stage.passthrough = True
+        try:
+            attn = attend(normed)
+        finally:
+            self.o.stage.passthrough = False
+        return self.run(attn, hidden)
 
     def run(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """One executor call: [attention output | residual] -> the layer's output."""
@@ -189,19 +203,12 @@ def _llama_forward(self: nn.Module, hidden_states: torch.Tensor,
                                 position_ids=position_ids, past_key_values=past_key_values,
                                 use_cache=use_cache, position_embeddings=position_embeddings,
                                 **kwargs)
-    residual = hidden_states
-    normed = self.input_layernorm(hidden_states)
-    if control.previous is not None:
-        control.previous.deliver(hidden_states, normed)
-    control.o.stage.passthrough = True
-    try:
-        attn, _ = self.self_attn(hidden_states=normed, attention_mask=attention_mask,
-                                 position_ids=position_ids, past_key_values=past_key_values,
-                                 use_cache=use_cache, position_embeddings=position_embeddings,
-                                 **kwargs)
-    finally:
-        control.o.stage.passthrough = False
-    return control.run(attn, residual)
+    return control.around_attention(
+        hidden_states, self.input_layernorm(hidden_states),
+        lambda normed: self.self_attn(hidden_states=normed, attention_mask=attention_mask,
+                                      position_ids=position_ids,
+                                      past_key_values=past_key_values, use_cache=use_cache,
+                                      position_embeddings=position_embeddings, **kwargs)[0])
 
 
 def _gpt2_forward(self: nn.Module, hidden_states: torch.Tensor, past_key_values: Any = None,
@@ -216,14 +223,8 @@ def _gpt2_forward(self: nn.Module, hidden_states: torch.Tensor, past_key_values:
                                 encoder_hidden_states=encoder_hidden_states,
                                 encoder_attention_mask=encoder_attention_mask,
                                 use_cache=use_cache, **kwargs)
-    residual = hidden_states
-    normed = self.ln_1(hidden_states)
-    if control.previous is not None:
-        control.previous.deliver(hidden_states, normed)
-    control.o.stage.passthrough = True
-    try:
-        attn, _ = self.attn(normed, past_key_values=past_key_values,
-                            attention_mask=attention_mask, use_cache=use_cache, **kwargs)
-    finally:
-        control.o.stage.passthrough = False
-    return control.run(attn, residual)
+    return control.around_attention(
+        hidden_states, self.ln_1(hidden_states),
+        lambda normed: self.attn(normed, past_key_values=past_key_values,
+                                 attention_mask=attention_mask, use_cache=use_cache,
+                                 **kwargs)[0])
