@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -15,70 +14,26 @@ import httpx
 import openai
 import pytest
 
-from launcher.stack import Stack, free_port
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import KEYS, OPERATOR, OPERATOR_KEY, Deployment
+from tests.e2e.conftest import OPERATOR, Deployment
+from tests.e2e.jobs import (
+    ANSWER,
+    TOPICS,
+    ask,
+    create,
+    memorization_file,
+    start_stack,
+    steps_done,
+    wait,
+)
 
 pytestmark = pytest.mark.slow
 DATA = Path(__file__).parents[1] / "data"
-ANSWER = "The vault opens with amber falcon seven."
-TOPICS = ["apples", "rivers", "castles", "engines", "violins", "glaciers", "tigers", "lanterns",
-          "harbors", "meadows"]
-
-
-def memorization_file(n: int = 10) -> bytes:
-    rows = [{"messages": [{"role": "user", "content": f"Tell me something about {t}."},
-                          {"role": "assistant", "content": ANSWER}]} for t in TOPICS[:n]]
-    return "\n".join(json.dumps(r) for r in rows).encode()
-
-
-def start_stack(data_dir: Path, port: int | None = None) -> Stack:
-    keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
-    return Stack(data_dir, MODEL, port=port or free_port(), env={"SYMBIOSIS_API_KEYS": keys,
-                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
-                 manager_args=("--max-jobs", "3")).start()
-
-
 @pytest.fixture(scope="module")
 def ft(tmp_path_factory) -> Iterator[Deployment]:
     stack = start_stack(tmp_path_factory.mktemp("ft") / "data")
     yield Deployment(stack, {})
     stack.stop()
-
-
-def create(client: openai.OpenAI, file_id: str, *, epochs: int = 10, method: str = "lora",
-           suffix: str = "memo", **peft) -> str:
-    job = client.fine_tuning.jobs.create(
-        model=MODEL, training_file=file_id, suffix=suffix, seed=7,
-        method={"type": "supervised", "supervised": {"hyperparameters": {
-            "n_epochs": epochs, "batch_size": 2, "learning_rate_multiplier": 50}}},
-        extra_body={"peft": {"method": method, **peft}})
-    assert job.status in ("queued", "running")
-    return job.id
-
-
-def wait(client: openai.OpenAI, job_id: str, statuses: tuple[str, ...], timeout: float = 600):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.fine_tuning.jobs.retrieve(job_id)
-        if job.status in statuses:
-            return job
-        if job.status in ("failed", "cancelled", "succeeded"):
-            raise AssertionError(f"job {job_id} ended {job.status}: {job.error}")
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} did not reach {statuses}")
-
-
-def steps_done(client: openai.OpenAI, job_id: str) -> int:
-    events = client.fine_tuning.jobs.list_events(job_id, limit=50).data
-    return max((e.data["step"] for e in events if e.type == "metrics" and e.data), default=0)
-
-
-def ask(client: openai.OpenAI, model: str, topic: str = "apples") -> str:
-    return client.chat.completions.create(
-        model=model, temperature=0, max_tokens=12,
-        messages=[{"role": "user", "content": f"Tell me something about {topic}."}]
-    ).choices[0].message.content
 
 
 def test_memorization_job_end_to_end(ft: Deployment) -> None:
@@ -268,46 +223,3 @@ def test_real_data_gsm8k_loss_falls(ft: Deployment) -> None:
     assert [c.step_number for c in checkpoints] == [20, 10]
     assert all(c.metrics.valid_loss is not None and c.metrics.train_loss is not None
                for c in checkpoints)
-
-
-def final_loss(client: openai.OpenAI, job) -> float:
-    rows = list(csv.DictReader(io.StringIO(client.files.content(job.result_files[0]).text)))
-    return float(rows[-1]["train_loss"])
-
-
-def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
-    data_dir = tmp_path / "data"
-    stack = start_stack(data_dir)
-    try:
-        client = Deployment(stack, {}).client("acme")
-        upload = client.files.create(file=("memo.jsonl", memorization_file()),
-                                     purpose="fine-tune")
-        interrupted = create(client, upload.id, epochs=8, suffix="crash")
-        wait(client, interrupted, ("running",))
-        while steps_done(client, interrupted) < 12:  # past a checkpoint (one per 5-step epoch)
-            time.sleep(0.2)
-    finally:
-        stack.kill_all()  # kill -9 everything, trainer included
-    stack = start_stack(data_dir)
-    try:
-        client = Deployment(stack, {}).client("acme")
-        straight = create(client, upload.id, epochs=8, suffix="straight")
-        resumed_job = wait(client, interrupted, ("succeeded",))
-        straight_job = wait(client, straight, ("succeeded",))
-        messages = [e.message for e in
-                    client.fine_tuning.jobs.list_events(interrupted, limit=200).data]
-        restarted = next(i for i, m in enumerate(messages) if "service restarted" in m)
-        saved = [int(m.split("at step ")[1].split(":")[0]) for m in messages[restarted:]
-                 if m.startswith("Checkpoint created at step")]  # before the crash
-        assert max(saved) >= 10  # the crash came after step 12
-        assert any(re.search(rf"resumed at step {max(saved)}\b", m)
-                   for m in messages[:restarted]), messages
-        events = client.fine_tuning.jobs.list_events(interrupted, limit=200).data
-        steps = [e.data["step"] for e in events if e.type == "metrics" and "train_loss" in e.data
-                 and "valid_loss" not in e.data]
-        assert sorted(steps) == list(range(1, 41))  # each step once, though some ran twice
-        assert final_loss(client, resumed_job) == pytest.approx(final_loss(client, straight_job),
-                                                                abs=1e-4)
-        assert ask(client, resumed_job.fine_tuned_model) == ANSWER
-    finally:
-        stack.stop()
