@@ -80,6 +80,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         try:
             results = await task
         except asyncio.CancelledError:
+            await run.close()  # the task may have been cancelled before it ever ran
             raise APIError(499, "client closed the request", "client_closed") from None
         finally:
             watcher.cancel()

@@ -84,22 +84,24 @@ class ManagerClient:
                 if finished:
                     return
         finally:
-            self._queues.pop(request.id, None)
-            if not finished:
+            if self._queues.pop(request.id, None) is not None and not finished:
                 await self.abort(request.id)
 
     async def _next(self, queue: asyncio.Queue, timeout_s: float) -> W.Message | None:
         """The next event, or None after `timeout_s` or as soon as the manager goes silent."""
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            try:
-                return await asyncio.wait_for(queue.get(), min(left, 1.0))
+            try:  # not asyncio.wait_for: on 3.11 it loses a cancel that meets a ready item
+                async with asyncio.timeout(min(left, 1.0)):
+                    return await queue.get()
             except TimeoutError:
                 if not self.up:
                     return None
         return None
 
     async def abort(self, request_id: str) -> None:
+        """Tell the manager to stop a request (once: its stream sends no second Abort)."""
+        self._queues.pop(request_id, None)
         with contextlib.suppress(zmq.ZMQError):
             await self._sock.send(W.encode(W.Abort(request_id)))
 
@@ -126,7 +128,8 @@ class ManagerClient:
         self._status_waiters.append(future)
         await self._sock.send(W.encode(W.Status()))
         try:
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await future
         except TimeoutError:
             return None
         finally:

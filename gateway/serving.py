@@ -46,8 +46,11 @@ class Run:
 
     def __init__(self, manager: ManagerClient, requests: list[W.Generate],
                  first_timeout_s: float) -> None:
+        self.manager = manager
+        self.ids = [r.id for r in requests]
         self.streams = [manager.generate(r, first_timeout_s) for r in requests]
         self.results: list[PromptResult] = []
+        self.finished: set[str] = set()
 
     async def start(self) -> None:
         """Wait for every prompt to start; an error becomes an APIError (and stops the rest)."""
@@ -55,6 +58,7 @@ class Run:
             for index, stream in enumerate(self.streams):
                 first = await anext(stream)
                 if isinstance(first, W.Failed):
+                    self.finished.add(first.id)
                     raise APIError(first.status, first.message, first.code)
                 if not isinstance(first, W.Started):
                     raise APIError(500, "unexpected first event from the worker", "internal_error")
@@ -84,6 +88,8 @@ class Run:
                 if event is None:
                     remaining -= 1
                     continue
+                if isinstance(event, (W.Done, W.Failed)):
+                    self.finished.add(event.id)
                 if isinstance(event, W.Failed):
                     raise APIError(event.status, event.message, event.code)
                 self._apply(result, event)
@@ -94,6 +100,12 @@ class Run:
             await self.close()
 
     async def close(self) -> None:
+        """Stop every prompt: unfinished ones are aborted here, not left to the streams' own
+        clean-up (a stream never iterated again is only closed when it is garbage collected)."""
+        for request_id in self.ids:
+            if request_id not in self.finished:
+                self.finished.add(request_id)
+                await self.manager.abort(request_id)
         for stream in self.streams:
             with contextlib.suppress(Exception):
                 await stream.aclose()

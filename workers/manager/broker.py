@@ -124,6 +124,7 @@ class Manager:
                 handle = self.pool.workers.get(route[1])
                 if handle is not None:
                     handle.inflight.discard(message.id)
+                    handle.pending = [r for r in handle.pending if r.id != message.id]
         elif isinstance(message, W.Status):
             self._reply(gateway, self._status())
         elif isinstance(message, W.Evict):

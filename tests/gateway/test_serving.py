@@ -1,0 +1,100 @@
+"""The gateway with an in-process stand-in for the worker manager (a ROUTER socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import zmq
+import zmq.asyncio
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from wire import manager as W
+
+
+class StandInManager:
+    """Answers Status; streams Deltas for every Generate until it is aborted (never finishing
+    it), as fast as it can, so the gateway's queues are never empty; records the Aborts."""
+
+    def __init__(self) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.aborted: list[str] = []
+        self.streaming: dict[str, asyncio.Task] = {}
+
+    async def serve(self) -> None:
+        while True:
+            peer, data = await self.sock.recv_multipart()
+            message = W.decode(data)
+            if isinstance(message, W.Status):
+                await self._send(peer, W.StatusReply([], True, {}, ""))
+            elif isinstance(message, W.Generate):
+                await self._send(peer, W.Started(message.id, 1, False))
+                self.streaming[message.id] = asyncio.create_task(self._stream(peer, message.id))
+            elif isinstance(message, W.Abort):
+                self.aborted.append(message.id)
+                self.streaming.pop(message.id).cancel()
+
+    async def _stream(self, peer: bytes, request_id: str) -> None:
+        while True:
+            await self._send(peer, W.Delta(request_id, 0, "x"))
+            await asyncio.sleep(0)
+
+    async def _send(self, peer: bytes, message) -> None:
+        await self.sock.send_multipart([peer, W.encode(message)])
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+async def _client_leaves(data_dir) -> tuple[list[dict], list[str]]:
+    """POST a completion through the whole app; the client leaves 0.2 s after sending it."""
+    manager = StandInManager()
+    server = asyncio.create_task(manager.serve())
+    app = create_app(GatewaySettings(data_dir=data_dir, api_keys="acme=sk-acme",
+                                     manager=manager.endpoint))
+    body = json.dumps({"model": "tiny-llama", "prompt": "long", "max_tokens": 100}).encode()
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.sleep(0.2)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"",
+             "query_string": b"", "root_path": "", "app": app,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+             "headers": [(b"authorization", b"Bearer sk-acme"),
+                         (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())]}
+    try:
+        async with app.router.lifespan_context(app):
+            while not app.state.manager.up:
+                await asyncio.sleep(0.01)
+            await app(scope, receive, send)
+            for _ in range(100):  # an abort sent from a clean-up task may come a little later
+                if manager.aborted:
+                    break
+                await asyncio.sleep(0.01)
+            return sent, manager.aborted
+    finally:
+        for task in [server, *manager.streaming.values()]:
+            task.cancel()
+        manager.close()
+
+
+def test_a_request_whose_client_left_is_aborted_at_the_manager(tmp_path) -> None:
+    sent, aborted = asyncio.run(_client_leaves(tmp_path))
+    assert sent[0]["status"] == 499
+    assert len(aborted) == 1 and aborted[0].endswith("-0")
