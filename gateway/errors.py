@@ -13,6 +13,8 @@ from starlette.routing import Match
 from openapi.common import ErrorResponse
 
 log = logging.getLogger("gateway.errors")
+EXTRA_HINTS = {"prompt": "not a chat parameter: use 'messages', or /v1/completions",
+               "messages": "not a completions parameter: use /v1/chat/completions"}
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "invalid_request_error", 409: "invalid_request_error",
@@ -91,6 +93,10 @@ def install(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # its location is a byte offset, not a field
             offset = location[0] if location else "?"
             message, param = f"The request body is not valid JSON (at byte {offset}).", None
+        elif first.get("type") == "extra_forbidden":
+            hint = EXTRA_HINTS.get(param or "")
+            message = f"Unrecognized request argument supplied: {param}" + (
+                f" ({hint})" if hint else "")
         elif param:
             message = f"Invalid value for '{param}': {message}"
         return APIError(400, message, "invalid_request", param).response()

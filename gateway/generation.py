@@ -42,8 +42,11 @@ BodyMaker = Callable[[Call, list[PromptResult]], dict]
 async def generate(request: Request, tenant: Tenant, target: Target, prompts: list[dict],
                    params: W.SamplingParams, *, prefix: str, stream: bool,
                    include_usage: bool, body: BodyMaker, chunks: ChunkMaker,
-                   usage_chunk: Callable[[Call, list[PromptResult]], dict]):
+                   usage_chunk: Callable[[Call, list[PromptResult]], dict],
+                   user: str | None = None):
     state = request.app.state
+    log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
+             tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
     if not state.tenants.acquire(tenant):
         state.metrics.rejected.labels(tenant.id, "concurrency").inc()
         raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.serving import PromptResult
+from gateway.tools import parse_calls
 from openapi.chat import (
     AssistantMessage,
     ChatChoice,
@@ -14,6 +15,7 @@ from openapi.chat import (
     ChunkChoice,
     Delta,
     TokenLogprob,
+    ToolCallDelta,
     TopLogprob,
 )
 from openapi.common import Usage
@@ -62,6 +64,21 @@ def completion_choice(result: PromptResult, index: int, n: int, want_logprobs: b
                             finish_reason=result.finish.get(index))
 
 
+def best_of(result: PromptResult, n: int, total: int) -> PromptResult:
+    """OpenAI's best_of: of `total` sequences, the `n` whose tokens have the highest mean
+    logprob, best first."""
+    def score(index: int) -> float:
+        values = [t.logprob for t in result.logprobs.get(index, [])]
+        return sum(values) / len(values) if values else float("-inf")
+
+    chosen = sorted(range(total), key=score, reverse=True)[:n]
+    return PromptResult(result.index, result.started,
+                        {k: result.text.get(i, "") for k, i in enumerate(chosen)},
+                        {k: result.logprobs.get(i, []) for k, i in enumerate(chosen)},
+                        {k: result.finish[i] for k, i in enumerate(chosen) if i in result.finish},
+                        result.done)
+
+
 def completion_response(response_id: str, created: int, model: str, results: list[PromptResult],
                         n: int, want_logprobs: bool, echo: bool) -> CompletionResponse:
     choices = [completion_choice(r, i, n, want_logprobs, echo) for r in results for i in range(n)]
@@ -91,14 +108,21 @@ def chat_logprobs(items: list[W.TokenLogprob]) -> ChoiceLogprobs:
         for t in items])
 
 
+def chat_choice(result: PromptResult, index: int, want_logprobs: bool,
+                tool_names: set[str]) -> ChatChoice:
+    text, finish = result.text.get(index, ""), result.finish.get(index)
+    calls = parse_calls(text, tool_names) if tool_names and finish == "stop" else None
+    message = AssistantMessage(content=None, tool_calls=calls) if calls else \
+        AssistantMessage(content=text)
+    return ChatChoice(index=index, message=message,
+                      logprobs=chat_logprobs(result.logprobs.get(index, []))
+                      if want_logprobs else None,
+                      finish_reason="tool_calls" if calls else finish)
+
+
 def chat_response(response_id: str, created: int, model: str, result: PromptResult, n: int,
-                  want_logprobs: bool) -> ChatCompletionResponse:
-    choices = [
-        ChatChoice(index=i, message=AssistantMessage(content=result.text.get(i, "")),
-                   logprobs=chat_logprobs(result.logprobs.get(i, [])) if want_logprobs else None,
-                   finish_reason=result.finish.get(i))
-        for i in range(n)
-    ]
+                  want_logprobs: bool, tool_names: set[str]) -> ChatCompletionResponse:
+    choices = [chat_choice(result, i, want_logprobs, tool_names) for i in range(n)]
     return ChatCompletionResponse(id=response_id, created=created, model=model, choices=choices,
                                   usage=usage([result]))
 
@@ -106,8 +130,9 @@ def chat_response(response_id: str, created: int, model: str, result: PromptResu
 def chat_chunk(response_id: str, created: int, model: str, index: int, *,
                role: bool = False, content: str | None = None,
                logprobs: list[W.TokenLogprob] | None = None,
-               finish_reason: str | None = None) -> dict:
-    delta = Delta(role="assistant" if role else None, content=content)
+               finish_reason: str | None = None,
+               tool_calls: list[ToolCallDelta] | None = None) -> dict:
+    delta = Delta(role="assistant" if role else None, content=content, tool_calls=tool_calls)
     choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason,
                          logprobs=chat_logprobs(logprobs) if logprobs else None)
     chunk = ChatCompletionChunk(id=response_id, created=created, model=model, choices=[choice])

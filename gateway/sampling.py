@@ -1,4 +1,7 @@
-"""API request fields -> the worker's sampling parameters (user value, else OpenAI's default)."""
+"""API request fields -> the worker's sampling parameters (user value, else OpenAI's default).
+
+Every field OpenAI defines is honoured or refused here with a 400 that names it.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +21,54 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
+MAX_LOGIT_BIAS = 300
+UNSUPPORTED = {  # OpenAI fields for features this server does not have: refused when set
+    "audio": "audio output", "prediction": "predicted outputs",
+    "reasoning_effort": "a reasoning model", "verbosity": "a model with verbosity levels",
+    "web_search_options": "web search", "prompt_cache_key": "prompt cache routing",
+    "metadata": "stored completions", "functions": "deprecated 'functions': use 'tools'",
+    "function_call": "deprecated 'function_call': use 'tool_choice'",
+    "suffix": "fill-in-the-middle (suffix)",
+}
+
+
+def unsupported(name: str, what: str) -> APIError:
+    return APIError(400, f"'{name}' is not supported by this server: it has no {what}.",
+                    "unsupported_parameter", name)
+
+
+def refuse_unsupported(request: SamplingFields) -> None:
+    for name, what in UNSUPPORTED.items():
+        if getattr(request, name, None) not in (None, "", {}, []):
+            raise unsupported(name, what)
+    if getattr(request, "store", None):
+        raise unsupported("store", "stored completions")
+    if getattr(request, "service_tier", None) not in (None, "auto", "default"):
+        raise unsupported("service_tier", "service tiers other than 'auto' and 'default'")
+    if getattr(request, "modalities", None) not in (None, ["text"]):
+        raise unsupported("modalities", "output modality other than text")
+
+
+def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
+    """OpenAI's logit_bias: token ids (as strings) -> a bias from -100 to 100."""
+    out: dict[int, float] = {}
+    if bias and len(bias) > MAX_LOGIT_BIAS:
+        raise APIError(400, f"logit_bias may name at most {MAX_LOGIT_BIAS} tokens",
+                       "invalid_request", "logit_bias")
+    for key, value in (bias or {}).items():
+        if not key.isdigit() or len(key) > 10:
+            raise APIError(400, f"logit_bias keys must be token ids written as strings, not "
+                           f"{key!r}", "invalid_request", "logit_bias")
+        if not -100 <= value <= 100:
+            raise APIError(400, f"logit_bias values must lie between -100 and 100, not {value} "
+                           f"(token {key})", "invalid_request", "logit_bias")
+        out[int(key)] = float(value)
+    return out
+
+
 def _common(request: SamplingFields, max_tokens: int, logprobs: int | None,
             echo: bool = False) -> SamplingParams:
+    refuse_unsupported(request)
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=1.0 if request.temperature is None else request.temperature,
@@ -34,7 +83,19 @@ def _common(request: SamplingFields, max_tokens: int, logprobs: int | None,
         echo=echo,
         ignore_eos=request.ignore_eos,
         min_tokens=request.min_tokens,
+        logit_bias=logit_bias(request.logit_bias),
     )
+
+
+def constrain(params: SamplingParams, grammar: str | None, param: str) -> None:
+    """Make every sequence follow `grammar` (which decides where the output ends)."""
+    if grammar is None:
+        return
+    for name in ("ignore_eos", "min_tokens"):
+        if getattr(params, name):
+            raise APIError(400, f"'{name}' cannot be combined with '{param}': the constraint "
+                           "decides where the output ends", "invalid_request", name)
+    params.grammar = grammar
 
 
 def completion_params(request: CompletionRequest) -> SamplingParams:
@@ -42,7 +103,18 @@ def completion_params(request: CompletionRequest) -> SamplingParams:
     if request.min_tokens > max_tokens:
         raise APIError(400, "min_tokens must not exceed max_tokens", "invalid_request",
                        "min_tokens")
-    return _common(request, max_tokens, request.logprobs, request.echo)
+    params = _common(request, max_tokens, request.logprobs, request.echo)
+    best_of = request.best_of or request.n
+    if best_of < request.n:
+        raise APIError(400, f"best_of ({best_of}) must be at least n ({request.n})",
+                       "invalid_request", "best_of")
+    if best_of > request.n:
+        if request.stream:
+            raise APIError(400, "best_of cannot be used with stream: the best completions are "
+                           "known only when all have finished", "invalid_request", "best_of")
+        params.n = best_of
+        params.logprobs = request.logprobs or 0  # the chosen tokens' logprobs rank them
+    return params
 
 
 def chat_params(request: ChatCompletionRequest) -> SamplingParams:

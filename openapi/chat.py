@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from openapi.common import INT32, StrictModel, Text, Usage
 from openapi.completions import SamplingFields
+from openapi.formats import FunctionName
 
 
 class TextPart(StrictModel):
@@ -15,10 +16,23 @@ class TextPart(StrictModel):
     text: Text
 
 
+class FunctionCall(StrictModel):
+    name: FunctionName
+    arguments: Text = Field(description="the arguments, as a JSON object in a string")
+
+
+class ToolCall(StrictModel):
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, description="assistant messages")
+    tool_call_id: Text | None = Field(default=None, description="tool messages")
 
     def text(self) -> str:
         if self.content is None:
@@ -28,13 +42,50 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
+class FunctionDefinition(StrictModel):
+    name: FunctionName
+    description: Text | None = None
+    parameters: dict[str, Any] | None = Field(default=None, description="a JSON schema")
+    strict: bool | None = None
+
+
+class Tool(StrictModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(StrictModel):
+    name: FunctionName
+
+
+class NamedToolChoice(StrictModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=0, le=INT32, description="deprecated alias")
     max_completion_tokens: int | None = Field(default=None, ge=0, le=INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    logit_bias: dict[Text, float] | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # OpenAI's fields for features this server does not have: refused unless left at their
+    # default (gateway.sampling.refuse_unsupported), never silently ignored
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    prompt_cache_key: str | None = None
+    functions: list[Any] | None = Field(default=None, description="deprecated: use tools")
+    function_call: Any = Field(default=None, description="deprecated: use tool_choice")
 
 
 class TopLogprob(BaseModel):
@@ -55,13 +106,17 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: FinishReason | None = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -74,16 +129,29 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage | None = None
 
 
+class FunctionCallDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta | None = None
+
+
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int
     delta: Delta
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: FinishReason | None = None
 
 
 class ChatCompletionChunk(BaseModel):

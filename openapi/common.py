@@ -23,9 +23,10 @@ TokenId = Annotated[int, Field(ge=0, le=INT32)]
 
 
 class OpenAIBaseModel(BaseModel):
-    """Request bodies accept extra (vendor) fields; they are honoured where known, else ignored."""
+    """A request body: every field is declared (OpenAI's and the vendor extras honoured here);
+    anything else is refused, as OpenAI refuses it, rather than silently ignored."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
 
 class StrictModel(BaseModel):

@@ -7,6 +7,7 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, Field
 
 from openapi.common import INT32, OpenAIBaseModel, StreamOptions, Text, TokenId, Usage
+from openapi.formats import ResponseFormat
 
 MAX_N = 8
 T = TypeVar("T")
@@ -28,7 +29,12 @@ class SamplingFields(OpenAIBaseModel):
     frequency_penalty: float = Field(default=0, ge=-2, le=2)
     seed: Annotated[int, AfterValidator(lambda seed: seed % 2**63)] | None = Field(
         default=None, description="any integer (taken modulo 2^63)")
-    user: Text | None = None
+    user: Text | None = Field(default=None, description="the end user's id: logged")
+    safety_identifier: Text | None = Field(default=None, description="logged, like user")
+    logit_bias: dict[Text, float] | None = Field(
+        default=None, description="token id (as a string) -> bias from -100 to 100")
+    response_format: ResponseFormat | None = Field(
+        default=None, description="JSON mode or a JSON schema (on completions: an extension)")
     # vendor extras (vLLM-style), honoured
     top_k: int | None = Field(default=None, ge=-1, le=INT32)
     ignore_eos: bool = False
@@ -41,9 +47,8 @@ class CompletionRequest(SamplingFields):
     max_tokens: int | None = Field(default=16, ge=0, le=INT32)
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
-    suffix: Text | None = None
+    suffix: Text | None = Field(default=None, description="refused: no fill-in-the-middle")
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
-    logit_bias: dict[Text, float] | None = None
 
 
 class CompletionLogprobs(BaseModel):

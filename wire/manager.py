@@ -27,6 +27,8 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     echo: bool = False
     ignore_eos: bool = False
     min_tokens: int = 0
+    logit_bias: dict[int, float] = {}  # token id -> added to its logit before sampling
+    grammar: str | None = None  # an llguidance grammar every sequence must follow
 
 
 class ChatMessage(msgspec.Struct, array_like=True):

@@ -5,11 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from gateway import responses
+from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
-from gateway.sampling import chat_params
+from gateway.sampling import chat_params, constrain
 from gateway.serving import PromptResult
+from gateway.structured import response_format_grammar
+from gateway.tools import tool_mode, worker_messages
 from openapi.chat import ChatCompletionRequest, ChatCompletionResponse
 from wire import manager as W
 
@@ -20,34 +23,29 @@ router = APIRouter(prefix="/v1", tags=["chat"],
 @router.post("/chat/completions", response_model=ChatCompletionResponse)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  tenant: TenantDep):
-    if body.model_extra and "prompt" in body.model_extra:
-        raise APIError(400, "'prompt' is not a chat parameter: use 'messages', or "
-                       "/v1/completions", "invalid_request", "prompt")
     state = request.app.state
     target = state.serving.resolve(tenant, body.model)
-    messages = [W.ChatMessage("system" if m.role == "developer" else m.role, m.text())
-                for m in body.messages]
     params = chat_params(body)
+    tools = tool_mode(body)
+    json_format = response_format_grammar(body.response_format)
+    if json_format and tools.grammar:
+        raise APIError(400, "response_format cannot be combined with a tool_choice that "
+                       "forces a call", "invalid_request", "response_format")
+    constrain(params, tools.grammar or json_format,
+              "tool_choice" if tools.grammar else "response_format")
+    messages = worker_messages(body)
+    tool_names = {t.function.name for t in body.tools or []} if tools.read_calls else set()
     n, want_logprobs = body.n, body.logprobs
+    streams: dict[str, ChatStream] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
         return responses.chat_response(call.response_id, call.created, body.model, results[0],
-                                       n, want_logprobs).model_dump()
+                                       n, want_logprobs, tool_names).model_dump()
 
     def chunks(call: Call, result: PromptResult, event: W.Message) -> list[dict]:
-        base = (call.response_id, call.created, body.model)
-        if isinstance(event, W.Started):
-            return [responses.chat_chunk(*base, i, role=True, content="") for i in range(n)]
-        if not isinstance(event, W.Delta):
-            return []
-        out = []
-        if event.text or event.logprobs:
-            out.append(responses.chat_chunk(*base, event.index, content=event.text,
-                                            logprobs=event.logprobs if want_logprobs else None))
-        if event.finish_reason:
-            out.append(responses.chat_chunk(*base, event.index,
-                                            finish_reason=event.finish_reason))
-        return out
+        stream = streams.setdefault(call.response_id, ChatStream(
+            (call.response_id, call.created, body.model), n, tool_names, want_logprobs))
+        return stream.chunks(event)
 
     def usage(call: Call, results: list[PromptResult]) -> dict:
         return responses.usage_chunk(call.response_id, call.created, body.model,
@@ -56,4 +54,5 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate(request, tenant, target, [{"messages": messages}], params,
                           prefix="chatcmpl", stream=body.stream, include_usage=include_usage,
-                          body=make_body, chunks=chunks, usage_chunk=usage)
+                          body=make_body, chunks=chunks, usage_chunk=usage,
+                          user=body.user or body.safety_identifier)

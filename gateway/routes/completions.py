@@ -8,8 +8,9 @@ from gateway import responses
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
-from gateway.sampling import completion_params
+from gateway.sampling import completion_params, constrain
 from gateway.serving import PromptResult
+from gateway.structured import response_format_grammar
 from openapi.completions import CompletionRequest, CompletionResponse
 from wire import manager as W
 
@@ -46,16 +47,16 @@ def _prompt_specs(prompt: str | list) -> list[dict]:
 
 @router.post("/completions", response_model=CompletionResponse)
 async def create_completion(body: CompletionRequest, request: Request, tenant: TenantDep):
-    if body.model_extra and "messages" in body.model_extra:
-        raise APIError(400, "'messages' is not a completions parameter: use "
-                       "/v1/chat/completions", "invalid_request", "messages")
     state = request.app.state
     target = state.serving.resolve(tenant, body.model)
     prompts = prompt_specs(body.prompt, state.text_tokens.vocab_size)
     params = completion_params(body)
+    constrain(params, response_format_grammar(body.response_format), "response_format")
     n, want_logprobs, echo = body.n, body.logprobs is not None, body.echo
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
+        if params.n > n:  # best_of
+            results = [responses.best_of(r, n, params.n) for r in results]
         return responses.completion_response(call.response_id, call.created, body.model,
                                              results, n, want_logprobs, echo).model_dump()
 
@@ -78,4 +79,5 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate(request, tenant, target, prompts, params, prefix="cmpl",
                           stream=body.stream, include_usage=include_usage, body=make_body,
-                          chunks=chunks, usage_chunk=usage)
+                          chunks=chunks, usage_chunk=usage,
+                          user=body.user or body.safety_identifier)

@@ -20,6 +20,7 @@ from transformers import DynamicCache
 from wire import manager as W
 from workers.inference.batch import BatchCache, cache_tensors, repeat_rows
 from workers.inference.detok import Detokenizer
+from workers.inference.grammar import GrammarError, Grammars
 from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
@@ -32,6 +33,7 @@ class Request:
     prompt_ids: list[int]
     params: W.SamplingParams
     fallback: bool = False
+    grammar: Any = None  # the request's compiled llguidance matcher; each sequence copies it
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Sequence:
     index: int
     detok: Detokenizer
     generator: torch.Generator | None
+    matcher: Any = None  # llguidance matcher of a constrained sequence
     counts: dict[int, int] = field(default_factory=dict)
     generated: int = 0
     last: int = 0
@@ -56,6 +59,7 @@ class InferenceEngine:
         self.eos_ids = eos_ids
         self.max_batch = max_batch
         self.vocab_size = int(model.config.vocab_size)
+        self.grammars = Grammars(tokenizer, self.vocab_size)
         self.waiting: deque[Request] = deque()
         self.running: list[Sequence] = []
         self.batch = BatchCache()
@@ -77,6 +81,17 @@ class InferenceEngine:
             return [W.Failed(request.id, 400, "invalid_prompt",
                              f"Token id {bad} is out of range: this model's vocabulary has "
                              f"{self.vocab_size} tokens (ids 0 to {self.vocab_size - 1}).")]
+        bad = next((t for t in params.logit_bias if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            return [W.Failed(request.id, 400, "invalid_logit_bias",
+                             f"logit_bias names token {bad}, outside this model's vocabulary "
+                             f"of {self.vocab_size} tokens.")]
+        if params.grammar is not None:
+            try:
+                request.grammar = self.grammars.matcher(params.grammar)
+            except GrammarError as exc:
+                return [W.Failed(request.id, 400, "invalid_response_format",
+                                 f"The output constraint cannot be used: {exc}")]
         if params.n > self.max_batch:
             return [W.Failed(request.id, 400, "invalid_n",
                              f"n={params.n} is more than this worker's batch of {self.max_batch}")]
@@ -160,7 +175,8 @@ class InferenceEngine:
         self._generated[request.id] = 0
         for index in range(params.n):
             seq = Sequence(request, index, Detokenizer(self.tokenizer, params.stop),
-                           make_generator(params, index))
+                           make_generator(params, index),
+                           request.grammar.deep_copy() if request.grammar else None)
             events.append(self._accept(seq, self._choose(seq, last_logits)))
             sequences.append(seq)
         self._pending[request.id] = params.n
@@ -184,7 +200,9 @@ class InferenceEngine:
     def _choose(self, seq: Sequence, logits: torch.Tensor) -> Choice:
         params = seq.request.params
         allow_eos = not params.ignore_eos and seq.generated >= params.min_tokens
-        return choose(logits, params, seq.counts, seq.generator, allow_eos, self.eos_ids)
+        allowed = None if seq.matcher is None else self.grammars.allowed(seq.matcher)
+        return choose(logits, params, seq.counts, seq.generator, allow_eos, self.eos_ids,
+                      allowed)
 
     def _accept(self, seq: Sequence, choice: Choice) -> W.Delta:
         params = seq.request.params
@@ -195,7 +213,10 @@ class InferenceEngine:
         is_eos = choice.token in self.eos_ids and not params.ignore_eos
         text = "" if is_eos else seq.detok.add(choice.token)
         logprobs = None if choice.logprob is None else [self._logprob(choice)]
-        if is_eos or seq.detok.stopped:
+        if seq.matcher is not None and not is_eos and not seq.matcher.consume_token(choice.token):
+            log.warning("request %s left its grammar: %s", seq.request.id,
+                        seq.matcher.get_error())
+        if is_eos or seq.detok.stopped or (seq.matcher is not None and seq.matcher.is_stopped()):
             seq.finish = "stop"
         elif seq.generated >= params.max_tokens:
             seq.finish = "length"

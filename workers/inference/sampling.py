@@ -26,16 +26,22 @@ def make_generator(params: SamplingParams, index: int) -> torch.Generator | None
 
 def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
            generator: torch.Generator | None, allow_eos: bool,
-           eos_ids: tuple[int, ...]) -> Choice:
-    """Pick the next token from one row of logits [vocab]."""
+           eos_ids: tuple[int, ...], allowed: torch.Tensor | None = None) -> Choice:
+    """Pick the next token from one row of logits [vocab]; `allowed` (bool [vocab]) is a
+    grammar's mask. Logprobs are the model's own, before bias, penalties and masks."""
     raw = logits.float()
     scores = raw.clone()
+    if params.logit_bias:
+        ids = torch.tensor(list(params.logit_bias), dtype=torch.long)
+        scores[ids] += torch.tensor(list(params.logit_bias.values()), dtype=scores.dtype)
     if counts and (params.presence_penalty or params.frequency_penalty):
         ids = torch.tensor(list(counts), dtype=torch.long)
         n = torch.tensor(list(counts.values()), dtype=scores.dtype)
         scores[ids] -= params.presence_penalty + params.frequency_penalty * n
     if not allow_eos and eos_ids:
         scores[list(eos_ids)] = float("-inf")
+    if allowed is not None:
+        scores[~allowed] = float("-inf")
     if params.temperature <= 0:
         token = int(scores.argmax())
     else:

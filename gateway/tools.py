@@ -1,0 +1,109 @@
+"""Tool calls for chat: tools into the prompt, calls out of the output, in Hermes' format.
+
+The model sees the tools in the system message and answers a call as
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` (the format Qwen and Hermes
+models are trained on). With `tool_choice` "required" or a named function the output is
+constrained to such calls, arguments by the function's schema; with "auto" the model may answer
+either way and calls are recognised in its output; with "none" no call is read.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from gateway.errors import APIError
+from gateway.structured import TOOL_CLOSE, TOOL_OPEN, tool_calls_grammar
+from openapi.chat import ChatCompletionRequest, ChatMessage, FunctionCall, ToolCall
+from wire import manager as W
+
+TOOLS_PROMPT = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    "{tools}\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
+
+
+@dataclass(frozen=True)
+class ToolMode:
+    read_calls: bool  # look for calls in the output
+    grammar: str | None  # the output must be calls (required or a named function)
+
+
+def tool_mode(body: ChatCompletionRequest) -> ToolMode:
+    choice = body.tool_choice or ("auto" if body.tools else "none")
+    if choice != "none" and not body.tools:
+        raise APIError(400, "tool_choice needs tools", "invalid_request", "tool_choice")
+    if choice == "none":
+        return ToolMode(False, None)
+    if choice == "auto":
+        return ToolMode(True, None)
+    tools = body.tools
+    if choice != "required":
+        tools = [t for t in body.tools if t.function.name == choice.function.name]
+        if not tools:
+            raise APIError(400, f"tool_choice names '{choice.function.name}', which is not "
+                           "among the tools", "invalid_request", "tool_choice")
+    return ToolMode(True, tool_calls_grammar(tools, body.parallel_tool_calls))
+
+
+def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:
+    messages = [_render(m, i) for i, m in enumerate(body.messages)]
+    if body.tools:
+        listing = "\n".join(json.dumps(t.model_dump(exclude_none=True, by_alias=True))
+                            for t in body.tools)
+        prompt = TOOLS_PROMPT.format(tools=listing)
+        if messages and messages[0].role == "system":
+            messages[0] = W.ChatMessage("system", f"{messages[0].content}\n\n{prompt}")
+        else:
+            messages.insert(0, W.ChatMessage("system", prompt))
+    return messages
+
+
+def _render(message: ChatMessage, index: int) -> W.ChatMessage:
+    role = "system" if message.role == "developer" else message.role
+    text = message.text()
+    if message.role == "tool":
+        return W.ChatMessage("tool", f"<tool_response>\n{text}\n</tool_response>")
+    calls = []
+    for k, call in enumerate(message.tool_calls or []):
+        try:
+            arguments = json.loads(call.function.arguments)
+        except ValueError:
+            raise APIError(400, "tool call arguments must be a JSON object in a string",
+                           "invalid_request",
+                           f"messages.{index}.tool_calls.{k}.function.arguments") from None
+        calls.append(TOOL_OPEN + json.dumps({"name": call.function.name,
+                                             "arguments": arguments}) + TOOL_CLOSE)
+    if calls:
+        text = "\n".join([text, *calls] if text else calls)
+    return W.ChatMessage(role, text)
+
+
+def parse_calls(text: str, names: set[str]) -> list[ToolCall] | None:
+    """The calls `text` consists of, or None if it is not (only) well-formed calls."""
+    rest, calls = text.strip(), []
+    while rest:
+        if not rest.startswith(TOOL_OPEN.strip()) or TOOL_CLOSE.strip() not in rest:
+            return None
+        inner, _, rest = rest[len(TOOL_OPEN.strip()):].partition(TOOL_CLOSE.strip())
+        rest = rest.strip()
+        try:
+            call = json.loads(inner)
+        except ValueError:
+            return None
+        if not isinstance(call, dict) or call.get("name") not in names or \
+                not isinstance(call.get("arguments"), dict):
+            return None
+        calls.append(ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(
+            name=call["name"], arguments=json.dumps(call["arguments"]))))
+    return calls or None
+
+
+def may_become_call(text: str) -> bool:
+    """Whether output starting with `text` may still turn out to be tool calls."""
+    head = text.lstrip()
+    opening = TOOL_OPEN.strip()
+    return head.startswith(opening) or opening.startswith(head)
