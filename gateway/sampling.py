@@ -31,6 +31,8 @@ UNSUPPORTED = {  # OpenAI fields for features this server does not have: refused
     "suffix": "fill-in-the-middle (suffix)",
 }
 
+EMPTY_IS_UNSET = {"metadata", "suffix"}
+
 
 def unsupported(name: str, what: str) -> APIError:
     return APIError(400, f"'{name}' is not supported by this server: it has no {what}.",
@@ -39,7 +41,8 @@ def unsupported(name: str, what: str) -> APIError:
 
 def refuse_unsupported(request: SamplingFields) -> None:
     for name, what in UNSUPPORTED.items():
-        if getattr(request, name, None) not in (None, "", {}, []):
+        value = getattr(request, name, None)
+        if value or (value is not None and name not in EMPTY_IS_UNSET):
             raise unsupported(name, what)
     if getattr(request, "store", None):
         raise unsupported("store", "stored completions")

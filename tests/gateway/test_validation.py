@@ -8,6 +8,8 @@ from tests.gateway.conftest import KEY
 
 COMPLETION = {"model": "tiny-llama", "prompt": "hi"}
 CHAT = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}]}
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 BAD = [
     ("/v1/completions", {**COMPLETION, "max_tokens": -1}, "max_tokens"),
@@ -35,6 +37,48 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "top_logprobs": 2}, "top_logprobs"),
     ("/v1/chat/completions", {**CHAT, "top_logprobs": 21, "logprobs": True}, "top_logprobs"),
     ("/v1/chat/completions", {**CHAT, "max_completion_tokens": -5}, "max_completion_tokens"),
+    # no silent drops: unknown fields, fields for features this server lacks, bad values
+    ("/v1/completions", {**COMPLETION, "repetition_penalty": 1.2}, "repetition_penalty"),
+    ("/v1/chat/completions", {**CHAT, "guided_json": {}}, "guided_json"),
+    ("/v1/completions", {**COMPLETION, "suffix": "end"}, "suffix"),
+    ("/v1/completions", {**COMPLETION, "best_of": 2, "n": 3}, "best_of"),
+    ("/v1/completions", {**COMPLETION, "best_of": 3, "stream": True}, "best_of"),
+    ("/v1/completions", {**COMPLETION, "logit_bias": {"hello": 1}}, "logit_bias"),
+    ("/v1/completions", {**COMPLETION, "logit_bias": {"5": 101}}, "logit_bias"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"-1": 3}}, "logit_bias"),
+    ("/v1/chat/completions", {**CHAT, "store": True}, "store"),
+    ("/v1/chat/completions", {**CHAT, "metadata": {"a": "b"}}, "metadata"),
+    ("/v1/chat/completions", {**CHAT, "service_tier": "flex"}, "service_tier"),
+    ("/v1/chat/completions", {**CHAT, "modalities": ["text", "audio"]}, "modalities"),
+    ("/v1/chat/completions", {**CHAT, "audio": {"voice": "alloy", "format": "mp3"}}, "audio"),
+    ("/v1/chat/completions", {**CHAT, "prediction": {"type": "content", "content": "x"}},
+     "prediction"),
+    ("/v1/chat/completions", {**CHAT, "reasoning_effort": "low"}, "reasoning_effort"),
+    ("/v1/chat/completions", {**CHAT, "verbosity": "low"}, "verbosity"),
+    ("/v1/chat/completions", {**CHAT, "web_search_options": {}}, "web_search_options"),
+    ("/v1/chat/completions", {**CHAT, "prompt_cache_key": "k"}, "prompt_cache_key"),
+    ("/v1/chat/completions", {**CHAT, "functions": [{"name": "f"}]}, "functions"),
+    ("/v1/chat/completions", {**CHAT, "function_call": "auto"}, "function_call"),
+    # structured outputs and tools
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "xml"}}, "response_format"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "bogus"}}}}}},
+     "response_format"),
+    ("/v1/completions", {**COMPLETION, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "string", "pattern": "(["}}}}, "response_format"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"},
+                              "ignore_eos": True}, "ignore_eos"),
+    ("/v1/chat/completions", {**CHAT, "tool_choice": "required"}, "tool_choice"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
+        "type": "function", "function": {"name": "other"}}}, "tool_choice"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": "required",
+                              "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}}],
+        "tool_choice": "required"}, "tools"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
+     "messages.0.tool_calls.0.function.arguments"),
 ]
 
 
@@ -174,3 +218,20 @@ def test_only_fine_tune_uploads_are_taken(client) -> None:
     response = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune-results"},
                            files={"file": ("a.jsonl", b'{"prompt": "a", "completion": "b"}')})
     assert assert_openai_error(response, 400)["param"] == "purpose"
+
+
+def test_an_unknown_field_is_named_as_openai_names_it(client) -> None:
+    error = assert_openai_error(client.post("/v1/completions", headers=KEY, json={
+        **COMPLETION, "repetition_penalty": 1.2}), 400)
+    assert error["message"] == "Unrecognized request argument supplied: repetition_penalty"
+    error = assert_openai_error(client.post("/v1/chat/completions", headers=KEY,
+                                            json={**CHAT, "prompt": "hi"}), 400)
+    assert "use 'messages'" in error["message"]
+
+
+def test_an_invalid_schema_says_what_is_wrong(client) -> None:
+    error = assert_openai_error(client.post("/v1/chat/completions", headers=KEY, json={
+        **CHAT, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "bogus"}}}}}}),
+        400)
+    assert "bogus" in error["message"]
