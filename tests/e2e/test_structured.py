@@ -1,0 +1,152 @@
+"""Structured outputs, tool calls, best_of and logit_bias through real processes, with the
+official openai SDK (the model has random weights: only constraints make its output parse)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, Field, StringConstraints
+
+from tests.e2e.adapters import MODEL
+from tests.e2e.conftest import Deployment
+
+pytestmark = pytest.mark.slow
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 12},
+    "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city", "unit", "days"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+             "required": ["zone"], "additionalProperties": False}}}]
+
+
+class Person(BaseModel):
+    name: Annotated[str, StringConstraints(max_length=12)]
+    age: int = Field(ge=0, le=120)
+    color: Literal["red", "green", "blue"]
+    tags: list[Literal["a", "b"]] = Field(max_length=3)
+
+
+def test_parse_returns_a_validated_object(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    for seed in range(3):
+        out = client.chat.completions.parse(model="acme/lora-a", messages=ASK,
+                                            response_format=Person, seed=seed,
+                                            max_completion_tokens=400)
+        person = out.choices[0].message.parsed
+        assert isinstance(person, Person)
+        assert Person.model_validate_json(out.choices[0].message.content) == person
+        assert out.choices[0].finish_reason == "stop"
+
+
+def test_json_modes_hold_when_streamed_and_on_completions(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {
+        "type": "number", "minimum": 0, "maximum": 1}}, "required": ["ok", "n"]}
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ASK, stream=True, seed=3, max_completion_tokens=300,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    jsonschema.validate(json.loads(text), schema)
+    anything = client.chat.completions.create(
+        model=MODEL, messages=ASK, seed=4, max_completion_tokens=40,
+        response_format={"type": "json_object"})
+    choice = anything.choices[0]
+    if choice.finish_reason == "stop":  # any object: a random model may write a long one
+        assert isinstance(json.loads(choice.message.content), dict)
+    else:
+        assert choice.finish_reason == "length" and choice.message.content.startswith("{")
+    completion = client.completions.create(
+        model="acme/lora-a", prompt="JSON:", max_tokens=300, seed=5,
+        extra_body={"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "w", "schema": WEATHER}}})
+    jsonschema.validate(json.loads(completion.choices[0].text), WEATHER)
+
+
+def calls_of(message) -> list[tuple[str, dict]]:
+    return [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls]
+
+
+def test_a_tool_call_round_trip(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    first = client.chat.completions.create(model="acme/lora-a", messages=ASK, tools=TOOLS,
+                                           tool_choice="required", seed=1,
+                                           max_completion_tokens=600)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    calls = calls_of(choice.message)
+    assert calls and len({c.id for c in choice.message.tool_calls}) == len(calls)
+    for name, arguments in calls:
+        schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
+        jsonschema.validate(arguments, schema)
+    history = [*ASK, choice.message.model_dump(exclude_none=True),
+               *({"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}
+                 for call in choice.message.tool_calls)]
+    answer = client.chat.completions.create(model="acme/lora-a", messages=history,
+                                            tools=TOOLS, tool_choice="none",
+                                            max_completion_tokens=5, temperature=0)
+    assert answer.choices[0].message.content and answer.choices[0].finish_reason == "length"
+    shown = sum(len(json.dumps(arguments)) for _, arguments in calls) // 8
+    assert answer.usage.prompt_tokens > first.usage.prompt_tokens + shown
+
+
+def test_a_named_tool_call_streams_as_openai_streams_it(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    request = {"model": "acme/lora-a", "messages": ASK, "tools": TOOLS, "seed": 9,
+               "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+               "max_completion_tokens": 600}
+    whole = client.chat.completions.create(**request)
+    streamed: dict[int, dict] = {}
+    finish = None
+    for chunk in client.chat.completions.create(**request, stream=True):
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for call in choice.delta.tool_calls or []:
+                entry = streamed.setdefault(call.index, {"id": None, "name": "", "arguments": ""})
+                entry["id"] = call.id or entry["id"]
+                entry["name"] += call.function.name or "" if call.function else ""
+                entry["arguments"] += call.function.arguments or "" if call.function else ""
+    assert finish == "tool_calls"
+    assert [(e["name"], json.loads(e["arguments"])) for e in streamed.values()] == \
+        calls_of(whole.choices[0].message)
+    assert all(e["id"].startswith("call_") for e in streamed.values())
+    assert {name for name, _ in calls_of(whole.choices[0].message)} == {"get_weather"}
+
+
+def test_best_of_returns_the_most_likely_of_its_samples(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    common = {"model": "acme/lora-a", "prompt": "Once", "max_tokens": 6, "seed": 11,
+              "temperature": 1.0}
+    samples = client.completions.create(**common, n=3, logprobs=0)
+    best = client.completions.create(**common, n=1, best_of=3)
+
+    def mean_logprob(choice) -> float:
+        values = choice.logprobs.token_logprobs
+        return sum(values) / len(values)
+
+    ranked = sorted(samples.choices, key=mean_logprob, reverse=True)
+    assert [c.text for c in best.choices] == [ranked[0].text]
+    assert best.choices[0].logprobs is None
+    assert best.usage.completion_tokens == samples.usage.completion_tokens
+
+
+def test_logit_bias_forces_and_forbids_tokens(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    reference = deployment.reference("acme/lora-a")
+    fox = reference.ids(" fox")[0]
+    forced = client.completions.create(model="acme/lora-a", prompt="The", max_tokens=4,
+                                       logit_bias={str(fox): 100}, temperature=1.0)
+    assert forced.choices[0].text == " fox" * 4
+    greedy = client.completions.create(model="acme/lora-a", prompt="The", max_tokens=1,
+                                       temperature=0)
+    first = reference.ids(greedy.choices[0].text)[0]
+    banned = client.completions.create(model="acme/lora-a", prompt="The", max_tokens=1,
+                                       temperature=0, logit_bias={str(first): -100})
+    assert banned.choices[0].text != greedy.choices[0].text
