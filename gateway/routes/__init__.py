@@ -2,8 +2,17 @@
 
 from fastapi import APIRouter
 
-from gateway.routes import adapters, chat, completions, files, fine_tuning, health, models
+from gateway.routes import (
+    adapters,
+    chat,
+    completions,
+    dashboard,
+    files,
+    fine_tuning,
+    health,
+    models,
+)
 
 router = APIRouter()
-for module in (health, models, completions, chat, adapters, files, fine_tuning):
+for module in (health, models, completions, chat, adapters, files, fine_tuning, dashboard):
     router.include_router(module.router)

@@ -1,0 +1,103 @@
+"""GET /dashboard: a page for tenants and operators, and the two JSON views it reads.
+
+The page (static HTML and script, no build step) signs in with an API key kept in the browser's
+session storage and reads the public API (/v1/models, /v1/fine_tuning/jobs, their events and
+checkpoints) plus `/dashboard/api/usage` (the tenant's own request figures) and, with an
+operator key, `/dashboard/api/operator` (the executor's batching, the workers, the job queue).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.deps import TenantDep
+from gateway.errors import APIError
+from gateway.guard import authenticate
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/dashboard")
+async def page() -> HTMLResponse:
+    html = resources.files("gateway").joinpath("static/dashboard.html").read_text("utf-8")
+    return HTMLResponse(html, headers={"cache-control": "no-cache"})
+
+
+@router.get("/dashboard/api/usage")
+async def usage(request: Request, tenant: TenantDep) -> dict:
+    """This tenant's requests by route and status, tokens, and time to first token."""
+    metrics = request.app.state.metrics
+    requests, tokens, first = [], {}, {"count": 0, "sum": 0.0}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.labels.get("tenant") != tenant.id:
+                continue
+            if sample.name == "symbiosis_requests_total":
+                requests.append({"route": sample.labels["route"],
+                                 "status": sample.labels["status"], "count": int(sample.value)})
+            elif sample.name == "symbiosis_tokens_total":
+                tokens[sample.labels["kind"]] = int(sample.value)
+            elif sample.name == "symbiosis_time_to_first_token_seconds_count":
+                first["count"] = int(sample.value)
+            elif sample.name == "symbiosis_time_to_first_token_seconds_sum":
+                first["sum"] = sample.value
+    mean_ttft = first["sum"] / first["count"] if first["count"] else None
+    return {"tenant": tenant.id, "requests": requests, "tokens": tokens,
+            "mean_time_to_first_token_s": mean_ttft}
+
+
+@router.get("/dashboard/api/operator")
+async def operator(request: Request) -> dict:
+    state = request.app.state
+    if not authenticate(request.headers.get("authorization", ""), state.tenants).admin:
+        raise APIError(403, "The operator view needs an operator key.", "admin_key_required")
+    status = await state.manager.fresh_status() if state.manager.up else None
+    workers = [{"tenant": w.tenant, "model": w.model, "state": w.state, "pid": w.pid,
+                "inflight": w.inflight, "idle_s": round(w.idle_s, 1), "pinned": w.pinned}
+               for w in (status.workers if status else [])]
+    return {"executor_up": bool(status and status.executor_ok),
+            "executor": executor_figures(status.executor_metrics if status else ""),
+            "workers": workers, "manager": dict(status.counters) if status else {},
+            "jobs": state.jobs.count_by_status()}
+
+
+def executor_figures(text: str) -> dict:
+    """The executor's Prometheus text -> batching per call kind and per lane."""
+    values: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            label = sample.labels.get("kind") or sample.labels.get("lane") or ""
+            values[(sample.name, label)] = sample.value
+    kinds = sorted({label for name, label in values
+                    if name == "symbiosis_executor_calls_total" and label})
+    lanes = sorted({label for name, label in values
+                    if name == "symbiosis_executor_lane_calls_total" and label})
+
+    def get(name: str, label: str = "") -> float:
+        return values.get((name, label), 0.0)
+
+    def ratio(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
+    return {
+        "queue_depth": get("symbiosis_executor_queue_depth"),
+        "clients": get("symbiosis_executor_clients"),
+        "mixed_batches": get("symbiosis_executor_mixed_batches_total"),
+        "kinds": {k: {"calls": get("symbiosis_executor_calls_total", k),
+                      "batches": get("symbiosis_executor_batches_total", k),
+                      "rows": get("symbiosis_executor_rows_total", k),
+                      "calls_per_batch": ratio(get("symbiosis_executor_batch_calls_sum", k),
+                                               get("symbiosis_executor_batch_calls_count", k)),
+                      "mean_wait_ms": ratio(get("symbiosis_executor_wait_ms_sum", k),
+                                            get("symbiosis_executor_wait_ms_count", k))}
+                  for k in kinds},
+        "lanes": {lane: {"calls": get("symbiosis_executor_lane_calls_total", lane),
+                         "mean_wait_ms": ratio(
+                             1e3 * get("symbiosis_executor_lane_wait_seconds_total", lane),
+                             get("symbiosis_executor_lane_calls_total", lane))}
+                  for lane in lanes},
+    }

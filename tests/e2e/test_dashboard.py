@@ -1,0 +1,112 @@
+"""The dashboard in a real headless browser (Chromium from Debian's packages, driven by
+Playwright): a tenant signs in and sees a finished job's real loss points; an operator sees the
+live executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS (default test-artifacts/).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.adapters import MODEL
+from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment
+from tests.e2e.jobs import memorization_file, wait
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = Path(os.environ.get("SYMBIOSIS_TEST_ARTIFACTS", "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is missing under CI (apt-get install chromium)")
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def finished_job(deployment: Deployment) -> str:
+    client = deployment.client("gamma")
+    training = client.files.create(file=("train.jsonl", memorization_file(10)),
+                                   purpose="fine-tune")
+    validation = client.files.create(file=("valid.jsonl", memorization_file(4)),
+                                     purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(
+        model=MODEL, training_file=training.id, validation_file=validation.id, suffix="dash",
+        seed=7, method={"type": "supervised", "supervised": {"hyperparameters": {
+            "n_epochs": 3, "batch_size": 2, "learning_rate_multiplier": 50}}},
+        extra_body={"peft": {"method": "lora"}}).id
+    wait(client, job, ("succeeded",))
+    return job
+
+
+def sign_in(browser, deployment: Deployment, key: str):
+    page = browser.new_page(viewport={"width": 1200, "height": 1400})
+    page.goto(f"{deployment.stack.base_url}/dashboard")
+    page.fill("#key", key)
+    page.click("#sign-in-button")
+    return page
+
+
+def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
+                                           finished_job: str) -> None:
+    client = deployment.client("gamma")
+    events = client.fine_tuning.jobs.list_events(finished_job, limit=1000).data
+    def points(series: str) -> list[tuple[int, float]]:
+        return sorted((e.data["step"], e.data[series]) for e in events
+                      if e.type == "metrics" and e.data and series in e.data)
+
+    assert len(points("train_loss")) >= 3 and points("valid_loss")
+    page = sign_in(browser, deployment, KEYS["gamma"])
+    page.click(f'tr.job[data-job="{finished_job}"]')
+    page.wait_for_selector("#loss-chart circle[data-series=train]")
+    page.wait_for_function("document.getElementById('job-status').textContent === 'succeeded'")
+    for series in ("train", "valid"):
+        shown = page.eval_on_selector_all(
+            f"#loss-chart circle[data-series={series}]",
+            "dots => dots.map(d => [Number(d.dataset.step), Number(d.dataset.loss)])")
+        assert [tuple(p) for p in shown] == points(f"{series}_loss")
+    assert page.text_content("#who") == "tenant gamma"
+    assert page.is_hidden("#operator")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-tenant.png"), full_page=True)
+    page.close()
+
+
+def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment,
+                                                 finished_job: str) -> None:
+    deployment.client("acme").completions.create(model="acme/lora-a", prompt="Hi", n=4,
+                                                 max_tokens=8)
+    page = sign_in(browser, deployment, OPERATOR_KEY)
+    page.wait_for_selector("#kinds-table tr[data-kind]")
+    assert page.text_content("#executor-up") == "up"
+    rows = page.eval_on_selector_all(
+        "#kinds-table tr[data-kind]",
+        "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    calls_per_batch = {kind: float(per_batch) for kind, calls, _, per_batch, _ in rows
+                       if float(calls) > 0}
+    assert calls_per_batch and all(value >= 1 for value in calls_per_batch.values())
+    assert page.is_hidden("#jobs") and page.text_content("#who") == "operator"
+    workers = page.eval_on_selector_all("#workers-table tr", "rows => rows.length")
+    assert workers >= 2  # a header and at least the worker that just answered
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-operator.png"), full_page=True)
+    page.close()
+
+
+def test_a_wrong_key_is_told_so(browser, deployment: Deployment) -> None:
+    page = sign_in(browser, deployment, "sk-nobody")
+    page.wait_for_selector("#sign-in-error:not(:empty)")
+    assert "key" in page.text_content("#sign-in-error").lower()
+    assert page.is_hidden("#jobs")
+    page.close()
