@@ -74,27 +74,56 @@ def calls_of(message) -> list[tuple[str, dict]]:
     return [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls]
 
 
-def test_a_tool_call_round_trip(deployment: Deployment) -> None:
+def streamed_message(chunks) -> tuple[dict, str | None]:
+    """An assistant message (as a history entry) gathered from stream chunks, and its finish."""
+    content, calls, finish = "", {}, None
+    for chunk in chunks:
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            content += choice.delta.content or ""
+            for call in choice.delta.tool_calls or []:
+                entry = calls.setdefault(call.index, {"id": None, "type": "function",
+                                                      "function": {"name": "", "arguments": ""}})
+                entry["id"] = call.id or entry["id"]
+                if call.function:
+                    entry["function"]["name"] += call.function.name or ""
+                    entry["function"]["arguments"] += call.function.arguments or ""
+    message = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[k] for k in sorted(calls)]
+    return message, finish
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_call_round_trip(deployment: Deployment, stream: bool) -> None:
     client = deployment.client("acme")
-    first = client.chat.completions.create(model="acme/lora-a", messages=ASK, tools=TOOLS,
-                                           tool_choice="required", seed=1,
-                                           max_completion_tokens=600)
-    choice = first.choices[0]
-    assert choice.finish_reason == "tool_calls" and choice.message.content is None
-    calls = calls_of(choice.message)
-    assert calls and len({c.id for c in choice.message.tool_calls}) == len(calls)
+    ask = {"model": "acme/lora-a", "messages": ASK, "tools": TOOLS, "tool_choice": "required",
+           "seed": 1, "max_completion_tokens": 600}
+    if stream:
+        message, finish = streamed_message(client.chat.completions.create(**ask, stream=True))
+    else:
+        choice = client.chat.completions.create(**ask).choices[0]
+        message, finish = choice.message.model_dump(exclude_none=True), choice.finish_reason
+    assert finish == "tool_calls" and message.get("content") is None
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+             for c in message["tool_calls"]]
+    assert calls and len({c["id"] for c in message["tool_calls"]}) == len(calls)
     for name, arguments in calls:
         schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
         jsonschema.validate(arguments, schema)
-    history = [*ASK, choice.message.model_dump(exclude_none=True),
-               *({"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}
-                 for call in choice.message.tool_calls)]
-    answer = client.chat.completions.create(model="acme/lora-a", messages=history,
-                                            tools=TOOLS, tool_choice="none",
-                                            max_completion_tokens=5, temperature=0)
-    assert answer.choices[0].message.content and answer.choices[0].finish_reason == "length"
+    history = [*ASK, message, *({"role": "tool", "tool_call_id": call["id"],
+                                 "content": "sunny, 21 C"} for call in message["tool_calls"])]
+    answer = {"model": "acme/lora-a", "messages": history, "tools": TOOLS,
+              "tool_choice": "none", "max_completion_tokens": 5, "temperature": 0}
+    whole = client.chat.completions.create(**answer)
+    assert whole.choices[0].message.content and whole.choices[0].finish_reason == "length"
     shown = sum(len(json.dumps(arguments)) for _, arguments in calls) // 8
-    assert answer.usage.prompt_tokens > first.usage.prompt_tokens + shown
+    first_prompt = client.chat.completions.create(**{**ask, "max_completion_tokens": 1,
+                                                     "tool_choice": "none"}).usage.prompt_tokens
+    assert whole.usage.prompt_tokens > first_prompt + shown  # the calls and results were shown
+    if stream:
+        reply, finish = streamed_message(client.chat.completions.create(**answer, stream=True))
+        assert (reply["content"], finish) == (whole.choices[0].message.content, "length")
 
 
 def test_a_named_tool_call_streams_as_openai_streams_it(deployment: Deployment) -> None:

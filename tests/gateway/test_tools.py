@@ -1,0 +1,75 @@
+"""Tool calls in the gateway: prompts for the worker, calls read from output, stream chunks."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.chat_stream import ChatStream
+from gateway.tools import parse_calls, worker_messages
+from openapi.chat import ChatCompletionRequest
+from wire import manager as W
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def request(**fields) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"model": "m", "messages": [
+        {"role": "user", "content": "Weather?"}], **fields})
+
+
+def test_calls_are_read_only_from_output_made_of_well_formed_calls() -> None:
+    calls = parse_calls(f"{CALL}\n{CALL}", {"get_weather"})
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == \
+        [("get_weather", {"city": "Paris"})] * 2
+    assert calls[0].id.startswith("call_") and calls[0].id != calls[1].id
+    assert parse_calls(CALL, {"other"}) is None
+    assert parse_calls(f"Sure! {CALL}", {"get_weather"}) is None
+    assert parse_calls(CALL.replace("}}", "}"), {"get_weather"}) is None
+    assert parse_calls("", {"get_weather"}) is None
+
+
+def test_tools_calls_and_results_reach_the_prompt() -> None:
+    body = request(tools=[TOOL], messages=[
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])
+    messages = worker_messages(body)
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool"]
+    assert messages[0].content.startswith("Be brief.\n\n# Tools")
+    assert json.dumps(TOOL) in messages[0].content
+    assert parse_calls(messages[2].content, {"get_weather"})[0].function.arguments == \
+        '{"city": "Paris"}'
+    assert messages[3].content == "<tool_response>\nsunny\n</tool_response>"
+
+
+def run_stream(pieces: list[str], finish: str = "stop") -> list[dict]:
+    stream = ChatStream(("chatcmpl-1", 0, "m"), 1, {"get_weather"}, False)
+    chunks = stream.chunks(W.Started("r", 3))
+    for k, piece in enumerate(pieces):
+        last = k == len(pieces) - 1
+        chunks += stream.chunks(W.Delta("r", 0, piece, None, finish if last else None))
+    return [c["choices"][0] for c in chunks]
+
+
+def test_a_call_in_auto_mode_streams_as_tool_call_deltas() -> None:
+    choices = run_stream([CALL[:5], CALL[5:30], CALL[30:]])
+    calls = [c["delta"]["tool_calls"][0] for c in choices if c["delta"]["tool_calls"]]
+    assert calls[0]["id"].startswith("call_") and calls[0]["function"] == {
+        "name": "get_weather", "arguments": ""}
+    assert json.loads(calls[1]["function"]["arguments"]) == {"city": "Paris"}
+    assert choices[-1]["finish_reason"] == "tool_calls"
+    assert not any(c["delta"]["content"] for c in choices)
+
+
+def test_text_that_is_no_call_streams_as_content_as_soon_as_that_is_clear() -> None:
+    choices = run_stream(["<to", "ast> is", " ready"])
+    contents = [c["delta"]["content"] for c in choices if c["delta"]["content"]]
+    assert contents == ["<toast> is", " ready"]
+    assert choices[-1]["finish_reason"] == "stop"
+    cut = run_stream([CALL[:20]], finish="length")  # a cut call is returned as the text it is
+    assert [c["delta"]["content"] for c in cut if c["delta"]["content"]] == [CALL[:20]]
+    assert cut[-1]["finish_reason"] == "length"
