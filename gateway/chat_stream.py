@@ -9,17 +9,17 @@ name, then the arguments) and the sequence ends with finish_reason "tool_calls".
 from __future__ import annotations
 
 from gateway import responses
-from gateway.tools import may_become_call, parse_calls
+from gateway.tools import ToolMode, may_become_call
 from openapi.chat import FunctionCallDelta, ToolCallDelta
 from wire import manager as W
 
 
 class ChatStream:
-    def __init__(self, base: tuple[str, int, str], n: int, tool_names: set[str],
+    def __init__(self, base: tuple[str, int, str], n: int, tools: ToolMode,
                  want_logprobs: bool) -> None:
         self.base = base
         self.n = n
-        self.tool_names = tool_names
+        self.tools = tools
         self.want_logprobs = want_logprobs
         self.held: dict[int, tuple[str, list[W.TokenLogprob]]] = {}
         self.flowing: set[int] = set()  # sequences known to be content, not calls
@@ -32,7 +32,7 @@ class ChatStream:
             return []
         index, logprobs = event.index, list(event.logprobs or [])
         out: list[dict] = []
-        if not self.tool_names or index in self.flowing:
+        if not self.tools.names or index in self.flowing:
             out += self._content(index, event.text, logprobs)
         else:
             text, held_logprobs = self.held.pop(index, ("", []))
@@ -40,7 +40,7 @@ class ChatStream:
             if may_become_call(text) and not event.finish_reason:
                 self.held[index] = (text, logprobs)
             elif event.finish_reason == "stop" and \
-                    (calls := parse_calls(text, self.tool_names)) is not None:
+                    (calls := self.tools.calls(text)) is not None:
                 for k, call in enumerate(calls):
                     out.append(self._call(index, ToolCallDelta(
                         index=k, id=call.id, type="function",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.serving import PromptResult
-from gateway.tools import parse_calls
+from gateway.tools import ToolMode
 from openapi.chat import (
     AssistantMessage,
     ChatChoice,
@@ -109,9 +109,9 @@ def chat_logprobs(items: list[W.TokenLogprob]) -> ChoiceLogprobs:
 
 
 def chat_choice(result: PromptResult, index: int, want_logprobs: bool,
-                tool_names: set[str]) -> ChatChoice:
+                tools: ToolMode) -> ChatChoice:
     text, finish = result.text.get(index, ""), result.finish.get(index)
-    calls = parse_calls(text, tool_names) if tool_names and finish == "stop" else None
+    calls = tools.calls(text) if finish == "stop" else None
     message = AssistantMessage(content=None, tool_calls=calls) if calls else \
         AssistantMessage(content=text)
     return ChatChoice(index=index, message=message,
@@ -121,8 +121,8 @@ def chat_choice(result: PromptResult, index: int, want_logprobs: bool,
 
 
 def chat_response(response_id: str, created: int, model: str, result: PromptResult, n: int,
-                  want_logprobs: bool, tool_names: set[str]) -> ChatCompletionResponse:
-    choices = [chat_choice(result, i, want_logprobs, tool_names) for i in range(n)]
+                  want_logprobs: bool, tools: ToolMode) -> ChatCompletionResponse:
+    choices = [chat_choice(result, i, want_logprobs, tools) for i in range(n)]
     return ChatCompletionResponse(id=response_id, created=created, model=model, choices=choices,
                                   usage=usage([result]))
 

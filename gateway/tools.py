@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from gateway.errors import APIError
-from gateway.structured import TOOL_CLOSE, TOOL_OPEN, tool_calls_grammar
+from gateway.structured import MAX_PARALLEL_CALLS, TOOL_CLOSE, TOOL_OPEN, tool_calls_grammar
 from openapi.chat import ChatCompletionRequest, ChatMessage, FunctionCall, ToolCall
 from wire import manager as W
 
@@ -28,8 +28,14 @@ TOOLS_PROMPT = (
 
 @dataclass(frozen=True)
 class ToolMode:
-    read_calls: bool  # look for calls in the output
-    grammar: str | None  # the output must be calls (required or a named function)
+    names: frozenset[str] = frozenset()  # calls to these are read from the output (none: off)
+    grammar: str | None = None  # the output must be calls (required or a named function)
+    max_calls: int = 1
+
+    def calls(self, text: str) -> list[ToolCall] | None:
+        """The calls `text` makes, or None if it is no (valid) call."""
+        calls = parse_calls(text, self.names) if self.names else None
+        return calls if calls and len(calls) <= self.max_calls else None
 
 
 def tool_mode(body: ChatCompletionRequest) -> ToolMode:
@@ -37,16 +43,19 @@ def tool_mode(body: ChatCompletionRequest) -> ToolMode:
     if choice != "none" and not body.tools:
         raise APIError(400, "tool_choice needs tools", "invalid_request", "tool_choice")
     if choice == "none":
-        return ToolMode(False, None)
+        return ToolMode()
+    names = frozenset(t.function.name for t in body.tools)
+    max_calls = MAX_PARALLEL_CALLS if body.parallel_tool_calls else 1
     if choice == "auto":
-        return ToolMode(True, None)
+        return ToolMode(names, None, max_calls)
     tools = body.tools
     if choice != "required":
         tools = [t for t in body.tools if t.function.name == choice.function.name]
         if not tools:
             raise APIError(400, f"tool_choice names '{choice.function.name}', which is not "
                            "among the tools", "invalid_request", "tool_choice")
-    return ToolMode(True, tool_calls_grammar(tools, body.parallel_tool_calls))
+    return ToolMode(frozenset(t.function.name for t in tools),
+                    tool_calls_grammar(tools, body.parallel_tool_calls), max_calls)
 
 
 def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:

@@ -77,7 +77,8 @@ def banner(stack, model: str, key: str | None, data_dir: Path, tenants: Path) ->
     request = {"model": model, "prompt": "Hello", "max_tokens": 8}
     lines += [f"Try: curl {stack.base_url}/v1/completions -H 'Authorization: Bearer "
               f"{key or 'YOUR_KEY'}' -H 'Content-Type: application/json' -d "
-              f"'{json.dumps(request)}'", "Press Ctrl-C to stop.", rule]
+              f"'{json.dumps(request)}'", f"Dashboard: {stack.base_url}/dashboard",
+              "Press Ctrl-C to stop.", rule]
     return "\n".join(lines) + "\n"
 
 

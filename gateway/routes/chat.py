@@ -34,17 +34,16 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     constrain(params, tools.grammar or json_format,
               "tool_choice" if tools.grammar else "response_format")
     messages = worker_messages(body)
-    tool_names = {t.function.name for t in body.tools or []} if tools.read_calls else set()
     n, want_logprobs = body.n, body.logprobs
     streams: dict[str, ChatStream] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
         return responses.chat_response(call.response_id, call.created, body.model, results[0],
-                                       n, want_logprobs, tool_names).model_dump()
+                                       n, want_logprobs, tools).model_dump()
 
     def chunks(call: Call, result: PromptResult, event: W.Message) -> list[dict]:
         stream = streams.setdefault(call.response_id, ChatStream(
-            (call.response_id, call.created, body.model), n, tool_names, want_logprobs))
+            (call.response_id, call.created, body.model), n, tools, want_logprobs))
         return stream.chunks(event)
 
     def usage(call: Call, results: list[PromptResult]) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.chat_stream import ChatStream
-from gateway.tools import parse_calls, worker_messages
+from gateway.tools import parse_calls, tool_mode, worker_messages
 from openapi.chat import ChatCompletionRequest
 from wire import manager as W
 
@@ -46,8 +46,9 @@ def test_tools_calls_and_results_reach_the_prompt() -> None:
     assert messages[3].content == "<tool_response>\nsunny\n</tool_response>"
 
 
-def run_stream(pieces: list[str], finish: str = "stop") -> list[dict]:
-    stream = ChatStream(("chatcmpl-1", 0, "m"), 1, {"get_weather"}, False)
+def run_stream(pieces: list[str], finish: str = "stop", parallel: bool = True) -> list[dict]:
+    tools = tool_mode(request(tools=[TOOL], parallel_tool_calls=parallel))
+    stream = ChatStream(("chatcmpl-1", 0, "m"), 1, tools, False)
     chunks = stream.chunks(W.Started("r", 3))
     for k, piece in enumerate(pieces):
         last = k == len(pieces) - 1
@@ -73,3 +74,11 @@ def test_text_that_is_no_call_streams_as_content_as_soon_as_that_is_clear() -> N
     cut = run_stream([CALL[:20]], finish="length")  # a cut call is returned as the text it is
     assert [c["delta"]["content"] for c in cut if c["delta"]["content"]] == [CALL[:20]]
     assert cut[-1]["finish_reason"] == "length"
+
+
+def test_without_parallel_calls_two_calls_are_no_call() -> None:
+    two = [CALL, "\n" + CALL]
+    assert sum(bool(c["delta"]["tool_calls"]) for c in run_stream(two)) == 4
+    single = run_stream(two, parallel=False)
+    assert not any(c["delta"]["tool_calls"] for c in single)
+    assert single[-1]["finish_reason"] == "stop"
