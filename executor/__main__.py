@@ -1,4 +1,5 @@
-"""`python -m executor --model NAME_OR_PATH --bind ENDPOINT [--device] [--dtype] [--policy]`."""
+"""`python -m executor --model NAME_OR_PATH --bind ENDPOINT [--device] [--dtype] [--policy]
+[--shards N]`."""
 
 from __future__ import annotations
 
@@ -27,11 +28,22 @@ def parse_args(argv: list[str] | None) -> ExecutorConfig:
                         help="do not fuse linear layers that share an input")
     parser.add_argument("--no-stretch", action="store_true",
                         help="offer no stretches (a decoder layer's frozen part as one call)")
+    parser.add_argument("--shards", type=int,
+                        help="run as this many ranks of one torch.distributed group, each "
+                             "holding a slice of every base layer")
+    parser.add_argument("--rank", type=int, help="this process's rank (0 serves clients)")
+    parser.add_argument("--rendezvous", help="tcp://HOST:PORT where rank 0 gathers the group")
+    parser.add_argument("--local-shards", type=int,
+                        help="how many ranks rank 0 starts on this host (default: all)")
+    parser.add_argument("--shard-timeout-s", type=float,
+                        help="a collective waiting longer than this fails")
     args = parser.parse_args(argv)
     flags = {"model": args.model, "bind": args.bind, "device": args.device, "dtype": args.dtype,
              "threads": args.threads, "policy": args.policy, "max_wait_ms": args.max_wait_ms,
              "slice_ms": args.slice_ms, "fuse": False if args.no_fuse else None,
-             "stretch": False if args.no_stretch else None}
+             "stretch": False if args.no_stretch else None, "shards": args.shards,
+             "rank": args.rank, "rendezvous": args.rendezvous,
+             "local_shards": args.local_shards, "shard_timeout_s": args.shard_timeout_s}
     return ExecutorConfig(**{k: v for k, v in flags.items() if v is not None})
 
 
@@ -47,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if config.threads:
         torch.set_num_threads(config.threads)
+    if config.shards > 1:
+        from executor.group import run
+
+        return run(config)
     log = logging.getLogger("executor")
     path = resolve_model(config.model)
     registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,

@@ -36,6 +36,11 @@ class ExecutorConfig(BaseSettings):
     client_idle_s: float = 600.0  # forget clients silent this long (their shared memory too)
     fuse: bool = True  # run linear layers that share an input (q/k/v, gate/up) as one matmul
     stretch: bool = True  # offer stretches: a decoder layer's frozen part as one call
+    shards: int = Field(1, ge=1)  # ranks of one torch.distributed group sharing every layer
+    rank: int = Field(0, ge=0)  # this process's rank (0 serves; others follow)
+    rendezvous: str | None = None  # tcp://HOST:PORT of rank 0 (default: a free local port)
+    local_shards: int | None = Field(None, ge=1)  # ranks rank 0 starts on this host (all)
+    shard_timeout_s: float = Field(60.0, gt=0)  # a collective waiting longer fails
     curve_secret_key: str | None = Field(None, validation_alias=AliasChoices(
         "curve_secret_key", "SYMBIOSIS_EXECUTOR_CURVE_SECRET"))  # z85: CurveZMQ on tcp://
 
@@ -50,4 +55,8 @@ class ExecutorConfig(BaseSettings):
     def _device(self) -> ExecutorConfig:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device must be cpu or cuda[:N], not {self.device!r}")
+        if self.rank >= self.shards:
+            raise ValueError(f"rank {self.rank} is outside a group of {self.shards}")
+        if self.rank > 0 and self.rendezvous is None:
+            raise ValueError("a rank other than 0 needs --rendezvous tcp://HOST:PORT of rank 0")
         return self

@@ -32,8 +32,8 @@ class ExecutorProcess:
     def start(cls, model: str, socket_path: Path, **options: str) -> ExecutorProcess:
         endpoint = f"ipc://{socket_path}"
         args = [sys.executable, "-m", "executor", "--model", model, "--bind", endpoint]
-        for key, value in options.items():
-            args += [f"--{key.replace('_', '-')}", str(value)]
+        for key, value in options.items():  # a value "" is a bare flag
+            args += [f"--{key.replace('_', '-')}", *([str(value)] if value != "" else [])]
         proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
         started = cls(endpoint, proc)

@@ -8,6 +8,7 @@ and returns the largest differences seen.
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from workers.remote.build import remote_model
 METHODS = ["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"]
 GPT2_FAMILY = ("tiny-gpt2", "tiny-starcoder")
 TOLERANCE = 1e-5
+_BUILDING = threading.Lock()
 
 
 def peft_config(model: str, method: str, rank: int = 4):
@@ -55,7 +57,13 @@ def peft_config(model: str, method: str, rank: int = 4):
 
 
 def build_pair(model: str, method: str, handle: Any, seed: int = 0, **remote_kwargs: Any):
-    """(plain peft model, split-execution peft model) with identical, non-trivial adapters."""
+    """(plain peft model, split-execution peft model) with identical, non-trivial adapters.
+    One build at a time: building models (and seeding torch) is not thread-safe."""
+    with _BUILDING:
+        return _build_pair(model, method, handle, seed, **remote_kwargs)
+
+
+def _build_pair(model: str, method: str, handle: Any, seed: int, **remote_kwargs: Any):
     config = peft_config(model, method)
     torch.manual_seed(seed)
     plain = get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(model)),

@@ -1,0 +1,142 @@
+"""`python -m executor --shards N`: the executor as N ranks of one torch.distributed group.
+
+Rank 0 starts the ranks that run on this host (`--local-shards`, default all N) as child
+processes; ranks on other hosts are started there with `--rank R --rendezvous tcp://HOST:PORT`
+(rank 0's address). Every rank joins the group (gloo on CPUs, NCCL on GPUs: rank r on
+cuda:r mod the host's GPUs), loads the model, keeps its slices (`executor.sharding`) and frees
+the rest. Rank 0 serves clients as the unsharded executor does; the others follow its calls.
+
+If any rank dies the group is done: rank 0 notices (a child's exit, or a failed collective),
+fails the calls in flight, and exits non-zero, so the launcher restarts the whole group; the
+other ranks see rank 0 go and exit too. Idle, rank 0 sends a heartbeat every few seconds, so the
+others' wait for the next call never times out while it lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from catalogue.resolve import resolve_model
+from executor.config import ExecutorConfig
+from executor.registry import LayerRegistry
+from executor.sharding import Leader, ShardedRegistry, follow, shard_registry
+
+log = logging.getLogger("executor.group")
+BEAT_S = 5.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_device(config: ExecutorConfig) -> torch.device:
+    if config.device.startswith("cuda"):
+        return torch.device("cuda", config.rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def start_local_ranks(config: ExecutorConfig, rendezvous: str) -> list[subprocess.Popen]:
+    children = []
+    for rank in range(1, config.local_shards or config.shards):
+        args = [sys.executable, "-m", "executor", "--model", config.model, "--bind",
+                config.bind, "--device", config.device, "--dtype", config.dtype,
+                "--shards", str(config.shards), "--rank", str(rank),
+                "--rendezvous", rendezvous, "--shard-timeout-s", str(config.shard_timeout_s)]
+        if config.threads:
+            args += ["--threads", str(config.threads)]
+        children.append(subprocess.Popen(args, start_new_session=False))
+    return children
+
+
+def run(config: ExecutorConfig) -> int:
+    rendezvous = config.rendezvous or f"tcp://127.0.0.1:{free_port()}"
+    children = start_local_ranks(config, rendezvous) if config.rank == 0 else []
+    device = rank_device(config)
+    try:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                init_method=rendezvous, rank=config.rank,
+                                world_size=config.shards,
+                                timeout=timedelta(seconds=config.shard_timeout_s))
+        path = resolve_model(config.model)
+        registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device="cpu",
+                                      fuse=False, stretch=False)
+        shards = shard_registry(registry, config.rank, config.shards, device)
+        held = sum(s.weight.numel() * s.weight.element_size() for s in shards)
+        log.info("rank %d of %d holds %.1f MiB of weights on %s", config.rank, config.shards,
+                 held / 2**20, device)
+        if config.rank != 0:
+            return _follow(shards, config.rank, device)
+        return _lead(config, shards, device, registry, children)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def _follow(shards, rank: int, device: torch.device) -> int:
+    try:
+        follow(shards, rank, device)
+    except RuntimeError as exc:
+        log.error("rank %d: rank 0 is gone (%s); leaving", rank, exc)
+        os._exit(1)  # the group is broken: no orderly teardown can complete
+    dist.destroy_process_group()
+    return 0
+
+
+def _lead(config: ExecutorConfig, shards, device: torch.device, registry: LayerRegistry,
+          children: list[subprocess.Popen]) -> int:
+    from executor.server import ExecutorServer
+
+    stop, failed = threading.Event(), threading.Event()
+
+    def broken() -> None:
+        failed.set()
+        stop.set()
+
+    leader = Leader(shards, device, on_broken=broken)
+    server = ExecutorServer(ShardedRegistry(shards, leader, registry.model_name,
+                                            registry.dtype), config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            dead = [c for c in children if c.poll() is not None]
+            if dead:
+                log.error("a rank exited (code %s): the group stops", dead[0].returncode)
+                broken()
+            with contextlib.suppress(RuntimeError):  # if so, `broken` was called
+                leader.beat(BEAT_S)
+
+    server.start()
+    threading.Thread(target=watch, name="group-watch", daemon=True).start()
+    log.info("executor ready: model=%s shards=%d dtype=%s device=%s bind=%s",
+             registry.model_name, config.shards, config.dtype, config.device, config.bind)
+    stop.wait()
+    log.info("executor stopping%s", " (a rank is down)" if failed.is_set() else "")
+    server.stop()
+    if failed.is_set():
+        for child in children:
+            child.kill()
+        os._exit(1)  # collectives of a broken group can hang a teardown
+    leader.stop()
+    dist.destroy_process_group()
+    return 0
