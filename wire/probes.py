@@ -17,8 +17,9 @@ def _ask(endpoint: str, request: bytes, decode, expected: type, timeout_ms: int,
     if server_key:
         sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
         sock.curve_serverkey = server_key.encode()
+    sock.setsockopt(zmq.IMMEDIATE, 1)  # a list of replicas: ask one that is connected
     try:
-        sock.connect(endpoint)
+        connect_all(sock, endpoint)
         sock.send(request)
         return bool(sock.poll(timeout_ms)) and isinstance(decode(sock.recv()), expected)
     except Exception:  # anything but a well-formed answer means "not ready"
@@ -26,6 +27,16 @@ def _ask(endpoint: str, request: bytes, decode, expected: type, timeout_ms: int,
     finally:
         sock.close()
         ctx.term()
+
+
+def endpoints(listed: str) -> list[str]:
+    """A comma-separated list of endpoints (replicas of one service) -> the endpoints."""
+    return [e.strip() for e in listed.split(",") if e.strip()]
+
+
+def connect_all(sock: zmq.Socket, listed: str) -> None:
+    for endpoint in endpoints(listed):
+        sock.connect(endpoint)
 
 
 def executor_answers(endpoint: str, timeout_ms: int = 2000, server_key: str | None = None) -> bool:

@@ -14,6 +14,7 @@ import msgspec
 import zmq
 
 from wire import executor as P
+from wire.probes import connect_all
 
 
 class ExecutorProbe:
@@ -62,5 +63,6 @@ class ExecutorProbe:
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 4)
-        sock.connect(self.endpoint)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # replicas: the requests go to those connected
+        connect_all(sock, self.endpoint)
         return sock

@@ -28,6 +28,7 @@ from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
+from workers.remote.replicas import Replicas
 
 log = logging.getLogger("workers.remote.client")
 SHM_INITIAL = 1 << 20
@@ -38,7 +39,7 @@ class ExecutorClient:
                  use_doorbell: bool = True, connect_timeout_s: float = 10.0,
                  heartbeat_s: float = 2.0, call_timeout_s: float | None = None,
                  curve_server_key: str | None = None) -> None:
-        self.endpoint = endpoint
+        self.replicas = Replicas(endpoint, name)
         self.name = name
         self.use_shm = use_shm
         self.use_doorbell = use_shm and use_doorbell
@@ -59,23 +60,40 @@ class ExecutorClient:
 
     # -- public -------------------------------------------------------------------------------
 
+    @property
+    def endpoint(self) -> str:
+        return self.replicas.current
+
     def call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
         with self._lock:
-            if self._socket is None:
-                self._connect()
-            for attempt in range(2):
+            for tried in range(1, len(self.replicas) + 1):
                 try:
-                    return self._call(op, layer, x, kind)
-                except _Reconnect:
-                    if attempt:
-                        raise ExecutorUnavailable("executor keeps forgetting this worker") from None
-                    log.info("executor restarted: saying hello again")
-                    self._reset()
-                    self._connect()
+                    return self._call_replica(op, layer, x, kind)
                 except ExecutorUnavailable:
-                    self._reset()  # a late reply must not land in the next call's buffer
-                    raise
+                    if tried == len(self.replicas):
+                        raise
+                    gone = self.endpoint
+                    log.warning("executor %s is unavailable: moving to %s", gone,
+                                self.replicas.move())
             raise AssertionError("unreachable")
+
+    def _call_replica(self, op: P.Op, layer: int, x: torch.Tensor,
+                      kind: P.CallKind) -> torch.Tensor:
+        if self._socket is None:
+            self._connect()
+        for attempt in range(2):
+            try:
+                return self._call(op, layer, x, kind)
+            except _Reconnect:
+                if attempt:
+                    raise ExecutorUnavailable("executor keeps forgetting this worker") from None
+                log.info("executor restarted: saying hello again")
+                self._reset()
+                self._connect()
+            except ExecutorUnavailable:
+                self._reset()  # a late reply must not land in the next call's buffer
+                raise
+        raise AssertionError("unreachable")
 
     def stats(self, format: str = "json") -> str:
         with self._lock:
@@ -137,6 +155,10 @@ class ExecutorClient:
         self.model: str = welcome.model
         self.dtype: torch.dtype = dtype_of(welcome.dtype)
         self.layers: list[P.LayerSpec] = welcome.layers
+        if not self.replicas.check([spec.name for spec in welcome.layers]):
+            self._reset()
+            raise ExecutorError(P.ErrorCode.INTERNAL, f"executor {self.endpoint} offers other "
+                                "layers than the replica this client started on")
         self.device: str = welcome.device
         if self._doorbell is not None:
             if welcome.doorbell:
