@@ -19,6 +19,7 @@ from executor.calls import PendingCall
 from executor.clients import ClientTable
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from executor.sharding import ShardsBroken
 from executor.stats import ExecutorStats
 from wire import executor as P
 from wire.callheader import CODE_OF
@@ -60,6 +61,9 @@ class Engine:
                 y, elapsed = self._sliced(run, x, size, between)
             if y.device.type != "cpu":
                 y = y.cpu()
+        except ShardsBroken as exc:  # the group is going down: the caller may go elsewhere
+            self.stats.record_error()
+            return self._fail(batch, str(exc), P.ErrorCode.UNAVAILABLE)
         except Exception as exc:  # one bad batch must not stop the executor
             log.exception("layer %d op %s failed", first.layer, first.op)
             self.stats.record_error()
@@ -109,16 +113,16 @@ class Engine:
         except (ValueError, RuntimeError, OSError, TypeError) as exc:
             log.info("client %s left before its reply (%s)", client.name, exc)
 
-    def _fail(self, batch: list[PendingCall], error: str) -> list[Reply]:
+    def _fail(self, batch: list[PendingCall], error: str,
+              code: P.ErrorCode = P.ErrorCode.INTERNAL) -> list[Reply]:
         replies = []
         for call in batch:
             if call.reply_seq < 0:
-                replies.append((call.client, [P.encode(P.Error(call.header.id,
-                                                               P.ErrorCode.INTERNAL, error))]))
+                replies.append((call.client, [P.encode(P.Error(call.header.id, code, error))]))
                 continue
             client = self.clients.get(call.client)
             if client is not None and client.port is not None:
-                client.port.refuse(call.reply_seq, call.header.id, P.ErrorCode.INTERNAL, error)
+                client.port.refuse(call.reply_seq, call.header.id, code, error)
         return replies
 
     def _result(self, call: PendingCall, rows: torch.Tensor) -> list:

@@ -29,7 +29,7 @@ def serve(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir)
     stack = Stack(data_dir, args.model, args.host, args.port, echo=True,
-                  executor_args=("--policy", args.policy))
+                  executor_args=("--policy", args.policy, "--shards", str(args.shards)))
     try:
         stack.bind()  # before anything is printed or started
     except PortInUse as exc:
@@ -126,6 +126,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=os.environ.get("SYMBIOSIS_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("SYMBIOSIS_PORT", "8000")))
     p.add_argument("--policy", default="opportunistic")
+    p.add_argument("--shards", type=int,
+                   default=int(os.environ.get("SYMBIOSIS_EXECUTOR_SHARDS", "1")),
+                   help="run the executor as this many torch.distributed ranks, each holding a "
+                        "slice of every base layer")
     p.set_defaults(run=serve)
 
     tenants = sub.add_parser("tenants").add_subparsers(dest="action", required=True)

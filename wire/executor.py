@@ -41,6 +41,7 @@ class ErrorCode(enum.StrEnum):
     BAD_TENSOR = "bad_tensor"
     UNSUPPORTED = "unsupported"
     INTERNAL = "internal"
+    UNAVAILABLE = "unavailable"  # the executor cannot compute now (a rank of its group is down)
 
 
 class LayerSpec(msgspec.Struct, frozen=True, array_like=True):

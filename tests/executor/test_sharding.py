@@ -14,7 +14,7 @@ from tests.helpers import ExecutorProcess, short_tmp
 from tests.peft_reference import TOLERANCE, compare
 from wire import executor as P
 from workers.remote.client import ExecutorClient
-from workers.remote.handle import ExecutorError
+from workers.remote.handle import ExecutorUnavailable
 
 pytestmark = pytest.mark.slow
 MODELS = ["tiny-llama", "tiny-gpt2"]
@@ -91,7 +91,7 @@ def test_a_dead_rank_takes_the_group_down_cleanly() -> None:
         follower.kill()
         killed = time.monotonic()
         assert executor.proc.wait(15) != 0  # rank 0 leaves, so the launcher restarts the group
-        with pytest.raises(ExecutorError):
+        with pytest.raises(ExecutorUnavailable):
             client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE)
         assert time.monotonic() - killed < 20
     finally:

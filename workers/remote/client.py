@@ -239,6 +239,8 @@ class ExecutorClient:
         if isinstance(reply, P.Error):
             if reply.code == P.ErrorCode.UNKNOWN_CLIENT:
                 raise _Reconnect
+            if reply.code == P.ErrorCode.UNAVAILABLE:
+                raise ExecutorUnavailable(reply.message)
             raise ExecutorError(reply.code, reply.message)
         dtype = dtype_of(reply.dtype)
         if reply.shm:
@@ -261,6 +263,8 @@ class ExecutorClient:
         except CallFailed as failed:
             if failed.code == P.ErrorCode.UNKNOWN_CLIENT:
                 raise _Reconnect from None
+            if failed.code == P.ErrorCode.UNAVAILABLE:
+                raise ExecutorUnavailable(failed.message) from None
             raise ExecutorError(failed.code, failed.message) from None
         except bell.Hangup:
             self._check_alive()
