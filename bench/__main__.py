@@ -24,7 +24,7 @@ from bench.compare import compare
 from bench.machine import describe
 from bench.measure import matmul_peak_gflops
 from bench.records import Record, table, write_json
-from bench.scenarios import inference, overhead, trace, training
+from bench.scenarios import inference, overhead, sharding, trace, training
 from bench.scenarios.common import Settings
 
 RESULTS = Path(__file__).parent / "results"
@@ -49,6 +49,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "rate": overhead.executor_rate,
     "methods": inference.methods,
     "coldstart": overhead.cold_start,
+    "sharding": sharding.sharded,
 }
 QUICK_SKIP = {"capacity"}  # ~1B model: minutes per step on a small CPU
 

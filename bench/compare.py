@@ -22,8 +22,10 @@ def compare(paths: list[Path]) -> str:
     names = " / ".join(p.stem for p in paths)
     lines = [f"| scenario | metric | ours | baseline | ratio ({names}) | median ratio | goal | "
              "met |", "|---|---|---|---|---|---|---|---|"]
-    for key, first in runs[0].items():
+    keys = list(dict.fromkeys(key for run in runs for key in run))  # rows of any run, in order
+    for key in keys:
         same = [run.get(key) for run in runs]
+        first = next(r for r in same if r is not None)  # the values shown: the first run's
         ratios = [r.ratio for r in same if r is not None and r.ratio is not None]
         median = statistics.median(ratios) if ratios else None
         mets = ["-" if r is None or r.met is None else "yes" if r.met else "no" for r in same]

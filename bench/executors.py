@@ -14,16 +14,18 @@ from pathlib import Path
 
 class ExecutorProcess:
     def __init__(self, model: str, policy: str, threads: int | None, dtype: str,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", extra: tuple[str, ...] = ()) -> None:
         path = Path(tempfile.mkdtemp(prefix="symb-bench-")) / "executor.sock"
         self.endpoint = f"ipc://{path}"
         args = [sys.executable, "-m", "executor", "--model", model, "--bind", self.endpoint,
                 "--policy", policy, "--dtype", dtype, "--device", device]
         if threads:
             args += ["--threads", str(threads)]
+        args += list(extra)
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
         ready, log = threading.Event(), []
+        self.log = log
 
         def pump() -> None:
             for line in self.proc.stderr:

@@ -82,7 +82,7 @@ def render(paths: list[Path], callpath: list[Path], notes: Path | None) -> str:
            f"- **Machine**: {machine['cpu']} ({machine['cores']} cores, "
            f"{machine['memory_gb']} GB), torch {machine['torch']}; measured fp32 matmul peak "
            f"{meta['matmul_peak_gflops']:.0f} GFLOP/s.",
-           "- **Runs** (first: the values shown):"]
+           "- **Runs** (the values shown: the first run's that has the row):"]
     for path in paths:
         run = json.loads(path.read_text())
         out.append(f"  - [{path.name}](results/{path.name}): `{run['command']}`, {run['date']}, "
