@@ -23,33 +23,35 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
 
 MAX_LOGIT_BIAS = 300
 UNSUPPORTED = {  # OpenAI fields for features this server does not have: refused when set
-    "audio": "audio output", "prediction": "predicted outputs",
-    "reasoning_effort": "a reasoning model", "verbosity": "a model with verbosity levels",
-    "web_search_options": "web search", "prompt_cache_key": "prompt cache routing",
-    "metadata": "stored completions", "functions": "deprecated 'functions': use 'tools'",
-    "function_call": "deprecated 'function_call': use 'tool_choice'",
-    "suffix": "fill-in-the-middle (suffix)",
+    "audio": "this server generates text only",
+    "prediction": "predicted outputs are not available here",
+    "reasoning_effort": "the models served here are not reasoning models",
+    "verbosity": "the models served here have no verbosity levels",
+    "web_search_options": "this server has no web search",
+    "prompt_cache_key": "this server has no prompt cache to route by",
+    "metadata": "completions are not stored here, so there is nothing to tag",
+    "functions": "use 'tools' (the deprecated 'functions' is not accepted)",
+    "function_call": "use 'tool_choice' (the deprecated 'function_call' is not accepted)",
+    "suffix": "the models served here cannot fill in the middle",
 }
-
 EMPTY_IS_UNSET = {"metadata", "suffix"}
 
 
-def unsupported(name: str, what: str) -> APIError:
-    return APIError(400, f"'{name}' is not supported by this server: it has no {what}.",
-                    "unsupported_parameter", name)
+def unsupported(name: str, reason: str) -> APIError:
+    return APIError(400, f"'{name}' is not supported: {reason}.", "unsupported_parameter", name)
 
 
 def refuse_unsupported(request: SamplingFields) -> None:
-    for name, what in UNSUPPORTED.items():
+    for name, reason in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if value or (value is not None and name not in EMPTY_IS_UNSET):
-            raise unsupported(name, what)
+            raise unsupported(name, reason)
     if getattr(request, "store", None):
-        raise unsupported("store", "stored completions")
+        raise unsupported("store", "completions are not stored here")
     if getattr(request, "service_tier", None) not in (None, "auto", "default"):
-        raise unsupported("service_tier", "service tiers other than 'auto' and 'default'")
+        raise unsupported("service_tier", "only 'auto' and 'default' exist here")
     if getattr(request, "modalities", None) not in (None, ["text"]):
-        raise unsupported("modalities", "output modality other than text")
+        raise unsupported("modalities", "this server generates text only")
 
 
 def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
@@ -59,7 +61,7 @@ def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
         raise APIError(400, f"logit_bias may name at most {MAX_LOGIT_BIAS} tokens",
                        "invalid_request", "logit_bias")
     for key, value in (bias or {}).items():
-        if not key.isdigit() or len(key) > 10:
+        if not (key.isascii() and key.isdigit()) or len(key) > 10:
             raise APIError(400, f"logit_bias keys must be token ids written as strings, not "
                            f"{key!r}", "invalid_request", "logit_bias")
         if not -100 <= value <= 100:

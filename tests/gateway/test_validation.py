@@ -45,6 +45,7 @@ BAD = [
     ("/v1/completions", {**COMPLETION, "best_of": 3, "stream": True}, "best_of"),
     ("/v1/completions", {**COMPLETION, "logit_bias": {"hello": 1}}, "logit_bias"),
     ("/v1/completions", {**COMPLETION, "logit_bias": {"5": 101}}, "logit_bias"),
+    ("/v1/completions", {**COMPLETION, "logit_bias": {"\u00b2": 1}}, "logit_bias"),
     ("/v1/chat/completions", {**CHAT, "logit_bias": {"-1": 3}}, "logit_bias"),
     ("/v1/chat/completions", {**CHAT, "store": True}, "store"),
     ("/v1/chat/completions", {**CHAT, "metadata": {"a": "b"}}, "metadata"),
