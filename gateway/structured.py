@@ -26,10 +26,16 @@ SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SCHEMA_VALUES = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
 
 
-def strict(schema: Any) -> Any:
+MAX_DEPTH = 64
+
+
+def strict(schema: Any, param: str = "response_format", depth: int = 0) -> Any:
     """A copy of `schema` with the strict-mode defaults above filled in, at every level."""
     if not isinstance(schema, dict):
         return schema
+    if depth > MAX_DEPTH:
+        raise APIError(400, f"The schema is nested more than {MAX_DEPTH} levels deep.",
+                       "invalid_request", param)
     out = dict(schema)
     types = out.get("type")
     types = types if isinstance(types, list) else [types]
@@ -39,13 +45,13 @@ def strict(schema: Any) -> Any:
         out["multipleOf"] = 10.0 ** -DECIMALS
     for key in SCHEMA_KEYS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: strict(sub) for name, sub in out[key].items()}
+            out[key] = {name: strict(sub, param, depth + 1) for name, sub in out[key].items()}
     for key in SCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [strict(sub) for sub in out[key]]
+            out[key] = [strict(sub, param, depth + 1) for sub in out[key]]
     for key in SCHEMA_VALUES:
         if isinstance(out.get(key), dict):
-            out[key] = strict(out[key])
+            out[key] = strict(out[key], param, depth + 1)
     return out
 
 
@@ -62,7 +68,7 @@ def _checked(grammar: str, param: str) -> str:
 
 def json_grammar(schema: dict | None, param: str = "response_format") -> str:
     """Any JSON object (schema None: OpenAI's JSON mode), else JSON valid for `schema`."""
-    target = {"type": "object"} if schema is None else strict(schema)
+    target = {"type": "object"} if schema is None else strict(schema, param)
     try:
         grammar = LLMatcher.grammar_from_json_schema(_compact(target))
     except ValueError as exc:
@@ -92,5 +98,5 @@ def tool_calls_grammar(tools: list[Any], parallel: bool) -> str:
     repeat = f'("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}' if parallel else ""
     lark = (f"start: call {repeat}\n"
             f"call: {json.dumps(TOOL_OPEN)} body {json.dumps(TOOL_CLOSE)}\n"
-            f"body: %json {json.dumps(_compact(strict(body)))}\n")
+            f"body: %json {json.dumps(_compact(strict(body, 'tools')))}\n")
     return _checked(LLMatcher.grammar_from_lark(lark), "tools")

@@ -230,6 +230,16 @@ def test_an_unknown_field_is_named_as_openai_names_it(client) -> None:
     assert "use 'messages'" in error["message"]
 
 
+def test_a_schema_nested_without_end_is_a_400(client) -> None:
+    schema: dict = {"type": "string"}
+    for _ in range(200):
+        schema = {"type": "array", "items": schema}
+    error = assert_openai_error(client.post("/v1/chat/completions", headers=KEY, json={
+        **CHAT, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "deep", "schema": schema}}}), 400)
+    assert "nested" in error["message"]
+
+
 def test_an_invalid_schema_says_what_is_wrong(client) -> None:
     error = assert_openai_error(client.post("/v1/chat/completions", headers=KEY, json={
         **CHAT, "response_format": {"type": "json_schema", "json_schema": {
