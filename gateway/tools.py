@@ -80,7 +80,7 @@ def _render(message: ChatMessage, index: int) -> W.ChatMessage:
     for k, call in enumerate(message.tool_calls or []):
         try:
             arguments = json.loads(call.function.arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise APIError(400, "tool call arguments must be a JSON object in a string",
                            "invalid_request",
                            f"messages.{index}.tool_calls.{k}.function.arguments") from None
@@ -101,7 +101,7 @@ def parse_calls(text: str, names: set[str]) -> list[ToolCall] | None:
         rest = rest.strip()
         try:
             call = json.loads(inner)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(call, dict) or call.get("name") not in names or \
                 not isinstance(call.get("arguments"), dict):

@@ -28,6 +28,8 @@ def test_calls_are_read_only_from_output_made_of_well_formed_calls() -> None:
     assert parse_calls(f"Sure! {CALL}", {"get_weather"}) is None
     assert parse_calls(CALL.replace("}}", "}"), {"get_weather"}) is None
     assert parse_calls("", {"get_weather"}) is None
+    deep = "[" * 100_000 + "]" * 100_000
+    assert parse_calls(f"<tool_call>\n{deep}\n</tool_call>", {"get_weather"}) is None
 
 
 def test_tools_calls_and_results_reach_the_prompt() -> None:
