@@ -42,6 +42,9 @@ class PeftSettings(StrictModel):
     learning_rate: float | None = Field(default=None, gt=0, description="overrides base x mult.")
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
+    checkpoint_every_steps: int = Field(
+        default=0, ge=0, le=INT32,
+        description="also save (and serve) a checkpoint every this many steps; 0: per epoch only")
 
 
 class FineTuningJobCreate(OpenAIBaseModel):
@@ -56,6 +59,9 @@ class FineTuningJobCreate(OpenAIBaseModel):
     hyperparameters: Hyperparameters | None = Field(default=None, description="deprecated")
     integrations: list[dict] | None = None
     peft: PeftSettings | None = None
+    priority: int = Field(default=0, ge=-100, le=100, description=(
+        "extension: when every job slot is taken, a queued job preempts the running job of "
+        "lowest priority below its own, which checkpoints, is queued again and later resumes"))
 
 
 class JobError(BaseModel):

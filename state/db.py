@@ -83,6 +83,9 @@ MIGRATIONS = [
     );
     CREATE INDEX checkpoints_by_job ON checkpoints (job_id, step);
     """,
+    """
+    ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 

@@ -26,6 +26,9 @@ class PeftSpec:
     learning_rate: float = BASE_LEARNING_RATE["lora"]
     warmup_ratio: float = 0.1
     weight_decay: float = 0.0
+    checkpoint_every_steps: int = 0  # besides one per epoch; 0: per epoch only
+    init_model: str | None = None  # continue training this fine-tuned model or checkpoint...
+    init_adapter: str | None = None  # ...whose adapter directory this is
 
 
 @dataclass(frozen=True)

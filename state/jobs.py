@@ -45,6 +45,7 @@ class JobRecord:
     control: str | None = None
     attempts: int = 0
     queued_at: float | None = None
+    priority: int = 0  # a higher one preempts lower running jobs when the slots are full
 
     @classmethod
     def from_row(cls, row) -> JobRecord:
@@ -68,13 +69,15 @@ class JobRecord:
             "id": self.id, "object": "fine_tuning.job", "created_at": self.created_at,
             "error": self.error, "fine_tuned_model": self.fine_tuned_model,
             "finished_at": self.finished_at, "hyperparameters": self.hyperparameters,
-            "model": self.model, "organization_id": self.tenant,
+            "model": self.method.get("init_model") or self.model,
+            "organization_id": self.tenant,
             "result_files": self.result_files, "seed": self.seed, "status": self.status,
             "trained_tokens": self.trained_tokens, "training_file": self.training_file,
+            "priority": self.priority,
             "validation_file": self.validation_file, "estimated_finish": None,
             "integrations": [], "metadata": self.metadata,
             "method": {"type": "supervised", "supervised": supervised},
-            "peft": self.method,
+            "peft": {k: v for k, v in self.method.items() if k != "init_adapter"},  # a path
         }
 
 
@@ -86,19 +89,19 @@ class JobStore:
 
     def create(self, tenant: str, model: str, training_file: str, validation_file: str | None,
                suffix: str | None, seed: int, spec: JobSpec,
-               metadata: dict | None) -> JobRecord:
+               metadata: dict | None, priority: int = 0) -> JobRecord:
         hyperparameters, method = spec.hyperparameters(), spec.peft_dict()
         job = JobRecord(new_id("ftjob"), tenant, int(time.time()), "validating_files", model,
                         training_file, validation_file, suffix, seed, hyperparameters, method,
-                        metadata)
+                        metadata, priority=priority)
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO jobs (id, tenant, created_at, status, model, training_file, "
-                "validation_file, suffix, seed, hyperparameters, method, metadata) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "validation_file, suffix, seed, hyperparameters, method, metadata, priority) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.id, tenant, job.created_at, job.status, model, training_file,
                  validation_file, suffix, seed, json.dumps(hyperparameters), json.dumps(method),
-                 None if metadata is None else json.dumps(metadata)))
+                 None if metadata is None else json.dumps(metadata), priority))
         return job
 
     def get(self, job_id: str, tenant: str | None = None) -> JobRecord | None:
@@ -149,8 +152,9 @@ class JobStore:
             return conn.execute(sql, params).rowcount > 0
 
     def claim(self, max_running: int, slots: int | None = None) -> list[JobRecord]:
-        """Mark queued jobs running, up to `max_running` in all and `slots` now, fairly across
-        tenants (the tenant with the fewest running jobs first, then the longest waiting)."""
+        """Mark queued jobs running, up to `max_running` in all and `slots` now: the highest
+        priority first, then fairly across tenants (the tenant with the fewest running jobs
+        first, then the longest waiting)."""
         claimed = []
         with self.db.transaction() as conn:
             running: dict[str, int] = {}
@@ -160,7 +164,8 @@ class JobStore:
                 "SELECT * FROM jobs WHERE status = 'queued' ORDER BY queued_at, created_at")]
             while queued and sum(running.values()) < max_running and \
                     (slots is None or len(claimed) < slots):
-                job = min(queued, key=lambda j: (running.get(j.tenant, 0), j.queued_at or 0))
+                job = min(queued, key=lambda j: (-j.priority, running.get(j.tenant, 0),
+                                                 j.queued_at or 0))
                 queued.remove(job)
                 running[job.tenant] = running.get(job.tenant, 0) + 1
                 conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "

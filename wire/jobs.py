@@ -18,6 +18,7 @@ class JobAction(enum.StrEnum):
     START = "start"  # a job was queued (created or resumed): claim it if a slot is free
     PAUSE = "pause"
     CANCEL = "cancel"
+    PREEMPT = "preempt"  # manager -> trainer only: checkpoint and give the slot back (queued)
 
 
 class JobCommand(msgspec.Struct, tag="job_command", array_like=True):

@@ -54,9 +54,7 @@ def _check_hyperparameters(hp: Hyperparameters) -> dict:
 async def create_job(body: FineTuningJobCreate, request: Request,
                      tenant: TenantDep) -> FineTuningJob:
     state = request.app.state
-    if body.model != state.settings.model:
-        raise APIError(404, f"Model {body.model} is not available for fine-tuning (the base "
-                       f"model here is {state.settings.model}).", "model_not_available", "model")
+    start = _starting_adapter(request, tenant.id, body)
     if body.method is not None and body.method.type != "supervised":
         raise APIError(400, f"method {body.method.type!r} is not supported; use 'supervised'",
                        "unsupported_method", "method.type")
@@ -80,12 +78,12 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
           else body.hyperparameters or Hyperparameters())
     examples = files["training_file"].examples
-    spec = resolve(_check_hyperparameters(hp), (body.peft or PeftSettings()).model_dump(),
-                   examples, state.text_tokens.max_context)
+    spec = resolve(_check_hyperparameters(hp), {**(body.peft or PeftSettings()).model_dump(),
+                                                **start}, examples, state.text_tokens.max_context)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     jobs = state.jobs
-    job = jobs.create(tenant.id, body.model, body.training_file, body.validation_file,
-                      body.suffix, seed, spec, body.metadata)
+    job = jobs.create(tenant.id, state.settings.model, body.training_file, body.validation_file,
+                      body.suffix, seed, spec, body.metadata, body.priority)
     jobs.event(job.id, f"Validating training file: {body.training_file}")
     if (problem := too_few_examples(examples)) is not None:
         jobs.move(job.id, "failed", error={"code": "invalid_n_examples", "message": problem,
@@ -96,6 +94,25 @@ async def create_job(body: FineTuningJobCreate, request: Request,
         jobs.event(job.id, "Files validated, moving job to queued state")
         await _queued(request, job.id)
     return FineTuningJob(**jobs.get(job.id).public())
+
+
+def _starting_adapter(request: Request, tenant_id: str, body: FineTuningJobCreate) -> dict:
+    """The base model (nothing to add), or a fine-tuned model or checkpoint of this tenant to
+    continue training: its adapter, whose PEFT method the job then uses."""
+    base = request.app.state.settings.model
+    if body.model == base:
+        return {}
+    record = request.app.state.registry.visible(body.model, tenant_id)
+    if record is None or record.base != base:
+        raise APIError(404, f"Model {body.model} is not available for fine-tuning: name the "
+                       f"base model ({base}) or one of your models built on it.",
+                       "model_not_available", "model")
+    method = record.peft_type.lower()
+    if body.peft is not None and "method" in body.peft.model_fields_set and \
+            body.peft.method != method:
+        raise APIError(400, f"{body.model} is a {method} adapter; a job continuing it trains "
+                       f"{method}, not {body.peft.method}", "invalid_value", "peft.method")
+    return {"method": method, "init_model": body.model, "init_adapter": record.path}
 
 
 async def _queued(request: Request, job_id: str) -> None:

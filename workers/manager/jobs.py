@@ -68,11 +68,32 @@ class JobScheduler:
     def schedule(self) -> None:
         free = self.max_jobs - self.running
         if free <= 0:
+            self._preempt()
             return
         for job in self.jobs.claim(self.max_jobs, slots=free):
             log.info("starting trainer for job %s (tenant %s)", job.id, job.tenant)
             self.trainers[job.id] = Trainer(job.id)
             self.start(self.trainer_spec(job.id))
+
+    def _preempt(self) -> None:
+        """Slots full and a queued job outranks a running one: the lowest-priority running job
+        checkpoints and goes back to the queue (one at a time; its exit schedules again)."""
+        if any(t.asked == JobAction.PREEMPT for t in self.trainers.values()):
+            return
+        waiting = max((j.priority for j in self.jobs.with_status("queued")), default=None)
+        running = [(self.jobs.get(t.job_id), t) for t in self.trainers.values()
+                   if t.asked is None]
+        running = [(job, t) for job, t in running if job is not None and job.status == "running"]
+        if waiting is None or not running:
+            return
+        job, trainer = min(running, key=lambda pair: (pair[0].priority, -(pair[0].queued_at or 0)))
+        if job.priority >= waiting:
+            return
+        log.info("preempting job %s (priority %d) for a queued job of priority %d", job.id,
+                 job.priority, waiting)
+        trainer.asked = JobAction.PREEMPT
+        if trainer.connected:
+            self.to_trainer(job.id, TrainerControl(job.id, JobAction.PREEMPT))
 
     # -- events ----------------------------------------------------------------------------
 
@@ -86,7 +107,7 @@ class JobScheduler:
             self._answer_now(gateway, command)
             return
         trainer.waiting.append((gateway, command.id))
-        if trainer.asked != JobAction.CANCEL:
+        if trainer.asked != JobAction.CANCEL:  # a user's pause or cancel outranks a preemption
             trainer.asked = command.action
         if trainer.connected:
             self.to_trainer(trainer.job_id, TrainerControl(trainer.job_id, trainer.asked))
@@ -127,7 +148,11 @@ class JobScheduler:
 
     def _after_crash(self, trainer: Trainer, attempts: int, status: int) -> None:
         job_id = trainer.job_id
-        if trainer.asked is not None:  # it died before acting on a pause or cancel: honour it
+        if trainer.asked == JobAction.PREEMPT:  # it died before giving its slot back
+            if self.jobs.move(job_id, "queued"):
+                self.jobs.event(job_id, "Preempted by a job of higher priority; it will resume "
+                                "from its latest checkpoint")
+        elif trainer.asked is not None:  # it died before acting on a pause or cancel: honour it
             final = "paused" if trainer.asked == JobAction.PAUSE else "cancelled"
             if self.jobs.move(job_id, final):
                 self.jobs.event(job_id, f"Job {final}; it will resume from its latest "

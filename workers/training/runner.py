@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import get_peft_model
+from peft import PeftModel, get_peft_model
 
 from state.adapters import AdapterRegistry
 from state.db import Database, db_path
@@ -72,7 +72,10 @@ class Trainer:
                              client_name=f"trainer-{job.id}",
                              privacy=self.config.privacy and PrivacyConfig(backward=True))
         torch.manual_seed(job.seed)
-        model = get_peft_model(model, peft_config(spec.peft, total))
+        if spec.peft.init_adapter:  # continue from a fine-tuned model or a checkpoint
+            model = PeftModel.from_pretrained(model, spec.peft.init_adapter, is_trainable=True)
+        else:
+            model = get_peft_model(model, peft_config(spec.peft, total))
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
@@ -130,6 +133,13 @@ class Trainer:
                                 data={"step": progress.step, "train_loss": result.loss,
                                       "train_mean_token_accuracy": result.accuracy,
                                       "epoch": epoch + 1})
+                every = self.job.spec.peft.checkpoint_every_steps
+                if every and progress.step % every == 0 and position + 1 < len(order):
+                    progress.epoch, progress.position = epoch, position + 1  # resume point
+                    path = checkpoint.save(root, model, optimizer, scheduler, progress)
+                    self._register_checkpoint(path, progress, epoch + 1, {
+                        "step": progress.step, "train_loss": result.loss,
+                        "train_mean_token_accuracy": result.accuracy})
             progress.epoch, progress.position = epoch + 1, 0
             last = progress.history[-1]
             metrics = {"step": last["step"], "train_loss": last["train_loss"],
@@ -156,9 +166,13 @@ class Trainer:
         progress.epoch, progress.position = epoch, position
         checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
                         scheduler, progress)
-        status = "paused" if action == JobAction.PAUSE else "cancelled"
+        status = {JobAction.PAUSE: "paused", JobAction.PREEMPT: "queued"}.get(action,
+                                                                           "cancelled")
         if self.jobs.move(self.job.id, status):
-            self.jobs.event(self.job.id, f"Job {status} at step {progress.step}; checkpoint saved")
+            self.jobs.event(self.job.id, f"Preempted by a job of higher priority at step "
+                            f"{progress.step}; it will resume from this checkpoint"
+                            if status == "queued" else
+                            f"Job {status} at step {progress.step}; checkpoint saved")
         self.stopped = status
         raise JobStopped
 

@@ -92,3 +92,56 @@ def test_recovery_requeues_jobs_a_previous_stack_left_running(setup) -> None:
     scheduler.recover()
     assert seen.started == [job] and store.get(job).attempts == 2
     assert "restarted" in store.events(job, after=None, limit=5)[0][0]["message"]
+
+
+def test_a_higher_priority_job_preempts_the_lowest_running_one(tmp_path) -> None:
+    store = JobStore(Database(tmp_path / "state.db"))
+    seen = Recorder()
+    scheduler = JobScheduler(
+        store, lambda spec: seen.started.append(spec.job_id),
+        lambda job_id: TrainerSpec(job_id=job_id, data_dir="d", base="b", executor="e",
+                                   manager="m"),
+        lambda gateway, state: seen.answers.append((gateway, state)),
+        lambda job_id, control: seen.controls.append((job_id, control)), max_jobs=2)
+
+    def job(priority: int) -> str:
+        created = store.create("acme", "m", "file", None, None, 1,
+                               JobSpec(1, 1, 1.0, PeftSpec()), None, priority)
+        store.move(created.id, "queued")
+        return created.id
+
+    low, middle = job(0), job(5)
+    scheduler.schedule()
+    for pid, job_id in enumerate((low, middle), start=10):
+        scheduler.spawned(job_id, pid)
+        scheduler.hello(job_id)
+    same = job(0)
+    scheduler.command(b"gw", JobCommand("s1", same, JobAction.START))
+    assert seen.controls == []  # no running job has a lower priority: it waits its turn
+    urgent = job(9)
+    scheduler.command(b"gw", JobCommand("s2", urgent, JobAction.START))
+    assert seen.controls == [(low, TrainerControl(low, JobAction.PREEMPT))]
+    scheduler.command(b"gw", JobCommand("s3", urgent, JobAction.START))
+    assert len(seen.controls) == 1  # one preemption at a time
+    store.move(low, "queued")  # what the trainer does: checkpoint, give the slot back
+    scheduler.stopped(low, "queued")
+    assert scheduler.exited(10, 0)
+    assert set(seen.started[:2]) == {low, middle}
+    assert seen.started[2:] == [urgent]  # the urgent job takes the slot, not low again
+    assert store.get(low).status == "queued" and store.get(same).status == "queued"
+
+
+def test_a_preempted_trainer_that_dies_is_requeued_not_failed(setup) -> None:
+    store, scheduler, seen = setup
+    low = queued_job(store)
+    scheduler.schedule()
+    scheduler.spawned(low, 21)
+    scheduler.hello(low)
+    urgent = store.create("acme", "m", "file", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()),
+                          None, 3)
+    store.move(urgent.id, "queued")
+    scheduler.schedule()
+    assert seen.controls[-1][1].action == JobAction.PREEMPT
+    assert scheduler.exited(21, -9)
+    assert store.get(low).status == "queued"
+    assert seen.started == [low, urgent.id]

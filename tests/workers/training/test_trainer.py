@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, TaskType, get_peft_model, get_peft_model_state_dict
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
@@ -19,6 +20,7 @@ from state.files import FileStore
 from state.job_spec import JobSpec, PeftSpec, resolve
 from state.jobs import JobStore
 from wire.spawner import TrainerSpec
+from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example
 from workers.training.runner import run
 
@@ -53,8 +55,10 @@ def make_job(data_dir: Path, rows: list[dict], **method) -> tuple[JobStore, str]
 
 
 def reference_adapter(rows: list[dict], tokenizer, seed: int, epochs: int, batch_size: int,
-                      lr: float, max_len: int) -> dict[str, torch.Tensor]:
-    """Written independently of the trainer: Trainer-style loop, transformers' own loss."""
+                      lr: float, max_len: int, start: Path | None = None,
+                      losses: list[float] | None = None) -> dict[str, torch.Tensor]:
+    """Written independently of the trainer: Trainer-style loop, transformers' own loss; from a
+    fresh LoRA, or from the adapter in `start`. Each step's loss goes to `losses`."""
     examples = []
     for row in rows:
         prompt = tokenizer.encode(row["prompt"])
@@ -64,8 +68,12 @@ def reference_adapter(rows: list[dict], tokenizer, seed: int, epochs: int, batch
         examples.append((ids, labels))
     model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
     torch.manual_seed(seed)
-    model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8,
-                                             lora_dropout=0.0, target_modules="all-linear"))
+    if start is not None:
+        model = PeftModel.from_pretrained(model, start, is_trainable=True)
+    else:
+        model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=4,
+                                                 lora_alpha=8, lora_dropout=0.0,
+                                                 target_modules="all-linear"))
     total = epochs * math.ceil(len(examples) / batch_size)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
                                   weight_decay=0.0)
@@ -80,7 +88,10 @@ def reference_adapter(rows: list[dict], tokenizer, seed: int, epochs: int, batch
             ids = torch.tensor([i + [0] * (width - len(i)) for i, _ in chosen])
             labels = torch.tensor([lab + [IGNORE] * (width - len(lab)) for _, lab in chosen])
             mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in chosen])
-            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            if losses is not None:
+                losses.append(loss.item())
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
                                            1.0)
             optimizer.step()
@@ -110,6 +121,62 @@ def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path
     assert worst < 1e-4, worst
     checkpoints, _ = jobs.checkpoints(job_id)
     assert [c["step_number"] for c in checkpoints] == [15, 10, 5]
+
+
+def trained_adapter(jobs: JobStore, job_id: str, data_dir: Path) -> dict[str, torch.Tensor]:
+    record = AdapterRegistry(jobs.db, data_dir, MODEL).get(jobs.get(job_id).fine_tuned_model)
+    return load_file(Path(record.path) / "adapter_model.safetensors")
+
+
+@pytest.mark.slow
+def test_checkpoints_every_n_steps_and_a_resume_from_one_mid_epoch(executor_for, tokenizer,
+                                                                  tmp_path) -> None:
+    rows = gsm8k(10)
+    endpoint = executor_for(MODEL).endpoint
+    jobs, first = make_job(tmp_path, rows, checkpoint_every_steps=2)
+    assert run(TrainerSpec(job_id=first, data_dir=str(tmp_path), base=MODEL,
+                           executor=endpoint, manager=""), tokenizer) == 0
+    checkpoints, _ = jobs.checkpoints(first, limit=100)
+    assert sorted(c["step_number"] for c in checkpoints) == [2, 4, 5, 6, 8, 10, 12, 14, 15]
+    theirs = reference_adapter(rows, tokenizer, 1234, 3, 2, 5e-3, 128)
+    ours = trained_adapter(jobs, first, tmp_path)
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) < 1e-4
+    # the same job again, crashed after step 8 (mid-epoch 2): it resumes from that checkpoint
+    _, second = make_job(tmp_path, rows, checkpoint_every_steps=2)
+    resume_at = checkpoint_root(tmp_path, second) / "step-8"
+    shutil.copytree(checkpoint_root(tmp_path, first) / "step-8", resume_at)
+    assert run(TrainerSpec(job_id=second, data_dir=str(tmp_path), base=MODEL,
+                           executor=endpoint, manager=""), tokenizer) == 0
+    messages = [e["message"] for e in jobs.events(second, after=None, limit=100)[0]]
+    assert any("resumed at step 8" in m for m in messages), messages
+    resumed = trained_adapter(jobs, second, tmp_path)
+    assert max((resumed[k] - theirs[k]).abs().max().item() for k in resumed) < 1e-4
+
+
+@pytest.mark.slow
+def test_a_job_continues_from_a_fine_tuned_model(executor_for, tokenizer, tmp_path) -> None:
+    rows = gsm8k(10)
+    endpoint = executor_for(MODEL).endpoint
+    jobs, first = make_job(tmp_path, rows)
+    assert run(TrainerSpec(job_id=first, data_dir=str(tmp_path), base=MODEL,
+                           executor=endpoint, manager=""), tokenizer) == 0
+    done = AdapterRegistry(jobs.db, tmp_path, MODEL).get(jobs.get(first).fine_tuned_model)
+    _, second = make_job(tmp_path, rows, init_model=done.id, init_adapter=done.path)
+    assert run(TrainerSpec(job_id=second, data_dir=str(tmp_path), base=MODEL,
+                           executor=endpoint, manager=""), tokenizer) == 0
+    assert jobs.get(second).public()["model"] == done.id
+    losses: list[float] = []
+    theirs = reference_adapter(rows, tokenizer, 1234, 3, 2, 5e-3, 128, start=Path(done.path),
+                               losses=losses)
+    ours = trained_adapter(jobs, second, tmp_path)
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) < 1e-4
+    events = jobs.events(second, after=None, limit=100)[0]
+    first_loss = next(e["data"]["train_loss"] for e in events
+                      if e["type"] == "metrics" and e["data"]["step"] == 1)
+    assert abs(first_loss - losses[0]) < 1e-4  # it starts from the fine-tuned weights
+    fresh = next(e["data"]["train_loss"] for e in jobs.events(first, after=None, limit=100)[0]
+                 if e["type"] == "metrics" and e["data"]["step"] == 1)
+    assert first_loss < fresh - 0.05
 
 
 def test_chat_labels_cover_exactly_the_assistant_messages(tokenizer) -> None:

@@ -1,0 +1,37 @@
+"""Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one."""
+
+from __future__ import annotations
+
+import json
+
+from tests.e2e.adapters import save_adapter
+from tests.gateway.conftest import KEY
+from tests.gateway.test_validation import assert_openai_error
+from tests.workers.training.test_trainer import gsm8k
+
+
+def upload(client) -> str:
+    data = "\n".join(json.dumps(r) for r in gsm8k(10)).encode()
+    response = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                           files={"file": ("train.jsonl", data, "application/jsonl")})
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
+    registry = client.app.state.registry
+    registry.register("acme", "memo", save_adapter(tmp_path / "memo", "lora", 1))
+    registry.register("beta", "theirs", save_adapter(tmp_path / "theirs", "lora", 2))
+    training = upload(client)
+    job = {"training_file": training, "method": {"type": "supervised"}}
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "model": "beta/theirs"}), 404)
+    assert error["param"] == "model"
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "model": "acme/memo", "peft": {"method": "ia3"}}), 400)
+    assert error["param"] == "peft.method" and "lora" in error["message"]
+    created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={**job, "model": "acme/memo"})
+    assert created.status_code == 200, created.text
+    body = created.json()
+    assert body["model"] == "acme/memo" and body["peft"]["init_model"] == "acme/memo"
+    assert body["peft"]["method"] == "lora" and "init_adapter" not in body["peft"]
