@@ -33,7 +33,8 @@ from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, Traine
 from workers.manager.config import ManagerConfig, parse_config
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
-from workers.manager.pool import NoCapacity, WorkerHandle, WorkerPool, worker_key
+from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, worker_key
+from workers.manager.preload import pinned_requests
 from workers.manager.spawner_client import SpawnerProcess
 
 log = logging.getLogger("workers.manager")
@@ -44,7 +45,9 @@ class Manager:
     def __init__(self, config: ManagerConfig) -> None:
         self.config = config
         self.pool = WorkerPool(max_workers=config.max_workers, idle_s=config.idle_s,
-                               pinned=set(config.pinned))
+                               pinned=set(config.pinned), min_residency_s=config.min_residency_s,
+                               max_evictions_per_min=config.max_evictions_per_min)
+        self.waiting: list[tuple[bytes, W.Generate, int, float]] = []  # for a worker slot
         self.routes: dict[str, tuple[bytes, str]] = {}  # request id -> (gateway, worker key)
         # requests in flight that have sent nothing back yet (request, tries): a worker that
         # dies before answering them does not fail them; they go to a fresh worker once
@@ -72,6 +75,15 @@ class Manager:
             self.jobs = JobScheduler(store, self.spawner.spawn, self._trainer_spec, self._reply,
                                      self._to_trainer, max_jobs=self.config.max_jobs)
             self.jobs.recover()
+        for request in pinned_requests(self.config):
+            try:
+                handle, _ = self.pool.add(request.tenant, request.model)
+            except NoCapacity:
+                log.warning("more pinned workers than --max-workers: %s not preloaded",
+                            request.model)
+                continue
+            log.info("preloading pinned worker %s", handle.key)
+            self._start(handle, request)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",
                  self.config.model, self.config.bind, self.config.max_workers,
                  self.jobs.max_jobs if self.jobs else "- (no data dir)")
@@ -118,6 +130,7 @@ class Manager:
             self._generate(gateway, message)
         elif isinstance(message, W.Abort):
             self.unanswered.pop(message.id, None)
+            self.waiting = [w for w in self.waiting if w[1].id != message.id]
             route = self.routes.pop(message.id, None)
             if route is not None:
                 self._to_worker(route[1], message)
@@ -137,16 +150,26 @@ class Manager:
             else:
                 self.jobs.command(gateway, message)
 
-    def _generate(self, gateway: bytes, request: W.Generate, tries: int = 1) -> None:
+    def _generate(self, gateway: bytes, request: W.Generate, tries: int = 1,
+                  since: float | None = None) -> None:
         handle = self.pool.get(request.tenant, request.model)
         if handle is None:
             try:
                 handle, evicted = self.pool.add(request.tenant, request.model)
+            except NotYet as exc:
+                since = time.monotonic() if since is None else since
+                if time.monotonic() - since < self.config.capacity_wait_s:
+                    self.waiting.append((gateway, request, tries, since))
+                    return
+                self._reply(gateway, W.Failed(request.id, 503, "no_worker_capacity",
+                                              f"No worker slot freed up in time: {exc}"))
+                return
             except NoCapacity as exc:
                 self._reply(gateway, W.Failed(request.id, 503, "no_worker_capacity", str(exc)))
                 return
             for victim in evicted:
-                log.info("evicting least recently used worker %s", victim.key)
+                log.info("evicting least recently used worker %s (age %.1f s)", victim.key,
+                         time.monotonic() - victim.started)
                 self._stop(victim)
             self._start(handle, request)
         self.routes[request.id] = (gateway, handle.key)
@@ -272,6 +295,9 @@ class Manager:
         self._to_worker(handle.key, W.Stop())
 
     def _sweep(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for gateway, request, tries, since in waiting:  # room may have been made by now
+            self._generate(gateway, request, tries, since)
         for handle in self.pool.idle():
             log.info("stopping idle worker %s", handle.key)
             self._stop(handle)

@@ -24,6 +24,9 @@ class ManagerConfig(BaseSettings):
     idle_s: float = Field(600.0, gt=0, validation_alias=AliasChoices(
         "idle_s", "SYMBIOSIS_WORKER_IDLE_S"))
     pinned: frozenset[str] = Field(frozenset(), validation_alias=AliasChoices("pinned"))
+    min_residency_s: float = Field(10.0, ge=0)  # no worker is evicted younger than this
+    max_evictions_per_min: int = Field(60, ge=0)  # 0: no cap
+    capacity_wait_s: float = Field(60.0, gt=0)  # a request waits this long for room, then 503
     max_batch: int = Field(32, ge=1)
     worker_threads: int = Field(1, ge=1)
     worker_device: str = "cpu"  # where workers and trainers run their own part
@@ -40,6 +43,9 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
     parser.add_argument("--max-workers", type=int)
     parser.add_argument("--idle-s", type=float)
     parser.add_argument("--pin", action="append", help="TENANT|MODEL never evicted (repeatable)")
+    parser.add_argument("--min-residency-s", type=float,
+                        help="no worker is evicted younger than this (against thrashing)")
+    parser.add_argument("--max-evictions-per-min", type=int, help="0: no cap")
     parser.add_argument("--privacy", action="store_true", default=None,
                         help="workers mask what they send to the executor (float32 only)")
     parser.add_argument("--worker-device", help="cpu or cuda[:N]: where workers and trainers "
@@ -52,5 +58,6 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
              "max_workers": args.max_workers, "idle_s": args.idle_s,
              "pinned": frozenset(args.pin) if args.pin else None, "privacy": args.privacy,
              "worker_device": args.worker_device, "data_dir": args.data_dir,
-             "max_jobs": args.max_jobs}
+             "max_jobs": args.max_jobs, "min_residency_s": args.min_residency_s,
+             "max_evictions_per_min": args.max_evictions_per_min}
     return ManagerConfig(**{k: v for k, v in flags.items() if v is not None})

@@ -3,11 +3,18 @@
 A worker serves one (tenant, model) pair. At most `max_workers` live at once; room is made by
 stopping the least recently used idle worker that is not pinned. Workers idle longer than
 `idle_s` are stopped too. Pinned (tenant, model) pairs are never evicted.
+
+Against thrashing under a burst across more adapters than slots: a worker is not evicted before
+it has lived `min_residency_s`, and at most `max_evictions_per_min` evictions happen a minute.
+When those rules, or busy or starting workers, stand in the way, `add` raises `NotYet`: the
+request waits for room instead of failing (the broker retries it), and the cache keeps the
+workers it just started. Only slots all pinned are `NoCapacity` at once.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,14 +43,22 @@ class NoCapacity(Exception):
     pass
 
 
+class NotYet(NoCapacity):
+    """Room will be made shortly (a worker comes of age, or the eviction rate falls): wait."""
+
+
 class WorkerPool:
     def __init__(self, *, max_workers: int = 8, idle_s: float = 600.0,
-                 pinned: set[str] | None = None,
+                 pinned: set[str] | None = None, min_residency_s: float = 0.0,
+                 max_evictions_per_min: int = 0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_workers = max_workers
         self.idle_s = idle_s
         self.pinned = pinned or set()
+        self.min_residency_s = min_residency_s
+        self.max_evictions_per_min = max_evictions_per_min  # 0: no cap
         self.clock = clock
+        self._evicted_at: deque[float] = deque()
         self.workers: dict[str, WorkerHandle] = {}
         self.counters = {"worker_starts": 0, "worker_evictions": 0, "worker_crashes": 0,
                          "fallbacks": 0}
@@ -59,15 +74,22 @@ class WorkerPool:
         """A new handle, and the workers to stop to make room for it (raises NoCapacity)."""
         evict: list[WorkerHandle] = []
         live = [h for h in self.workers.values() if h.state != "stopping"]
+        now = self.clock()
         while len(live) - len(evict) >= self.max_workers:
-            victim = self._lru_victim(exclude=evict)
+            victim = self._lru_victim(exclude=evict, now=now)
             if victim is None:
-                raise NoCapacity(f"all {self.max_workers} workers are busy or pinned")
+                if all(h.key in self.pinned for h in live):
+                    raise NoCapacity(f"all {self.max_workers} workers are pinned")
+                raise NotYet(f"the {self.max_workers} workers are busy, starting, or younger "
+                             f"than {self.min_residency_s:g} s")
+            if not self._may_evict(now, len(evict) + 1):
+                raise NotYet(f"{self.max_evictions_per_min} workers were evicted in the last "
+                             "minute")
             evict.append(victim)
         for victim in evict:
             victim.state = "stopping"
             self.counters["worker_evictions"] += 1
-        now = self.clock()
+            self._evicted_at.append(now)
         handle = WorkerHandle(worker_key(tenant, model), tenant, model, started=now,
                               last_used=now)
         self.workers[handle.key] = handle
@@ -91,8 +113,15 @@ class WorkerPool:
     def by_pid(self, pid: int) -> WorkerHandle | None:
         return next((h for h in self.workers.values() if h.pid == pid), None)
 
-    def _lru_victim(self, exclude: list[WorkerHandle]) -> WorkerHandle | None:
+    def _lru_victim(self, exclude: list[WorkerHandle], now: float) -> WorkerHandle | None:
+        """The least recently used evictable worker: idle, not pinned, of age by `now`."""
         candidates = [h for h in self.workers.values()
                       if h.state == "ready" and not h.inflight and h.key not in self.pinned
-                      and h not in exclude]
+                      and h not in exclude and now - h.started >= self.min_residency_s]
         return min(candidates, key=lambda h: h.last_used, default=None)
+
+    def _may_evict(self, now: float, more: int) -> bool:
+        while self._evicted_at and now - self._evicted_at[0] > 60.0:
+            self._evicted_at.popleft()
+        return not self.max_evictions_per_min or \
+            len(self._evicted_at) + more <= self.max_evictions_per_min

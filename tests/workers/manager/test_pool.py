@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.manager.pool import NoCapacity, WorkerPool, worker_key
+from workers.manager.pool import NoCapacity, NotYet, WorkerPool, worker_key
 
 
 class Clock:
@@ -58,3 +58,43 @@ def test_idle_timeout_spares_pinned_and_busy_workers() -> None:
     clock.now = 11
     assert [h.tenant for h in pool.idle()] == ["idle"]
     assert pool.idle() == []
+
+
+def test_no_worker_is_evicted_before_its_minimum_residency() -> None:
+    clock = Clock()
+    pool = WorkerPool(max_workers=1, min_residency_s=5, clock=clock)
+    ready(pool, "a", "m1")
+    clock.now = 4.9
+    with pytest.raises(NotYet):
+        pool.add("b", "m2")
+    clock.now = 5.0
+    _, evicted = ready(pool, "b", "m2")
+    assert [h.key for h in evicted] == [worker_key("a", "m1")]
+
+
+def test_the_eviction_rate_is_capped() -> None:
+    clock = Clock()
+    pool = WorkerPool(max_workers=1, max_evictions_per_min=2, clock=clock)
+    ready(pool, "t", "m0")
+    for i in (1, 2):
+        clock.now = i
+        ready(pool, "t", f"m{i}")
+    clock.now = 3
+    with pytest.raises(NotYet):
+        pool.add("t", "m3")
+    clock.now = 61.5  # the first eviction (at 1 s) is over a minute old
+    _, evicted = ready(pool, "t", "m3")
+    assert [h.key for h in evicted] == [worker_key("t", "m2")]
+
+
+def test_busy_workers_mean_a_wait_and_pinned_ones_no_capacity() -> None:
+    pool = WorkerPool(max_workers=1, min_residency_s=5, clock=Clock())
+    busy, _ = ready(pool, "a", "m1")
+    busy.inflight.add("r")
+    with pytest.raises(NotYet):
+        pool.add("b", "m2")
+    pinned = WorkerPool(max_workers=1, pinned={worker_key("a", "m1")}, clock=Clock())
+    ready(pinned, "a", "m1")
+    with pytest.raises(NoCapacity) as info:
+        pinned.add("b", "m2")
+    assert not isinstance(info.value, NotYet)

@@ -1,0 +1,34 @@
+"""Pinned workers start with the manager, not on their first request."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from state.adapters import AdapterRegistry
+from state.db import Database, db_path
+from wire import manager as W
+from workers.manager.config import ManagerConfig
+
+log = logging.getLogger("workers.preload")
+
+
+def pinned_requests(config: ManagerConfig) -> list[W.Generate]:
+    """For each pinned TENANT|MODEL that exists, the request a first client would send."""
+    registry = None
+    if config.data_dir:
+        registry = AdapterRegistry(Database(db_path(Path(config.data_dir))),
+                                   Path(config.data_dir), config.model)
+    requests = []
+    for key in sorted(config.pinned):
+        tenant, _, model = key.partition("|")
+        adapter = None
+        if model != config.model:
+            record = registry.visible(model, tenant) if registry is not None else None
+            if record is None:
+                log.warning("pinned %s: no such model for that tenant; not preloaded", key)
+                continue
+            adapter = W.AdapterRef(record.path, record.peft_type)
+        requests.append(W.Generate(f"preload-{key}", tenant, model, W.SamplingParams(),
+                                   adapter))
+    return requests
