@@ -30,6 +30,7 @@ from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
+from workers.manager.breaker import Breakers
 from workers.manager.config import ManagerConfig, parse_config
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
@@ -48,6 +49,9 @@ class Manager:
                                pinned=set(config.pinned), min_residency_s=config.min_residency_s,
                                max_evictions_per_min=config.max_evictions_per_min)
         self.waiting: list[tuple[bytes, W.Generate, int, float]] = []  # for a worker slot
+        self.breakers = Breakers(threshold=config.breaker_failures,
+                                 cooldown_s=config.breaker_cooldown_s)
+        self.fell_back: set[str] = set()  # requests served by the base model: circuit open
         self.routes: dict[str, tuple[bytes, str]] = {}  # request id -> (gateway, worker key)
         # requests in flight that have sent nothing back yet (request, tries): a worker that
         # dies before answering them does not fail them; they go to a fresh worker once
@@ -152,6 +156,16 @@ class Manager:
 
     def _generate(self, gateway: bytes, request: W.Generate, tries: int = 1,
                   since: float | None = None) -> None:
+        if request.adapter is not None and \
+                not self.breakers.allow(worker_key(request.tenant, request.model)):
+            if not request.fallback:
+                self._reply(gateway, W.Failed(
+                    request.id, 503, "circuit_open",
+                    f"{request.model} failed {self.breakers.threshold} times in a row; it is "
+                    f"refused for up to {self.breakers.cooldown_s:g} s, then tried again"))
+                return
+            self.fell_back.add(request.id)
+            request = msgspec.structs.replace(request, model=self.config.model, adapter=None)
         handle = self.pool.get(request.tenant, request.model)
         if handle is None:
             try:
@@ -226,6 +240,7 @@ class Manager:
             handle.pending.clear()
         elif isinstance(message, W.LoadFailed):
             log.warning("worker %s failed to load: %s", key, message.message)
+            self.breakers.failed(key)
             if handle is not None:
                 self._fail_all(handle, 503, "adapter_load_failed" if "executor" not in
                                message.message else "executor_unavailable",
@@ -236,7 +251,14 @@ class Manager:
             if route is None:
                 return  # aborted meanwhile
             self.unanswered.pop(message.id, None)
+            if isinstance(message, W.Started) and message.id in self.fell_back:
+                message.fallback = True
+            if isinstance(message, W.Done):
+                self.breakers.succeeded(key)
+            elif isinstance(message, W.Failed) and message.status >= 500:
+                self.breakers.failed(key)
             if isinstance(message, (W.Done, W.Failed)):
+                self.fell_back.discard(message.id)
                 del self.routes[message.id]
                 if handle is not None:
                     handle.inflight.discard(message.id)
@@ -260,6 +282,7 @@ class Manager:
             self.pool.remove(handle.key)
             if handle.state != "stopping":
                 self.pool.counters["worker_crashes"] += 1
+                self.breakers.failed(handle.key)
                 log.warning("worker %s (pid %d) died with status %s", handle.key, handle.pid,
                             event.status)
             self._retry_unanswered(handle)

@@ -27,6 +27,8 @@ class ManagerConfig(BaseSettings):
     min_residency_s: float = Field(10.0, ge=0)  # no worker is evicted younger than this
     max_evictions_per_min: int = Field(60, ge=0)  # 0: no cap
     capacity_wait_s: float = Field(60.0, gt=0)  # a request waits this long for room, then 503
+    breaker_failures: int = Field(3, ge=1)  # failures in a row that open a model's circuit
+    breaker_cooldown_s: float = Field(30.0, gt=0)  # open this long, then one probe
     max_batch: int = Field(32, ge=1)
     worker_threads: int = Field(1, ge=1)
     worker_device: str = "cpu"  # where workers and trainers run their own part
@@ -46,6 +48,10 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
     parser.add_argument("--min-residency-s", type=float,
                         help="no worker is evicted younger than this (against thrashing)")
     parser.add_argument("--max-evictions-per-min", type=int, help="0: no cap")
+    parser.add_argument("--breaker-failures", type=int,
+                        help="failures in a row that open a model's circuit breaker")
+    parser.add_argument("--breaker-cooldown-s", type=float,
+                        help="how long an open circuit refuses before one probe")
     parser.add_argument("--privacy", action="store_true", default=None,
                         help="workers mask what they send to the executor (float32 only)")
     parser.add_argument("--worker-device", help="cpu or cuda[:N]: where workers and trainers "
@@ -59,5 +65,7 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
              "pinned": frozenset(args.pin) if args.pin else None, "privacy": args.privacy,
              "worker_device": args.worker_device, "data_dir": args.data_dir,
              "max_jobs": args.max_jobs, "min_residency_s": args.min_residency_s,
-             "max_evictions_per_min": args.max_evictions_per_min}
+             "max_evictions_per_min": args.max_evictions_per_min,
+             "breaker_failures": args.breaker_failures,
+             "breaker_cooldown_s": args.breaker_cooldown_s}
     return ManagerConfig(**{k: v for k, v in flags.items() if v is not None})
