@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway import kv_budget
 from gateway.errors import APIError
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
@@ -52,6 +53,13 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
                        f"{tenant.max_concurrent}); retry when one finishes.",
                        "rate_limit_exceeded")
+    try:
+        kv_held = kv_budget.reserve(state.tenants, state.text_tokens, tenant, prompts, params)
+    except APIError as refused:
+        state.tenants.release(tenant)
+        if refused.status == 429:
+            state.metrics.rejected.labels(tenant.id, "kv_budget").inc()
+        raise
     state.metrics.inflight.labels(tenant.id).inc()
     released = False
 
@@ -60,6 +68,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         if not released:
             released = True
             state.tenants.release(tenant)
+            state.tenants.free_kv(tenant, kv_held)
             state.metrics.inflight.labels(tenant.id).dec()
 
     call = Call(request, tenant, target, f"{prefix}-{uuid.uuid4().hex}", int(time.time()),

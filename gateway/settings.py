@@ -29,6 +29,7 @@ class GatewaySettings(BaseSettings):
     manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
     max_concurrent: int = 16  # per tenant, unless the tenants file says otherwise
     max_context: int = 0  # per tenant; 0: the model's own limit
+    max_kv_tokens: int = 0  # per tenant, across its in-flight requests; 0: no budget
 
     @property
     def tenants_path(self) -> Path:

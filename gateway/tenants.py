@@ -2,7 +2,8 @@
 
 The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
-                  "max_context": 2048, "fallback": false, "admin": false}]}
+                  "max_context": 2048, "max_kv_tokens": 65536, "fallback": false,
+                  "admin": false}]}
 Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
 operator keys (for /metrics) from SYMBIOSIS_ADMIN_KEYS="sk-...,sk-...".
 """
@@ -32,6 +33,7 @@ class Tenant:
     key_sha256: list[str] = field(default_factory=list)
     max_concurrent: int = 16
     max_context: int = 0
+    max_kv_tokens: int = 0  # KV-cache tokens its in-flight requests may hold at once (0: any)
     fallback: bool = False
     admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
 
@@ -41,16 +43,19 @@ class TenantDirectory:
         self.tenants = {t.id: t for t in tenants}
         self._by_hash = {h: t for t in tenants for h in t.key_sha256}
         self._inflight: dict[str, int] = {}
+        self._kv: dict[str, int] = {}  # KV-cache tokens held by in-flight requests
         self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: Path, env_keys: str = "", *, max_concurrent: int = 16,
-             max_context: int = 0, admin_keys: str = "") -> TenantDirectory:
+             max_context: int = 0, admin_keys: str = "",
+             max_kv_tokens: int = 0) -> TenantDirectory:
         tenants: dict[str, Tenant] = {}
         if path.exists():
             for entry in json.loads(path.read_text()).get("tenants", []):
                 tenant = Tenant(**{"max_concurrent": max_concurrent,
-                                   "max_context": max_context, **entry})
+                                   "max_context": max_context,
+                                   "max_kv_tokens": max_kv_tokens, **entry})
                 if not TENANT_ID.match(tenant.id):
                     raise ValueError(f"invalid tenant id {tenant.id!r}")
                 tenants[tenant.id] = tenant
@@ -59,7 +64,7 @@ class TenantDirectory:
             if not key or not TENANT_ID.match(tenant_id):
                 raise ValueError("SYMBIOSIS_API_KEYS must look like tenant=key,tenant2=key2")
             tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
-                                                          max_context))
+                                                          max_context, max_kv_tokens))
             tenant.key_sha256.append(hash_key(key))
         operators = [hash_key(k.strip()) for k in admin_keys.split(",") if k.strip()]
         if operators:
@@ -84,6 +89,22 @@ class TenantDirectory:
     def release(self, tenant: Tenant) -> None:
         with self._lock:
             self._inflight[tenant.id] = max(0, self._inflight.get(tenant.id, 1) - 1)
+
+    def reserve_kv(self, tenant: Tenant, tokens: int) -> int | None:
+        """Hold `tokens` of the tenant's KV-cache budget; None if they do not fit now, else
+        what must be given back (`free_kv`) when the request ends."""
+        if not tenant.max_kv_tokens:
+            return 0
+        with self._lock:
+            held = self._kv.get(tenant.id, 0)
+            if held + tokens > tenant.max_kv_tokens:
+                return None
+            self._kv[tenant.id] = held + tokens
+            return tokens
+
+    def free_kv(self, tenant: Tenant, tokens: int) -> None:
+        with self._lock:
+            self._kv[tenant.id] = max(0, self._kv.get(tenant.id, 0) - tokens)
 
     def inflight(self) -> dict[str, int]:
         with self._lock:

@@ -1,0 +1,54 @@
+"""A tenant's KV-cache budget across its in-flight requests."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.errors import APIError
+from gateway.kv_budget import kv_tokens, reserve
+from gateway.settings import GatewaySettings
+from gateway.tenants import Tenant, TenantDirectory
+from gateway.tokens import TextTokens
+from wire import manager as W
+
+TOKENS = TextTokens("tiny-llama")
+
+
+def test_a_request_holds_prompt_plus_output_tokens_per_sequence() -> None:
+    params = W.SamplingParams(max_tokens=10, n=3)
+    assert kv_tokens(TOKENS, [{"prompt_ids": [1, 2, 3, 4]}], params, 2048) == (4 + 10) * 3
+    hello = TOKENS.count("Hello there")
+    assert hello > 0
+    assert kv_tokens(TOKENS, [{"prompt": "Hello there"}, {"prompt_ids": [5]}],
+                     W.SamplingParams(max_tokens=2), 2048) == (hello + 2) + (1 + 2)
+    chat = [W.ChatMessage("user", "Hello there")]
+    until_context = W.SamplingParams(max_tokens=-1)
+    assert kv_tokens(TOKENS, [{"messages": chat}], until_context, 100) == 100
+
+
+def test_requests_fit_beside_each_other_or_wait() -> None:
+    tenant = Tenant("acme", max_kv_tokens=50)
+    directory = TenantDirectory([tenant])
+    params = W.SamplingParams(max_tokens=16)
+    first = reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params)
+    assert first == 30
+    with pytest.raises(APIError) as info:
+        reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params)
+    assert info.value.status == 429 and "retry" in info.value.message
+    directory.free_kv(tenant, first)
+    assert reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params) == 30
+    unlimited = Tenant("beta")
+    assert reserve(directory, TOKENS, unlimited, [{"prompt_ids": [1] * 900}], params) == 0
+
+
+def test_a_request_larger_than_the_budget_is_a_400(tmp_path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", max_kv_tokens=100,
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as client:
+        response = client.post("/v1/completions", headers={"Authorization": "Bearer sk-acme"},
+                               json={"model": "tiny-llama", "prompt": "hi", "max_tokens": 50,
+                                     "n": 3})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "kv_budget_exceeded"
