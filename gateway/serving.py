@@ -144,6 +144,10 @@ class Serving:
         record = self.registry.visible(model, tenant.id)
         if record is None:
             raise model_not_found(model)
+        if not record.in_service:
+            raise APIError(409, f"{model} did not pass its quality gates (see its job's "
+                           "`gates`), so it is not in service; to serve it anyway: POST "
+                           f"/v1/models/{model}/promote.", "model_not_in_service", "model")
         return Target(model, W.AdapterRef(record.path, record.peft_type))
 
     async def start(self, tenant: Tenant, target: Target, request_id: str,

@@ -64,6 +64,8 @@ class Model(BaseModel):
     parent: str | None = Field(default=None, description="the base model of an adapter")
     root: str | None = None
     peft_type: str | None = Field(default=None, description="LORA, IA3, ADALORA, ...")
+    in_service: bool = Field(default=True, description=(
+        "false: a fine-tuned candidate that failed its quality gates (POST .../promote)"))
 
 
 class ModelList(BaseModel):

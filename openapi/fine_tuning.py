@@ -47,6 +47,23 @@ class PeftSettings(StrictModel):
         description="also save (and serve) a checkpoint every this many steps; 0: per epoch only")
 
 
+class HeldOutPrompt(StrictModel):
+    prompt: Text
+    completion: Text = Field(description="the model's greedy completion must start with this")
+
+
+class Gates(StrictModel):
+    """Extension: what a job's result must pass to be put in service; otherwise it is
+    registered as a candidate (`in_service: false`) that can be promoted by hand. Losses must
+    always be finite."""
+
+    min_loss_drop: float = Field(default=0.0, ge=0, lt=1, description=(
+        "the last training loss must be at most (1 - this) x the first"))
+    validation_vs_base: bool = Field(default=True, description=(
+        "with a validation file: its loss must be no worse than the base model's"))
+    held_out: list[HeldOutPrompt] = Field(default_factory=list, max_length=16)
+
+
 class FineTuningJobCreate(OpenAIBaseModel):
     model: Text
     training_file: Text
@@ -59,6 +76,7 @@ class FineTuningJobCreate(OpenAIBaseModel):
     hyperparameters: Hyperparameters | None = Field(default=None, description="deprecated")
     integrations: list[dict] | None = None
     peft: PeftSettings | None = None
+    gates: Gates | None = None
     priority: int = Field(default=0, ge=-100, le=100, description=(
         "extension: when every job slot is taken, a queued job preempts the running job of "
         "lowest priority below its own, which checkpoints, is queued again and later resumes"))

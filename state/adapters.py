@@ -36,6 +36,7 @@ class AdapterRecord:
     created: int
     source: str = "registered"
     job_id: str | None = None
+    in_service: int = 1  # 0: a candidate that failed its quality gates (promote to serve it)
 
 
 class AdapterRegistry:
@@ -45,7 +46,8 @@ class AdapterRegistry:
         self.base = base
 
     def register(self, tenant: str, name: str, source: Path, *, model_id: str | None = None,
-                 origin: str = "registered", job_id: str | None = None) -> AdapterRecord:
+                 origin: str = "registered", job_id: str | None = None,
+                 in_service: bool = True) -> AdapterRecord:
         if model_id is None:
             if not NAME.match(name):
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
@@ -62,12 +64,18 @@ class AdapterRegistry:
             shutil.copyfile(source / filename, staging / filename)
         staging.rename(target)
         record = AdapterRecord(model_id, tenant, self.base, str(target), peft_type,
-                               int(time.time()), origin, job_id)
+                               int(time.time()), origin, job_id, int(in_service))
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO models VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            conn.execute("INSERT INTO models (id, tenant, base, path, peft_type, created, "
+                         "source, job_id, in_service) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (record.id, record.tenant, record.base, record.path, record.peft_type,
-                          record.created, record.source, record.job_id))
+                          record.created, record.source, record.job_id, record.in_service))
         return record
+
+    def promote(self, model_id: str) -> None:
+        """Put a candidate in service."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE models SET in_service = 1 WHERE id = ?", (model_id,))
 
     def get(self, model_id: str) -> AdapterRecord | None:
         rows = self.db.query("SELECT * FROM models WHERE id = ?", (model_id,))

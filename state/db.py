@@ -86,6 +86,10 @@ MIGRATIONS = [
     """
     ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
     """,
+    """
+    ALTER TABLE models ADD COLUMN in_service INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE jobs ADD COLUMN gates TEXT;
+    """,
 ]
 
 

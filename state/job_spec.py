@@ -29,6 +29,7 @@ class PeftSpec:
     checkpoint_every_steps: int = 0  # besides one per epoch; 0: per epoch only
     init_model: str | None = None  # continue training this fine-tuned model or checkpoint...
     init_adapter: str | None = None  # ...whose adapter directory this is
+    gates: dict | None = None  # quality gates (openapi.fine_tuning.Gates); None: the defaults
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,12 @@ class JobRecord:
     attempts: int = 0
     queued_at: float | None = None
     priority: int = 0  # a higher one preempts lower running jobs when the slots are full
+    gates: dict | None = None  # quality gate results of a finished job
 
     @classmethod
     def from_row(cls, row) -> JobRecord:
         data = dict(row)
-        for key in ("hyperparameters", "method", "metadata", "error", "result_files"):
+        for key in ("hyperparameters", "method", "metadata", "error", "result_files", "gates"):
             if data[key] is not None:
                 data[key] = json.loads(data[key])
         return cls(**data)
@@ -73,7 +74,7 @@ class JobRecord:
             "organization_id": self.tenant,
             "result_files": self.result_files, "seed": self.seed, "status": self.status,
             "trained_tokens": self.trained_tokens, "training_file": self.training_file,
-            "priority": self.priority,
+            "priority": self.priority, "gates": self.gates,
             "validation_file": self.validation_file, "estimated_finish": None,
             "integrations": [], "metadata": self.metadata,
             "method": {"type": "supervised", "supervised": supervised},
@@ -140,7 +141,7 @@ class JobStore:
             fields.setdefault("finished_at", int(time.time()))
         if fields.get("status") == "queued":
             fields.setdefault("queued_at", time.time())
-        for key in ("error", "result_files", "hyperparameters"):
+        for key in ("error", "result_files", "hyperparameters", "gates"):
             if key in fields and fields[key] is not None:
                 fields[key] = json.dumps(fields[key])
         sql = "UPDATE jobs SET " + ", ".join(f"{k} = ?" for k in fields) + " WHERE id = ?"

@@ -16,6 +16,7 @@ from openapi.fine_tuning import (
     EventList,
     FineTuningJob,
     FineTuningJobCreate,
+    Gates,
     Hyperparameters,
     JobList,
     PeftSettings,
@@ -79,7 +80,9 @@ async def create_job(body: FineTuningJobCreate, request: Request,
           else body.hyperparameters or Hyperparameters())
     examples = files["training_file"].examples
     spec = resolve(_check_hyperparameters(hp), {**(body.peft or PeftSettings()).model_dump(),
-                                                **start}, examples, state.text_tokens.max_context)
+                                                **start, "gates": (body.gates or Gates())
+                                                .model_dump()},
+                   examples, state.text_tokens.max_context)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     jobs = state.jobs
     job = jobs.create(tenant.id, state.settings.model, body.training_file, body.validation_file,

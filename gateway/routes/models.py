@@ -1,4 +1,4 @@
-"""GET/DELETE /v1/models: the base model and the tenant's own adapters."""
+"""GET/DELETE /v1/models: the base model and the tenant's own adapters; promoting a candidate."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _models(request: Request, tenant_id: str) -> list[Model]:
     state = request.app.state
     base = Model(id=state.settings.model, created=state.started, owned_by="symbiosis")
     adapters = [Model(id=r.id, created=r.created, owned_by=r.tenant, parent=r.base,
-                      root=r.base, peft_type=r.peft_type)
+                      root=r.base, peft_type=r.peft_type, in_service=bool(r.in_service))
                 for r in state.registry.list(tenant_id)]
     return [base, *adapters]
 
@@ -45,3 +45,12 @@ async def delete_model(model: str, request: Request, tenant: TenantDep) -> Delet
     state.registry.delete(model)
     await state.manager.send(W.Evict(tenant.id, model))
     return DeletedModel(id=model, deleted=True)
+
+
+@router.post("/models/{model:path}/promote", response_model=Model)
+async def promote_model(model: str, request: Request, tenant: TenantDep) -> Model:
+    """Put a candidate (a fine-tuned model that failed a quality gate) in service."""
+    if request.app.state.registry.visible(model, tenant.id) is None:
+        raise model_not_found(model)
+    request.app.state.registry.promote(model)
+    return await retrieve_model(model, request, tenant)

@@ -29,7 +29,7 @@ from wire.spawner import TrainerSpec
 from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
 from workers.remote.privacy import PrivacyConfig
-from workers.training import checkpoint
+from workers.training import checkpoint, gates
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
@@ -90,7 +90,7 @@ class Trainer:
         model.train()
         try:
             self._epochs(model, optimizer, scheduler, hp, examples, valid, progress, total)
-            self._finish(model, progress)
+            self._finish(model, progress, valid, hp)
         except JobStopped:
             pass
         finally:
@@ -186,19 +186,32 @@ class Trainer:
                                  str(path))
         self.jobs.event(self.job.id, f"Checkpoint created at step {progress.step}: {model_id}")
 
-    def _finish(self, model, progress) -> None:
+    def _finish(self, model, progress, valid: list[Example], hp: Hyperparameters) -> None:
         job = self.job
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.tokenizer.eos_token_id
+        verdict = gates.check(model, self.tokenizer, progress.history, valid, pad,
+                              hp.micro_batch_tokens, job.spec.peft.gates)
+        for item in verdict["checks"]:
+            self.jobs.event(job.id, f"Quality gate {item['name']}: "
+                            f"{'passed' if item['passed'] else 'FAILED'} ({item['detail']})",
+                            level="info" if item["passed"] else "warn")
         registry = AdapterRegistry(self.db, self.data_dir, job.model)
         with tempfile.TemporaryDirectory(dir=self.data_dir) as tmp:
             model.save_pretrained(tmp)
             if registry.get(job.model_id) is None:
                 registry.register(job.tenant, "", Path(tmp), model_id=job.model_id,
-                                  origin="fine-tune", job_id=job.id)
+                                  origin="fine-tune", job_id=job.id,
+                                  in_service=verdict["passed"])
         results = self.files.create(job.tenant, f"{job.id}-results.csv", "fine-tune-results",
                                     _results_csv(progress.history))
-        self.jobs.event(job.id, f"New fine-tuned model created: {job.model_id}")
+        self.jobs.event(job.id, f"New fine-tuned model created: {job.model_id}" + (
+            "" if verdict["passed"] else " (a candidate, not in service: it failed a quality "
+            "gate; POST /v1/models/{id}/promote serves it anyway)"),
+            level="info" if verdict["passed"] else "warn")
         self.jobs.move(job.id, "succeeded", fine_tuned_model=job.model_id,
-                       trained_tokens=progress.trained_tokens, result_files=[results.id])
+                       trained_tokens=progress.trained_tokens, result_files=[results.id],
+                       gates=verdict)
         self.jobs.event(job.id, "The job has successfully completed")
         self.stopped = "succeeded"
 

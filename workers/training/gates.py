@@ -1,0 +1,53 @@
+"""Quality gates: what a finished job's adapter must pass to be put in service.
+
+Losses must be finite; the last training loss at most (1 - min_loss_drop) x the first; with a
+validation file (and `validation_vs_base`), its loss no worse than the base model's on the same
+file; and each held-out prompt's greedy completion must start with the expected text.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from workers.training.loop import evaluate
+
+DEFAULTS = {"min_loss_drop": 0.0, "validation_vs_base": True, "held_out": []}
+
+
+def check(model, tokenizer, history: list[dict], valid: list, pad: int, micro_batch_tokens: int,
+          config: dict | None) -> dict:
+    """{"passed": bool, "checks": [{"name", "passed", "detail"}]}."""
+    config = {**DEFAULTS, **(config or {})}
+    losses = [h["train_loss"] for h in history]
+    valid_losses = [h["valid_loss"] for h in history if "valid_loss" in h]
+    finite = all(math.isfinite(x) for x in losses + valid_losses)
+    checks = [{"name": "finite_losses", "passed": finite,
+               "detail": "all losses finite" if finite else "a loss was NaN or infinite"}]
+    first, last = (losses[0], losses[-1]) if losses else (math.nan, math.nan)
+    target = (1 - config["min_loss_drop"]) * first
+    checks.append({"name": "training_loss_fell", "passed": finite and last <= target,
+                   "detail": f"first {first:.4f}, last {last:.4f}, at most {target:.4f} needed"})
+    model.eval()
+    if valid and valid_losses and config["validation_vs_base"]:
+        with model.disable_adapter():
+            base, _ = evaluate(model, valid, pad, micro_batch_tokens)
+        ours = valid_losses[-1]
+        checks.append({"name": "validation_vs_base", "passed": finite and ours <= base + 1e-6,
+                       "detail": f"validation loss {ours:.4f}, base model {base:.4f}"})
+    for number, item in enumerate(config["held_out"], start=1):
+        completion = _greedy(model, tokenizer, item["prompt"], item["completion"])
+        checks.append({"name": f"held_out_{number}",
+                       "passed": completion.startswith(item["completion"]),
+                       "detail": f"expected {item['completion']!r}, got {completion!r}"})
+    return {"passed": all(c["passed"] for c in checks), "checks": checks}
+
+
+@torch.no_grad()
+def _greedy(model, tokenizer, prompt: str, expected: str) -> str:
+    ids = torch.tensor([tokenizer.encode(prompt)])
+    budget = len(tokenizer.encode(expected)) + 2
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=budget, pad_token_id=tokenizer.eos_token_id)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
