@@ -135,6 +135,7 @@ class Manager:
         elif isinstance(message, W.Abort):
             self.unanswered.pop(message.id, None)
             self.waiting = [w for w in self.waiting if w[1].id != message.id]
+            self.fell_back.discard(message.id)
             route = self.routes.pop(message.id, None)
             if route is not None:
                 self._to_worker(route[1], message)
@@ -306,6 +307,7 @@ class Manager:
     def _fail_all(self, handle: WorkerHandle, status: int, code: str, message: str) -> None:
         for request_id in list(handle.inflight):
             self.unanswered.pop(request_id, None)
+            self.fell_back.discard(request_id)
             route = self.routes.pop(request_id, None)
             if route is not None:
                 self._reply(route[0], W.Failed(request_id, status, code, message))
