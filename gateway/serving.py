@@ -147,7 +147,8 @@ class Serving:
         if not record.in_service:
             raise APIError(409, f"{model} did not pass its quality gates (see its job's "
                            "`gates`), so it is not in service; to serve it anyway: POST "
-                           f"/v1/models/{model}/promote.", "model_not_in_service", "model")
+                           f"/v1/fine_tuning/models/{model}/promote.", "model_not_in_service",
+                           "model")
         return Target(model, W.AdapterRef(record.path, record.peft_type))
 
     async def start(self, tenant: Tenant, target: Target, request_id: str,

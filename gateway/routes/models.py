@@ -47,9 +47,10 @@ async def delete_model(model: str, request: Request, tenant: TenantDep) -> Delet
     return DeletedModel(id=model, deleted=True)
 
 
-@router.post("/models/{model:path}/promote", response_model=Model)
+@router.post("/fine_tuning/models/{model:path}/promote", response_model=Model)
 async def promote_model(model: str, request: Request, tenant: TenantDep) -> Model:
-    """Put a candidate (a fine-tuned model that failed a quality gate) in service."""
+    """Put a candidate (a fine-tuned model that failed a quality gate) in service. (Not under
+    /v1/models/{model}: model ids hold slashes, so that path would also be a model's.)"""
     if request.app.state.registry.visible(model, tenant.id) is None:
         raise model_not_found(model)
     request.app.state.registry.promote(model)

@@ -44,7 +44,8 @@ def test_a_diverging_job_stays_out_of_service_and_a_good_one_serves(tmp_path) ->
         with pytest.raises(openai.APIStatusError) as info:
             client.completions.create(model=bad.fine_tuned_model, prompt="Hi", max_tokens=2)
         assert info.value.status_code == 409 and info.value.body["code"] == "model_not_in_service"
-        promoted = client.post(f"/models/{bad.fine_tuned_model}/promote", cast_to=object)
+        promoted = client.post(f"/fine_tuning/models/{bad.fine_tuned_model}/promote",
+                               cast_to=object)
         assert promoted["in_service"] is True
         assert client.completions.create(model=bad.fine_tuned_model, prompt="Hi",
                                          max_tokens=2).choices
