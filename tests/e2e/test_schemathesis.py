@@ -26,7 +26,11 @@ def test_the_spec_holds_under_schemathesis(tmp_path) -> None:
     st = shutil.which("st", path=str(Path(sys.executable).parent))
     assert st, "schemathesis is installed with the test extras"
     stack = Stack(tmp_path / "data", "tiny-llama", port=free_port(),
-                  env={"SYMBIOSIS_API_KEYS": "acme=sk-schemathesis"}).start()
+                  # a short context keeps every generated request quick: a chat without
+                  # max_tokens runs to the context's end (n=8 of 2,048 tokens took ~45 s, past
+                  # the request timeout under two workers)
+                  env={"SYMBIOSIS_API_KEYS": "acme=sk-schemathesis",
+                       "SYMBIOSIS_MAX_CONTEXT": "256"}).start()
     report = tmp_path / "junit.xml"
     try:
         run = subprocess.run(
