@@ -207,7 +207,7 @@ class Trainer:
                                     _results_csv(progress.history))
         self.jobs.event(job.id, f"New fine-tuned model created: {job.model_id}" + (
             "" if verdict["passed"] else " (a candidate, not in service: it failed a quality "
-            "gate; POST /v1/fine_tuning/models/{id}/promote serves it anyway)"),
+            f"gate; POST /v1/fine_tuning/models/{job.model_id}/promote serves it anyway)"),
             level="info" if verdict["passed"] else "warn")
         self.jobs.move(job.id, "succeeded", fine_tuned_model=job.model_id,
                        trained_tokens=progress.trained_tokens, result_files=[results.id],
