@@ -9,7 +9,7 @@ the whole budget is a 400; one that does not fit beside the tenant's others is a
 from __future__ import annotations
 
 from gateway.errors import APIError
-from gateway.tenants import Tenant
+from gateway.tenants import Tenant, TenantDirectory
 from gateway.tokens import TextTokens
 from wire import manager as W
 
@@ -34,7 +34,7 @@ def kv_tokens(tokens: TextTokens, prompts: list[dict], params: W.SamplingParams,
     return total
 
 
-def reserve(directory, tokens: TextTokens, tenant: Tenant, prompts: list[dict],
+def reserve(directory: TenantDirectory, tokens: TextTokens, tenant: Tenant, prompts: list[dict],
             params: W.SamplingParams) -> int:
     """Hold this request's share of the tenant's budget (what to give back when it ends)."""
     if not tenant.max_kv_tokens:
