@@ -23,11 +23,13 @@ def memorization_file(n: int = 10) -> bytes:
     return "\n".join(json.dumps(r) for r in rows).encode()
 
 
-def start_stack(data_dir: Path, port: int | None = None) -> Stack:
+def start_stack(data_dir: Path, port: int | None = None, *, max_jobs: int = 3,
+                executor_args: tuple[str, ...] = ()) -> Stack:
     keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
     return Stack(data_dir, MODEL, port=port or free_port(), env={"SYMBIOSIS_API_KEYS": keys,
                                        "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
-                 manager_args=("--max-jobs", "3")).start()
+                 manager_args=("--max-jobs", str(max_jobs)),
+                 executor_args=executor_args).start()
 
 
 def create(client: openai.OpenAI, file_id: str, *, epochs: int = 10, method: str = "lora",

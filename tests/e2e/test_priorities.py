@@ -11,10 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from launcher.stack import Stack, free_port
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment, _record_path
-from tests.e2e.jobs import create, memorization_file, steps_done, wait
+from tests.e2e.conftest import Deployment, _record_path
+from tests.e2e.jobs import create, memorization_file, start_stack, steps_done, wait
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +24,7 @@ def adapter(data_dir, model_id: str) -> dict[str, torch.Tensor]:
 
 def test_a_preempted_job_resumes_and_ends_as_if_never_interrupted(tmp_path) -> None:
     data_dir = tmp_path / "data"
-    keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
-    stack = Stack(data_dir, MODEL, port=free_port(),
-                  env={"SYMBIOSIS_API_KEYS": keys, "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
-                  manager_args=("--max-jobs", "1")).start()
+    stack = start_stack(data_dir, max_jobs=1)
     try:
         client = Deployment(stack, {}).client("acme")
         upload = client.files.create(file=("memo.jsonl", memorization_file()),

@@ -8,19 +8,15 @@ import time
 import psutil
 import pytest
 
-from launcher.stack import Stack, free_port
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment
-from tests.e2e.jobs import create, memorization_file, steps_done, wait
+from tests.e2e.conftest import Deployment
+from tests.e2e.jobs import create, memorization_file, start_stack, steps_done, wait
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_dead_rank_restarts_the_group_and_the_job_resumes(tmp_path) -> None:
-    keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
-    stack = Stack(tmp_path / "data", MODEL, port=free_port(),
-                  env={"SYMBIOSIS_API_KEYS": keys, "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
-                  executor_args=("--shards", "2")).start()
+    stack = start_stack(tmp_path / "data", executor_args=("--shards", "2"))
     try:
         client = Deployment(stack, {}).client("acme")
         assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=3).choices

@@ -1,5 +1,6 @@
-"""Structured outputs, tool calls, best_of and logit_bias through real processes, with the
-official openai SDK (the model has random weights: only constraints make its output parse)."""
+"""Structured outputs, tool calls, best_of, logit_bias and the request fields honoured or refused,
+through real processes with the official openai SDK (the model has random weights: only
+constraints make its output parse)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from typing import Annotated, Literal
 
 import jsonschema
+import openai
 import pytest
 from pydantic import BaseModel, Field, StringConstraints
 
@@ -179,3 +181,17 @@ def test_logit_bias_forces_and_forbids_tokens(deployment: Deployment) -> None:
     banned = client.completions.create(model="acme/lora-a", prompt="The", max_tokens=1,
                                        temperature=0, logit_bias={str(first): -100})
     assert banned.choices[0].text != greedy.choices[0].text
+
+
+def test_vendor_extras_are_honoured_and_unknown_fields_refused(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    out = client.completions.create(
+        model="acme/lora-a", prompt="The quick brown fox", max_tokens=6, temperature=0.7,
+        seed=3,
+        user="someone", extra_body={"top_k": 5, "ignore_eos": True, "min_tokens": 6})
+    assert out.usage.completion_tokens == 6
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="acme/lora-a", prompt="The quick brown fox",
+                                  max_tokens=6, extra_body={"repetition_penalty": 1.1})
+    assert info.value.body["param"] == "repetition_penalty"
+    assert "Unrecognized request argument" in info.value.body["message"]

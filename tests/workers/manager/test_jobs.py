@@ -20,8 +20,7 @@ class Recorder:
         self.controls: list[tuple[str, TrainerControl]] = []
 
 
-@pytest.fixture()
-def setup(tmp_path):
+def scheduler_with(tmp_path, max_jobs: int) -> tuple[JobStore, JobScheduler, Recorder]:
     store = JobStore(Database(tmp_path / "state.db"))
     seen = Recorder()
     scheduler = JobScheduler(
@@ -29,12 +28,18 @@ def setup(tmp_path):
         lambda job_id: TrainerSpec(job_id=job_id, data_dir="d", base="b", executor="e",
                                    manager="m"),
         lambda gateway, state: seen.answers.append((gateway, state)),
-        lambda job_id, control: seen.controls.append((job_id, control)), max_jobs=1)
+        lambda job_id, control: seen.controls.append((job_id, control)), max_jobs=max_jobs)
     return store, scheduler, seen
 
 
-def queued_job(store: JobStore, tenant: str = "acme") -> str:
-    job = store.create(tenant, "m", "file", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()), None)
+@pytest.fixture()
+def setup(tmp_path):
+    return scheduler_with(tmp_path, max_jobs=1)
+
+
+def queued_job(store: JobStore, tenant: str = "acme", priority: int = 0) -> str:
+    job = store.create(tenant, "m", "file", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()), None,
+                       priority)
     store.move(job.id, "queued")
     return job.id
 
@@ -95,20 +100,10 @@ def test_recovery_requeues_jobs_a_previous_stack_left_running(setup) -> None:
 
 
 def test_a_higher_priority_job_preempts_the_lowest_running_one(tmp_path) -> None:
-    store = JobStore(Database(tmp_path / "state.db"))
-    seen = Recorder()
-    scheduler = JobScheduler(
-        store, lambda spec: seen.started.append(spec.job_id),
-        lambda job_id: TrainerSpec(job_id=job_id, data_dir="d", base="b", executor="e",
-                                   manager="m"),
-        lambda gateway, state: seen.answers.append((gateway, state)),
-        lambda job_id, control: seen.controls.append((job_id, control)), max_jobs=2)
+    store, scheduler, seen = scheduler_with(tmp_path, max_jobs=2)
 
     def job(priority: int) -> str:
-        created = store.create("acme", "m", "file", None, None, 1,
-                               JobSpec(1, 1, 1.0, PeftSpec()), None, priority)
-        store.move(created.id, "queued")
-        return created.id
+        return queued_job(store, priority=priority)
 
     low, middle = job(0), job(5)
     scheduler.schedule()
@@ -137,11 +132,9 @@ def test_a_preempted_trainer_that_dies_is_requeued_not_failed(setup) -> None:
     scheduler.schedule()
     scheduler.spawned(low, 21)
     scheduler.hello(low)
-    urgent = store.create("acme", "m", "file", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()),
-                          None, 3)
-    store.move(urgent.id, "queued")
+    urgent = queued_job(store, priority=3)
     scheduler.schedule()
     assert seen.controls[-1][1].action == JobAction.PREEMPT
     assert scheduler.exited(21, -9)
     assert store.get(low).status == "queued"
-    assert seen.started == [low, urgent.id]
+    assert seen.started == [low, urgent]
