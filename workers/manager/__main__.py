@@ -1,6 +1,28 @@
 """`python -m workers.manager --executor E --model BASE --bind ENDPOINT`."""
 
-from workers.manager.broker import main
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from workers.manager.broker import Manager
+from workers.manager.config import parse_config
+
+log = logging.getLogger("workers.manager")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = parse_config(argv)
+    manager = Manager(config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: manager.stopped.set())
+    log.info("starting with %s", config.model_dump(exclude={"max_jobs"}))  # resolved: at ready
+    manager.serve()
+    return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -30,12 +29,13 @@ from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
-from workers.manager.breaker import Breakers
-from workers.manager.config import ManagerConfig, parse_config
+from workers.manager.admission import Admission
+from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
 from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, worker_key
-from workers.manager.preload import pinned_requests
+from workers.manager.preload import preload
+from workers.manager.requests import Requests
 from workers.manager.spawner_client import SpawnerProcess
 
 log = logging.getLogger("workers.manager")
@@ -48,14 +48,8 @@ class Manager:
         self.pool = WorkerPool(max_workers=config.max_workers, idle_s=config.idle_s,
                                pinned=set(config.pinned), min_residency_s=config.min_residency_s,
                                max_evictions_per_min=config.max_evictions_per_min)
-        self.waiting: list[tuple[bytes, W.Generate, int, float]] = []  # for a worker slot
-        self.breakers = Breakers(threshold=config.breaker_failures,
-                                 cooldown_s=config.breaker_cooldown_s)
-        self.fell_back: set[str] = set()  # requests served by the base model: circuit open
-        self.routes: dict[str, tuple[bytes, str]] = {}  # request id -> (gateway, worker key)
-        # requests in flight that have sent nothing back yet (request, tries): a worker that
-        # dies before answering them does not fail them; they go to a fresh worker once
-        self.unanswered: dict[str, tuple[W.Generate, int]] = {}
+        self.admission = Admission(config)
+        self.requests = Requests()
         self.stopped = threading.Event()
         self.ctx = zmq.Context()
         self._own_dir: Path | None = None
@@ -79,15 +73,7 @@ class Manager:
             self.jobs = JobScheduler(store, self.spawner.spawn, self._trainer_spec, self._reply,
                                      self._to_trainer, max_jobs=self.config.max_jobs)
             self.jobs.recover()
-        for request in pinned_requests(self.config):
-            try:
-                handle, _ = self.pool.add(request.tenant, request.model)
-            except NoCapacity:
-                log.warning("more pinned workers than --max-workers: %s not preloaded",
-                            request.model)
-                continue
-            log.info("preloading pinned worker %s", handle.key)
-            self._start(handle, request)
+        preload(self.config, self.pool, self._start)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",
                  self.config.model, self.config.bind, self.config.max_workers,
                  self.jobs.max_jobs if self.jobs else "- (no data dir)")
@@ -133,10 +119,8 @@ class Manager:
         if isinstance(message, W.Generate):
             self._generate(gateway, message)
         elif isinstance(message, W.Abort):
-            self.unanswered.pop(message.id, None)
-            self.waiting = [w for w in self.waiting if w[1].id != message.id]
-            self.fell_back.discard(message.id)
-            route = self.routes.pop(message.id, None)
+            self.admission.forget(message.id)
+            route = self.requests.drop(message.id)
             if route is not None:
                 self._to_worker(route[1], message)
                 handle = self.pool.workers.get(route[1])
@@ -157,27 +141,19 @@ class Manager:
 
     def _generate(self, gateway: bytes, request: W.Generate, tries: int = 1,
                   since: float | None = None) -> None:
-        if request.adapter is not None and \
-                not self.breakers.allow(worker_key(request.tenant, request.model)):
-            if not request.fallback:
-                self._reply(gateway, W.Failed(
-                    request.id, 503, "circuit_open",
-                    f"{request.model} failed {self.breakers.threshold} times in a row; it is "
-                    f"refused for up to {self.breakers.cooldown_s:g} s, then tried again"))
-                return
-            self.fell_back.add(request.id)
-            request = msgspec.structs.replace(request, model=self.config.model, adapter=None)
+        admitted = self.admission.admit(request)
+        if isinstance(admitted, W.Failed):
+            self._reply(gateway, admitted)
+            return
+        request = admitted
         handle = self.pool.get(request.tenant, request.model)
         if handle is None:
             try:
                 handle, evicted = self.pool.add(request.tenant, request.model)
             except NotYet as exc:
-                since = time.monotonic() if since is None else since
-                if time.monotonic() - since < self.config.capacity_wait_s:
-                    self.waiting.append((gateway, request, tries, since))
-                    return
-                self._reply(gateway, W.Failed(request.id, 503, "no_worker_capacity",
-                                              f"No worker slot freed up in time: {exc}"))
+                failed = self.admission.wait(gateway, request, tries, since, exc)
+                if failed is not None:
+                    self._reply(gateway, failed)
                 return
             except NoCapacity as exc:
                 self._reply(gateway, W.Failed(request.id, 503, "no_worker_capacity", str(exc)))
@@ -187,8 +163,7 @@ class Manager:
                          time.monotonic() - victim.started)
                 self._stop(victim)
             self._start(handle, request)
-        self.routes[request.id] = (gateway, handle.key)
-        self.unanswered[request.id] = (request, tries)
+        self.requests.add(gateway, request, handle.key, tries)
         handle.inflight.add(request.id)
         if handle.state == "ready":
             self._to_worker(handle.key, request)
@@ -241,30 +216,21 @@ class Manager:
             handle.pending.clear()
         elif isinstance(message, W.LoadFailed):
             log.warning("worker %s failed to load: %s", key, message.message)
-            self.breakers.failed(key)
+            self.admission.breakers.failed(key)
             if handle is not None:
                 self._fail_all(handle, 503, "adapter_load_failed" if "executor" not in
                                message.message else "executor_unavailable",
                                f"the model could not be loaded: {message.message}")
                 handle.state = "stopping"
         elif isinstance(message, (W.Started, W.Delta, W.Done, W.Failed)):
-            route = self.routes.get(message.id)
-            if route is None:
+            gateway = self.requests.answer(message)
+            if gateway is None:
                 return  # aborted meanwhile
-            self.unanswered.pop(message.id, None)
-            if isinstance(message, W.Started) and message.id in self.fell_back:
-                message.fallback = True
-            if isinstance(message, W.Done):
-                self.breakers.succeeded(key)
-            elif isinstance(message, W.Failed) and message.status >= 500:
-                self.breakers.failed(key)
-            if isinstance(message, (W.Done, W.Failed)):
-                self.fell_back.discard(message.id)
-                del self.routes[message.id]
-                if handle is not None:
-                    handle.inflight.discard(message.id)
-                    handle.last_used = time.monotonic()
-            self._reply(route[0], message)
+            self.admission.observe(key, message)
+            if isinstance(message, (W.Done, W.Failed)) and handle is not None:
+                handle.inflight.discard(message.id)
+                handle.last_used = time.monotonic()
+            self._reply(gateway, message)
 
     def _from_spawner(self, event: S.Spawned | S.Exited) -> None:
         if isinstance(event, S.Spawned):
@@ -283,32 +249,20 @@ class Manager:
             self.pool.remove(handle.key)
             if handle.state != "stopping":
                 self.pool.counters["worker_crashes"] += 1
-                self.breakers.failed(handle.key)
+                self.admission.breakers.failed(handle.key)
                 log.warning("worker %s (pid %d) died with status %s", handle.key, handle.pid,
                             event.status)
-            self._retry_unanswered(handle)
+            for gateway, request, tries in self.requests.unanswered_on(handle):
+                log.info("request %s: worker %s died before answering; retrying on a new "
+                         "worker", request.id, handle.key)
+                self._generate(gateway, request, tries + 1)
             self._fail_all(handle, 503, "worker_unavailable",
                            "the worker serving this model stopped; retry the request")
 
-    def _retry_unanswered(self, handle: WorkerHandle) -> None:
-        """Requests the dead worker never answered go to a fresh worker (once each)."""
-        for request_id in list(handle.inflight):
-            request, tries = self.unanswered.get(request_id, (None, 0))
-            route = self.routes.get(request_id)
-            if request is None or route is None or tries > 1:
-                continue
-            handle.inflight.discard(request_id)
-            del self.routes[request_id]
-            del self.unanswered[request_id]  # _generate files it again (unless it refuses)
-            log.info("request %s: worker %s died before answering; retrying on a new worker",
-                     request_id, handle.key)
-            self._generate(route[0], request, tries + 1)
-
     def _fail_all(self, handle: WorkerHandle, status: int, code: str, message: str) -> None:
         for request_id in list(handle.inflight):
-            self.unanswered.pop(request_id, None)
-            self.fell_back.discard(request_id)
-            route = self.routes.pop(request_id, None)
+            self.admission.forget(request_id)
+            route = self.requests.drop(request_id)
             if route is not None:
                 self._reply(route[0], W.Failed(request_id, status, code, message))
         handle.inflight.clear()
@@ -320,8 +274,7 @@ class Manager:
         self._to_worker(handle.key, W.Stop())
 
     def _sweep(self) -> None:
-        waiting, self.waiting = self.waiting, []
-        for gateway, request, tries, since in waiting:  # room may have been made by now
+        for gateway, request, tries, since in self.admission.due():  # room may be made now
             self._generate(gateway, request, tries, since)
         for handle in self.pool.idle():
             log.info("stopping idle worker %s", handle.key)
@@ -362,19 +315,3 @@ class Manager:
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-
-
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = parse_config(argv)
-    manager = Manager(config)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: manager.stopped.set())
-    log.info("starting with %s", config.model_dump(exclude={"max_jobs"}))  # resolved: at ready
-    manager.serve()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from state.adapters import AdapterRegistry
 from state.db import Database, db_path
 from wire import manager as W
 from workers.manager.config import ManagerConfig
+from workers.manager.pool import NoCapacity, WorkerHandle, WorkerPool
 
 log = logging.getLogger("workers.preload")
 
@@ -32,3 +34,17 @@ def pinned_requests(config: ManagerConfig) -> list[W.Generate]:
         requests.append(W.Generate(f"preload-{key}", tenant, model, W.SamplingParams(),
                                    adapter))
     return requests
+
+
+def preload(config: ManagerConfig, pool: WorkerPool,
+            start: Callable[[WorkerHandle, W.Generate], None]) -> None:
+    """Start a worker for each pinned model, as far as the worker slots go."""
+    for request in pinned_requests(config):
+        try:
+            handle, _ = pool.add(request.tenant, request.model)
+        except NoCapacity:
+            log.warning("more pinned workers than --max-workers: %s not preloaded",
+                        request.model)
+            continue
+        log.info("preloading pinned worker %s", handle.key)
+        start(handle, request)

@@ -1,0 +1,49 @@
+"""The requests in flight: which gateway asked, which worker serves each, and which the worker
+has not answered yet (a worker that dies before answering them does not fail them: they go to a
+fresh worker once)."""
+
+from __future__ import annotations
+
+from wire import manager as W
+from workers.manager.pool import WorkerHandle
+
+Route = tuple[bytes, str]  # (gateway, worker key)
+
+
+class Requests:
+    def __init__(self) -> None:
+        self.routes: dict[str, Route] = {}  # request id -> route
+        self.unanswered: dict[str, tuple[W.Generate, int]] = {}  # request id -> (request, tries)
+
+    def add(self, gateway: bytes, request: W.Generate, key: str, tries: int) -> None:
+        self.routes[request.id] = (gateway, key)
+        self.unanswered[request.id] = (request, tries)
+
+    def drop(self, request_id: str) -> Route | None:
+        self.unanswered.pop(request_id, None)
+        return self.routes.pop(request_id, None)
+
+    def answer(self, message: W.Message) -> bytes | None:
+        """A worker's event for a request: the gateway to pass it to (None: aborted); the
+        request is answered now, and gone once Done or Failed."""
+        route = self.routes.get(message.id)
+        if route is None:
+            return None
+        self.unanswered.pop(message.id, None)
+        if isinstance(message, (W.Done, W.Failed)):
+            del self.routes[message.id]
+        return route[0]
+
+    def unanswered_on(self, handle: WorkerHandle) -> list[tuple[bytes, W.Generate, int]]:
+        """The dead worker's requests it never answered and that were not retried before:
+        taken off it, to be filed again (gateway, request, tries so far)."""
+        retry = []
+        for request_id in list(handle.inflight):
+            request, tries = self.unanswered.get(request_id, (None, 0))
+            route = self.routes.get(request_id)
+            if request is None or route is None or tries > 1:
+                continue
+            handle.inflight.discard(request_id)
+            self.drop(request_id)
+            retry.append((route[0], request, tries))
+        return retry
