@@ -11,8 +11,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from gateway import errors
+from gateway.deps import operator
 from gateway.errors import APIError
-from gateway.guard import BodyGuard, authenticate
+from gateway.guard import BodyGuard
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
@@ -70,9 +71,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
         state = request.app.state
-        if not authenticate(request.headers.get("authorization", ""), state.tenants).admin:
-            raise APIError(403, "Metrics list every tenant's volumes; they need an operator "
-                           "key (an admin tenant or SYMBIOSIS_ADMIN_KEYS).", "admin_key_required")
+        operator(request, "/metrics lists every tenant's volumes, so it")
         status = state.manager.status if state.manager.up else None
         return Response(state.metrics.render(status, state.jobs.count_by_status()),
                         media_type="text/plain; version=0.0.4")

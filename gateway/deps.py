@@ -22,3 +22,12 @@ def tenant(request: Request) -> Tenant:
 
 
 TenantDep = Annotated[Tenant, Depends(tenant)]
+
+
+def operator(request: Request, why: str) -> Tenant:
+    """The caller, if its key is an operator's (an admin tenant or SYMBIOSIS_ADMIN_KEYS)."""
+    found = authenticate(request.headers.get("authorization", ""), request.app.state.tenants)
+    if not found.admin:
+        raise APIError(403, f"{why} needs an operator key (an admin tenant or "
+                       "SYMBIOSIS_ADMIN_KEYS).", "admin_key_required")
+    return found

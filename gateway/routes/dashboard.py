@@ -14,9 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.deps import TenantDep
-from gateway.errors import APIError
-from gateway.guard import authenticate
+from gateway.deps import TenantDep, operator
 
 router = APIRouter(include_in_schema=False)
 
@@ -51,10 +49,9 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
 
 
 @router.get("/dashboard/api/operator")
-async def operator(request: Request) -> dict:
+async def operator_view(request: Request) -> dict:
     state = request.app.state
-    if not authenticate(request.headers.get("authorization", ""), state.tenants).admin:
-        raise APIError(403, "The operator view needs an operator key.", "admin_key_required")
+    operator(request, "The operator view")
     status = await state.manager.fresh_status() if state.manager.up else None
     workers = [{"tenant": w.tenant, "model": w.model, "state": w.state, "pid": w.pid,
                 "inflight": w.inflight, "idle_s": round(w.idle_s, 1), "pinned": w.pinned}
