@@ -48,8 +48,9 @@ class PeftSettings(StrictModel):
 
 
 class HeldOutPrompt(StrictModel):
-    prompt: Text
-    completion: Text = Field(description="the model's greedy completion must start with this")
+    prompt: Text = Field(min_length=1, max_length=8192)
+    completion: Text = Field(min_length=1, max_length=1024,
+                             description="the model's greedy completion must start with this")
 
 
 class Gates(StrictModel):

@@ -35,3 +35,11 @@ def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
     body = created.json()
     assert body["model"] == "acme/memo" and body["peft"]["init_model"] == "acme/memo"
     assert body["peft"]["method"] == "lora" and "init_adapter" not in body["peft"]
+
+
+def test_held_out_gate_texts_are_bounded(client) -> None:
+    training = upload(client)
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        "model": "tiny-llama", "training_file": training,
+        "gates": {"held_out": [{"prompt": "Q", "completion": "A" * 2000}]}}), 400)
+    assert error["param"] == "gates.held_out.0.completion"

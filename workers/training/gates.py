@@ -13,6 +13,7 @@ import torch
 
 from workers.training.loop import evaluate
 
+MAX_HELD_OUT_TOKENS = 256
 DEFAULTS = {"min_loss_drop": 0.0, "validation_vs_base": True, "held_out": []}
 
 
@@ -47,7 +48,7 @@ def check(model, tokenizer, history: list[dict], valid: list, pad: int, micro_ba
 @torch.no_grad()
 def _greedy(model, tokenizer, prompt: str, expected: str) -> str:
     ids = torch.tensor([tokenizer.encode(prompt)])
-    budget = len(tokenizer.encode(expected)) + 2
+    budget = min(len(tokenizer.encode(expected)) + 2, MAX_HELD_OUT_TOKENS)
     out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_new_tokens=budget, pad_token_id=tokenizer.eos_token_id)
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
