@@ -58,8 +58,9 @@ class Gates(StrictModel):
     registered as a candidate (`in_service: false`) that can be promoted by hand. Losses must
     always be finite."""
 
-    min_loss_drop: float = Field(default=0.0, ge=0, lt=1, description=(
-        "the last training loss must be at most (1 - this) x the first"))
+    min_loss_drop: float | None = Field(default=None, ge=0, lt=1, description=(
+        "the mean training loss over the last quarter of the steps must be at most (1 - this) x "
+        "the mean over the first quarter; not checked when absent"))
     validation_vs_base: bool = Field(default=True, description=(
         "with a validation file: its loss must be no worse than the base model's"))
     held_out: list[HeldOutPrompt] = Field(default_factory=list, max_length=16)
