@@ -22,6 +22,7 @@ from wire import manager as W
 
 log = logging.getLogger("gateway.generation")
 FALLBACK_HEADER = "x-symbiosis-fallback"
+VERSION_HEADER = "x-symbiosis-model-version"  # which version answered: `acme/bot@3`
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Call:
     response_id: str
     created: int
     started_at: float
+    answered: str = ""  # the version that answered (the base model when it fell back)
 
 
 ChunkMaker = Callable[[Call, PromptResult, W.Message], list[dict]]
@@ -79,8 +81,10 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     except BaseException:
         release()
         raise
-    headers = {FALLBACK_HEADER: "base-model"} if run.fallback else {}
+    call.answered = state.settings.model if run.fallback else target.model
+    headers = {VERSION_HEADER: call.answered}
     if run.fallback:
+        headers[FALLBACK_HEADER] = "base-model"
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
         return StreamingResponse(_stream(call, run, chunks, include_usage, usage_chunk, release),
@@ -134,5 +138,7 @@ def _count(call: Call, results: list[PromptResult]) -> None:
     metrics = call.request.app.state.metrics
     prompt = sum(r.started.prompt_tokens for r in results)
     completion = sum(r.done.completion_tokens for r in results if r.done)
-    metrics.tokens.labels(call.tenant.id, "prompt").inc(prompt)
-    metrics.tokens.labels(call.tenant.id, "completion").inc(completion)
+    name, version = call.answered.partition("@")[::2]
+    metrics.responses.labels(call.tenant.id, name, version).inc()
+    metrics.tokens.labels(call.tenant.id, name, version, "prompt").inc(prompt)
+    metrics.tokens.labels(call.tenant.id, name, version, "completion").inc(completion)

@@ -15,8 +15,12 @@ class Metrics:
                                 ["route", "status", "tenant"], registry=r)
         self.latency = Histogram("symbiosis_request_seconds", "HTTP request latency", ["route"],
                                  registry=r)
-        self.tokens = Counter("symbiosis_tokens", "Tokens processed", ["tenant", "kind"],
+        self.tokens = Counter("symbiosis_tokens", "Tokens processed, by the model and version "
+                              "that answered", ["tenant", "model", "version", "kind"],
                               registry=r)
+        self.responses = Counter("symbiosis_responses", "Completions served, by the model and "
+                                 "version that answered", ["tenant", "model", "version"],
+                                 registry=r)
         self.first_token = Histogram("symbiosis_time_to_first_token_seconds",
                                      "Time to the first generated token", ["tenant"], registry=r,
                                      buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))

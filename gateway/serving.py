@@ -20,6 +20,7 @@ from gateway.errors import APIError, model_not_found
 from gateway.manager_client import ManagerClient, ManagerUnavailable
 from gateway.tenants import Tenant
 from state.adapters import AdapterRegistry
+from state.versions import choose, split_id, weights
 from wire import manager as W
 
 log = logging.getLogger("gateway.serving")
@@ -27,8 +28,14 @@ log = logging.getLogger("gateway.serving")
 
 @dataclass(frozen=True)
 class Target:
-    model: str
+    model: str  # what runs: the base model or one version of an adapter (`acme/bot@3`)
     adapter: W.AdapterRef | None
+    name: str = ""  # the model id the client asked for (a name or a version)
+
+    @property
+    def version(self) -> str:
+        """For metrics: the version number that answers ("" for the base model)."""
+        return self.model.rpartition("@")[2] if self.adapter is not None else ""
 
 
 @dataclass
@@ -138,18 +145,31 @@ class Serving:
         self.base_model = base_model
         self.first_timeout_s = first_timeout_s
 
-    def resolve(self, tenant: Tenant, model: str) -> Target:
+    def resolve(self, tenant: Tenant, model: str, user: str | None = None) -> Target:
+        """The version that answers a request for `model`: the one named (`name@3`), or the
+        name's serving version (by its split's weights, sticky per `user`)."""
         if model == self.base_model:
-            return Target(model, None)
-        record = self.registry.visible(model, tenant.id)
+            return Target(model, None, model)
+        name, number = split_id(model)
+        record = self.registry.visible(name, tenant.id)
         if record is None:
             raise model_not_found(model)
-        if not record.in_service:
-            raise APIError(409, f"{model} did not pass its quality gates (see its job's "
-                           "`gates`), so it is not in service; to serve it anyway: POST "
-                           f"/v1/fine_tuning/models/{model}/promote.", "model_not_in_service",
-                           "model")
-        return Target(model, W.AdapterRef(record.path, record.peft_type))
+        split = weights(record.serving)
+        if number is None:
+            if not split:
+                raise APIError(409, f"{model} did not pass its quality gates (see its job's "
+                               "`gates`), so no version of it is in service; to serve it "
+                               f"anyway: POST /v1/adapters/{model}/promote.",
+                               "model_not_in_service", "model")
+            number = choose(name, split, user)
+        version = self.registry.versions.get(name, number)
+        if version is None:
+            raise model_not_found(model)
+        if not version.passed_gates and number not in [n for n, _ in split]:
+            raise APIError(409, f"{model} did not pass its quality gates and is not in "
+                           f"service; to serve it anyway: POST /v1/adapters/{name}/promote "
+                           f"with {{\"version\": {number}}}.", "model_not_in_service", "model")
+        return Target(version.id, W.AdapterRef(version.path, version.peft_type), model)
 
     async def start(self, tenant: Tenant, target: Target, request_id: str,
                     prompts: list[dict], params: W.SamplingParams) -> Run:

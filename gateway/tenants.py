@@ -3,7 +3,7 @@
 The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
                   "max_context": 2048, "max_kv_tokens": 65536, "fallback": false,
-                  "admin": false}]}
+                  "admin": false, "job_priority": 0}]}
 Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
 operator keys (for /metrics) from SYMBIOSIS_ADMIN_KEYS="sk-...,sk-...".
 """
@@ -36,6 +36,7 @@ class Tenant:
     max_kv_tokens: int = 0  # KV-cache tokens its in-flight requests may hold at once (0: any)
     fallback: bool = False
     admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
+    job_priority: int = 0  # its tier: the priority of its jobs that do not set one (-100..100)
 
 
 class TenantDirectory:
@@ -58,6 +59,8 @@ class TenantDirectory:
                                    "max_kv_tokens": max_kv_tokens, **entry})
                 if not TENANT_ID.match(tenant.id):
                     raise ValueError(f"invalid tenant id {tenant.id!r}")
+                if not -100 <= tenant.job_priority <= 100:
+                    raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
                 tenants[tenant.id] = tenant
         for pair in filter(None, (p.strip() for p in env_keys.split(","))):
             tenant_id, _, key = pair.partition("=")

@@ -99,11 +99,11 @@ def adapters_register(args: argparse.Namespace) -> int:
     settings = GatewaySettings(data_dir=Path(args.data_dir), model=args.model)
     registry = AdapterRegistry(Database(settings.db_path), settings.data_dir, settings.model)
     try:
-        record = registry.register(args.tenant, args.name, Path(args.directory))
+        version = registry.register(args.tenant, args.name, Path(args.directory))
     except AdapterError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
-    sys.stdout.write(f"registered {record.id} ({record.peft_type}) for tenant {record.tenant}\n")
+    sys.stdout.write(f"registered {version.id} ({version.peft_type}) for tenant {args.tenant}\n")
     return 0
 
 

@@ -65,7 +65,11 @@ class Model(BaseModel):
     root: str | None = None
     peft_type: str | None = Field(default=None, description="LORA, IA3, ADALORA, ...")
     in_service: bool = Field(default=True, description=(
-        "false: a fine-tuned candidate that failed its quality gates (POST .../promote)"))
+        "false: no version serves it (a fine-tuned candidate that failed its quality gates; "
+        "POST /v1/adapters/{model}/promote)"))
+    version: int | None = Field(default=None, description=(
+        "an adapter's version: the one serving the name in a listing (the heaviest of a "
+        "split), the new one in a registration's reply"))
 
 
 class ModelList(BaseModel):

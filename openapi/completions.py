@@ -29,7 +29,9 @@ class SamplingFields(OpenAIBaseModel):
     frequency_penalty: float = Field(default=0, ge=-2, le=2)
     seed: Annotated[int, AfterValidator(lambda seed: seed % 2**63)] | None = Field(
         default=None, description="any integer (taken modulo 2^63)")
-    user: Text | None = Field(default=None, description="the end user's id: logged")
+    user: Text | None = Field(default=None, description=(
+        "the end user's id: logged, and the key that keeps a user on one version of a model "
+        "whose traffic is split"))
     safety_identifier: Text | None = Field(default=None, description="logged, like user")
     logit_bias: dict[Text, float] | None = Field(
         default=None, description="token id (as a string) -> bias from -100 to 100")

@@ -79,9 +79,14 @@ class FineTuningJobCreate(OpenAIBaseModel):
     integrations: list[dict] | None = None
     peft: PeftSettings | None = None
     gates: Gates | None = None
-    priority: int = Field(default=0, ge=-100, le=100, description=(
+    priority: int | None = Field(default=None, ge=-100, le=100, description=(
         "extension: when every job slot is taken, a queued job preempts the running job of "
-        "lowest priority below its own, which checkpoints, is queued again and later resumes"))
+        "lowest priority below its own, which checkpoints, is queued again and later resumes; "
+        "absent: the tenant's tier's priority (0 unless configured)"))
+    register_as: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                                    description=(
+        "extension: also register the result as the next version of the tenant's adapter of "
+        "this name, serving it if the quality gates pass (a candidate version otherwise)"))
 
 
 class JobError(BaseModel):

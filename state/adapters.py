@@ -1,12 +1,14 @@
 """Tenants' adapters on disk, in PEFT format, each owned by one tenant.
 
 An adapter directory holds adapter_config.json and adapter_model.safetensors (loadable by
-PeftModel.from_pretrained). Registering copies it into DATA_DIR/adapters/<tenant>/<uuid>/; the
-`models` table maps the model id clients use to that directory.
+PeftModel.from_pretrained). Registering copies it into DATA_DIR/adapters/<tenant>/<uuid>/ as an
+immutable version of a model: the `models` table holds the model ids clients use and which
+versions serve them (state.versions), the `versions` table each version's directory and lineage.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from state.db import Database
+from state.versions import VersionRecord, Versions
 
 SUPPORTED = {"LORA", "IA3", "ADALORA", "PREFIX_TUNING", "PROMPT_TUNING"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -28,15 +31,20 @@ class AdapterError(ValueError):
 
 @dataclass(frozen=True)
 class AdapterRecord:
+    """A model name (what /v1/models lists) and what it serves now."""
+
     id: str
     tenant: str
     base: str
-    path: str
+    path: str  # the primary serving version's directory (the heaviest of a split)
     peft_type: str
     created: int
     source: str = "registered"
     job_id: str | None = None
-    in_service: int = 1  # 0: a candidate that failed its quality gates (promote to serve it)
+    in_service: int = 1  # 0: no version serves (a job's result that failed its quality gates)
+    serving: str = "[[1, 100]]"  # JSON [[version, weight], ...]; see state.versions
+    history: str = "[]"  # JSON: earlier `serving` values, the latest last (for rollback)
+    version: int = 1  # the primary serving version (or the latest, when none serves)
 
 
 class AdapterRegistry:
@@ -44,17 +52,22 @@ class AdapterRegistry:
         self.db = db
         self.root = data_dir / "adapters"
         self.base = base
+        self.versions = Versions(db)
 
     def register(self, tenant: str, name: str, source: Path, *, model_id: str | None = None,
                  origin: str = "registered", job_id: str | None = None,
-                 in_service: bool = True) -> AdapterRecord:
+                 in_service: bool = True, lineage: dict | None = None) -> VersionRecord:
+        """Store `source` as a new immutable version: version 1 of a new model, or the next
+        version of the tenant's model `name` (serving at once when `in_service`). A `model_id`
+        (a job's `ft:` model or checkpoint) names a model that has exactly one version."""
         if model_id is None:
             if not NAME.match(name):
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
                                    "(at most 64)")
             model_id = f"{tenant}/{name}"
         peft_type = validate(source)
-        if self.get(model_id) is not None:
+        existing = self.get(model_id)
+        if existing is not None and (existing.source != "registered" or origin != "registered"):
             raise AdapterError(f"a model with id {model_id!r} already exists")
         target = self.root / tenant / uuid.uuid4().hex
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -63,19 +76,33 @@ class AdapterRegistry:
         for filename in FILES:
             shutil.copyfile(source / filename, staging / filename)
         staging.rename(target)
-        record = AdapterRecord(model_id, tenant, self.base, str(target), peft_type,
-                               int(time.time()), origin, job_id, int(in_service))
+        lineage = {**_lineage(target), **(lineage or {})}
+        created = int(time.time())
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO models (id, tenant, base, path, peft_type, created, "
-                         "source, job_id, in_service) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (record.id, record.tenant, record.base, record.path, record.peft_type,
-                          record.created, record.source, record.job_id, record.in_service))
-        return record
+            if existing is None:
+                conn.execute("INSERT INTO models (id, tenant, base, path, peft_type, created, "
+                             "source, job_id, in_service, serving, history, version) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, '[]', '[]', 1)",
+                             (model_id, tenant, self.base, str(target), peft_type, created,
+                              origin, job_id))
+            number = conn.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM versions "
+                                  "WHERE model = ?", (model_id,)).fetchone()[0]
+            conn.execute("INSERT INTO versions (model, number, path, peft_type, created, "
+                         "source, job_id, lineage, passed_gates) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (model_id, number, str(target), peft_type, created, origin, job_id,
+                          json.dumps(lineage), int(in_service)))
+            if in_service:
+                self.versions.serve(conn, model_id, [[number, 100]])
+        return self.versions.get(model_id, number)
 
-    def promote(self, model_id: str) -> None:
-        """Put a candidate in service."""
+    def promote(self, model_id: str, number: int | None = None) -> None:
+        """Serve one version (by default the latest) with all of the name's traffic."""
         with self.db.transaction() as conn:
-            conn.execute("UPDATE models SET in_service = 1 WHERE id = ?", (model_id,))
+            if number is None:
+                number = conn.execute("SELECT MAX(number) FROM versions WHERE model = ?",
+                                      (model_id,)).fetchone()[0]
+            self.versions.serve(conn, model_id, [[number, 100]])
 
     def get(self, model_id: str) -> AdapterRecord | None:
         rows = self.db.query("SELECT * FROM models WHERE id = ?", (model_id,))
@@ -90,12 +117,21 @@ class AdapterRegistry:
                              (tenant,))
         return [AdapterRecord(**dict(r)) for r in rows]
 
-    def delete(self, model_id: str) -> None:
-        record = self.get(model_id)
+    def delete(self, model_id: str) -> list[str]:
+        """Delete a model with every version; the version ids that were deleted."""
+        versions = self.versions.list(model_id)
         with self.db.transaction() as conn:
+            conn.execute("DELETE FROM versions WHERE model = ?", (model_id,))
             conn.execute("DELETE FROM models WHERE id = ?", (model_id,))
-        if record is not None:
-            shutil.rmtree(record.path, ignore_errors=True)
+        for version in versions:
+            shutil.rmtree(version.path, ignore_errors=True)
+        return [v.id for v in versions]
+
+
+def _lineage(directory: Path) -> dict:
+    config = json.loads((directory / "adapter_config.json").read_text())
+    digest = hashlib.sha256((directory / "adapter_model.safetensors").read_bytes()).hexdigest()
+    return {"adapter_sha256": digest, "peft_config": config}
 
 
 def validate(directory: Path) -> str:

@@ -90,6 +90,26 @@ MIGRATIONS = [
     ALTER TABLE models ADD COLUMN in_service INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE jobs ADD COLUMN gates TEXT;
     """,
+    """
+    CREATE TABLE versions (
+        model TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        peft_type TEXT NOT NULL,
+        created INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        job_id TEXT,
+        lineage TEXT NOT NULL DEFAULT '{}',
+        passed_gates INTEGER NOT NULL DEFAULT 1,
+        PRIMARY KEY (model, number)
+    );
+    INSERT INTO versions (model, number, path, peft_type, created, source, job_id, passed_gates)
+        SELECT id, 1, path, peft_type, created, source, job_id, in_service FROM models;
+    ALTER TABLE models ADD COLUMN serving TEXT NOT NULL DEFAULT '[[1, 100]]';
+    UPDATE models SET serving = '[]' WHERE in_service = 0;
+    ALTER TABLE models ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE models ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    """,
 ]
 
 

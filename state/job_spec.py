@@ -30,6 +30,7 @@ class PeftSpec:
     init_model: str | None = None  # continue training this fine-tuned model or checkpoint...
     init_adapter: str | None = None  # ...whose adapter directory this is
     gates: dict | None = None  # quality gates (openapi.fine_tuning.Gates); None: the defaults
+    register_as: str | None = None  # the result is also the next version of this adapter name
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ from gateway.routes import (
     fine_tuning,
     health,
     models,
+    versions,
 )
 
 router = APIRouter()
-for module in (health, models, completions, chat, adapters, files, fine_tuning, dashboard):
+for module in (health, models, completions, chat, adapters, versions, files, fine_tuning,
+               dashboard):
     router.include_router(module.router)

@@ -14,14 +14,18 @@ from openapi.common import Model
 from state.adapters import AdapterError
 
 router = APIRouter(prefix="/v1", tags=["adapters"],
-                   responses=documented(400, 409))
+                   responses=documented(400))
 
 
 @router.post("/adapters", response_model=Model, status_code=201)
 async def register_adapter(request: Request, tenant: TenantDep,
                            name: Annotated[str, Form(min_length=1, max_length=64)],
                            adapter_config: Annotated[UploadFile, File()],
-                           adapter_model: Annotated[UploadFile, File()]) -> Model:
+                           adapter_model: Annotated[UploadFile, File()],
+                           promote: Annotated[bool, Form()] = True) -> Model:
+    """Register an adapter: a new model, or the next immutable version of the tenant's model of
+    that name, which serves the name at once unless `promote` is false (then see
+    /v1/adapters/{model}/promote and /split)."""
     state = request.app.state
     limit = state.settings.max_upload_bytes
     with tempfile.TemporaryDirectory(dir=state.settings.data_dir) as tmp:
@@ -32,9 +36,9 @@ async def register_adapter(request: Request, tenant: TenantDep,
                 raise APIError(413, f"{filename} is larger than {limit} bytes", "file_too_large")
             (Path(tmp) / filename).write_bytes(data)
         try:
-            record = state.registry.register(tenant.id, name, Path(tmp))
+            version = state.registry.register(tenant.id, name, Path(tmp), in_service=promote)
         except AdapterError as exc:
-            status = 409 if "already exists" in str(exc) else 400
-            raise APIError(status, str(exc), "invalid_adapter") from None
-    return Model(id=record.id, created=record.created, owned_by=record.tenant,
-                 parent=record.base, root=record.base, peft_type=record.peft_type)
+            raise APIError(400, str(exc), "invalid_adapter") from None
+    return Model(id=version.model, created=version.created, owned_by=tenant.id,
+                 parent=state.registry.base, root=state.registry.base,
+                 peft_type=version.peft_type, in_service=promote, version=version.number)

@@ -24,7 +24,7 @@ router = APIRouter(prefix="/v1", tags=["chat"],
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  tenant: TenantDep):
     state = request.app.state
-    target = state.serving.resolve(tenant, body.model)
+    target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     params = chat_params(body)
     tools = tool_mode(body)
     json_format = response_format_grammar(body.response_format)

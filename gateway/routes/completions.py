@@ -48,7 +48,7 @@ def _prompt_specs(prompt: str | list) -> list[dict]:
 @router.post("/completions", response_model=CompletionResponse)
 async def create_completion(body: CompletionRequest, request: Request, tenant: TenantDep):
     state = request.app.state
-    target = state.serving.resolve(tenant, body.model)
+    target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     prompts = prompt_specs(body.prompt, state.text_tokens.vocab_size)
     params = completion_params(body)
     constrain(params, response_format_grammar(body.response_format), "response_format")

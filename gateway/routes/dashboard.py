@@ -38,7 +38,8 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
                 requests.append({"route": sample.labels["route"],
                                  "status": sample.labels["status"], "count": int(sample.value)})
             elif sample.name == "symbiosis_tokens_total":
-                tokens[sample.labels["kind"]] = int(sample.value)
+                kind = sample.labels["kind"]
+                tokens[kind] = tokens.get(kind, 0) + int(sample.value)
             elif sample.name == "symbiosis_time_to_first_token_seconds_count":
                 first["count"] = int(sample.value)
             elif sample.name == "symbiosis_time_to_first_token_seconds_sum":

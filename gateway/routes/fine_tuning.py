@@ -24,6 +24,7 @@ from openapi.fine_tuning import (
 from state.job_spec import resolve, too_few_examples
 from state.job_states import TERMINAL, can_move
 from state.jobs import JobRecord
+from state.versions import split_id
 from wire.jobs import JobAction, JobCommand
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"],
@@ -81,12 +82,13 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     examples = files["training_file"].examples
     spec = resolve(_check_hyperparameters(hp), {**(body.peft or PeftSettings()).model_dump(),
                                                 **start, "gates": (body.gates or Gates())
-                                                .model_dump()},
+                                                .model_dump(), "register_as": body.register_as},
                    examples, state.text_tokens.max_context)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     jobs = state.jobs
     job = jobs.create(tenant.id, state.settings.model, body.training_file, body.validation_file,
-                      body.suffix, seed, spec, body.metadata, body.priority)
+                      body.suffix, seed, spec, body.metadata,
+                      tenant.job_priority if body.priority is None else body.priority)
     jobs.event(job.id, f"Validating training file: {body.training_file}")
     if (problem := too_few_examples(examples)) is not None:
         jobs.move(job.id, "failed", error={"code": "invalid_n_examples", "message": problem,
@@ -105,17 +107,20 @@ def _starting_adapter(request: Request, tenant_id: str, body: FineTuningJobCreat
     base = request.app.state.settings.model
     if body.model == base:
         return {}
-    record = request.app.state.registry.visible(body.model, tenant_id)
-    if record is None or record.base != base:
+    registry = request.app.state.registry
+    name, number = split_id(body.model)
+    record = registry.visible(name, tenant_id)
+    version = registry.versions.get(name, number or record.version) if record else None
+    if version is None or record.base != base:
         raise APIError(404, f"Model {body.model} is not available for fine-tuning: name the "
                        f"base model ({base}) or one of your models built on it.",
                        "model_not_available", "model")
-    method = record.peft_type.lower()
+    method = version.peft_type.lower()
     if body.peft is not None and "method" in body.peft.model_fields_set and \
             body.peft.method != method:
         raise APIError(400, f"{body.model} is a {method} adapter; a job continuing it trains "
                        f"{method}, not {body.peft.method}", "invalid_value", "peft.method")
-    return {"method": method, "init_model": body.model, "init_adapter": record.path}
+    return {"method": method, "init_model": version.id, "init_adapter": version.path}
 
 
 async def _queued(request: Request, job_id: str) -> None:

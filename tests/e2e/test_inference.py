@@ -237,8 +237,9 @@ def test_register_serve_and_delete_an_adapter_over_http(deployment: Deployment,
     created = httpx.post(url, data={"name": "uploaded"}, files=files, headers=headers)
     assert created.status_code == 201, created.text
     assert created.json()["id"] == "beta/uploaded" and created.json()["peft_type"] == "ADALORA"
+    assert created.json()["version"] == 1
     again = httpx.post(url, data={"name": "uploaded"}, files=files, headers=headers)
-    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_adapter"
+    assert again.status_code == 201 and again.json()["version"] == 2  # a new version, serving
     reference = Reference(directory)
     expected = reference.text(reference.greedy(reference.ids(PROMPT), 8))
     client = deployment.client("beta")
@@ -275,7 +276,10 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
 
     assert moved("symbiosis_requests_total", route="/v1/completions", status="200",
                  tenant="acme") == 1
-    assert moved("symbiosis_tokens_total", tenant="acme", kind="completion") == 5
+    assert moved("symbiosis_tokens_total", tenant="acme", model="acme/lora-a", version="1",
+                 kind="completion") == 5
+    assert moved("symbiosis_responses_total", tenant="acme", model="acme/lora-a",
+                 version="1") == 1
     assert moved("symbiosis_request_seconds_count", route="/v1/completions") == 1
     assert moved("symbiosis_executor_calls_total", kind="inference") > 0
     assert after[("symbiosis_executor_up", ())] == 1

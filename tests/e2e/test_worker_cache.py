@@ -23,7 +23,7 @@ def test_a_burst_waits_for_slots_and_never_evicts_a_young_worker(tmp_path) -> No
     try:
         deadline = time.monotonic() + 30
         while not [w for w in manager_status(deployment).workers
-                   if w.model == "beta/ia3-b" and w.state == "ready"]:
+                   if w.model == "beta/ia3-b@1" and w.state == "ready"]:
             assert time.monotonic() < deadline, "the pinned worker was not preloaded"
             time.sleep(0.2)
         client = deployment.client("acme")

@@ -33,7 +33,7 @@ def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
     created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={**job, "model": "acme/memo"})
     assert created.status_code == 200, created.text
     body = created.json()
-    assert body["model"] == "acme/memo" and body["peft"]["init_model"] == "acme/memo"
+    assert body["model"] == body["peft"]["init_model"] == "acme/memo@1"  # the version it continues
     assert body["peft"]["method"] == "lora" and "init_adapter" not in body["peft"]
 
 

@@ -186,7 +186,7 @@ class Manager:
     def _status(self) -> W.StatusReply:
         now = time.monotonic()
         workers = [W.WorkerInfo(h.key, h.tenant, h.model, h.pid, h.state, len(h.inflight),
-                                now - h.last_used, h.key in self.pool.pinned)
+                                now - h.last_used, self.pool.is_pinned(h.key))
                    for h in self.pool.workers.values()]
         return W.StatusReply(workers, self.probe.alive, dict(self.pool.counters),
                              self.probe.metrics if self.probe.alive else "")

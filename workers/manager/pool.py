@@ -63,6 +63,10 @@ class WorkerPool:
         self.counters = {"worker_starts": 0, "worker_evictions": 0, "worker_crashes": 0,
                          "fallbacks": 0}
 
+    def is_pinned(self, key: str) -> bool:
+        """Pinning `tenant|name` pins the workers of each of the name's versions."""
+        return key in self.pinned or key.rpartition("@")[0] in self.pinned
+
     def get(self, tenant: str, model: str) -> WorkerHandle | None:
         handle = self.workers.get(worker_key(tenant, model))
         if handle is not None and handle.state != "stopping":
@@ -78,7 +82,7 @@ class WorkerPool:
         while len(live) - len(evict) >= self.max_workers:
             victim = self._lru_victim(exclude=evict, now=now)
             if victim is None:
-                if all(h.key in self.pinned for h in live):
+                if all(self.is_pinned(h.key) for h in live):
                     raise NoCapacity(f"all {self.max_workers} workers are pinned")
                 raise NotYet(f"the {self.max_workers} workers are busy, starting, or younger "
                              f"than {self.min_residency_s:g} s")
@@ -100,7 +104,7 @@ class WorkerPool:
         """Workers idle past the timeout (marked stopping)."""
         now = self.clock()
         stale = [h for h in self.workers.values()
-                 if h.state == "ready" and not h.inflight and h.key not in self.pinned
+                 if h.state == "ready" and not h.inflight and not self.is_pinned(h.key)
                  and now - h.last_used > self.idle_s]
         for handle in stale:
             handle.state = "stopping"
@@ -116,7 +120,7 @@ class WorkerPool:
     def _lru_victim(self, exclude: list[WorkerHandle], now: float) -> WorkerHandle | None:
         """The least recently used evictable worker: idle, not pinned, of age by `now`."""
         candidates = [h for h in self.workers.values()
-                      if h.state == "ready" and not h.inflight and h.key not in self.pinned
+                      if h.state == "ready" and not h.inflight and not self.is_pinned(h.key)
                       and h not in exclude and now - h.started >= self.min_residency_s]
         return min(candidates, key=lambda h: h.last_used, default=None)
 

@@ -31,6 +31,7 @@ def pinned_requests(config: ManagerConfig) -> list[W.Generate]:
                 log.warning("pinned %s: no such model for that tenant; not preloaded", key)
                 continue
             adapter = W.AdapterRef(record.path, record.peft_type)
+            model = f"{model}@{record.version}"  # the version serving the name now
         requests.append(W.Generate(f"preload-{key}", tenant, model, W.SamplingParams(),
                                    adapter))
     return requests

@@ -10,6 +10,7 @@ data position) when it runs again.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import logging
 import math
@@ -197,23 +198,46 @@ class Trainer:
                             f"{'passed' if item['passed'] else 'FAILED'} ({item['detail']})",
                             level="info" if item["passed"] else "warn")
         registry = AdapterRegistry(self.db, self.data_dir, job.model)
+        passed, lineage = verdict["passed"], self._lineage(verdict)
+        name = job.spec.peft.register_as
         with tempfile.TemporaryDirectory(dir=self.data_dir) as tmp:
             model.save_pretrained(tmp)
             if registry.get(job.model_id) is None:
                 registry.register(job.tenant, "", Path(tmp), model_id=job.model_id,
-                                  origin="fine-tune", job_id=job.id,
-                                  in_service=verdict["passed"])
+                                  origin="fine-tune", job_id=job.id, in_service=passed,
+                                  lineage=lineage)
+            if name and not any(v.job_id == job.id for v in
+                                registry.versions.list(f"{job.tenant}/{name}")):
+                version = registry.register(job.tenant, name, Path(tmp), origin="fine-tune",
+                                            job_id=job.id, in_service=passed, lineage=lineage)
+                self.jobs.event(job.id, f"Registered as {version.id}" + (
+                    ", now serving" if passed else
+                    ", a candidate version (it failed a quality gate)"))
         results = self.files.create(job.tenant, f"{job.id}-results.csv", "fine-tune-results",
                                     _results_csv(progress.history))
         self.jobs.event(job.id, f"New fine-tuned model created: {job.model_id}" + (
             "" if verdict["passed"] else " (a candidate, not in service: it failed a quality "
-            f"gate; POST /v1/fine_tuning/models/{job.model_id}/promote serves it anyway)"),
+            f"gate; POST /v1/adapters/{job.model_id}/promote serves it anyway)"),
             level="info" if verdict["passed"] else "warn")
         self.jobs.move(job.id, "succeeded", fine_tuned_model=job.model_id,
                        trained_tokens=progress.trained_tokens, result_files=[results.id],
                        gates=verdict)
         self.jobs.event(job.id, "The job has successfully completed")
         self.stopped = "succeeded"
+
+    def _lineage(self, verdict: dict) -> dict:
+        """Where a result came from: its data (with SHA-256s), settings and gate results."""
+        job, lineage = self.job, {"job_id": self.job.id, "gates": verdict}
+        for key in ("training_file", "validation_file"):
+            file_id = getattr(job, key)
+            record = self.files.get(file_id, job.tenant) if file_id else None
+            lineage[key] = file_id
+            if record is not None:
+                lineage[f"{key}_sha256"] = hashlib.sha256(Path(record.path).read_bytes()) \
+                    .hexdigest()
+        lineage["hyperparameters"] = job.spec.hyperparameters()
+        lineage["peft"] = {k: v for k, v in job.spec.peft_dict().items() if k != "init_adapter"}
+        return lineage
 
     def _fail(self, code: str, message: str, param: str | None = None) -> int:
         if self.jobs.move(self.job.id, "failed",

@@ -16,7 +16,8 @@ from workers.training.gates import check
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
     path = resolve_model("tiny-llama")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(task_type=TaskType.CAUSAL_LM, r=2))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path),
+                           LoraConfig(task_type=TaskType.CAUSAL_LM, r=2))
     return model, AutoTokenizer.from_pretrained(path)
 
 

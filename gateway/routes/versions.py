@@ -1,0 +1,103 @@
+"""Extension: a model's versions, and which serve its name (promote, rollback, traffic split).
+
+Requests switch versions from their next resolution on; requests in flight finish on the version
+they started with (each version runs in its own worker, which idles out when no longer used).
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+
+from gateway.deps import TenantDep
+from gateway.errors import APIError, documented, model_not_found
+from openapi.versions import (
+    AdapterVersion,
+    AdapterVersionList,
+    DeletedVersion,
+    PromoteRequest,
+    SplitRequest,
+    VersionWeight,
+)
+from state.adapters import AdapterRecord, AdapterRegistry
+from state.versions import VersionError, weights
+from wire import manager as W
+
+router = APIRouter(prefix="/v1/adapters", tags=["adapters"], responses=documented(404, 409))
+
+
+def listing(registry: AdapterRegistry, record: AdapterRecord) -> AdapterVersionList:
+    split = dict(weights(record.serving))
+    data = [AdapterVersion(id=v.id, model=v.model, version=v.number, created_at=v.created,
+                           peft_type=v.peft_type, source=v.source, job_id=v.job_id,
+                           passed_gates=bool(v.passed_gates), weight=split.get(v.number, 0),
+                           lineage=json.loads(v.lineage))
+            for v in registry.versions.list(record.id)]
+    return AdapterVersionList(model=record.id, data=data, can_roll_back=record.history != "[]",
+                              serving=[VersionWeight(version=n, weight=w)
+                                       for n, w in weights(record.serving)])
+
+
+def _owned(request: Request, tenant_id: str, model: str) -> AdapterRecord:
+    record = request.app.state.registry.visible(model, tenant_id)
+    if record is None:
+        raise model_not_found(model)
+    return record
+
+
+def _changed(request: Request, record: AdapterRecord, change) -> AdapterVersionList:
+    registry = request.app.state.registry
+    try:
+        change()
+    except VersionError as exc:
+        raise APIError(exc.status, str(exc), "invalid_version" if exc.status != 404
+                       else "model_not_found", "version") from None
+    return listing(registry, registry.get(record.id))
+
+
+@router.get("/{model:path}/versions", response_model=AdapterVersionList)
+async def list_versions(model: str, request: Request, tenant: TenantDep) -> AdapterVersionList:
+    """Every version of a model with its lineage, and the split that serves the name."""
+    return listing(request.app.state.registry, _owned(request, tenant.id, model))
+
+
+@router.post("/{model:path}/promote", response_model=AdapterVersionList)
+async def promote(model: str, body: PromoteRequest, request: Request,
+                  tenant: TenantDep) -> AdapterVersionList:
+    """Serve one version (the latest by default) with all of the name's traffic."""
+    record = _owned(request, tenant.id, model)
+    registry = request.app.state.registry
+    return _changed(request, record, lambda: registry.promote(record.id, body.version))
+
+
+@router.post("/{model:path}/rollback", response_model=AdapterVersionList)
+async def rollback(model: str, request: Request, tenant: TenantDep) -> AdapterVersionList:
+    """Serve what served before the last promote, split or rollback's change."""
+    record = _owned(request, tenant.id, model)
+    return _changed(request, record,
+                    lambda: request.app.state.registry.versions.rollback(record.id))
+
+
+@router.post("/{model:path}/split", response_model=AdapterVersionList)
+async def split(model: str, body: SplitRequest, request: Request,
+                tenant: TenantDep) -> AdapterVersionList:
+    """Split the name's traffic between versions by weight (sticky per request `user`)."""
+    record = _owned(request, tenant.id, model)
+    entries = [[w.version, w.weight] for w in body.weights]
+    return _changed(request, record,
+                    lambda: request.app.state.registry.versions.split(record.id, entries))
+
+
+@router.delete("/{model:path}/versions/{number}", response_model=DeletedVersion)
+async def delete_version(model: str, number: int, request: Request,
+                         tenant: TenantDep) -> DeletedVersion:
+    """Delete a version that does not serve the name."""
+    record = _owned(request, tenant.id, model)
+    try:
+        version = request.app.state.registry.versions.delete(record.id, number)
+    except VersionError as exc:
+        raise APIError(exc.status, str(exc), "invalid_version" if exc.status != 404
+                       else "model_not_found", "version") from None
+    await request.app.state.manager.send(W.Evict(tenant.id, version.id))
+    return DeletedVersion(id=version.id, deleted=True)
