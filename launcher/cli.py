@@ -1,7 +1,7 @@
 """`symbiosis`: the command line. Starts processes and edits state; never imports torch itself.
 
     symbiosis serve [--model tiny-llama] [--data-dir ./data] [--port 8000]
-    symbiosis tenants create NAME [--max-concurrent N] [--data-dir ./data]
+    symbiosis tenants create NAME [--max-concurrent N] [--job-priority P] [--data-dir ./data]
     symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
     symbiosis demo
 """
@@ -87,6 +87,8 @@ def tenants_create(args: argparse.Namespace) -> int:
     limits = {"max_concurrent": args.max_concurrent} if args.max_concurrent else {}
     if args.fallback:
         limits["fallback"] = True
+    if args.job_priority is not None:
+        limits["job_priority"] = args.job_priority
     key = create_tenant(path, args.name, **limits)
     sys.stdout.write(f"tenant {args.name}: API key (shown once) {key}\n")
     return 0
@@ -136,6 +138,8 @@ def parser() -> argparse.ArgumentParser:
     p = tenants.add_parser("create", help="add a tenant and print a new API key")
     p.add_argument("name")
     p.add_argument("--max-concurrent", type=int)
+    p.add_argument("--job-priority", type=int, choices=range(-100, 101), metavar="-100..100",
+                   help="the tenant's tier: the priority of its jobs that do not set one")
     p.add_argument("--fallback", action="store_true",
                    help="serve the base model when the tenant's adapter cannot be loaded")
     p.add_argument("--data-dir", default=default_dir)

@@ -60,14 +60,15 @@ class AdapterRegistry:
         """Store `source` as a new immutable version: version 1 of a new model, or the next
         version of the tenant's model `name` (serving at once when `in_service`). A `model_id`
         (a job's `ft:` model or checkpoint) names a model that has exactly one version."""
-        if model_id is None:
+        named = model_id is None
+        if named:
             if not NAME.match(name):
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
                                    "(at most 64)")
             model_id = f"{tenant}/{name}"
         peft_type = validate(source)
         existing = self.get(model_id)
-        if existing is not None and (existing.source != "registered" or origin != "registered"):
+        if existing is not None and not named:
             raise AdapterError(f"a model with id {model_id!r} already exists")
         target = self.root / tenant / uuid.uuid4().hex
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,9 @@ they started with (each version runs in its own worker, which idles out when no 
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented, model_not_found
@@ -90,7 +91,8 @@ async def split(model: str, body: SplitRequest, request: Request,
 
 
 @router.delete("/{model:path}/versions/{number}", response_model=DeletedVersion)
-async def delete_version(model: str, number: int, request: Request,
+async def delete_version(model: str, number: Annotated[int, Path(ge=1, le=999_999_999)],
+                         request: Request,
                          tenant: TenantDep) -> DeletedVersion:
     """Delete a version that does not serve the name."""
     record = _owned(request, tenant.id, model)

@@ -1,18 +1,24 @@
-"""Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one."""
+"""Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one,
+bounds, and the priority a job gets."""
 
 from __future__ import annotations
 
 import json
 
+from fastapi.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from gateway.tenants import hash_key
 from tests.e2e.adapters import save_adapter
 from tests.gateway.conftest import KEY
 from tests.gateway.test_validation import assert_openai_error
 from tests.workers.training.test_trainer import gsm8k
 
 
-def upload(client) -> str:
+def upload(client, headers: dict = KEY) -> str:
     data = "\n".join(json.dumps(r) for r in gsm8k(10)).encode()
-    response = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+    response = client.post("/v1/files", headers=headers, data={"purpose": "fine-tune"},
                            files={"file": ("train.jsonl", data, "application/jsonl")})
     assert response.status_code == 200, response.text
     return response.json()["id"]
@@ -43,3 +49,19 @@ def test_held_out_gate_texts_are_bounded(client) -> None:
         "model": "tiny-llama", "training_file": training,
         "gates": {"held_out": [{"prompt": "Q", "completion": "A" * 2000}]}}), 400)
     assert error["param"] == "gates.held_out.0.completion"
+
+
+def test_a_jobs_priority_defaults_to_its_tenants_tier(tmp_path) -> None:
+    (tmp_path / "tenants.json").write_text(json.dumps({"tenants": [
+        {"id": "gold", "key_sha256": [hash_key("sk-gold")], "job_priority": 50}]}))
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as app:
+        priorities = {}
+        for key, extra in (("sk-gold", {}), ("sk-gold", {"priority": -5}), ("sk-acme", {})):
+            headers = {"Authorization": f"Bearer {key}"}
+            job = app.post("/v1/fine_tuning/jobs", headers=headers, json={
+                "model": "tiny-llama", "training_file": upload(app, headers), **extra})
+            assert job.status_code == 200, job.text
+            priorities[(key, extra.get("priority"))] = job.json()["priority"]
+    assert priorities == {("sk-gold", None): 50, ("sk-gold", -5): -5, ("sk-acme", None): 0}
