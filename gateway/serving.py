@@ -30,12 +30,6 @@ log = logging.getLogger("gateway.serving")
 class Target:
     model: str  # what runs: the base model or one version of an adapter (`acme/bot@3`)
     adapter: W.AdapterRef | None
-    name: str = ""  # the model id the client asked for (a name or a version)
-
-    @property
-    def version(self) -> str:
-        """For metrics: the version number that answers ("" for the base model)."""
-        return self.model.rpartition("@")[2] if self.adapter is not None else ""
 
 
 @dataclass
@@ -149,7 +143,7 @@ class Serving:
         """The version that answers a request for `model`: the one named (`name@3`), or the
         name's serving version (by its split's weights, sticky per `user`)."""
         if model == self.base_model:
-            return Target(model, None, model)
+            return Target(model, None)
         name, number = split_id(model)
         record = self.registry.visible(name, tenant.id)
         if record is None:
@@ -169,7 +163,7 @@ class Serving:
             raise APIError(409, f"{model} did not pass its quality gates and is not in "
                            f"service; to serve it anyway: POST /v1/adapters/{name}/promote "
                            f"with {{\"version\": {number}}}.", "model_not_in_service", "model")
-        return Target(version.id, W.AdapterRef(version.path, version.peft_type), model)
+        return Target(version.id, W.AdapterRef(version.path, version.peft_type))
 
     async def start(self, tenant: Tenant, target: Target, request_id: str,
                     prompts: list[dict], params: W.SamplingParams) -> Run:

@@ -81,8 +81,8 @@ class AdapterRegistry:
         created = int(time.time())
         with self.db.transaction() as conn:
             if existing is None:
-                conn.execute("INSERT INTO models (id, tenant, base, path, peft_type, created, "
-                             "source, job_id, in_service, serving, history, version) "
+                conn.execute("INSERT OR IGNORE INTO models (id, tenant, base, path, peft_type, "
+                             "created, source, job_id, in_service, serving, history, version) "
                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, '[]', '[]', 1)",
                              (model_id, tenant, self.base, str(target), peft_type, created,
                               origin, job_id))
