@@ -25,7 +25,7 @@ from state.adapters import AdapterRecord, AdapterRegistry
 from state.versions import VersionError, weights
 from wire import manager as W
 
-router = APIRouter(prefix="/v1/adapters", tags=["adapters"], responses=documented(404, 409))
+router = APIRouter(prefix="/v1/adapters", tags=["adapters"], responses=documented(400, 404, 409))
 
 
 def listing(registry: AdapterRegistry, record: AdapterRecord) -> AdapterVersionList:
@@ -64,12 +64,14 @@ async def list_versions(model: str, request: Request, tenant: TenantDep) -> Adap
 
 
 @router.post("/{model:path}/promote", response_model=AdapterVersionList)
-async def promote(model: str, body: PromoteRequest, request: Request,
-                  tenant: TenantDep) -> AdapterVersionList:
-    """Serve one version (the latest by default) with all of the name's traffic."""
+async def promote(model: str, request: Request, tenant: TenantDep,
+                  body: PromoteRequest | None = None) -> AdapterVersionList:
+    """Serve one version (the latest by default, also without a body) with all of the name's
+    traffic."""
     record = _owned(request, tenant.id, model)
     registry = request.app.state.registry
-    return _changed(request, record, lambda: registry.promote(record.id, body.version))
+    number = body.version if body is not None else None
+    return _changed(request, record, lambda: registry.promote(record.id, number))
 
 
 @router.post("/{model:path}/rollback", response_model=AdapterVersionList)

@@ -57,7 +57,7 @@ def test_promote_split_and_rollback(client, bot) -> None:
     assert back["serving"] == [{"version": 1, "weight": 100}] and not back["can_roll_back"]
     error = assert_openai_error(client.post(f"/v1/adapters/{bot}/rollback", headers=KEY), 409)
     assert "nothing to roll back" in error["message"]
-    latest = client.post(f"/v1/adapters/{bot}/promote", json={}, headers=KEY).json()
+    latest = client.post(f"/v1/adapters/{bot}/promote", headers=KEY).json()  # no body
     assert latest["serving"] == [{"version": 3, "weight": 100}]
 
 
