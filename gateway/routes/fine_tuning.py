@@ -110,7 +110,8 @@ def _starting_adapter(request: Request, tenant_id: str, body: FineTuningJobCreat
     registry = request.app.state.registry
     name, number = split_id(body.model)
     record = registry.visible(name, tenant_id)
-    version = registry.versions.get(name, number or record.version) if record else None
+    version = registry.versions.get(name, record.version if number is None else number) \
+        if record else None
     if version is None or record.base != base:
         raise APIError(404, f"Model {body.model} is not available for fine-tuning: name the "
                        f"base model ({base}) or one of your models built on it.",

@@ -33,6 +33,9 @@ def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
     error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
         **job, "model": "beta/theirs"}), 404)
     assert error["param"] == "model"
+    for missing in ("acme/memo@2", "acme/memo@0"):
+        assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+            **job, "model": missing}), 404)
     error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
         **job, "model": "acme/memo", "peft": {"method": "ia3"}}), 400)
     assert error["param"] == "peft.method" and "lora" in error["message"]
