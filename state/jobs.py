@@ -190,6 +190,17 @@ class JobStore:
             (tenant, file_id, file_id, *TERMINAL))
         return [row["id"] for row in rows]
 
+    def using_model(self, model_id: str, tenant: str) -> list[str]:
+        """Unfinished jobs that continue training a version of `model_id` (or the version
+        `model_id` names): they will still read its adapter."""
+        rows = self.db.query(
+            "SELECT id, method FROM jobs WHERE tenant = ? "
+            f"AND status NOT IN ({', '.join('?' * len(TERMINAL))}) ORDER BY id",
+            (tenant, *TERMINAL))
+        starts = [(row["id"], json.loads(row["method"]).get("init_model") or "") for row in rows]
+        return [job_id for job_id, start in starts
+                if model_id in (start, start.rpartition("@")[0])]
+
     def with_status(self, status: str) -> list[JobRecord]:
         return [JobRecord.from_row(r)
                 for r in self.db.query("SELECT * FROM jobs WHERE status = ?", (status,))]

@@ -11,7 +11,7 @@ from state.versions import split_id, weights
 from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["models"],
-                   responses=documented(404))
+                   responses=documented(404, 409))
 
 
 def _models(request: Request, tenant_id: str) -> list[Model]:
@@ -52,9 +52,19 @@ async def delete_model(model: str, request: Request, tenant: TenantDep) -> Delet
         raise APIError(403, "The base model cannot be deleted.", "permission_denied", "model")
     if state.registry.visible(model, tenant.id) is None:
         raise model_not_found(model)
+    refuse_if_training(request, tenant.id, model)
     for version_id in state.registry.delete(model):
         await state.manager.send(W.Evict(tenant.id, version_id))
     return DeletedModel(id=model, deleted=True)
+
+
+def refuse_if_training(request: Request, tenant_id: str, model_id: str) -> None:
+    """A 409 while unfinished jobs continue training `model_id` (they will read its adapter)."""
+    users = request.app.state.jobs.using_model(model_id, tenant_id)
+    if users:
+        raise APIError(409, f"{model_id} is being trained further by fine-tuning job(s) that "
+                       f"have not finished: {', '.join(users)}. Cancel them or wait for them "
+                       "to finish.", "model_in_use", "model")
 
 
 @router.post("/fine_tuning/models/{model:path}/promote", response_model=Model)

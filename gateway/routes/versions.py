@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented, model_not_found
+from gateway.routes.models import refuse_if_training
 from openapi.versions import (
     AdapterVersion,
     AdapterVersionList,
@@ -98,6 +99,7 @@ async def delete_version(model: str, number: Annotated[int, Path(ge=1, le=999_99
                          tenant: TenantDep) -> DeletedVersion:
     """Delete a version that does not serve the name."""
     record = _owned(request, tenant.id, model)
+    refuse_if_training(request, tenant.id, f"{record.id}@{number}")
     try:
         version = request.app.state.registry.versions.delete(record.id, number)
     except VersionError as exc:

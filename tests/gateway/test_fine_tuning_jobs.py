@@ -1,4 +1,5 @@
-"""Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one,
+"""Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one
+(and stay undeletable while it runs),
 bounds, and the priority a job gets."""
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
     body = created.json()
     assert body["model"] == body["peft"]["init_model"] == "acme/memo@1"  # the version it continues
     assert body["peft"]["method"] == "lora" and "init_adapter" not in body["peft"]
+    for path in ("/v1/models/acme/memo", "/v1/adapters/acme/memo/versions/1"):
+        error = assert_openai_error(client.delete(path, headers=KEY), 409)
+        assert error["code"] == "model_in_use" and body["id"] in error["message"]
+    cancelled = client.post(f"/v1/fine_tuning/jobs/{body['id']}/cancel", headers=KEY)
+    assert cancelled.json()["status"] == "cancelled", cancelled.text
+    assert client.delete("/v1/models/acme/memo", headers=KEY).json()["deleted"] is True
 
 
 def test_held_out_gate_texts_are_bounded(client) -> None:
