@@ -1,6 +1,5 @@
 """Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one
-(and stay undeletable while it runs),
-bounds, and the priority a job gets."""
+(and cannot be deleted while it runs), bounds, and the priority a job gets."""
 
 from __future__ import annotations
 
