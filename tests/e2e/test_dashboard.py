@@ -78,6 +78,12 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
         assert [tuple(p) for p in shown] == points(f"{series}_loss")
     assert page.text_content("#who") == "tenant gamma"
     assert page.is_hidden("#operator")
+    result = client.models.retrieve(client.fine_tuning.jobs.retrieve(finished_job)
+                                    .fine_tuned_model)
+    rows = page.eval_on_selector_all(
+        "#models-table tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert [result.id, MODEL, "LORA",
+            "version 1" if result.in_service else "none (candidate)"] in [r[:4] for r in rows]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-tenant.png"), full_page=True)
     page.close()
