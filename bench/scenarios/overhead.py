@@ -107,7 +107,7 @@ def cold_start(settings: Settings) -> list[Record]:
         client = openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key="sk-cold")
         client.completions.create(model="acme/a", prompt="hi", max_tokens=1)
         log = "".join(stack.services["manager"].log)
-        ours = float(re.findall(r"worker acme\|acme/a ready in ([0-9.]+) s", log)[-1])
+        ours = float(re.findall(r"worker acme\|acme/a@1 ready in ([0-9.]+) s", log)[-1])
     finally:
         stack.stop()
     script = ("import time; t=time.perf_counter(); import torch, transformers, peft; "
