@@ -8,7 +8,6 @@ versions serve them (state.versions), the `versions` table each version's direct
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from state.db import Database
+from state.files import file_sha256
 from state.versions import VersionRecord, Versions
 
 SUPPORTED = {"LORA", "IA3", "ADALORA", "PREFIX_TUNING", "PROMPT_TUNING"}
@@ -131,8 +131,8 @@ class AdapterRegistry:
 
 def _lineage(directory: Path) -> dict:
     config = json.loads((directory / "adapter_config.json").read_text())
-    digest = hashlib.sha256((directory / "adapter_model.safetensors").read_bytes()).hexdigest()
-    return {"adapter_sha256": digest, "peft_config": config}
+    return {"adapter_sha256": file_sha256(directory / "adapter_model.safetensors"),
+            "peft_config": config}
 
 
 def validate(directory: Path) -> str:

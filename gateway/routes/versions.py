@@ -48,13 +48,17 @@ def _owned(request: Request, tenant_id: str, model: str) -> AdapterRecord:
     return record
 
 
+def _refused(exc: VersionError) -> APIError:
+    code = "model_not_found" if exc.status == 404 else "invalid_version"
+    return APIError(exc.status, str(exc), code, "version")
+
+
 def _changed(request: Request, record: AdapterRecord, change) -> AdapterVersionList:
     registry = request.app.state.registry
     try:
         change()
     except VersionError as exc:
-        raise APIError(exc.status, str(exc), "invalid_version" if exc.status != 404
-                       else "model_not_found", "version") from None
+        raise _refused(exc) from None
     return listing(registry, registry.get(record.id))
 
 
@@ -103,7 +107,6 @@ async def delete_version(model: str, number: Annotated[int, Path(ge=1, le=999_99
     try:
         version = request.app.state.registry.versions.delete(record.id, number)
     except VersionError as exc:
-        raise APIError(exc.status, str(exc), "invalid_version" if exc.status != 404
-                       else "model_not_found", "version") from None
+        raise _refused(exc) from None
     await request.app.state.manager.send(W.Evict(tenant.id, version.id))
     return DeletedVersion(id=version.id, deleted=True)

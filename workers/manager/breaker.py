@@ -1,5 +1,5 @@
-"""A circuit breaker per served model (tenant, model): stop sending requests to what keeps
-failing, and try again now and then.
+"""A circuit breaker per served model version (tenant, `name@N`): stop sending requests to what
+keeps failing, and try again now and then.
 
 Closed: requests pass. After `threshold` failures in a row (an adapter that does not load, a
 worker that dies, a request the worker fails with a server error) it opens: requests are refused

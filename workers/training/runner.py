@@ -10,7 +10,6 @@ data position) when it runs again.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import logging
 import math
@@ -23,7 +22,7 @@ from peft import PeftModel, get_peft_model
 
 from state.adapters import AdapterRegistry
 from state.db import Database, db_path
-from state.files import FileStore
+from state.files import FileStore, file_sha256
 from state.jobs import JobStore
 from wire.jobs import JobAction
 from wire.spawner import TrainerSpec
@@ -233,8 +232,7 @@ class Trainer:
             record = self.files.get(file_id, job.tenant) if file_id else None
             lineage[key] = file_id
             if record is not None:
-                lineage[f"{key}_sha256"] = hashlib.sha256(Path(record.path).read_bytes()) \
-                    .hexdigest()
+                lineage[f"{key}_sha256"] = file_sha256(record.path)
         lineage["hyperparameters"] = job.spec.hyperparameters()
         lineage["peft"] = {k: v for k, v in job.spec.peft_dict().items() if k != "init_adapter"}
         return lineage
