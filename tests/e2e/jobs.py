@@ -60,6 +60,15 @@ def steps_done(client: openai.OpenAI, job_id: str) -> int:
     return max((e.data["step"] for e in events if e.type == "metrics" and e.data), default=0)
 
 
+def wait_steps(client: openai.OpenAI, job_id: str, steps: int, timeout: float = 600) -> None:
+    """Until the job runs and has done at least `steps` optimizer steps."""
+    wait(client, job_id, ("running",), timeout)
+    deadline = time.monotonic() + timeout
+    while steps_done(client, job_id) < steps:
+        assert time.monotonic() < deadline, f"job {job_id} stalled before step {steps}"
+        time.sleep(0.1)
+
+
 def ask(client: openai.OpenAI, model: str, topic: str = "apples") -> str:
     return client.chat.completions.create(
         model=model, temperature=0, max_tokens=12,

@@ -25,6 +25,7 @@ from tests.e2e.jobs import (
     start_stack,
     steps_done,
     wait,
+    wait_steps,
 )
 
 pytestmark = pytest.mark.slow
@@ -91,9 +92,7 @@ def test_pause_resume_and_cancel(ft: Deployment) -> None:
     client = ft.client("acme")
     upload = client.files.create(file=("memo.jsonl", memorization_file()), purpose="fine-tune")
     job_id = create(client, upload.id, epochs=40, suffix="pause")
-    wait(client, job_id, ("running",))
-    while steps_done(client, job_id) < 3:
-        time.sleep(0.2)
+    wait_steps(client, job_id, 3)
     paused = client.fine_tuning.jobs.pause(job_id)
     assert paused.status == "paused"
     at_pause = steps_done(client, job_id)

@@ -5,7 +5,6 @@ adapter as a run never interrupted."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 import torch
@@ -13,7 +12,14 @@ from safetensors.torch import load_file
 
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import Deployment, _record_path
-from tests.e2e.jobs import create, memorization_file, start_stack, steps_done, wait
+from tests.e2e.jobs import (
+    create,
+    memorization_file,
+    start_stack,
+    steps_done,
+    wait,
+    wait_steps,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +36,7 @@ def test_a_preempted_job_resumes_and_ends_as_if_never_interrupted(tmp_path) -> N
         upload = client.files.create(file=("memo.jsonl", memorization_file()),
                                      purpose="fine-tune")
         low = create(client, upload.id, epochs=4, suffix="low")
-        wait(client, low, ("running",))
-        while steps_done(client, low) < 3:
-            time.sleep(0.1)
+        wait_steps(client, low, 3)
         urgent = client.fine_tuning.jobs.create(
             model=MODEL, training_file=upload.id, suffix="urgent", seed=3,
             method={"type": "supervised", "supervised": {"hyperparameters": {

@@ -5,13 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import re
-import time
 
 import openai
 import pytest
 
 from tests.e2e.conftest import Deployment
-from tests.e2e.jobs import ANSWER, ask, create, memorization_file, start_stack, steps_done, wait
+from tests.e2e.jobs import ANSWER, ask, create, memorization_file, start_stack, wait, wait_steps
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +28,7 @@ def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
         upload = client.files.create(file=("memo.jsonl", memorization_file()),
                                      purpose="fine-tune")
         interrupted = create(client, upload.id, epochs=8, suffix="crash")
-        wait(client, interrupted, ("running",))
-        while steps_done(client, interrupted) < 12:  # past a checkpoint (one per 5-step epoch)
-            time.sleep(0.2)
+        wait_steps(client, interrupted, 12)  # past a checkpoint (one per 5-step epoch)
     finally:
         stack.kill_all()  # kill -9 everything, trainer included
     stack = start_stack(data_dir)

@@ -44,6 +44,15 @@ def queued_job(store: JobStore, tenant: str = "acme", priority: int = 0) -> str:
     return job.id
 
 
+def running_job(store: JobStore, scheduler, pid: int) -> str:
+    """A job scheduled into a free slot whose trainer (process `pid`) has said hello."""
+    job = queued_job(store)
+    scheduler.schedule()
+    scheduler.spawned(job, pid)
+    scheduler.hello(job)
+    return job
+
+
 def test_a_queued_job_starts_on_its_message_and_the_next_when_a_slot_frees(setup) -> None:
     store, scheduler, seen = setup
     first, second = queued_job(store), queued_job(store)
@@ -75,10 +84,7 @@ def test_pause_goes_to_the_trainer_and_answers_when_it_stopped(setup) -> None:
 
 def test_a_trainer_dying_before_a_cancel_still_cancels_and_crashes_requeue(setup) -> None:
     store, scheduler, seen = setup
-    job = queued_job(store)
-    scheduler.schedule()
-    scheduler.spawned(job, 8)
-    scheduler.hello(job)
+    job = running_job(store, scheduler, 8)
     scheduler.command(b"gw", JobCommand("c1", job, JobAction.CANCEL))
     scheduler.exited(8, -9)
     assert store.get(job).status == "cancelled"
@@ -128,10 +134,7 @@ def test_a_higher_priority_job_preempts_the_lowest_running_one(tmp_path) -> None
 
 def test_a_preempted_trainer_that_dies_is_requeued_not_failed(setup) -> None:
     store, scheduler, seen = setup
-    low = queued_job(store)
-    scheduler.schedule()
-    scheduler.spawned(low, 21)
-    scheduler.hello(low)
+    low = running_job(store, scheduler, 21)
     urgent = queued_job(store, priority=3)
     scheduler.schedule()
     assert seen.controls[-1][1].action == JobAction.PREEMPT
