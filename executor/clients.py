@@ -11,10 +11,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import zmq
 
 from executor.ports import DoorbellPort
 from wire import executor as P
+from wire.cuda_ipc import ExecutorCounters, RefusedBuffer, open_buffer
 from wire.doorbell import ExecutorDoorbell
 from wire.shm import SHM_DIR, SegmentRefused, ShmBuffer
 
@@ -31,6 +33,7 @@ class ClientState:
     doorbell: ExecutorDoorbell | None = None
     last_seen: float = field(default_factory=time.monotonic)
     port: DoorbellPort | None = None  # calls through shared memory and the doorbell
+    device_buffer: torch.Tensor | None = None  # the client's call buffer on a GPU (CUDA IPC)
 
     def __post_init__(self) -> None:
         self.remap(self.shm)
@@ -38,13 +41,35 @@ class ClientState:
     def remap(self, shm: ShmBuffer | None) -> None:
         """New shared memory (it grew, or none any more): the doorbell port follows it."""
         self.shm = shm
-        self.port = DoorbellPort(shm, self.doorbell) if shm and self.doorbell else None
+        self.port = DoorbellPort(shm, self.doorbell, self.device_buffer) \
+            if shm and self.doorbell else None
+
+    def share_device(self, message: P.ShareDevice, counters: ExecutorCounters | None,
+                     device: torch.device) -> bool:
+        """The client's call buffer on its GPU from now on; False (and the shared memory again)
+        when refused or when the client withdrew it."""
+        self.device_buffer = None
+        if message.size and counters is not None and self.port is not None:
+            fields = {f: getattr(message, f) for f in ("device", "handle", "size", "offset",
+                                                       "event", "event_sync")}
+            try:
+                self.device_buffer = open_buffer(fields, message.size, message.token, counters,
+                                                 device)
+            except RefusedBuffer as exc:
+                log.warning("device buffer of client %s refused (%s): shared memory", self.name,
+                            exc)
+        if self.port is not None:
+            self.port.use(self.device_buffer)
+        return self.device_buffer is not None
 
     def release(self) -> None:
         if self.doorbell is not None:
             self.doorbell.close()
         if self.shm is not None:
             self.shm.close()
+        self.device_buffer = None  # the IPC mapping closes with the last view of it
+        if self.port is not None:
+            self.port.use(None)
 
 
 class ClientTable:
@@ -54,6 +79,14 @@ class ClientTable:
         self._clients: dict[bytes, ClientState] = {}
         self._lock = threading.Lock()
         self.generation = 0  # changes whenever a client comes or goes (doorbells to watch)
+        self._counters: ExecutorCounters | None = None  # for clients' device buffers
+
+    def share_device(self, client: ClientState, message: P.ShareDevice,
+                     device: torch.device) -> bool:
+        """Map (or, refused, forget) a client's call buffer on a GPU."""
+        if self._counters is None and device.type == "cuda":
+            self._counters = ExecutorCounters()
+        return client.share_device(message, self._counters, device)
 
     def __len__(self) -> int:
         return len(self._clients)

@@ -59,8 +59,6 @@ class Engine:
                 elapsed = time.perf_counter() - tick
             else:
                 y, elapsed = self._sliced(run, x, size, between)
-            if y.device.type != "cpu":
-                y = y.cpu()
         except ShardsBroken as exc:  # the group is going down: the caller may go elsewhere
             self.stats.record_error()
             return self._fail(batch, str(exc), P.ErrorCode.UNAVAILABLE)
@@ -70,15 +68,7 @@ class Engine:
             return self._fail(batch, f"{type(exc).__name__}: {exc}")
         self.scheduler.observe(batch, elapsed)
         self.stats.record_batch(batch, started, elapsed)
-        replies: list[Reply] = []
-        if len(batch) == 1:
-            self._deliver(first, y, replies)
-            return replies
-        start = 0
-        for call in batch:
-            self._deliver(call, y[start:start + call.rows], replies)
-            start += call.rows
-        return replies
+        return self._deliver(batch, y)
 
     @staticmethod
     def _sliced(run, x: torch.Tensor, size: int,
@@ -94,24 +84,43 @@ class Engine:
         return torch.cat(parts), elapsed
 
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
-        x = batch[0].x if len(batch) == 1 else torch.cat([c.x for c in batch])
+        if self._on_cpu:
+            x = batch[0].x if len(batch) == 1 else torch.cat([c.x for c in batch])
+        else:  # rows from host memory and from clients' device buffers alike
+            x = torch.cat([c.x.to(self.device, non_blocking=True) for c in batch])
         if x.is_floating_point() and x.dtype != self.registry.dtype:
             x = x.to(self.registry.dtype)
-        return x if self._on_cpu else x.to(self.device)
+        return x
 
-    def _deliver(self, call: PendingCall, rows: torch.Tensor, replies: list[Reply]) -> None:
-        if call.reply_seq < 0:
-            replies.append((call.client, self._result(call, rows)))
-            return
-        client = self.clients.get(call.client)
-        port = client.port if client is not None else None
-        if port is None:
-            return  # it left while its call ran
-        try:
-            port.answer(call.reply_seq, call.header.id, call.header.shm_out, rows,
-                        self._result_code)
-        except (ValueError, RuntimeError, OSError, TypeError) as exc:
-            log.info("client %s left before its reply (%s)", client.name, exc)
+    def _deliver(self, batch: list[PendingCall], y: torch.Tensor) -> list[Reply]:
+        """Each call's rows to its client: doorbell results are written first, then (after one
+        wait for the device) published; socket calls' replies are returned."""
+        replies: list[Reply] = []
+        written = []
+        start = 0
+        for call in batch:
+            rows = y if len(batch) == 1 else y[start:start + call.rows]
+            start += call.rows
+            if call.reply_seq < 0:
+                replies.append((call.client, self._result(call, rows.cpu())))
+                continue
+            client = self.clients.get(call.client)
+            port = client.port if client is not None else None
+            if port is None:
+                continue  # it left while its call ran
+            try:
+                port.write(call.header.shm_out, rows)
+                written.append((call, port, rows))
+            except (ValueError, RuntimeError, OSError, TypeError) as exc:
+                log.info("client %s left before its reply (%s)", client.name, exc)
+        if written and not self._on_cpu:
+            torch.cuda.current_stream(self.device).synchronize()
+        for call, port, rows in written:
+            try:
+                port.publish(call.reply_seq, call.header.id, rows, self._result_code)
+            except (ValueError, OSError, TypeError) as exc:
+                log.info("client of call %d left before its reply (%s)", call.header.id, exc)
+        return replies
 
     def _fail(self, batch: list[PendingCall], error: str,
               code: P.ErrorCode = P.ErrorCode.INTERNAL) -> list[Reply]:

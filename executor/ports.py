@@ -1,6 +1,9 @@
 """A same-host client's calls through its shared memory: the header read in place, the input
 and the result as views cached by shape, the reply header written in place and the doorbell
-rung. One port per doorbell client; rebuilt when the client's memory is remapped."""
+rung. One port per doorbell client; rebuilt when the client's memory is remapped.
+
+A client on a GPU shares a call buffer on its device (`wire.cuda_ipc`): the headers stay in
+shared memory, and the offsets in them point into that buffer instead."""
 
 from __future__ import annotations
 
@@ -16,12 +19,21 @@ Header = tuple[int, ...]  # callheader.read_call: seq, id, op, kind, dtype, ndim
 
 
 class DoorbellPort:
-    def __init__(self, shm: ShmBuffer, doorbell: ExecutorDoorbell) -> None:
+    def __init__(self, shm: ShmBuffer, doorbell: ExecutorDoorbell,
+                 device_buffer: torch.Tensor | None = None) -> None:
         self.shm = shm
         self.doorbell = doorbell
         self.mapped = shm.raw
         self.last_seq = 0
         self._views: dict[tuple[int, torch.dtype, int, int], torch.Tensor] = {}
+        self.use(device_buffer)
+
+    def use(self, device_buffer: torch.Tensor | None) -> None:
+        """Tensors in the client's device buffer from the next call on (None: in the shared
+        memory); the call count goes on, as the headers stay where they were."""
+        self.device_buffer = device_buffer
+        self.size = device_buffer.numel() if device_buffer is not None else self.shm.size
+        self._views = {}
 
     def pending(self) -> bool:
         """Whether the client has published its next call (no system call)."""
@@ -42,20 +54,36 @@ class DoorbellPort:
         view = self._views.get(key)
         if view is None:
             shape = (rows, cols) if cols else (rows,)
-            if offset < 0 or offset % 64 or offset + nbytes(dtype, shape) > self.shm.size:
+            if offset < 0 or offset % 64 or offset + nbytes(dtype, shape) > self.size:
                 raise ValueError(f"shared memory region at {offset} for {list(shape)} "
                                  f"{dtype} is outside the segment")
             if len(self._views) > 256:  # shapes vary (prefills): keep the cache bounded
                 self._views.clear()
-            view = self._views[key] = self.shm.view(offset, dtype, shape)
+            if self.device_buffer is not None:
+                end = offset + nbytes(dtype, shape)
+                view = self.device_buffer[offset:end].view(dtype).view(shape)
+            else:
+                view = self.shm.view(offset, dtype, shape)
+            self._views[key] = view
         return view
+
+    def write(self, offset: int, y: torch.Tensor) -> None:
+        """The result into the client's memory (asynchronously where it is on a GPU or pinned:
+        the caller synchronizes once for a whole batch before `publish`)."""
+        rows, cols = y.shape[0], (y.shape[1] if y.dim() == 2 else 0)
+        self.view(offset, y.dtype, rows, cols).copy_(y, non_blocking=True)
+
+    def publish(self, seq: int, call_id: int, y: torch.Tensor, dtype_code: int) -> None:
+        rows, cols = y.shape[0], (y.shape[1] if y.dim() == 2 else 0)
+        publish_reply(self.mapped, seq, call_id, OK, dtype_code, y.dim(), rows, cols)
+        self.doorbell.answer()
 
     def answer(self, seq: int, call_id: int, offset: int, y: torch.Tensor,
                dtype_code: int) -> None:
-        rows, cols = y.shape[0], (y.shape[1] if y.dim() == 2 else 0)
-        self.view(offset, y.dtype, rows, cols).copy_(y)
-        publish_reply(self.mapped, seq, call_id, OK, dtype_code, y.dim(), rows, cols)
-        self.doorbell.answer()
+        self.write(offset, y)
+        if y.device.type == "cuda":
+            torch.cuda.current_stream(y.device).synchronize()
+        self.publish(seq, call_id, y, dtype_code)
 
     def refuse(self, seq: int, call_id: int, code: ErrorCode, message: str) -> None:
         write_error(self.mapped, seq, call_id, code, message)

@@ -288,6 +288,10 @@ class ExecutorServer:
             if client.shm is None:  # a doorbell call needs its header in shared memory
                 self.clients.drop_doorbell(identity)
             self._send(identity, P.Mapped(client.shm is not None))
+        elif isinstance(message, P.ShareDevice):
+            client = self._known(identity, -1)
+            self._send(identity, P.Mapped(self.clients.share_device(
+                client, message, torch.device(self.config.device))))
         elif isinstance(message, P.Ping):
             known = self.clients.touch(identity) is not None
             self._send(identity, P.Pong(self.registry.model_name, len(self.clients), known))

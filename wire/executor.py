@@ -12,7 +12,7 @@ import enum
 
 import msgspec
 
-PROTOCOL_VERSION = 2  # 2: binary doorbell headers (`wire.callheader`), stretches
+PROTOCOL_VERSION = 3  # 2: binary doorbell headers, stretches; 3: device call buffers
 
 
 class Op(enum.IntEnum):
@@ -89,6 +89,20 @@ class Mapped(msgspec.Struct, tag="mapped", array_like=True):
     ok: bool
 
 
+class ShareDevice(msgspec.Struct, tag="share_device", array_like=True):
+    """The client's call buffer on a GPU (`wire.cuda_ipc`): once mapped, a doorbell call's
+    offsets point into it instead of the shared memory; refused (`Mapped(False)`), or when
+    `size` is 0, calls go back to the shared memory."""
+
+    device: int
+    handle: bytes
+    size: int
+    offset: int  # of the buffer inside the allocation the handle names
+    event: bytes
+    event_sync: bool
+    token: bytes
+
+
 class Call(msgspec.Struct, tag="call", array_like=True):
     id: int
     op: Op
@@ -135,7 +149,7 @@ class Bye(msgspec.Struct, tag="bye", array_like=True):
     pass
 
 
-ToExecutor = Hello | Remap | Call | StatsRequest | Ping | Bye
+ToExecutor = Hello | Remap | ShareDevice | Call | StatsRequest | Ping | Bye
 FromExecutor = Welcome | Mapped | Result | Error | Stats | Pong
 
 _encoder = msgspec.msgpack.Encoder()

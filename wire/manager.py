@@ -105,6 +105,7 @@ class Ready(msgspec.Struct, tag="ready", array_like=True):
 class LoadFailed(msgspec.Struct, tag="load_failed", array_like=True):
     key: str
     message: str
+    code: str = "adapter_load_failed"  # or executor_unavailable, device_unavailable
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):

@@ -22,6 +22,7 @@ class WorkerSpec(msgspec.Struct, tag="worker", frozen=True, kw_only=True):
     threads: int = 1
     privacy: bool = False  # mask activations and gradients sent to the executor
     device: str = "cpu"  # where the worker's own part runs (attention, adapters, KV cache)
+    kv_budget_bytes: int = 0  # KV cache kept on `device`; beyond it, in host memory (0: no limit)
 
 
 class TrainerSpec(msgspec.Struct, tag="trainer", frozen=True, kw_only=True):

@@ -1,7 +1,12 @@
-"""The running batch's KV cache: rows join (left-padded to a common length) and leave.
+"""A running batch's KV cache: rows join (left-padded to a common length) and leave.
 
 Keys and values of every layer are [rows, heads, time, dim]; `mask` [rows, time] marks real
 entries (1) and left padding (0). Position ids come from the mask, as in transformers' generate.
+
+A worker keeps two batches: one with its cache on the worker's device, and one *offloaded*: its
+cache lives in host memory and, on a GPU, each layer's keys and values are fetched to the device
+just before that layer's attention and written back right after (transformers' offloading
+cache, which prefetches the next layer on a side stream while this one computes).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+HOST = torch.device("cpu")
 
 
 def cache_tensors(cache: DynamicCache) -> KV:
@@ -18,17 +24,33 @@ def cache_tensors(cache: DynamicCache) -> KV:
 
 
 class BatchCache:
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device = HOST, offloaded: bool = False) -> None:
+        self.device = device
+        self.offloaded = offloaded
         self.cache = DynamicCache()
         self.mask: torch.Tensor | None = None
+        self.sequences: list = []  # the engine's sequences, one per row, in row order
+
+    @property
+    def streams(self) -> bool:
+        """Whether the cache moves layer by layer between host memory and the device."""
+        return self.offloaded and self.device.type == "cuda"
 
     @property
     def kv(self) -> KV:
-        return cache_tensors(self.cache)
+        kv = cache_tensors(self.cache)
+        if self.streams:  # after a step, the next step's first layer is already on the device
+            kv = [(k.to(HOST), v.to(HOST)) for k, v in kv]
+        return kv
 
     @kv.setter
     def kv(self, kv: KV) -> None:
-        self.cache = DynamicCache(ddp_cache_data=kv) if kv else DynamicCache()
+        if not kv:
+            self.cache = DynamicCache()
+        elif self.streams:
+            self.cache = _offloading_cache([(k.to(HOST), v.to(HOST)) for k, v in kv], self.device)
+        else:
+            self.cache = DynamicCache(ddp_cache_data=kv)
 
     @property
     def rows(self) -> int:
@@ -40,22 +62,23 @@ class BatchCache:
             self.kv, self.mask = kv, mask
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        self.kv = [(torch.cat([_pad(k0, width), _pad(k1, width)]),
-                    torch.cat([_pad(v0, width), _pad(v1, width)]))
+        self.kv = [(torch.cat([_pad(k0, width), _pad(k1.to(k0.device), width)]),
+                    torch.cat([_pad(v0, width), _pad(v1.to(v0.device), width)]))
                    for (k0, v0), (k1, v1) in zip(self.kv, kv, strict=True)]
         self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(mask, width)])
 
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (in this order), dropping padding no remaining row needs."""
+        self.sequences = [self.sequences[row] for row in rows]
         if not rows:
             self.kv, self.mask = [], None
             return
-        index = torch.tensor(rows)
+        index = torch.tensor(rows, device=self.mask.device)
         mask = self.mask.index_select(0, index)
         start = int((mask.cumsum(1) == 0).sum(1).min())  # columns that are padding in every row
         self.mask = mask[:, start:]
-        self.kv = [(k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
-                   for k, v in self.kv]
+        self.kv = [(k.index_select(0, index.to(k.device))[:, :, start:],
+                    v.index_select(0, index.to(v.device))[:, :, start:]) for k, v in self.kv]
 
     def step_inputs(self) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """(cache, attention mask, position ids) for one more token per row; the model's
@@ -67,6 +90,16 @@ class BatchCache:
 
 def repeat_rows(kv: KV, n: int) -> KV:
     return [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in kv]
+
+
+def _offloading_cache(host_kv: KV, device: torch.device) -> DynamicCache:
+    """An offloading cache whose layers rest in host memory: each is fetched to `device` before
+    its attention runs and goes back after; the first layer is fetched now."""
+    cache = DynamicCache(ddp_cache_data=host_kv, offloading=True)
+    for layer in cache.layers:
+        layer.device = device  # where `prefetch` brings it; `offload` takes it back to the host
+    cache.prefetch(0, cache.only_non_sliding)
+    return cache
 
 
 def _pad(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -51,7 +51,7 @@ class Sequence:
 
 class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
-                 max_batch: int = 32) -> None:
+                 max_batch: int = 32, kv_budget_bytes: int = 0) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
         self.tokenizer = tokenizer
@@ -59,12 +59,19 @@ class InferenceEngine:
         self.eos_ids = eos_ids
         self.max_batch = max_batch
         self.vocab_size = int(model.config.vocab_size)
+        self.device = model.device
+        self.kv_budget_bytes = kv_budget_bytes  # KV cache kept on the device; 0: no limit
+        self.kv_token_bytes = kv_bytes_per_token(model.config, model.dtype)
         self.grammars = Grammars(tokenizer, self.vocab_size)
         self.waiting: deque[Request] = deque()
-        self.running: list[Sequence] = []
-        self.batch = BatchCache()
+        self.resident = BatchCache(self.device)
+        self.offloaded = BatchCache(self.device, offloaded=True)
         self._pending: dict[str, int] = {}  # request id -> sequences still running
         self._generated: dict[str, int] = {}  # request id -> tokens generated so far
+
+    @property
+    def running(self) -> list[Sequence]:
+        return self.resident.sequences + self.offloaded.sequences
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -120,8 +127,8 @@ class InferenceEngine:
     def fail_all(self, status: int, code: str, message: str) -> list[W.Message]:
         ids = {r.id for r in self.waiting} | {s.request.id for s in self.running}
         self.waiting.clear()
-        self.running.clear()
-        self.batch = BatchCache()
+        self.resident = BatchCache(self.device)
+        self.offloaded = BatchCache(self.device, offloaded=True)
         self._pending.clear()
         self._generated.clear()
         return [W.Failed(i, status, code, message) for i in sorted(ids)]
@@ -142,15 +149,16 @@ class InferenceEngine:
                 code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
                 events.append(W.Failed(request.id, 500, code,
                                        f"The request failed: {type(exc).__name__}"))
-        if self.running:
-            events += self._decode()
+        for batch in (self.resident, self.offloaded):
+            if batch.sequences:
+                events += self._decode(batch)
         return events
 
     # -- phases -----------------------------------------------------------------------------
 
     def _prefill(self, request: Request) -> list[W.Message]:
         params = request.params
-        ids = torch.tensor([request.prompt_ids])
+        ids = torch.tensor([request.prompt_ids], device=self.device)
         want_prompt_logprobs = params.echo and params.logprobs is not None
         out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  past_key_values=DynamicCache(), use_cache=True,
@@ -160,7 +168,7 @@ class InferenceEngine:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
                                                         skip_special_tokens=True)
         if want_prompt_logprobs:
-            logits = out.logits[0, -len(request.prompt_ids):]
+            logits = out.logits[0, -len(request.prompt_ids):].cpu()
             started.prompt_logprobs = [
                 self._logprob(c)
                 for c in prompt_logprobs(logits, request.prompt_ids, params.logprobs)]
@@ -170,7 +178,7 @@ class InferenceEngine:
                     W.Done(request.id, len(request.prompt_ids), 0)]
         kv = cache_tensors(out.past_key_values)
         width = kv[0][0].shape[2]
-        last_logits = out.logits[0, -1]
+        last_logits = out.logits[0, -1].cpu()  # sampling runs on the host: same seeds, same draws
         sequences = []
         self._generated[request.id] = 0
         for index in range(params.n):
@@ -180,19 +188,40 @@ class InferenceEngine:
             events.append(self._accept(seq, self._choose(seq, last_logits)))
             sequences.append(seq)
         self._pending[request.id] = params.n
-        self.batch.join(repeat_rows(kv, params.n), torch.ones(params.n, width, dtype=torch.long))
-        self.running.extend(sequences)
+        batch = self._place(request)
+        batch.join(repeat_rows(kv, params.n),
+                   torch.ones(params.n, width, dtype=torch.long, device=self.device))
+        batch.sequences.extend(sequences)
         events += self._drop_finished()
         return events
 
-    def _decode(self) -> list[W.Message]:
-        cache, mask, positions = self.batch.step_inputs()
-        tokens = torch.tensor([[seq.last] for seq in self.running])
+    def _place(self, request: Request) -> BatchCache:
+        """The resident batch while its cache (as long as it can grow) fits the device budget,
+        else the offloaded one."""
+        if not self.kv_budget_bytes:
+            return self.resident
+        need = self._kv_bytes([request])
+        held = self._kv_bytes(s.request for s in self.resident.sequences)
+        if held + need <= self.kv_budget_bytes:
+            return self.resident
+        log.info("request %s: its KV cache (up to %.1f MiB) would exceed the device budget "
+                 "(%.1f of %.1f MiB held): cache in host memory", request.id, need / 2**20,
+                 held / 2**20, self.kv_budget_bytes / 2**20)
+        return self.offloaded
+
+    def _kv_bytes(self, requests) -> int:
+        """The most KV cache `requests` can grow to (a request of n sequences counted n times)."""
+        return sum(len(r.prompt_ids) + r.params.max_tokens for r in requests) * \
+            self.kv_token_bytes
+
+    def _decode(self, batch: BatchCache) -> list[W.Message]:
+        cache, mask, positions = batch.step_inputs()
+        tokens = torch.tensor([[seq.last] for seq in batch.sequences], device=self.device)
         out = self.decode_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                                 past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1]
+        logits = out.logits[:, -1].cpu()
         events = [self._accept(seq, self._choose(seq, logits[row]))
-                  for row, seq in enumerate(self.running)]
+                  for row, seq in enumerate(batch.sequences)]
         return events + self._drop_finished()
 
     # -- per sequence ------------------------------------------------------------------------
@@ -231,16 +260,25 @@ class InferenceEngine:
 
     def _drop_finished(self) -> list[W.Message]:
         events: list[W.Message] = []
-        keep = [row for row, seq in enumerate(self.running) if not seq.finish]
-        if len(keep) == len(self.running):
-            return events
-        for seq in self.running:
-            if seq.finish and seq.finish != "abort" and seq.request.id in self._pending:
-                self._pending[seq.request.id] -= 1
-                if self._pending[seq.request.id] == 0:
-                    del self._pending[seq.request.id]
-                    generated = self._generated.pop(seq.request.id, 0)
-                    events.append(W.Done(seq.request.id, len(seq.request.prompt_ids), generated))
-        self.running = [self.running[row] for row in keep]
-        self.batch.keep(keep)
+        for batch in (self.resident, self.offloaded):
+            keep = [row for row, seq in enumerate(batch.sequences) if not seq.finish]
+            if len(keep) == len(batch.sequences):
+                continue
+            for seq in batch.sequences:
+                if seq.finish and seq.finish != "abort" and seq.request.id in self._pending:
+                    self._pending[seq.request.id] -= 1
+                    if self._pending[seq.request.id] == 0:
+                        del self._pending[seq.request.id]
+                        generated = self._generated.pop(seq.request.id, 0)
+                        events.append(W.Done(seq.request.id, len(seq.request.prompt_ids),
+                                             generated))
+            batch.keep(keep)
         return events
+
+
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """Keys and values of one token across all layers (multi-head, grouped or multi-query)."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize

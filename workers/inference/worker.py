@@ -67,15 +67,18 @@ def build_model(config: WorkerSpec) -> tuple[Any, bool]:
     import torch
     from peft import PeftModel
 
+    from workers.device import claim_device
     from workers.remote.build import remote_model
 
     torch.set_num_threads(config.threads)
+    device = claim_device(config.device)
     base = remote_model(config.base, config.executor, client_name=config.key,
-                        privacy=config.privacy)
+                        privacy=config.privacy, device=str(device))
     if config.adapter_path is None:
         return base, False
     try:
-        return PeftModel.from_pretrained(base, config.adapter_path).eval(), False
+        return PeftModel.from_pretrained(base, config.adapter_path,
+                                         torch_device=str(device)).eval(), False
     except Exception:
         if not config.fallback:
             raise
@@ -96,6 +99,16 @@ def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
                    else tokenizer.eos_token_id]
 
 
+def load_failed(key: str, exc: Exception) -> W.LoadFailed:
+    from workers.device import DeviceUnavailable
+
+    if isinstance(exc, ExecutorUnavailable):
+        return W.LoadFailed(key, "executor unavailable", "executor_unavailable")
+    if isinstance(exc, DeviceUnavailable):
+        return W.LoadFailed(key, str(exc), "device_unavailable")
+    return W.LoadFailed(key, f"{type(exc).__name__}: {exc}")
+
+
 def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     started = time.perf_counter()
     ctx = zmq.Context()
@@ -107,14 +120,13 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
         model, fallback = build_model(config)
     except Exception as exc:
         log.exception("worker %s failed to start", config.key)
-        reason = "executor unavailable" if isinstance(exc, ExecutorUnavailable) else \
-            f"{type(exc).__name__}: {exc}"
-        sock.send(W.encode(W.LoadFailed(config.key, reason)))
+        sock.send(W.encode(load_failed(config.key, exc)))
         sock.close()
         ctx.term()
         return 1
     engine = InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
-                             eos_ids=preloaded.eos_ids, max_batch=config.max_batch)
+                             eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
+                             kv_budget_bytes=config.kv_budget_bytes)
     sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started, fallback)))
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
     try:

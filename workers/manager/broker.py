@@ -176,12 +176,14 @@ class Manager:
             executor=self.config.executor, manager=self.worker_bind, fallback=request.fallback,
             adapter_path=request.adapter.path if request.adapter else None,
             max_batch=self.config.max_batch, threads=self.config.worker_threads,
-            privacy=self.config.privacy))
+            privacy=self.config.privacy, device=self.config.worker_device,
+            kv_budget_bytes=int(self.config.kv_budget_mb * 2**20)))
 
     def _trainer_spec(self, job_id: str) -> S.TrainerSpec:
         return S.TrainerSpec(job_id=job_id, data_dir=str(self.config.data_dir),
                              base=self.config.model, executor=self.config.executor,
-                             manager=self.worker_bind, privacy=self.config.privacy)
+                             manager=self.worker_bind, privacy=self.config.privacy,
+                             device=self.config.worker_device)
 
     def _status(self) -> W.StatusReply:
         now = time.monotonic()
@@ -218,8 +220,7 @@ class Manager:
             log.warning("worker %s failed to load: %s", key, message.message)
             self.admission.breakers.failed(key)
             if handle is not None:
-                self._fail_all(handle, 503, "adapter_load_failed" if "executor" not in
-                               message.message else "executor_unavailable",
+                self._fail_all(handle, 503, message.code,
                                f"the model could not be loaded: {message.message}")
                 handle.state = "stopping"
         elif isinstance(message, (W.Started, W.Delta, W.Done, W.Failed)):

@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from wire.endpoints import default_executor, default_manager
 
+DEVICE = r"^(cpu|cuda(:[0-9]{1,2})?)$"
+
 
 class ManagerConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_", frozen=True, extra="ignore",
@@ -31,7 +33,8 @@ class ManagerConfig(BaseSettings):
     breaker_cooldown_s: float = Field(30.0, gt=0)  # open this long, then one probe
     max_batch: int = Field(32, ge=1)
     worker_threads: int = Field(1, ge=1)
-    worker_device: str = "cpu"  # where workers and trainers run their own part
+    worker_device: str = Field("cpu", pattern=DEVICE)  # where workers and trainers run their part
+    kv_budget_mb: float = Field(0.0, ge=0)  # a worker's KV cache on its device; 0: no limit
     privacy: bool = False  # inference workers and trainers use privacy mode (see README)
     data_dir: str | None = None  # with it, the manager also runs the fine-tuning queue
     max_jobs: int = Field(0, ge=0)  # 0: sized to the machine
@@ -56,6 +59,9 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
                         help="workers mask what they send to the executor (float32 only)")
     parser.add_argument("--worker-device", help="cpu or cuda[:N]: where workers and trainers "
                         "run attention, adapters, KV cache and optimizer")
+    parser.add_argument("--kv-budget-mb", type=float,
+                        help="KV cache a worker keeps on its device; a request whose cache would "
+                        "exceed it runs with its cache in host memory (0: no limit)")
     parser.add_argument("--data-dir", help="run the fine-tuning jobs recorded in this data dir")
     parser.add_argument("--max-jobs", type=int,
                         help="fine-tuning jobs running at once (0: sized to the machine)")
@@ -63,7 +69,8 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
     flags = {"executor": args.executor, "model": args.model, "bind": args.bind,
              "max_workers": args.max_workers, "idle_s": args.idle_s,
              "pinned": frozenset(args.pin) if args.pin else None, "privacy": args.privacy,
-             "worker_device": args.worker_device, "data_dir": args.data_dir,
+             "worker_device": args.worker_device, "kv_budget_mb": args.kv_budget_mb,
+             "data_dir": args.data_dir,
              "max_jobs": args.max_jobs, "min_residency_s": args.min_residency_s,
              "max_evictions_per_min": args.max_evictions_per_min,
              "breaker_failures": args.breaker_failures,

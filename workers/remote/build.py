@@ -48,7 +48,7 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     `config_kwargs` go to the model config (e.g. attn_implementation="eager").
     """
     path = resolve_model(model)
-    handle: ExecutorHandle = (ExecutorClient(executor, name=client_name)
+    handle: ExecutorHandle = (ExecutorClient(executor, name=client_name, device=device)
                               if isinstance(executor, str) else executor)
     dtype = dtype or handle.dtype
     hf_config = AutoConfig.from_pretrained(path, **config_kwargs)

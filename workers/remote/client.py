@@ -24,11 +24,13 @@ import zmq
 
 from wire import doorbell as bell
 from wire import executor as P
+from wire.cuda_ipc import DeviceBuffer
 from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.remote.replicas import Replicas
+from workers.remote.transport import Transport, choose
 
 log = logging.getLogger("workers.remote.client")
 SHM_INITIAL = 1 << 20
@@ -38,8 +40,10 @@ class ExecutorClient:
     def __init__(self, endpoint: str, *, name: str = "worker", use_shm: bool = True,
                  use_doorbell: bool = True, connect_timeout_s: float = 10.0,
                  heartbeat_s: float = 2.0, call_timeout_s: float | None = None,
-                 curve_server_key: str | None = None) -> None:
+                 curve_server_key: str | None = None, device: str = "cpu") -> None:
         self.replicas = Replicas(endpoint, name)
+        self.client_device = torch.device(device)  # where this process's tensors live
+        self.transport = Transport.FRAMES
         self.name = name
         self.use_shm = use_shm
         self.use_doorbell = use_shm and use_doorbell
@@ -168,6 +172,29 @@ class ExecutorClient:
             else:
                 self._doorbell.close()
                 self._doorbell = None
+        self.transport = choose(str(self.client_device), welcome.device,
+                                self._shm is not None, self._fast is not None)
+        if self.transport == Transport.DEVICE and not self._share_device(SHM_INITIAL):
+            self.transport = Transport.SHARED_MEMORY
+
+    def _share_device(self, size: int) -> bool:
+        """A call buffer of `size` bytes on this process's GPU for the executor to use; False
+        (calls through shared memory) when it cannot be shared or the executor refuses it."""
+        try:
+            buffer = DeviceBuffer(size, self.client_device)
+            fields, token = buffer.export()
+        except (RuntimeError, AttributeError) as exc:  # no IPC for this allocation here
+            log.info("no device buffer (%s): calls through shared memory", exc)
+            buffer = None
+        if buffer is None:
+            share = P.ShareDevice(0, b"", 0, 0, b"", False, b"")  # the executor forgets one
+        else:
+            share = P.ShareDevice(token=token, **fields)
+        self._send([P.encode(share)])
+        mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
+        ok = buffer is not None and mapped.ok
+        self._fast.use(buffer if ok else None)
+        return ok
 
     @property
     def doorbell(self) -> bool:
@@ -187,6 +214,10 @@ class ExecutorClient:
             self._shm = None
 
     def _ensure_capacity(self, needed: int) -> None:
+        if self.transport == Transport.DEVICE:
+            if self._share_device(max(needed, 2 * self._fast.data.size)):
+                return
+            self.transport = Transport.SHARED_MEMORY
         if self._shm is None or needed <= self._shm.size:
             return
         size = max(needed, 2 * self._shm.size)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from wire import callheader as H
+from wire.cuda_ipc import DeviceBuffer
 from wire.doorbell import WorkerDoorbell
 from wire.executor import LayerKind, LayerSpec, Op
 from wire.shm import ShmBuffer
@@ -59,20 +60,31 @@ class FastPath:
         self.spin = AdaptiveSpin(float(os.environ.get("SYMBIOSIS_CLIENT_SPIN_US", "200")) * 1e-6)
         self._widths = [_widths(spec) for spec in layers]
         self._plans: dict[tuple[int, int, int, torch.dtype], Plan] = {}
+        self.data: ShmBuffer | DeviceBuffer = shm  # where calls' tensors go
 
     def remap(self, shm: ShmBuffer) -> None:
         """Fresh memory: the executor's port starts counting calls anew, and so do we."""
+        on_device = isinstance(self.data, DeviceBuffer)
         self.shm, self.mapped, self.seq = shm, shm.raw, 0
+        self.data = self.data if on_device else shm
+        self._plans.clear()
+
+    def use(self, device_buffer: DeviceBuffer | None) -> None:
+        """Tensors in a buffer on this process's GPU (None: in the shared memory again)."""
+        self.data = device_buffer if device_buffer is not None else self.shm
         self._plans.clear()
 
     def call(self, op: int, layer: int, x: torch.Tensor, kind: int, call_id: int,
              check_alive: Callable[[], None], deadline: float | None) -> torch.Tensor:
-        """The result, a view of shared memory valid until the next call."""
+        """The result, a view of shared memory (or of the device buffer) valid until the next
+        call."""
         key = (layer, op, x.shape[0], x.dtype)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(layer, op, x)
         plan.x.copy_(x)
+        if plan.x.is_cuda:  # the executor reads it from another process
+            self.data.synchronize()
         self.seq += 1
         seq = self.seq
         H.publish_call(self.mapped, seq, call_id, op, kind, plan.dtype_code, plan.ndim, layer,
@@ -95,12 +107,12 @@ class FastPath:
         shm_in = H.DATA_AT
         shm_out = shm_in + aligned(nbytes(dtype, shape))
         needed = shm_out + nbytes(self.dtype, (rows, width))
-        if needed > self.shm.size:
+        if needed > self.data.size:
             raise NeedsCapacity(needed)
         if len(self._plans) > 512:  # prefill lengths vary: keep the cache bounded
             self._plans.clear()
-        plan = Plan(self.shm.view(shm_in, dtype, shape),
-                    self.shm.view(shm_out, self.dtype, (rows, width)), H.CODE_OF[dtype],
+        plan = Plan(self.data.view(shm_in, dtype, shape),
+                    self.data.view(shm_out, self.dtype, (rows, width)), H.CODE_OF[dtype],
                     len(shape), cols, shm_in, shm_out)
         self._plans[(layer, op, rows, x.dtype)] = plan
         return plan

@@ -141,7 +141,7 @@ def remote_rows(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor, k
     row_bytes = 4 * max(width, flat.shape[1] if flat.dim() == 2 else 1)
     if flat.shape[0] * row_bytes <= MAX_CALL_BYTES:
         y = executor.call(op, index, flat, kind)
-        return y.view(*lead, width).to(dtype=dtype, copy=True)  # a fresh tensor, not a view
+        return y.view(*lead, width).to(device=x.device, dtype=dtype, copy=True)  # not a view
     out = torch.empty(*lead, width, dtype=dtype, device=x.device)
     flat_out = out.view(-1, width)
     for start, stop, y in chunked_calls(executor, op, index, flat, kind, width):

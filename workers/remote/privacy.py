@@ -59,17 +59,18 @@ class PrivateExecutor:
         else:
             self._rng.manual_seed(config.seed)
         self._pools: dict[tuple[int, Op], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._placed: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # copies on a GPU
 
     def call(self, op: Op, layer: int, x: torch.Tensor, kind: CallKind) -> torch.Tensor:
         if not x.is_floating_point():
             raise PermissionError("privacy mode never sends token ids: embeddings stay local")
-        pool, effect = self._pool(layer, op)
+        pool, effect = self._pool(layer, op, x.device)
         x = x.to(torch.float32)
         norms = x.norm(dim=1, keepdim=True).clamp_min(1e-3)
-        coeffs = torch.randn(x.shape[0], pool.shape[0], generator=self._rng)
+        coeffs = torch.randn(x.shape[0], pool.shape[0], generator=self._rng).to(x.device)
         coeffs = coeffs * (self.config.scale * norms / pool.shape[0] ** 0.5)
         masked = self.inner.call(op, layer, x + coeffs @ pool, kind)
-        return masked.to(torch.float32) - coeffs @ effect
+        return masked.to(x.device, torch.float32) - coeffs @ effect
 
     def warm(self, layers: list[int]) -> None:
         """Build the pools and their effects of `layers` now (at model build), not at their
@@ -79,8 +80,16 @@ class PrivateExecutor:
             if self.config.backward:
                 self._pool(layer, Op.BACKWARD)
 
-    def _pool(self, layer: int, op: Op) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pool(self, layer: int, op: Op,
+              device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's noise directions and their effect through its weight (on `device`)."""
         key = (layer, Op.BACKWARD if op == Op.BACKWARD else Op.FORWARD)
+        if device is not None and device.type != "cpu":
+            placed = self._placed.get((key, device))
+            if placed is None:
+                placed = self._placed[(key, device)] = tuple(t.to(device) for t in
+                                                             self._pool(layer, op))
+            return placed
         if key not in self._pools:
             spec = self.layers[layer]
             width = spec.out_features if op == Op.BACKWARD else spec.in_features

@@ -51,7 +51,7 @@ def latest(root: Path) -> Path | None:
 
 def restore(path: Path, model, optimizer, scheduler) -> Progress:
     set_peft_model_state_dict(model, load_file(path / "adapter_model.safetensors"))
-    state = torch.load(path / STATE, weights_only=True)
+    state = torch.load(path / STATE, weights_only=True, map_location="cpu")
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     return Progress(**state["progress"])

@@ -56,6 +56,7 @@ def micro_batches(examples: list[Example], max_tokens: int) -> list[list[Example
 
 
 def _losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]):
+    batch = {name: t.to(model.device) for name, t in batch.items()}
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     length = batch["input_ids"].shape[1]
     logits = out.logits[:, -length:, :]  # prompt tuning prepends virtual tokens

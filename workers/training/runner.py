@@ -26,6 +26,7 @@ from state.files import FileStore, file_sha256
 from state.jobs import JobStore
 from wire.jobs import JobAction
 from wire.spawner import TrainerSpec
+from workers.device import DeviceUnavailable, claim_device
 from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
 from workers.remote.privacy import PrivacyConfig
@@ -66,14 +67,19 @@ class Trainer:
         hp = Hyperparameters(spec.n_epochs, spec.batch_size, spec.peft.learning_rate,
                              spec.peft.warmup_ratio, spec.peft.weight_decay)
         torch.set_num_threads(self.config.threads)
+        try:
+            device = claim_device(self.config.device)
+        except DeviceUnavailable as exc:
+            return self._fail("device_unavailable", f"The job could not start: {exc}")
         steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
         total = hp.n_epochs * steps_per_epoch
         model = remote_model(self.config.base, self.config.executor,
-                             client_name=f"trainer-{job.id}",
+                             client_name=f"trainer-{job.id}", device=str(device),
                              privacy=self.config.privacy and PrivacyConfig(backward=True))
         torch.manual_seed(job.seed)
         if spec.peft.init_adapter:  # continue from a fine-tuned model or a checkpoint
-            model = PeftModel.from_pretrained(model, spec.peft.init_adapter, is_trainable=True)
+            model = PeftModel.from_pretrained(model, spec.peft.init_adapter, is_trainable=True,
+                                              torch_device=str(device))
         else:
             model = get_peft_model(model, peft_config(spec.peft, total))
         optimizer, scheduler = optimizer_for(model, hp, total)

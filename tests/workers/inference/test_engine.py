@@ -62,7 +62,7 @@ def test_staggered_requests_equal_plain_generate(method: str, tokenizer) -> None
         assert text(events[request.id]) == expected, (method, request.id)
         done = [e for e in events[request.id] if isinstance(e, W.Done)]
         assert done and done[0].completion_tokens == 10
-    assert not engine.running and engine.batch.rows == 0
+    assert not engine.running and engine.resident.rows == engine.offloaded.rows == 0
 
 
 def test_seeded_sampling_is_reproducible_and_n_sequences_differ(tokenizer) -> None:
@@ -144,3 +144,49 @@ def test_one_bad_request_fails_alone(tokenizer) -> None:
     for rid in ("good", "also-good"):
         assert text(events[rid]) == text(solo) and isinstance(events[rid][-1], W.Done)
     assert not engine.running and not engine._pending
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2", "tiny-gemma2"])
+def test_kv_bytes_per_token_is_what_a_prefill_caches(model: str) -> None:
+    from transformers import DynamicCache
+
+    from workers.inference.batch import cache_tensors
+    from workers.inference.engine import kv_bytes_per_token
+
+    _, ours = build_pair(model, "lora", LocalExecutor.load(model))
+    ids = torch.arange(7).unsqueeze(0)
+    with torch.no_grad():
+        out = ours(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+    cached = sum(k.nbytes + v.nbytes for k, v in cache_tensors(out.past_key_values))
+    assert kv_bytes_per_token(ours.config, ours.dtype) * 7 == cached
+
+
+def test_requests_beyond_the_kv_budget_run_offloaded_with_the_same_tokens(tokenizer) -> None:
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    plain.eval()
+    probe = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
+    engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=(), max_batch=8,
+                             kv_budget_bytes=22 * probe.kv_token_bytes)  # one request's worth
+    greedy = W.SamplingParams(max_tokens=10, temperature=0)
+    requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
+    rows = {"resident": 0, "offloaded": 0}
+    events: dict[str, list] = {r.id: [] for r in requests}
+    step = added = 0
+    while added < len(requests) or engine.has_work():
+        while added < len(requests) and step >= added * 2:
+            events[requests[added].id] += engine.add(requests[added])
+            added += 1
+        for event in engine.step():
+            events[event.id].append(event)
+        rows["resident"] = max(rows["resident"], engine.resident.rows)
+        rows["offloaded"] = max(rows["offloaded"], engine.offloaded.rows)
+        step += 1
+    assert rows == {"resident": 1, "offloaded": 3}  # 5+10 tokens fit; then 9+10, 3+10, 12+10
+    for request in requests:
+        with torch.no_grad():
+            ids = torch.tensor([request.prompt_ids])
+            out = plain.generate(input_ids=ids, max_new_tokens=10, min_new_tokens=10,
+                                 do_sample=False, attention_mask=torch.ones_like(ids))
+        assert text(events[request.id]) == tokenizer.decode(out[0, ids.shape[1]:],
+                                                            skip_special_tokens=True)
+    assert engine.resident.rows == engine.offloaded.rows == 0

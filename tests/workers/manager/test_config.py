@@ -17,3 +17,17 @@ def test_environment_alone_configures_a_container(monkeypatch):
     config = parse_config([])
     assert (config.executor, config.data_dir, config.idle_s, config.privacy) == \
         ("tcp://executor:5555", "/data", 30.0, False)
+
+
+def test_worker_device_and_kv_budget_from_environment_or_flags(monkeypatch):
+    import pydantic
+    import pytest
+
+    monkeypatch.setenv("SYMBIOSIS_WORKER_DEVICE", "cuda:1")
+    monkeypatch.setenv("SYMBIOSIS_KV_BUDGET_MB", "512")
+    config = parse_config([])
+    assert (config.worker_device, config.kv_budget_mb) == ("cuda:1", 512.0)
+    assert parse_config(["--worker-device", "cpu"]).worker_device == "cpu"
+    for bad in ("gpu", "cuda:x", "cpu;rm"):
+        with pytest.raises(pydantic.ValidationError, match="worker_device"):
+            parse_config(["--worker-device", bad])
