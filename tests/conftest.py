@@ -24,6 +24,18 @@ TINY_MODELS = ["tiny-llama", "tiny-gpt2", "tiny-gemma2", "tiny-starcoder", "tiny
                "tiny-mistral"]
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` run wherever CUDA is present and are skipped, saying so, elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none on this machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def ipc_dir() -> Iterator[Path]:
     path = short_tmp()

@@ -86,9 +86,12 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def compare(model: str, method: str, handle: Any, steps: int = 3, seed: int = 0,
-            **remote_kwargs: Any) -> dict[str, float | bool]:
-    plain, ours = build_pair(model, method, handle, seed, **remote_kwargs)
-    ids = batch(seed)
+            device: str = "cpu", **remote_kwargs: Any) -> dict[str, float | bool]:
+    """Both models (and the reference) on `device`; the remote one's base layers wherever the
+    executor computes."""
+    plain, ours = build_pair(model, method, handle, seed, device=device, **remote_kwargs)
+    plain.to(device)
+    ids = batch(seed).to(device)
     result = {"logits": 0.0, "grads": 0.0, "params": 0.0}
     plain.train()
     ours.train()

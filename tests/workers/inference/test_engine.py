@@ -163,10 +163,30 @@ def test_kv_bytes_per_token_is_what_a_prefill_caches(model: str) -> None:
 
 def test_requests_beyond_the_kv_budget_run_offloaded_with_the_same_tokens(tokenizer) -> None:
     plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    offload_and_compare(plain, ours, tokenizer)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_offloaded_caches_rest_in_host_memory_with_the_same_tokens(tokenizer,
+                                                                            executor_for):
+    from workers.remote.client import ExecutorClient
+
+    client = ExecutorClient(executor_for(MODEL, device="cuda").endpoint, name="offload",
+                            device="cuda")
+    try:
+        plain, ours = build_pair(MODEL, "lora", client, device="cuda")
+        offload_and_compare(plain.to("cuda"), ours, tokenizer)
+    finally:
+        client.close()
+
+
+def offload_and_compare(plain, ours, tokenizer) -> None:
+    """A budget of one request's cache: the first request stays on the device, the three
+    that come while it runs are offloaded; every output equals plain generate()."""
     plain.eval()
     probe = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
     engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=(), max_batch=8,
-                             kv_budget_bytes=22 * probe.kv_token_bytes)  # one request's worth
+                             kv_budget_bytes=22 * probe.kv_token_bytes)
     greedy = W.SamplingParams(max_tokens=10, temperature=0)
     requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
     rows = {"resident": 0, "offloaded": 0}
@@ -180,11 +200,13 @@ def test_requests_beyond_the_kv_budget_run_offloaded_with_the_same_tokens(tokeni
             events[event.id].append(event)
         rows["resident"] = max(rows["resident"], engine.resident.rows)
         rows["offloaded"] = max(rows["offloaded"], engine.offloaded.rows)
+        if engine.offloaded.streams and engine.offloaded.rows:  # resting in host memory
+            assert engine.offloaded.cache.layers[-1].keys.device.type == "cpu"
         step += 1
     assert rows == {"resident": 1, "offloaded": 3}  # 5+10 tokens fit; then 9+10, 3+10, 12+10
     for request in requests:
         with torch.no_grad():
-            ids = torch.tensor([request.prompt_ids])
+            ids = torch.tensor([request.prompt_ids], device=engine.device)
             out = plain.generate(input_ids=ids, max_new_tokens=10, min_new_tokens=10,
                                  do_sample=False, attention_mask=torch.ones_like(ids))
         assert text(events[request.id]) == tokenizer.decode(out[0, ids.shape[1]:],

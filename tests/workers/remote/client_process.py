@@ -47,7 +47,7 @@ def prefill(model: str, method: str, client: ExecutorClient, seed: int, rounds: 
 
 def flood(client: ExecutorClient, stop_file: Path) -> dict:
     group = next(s for s in client.layers if s.kind == LayerKind.GROUP)
-    x = torch.randn(4096, group.in_features)
+    x = torch.randn(4096, group.in_features, device=client.client_device)
     calls = 0
     while not stop_file.exists():
         client.call(Op.FORWARD, group.index, x, CallKind.TRAINING)
@@ -65,11 +65,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--stop-file", type=Path)
+    parser.add_argument("--device", default="cpu", help="where this client's tensors live")
     args = parser.parse_args()
-    client = ExecutorClient(args.endpoint, name=f"{args.workload}-{args.method}-{args.seed}")
+    client = ExecutorClient(args.endpoint, name=f"{args.workload}-{args.method}-{args.seed}",
+                            device=args.device)
     try:
         if args.workload == "train":
-            result = compare(args.model, args.method, client, steps=args.steps, seed=args.seed)
+            result = compare(args.model, args.method, client, steps=args.steps, seed=args.seed,
+                             device=args.device)
         elif args.workload == "decode":
             result = decode(args.model, args.method, client, args.seed, args.steps)
         elif args.workload == "prefill":

@@ -1,0 +1,99 @@
+"""How a call's tensors travel: the choice by where each end is, the fallback when the executor
+refuses a device buffer, and (on a GPU) exactness through device buffers over CUDA IPC and a
+killed client's buffer freed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from catalogue.resolve import resolve_model
+from tests.peft_reference import TOLERANCE, compare
+from wire import executor as P
+from wire.executor import CallKind, LayerKind, Op
+from workers.remote.client import ExecutorClient
+from workers.remote.transport import Transport, choose
+
+MODEL = "tiny-llama"
+
+
+def test_the_transport_follows_where_each_end_is() -> None:
+    assert choose("cuda:0", "cuda:0", True, True) == Transport.DEVICE
+    assert choose("cuda:1", "cuda", True, True) == Transport.DEVICE  # peer GPU, same host
+    assert choose("cuda:0", "cpu", True, True) == Transport.SHARED_MEMORY
+    assert choose("cpu", "cuda:0", True, True) == Transport.SHARED_MEMORY
+    assert choose("cuda:0", "cuda:0", True, False) == Transport.SHARED_MEMORY  # no doorbell
+    assert choose("cuda:0", "cuda:0", False, False) == Transport.FRAMES  # another host
+
+
+def test_cpu_clients_use_shared_memory_or_frames(executor_for) -> None:
+    endpoint = executor_for(MODEL).endpoint
+    for options, expected in (({}, Transport.SHARED_MEMORY),
+                              ({"use_doorbell": False}, Transport.SHARED_MEMORY),
+                              ({"use_shm": False}, Transport.FRAMES)):
+        client = ExecutorClient(endpoint, name="transport", **options)
+        try:
+            assert client.transport == expected, options
+        finally:
+            client.close()
+
+
+def test_a_forged_device_buffer_is_refused_and_calls_go_on(executor_for) -> None:
+    client = ExecutorClient(executor_for(MODEL).endpoint, name="forger")
+    try:
+        spec = next(s for s in client.layers if s.kind == LayerKind.LINEAR)
+        weight = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)) \
+            .get_submodule(spec.name).weight.detach()
+        x = torch.randn(3, spec.in_features, generator=torch.Generator().manual_seed(0))
+        forged = P.ShareDevice(0, b"\x07" * 64, 1 << 20, 0, b"", False, b"\x00" * 16)
+        client._send([P.encode(forged)])
+        assert client._await(lambda m: isinstance(m, P.Mapped), 10)[0].ok is False
+        y = client.call(Op.FORWARD, spec.index, x, CallKind.INFERENCE)
+        assert torch.allclose(y, x @ weight.t(), atol=1e-5)
+    finally:
+        client.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2"])
+def test_a_gpu_client_through_its_device_buffer_matches_plain_peft(model: str,
+                                                                   executor_for) -> None:
+    client = ExecutorClient(executor_for(model, device="cuda").endpoint, name="gpu",
+                            device="cuda")
+    try:
+        assert client.transport == Transport.DEVICE
+        result = compare(model, "lora", client, device="cuda")
+    finally:
+        client.close()
+    assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+    assert result["generate_equal"], result
+
+
+@pytest.mark.gpu
+def test_a_gpu_client_killed_mid_call_leaves_the_executor_serving_and_frees_its_buffer(
+        executor_for, tmp_path) -> None:
+    executor = executor_for(MODEL, device="cuda")
+    free_before = torch.cuda.mem_get_info()[0]
+    flood = subprocess.Popen([sys.executable, "-m", "tests.workers.remote.client_process",
+                              "--endpoint", executor.endpoint, "--model", MODEL,
+                              "--workload", "flood", "--device", "cuda",
+                              "--stop-file", str(tmp_path / "never")])
+    time.sleep(8)  # it has grown its buffer and is calling
+    flood.kill()
+    flood.wait()
+    deadline = time.monotonic() + 30
+    while torch.cuda.mem_get_info()[0] < free_before - (64 << 20):
+        assert time.monotonic() < deadline, "the killed client's device memory stayed in use"
+        time.sleep(0.5)
+    out = subprocess.run([sys.executable, "-m", "tests.workers.remote.client_process",
+                          "--endpoint", executor.endpoint, "--model", MODEL, "--device", "cuda"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["generate_equal"] and result["logits"] <= TOLERANCE, result
+    assert executor.alive()
