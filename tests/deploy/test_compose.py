@@ -85,9 +85,14 @@ def test_structure() -> None:
     assert services["executor"]["ipc"] == "shareable"
     assert services["workers"]["ipc"] == "service:executor"
     assert "data" in doc["volumes"]
-    gpu = config("compose.yaml", "compose.gpu.yaml")["services"]["executor"]
+    gpu_services = config("compose.yaml", "compose.gpu.yaml")["services"]
+    gpu = gpu_services["executor"]
     assert "cuda:0" in gpu["command"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    gpu_workers = gpu_services["workers"]
+    assert gpu_workers["environment"]["SYMBIOSIS_WORKER_DEVICE"] == "cuda:0"
+    assert gpu_workers["pid"] == "service:executor"  # CUDA IPC needs one PID namespace
+    assert gpu_workers["ipc"] == "service:executor"
     remote = config("compose.remote.yaml", env=REMOTE_ENV)["services"]
     assert "--privacy" in remote["workers"]["command"]
     assert remote["workers"]["environment"]["SYMBIOSIS_EXECUTOR_CURVE_PUBLIC"] == "x" * 40
