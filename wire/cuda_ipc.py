@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import functools
 import hmac
+import math
 import secrets
 
 import torch
@@ -36,7 +37,7 @@ class DeviceBuffer:
         self.bytes = torch.zeros(size, dtype=torch.uint8, device=device)
 
     def view(self, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-        end = offset + dtype.itemsize * _numel(shape)
+        end = offset + dtype.itemsize * math.prod(shape)
         if offset < 0 or end > self.size or offset % dtype.itemsize:
             raise ValueError(f"device buffer region [{offset}, {end}) is outside the buffer")
         return self.bytes[offset:end].view(dtype).view(shape)
@@ -118,10 +119,3 @@ def _driver() -> ctypes.CDLL:
         return ctypes.CDLL(name)
     except OSError as exc:
         raise RefusedBuffer(f"no CUDA driver library ({exc})") from None
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

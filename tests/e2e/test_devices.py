@@ -7,8 +7,6 @@ with CUDA, both run there and the completion matches plain transformers + peft t
 
 from __future__ import annotations
 
-import time
-
 import openai
 import pytest
 import torch
@@ -16,19 +14,13 @@ import torch
 from launcher.stack import Stack, free_port
 from tests.e2e.adapters import MODEL, Reference, save_adapter
 from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment, register
-from tests.e2e.jobs import memorization_file
+from tests.e2e.jobs import memorization_file, wait
 
 pytestmark = pytest.mark.slow
 
 
-def finished(client: openai.OpenAI, job_id: str, timeout: float = 300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.fine_tuning.jobs.retrieve(job_id)
-        if job.status in ("failed", "cancelled", "succeeded"):
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} did not finish")
+def finished(client: openai.OpenAI, job_id: str):
+    return wait(client, job_id, ("failed", "cancelled", "succeeded"), timeout=300)
 
 
 def test_the_worker_device_reaches_workers_and_trainers(tmp_path) -> None:
