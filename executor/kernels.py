@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 ONEDNN_MAX_ROWS = 512
-ONEDNN_MIN_WEIGHT = 1 << 21  # in * out
+ONEDNN_MIN_WEIGHT = 1 << 19  # in * out: 2 MB of fp32, more than a core's L2
 ONEDNN_MIN_WIDTH = 256  # on one thread, MKL wins for narrow inputs (64 x 50k: 650 vs 733 us)
 SINGLE_THREAD_MACS = 1 << 21  # rows * in * out
 _onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
@@ -19,7 +19,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
       there (8 rows through a 50k-vocab lm_head: 15 ms vs 40 ms; 768x4096: 1.9 vs 2.5 ms; 256
       rows, 768 x 50k: 144 vs 191 ms, 768 x 6144: 16 vs 20 ms). Only for a contiguous weight:
       through a transposed view (the backward's) oneDNN is slower (256 rows: 199 vs 139 ms);
-    - smaller weights stay with MKL: oneDNN costs ~50 us per call (768x768, 1 row: 250 vs 80);
+    - so do weights from 2 MB (fp32) up, which a model's pass reads from memory, not cache:
+      cycling through 200 MB of such weights on 2 threads, oneDNN against MKL was 136 vs 188 us
+      (768x768, 1 row), 587 vs 931 (2304x768, 8 rows), 225 vs 290 (768x768, 8 rows); a
+      llama-160m stretch of 8 rows went from 3.9 to 2.8 ms. Only a weight that stays in cache
+      (a tiny model, a microbenchmark) runs ~12 us faster with MKL, so smaller ones stay there;
     - tiny products run on one thread: waking a second one costs ~150 us (64x64, 8 rows: 12 vs
       154).
     All routes read the same dense weight, no copy.
