@@ -1,10 +1,13 @@
 """Batching policies: when may a queue of calls for one layer run, and how long may a call wait.
 
 - eager: run whatever is queued now, never wait (the paper's "no lockstep").
-- lockstep: run a layer when every active client has a call there (or the cap expires).
+- lockstep: run a layer when every active client has a call there (or the cap expires, or the
+  missing ones wait in other queues).
 - opportunistic (default): a call may wait for company within a budget that grows with its size
   and kind (a decode call waits little; prefill and training, whose own compute is long, may wait
   longer), capped by `max_wait`; and it never waits when no client is expected to join it.
+  Decode steps wait longer (up to `max_wait`) for decode clients behind them in the pass or due
+  soon (`Scheduler`): every decoding tenant then shares one batch per layer.
   Among ready queues, decode steps run before prefills and large batches; and a training batch
   runs in slices of about `slice_s` of compute, with the decode steps that became ready run
   between slices (training keeps its share of batches), so a token never waits behind a whole
@@ -58,6 +61,7 @@ class Budgets:
 
 class Policy:
     name = "eager"
+    convoy_s = 0.0  # a decode step waits up to this long for decode clients queued behind it
 
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
         """The latest time this call should start."""
@@ -68,8 +72,9 @@ class Policy:
         return (queue[0].seq,)
 
     def ready(self, calls: list[PendingCall], now: float, deadline: float,
-              joiners: Iterable[bytes], waiting_here: set[bytes], active: set[bytes]) -> bool:
-        """Whether a queue may run before its deadline (past it, every queue is ready)."""
+              joiners: Iterable[bytes], settled: set[bytes], active: set[bytes]) -> bool:
+        """Whether a queue may run before its deadline (past it, every queue is ready).
+        `settled`: the clients that cannot come before it runs (queued here or elsewhere)."""
         return True
 
     def slice_rows(self, per_row_s: float) -> int | None:
@@ -88,10 +93,14 @@ class Opportunistic(Policy):
     min_slice_rows: int = 64  # a matmul of fewer rows runs well below the CPU's peak
     name = "opportunistic"
 
+    @property
+    def convoy_s(self) -> float:
+        return self.budgets.max_wait_s
+
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
         return call.arrived + self.budgets.budget(call, own_compute_s)
 
-    def ready(self, calls, now, deadline, joiners, waiting_here, active) -> bool:
+    def ready(self, calls, now, deadline, joiners, settled, active) -> bool:
         # no one expected to come here soon: waiting would only add latency
         return now >= deadline or not any(True for _ in joiners)
 
@@ -117,8 +126,14 @@ class Lockstep(Policy):
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
         return call.arrived + self.cap_s
 
-    def ready(self, calls, now, deadline, joiners, waiting_here, active) -> bool:
-        return now >= deadline or active <= waiting_here
+    def ready(self, calls, now, deadline, joiners, settled, active) -> bool:
+        # every active client is here, or waits in another queue: waiting would only stall (two
+        # groups at two layers would each wait for the other until the cap)
+        return now >= deadline or active <= settled
+
+    def order(self, queue: list[PendingCall], progress: int) -> tuple:
+        # farthest behind first: the group ahead waits until the one behind reaches it
+        return (progress, queue[0].seq)
 
 
 def make_policy(name: str, budgets: Budgets, slice_s: float = 0.005) -> Policy:

@@ -3,10 +3,14 @@
 Bookkeeping only, no tensors. Thread-safe: calls are added by whichever executor thread drains the
 socket; batches are taken by whichever holds the compute slot.
 
-Besides the queues, the scheduler tracks each client's presence: when it was last seen, whether
-it has a call queued, and which layer it called last. Clients walk the model's layers in the same
-order, so the layer that followed a layer before predicts where an idle client will call next;
-an opportunistic batch waits only while such a client may still join it.
+Besides the queues, the scheduler tracks each client's presence (`executor.presence`); an
+opportunistic batch waits only while a client may still join it.
+Decode steps travel as a convoy (opportunistic): a decode step waits, up to the policy's
+`convoy_s`, while a decode client is queued earlier in the pass (served first, it comes here
+next) or an idle one is due here (within twice its usual gap from a reply to this layer). Each
+batch then carries every decoding tenant: on a skinny matmul one weight read serves 8 rows for
+about the cost of 4 (llama-160m, 8 tenants, 2 cores: 3.9 -> 7.7 calls per batch, 42 -> 54
+tokens/s).
 
 Choosing among ready queues: any call waiting past `starvation_s` goes first; then inference
 before training, but training keeps at least `training_share` of the batches while it has work;
@@ -27,22 +31,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from executor.calls import PendingCall
 from executor.lanes import Lane
 from executor.policy import CostModel, Eager, Policy
+from executor.presence import Key, Presence, convoy
 from wire.executor import CallKind, Op
-
-Key = tuple[int, Op]
-
-
-@dataclass
-class Presence:
-    last_seen: float
-    last_key: Key | None = None
-    queued: int = 0
-    inference: bool = False  # its last call was an inference call
 
 
 class Scheduler:
@@ -85,11 +79,7 @@ class Scheduler:
             me = self.presence.get(call.client)
             if me is None:
                 me = self.presence[call.client] = Presence(call.arrived)
-            if me.last_key is not None and me.last_key != call.key:
-                self.successor[me.last_key] = call.key
-            me.last_seen, me.last_key = call.arrived, call.key
-            me.inference = call.kind == CallKind.INFERENCE
-            me.queued += 1
+            me.arrive(call, self.successor)
 
     # -- called by the compute side --------------------------------------------------------------
 
@@ -167,6 +157,9 @@ class Scheduler:
         with self.lock:
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds)
             now = self.clock()
+            for call in batch:
+                if (me := self.presence.get(call.client)) is not None:
+                    me.served = now
             if now >= self._next_forget:
                 self._next_forget = now + 1.0
                 self._forget_departed(now)
@@ -180,6 +173,7 @@ class Scheduler:
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready)."""
         active: set[bytes] | None = None  # clients seen lately, computed when first needed
+        waits_for: tuple[list[tuple[bytes, int]], dict[Key, float]] | None = None  # likewise
         for key, queue in self._busy.items():
             if len(queue) == 1:
                 call = queue[0]
@@ -188,14 +182,33 @@ class Scheduler:
                 calls = list(queue)
                 deadline = min(c.deadline for c in calls)
                 rows = sum(c.rows for c in calls)
-            if rows >= self.max_batch_rows or now >= deadline:  # past its deadline: ready
+            if rows >= self.max_batch_rows:
+                yield queue, 0.0
+                continue
+            convoy_until = calls[0].arrived + self.policy.convoy_s
+            if now < convoy_until and key[1] != Op.BACKWARD \
+                    and all(c.lane == Lane.DECODE for c in calls):
+                if waits_for is None:
+                    waits_for = convoy(self.presence, self.successor, self.positions, now,
+                                       self.active_window_s)
+                behind, due = waits_for
+                position = self.positions.get(key[0], key[0])
+                here = {c.client for c in calls}
+                if any(at < position and client not in here for client, at in behind):
+                    yield queue, convoy_until - now
+                    continue
+                if due.get(key, 0.0) > now:
+                    yield queue, min(due[key], convoy_until) - now
+                    continue
+            if now >= deadline:  # past its deadline: ready
                 yield queue, 0.0
                 continue
             if active is None:
                 active = {c for c, p in self.presence.items()
                           if now - p.last_seen <= self.active_window_s}
-            here = {c.client for c in calls}
-            if self.policy.ready(calls, now, deadline, self._joiners(key, active), here, active):
+            settled = {c.client for c in calls} | {c for c in active if self.presence[c].queued}
+            if self.policy.ready(calls, now, deadline, self._joiners(key, active), settled,
+                                 active):
                 yield queue, 0.0
             else:
                 yield queue, deadline - now

@@ -164,6 +164,60 @@ def test_lockstep_waits_for_every_active_client_or_the_cap(clock) -> None:
     assert clients_of(s.next_batch()) == ["a"]  # cap reached
 
 
+def test_lockstep_groups_at_two_layers_do_not_stall_each_other(clock) -> None:
+    s = scheduler(Lockstep(cap_s=0.05), clock)
+    teach_layer_order(s, ["a", "b"])
+    call(s, "a", 1)
+    call(s, "b", 0)  # every active client waits somewhere: waiting longer would only stall
+    assert clients_of(s.next_batch()) == ["b"]  # the one behind first
+    assert s.next_batch() is None  # now b is free and comes to layer 1: a waits for it
+    call(s, "b", 1)
+    assert sorted(clients_of(s.next_batch())) == ["a", "b"]
+
+
+def test_a_decode_step_waits_for_a_decode_client_queued_behind_it(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    teach_layer_order(s, ["b", "c"])  # both sit idle after layer 0: expected at layer 1
+    ahead = call(s, "a", 2)
+    clock.advance(0.001)  # past the budget of a's decode step
+    call(s, "b", 1)  # behind a in the pass, and waiting for c
+    assert s.next_batch() is None  # a waits for b, who will come after layer 1
+    assert 0 < s.ready_in() < 0.001  # until b's budget for c runs out
+    assert ahead.deadline < clock.now
+    call(s, "c", 1)
+    assert clients_of(s.next_batch()) == ["b", "c"]
+    call(s, "b", 2)
+    assert clients_of(s.next_batch()) == ["a", "b"]  # one batch for both
+    call(s, "a", 1)
+    call(s, "c", 0)  # behind a, but a prefill's next step is no decode step
+    clock.advance(BUDGETS.max_wait_s)
+    assert clients_of(s.next_batch()) == ["c"]
+    assert clients_of(s.next_batch()) == ["a"]  # never longer than the cap
+
+
+def test_a_decode_step_waits_for_an_idle_client_due_within_twice_its_gap(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for _ in range(3):  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
+        for layer in (0, 1):
+            batch = [call(s, "a", layer), call(s, "b", layer)]
+            assert s.next_batch() == batch
+            s.observe(batch, 0.001)
+            clock.advance(0.002)
+    call(s, "a", 0)  # b is due at layer 0 until 2 x 2 ms + 0.2 ms after its last reply
+    clock.advance(0.0015)  # far past a's own budget (0.3 ms + a tiny matmul)
+    assert s.next_batch() is None
+    assert s.ready_in() == pytest.approx(0.0007)
+    call(s, "b", 0)
+    batch = s.next_batch()
+    assert clients_of(batch) == ["a", "b"]
+    s.observe(batch, 0.001)
+    call(s, "a", 1)
+    clock.advance(0.004)
+    assert s.next_batch() is None  # b is due at layer 1 until 4.2 ms after its reply
+    clock.advance(0.0003)
+    assert clients_of(s.next_batch()) == ["a"]  # b never came: a runs without it
+
+
 def test_departed_clients_are_not_waited_for(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     teach_layer_order(s, ["a", "b"])

@@ -1,0 +1,60 @@
+"""What the scheduler knows of each client between its calls: when it was last seen and served,
+whether it has a call queued, where it called last, and how long it usually takes from a reply
+to its next call at each layer. Clients walk the model's layers in the same order, so the layer
+that followed a layer before (`successor`) predicts where an idle client will call next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from executor.calls import PendingCall
+from executor.lanes import Lane
+from wire.executor import CallKind, Op
+
+Key = tuple[int, Op]
+GAP_SMOOTHING = 0.2
+DUE_SLACK_S = 200e-6
+
+
+@dataclass
+class Presence:
+    last_seen: float
+    last_key: Key | None = None
+    queued: int = 0
+    inference: bool = False  # its last call was an inference call
+    decode: bool = False  # its last call was a decode step
+    served: float = 0.0  # when its last batch finished (0: never)
+    gaps: dict[Key, float] = field(default_factory=dict)  # served -> next call here, smoothed
+
+    def arrive(self, call: PendingCall, successor: dict[Key, Key]) -> None:
+        """A call of this client was queued."""
+        if self.last_key is not None and self.last_key != call.key:
+            successor[self.last_key] = call.key
+        if self.served and not self.queued:
+            gap, old = call.arrived - self.served, self.gaps.get(call.key)
+            self.gaps[call.key] = gap if old is None else old + GAP_SMOOTHING * (gap - old)
+        self.last_seen, self.last_key = call.arrived, call.key
+        self.inference = call.kind == CallKind.INFERENCE
+        self.decode = call.lane == Lane.DECODE
+        self.queued += 1
+
+
+def convoy(presence: dict[bytes, Presence], successor: dict[Key, Key],
+           positions: dict[int, int], now: float,
+           active_window_s: float) -> tuple[list[tuple[bytes, int]], dict[Key, float]]:
+    """Whom a decode step waits for: the active decode clients with a forward call queued, with
+    its position in the pass (served first, farthest behind first, they come next); and for
+    each layer, until when an idle decode client may still come there (one whose last call led
+    there before, for twice its usual gap from a reply to that call)."""
+    behind: list[tuple[bytes, int]] = []
+    due: dict[Key, float] = {}
+    for client, p in presence.items():
+        if not p.decode or p.last_key is None or p.last_key[1] == Op.BACKWARD:
+            continue
+        if p.queued:
+            if now - p.last_seen <= active_window_s:
+                behind.append((client, positions.get(p.last_key[0], p.last_key[0])))
+        elif p.served and (key := successor.get(p.last_key)) is not None \
+                and (gap := p.gaps.get(key)) is not None:
+            due[key] = max(due.get(key, 0.0), p.served + 2 * gap + DUE_SLACK_S)
+    return behind, due
