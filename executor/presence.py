@@ -14,6 +14,7 @@ from wire.executor import CallKind, Op
 Key = tuple[int, Op]
 GAP_SMOOTHING = 0.2
 DUE_SLACK_S = 200e-6
+PAUSE_S = 0.05  # a longer gap from a reply to the next call is a pause (between requests)
 
 
 @dataclass
@@ -30,8 +31,9 @@ class Presence:
         """A call of this client was queued."""
         if self.last_key is not None and self.last_key != call.key:
             successor[self.last_key] = call.key
-        if self.served and not self.queued:
-            gap, old = call.arrived - self.served, self.gaps.get(call.key)
+        gap = call.arrived - self.served
+        if self.served and not self.queued and gap < PAUSE_S:
+            old = self.gaps.get(call.key)
             self.gaps[call.key] = gap if old is None else old + GAP_SMOOTHING * (gap - old)
         self.last_seen, self.last_key = call.arrived, call.key
         self.inference = call.kind == CallKind.INFERENCE
@@ -40,12 +42,13 @@ class Presence:
 
 
 def convoy(presence: dict[bytes, Presence], successor: dict[Key, Key],
-           positions: dict[int, int], now: float,
-           active_window_s: float) -> tuple[list[tuple[bytes, int]], dict[Key, float]]:
+           positions: dict[int, int], now: float, active_window_s: float,
+           longest_gap_s: float) -> tuple[list[tuple[bytes, int]], dict[Key, float]]:
     """Whom a decode step waits for: the active decode clients with a forward call queued, with
     its position in the pass (served first, farthest behind first, they come next); and for
     each layer, until when an idle decode client may still come there (one whose last call led
-    there before, for twice its usual gap from a reply to that call)."""
+    there before, for twice its usual gap from a reply to that call, if that gap is no longer
+    than `longest_gap_s`: a longer one is a pause, as between requests, not a step)."""
     behind: list[tuple[bytes, int]] = []
     due: dict[Key, float] = {}
     for client, p in presence.items():
@@ -55,6 +58,6 @@ def convoy(presence: dict[bytes, Presence], successor: dict[Key, Key],
             if now - p.last_seen <= active_window_s:
                 behind.append((client, positions.get(p.last_key[0], p.last_key[0])))
         elif p.served and (key := successor.get(p.last_key)) is not None \
-                and (gap := p.gaps.get(key)) is not None:
+                and (gap := p.gaps.get(key)) is not None and gap <= longest_gap_s:
             due[key] = max(due.get(key, 0.0), p.served + 2 * gap + DUE_SLACK_S)
     return behind, due

@@ -126,7 +126,7 @@ class Scheduler:
         with self.lock:
             if self._training_share_of_recent() < self.training_share:
                 return None
-            for queue, wait in self._scan(self.clock()):
+            for queue, wait in self._scan(self.clock(), convoy_s=0.0):  # the slice was the wait
                 urgent = [c for c in queue if c.lane == Lane.DECODE] if wait <= 0 else []
                 if urgent:
                     rest = [c for c in queue if c.lane != Lane.DECODE]
@@ -170,8 +170,11 @@ class Scheduler:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
-        """Each non-empty queue with the seconds it should still wait (<= 0: ready)."""
+    def _scan(self, now: float, convoy_s: float | None = None
+              ) -> Iterator[tuple[deque[PendingCall], float]]:
+        """Each non-empty queue with the seconds it should still wait (<= 0: ready); decode
+        steps wait for their convoy up to `convoy_s` (the policy's by default)."""
+        convoy_s = self.policy.convoy_s if convoy_s is None else convoy_s
         active: set[bytes] | None = None  # clients seen lately, computed when first needed
         waits_for: tuple[list[tuple[bytes, int]], dict[Key, float]] | None = None  # likewise
         for key, queue in self._busy.items():
@@ -185,12 +188,12 @@ class Scheduler:
             if rows >= self.max_batch_rows:
                 yield queue, 0.0
                 continue
-            convoy_until = calls[0].arrived + self.policy.convoy_s
+            convoy_until = calls[0].arrived + convoy_s
             if now < convoy_until and key[1] != Op.BACKWARD \
                     and all(c.lane == Lane.DECODE for c in calls):
                 if waits_for is None:
                     waits_for = convoy(self.presence, self.successor, self.positions, now,
-                                       self.active_window_s)
+                                       self.active_window_s, convoy_s)
                 behind, due = waits_for
                 position = self.positions.get(key[0], key[0])
                 here = {c.client for c in calls}

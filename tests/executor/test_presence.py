@@ -1,0 +1,53 @@
+"""What the scheduler learns of a client between calls: successors, gaps (pauses left out), and
+whom a decode step's convoy waits for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from executor.calls import PendingCall
+from executor.presence import DUE_SLACK_S, GAP_SMOOTHING, Presence, convoy
+from wire.executor import Call, CallKind, Op
+
+
+def pending(layer: int, at: float, rows: int = 1, op: Op = Op.FORWARD,
+            kind: CallKind = CallKind.INFERENCE) -> PendingCall:
+    return PendingCall(b"c", Call(0, op, layer, kind, "float32", (rows, 1)),
+                       torch.empty(rows, 1), at)
+
+
+def test_gaps_are_smoothed_per_layer_and_pauses_are_not_learned() -> None:
+    me, successor = Presence(0.0), {}
+    me.arrive(pending(0, 0.0), successor)
+    me.queued, me.served = 0, 0.001
+    me.arrive(pending(1, 0.003), successor)  # 2 ms after its reply
+    assert successor == {(0, Op.FORWARD): (1, Op.FORWARD)}
+    assert me.gaps == {(1, Op.FORWARD): pytest.approx(0.002)}
+    me.queued, me.served = 0, 0.004
+    me.arrive(pending(1, 0.008), successor)  # 4 ms
+    assert me.gaps[(1, Op.FORWARD)] == pytest.approx(0.002 + GAP_SMOOTHING * 0.002)
+    learned = dict(me.gaps)
+    me.queued, me.served = 0, 0.010
+    me.arrive(pending(1, 1.010), successor)  # a second later: a pause between requests
+    assert me.gaps == learned
+    me.served = 1.011
+    me.arrive(pending(1, 1.012), successor)  # still queued: no gap from a reply
+    assert me.gaps == learned and me.queued == 2
+
+
+def test_convoy_lists_queued_decode_clients_and_when_idle_ones_are_due() -> None:
+    successor = {(0, Op.FORWARD): (1, Op.FORWARD)}
+    queued = Presence(9.9, last_key=(3, Op.FORWARD), queued=1, decode=True)
+    idle = Presence(9.9, last_key=(0, Op.FORWARD), decode=True, served=9.99,
+                    gaps={(1, Op.FORWARD): 0.002})
+    slow = Presence(9.9, last_key=(0, Op.FORWARD), decode=True, served=9.99,
+                    gaps={(1, Op.FORWARD): 0.5})  # its usual gap is longer than we wait
+    prefill = Presence(9.9, last_key=(2, Op.FORWARD), queued=1, decode=False)
+    trainer = Presence(9.9, last_key=(2, Op.BACKWARD), queued=1, decode=True)
+    gone = Presence(1.0, last_key=(2, Op.FORWARD), queued=1, decode=True)
+    presence = {b"q": queued, b"i": idle, b"s": slow, b"p": prefill, b"t": trainer, b"g": gone}
+    behind, due = convoy(presence, successor, {3: 30}, now=10.0, active_window_s=0.5,
+                         longest_gap_s=0.02)
+    assert behind == [(b"q", 30)]  # by position in the pass
+    assert due == {(1, Op.FORWARD): pytest.approx(9.99 + 0.004 + DUE_SLACK_S)}
