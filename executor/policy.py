@@ -61,7 +61,7 @@ class Budgets:
 
 class Policy:
     name = "eager"
-    convoy_s = 0.0  # a decode step waits up to this long for decode clients queued behind it
+    convoy_s = 0.0  # a decode step waits up to this long for decode clients behind it or due
 
     def deadline(self, call: PendingCall, own_compute_s: float) -> float:
         """The latest time this call should start."""
