@@ -176,6 +176,7 @@ class Scheduler:
         steps wait for their convoy up to `convoy_s` (the policy's by default)."""
         convoy_s = self.policy.convoy_s if convoy_s is None else convoy_s
         active: set[bytes] | None = None  # clients seen lately, computed when first needed
+        queued: set[bytes] = set()  # those of them with a call queued, likewise
         waits_for: tuple[list[tuple[bytes, int]], dict[Key, float]] | None = None  # likewise
         for key, queue in self._busy.items():
             if len(queue) == 1:
@@ -209,7 +210,8 @@ class Scheduler:
             if active is None:
                 active = {c for c, p in self.presence.items()
                           if now - p.last_seen <= self.active_window_s}
-            settled = {c.client for c in calls} | {c for c in active if self.presence[c].queued}
+                queued = {c for c in active if self.presence[c].queued}
+            settled = {c.client for c in calls} | queued
             if self.policy.ready(calls, now, deadline, self._joiners(key, active), settled,
                                  active):
                 yield queue, 0.0
