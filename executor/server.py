@@ -19,22 +19,21 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable
 
 import msgspec
-import torch
 import zmq
 
 from executor.baton import Baton
 from executor.calls import PendingCall
-from executor.clients import ClientState, ClientTable, peer_uid
+from executor.clients import ClientState, ClientTable
 from executor.config import ExecutorConfig
 from executor.engine import Engine
 from executor.registry import LayerRegistry
+from executor.requests import Requests, Tap
 from executor.scheduler import Scheduler
 from executor.scheduling import build_scheduler, macs_per_row
 from executor.stats import ExecutorStats
-from executor.validation import CallRejected, CallTable, check_call, check_doorbell
+from executor.validation import CallRejected, CallTable, check_doorbell
 from wire import doorbell as bell
 from wire import executor as P
 from wire.callheader import SPIN_SAFE
@@ -45,7 +44,6 @@ log = logging.getLogger("executor.server")
 
 POLLIN = int(zmq.POLLIN)
 LONG_BATCH_MACS = 1 << 23  # ~0.1-0.3 ms of matmul on a small CPU: worth a thread hand-over
-Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
 
 
 class ExecutorServer:
@@ -67,12 +65,12 @@ class ExecutorServer:
         self._macs_per_row = macs_per_row(registry)
         self._next_expiry = time.monotonic() + 60
         self._threads: list[threading.Thread] = []
-        self._specs = registry.specs
         self._table = CallTable(registry.specs)
+        self._requests = Requests(registry, config, self.scheduler, self.clients, self.stats,
+                                  self._table, self._send, tap)
         self._bells: dict[int, ClientState] = {}
         self._router_fd = -1
         self._spinner = AdaptiveSpin(limit_s=config.spin_us * 1e-6)
-        self._over_ipc = config.bind.startswith("ipc://")
 
     def start(self) -> None:
         self._router = self._ctx.socket(zmq.ROUTER)
@@ -262,7 +260,7 @@ class ExecutorServer:
                 return
             identity, body = frames[0].bytes, frames[1:]
             try:
-                self._handle(identity, body)
+                self._requests.handle(identity, body)
             except CallRejected as rejected:
                 self.stats.record_error()
                 self._send(identity, P.Error(rejected.call_id, rejected.code, rejected.message))
@@ -273,62 +271,3 @@ class ExecutorServer:
 
     def _send(self, identity: bytes, message: msgspec.Struct) -> None:
         self._router.send_multipart([identity, P.encode(message)])
-
-    def _handle(self, identity: bytes, frames: list[zmq.Frame]) -> None:
-        if not frames:
-            raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, "empty message")
-        try:
-            message = P.decode_request(frames[0].buffer)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE, f"undecodable header: {exc}") from None
-        if isinstance(message, P.Call):
-            self._queue(identity, message, frames)
-        elif isinstance(message, P.Hello):
-            self._hello(identity, message, peer_uid(frames[0], self._over_ipc))
-        elif isinstance(message, P.Remap):
-            client = self._known(identity, -1)
-            client.remap(self.clients.map_shm(message.shm_name, message.shm_size,
-                                              message.shm_token, client.uid))
-            if client.shm is None:  # a doorbell call needs its header in shared memory
-                self.clients.drop_doorbell(identity)
-            self._send(identity, P.Mapped(client.shm is not None))
-        elif isinstance(message, P.ShareDevice):
-            client = self._known(identity, -1)
-            self._send(identity, P.Mapped(self.clients.share_device(
-                client, message, torch.device(self.config.device))))
-        elif isinstance(message, P.Ping):
-            known = self.clients.touch(identity) is not None
-            self._send(identity, P.Pong(self.registry.model_name, len(self.clients), known))
-        elif isinstance(message, P.StatsRequest):
-            self.stats.queue_depth = self.scheduler.depth()
-            self.stats.clients = len(self.clients)
-            body = self.stats.to_prometheus() if message.format == "prometheus" \
-                else self.stats.to_json()
-            self._send(identity, P.Stats(body))
-        elif isinstance(message, P.Bye):
-            self.clients.remove(identity)
-
-    def _hello(self, identity: bytes, hello: P.Hello, uid: int) -> None:
-        if hello.version != P.PROTOCOL_VERSION:
-            raise CallRejected(-1, P.ErrorCode.BAD_MESSAGE,
-                               f"protocol version {hello.version}, executor speaks "
-                               f"{P.PROTOCOL_VERSION}")
-        client = self.clients.admit(identity, hello, uid)
-        self._send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
-                                       self._specs, client.shm is not None,
-                                       doorbell=client.doorbell is not None,
-                                       device=self.config.device))
-
-    def _known(self, identity: bytes, call_id: int) -> ClientState:
-        client = self.clients.touch(identity)
-        if client is None:
-            raise CallRejected(call_id, P.ErrorCode.UNKNOWN_CLIENT, "say hello first")
-        return client
-
-    def _queue(self, identity: bytes, call: P.Call, frames: list[zmq.Frame]) -> None:
-        client = self._known(identity, call.id)
-        x = check_call(call, self._table, client.shm, frames[1:], self.registry.dtype)
-        if self.tap is not None:
-            self.tap(client.name, call, x.clone())
-        self.scheduler.add(PendingCall(identity, call, x, self.scheduler.clock(),
-                                       keepalive=frames))

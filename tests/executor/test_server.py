@@ -210,7 +210,7 @@ def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: Executo
         H.publish_call(fast.mapped, fast.seq, 7, P.Op.FORWARD, P.CallKind.INFERENCE, dtype, ndim,
                        layer, rows, cols, shm_in, shm_out)
         client._doorbell.ring()
-        reply = fast._await(fast.seq, client._check_alive, None)
+        reply = fast._await(fast.seq, client._channel.check_alive, None)
         assert reply[1] != H.OK
         assert H.read_error(fast.mapped, reply[1], reply[6])[0] == code, (dtype, ndim, layer)
         assert torch.equal(bystander.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)

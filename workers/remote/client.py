@@ -11,14 +11,11 @@ one (which no longer knows this worker) gets a fresh hello and the call again, t
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import secrets
 import threading
 import time
 
-import msgspec
 import torch
 import zmq
 
@@ -27,6 +24,7 @@ from wire import executor as P
 from wire.cuda_ipc import DeviceBuffer
 from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
+from workers.remote.channel import Channel, Reconnect
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.remote.replicas import Replicas
@@ -54,7 +52,7 @@ class ExecutorClient:
             "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC") or None
         self._ctx = zmq.Context()
         self._lock = threading.Lock()
-        self._socket: zmq.Socket | None = None
+        self._channel: Channel | None = None
         self._shm: ShmBuffer | None = None
         self._doorbell: bell.WorkerDoorbell | None = None
         self._fast: FastPath | None = None
@@ -83,12 +81,12 @@ class ExecutorClient:
 
     def _call_replica(self, op: P.Op, layer: int, x: torch.Tensor,
                       kind: P.CallKind) -> torch.Tensor:
-        if self._socket is None:
+        if self._channel is None:
             self._connect()
         for attempt in range(2):
             try:
                 return self._call(op, layer, x, kind)
-            except _Reconnect:
+            except Reconnect:
                 if attempt:
                     raise ExecutorUnavailable("executor keeps forgetting this worker") from None
                 log.info("executor restarted: saying hello again")
@@ -101,11 +99,10 @@ class ExecutorClient:
 
     def stats(self, format: str = "json") -> str:
         with self._lock:
-            if self._socket is None:
+            if self._channel is None:
                 self._connect()
-            self._send([P.encode(P.StatsRequest(format))])
-            reply = self._await(lambda m: isinstance(m, P.Stats), self.connect_timeout_s)
-            return reply[0].body
+            return self._channel.request(P.StatsRequest(format), P.Stats,
+                                         self.connect_timeout_s).body
 
     def __del__(self) -> None:  # never leave a context that blocks interpreter exit
         try:
@@ -116,25 +113,17 @@ class ExecutorClient:
 
     def close(self) -> None:
         with self._lock:
-            if self._socket is not None:
-                with contextlib.suppress(zmq.ZMQError):
-                    self._socket.send(P.encode(P.Bye()), zmq.NOBLOCK)
+            if self._channel is not None:
+                self._channel.close(goodbye=True)
+                self._channel = None
             self._reset()
             self._ctx.term()
 
     # -- connection ---------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDTIMEO, int(self.heartbeat_s * 1000))  # a dead peer must not hang
-        sock.setsockopt(zmq.IDENTITY, f"{self.name}-{os.getpid()}-{secrets.token_hex(4)}".encode())
-        if self.curve_server_key:
-            public, secret = zmq.curve_keypair()
-            sock.curve_publickey, sock.curve_secretkey = public, secret
-            sock.curve_serverkey = self.curve_server_key.encode()
-        sock.connect(self.endpoint)
-        self._socket = sock
+        self._channel = Channel(self._ctx, self.endpoint, self.name, self.heartbeat_s,
+                                self.curve_server_key)
         hello = P.Hello(self.name, os.getpid())
         if self.use_shm and self._shm is None:
             self._shm = ShmBuffer.create(SHM_INITIAL)
@@ -144,10 +133,10 @@ class ExecutorClient:
             self._doorbell = bell.WorkerDoorbell.create_if_possible(SHM_DIR) if self.use_doorbell \
                 else None
             hello.doorbell = str(self._doorbell.prefix) if self._doorbell else None
-        self._send([P.encode(hello)])
+        self._channel.send([P.encode(hello)])
         try:
-            welcome = self._await(lambda m: isinstance(m, P.Welcome), self.connect_timeout_s,
-                                  ping=False)[0]
+            welcome = self._channel.wait(lambda m: isinstance(m, P.Welcome),
+                                         self.connect_timeout_s, ping=False)[0]
         except ExecutorUnavailable:
             self._reset()
             raise
@@ -190,8 +179,7 @@ class ExecutorClient:
             share = P.ShareDevice(0, b"", 0, 0, b"", False, b"")  # the executor forgets one
         else:
             share = P.ShareDevice(token=token, **fields)
-        self._send([P.encode(share)])
-        mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
+        mapped = self._channel.request(share, P.Mapped, self.connect_timeout_s)
         ok = buffer is not None and mapped.ok
         self._fast.use(buffer if ok else None)
         return ok
@@ -205,9 +193,9 @@ class ExecutorClient:
         if self._doorbell is not None:
             self._doorbell.close()
             self._doorbell = None
-        if self._socket is not None:
-            self._socket.close(0)
-            self._socket = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         if self._shm is not None:
             self._shm.unlink()  # a no-op once the executor mapped it; else the file would stay
             self._shm.close()
@@ -224,8 +212,8 @@ class ExecutorClient:
         shm = ShmBuffer.create(size)
         token = shm.write_token()
         try:
-            self._send([P.encode(P.Remap(shm.name, size, token))])
-            mapped = self._await(lambda m: isinstance(m, P.Mapped), self.connect_timeout_s)[0]
+            mapped = self._channel.request(P.Remap(shm.name, size, token), P.Mapped,
+                                           self.connect_timeout_s)
         finally:
             shm.unlink()
         self._shm.close()
@@ -262,14 +250,14 @@ class ExecutorClient:
         if self._shm is not None:
             call.shm_in, call.shm_out = 0, aligned(in_bytes)
             self._shm.view(0, wire_dtype, tuple(x.shape)).copy_(x)
-            self._send([P.encode(call)])
+            self._channel.send([P.encode(call)])
         else:
-            self._send([P.encode(call), as_bytes(x.to(wire_dtype))])
-        reply, frames = self._await(lambda m: getattr(m, "id", None) in (call.id, -1),
-                                    self.call_timeout_s)
+            self._channel.send([P.encode(call), as_bytes(x.to(wire_dtype))])
+        reply, frames = self._channel.wait(lambda m: getattr(m, "id", None) in (call.id, -1),
+                                           self.call_timeout_s)
         if isinstance(reply, P.Error):
             if reply.code == P.ErrorCode.UNKNOWN_CLIENT:
-                raise _Reconnect
+                raise Reconnect
             if reply.code == P.ErrorCode.UNAVAILABLE:
                 raise ExecutorUnavailable(reply.message)
             raise ExecutorError(reply.code, reply.message)
@@ -283,88 +271,23 @@ class ExecutorClient:
         deadline = None if self.call_timeout_s is None else \
             time.monotonic() + self.call_timeout_s
         try:
-            return self._fast.call(op, layer, x, kind, self._next_id, self._check_alive,
-                                   deadline)
+            return self._fast.call(op, layer, x, kind, self._next_id,
+                                   self._channel.check_alive, deadline)
         except NeedsCapacity as needed:
             self._ensure_capacity(needed.size)
             if self._fast is None:  # the executor could not map the larger memory
                 return self._call(op, layer, x, kind)
-            return self._fast.call(op, layer, x, kind, self._next_id, self._check_alive,
-                                   deadline)
+            return self._fast.call(op, layer, x, kind, self._next_id,
+                                   self._channel.check_alive, deadline)
         except CallFailed as failed:
             if failed.code == P.ErrorCode.UNKNOWN_CLIENT:
-                raise _Reconnect from None
+                raise Reconnect from None
             if failed.code == P.ErrorCode.UNAVAILABLE:
                 raise ExecutorUnavailable(failed.message) from None
             raise ExecutorError(failed.code, failed.message) from None
         except bell.Hangup:
-            self._check_alive()
+            self._channel.check_alive()
             raise ExecutorUnavailable(f"executor at {self.endpoint} dropped this worker") from None
         except TimeoutError:
             raise ExecutorUnavailable(f"no reply from {self.endpoint} in "
                                       f"{self.call_timeout_s} s") from None
-
-    def _check_alive(self) -> None:
-        """One ping over the socket: returns if the executor knows this worker, else raises."""
-        self._send([P.encode(P.Ping())])
-        deadline = time.monotonic() + self.heartbeat_s
-        while (wait := deadline - time.monotonic()) > 0:
-            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
-            try:
-                message = P.decode_reply(self._socket.recv_multipart(copy=False)[0].buffer)
-            except zmq.Again:
-                break
-            if isinstance(message, P.Pong):
-                if not message.known:
-                    raise _Reconnect
-                return
-        raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
-
-    def _next_wait(self, deadline: float | None, timeout_s: float | None) -> float:
-        """How long to wait before the next liveness check; raises once past the deadline."""
-        wait = self.heartbeat_s
-        if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
-            if wait <= 0:
-                raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
-        return wait
-
-    def _send(self, frames: list) -> None:
-        try:
-            self._socket.send_multipart(frames, copy=len(frames) == 1)
-        except zmq.Again:
-            raise ExecutorUnavailable(f"executor at {self.endpoint} is not taking messages") \
-                from None
-
-    def _await(self, wanted, timeout_s: float | None,
-                ping: bool = True) -> tuple[msgspec.Struct, list]:
-        """The next reply `wanted` accepts; pings the executor while waiting (if `ping`)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        pinged_at: float | None = None
-        while True:
-            wait = self._next_wait(deadline, timeout_s)
-            self._socket.setsockopt(zmq.RCVTIMEO, max(1, int(wait * 1000)))
-            try:
-                frames = self._socket.recv_multipart(copy=False)
-            except zmq.Again:
-                frames = None
-            if frames is not None:
-                message = P.decode_reply(frames[0].buffer)
-                if isinstance(message, P.Pong):
-                    pinged_at = None
-                    if not message.known:
-                        raise _Reconnect
-                elif wanted(message):
-                    return message, frames[1:]
-                continue
-            if not ping:
-                continue
-            if pinged_at is not None and time.monotonic() - pinged_at > self.heartbeat_s:
-                raise ExecutorUnavailable(f"executor at {self.endpoint} stopped answering")
-            if pinged_at is None:
-                pinged_at = time.monotonic()
-                self._send([P.encode(P.Ping())])
-
-
-class _Reconnect(Exception):
-    pass
