@@ -94,14 +94,21 @@ class Engine:
 
     def _deliver(self, batch: list[PendingCall], y: torch.Tensor) -> list[Reply]:
         """Each call's rows to its client: doorbell results are written first, then (after one
-        wait for the device) published; socket calls' replies are returned."""
+        wait for the device) published; socket calls' replies are returned. On the host the
+        rows go as bytes of the batch's result, sliced per call (no tensor op per call)."""
         replies: list[Reply] = []
         written = []
+        ndim, cols = y.dim(), (y.shape[1] if y.dim() == 2 else 0)
+        host = y.device.type == "cpu"
+        if host:
+            y = y.detach().contiguous()
+            data = memoryview(y.view(torch.uint8).numpy()).cast("B") if y.numel() else b""
+            row_bytes = y.element_size() * max(cols, 1)
         start = 0
         for call in batch:
-            rows = y if len(batch) == 1 else y[start:start + call.rows]
-            start += call.rows
+            first, start = start, start + call.rows
             if call.reply_seq < 0:
+                rows = y if len(batch) == 1 else y[first:start]
                 replies.append((call.client, self._result(call, rows.cpu())))
                 continue
             client = self.clients.get(call.client)
@@ -109,15 +116,20 @@ class Engine:
             if port is None:
                 continue  # it left while its call ran
             try:
-                port.write(call.header.shm_out, rows)
-                written.append((call, port, rows))
-            except (ValueError, RuntimeError, OSError, TypeError) as exc:
+                if host and port.device_buffer is None:
+                    port.write_bytes(call.header.shm_out,
+                                     data[first * row_bytes:start * row_bytes])
+                else:
+                    port.write(call.header.shm_out, y[first:start])
+                written.append((call, port))
+            except (ValueError, RuntimeError, OSError, TypeError, IndexError) as exc:
                 log.info("client %s left before its reply (%s)", client.name, exc)
         if written and not self._on_cpu:
             torch.cuda.current_stream(self.device).synchronize()
-        for call, port, rows in written:
+        for call, port in written:
             try:
-                port.publish(call.reply_seq, call.header.id, rows, self._result_code)
+                port.publish(call.reply_seq, call.header.id, self._result_code, ndim, call.rows,
+                             cols)
             except (ValueError, OSError, TypeError) as exc:
                 log.info("client of call %d left before its reply (%s)", call.header.id, exc)
         return replies

@@ -73,17 +73,18 @@ class DoorbellPort:
         rows, cols = y.shape[0], (y.shape[1] if y.dim() == 2 else 0)
         self.view(offset, y.dtype, rows, cols).copy_(y, non_blocking=True)
 
-    def publish(self, seq: int, call_id: int, y: torch.Tensor, dtype_code: int) -> None:
-        rows, cols = y.shape[0], (y.shape[1] if y.dim() == 2 else 0)
-        publish_reply(self.mapped, seq, call_id, OK, dtype_code, y.dim(), rows, cols)
-        self.doorbell.answer()
+    def write_bytes(self, offset: int, data: memoryview) -> None:
+        """A host result's bytes into the client's shared memory: one memcpy, none of a
+        tensor copy's dispatch (a 1-row result: 0.3 us instead of ~5 us). The region was
+        checked when the call came (`validation.check_doorbell`); the mapping bounds it too."""
+        if self.device_buffer is not None or offset + len(data) > self.size:
+            raise ValueError(f"result region at {offset} is outside the shared memory")
+        self.mapped[offset:offset + len(data)] = data
 
-    def answer(self, seq: int, call_id: int, offset: int, y: torch.Tensor,
-               dtype_code: int) -> None:
-        self.write(offset, y)
-        if y.device.type == "cuda":
-            torch.cuda.current_stream(y.device).synchronize()
-        self.publish(seq, call_id, y, dtype_code)
+    def publish(self, seq: int, call_id: int, dtype_code: int, ndim: int, rows: int,
+                cols: int) -> None:
+        publish_reply(self.mapped, seq, call_id, OK, dtype_code, ndim, rows, cols)
+        self.doorbell.answer()
 
     def refuse(self, seq: int, call_id: int, code: ErrorCode, message: str) -> None:
         write_error(self.mapped, seq, call_id, code, message)
