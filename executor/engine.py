@@ -94,21 +94,24 @@ class Engine:
 
     def _deliver(self, batch: list[PendingCall], y: torch.Tensor) -> list[Reply]:
         """Each call's rows to its client: doorbell results are written first, then (after one
-        wait for the device) published; socket calls' replies are returned. On the host the
-        rows go as bytes of the batch's result, sliced per call (no tensor op per call)."""
+        wait for the device) published; socket calls' replies are returned. A batch of several
+        calls on the host sends each its rows as bytes of the batch's result (no tensor op per
+        call); a lone call copies its whole result, which costs less than taking bytes."""
         replies: list[Reply] = []
         written = []
         ndim, cols = y.dim(), (y.shape[1] if y.dim() == 2 else 0)
-        host = y.device.type == "cpu"
+        single = len(batch) == 1
+        host = not single and y.device.type == "cpu"
         if host:
-            y = y.detach().contiguous()
+            y = y.detach() if y.requires_grad else y
+            y = y if y.is_contiguous() else y.contiguous()
             data = memoryview(y.view(torch.uint8).numpy()).cast("B") if y.numel() else b""
             row_bytes = y.element_size() * max(cols, 1)
         start = 0
         for call in batch:
             first, start = start, start + call.rows
             if call.reply_seq < 0:
-                rows = y if len(batch) == 1 else y[first:start]
+                rows = y if single else y[first:start]
                 replies.append((call.client, self._result(call, rows.cpu())))
                 continue
             client = self.clients.get(call.client)
@@ -120,7 +123,7 @@ class Engine:
                     port.write_bytes(call.header.shm_out,
                                      data[first * row_bytes:start * row_bytes])
                 else:
-                    port.write(call.header.shm_out, y[first:start])
+                    port.write(call.header.shm_out, y if single else y[first:start])
                 written.append((call, port))
             except (ValueError, RuntimeError, OSError, TypeError, IndexError) as exc:
                 log.info("client %s left before its reply (%s)", client.name, exc)

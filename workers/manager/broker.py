@@ -18,6 +18,7 @@ import signal
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -37,6 +38,7 @@ from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, w
 from workers.manager.preload import preload
 from workers.manager.requests import Requests
 from workers.manager.spawner_client import SpawnerProcess
+from workers.manager.specs import trainer_spec, worker_spec
 
 log = logging.getLogger("workers.manager")
 STOP_GRACE_S = 10.0
@@ -70,8 +72,9 @@ class Manager:
         self.jobs = None
         if self.config.data_dir:
             store = JobStore(Database(db_path(Path(self.config.data_dir))))
-            self.jobs = JobScheduler(store, self.spawner.spawn, self._trainer_spec, self._reply,
-                                     self._to_trainer, max_jobs=self.config.max_jobs)
+            self.jobs = JobScheduler(store, self.spawner.spawn,
+                                     partial(trainer_spec, self.config, self.worker_bind),
+                                     self._reply, self._to_trainer, max_jobs=self.config.max_jobs)
             self.jobs.recover()
         preload(self.config, self.pool, self._start)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",
@@ -171,19 +174,7 @@ class Manager:
             handle.pending.append(request)
 
     def _start(self, handle: WorkerHandle, request: W.Generate) -> None:
-        self.spawner.spawn(S.WorkerSpec(
-            key=handle.key, tenant=handle.tenant, model=handle.model, base=self.config.model,
-            executor=self.config.executor, manager=self.worker_bind, fallback=request.fallback,
-            adapter_path=request.adapter.path if request.adapter else None,
-            max_batch=self.config.max_batch, threads=self.config.worker_threads,
-            privacy=self.config.privacy, device=self.config.worker_device,
-            kv_budget_bytes=int(self.config.kv_budget_mb * 2**20)))
-
-    def _trainer_spec(self, job_id: str) -> S.TrainerSpec:
-        return S.TrainerSpec(job_id=job_id, data_dir=str(self.config.data_dir),
-                             base=self.config.model, executor=self.config.executor,
-                             manager=self.worker_bind, privacy=self.config.privacy,
-                             device=self.config.worker_device)
+        self.spawner.spawn(worker_spec(self.config, self.worker_bind, handle, request))
 
     def _status(self) -> W.StatusReply:
         now = time.monotonic()
