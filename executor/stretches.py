@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from catalogue.stretches import RECIPES
@@ -31,13 +32,14 @@ class Stretch:
 
     def __init__(self, o, post_norm: nn.Module, mlp_in: list, gated: bool, act: Callable, down,
                  in_norm: nn.Module | None, targets: list) -> None:
-        self.o, self.post_norm, self.mlp_in, self.act, self.down = o, post_norm, mlp_in, act, down
-        self.gated, self.in_norm, self.targets = gated, in_norm, targets
+        self.o, self.mlp_in, self.down, self.gated, self.targets = o, mlp_in, down, gated, targets
+        self.post_norm, self.act = norm_function(post_norm), activation_function(act)
+        self.in_norm = None if in_norm is None else norm_function(in_norm)
         self.widths = [o.spec.in_features, o.spec.out_features]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        attn, residual = x.split(self.widths, dim=1)
-        return self._forward(attn, residual)
+        width = self.widths[0]
+        return self._forward(x[:, :width], x[:, width:])
 
     def backward(self, x: torch.Tensor) -> torch.Tensor:
         width_in = sum(self.widths)
@@ -50,19 +52,55 @@ class Stretch:
         return grad_in
 
     def _forward(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        h = residual + linear(attn, self.o.weight, self.o.bias)
+        """The decoder layer's own arithmetic in its order (so results are bit for bit those
+        of its modules), with the fewest tensor ops: each costs 2-5 us of dispatch on a small
+        CPU, which is most of a narrow stretch's time (tiny-llama: 177 -> 120 us). Adding in
+        place is exact (a + b == b + a) and autograd-safe (no op here saves its output)."""
+        h = linear(attn, self.o.weight, self.o.bias)
+        h += residual
         n = self.post_norm(h)
         u = [linear(n, m.weight, m.bias) for m in self.mlp_in]
         if self.gated:  # gate and up: fused into one matmul when the registry groups them
             gate, up = u if len(u) == 2 else u[0].chunk(2, dim=1)
-            m = self.act(gate) * up
+            m = self.act(gate).mul_(up)
         else:
             m = self.act(u[0])
-        h = h + linear(m, self.down.weight, self.down.bias)
+        d = linear(m, self.down.weight, self.down.bias)
+        d += h
         if self.in_norm is None:
-            return h
-        n = self.in_norm(h)
-        return torch.cat([h, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
+            return d
+        n = self.in_norm(d)
+        return torch.cat([d, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
+
+
+RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
+
+
+def norm_function(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The norm's forward without the module call around it, for the norms whose forward is
+    known (the same ops in the same order); any other norm runs as its module."""
+    if type(module).__name__ in RMS_NORMS and not module._forward_hooks:
+        weight = module.weight
+        # as a tensor: adding a Python float wraps it first (4.8 against 2.2 us), same sum
+        eps = torch.tensor(module.variance_epsilon, dtype=torch.float32, device=weight.device)
+
+        def rms_norm(h: torch.Tensor) -> torch.Tensor:
+            if h.dtype != torch.float32:
+                return module(h)
+            return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+        return rms_norm
+    if type(module) is nn.LayerNorm:
+        return lambda h: F.layer_norm(h, module.normalized_shape, module.weight, module.bias,
+                                      module.eps)
+    return module
+
+
+def activation_function(module: Callable) -> Callable[[torch.Tensor], torch.Tensor]:
+    """F.silu for SiLU modules (their forward is exactly that); any other as itself."""
+    if type(module).__name__ in ("SiLUActivation", "SiLU") and not getattr(
+            module, "inplace", False):
+        return F.silu
+    return module
 
 
 def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],

@@ -63,7 +63,7 @@ class FusedGroup:
         its own, as autograd wants of a custom Function's outputs)."""
         y = remote_rows(self.members[0].executor, Op.FORWARD, self.spec.index, x, kind,
                         self.spec.out_features, x.dtype)
-        parts = y.split(self.spec.splits, dim=-1)
+        parts = y.split_with_sizes(self.spec.splits, dim=-1)  # Tensor.split: +4 us of Python
         return tuple(p.clone() if own else p.contiguous() for p in parts)
 
 
