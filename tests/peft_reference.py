@@ -113,7 +113,7 @@ def compare(model: str, method: str, handle: Any, steps: int = 3, seed: int = 0,
         gens = [m.generate(input_ids=ids[:1], max_new_tokens=8, do_sample=False,
                            min_new_tokens=8) for m in (plain, ours)]
     result["generate_equal"] = torch.equal(gens[0], gens[1])
-    result["loss"] = float(outs[1].loss)
+    result["loss"] = float(outs[1].loss.detach())
     return result
 
 
