@@ -44,10 +44,8 @@ class StretchControl:
         self.layer, self.spec, self.handle, self.dtype = layer, spec, handle, dtype
         self.original = types.MethodType(type(layer).forward, layer)
         self.o: RemoteLayer = layer.get_submodule(recipe.o)
-        self.frozen = [(name, layer.get_submodule(name)) for name in
-                       (recipe.o, recipe.post_norm, *recipe.mlp_in, recipe.act, recipe.down)]
-        self.next_layer = next_layer
-        self.places = _places(layer, [name for name, _ in self.frozen])
+        frozen = [recipe.o, recipe.post_norm, *recipe.mlp_in, recipe.act, recipe.down]
+        self.places = _places(layer, frozen)  # where the stretch's modules sit, to check per call
         if next_layer is not None:  # and the next layer's input norm
             self.places += _places(next_layer, [recipe.in_norm])
         self.targets = targets  # the next layer's q/k/v remote layers, in the stretch's order
@@ -56,7 +54,7 @@ class StretchControl:
         self.splits = [self.hidden, *self.widths]
         self.train_rows = train_rows  # the largest training batch (rows) that uses the stretch
         self.train_ok = not any(isinstance(m, nn.Dropout) and m.p > 0
-                                for _, frozen in self.frozen for m in frozen.modules()) \
+                                for name in frozen for m in layer.get_submodule(name).modules()) \
             and not _dropout_after(layer, recipe)
         self.previous: StretchControl | None = None
         self.waiting: tuple[torch.Tensor, list[torch.Tensor]] | None = None
