@@ -21,7 +21,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-import msgspec
 import zmq
 
 from state.db import Database, db_path
@@ -29,11 +28,12 @@ from state.jobs import JobStore
 from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
-from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
+from wire.jobs import JobCommand, JobState, TrainerHello, TrainerStopped
 from workers.manager.admission import Admission
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
+from workers.manager.links import Links
 from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, worker_key
 from workers.manager.preload import preload
 from workers.manager.requests import Requests
@@ -62,27 +62,22 @@ class Manager:
         self.probe = ExecutorProbe(config.executor, self.ctx)
 
     def serve(self) -> None:
-        self.front = self.ctx.socket(zmq.ROUTER)
-        self.front.setsockopt(zmq.LINGER, 0)
-        self.front.bind(prepare(self.config.bind))
-        self.back = self.ctx.socket(zmq.ROUTER)
-        self.back.setsockopt(zmq.LINGER, 0)
-        self.back.bind(self.worker_bind)
+        self.links = Links(self.ctx, prepare(self.config.bind), self.worker_bind)
         self.spawner = SpawnerProcess.start(self.config.model)
         self.jobs = None
         if self.config.data_dir:
             store = JobStore(Database(db_path(Path(self.config.data_dir))))
             self.jobs = JobScheduler(store, self.spawner.spawn,
                                      partial(trainer_spec, self.config, self.worker_bind),
-                                     self._reply, self._to_trainer, max_jobs=self.config.max_jobs)
+                                     self.links.reply, self.links.to_trainer,
+                                     max_jobs=self.config.max_jobs)
             self.jobs.recover()
         preload(self.config, self.pool, self._start)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",
                  self.config.model, self.config.bind, self.config.max_workers,
                  self.jobs.max_jobs if self.jobs else "- (no data dir)")
         poller = zmq.Poller()
-        poller.register(self.front, zmq.POLLIN)
-        poller.register(self.back, zmq.POLLIN)
+        self.links.register(poller)
         poller.register(self.spawner.stdout, zmq.POLLIN)
         poller.register(self.probe.socket, zmq.POLLIN)
         self.probe.ask()
@@ -90,10 +85,7 @@ class Manager:
         try:
             while not self.stopped.is_set():
                 events = dict(poller.poll(200))
-                if self.front in events:
-                    self._drain(self.front, self._from_gateway)
-                if self.back in events:
-                    self._drain(self.back, self._from_worker)
+                self.links.drain(events, self._from_gateway, self._from_worker)
                 if self.spawner.stdout in events or self.spawner.stdout.fileno() in events:
                     for event in self.spawner.read():
                         self._from_spawner(event)
@@ -109,8 +101,7 @@ class Manager:
                         poller.register(self.probe.socket, zmq.POLLIN)
         finally:
             self.spawner.stop()
-            self.front.close()
-            self.back.close()
+            self.links.close()
             self.probe.close()
             self.ctx.term()
             if self._own_dir is not None:
@@ -125,20 +116,20 @@ class Manager:
             self.admission.forget(message.id)
             route = self.requests.drop(message.id)
             if route is not None:
-                self._to_worker(route[1], message)
+                self.links.to_worker(route[1], message)
                 handle = self.pool.workers.get(route[1])
                 if handle is not None:
                     handle.inflight.discard(message.id)
                     handle.pending = [r for r in handle.pending if r.id != message.id]
         elif isinstance(message, W.Status):
-            self._reply(gateway, self._status())
+            self.links.reply(gateway, self._status())
         elif isinstance(message, W.Evict):
             handle = self.pool.workers.get(worker_key(message.tenant, message.model))
             if handle is not None:
                 self._stop(handle)
         elif isinstance(message, JobCommand):
             if self.jobs is None:
-                self._reply(gateway, JobState(message.id, message.job_id, "unknown"))
+                self.links.reply(gateway, JobState(message.id, message.job_id, "unknown"))
             else:
                 self.jobs.command(gateway, message)
 
@@ -146,7 +137,7 @@ class Manager:
                   since: float | None = None) -> None:
         admitted = self.admission.admit(request)
         if isinstance(admitted, W.Failed):
-            self._reply(gateway, admitted)
+            self.links.reply(gateway, admitted)
             return
         request = admitted
         handle = self.pool.get(request.tenant, request.model)
@@ -156,10 +147,10 @@ class Manager:
             except NotYet as exc:
                 failed = self.admission.wait(gateway, request, tries, since, exc)
                 if failed is not None:
-                    self._reply(gateway, failed)
+                    self.links.reply(gateway, failed)
                 return
             except NoCapacity as exc:
-                self._reply(gateway, W.Failed(request.id, 503, "no_worker_capacity", str(exc)))
+                self.links.reply(gateway, W.Failed(request.id, 503, "no_worker_capacity", str(exc)))
                 return
             for victim in evicted:
                 log.info("evicting least recently used worker %s (age %.1f s)", victim.key,
@@ -169,7 +160,7 @@ class Manager:
         self.requests.add(gateway, request, handle.key, tries)
         handle.inflight.add(request.id)
         if handle.state == "ready":
-            self._to_worker(handle.key, request)
+            self.links.to_worker(handle.key, request)
         else:
             handle.pending.append(request)
 
@@ -205,7 +196,7 @@ class Manager:
             log.info("worker %s ready in %.2f s%s", key, message.load_s,
                      " (fallback to the base model)" if message.fallback else "")
             for request in handle.pending:
-                self._to_worker(key, request)
+                self.links.to_worker(key, request)
             handle.pending.clear()
         elif isinstance(message, W.LoadFailed):
             log.warning("worker %s failed to load: %s", key, message.message)
@@ -222,7 +213,7 @@ class Manager:
             if isinstance(message, (W.Done, W.Failed)) and handle is not None:
                 handle.inflight.discard(message.id)
                 handle.last_used = time.monotonic()
-            self._reply(gateway, message)
+            self.links.reply(gateway, message)
 
     def _from_spawner(self, event: S.Spawned | S.Exited) -> None:
         if isinstance(event, S.Spawned):
@@ -256,14 +247,14 @@ class Manager:
             self.admission.forget(request_id)
             route = self.requests.drop(request_id)
             if route is not None:
-                self._reply(route[0], W.Failed(request_id, status, code, message))
+                self.links.reply(route[0], W.Failed(request_id, status, code, message))
         handle.inflight.clear()
         handle.pending.clear()
 
     def _stop(self, handle: WorkerHandle) -> None:
         handle.state = "stopping"
         handle.last_used = time.monotonic()  # the kill deadline counts from here
-        self._to_worker(handle.key, W.Stop())
+        self.links.to_worker(handle.key, W.Stop())
 
     def _sweep(self) -> None:
         for gateway, request, tries, since in self.admission.due():  # room may be made now
@@ -275,34 +266,6 @@ class Manager:
             if handle.state == "stopping" and handle.pid and \
                     time.monotonic() - handle.last_used > STOP_GRACE_S:
                 _kill(handle.pid)
-
-    # -- plumbing ------------------------------------------------------------------------------
-
-    def _drain(self, sock: zmq.Socket, handler) -> None:
-        while True:
-            try:
-                identity, body = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except ValueError:
-                continue  # not two frames: not ours
-            try:
-                message = W.decode(body)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                log.warning("undecodable message from %r", identity)
-                continue
-            handler(identity, message)
-
-    def _reply(self, gateway: bytes, message: msgspec.Struct) -> None:
-        self.front.send_multipart([gateway, W.encode(message)])
-
-    def _to_trainer(self, job_id: str, message: TrainerControl) -> None:
-        self._to_worker(S.trainer_key(job_id), message)
-
-    def _to_worker(self, key: str, message: msgspec.Struct) -> None:
-        with contextlib.suppress(zmq.ZMQError):  # not connected (yet, or anymore)
-            self.back.send_multipart([key.encode(), W.encode(message)], zmq.NOBLOCK)
-
 
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
