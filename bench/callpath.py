@@ -55,7 +55,7 @@ def start_executor(endpoint: str, spin: bool) -> subprocess.Popen:
 
 
 def measure(spin: bool) -> dict:
-    os.environ["SYMBIOSIS_CLIENT_SPIN_US"] = "200" if spin else "0"
+    os.environ["SYMBIOSIS_CLIENT_SPIN_US"] = "2000" if spin else "0"
     endpoint = f"ipc://{tempfile.mkdtemp(prefix='symb-cp-')}/e.sock"
     proc = start_executor(endpoint, spin)
     try:

@@ -32,7 +32,7 @@ class ExecutorConfig(BaseSettings):
     slice_ms: float = Field(5.0, ge=0)  # opportunistic: training batches run in slices (0: whole)
     max_batch_rows: int = Field(8192, ge=1)
     training_share: float = Field(0.25, gt=0, lt=1)  # least share of batches training keeps
-    spin_us: float = Field(1000.0, ge=0)  # watch for calls this long before sleeping (0: never)
+    spin_us: float = Field(5000.0, ge=0)  # watch for calls this long before sleeping (0: never)
     client_idle_s: float = 600.0  # forget clients silent this long (their shared memory too)
     fuse: bool = True  # run linear layers that share an input (q/k/v, gate/up) as one matmul
     stretch: bool = True  # offer stretches: a decoder layer's frozen part as one call

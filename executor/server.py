@@ -38,7 +38,7 @@ from wire import doorbell as bell
 from wire import executor as P
 from wire.callheader import SPIN_SAFE
 from wire.endpoints import prepare
-from wire.spin import AdaptiveSpin
+from wire.spin import AdaptiveSpin, watch
 
 log = logging.getLogger("executor.server")
 
@@ -116,7 +116,7 @@ class ExecutorServer:
                     events = self._spin(poller) if idle else []
                     if not events:
                         events = poller.poll(50 if ready_in is None else min(50, ready_in * 1e3))
-                    if idle and any(fd in self._bells for fd, _ in events):
+                    if idle:  # a wait that ran out (no call came) counts against watching
                         self._spinner.observe(time.perf_counter() - waited)
                     self._receive(events)
                     self._compute()
@@ -149,18 +149,19 @@ class ExecutorServer:
         budget = self._spinner.budget()
         if budget <= 0 or not self._bells or not SPIN_SAFE:
             return []
-        until = time.perf_counter() + budget
         watched = list(self._bells.items())
         looks = 0
-        while True:
-            found = [(fd, POLLIN) for fd, client in watched
-                     if client.port is not None and client.port.pending()]
-            if found:
-                return found
+
+        def look() -> list[tuple[int, int]] | bool:
+            nonlocal looks
             looks += 1
-            if time.perf_counter() >= until or (looks % 16 == 0 and poller.poll(0)):
-                return []
-            os.sched_yield()
+            if looks % 16 == 0 and poller.poll(0):
+                return True  # a socket message or a nudge: stop watching
+            return [(fd, POLLIN) for fd, client in watched
+                    if client.port is not None and client.port.pending()]
+
+        found = watch(look, budget)
+        return found if isinstance(found, list) else []
 
     def _compute(self) -> None:
         """Run ready batches while holding the compute slot; re-check after letting it go, so a

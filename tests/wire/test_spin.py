@@ -1,8 +1,14 @@
-"""AdaptiveSpin: watch while answers have lately come within the limit, sleep at once otherwise."""
+"""AdaptiveSpin: watch while answers have lately come within the limit, sleep at once otherwise;
+`watch`: look until found, out of budget, or the core is wanted elsewhere."""
 
 from __future__ import annotations
 
-from wire.spin import AdaptiveSpin
+import os
+import subprocess
+import sys
+import time
+
+from wire.spin import GAVE_WAY_S, AdaptiveSpin, watch
 
 
 def test_a_peer_that_answers_in_time_is_watched_for_the_limit() -> None:
@@ -33,3 +39,53 @@ def test_a_zero_limit_never_watches() -> None:
     for _ in range(10):
         spin.observe(0.0)
     assert spin.budget() == 0.0
+
+
+class Clock:
+    """Time that moves `step_s` at each reading: looks of a known length."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now, self.step_s = 0.0, step_s
+
+    def __call__(self) -> float:
+        self.now += self.step_s
+        return self.now
+
+
+def test_watch_returns_what_the_look_found() -> None:
+    looks = iter([None, None, [3]])
+    assert watch(lambda: next(looks), budget_s=1.0, clock=Clock(1e-6)) == [3]
+
+
+def test_watch_looks_until_the_budget_runs_out() -> None:
+    step = 2.0 ** -20  # ~1 us, exact in binary: the sums are too
+    looks = []
+    assert watch(lambda: looks.append(1), budget_s=100 * step, clock=Clock(step)) is None
+    assert len(looks) == 100
+
+
+def test_watch_stops_after_a_look_that_took_long() -> None:
+    """A look much longer than a check and a yield: the yield ran another thread."""
+    looks = []
+    assert watch(lambda: looks.append(1), budget_s=1.0, clock=Clock(2 * GAVE_WAY_S)) is None
+    assert len(looks) == 1
+
+
+def test_watch_gives_the_core_away_when_another_process_wants_it() -> None:
+    """Sharing one CPU with a busy process, a watcher's yield lets it run: the watcher stops
+    at once instead of spending its budget (2 s here) taking turns with it."""
+    cpu = min(os.sched_getaffinity(0))
+    affinity = os.sched_getaffinity(0)
+    busy = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})"
+                             "\nprint('busy', flush=True)\nwhile True: pass"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        assert busy.stdout.readline() == "busy\n"  # it runs on that CPU from now on
+        started = time.perf_counter()
+        assert watch(lambda: None, budget_s=2.0) is None
+        assert time.perf_counter() - started < 0.5
+    finally:
+        os.sched_setaffinity(0, affinity)
+        busy.kill()
+        busy.wait()

@@ -21,7 +21,7 @@ from wire.cuda_ipc import DeviceBuffer
 from wire.doorbell import WorkerDoorbell
 from wire.executor import LayerKind, LayerSpec, Op
 from wire.shm import ShmBuffer
-from wire.spin import AdaptiveSpin
+from wire.spin import AdaptiveSpin, watch
 from wire.tensors import aligned, nbytes
 
 
@@ -62,7 +62,7 @@ class FastPath:
         self.dtype = dtype
         self.seq = 0
         self.spin_limit_s = spin_limit_s if spin_limit_s is not None else \
-            float(os.environ.get("SYMBIOSIS_CLIENT_SPIN_US", "200")) * 1e-6
+            float(os.environ.get("SYMBIOSIS_CLIENT_SPIN_US", "2000")) * 1e-6
         self._spins = [AdaptiveSpin(self.spin_limit_s) for _ in layers]
         self._widths = [_widths(spec) for spec in layers]
         self._plans: dict[tuple[int, int, int, torch.dtype], Plan] = {}
@@ -129,17 +129,14 @@ class FastPath:
         doorbell, pinging the executor over the socket whenever it stays silent."""
         mapped, read = self.mapped, H.read_reply
         started = time.perf_counter()
-        until = started + (spin.budget() if spin is not None and H.SPIN_SAFE else 0.0)
+        budget = spin.budget() if spin is not None and H.SPIN_SAFE else 0.0
+        reply = watch(lambda: read(mapped, seq), budget) if budget else None
         while True:
-            reply = read(mapped, seq)
+            reply = reply or read(mapped, seq)
             if reply is not None:
                 if spin is not None:
                     spin.observe(time.perf_counter() - started)
                 return reply
-            now = time.perf_counter()
-            if now < until:
-                os.sched_yield()
-                continue
             wait = self.heartbeat_s if deadline is None else \
                 min(self.heartbeat_s, deadline - time.monotonic())
             if wait <= 0:
