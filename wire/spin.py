@@ -3,9 +3,10 @@
 Watching costs a core; sleeping costs a wake-up: 40-70 us from the pipe's write to the sleeper
 running on a small VM (its idle virtual CPU must be scheduled again), more under load. Both ends
 of the doorbell link watch for up to `limit_s` when most answers lately came within it, and sleep
-at once otherwise: a distant peer gets no watcher, and an idle system has none. Whoever watches
-yields the core on each look and stops watching as soon as a yield let another thread run (a
-look took longer than `GAVE_WAY_S`): the core is wanted, so a loaded host gets no watchers.
+at once otherwise: a distant peer gets no watcher, and an idle system has none. Nobody watches
+on a crowded host (more threads ready to run than CPUs, `crowded`): a watcher there would take
+its fair share of a core from one that has work. And whoever watches yields the core on each
+look and stops as soon as a yield let another thread run (a look took longer than `GAVE_WAY_S`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 GAVE_WAY_S = 50e-6  # a look (a check and a yield) alone on its core takes ~1-2 us
+CROWD_EVERY = 32  # looks between two readings of the run queue (one costs ~2 us)
 
 
 class AdaptiveSpin:
@@ -32,16 +34,54 @@ class AdaptiveSpin:
         self.hit_rate += 0.05 * ((seconds <= self.limit_s) - self.hit_rate)
 
 
+class RunQueue:
+    """Whether more threads are ready to run than there are CPUs, from /proc/loadavg's count of
+    runnable threads (the reader included); never crowded where that file is missing."""
+
+    def __init__(self, path: str = "/proc/loadavg") -> None:
+        self.cpus = os.cpu_count() or 1
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = -1
+
+    def crowded(self) -> bool:
+        if self.fd < 0:
+            return False
+        try:  # "0.52 0.31 0.20 3/118 4242": 3 runnable threads
+            running = int(os.pread(self.fd, 64, 0).split(b" ")[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        return running > self.cpus
+
+
+_run_queue: RunQueue | None = None
+
+
+def crowded() -> bool:
+    """Whether this host has more runnable threads than CPUs right now."""
+    global _run_queue
+    if _run_queue is None:
+        _run_queue = RunQueue()
+    return _run_queue.crowded()
+
+
 def watch(look: Callable[[], T], budget_s: float,
-          clock: Callable[[], float] = time.perf_counter) -> T | None:
+          clock: Callable[[], float] = time.perf_counter,
+          busy: Callable[[], bool] = crowded) -> T | None:
     """`look()` until it returns something, for at most `budget_s`, yielding the core between
-    looks; None when the budget ran out or a yield let another thread run (then sleep)."""
+    looks; None when the budget ran out, the host is `busy` (checked after the first look, then
+    every `CROWD_EVERY`) or a yield let another thread run: then sleep."""
     now = clock()
     until = now + budget_s
+    looks = 0
     while True:
         found = look()
         if found:
             return found
+        if looks % CROWD_EVERY == 0 and busy():
+            return None
+        looks += 1
         os.sched_yield()
         looked, now = now, clock()
         if now >= until or now - looked > GAVE_WAY_S:

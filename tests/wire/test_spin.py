@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from wire.spin import GAVE_WAY_S, AdaptiveSpin, watch
+from wire.spin import GAVE_WAY_S, AdaptiveSpin, RunQueue, watch
 
 
 def test_a_peer_that_answers_in_time_is_watched_for_the_limit() -> None:
@@ -54,21 +54,39 @@ class Clock:
 
 def test_watch_returns_what_the_look_found() -> None:
     looks = iter([None, None, [3]])
-    assert watch(lambda: next(looks), budget_s=1.0, clock=Clock(1e-6)) == [3]
+    assert watch(lambda: next(looks), 1.0, Clock(1e-6), busy=lambda: False) == [3]
 
 
 def test_watch_looks_until_the_budget_runs_out() -> None:
     step = 2.0 ** -20  # ~1 us, exact in binary: the sums are too
     looks = []
-    assert watch(lambda: looks.append(1), budget_s=100 * step, clock=Clock(step)) is None
+    assert watch(lambda: looks.append(1), 100 * step, Clock(step), busy=lambda: False) is None
     assert len(looks) == 100
 
 
 def test_watch_stops_after_a_look_that_took_long() -> None:
     """A look much longer than a check and a yield: the yield ran another thread."""
     looks = []
-    assert watch(lambda: looks.append(1), budget_s=1.0, clock=Clock(2 * GAVE_WAY_S)) is None
+    assert watch(lambda: looks.append(1), 1.0, Clock(2 * GAVE_WAY_S), busy=lambda: False) \
+        is None
     assert len(looks) == 1
+
+
+def test_watch_does_not_watch_on_a_crowded_host() -> None:
+    looks = []
+    assert watch(lambda: looks.append(1), 1.0, Clock(1e-6), busy=lambda: True) is None
+    assert len(looks) == 1
+
+
+def test_run_queue_counts_runnable_threads_against_cpus(tmp_path) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.52 0.31 0.20 3/118 4242\n")
+    queue = RunQueue(str(loadavg))
+    queue.cpus = 2
+    assert queue.crowded()
+    queue.cpus = 3
+    assert not queue.crowded()
+    assert not RunQueue(str(tmp_path / "missing")).crowded()
 
 
 def test_watch_gives_the_core_away_when_another_process_wants_it() -> None:
