@@ -11,6 +11,7 @@ look and stops as soon as a yield let another thread run (a look took longer tha
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -55,15 +56,14 @@ class RunQueue:
         return running > self.cpus
 
 
-_run_queue: RunQueue | None = None
+@functools.cache
+def _run_queue() -> RunQueue:
+    return RunQueue()  # opened on first use, not when wire is imported
 
 
 def crowded() -> bool:
     """Whether this host has more runnable threads than CPUs right now."""
-    global _run_queue
-    if _run_queue is None:
-        _run_queue = RunQueue()
-    return _run_queue.crowded()
+    return _run_queue().crowded()
 
 
 def watch(look: Callable[[], T], budget_s: float,
