@@ -1,10 +1,11 @@
 """A client's same-host fast path: its call header written in place in shared memory, the input
 and result as typed views cached per layer, op and row count, the doorbell rung, and the reply
 awaited by watching its header for a moment before sleeping on the doorbell pipe (for as long
-as `AdaptiveSpin` says replies have lately taken, per layer: in one decode step a 64-wide q/k/v
-comes back in ~150 us, a 50k-vocab lm_head in ~1.5 ms, so one verdict for all would make every
-call sleep, and a sleeping client costs the executor a wake-up, ~100 us on a small VM, in the
-write that answers it).
+as `AdaptiveSpin` says replies have lately taken, per layer and kind of call: in one decode step
+a 64-wide q/k/v comes back in ~150 us, a 50k-vocab lm_head in ~1.5 ms, so one verdict for all
+would make every call sleep, and a sleeping client costs the executor a wake-up, ~100 us on a
+small VM, in the write that answers it). Training calls watch for a shorter time: their replies
+are long, and a trainer's other threads and the executor want the cores meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from wire import callheader as H
 from wire.cuda_ipc import DeviceBuffer
 from wire.doorbell import WorkerDoorbell
-from wire.executor import LayerKind, LayerSpec, Op
+from wire.executor import CallKind, LayerKind, LayerSpec, Op
 from wire.shm import ShmBuffer
 from wire.spin import AdaptiveSpin, watch
 from wire.tensors import aligned, nbytes
@@ -54,16 +55,19 @@ class Plan:
 class FastPath:
     def __init__(self, shm: ShmBuffer, doorbell: WorkerDoorbell, layers: list[LayerSpec],
                  dtype: torch.dtype, heartbeat_s: float = 2.0,
-                 spin_limit_s: float | None = None) -> None:
+                 spin_limit_s: float | None = None,
+                 training_spin_limit_s: float | None = None) -> None:
         self.shm = shm
         self.heartbeat_s = heartbeat_s
         self.doorbell = doorbell
         self.mapped = shm.raw
         self.dtype = dtype
         self.seq = 0
-        self.spin_limit_s = spin_limit_s if spin_limit_s is not None else \
-            float(os.environ.get("SYMBIOSIS_CLIENT_SPIN_US", "2000")) * 1e-6
-        self._spins = [AdaptiveSpin(self.spin_limit_s) for _ in layers]
+        limits = {CallKind.INFERENCE: _limit(spin_limit_s, "SYMBIOSIS_CLIENT_SPIN_US", 2000),
+                  CallKind.TRAINING: _limit(training_spin_limit_s,
+                                            "SYMBIOSIS_CLIENT_TRAINING_SPIN_US", 200)}
+        self._spins = {kind: [AdaptiveSpin(limit) for _ in layers]
+                       for kind, limit in limits.items()}
         self._widths = [_widths(spec) for spec in layers]
         self._plans: dict[tuple[int, int, int, torch.dtype], Plan] = {}
         self.data: ShmBuffer | DeviceBuffer = shm  # where calls' tensors go
@@ -96,7 +100,7 @@ class FastPath:
         H.publish_call(self.mapped, seq, call_id, op, kind, plan.dtype_code, plan.ndim, layer,
                        x.shape[0], plan.cols, plan.shm_in, plan.shm_out)
         self.doorbell.ring()
-        reply = self._await(seq, check_alive, deadline, self._spins[layer])
+        reply = self._await(seq, check_alive, deadline, self._spins[kind][layer])
         if reply[1] != H.OK:
             code, message = H.read_error(self.mapped, reply[1], reply[6])
             raise CallFailed(code, message)
@@ -143,6 +147,10 @@ class FastPath:
                 raise TimeoutError
             if not self.doorbell.wait(wait):
                 check_alive()
+
+
+def _limit(given: float | None, variable: str, default_us: float) -> float:
+    return given if given is not None else float(os.environ.get(variable, default_us)) / 1e6
 
 
 def _widths(spec: LayerSpec) -> dict[int, int]:
