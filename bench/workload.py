@@ -48,7 +48,9 @@ def adapter(method: str, rank: int):
 
 
 def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
-          privacy: bool = False, training: bool = False):
+          privacy: bool = False, training: bool = False, free_base: bool = False):
+    if free_base and side != "plain":
+        raise ValueError("free_base measures the plain side only")
     if side == "plain":
         from transformers import AutoModelForCausalLM
 
@@ -62,7 +64,12 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
         private = privacy and PrivacyConfig(backward=training)  # as a trainer builds its pools
         base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=private)
     torch.manual_seed(seed)
-    return get_peft_model(base, adapter(method, rank))
+    tuned = get_peft_model(base, adapter(method, rank))
+    if free_base:
+        from bench.ceiling import free_base as make_free
+
+        make_free(tuned)
+    return tuned
 
 
 class TokenClock(StoppingCriteria):
@@ -192,6 +199,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="lora")
     p.add_argument("--rank", type=int, default=8)
     p.add_argument("--privacy", action="store_true")
+    p.add_argument("--free-base", action="store_true",
+                   help="plain only: frozen linear layers cost nothing (bench.ceiling)")
     p.add_argument("--adapters", type=int, default=0,
                    help="plain only: one model with this many LoRA adapters, mixed batches")
     p.add_argument("--sync-dir", type=Path, required=True)
@@ -215,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_mixed(args.model, ranks)
     else:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
-                      args.privacy, training=args.kind == "train")
+                      args.privacy, training=args.kind == "train", free_base=args.free_base)
     rng = torch.Generator().manual_seed(args.index)
     sync: Path = args.sync_dir
     (sync / f"{args.index}.ready").touch()
