@@ -53,17 +53,17 @@ class ExecutorProcess:
 
 
 class ExecutorPool:
-    """One executor per (model, policy, threads, dtype), shared by a benchmark run's scenarios
-    (their clients come and go; the executor keeps nothing between calls)."""
+    """One executor per (model, policy, threads, dtype, device), shared by a benchmark run's
+    scenarios (their clients come and go; the executor keeps nothing between calls)."""
 
     def __init__(self) -> None:
         self._running: dict[tuple, ExecutorProcess] = {}
 
     def get(self, model: str, *, policy: str = "opportunistic", threads: int | None = None,
-            dtype: str = "float32") -> ExecutorProcess:
-        key = (model, policy, threads, dtype)
+            dtype: str = "float32", device: str = "cpu") -> ExecutorProcess:
+        key = (model, policy, threads, dtype, device)
         if key not in self._running or self._running[key].proc.poll() is not None:
-            self._running[key] = ExecutorProcess(model, policy, threads, dtype)
+            self._running[key] = ExecutorProcess(model, policy, threads, dtype, device)
         return self._running[key]
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ directory) until every client has built its model, then run for the same window.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.gpu import GpuReading, GpuSampler
 from bench.measure import PeakPss
 from bench.zygote import Zygote
 
@@ -29,6 +31,7 @@ class GroupResult:
     results: list[dict]
     peak_pss: int
     setup_s: float
+    gpu: GpuReading | None = None  # sampled while the group ran, when asked and possible
 
     def tokens_per_s(self, kind: str | None = None) -> float:
         """Each client's tokens over its own window (to its last completed unit), summed."""
@@ -57,6 +60,7 @@ class Group:
     forked: bool
     extra_pids: list[int] = field(default_factory=list)  # e.g. the executor, for memory
     zygote: Zygote | None = None  # the run's preloaded parent; else one just for this group
+    gpu: bool = False  # sample the GPU's memory and utilization through the window
 
     def run(self, timeout_s: float = 1800) -> GroupResult:
         sync = Path(tempfile.mkdtemp(prefix="symb-bench-"))
@@ -75,7 +79,9 @@ class Group:
             if not ready():
                 raise RuntimeError("a benchmark client exited before it was ready")
             setup = time.monotonic() - started
-            with PeakPss(lambda: parents + self.extra_pids) as pss:
+            sampler = GpuSampler() if self.gpu and GpuSampler.available() else None
+            with PeakPss(lambda: parents + self.extra_pids) as pss, \
+                    sampler or contextlib.nullcontext():
                 (sync / "go").touch()
                 self._wait(clients.done, timeout_s)
             if clients.failed:
@@ -84,7 +90,7 @@ class Group:
             ran = time.monotonic() - started - setup
             sys.stderr.write(f"   {len(argvs)} {'forked' if zygote else 'fresh'} clients: ready "
                              f"in {setup:.0f} s, ran {ran:.0f} s\n")
-            return GroupResult(results, pss.peak, setup)
+            return GroupResult(results, pss.peak, setup, sampler.reading if sampler else None)
         finally:
             clients.kill()
             if zygote is not None and zygote is not self.zygote:

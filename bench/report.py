@@ -1,5 +1,6 @@
 """`python -m bench report RUN.json [RUN.json ...] [--callpath AFTER.json BEFORE.json]
-[--notes NOTES.md] [--out bench/RESULTS.md]`: bench/RESULTS.md, generated from results JSON.
+[--gpu GPU_RUN.json ...] [--notes NOTES.md] [--out bench/RESULTS.md]`: bench/RESULTS.md,
+generated from results JSON (the GPU runs in a section of their own, their device named).
 
 The summary table, which goals are met and which are missed, and the round-trip breakdown are
 computed here from the files named on the command line, never written by hand; a goal counts
@@ -72,7 +73,30 @@ def breakdown(after: dict, before: dict | None) -> str:
     return "\n".join(lines)
 
 
-def render(paths: list[Path], callpath: list[Path], notes: Path | None) -> str:
+def gpu_section(paths: list[Path]) -> list[str]:
+    """The runs on a GPU (`bench.scenarios.gpu`): their own table and goals, the device named."""
+    meta = json.loads(paths[0].read_text())
+    machine = meta["machine"]
+    met, missed = goals(paths)
+    return ["", "## On a GPU", "",
+            f"- **Device**: {machine['gpu']} ({meta['device']}, {meta['dtype']}, clients on "
+            f"{meta['worker_device']}), host {machine['cpu']} ({machine['cores']} cores), "
+            f"torch {machine['torch']}.",
+            "- **Runs**:", *_runs(paths), "", compare(paths), "", "Goals met:", "",
+            *(met or ["- none"]), "", "Goals missed:", "", *(missed or ["- none"])]
+
+
+def _runs(paths: list[Path]) -> list[str]:
+    lines = []
+    for path in paths:
+        run = json.loads(path.read_text())
+        lines.append(f"  - [{path.name}](results/{path.name}): `{run['command']}`, {run['date']}, "
+                     f"{run['elapsed_s'] / 60:.0f} min")
+    return lines
+
+
+def render(paths: list[Path], callpath: list[Path], notes: Path | None,
+           gpu: list[Path] | None = None) -> str:
     meta = json.loads(paths[0].read_text())
     machine = meta["machine"]
     out = ["# Benchmark results", "",
@@ -82,11 +106,7 @@ def render(paths: list[Path], callpath: list[Path], notes: Path | None) -> str:
            f"- **Machine**: {machine['cpu']} ({machine['cores']} cores, "
            f"{machine['memory_gb']} GB), torch {machine['torch']}; measured fp32 matmul peak "
            f"{meta['matmul_peak_gflops']:.0f} GFLOP/s.",
-           "- **Runs** (the values shown: the first run's that has the row):"]
-    for path in paths:
-        run = json.loads(path.read_text())
-        out.append(f"  - [{path.name}](results/{path.name}): `{run['command']}`, {run['date']}, "
-                   f"{run['elapsed_s'] / 60:.0f} min")
+           "- **Runs** (the values shown: the first run's that has the row):", *_runs(paths)]
     met, missed = goals(paths)
     out += ["", "## Summary", "", compare(paths), "", "## Goals met", "", *(met or ["- none"]),
             "", "## Goals missed", "", *(missed or ["- none"])]
@@ -97,6 +117,8 @@ def render(paths: list[Path], callpath: list[Path], notes: Path | None) -> str:
                 f"`python -m bench.callpath` ({callpath[0].name}"
                 + (f"; before: {callpath[1].name}, the same script on the code before the call "
                    "path work" if before else "") + "):", "", breakdown(after, before)]
+    if gpu:
+        out += gpu_section(gpu)
     if notes:
         out += ["", notes.read_text().strip()]
     return "\n".join(out) + "\n"
@@ -106,11 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench report")
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--callpath", nargs="+", type=Path, default=[])
+    parser.add_argument("--gpu", nargs="+", type=Path, default=[],
+                        help="runs of the GPU scenarios (python -m bench run --device cuda)")
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
     notes = args.notes if args.notes.exists() else None
-    args.out.write_text(render(args.runs, args.callpath, notes))
+    args.out.write_text(render(args.runs, args.callpath, notes, args.gpu))
     return 0
 
 

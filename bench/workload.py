@@ -1,7 +1,8 @@
 """One benchmark client: a model with its own adapter running one workload, either side.
 
-    python -m bench.workload --side ours|plain --model M [--endpoint E] --kind decode|prefill|train
-        --sync-dir D --index I [--duration S] ...
+    python -m bench.workload --side ours|plain --model M [--endpoint E]
+        --kind decode|prefill|train|long|calls --sync-dir D --index I [--duration S]
+        [--device cuda --dtype bfloat16] ...
 
 `ours` is a remote model on the shared executor; `plain` is transformers + peft with its own copy
 of the weights (the baseline). The client builds its model, writes D/I.ready, waits for D/go,
@@ -48,21 +49,23 @@ def adapter(method: str, rank: int):
 
 
 def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
-          privacy: bool = False, training: bool = False, free_base: bool = False):
+          privacy: bool = False, training: bool = False, free_base: bool = False,
+          device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """`device`/`dtype`: where the client runs its part; plain loads its whole model there,
+    ours takes the executor's dtype (which `dtype` must match)."""
     if free_base and side != "plain":
         raise ValueError("free_base measures the plain side only")
     if side == "plain":
-        from transformers import AutoModelForCausalLM
-
-        from catalogue.resolve import resolve_model
-
-        base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
+        base = plain_base(model, device, dtype)
     else:
         from workers.remote.build import remote_model
         from workers.remote.privacy import PrivacyConfig
 
         private = privacy and PrivacyConfig(backward=training)  # as a trainer builds its pools
-        base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=private)
+        base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=private,
+                            device=device)
+        if base.dtype != dtype:
+            raise ValueError(f"the executor serves {base.dtype}, the client asked for {dtype}")
     torch.manual_seed(seed)
     tuned = get_peft_model(base, adapter(method, rank))
     if free_base:
@@ -70,6 +73,12 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
 
         make_free(tuned)
     return tuned
+
+
+def settle(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a unit of work is timed when it is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class TokenClock(StoppingCriteria):
@@ -106,20 +115,25 @@ def decode(model, prompt: int, tokens: int, until: float,
     model.eval()
     clock, latencies = TokenClock(until), []
     while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (1, prompt), generator=rng)
+        ids = torch.randint(0, 50000, (1, prompt), generator=rng).to(model.device)
         latencies += clock.generate(model, ids, tokens)
     return latencies, clock.last
 
 
-def build_mixed(model: str, ranks: list[int]):
-    """One plain model holding several LoRA adapters (peft's mixed-adapter batches)."""
+def plain_base(model: str, device: str, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM
 
     from catalogue.resolve import resolve_model
 
+    return AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=dtype).to(device)
+
+
+def build_mixed(model: str, ranks: list[int], device: str = "cpu",
+                dtype: torch.dtype = torch.float32):
+    """One plain model holding several LoRA adapters (peft's mixed-adapter batches)."""
     torch.manual_seed(0)
-    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(model)),
-                                adapter("lora", ranks[0]), adapter_name="a0")
+    peft_model = get_peft_model(plain_base(model, device, dtype), adapter("lora", ranks[0]),
+                                adapter_name="a0")
     for i, rank in enumerate(ranks[1:], start=1):
         peft_model.add_adapter(f"a{i}", adapter("lora", rank))
     return peft_model
@@ -132,7 +146,7 @@ def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
     names = [f"a{i}" for i in range(n)]
     clock, latencies = TokenClock(until), []
     while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (n, prompt), generator=rng)
+        ids = torch.randint(0, 50000, (n, prompt), generator=rng).to(model.device)
         latencies += [gap for gap in clock.generate(model, ids, tokens, adapter_names=names)
                       for _ in range(n)]
     return latencies, clock.last
@@ -143,10 +157,11 @@ def prefill(model, length: int, until: float,
     model.eval()
     latencies = []
     while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (1, length), generator=rng)
+        ids = torch.randint(0, 50000, (1, length), generator=rng).to(model.device)
         started = time.perf_counter()
         with torch.no_grad():
             model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        settle(model.device)
         latencies.append(time.perf_counter() - started)
     return latencies, time.monotonic()
 
@@ -178,12 +193,13 @@ def train(model, batch: int, length: int, until: float,
     model.train()
     latencies = []
     while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (batch, length), generator=rng)
+        ids = torch.randint(0, 50000, (batch, length), generator=rng).to(model.device)
         started = time.perf_counter()
         model(input_ids=ids, labels=ids).loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad()
+        settle(model.device)
         latencies.append(time.perf_counter() - started)
     return latencies, time.monotonic()
 
@@ -193,7 +209,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["ours", "plain"], default="ours")
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
-    p.add_argument("--kind", choices=["decode", "prefill", "train", "calls"], required=True)
+    p.add_argument("--kind", choices=["decode", "prefill", "train", "long", "calls"],
+                   required=True, help="long: long-context decode, --prompt tokens of context")
     p.add_argument("--layer", default="layers.0.self_attn.o_proj",
                    help="calls: the layer called (a name suffix)")
     p.add_argument("--method", default="lora")
@@ -211,48 +228,81 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--length", type=int, default=128)
     p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="where the client runs its part")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--warmup", type=float, default=0,
+                   help="seconds of the same work before the barrier (kernels, allocator)")
+    p.add_argument("--kv-budget-mb", type=float, default=0,
+                   help="long, ours: the KV cache kept on the device (0: no limit)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
     if args.kind == "calls":
         model = None
     elif args.adapters:
         ranks = [(8, 16, 32, 64)[i % 4] for i in range(args.adapters)]
-        model = build_mixed(args.model, ranks)
+        model = build_mixed(args.model, ranks, args.device, dtype)
     else:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
-                      args.privacy, training=args.kind == "train", free_base=args.free_base)
+                      args.privacy, training=args.kind == "train", free_base=args.free_base,
+                      device=args.device, dtype=dtype)
+    tokenizer = _tokenizer(args.model) if args.kind == "long" and args.side == "ours" else None
     rng = torch.Generator().manual_seed(args.index)
+    if args.warmup:
+        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng)
     sync: Path = args.sync_dir
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
         time.sleep(0.01)
     started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
-    if args.kind == "calls":
-        latencies, done, per_unit = calls(args.endpoint, args.layer, until)
-    elif args.kind == "decode" and args.adapters:
-        latencies, done = decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng)
-        per_unit = 1
-    elif args.kind == "decode":
-        (latencies, done), per_unit = decode(model, args.prompt, args.tokens, until, rng), 1
-    elif args.kind == "prefill":
-        (latencies, done), per_unit = prefill(model, args.length, until, rng), args.length
-    else:
-        (latencies, done), per_unit = train(model, args.batch, args.length, until, rng), \
-            args.batch * args.length
+    latencies, done, per_unit, extra = _work(args, model, tokenizer, until, rng)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     handle = getattr(base, "symbiosis_executor", None)
     result = {"kind": args.kind, "method": args.method, "rank": args.rank,
               "latencies": latencies, "tokens_per_unit": per_unit,
               "executor_calls": getattr(handle, "calls", None),
               "elapsed": done - started,  # to the last completed unit of work
-              "cpu_s": time.process_time() - cpu_started}
+              "cpu_s": time.process_time() - cpu_started, **extra}
     (sync / f"{args.index}.json").write_text(json.dumps(result))
     return 0
+
+
+def _work(args: argparse.Namespace, model, tokenizer, until: float,
+          rng: torch.Generator) -> tuple[list[float], float, int, dict]:
+    """Run the client's kind of work until the window closes: (each unit's latency, when the
+    last unit ended, tokens per unit, what else the kind reports)."""
+    if args.kind == "calls":
+        latencies, done, per_unit = calls(args.endpoint, args.layer, until)
+        return latencies, done, per_unit, {}
+    if args.kind == "decode" and args.adapters:
+        return (*decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng), 1, {})
+    if args.kind == "decode":
+        return (*decode(model, args.prompt, args.tokens, until, rng), 1, {})
+    if args.kind == "prefill":
+        return (*prefill(model, args.length, until, rng), args.length, {})
+    if args.kind == "long":
+        from bench import longctx
+
+        if args.side == "plain":
+            return (*longctx.plain_rounds(model, args.prompt, args.tokens, until, rng), 1, {})
+        budget = int(args.kv_budget_mb * 2**20)
+        gaps, done, offloaded = longctx.engine_rounds(model, tokenizer, args.prompt,
+                                                      args.tokens, until, rng, budget)
+        return gaps, done, 1, {"offloaded_rows": offloaded}
+    return (*train(model, args.batch, args.length, until, rng), args.batch * args.length, {})
+
+
+def _tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    from catalogue.resolve import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(model))
 
 
 if __name__ == "__main__":

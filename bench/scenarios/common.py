@@ -36,8 +36,19 @@ class Settings:
     threads: int = field(default_factory=lambda: os.cpu_count() or 2)
     peak_gflops: float = 0.0  # measured at the start of a run
     results: Path = Path(__file__).parents[1] / "results"  # JSON and plots go here
+    device: str = "cpu"  # where the executor and plain processes run (cuda on a GPU)
+    dtype: str = "float32"  # both sides' weights and activations
+    worker_device: str | None = None  # where our clients run their part (default: `device`)
     executors: ExecutorPool = field(default_factory=ExecutorPool)
     _zygote: Zygote | None = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def client_device(self) -> str:
+        return self.worker_device or self.device
 
     def preloaded(self) -> Zygote:
         """The run's preloaded parent that forks clients (started on first use)."""
@@ -84,12 +95,13 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
              policy: str = "opportunistic") -> GroupResult:
     """Clients forked from a preloaded parent, against a fresh executor (counted in memory)."""
     model = model or settings.model
-    process = settings.executors.get(model, policy=policy, threads=settings.threads)
+    process = settings.executors.get(model, policy=policy, threads=settings.threads,
+                                     dtype=settings.dtype, device=settings.device)
     threads = max(1, settings.threads // len(clients))  # what each baseline process gets
-    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads, **c)
-             for c in clients]
-    return Group(argvs, forked=True, extra_pids=[process.pid],
-                 zygote=settings.preloaded()).run()
+    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads,
+                    device=settings.client_device, dtype=settings.dtype, **c) for c in clients]
+    return Group(argvs, forked=True, extra_pids=[process.pid], zygote=settings.preloaded(),
+                 gpu=settings.on_gpu).run()
 
 
 def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None,
@@ -102,8 +114,10 @@ def run_plain(settings: Settings, clients: list[dict], *, model: str | None = No
     """
     model = model or settings.model
     threads = max(1, settings.threads // len(clients))
-    argvs = [client(side="plain", model=model, threads=threads, **c) for c in clients]
-    return Group(argvs, forked=not fresh, zygote=None if fresh else settings.preloaded()).run()
+    argvs = [client(side="plain", model=model, threads=threads, device=settings.device,
+                    dtype=settings.dtype, **c) for c in clients]
+    return Group(argvs, forked=not fresh, zygote=None if fresh else settings.preloaded(),
+                 gpu=settings.on_gpu).run()
 
 
 def gb(n_bytes: float) -> float:

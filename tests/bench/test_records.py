@@ -69,3 +69,27 @@ def test_the_report_judges_goals_by_the_median_of_the_runs(tmp_path) -> None:
     assert "3 training, tokens/s: 0.5x" in missed and "4 decode" not in missed
     assert "| round trip, as a client sees it | 211 us | 62 us |" in text
     assert text.rstrip().endswith("Hand-written.")
+
+
+def test_the_report_gives_gpu_runs_their_own_section_with_the_device_named(tmp_path) -> None:
+    from bench.records import write_json
+    from bench.report import render
+
+    machine = {"cpu": "host CPU", "cores": 16, "memory_gb": 128, "torch": "2.13",
+               "gpu": "NVIDIA H100 80GB HBM3"}
+    meta = {"command": "python -m bench run", "date": "2026-11-24 12:00", "elapsed_s": 60.0,
+            "matmul_peak_gflops": 150.0, "machine": machine}
+    cpu, gpu = tmp_path / "cpu.json", tmp_path / "gpu.json"
+    write_json(cpu, [Record("4 decode", "tokens/s", 20.0, 10.0, "tok/s", ">= 1.5x")], meta)
+    write_json(gpu, [Record("12 GPU decode", "32 tenants: tokens/s", 450.0, None, "tok/s",
+                            ">= 400 tok/s"),
+                     Record("12 GPU fine-tuning", "2x512, N=8: tokens/s", 30e3, 36e3, "tok/s",
+                            ">= 1.2x")],
+               {**meta, "device": "cuda", "dtype": "bfloat16", "worker_device": "cuda"})
+    text = render([cpu], [], None, [gpu])
+    section = text.split("## On a GPU")[1]
+    assert "NVIDIA H100 80GB HBM3 (cuda, bfloat16, clients on cuda)" in section
+    met, missed = section.split("Goals met:")[1].split("Goals missed:")
+    assert "12 GPU decode, 32 tenants: tokens/s: 450 tok/s (goal >= 400 tok/s" in met
+    assert "12 GPU fine-tuning, 2x512, N=8: tokens/s: 0.833x (goal >= 1.2x" in missed
+    assert "12 GPU" not in text.split("## On a GPU")[0]  # the CPU summary keeps to CPU runs

@@ -42,3 +42,25 @@ def test_throughput_is_each_clients_work_over_its_own_window() -> None:
     assert result.tokens_per_s("decode") == 10 / 2.0 + 30 / 3.0
     assert result.tokens_per_s("train") == 2 * 256 / 4.0
     assert result.tokens_per_s() == 15.0 + 128.0
+
+
+def test_long_context_rounds_offload_the_cache_past_the_budget_only() -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer
+
+    from bench.longctx import engine_rounds
+    from executor.local import LocalExecutor
+    from workers.remote.build import remote_model
+
+    model = get_peft_model(remote_model("tiny-llama", LocalExecutor.load("tiny-llama")),
+                           LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["q_proj"]))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    for budget, offloaded in ((0, False), (1, True)):
+        rng = torch.Generator().manual_seed(0)
+        started = time.monotonic()
+        gaps, last, rows = engine_rounds(model, tokenizer, context=40, tokens=6,
+                                         until=started + 0.5, rng=rng, kv_budget_bytes=budget)
+        assert bool(rows) is offloaded
+        assert gaps and all(g > 0 for g in gaps) and last >= started + 0.5
+        # a round's first step prefills and decodes (2 tokens); each later one decodes one token
+        assert len(gaps) >= 6 - 2

@@ -1,0 +1,86 @@
+"""The GPU scenarios' harness: nvidia-smi's samples read right, the jobs-that-fit projection, and
+the three scenarios run end to end (here on the CPU at toy size; on a GPU when one is present)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.gpu import GpuReading, GpuSample, GpuSampler, parse_sample
+from bench.scenarios.gpu import GPU_SCENARIOS, fits
+
+
+def test_a_sample_line_is_read_and_others_are_skipped() -> None:
+    assert parse_sample("40536, 81559, 97\n") == GpuSample(40536.0, 81559.0, 97.0)
+    assert parse_sample("[N/A], 81559, 0") is None
+    assert parse_sample("") is None
+    reading = GpuReading([GpuSample(1000, 80000, 50), GpuSample(3000, 80000, 100)])
+    assert (reading.peak_used_mb, reading.total_mb, reading.mean_busy_percent) == \
+        (3000, 80000, 75)
+    assert GpuReading().peak_used_mb is None and GpuReading().mean_busy_percent is None
+
+
+def test_the_sampler_reads_nvidia_smis_stream(tmp_path, monkeypatch) -> None:
+    """A stand-in `nvidia-smi` that answers the sampler's query as the real one prints it."""
+    script = tmp_path / "nvidia-smi"
+    script.write_text("#!/bin/sh\n"
+                      'case "$*" in *"--query-gpu=memory.used,memory.total,utilization.gpu'
+                      ' --format=csv,noheader,nounits -i 0 -lms=50"*) ;; *) exit 2;; esac\n'
+                      'echo "100, 81559, 10"; echo "[N/A], 81559, 0"; echo "300, 81559, 30"\n'
+                      "exec sleep 60\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert GpuSampler.available()
+    with GpuSampler(period_ms=50) as sampler:
+        deadline = time.monotonic() + 10
+        while len(sampler.reading.samples) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sampler.reading.peak_used_mb == 300 and sampler.reading.mean_busy_percent == 20
+
+
+def test_jobs_that_fit_are_projected_from_the_peaks_at_one_and_many() -> None:
+    # 3 GB for one job, 10 GB for eight: 1 GB per job on a fixed 2 GB; 80 GB holds 78
+    assert fits(3.0, 10.0, 8, 80.0) == 78
+    assert fits(3.0, 10.0, 8, 1.0) == 0
+
+
+def _run_toy(tmp_path, device: str) -> dict:
+    out = tmp_path / "gpu.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "run", "--toy", "--device", device,
+                          "--out", str(out), *GPU_SCENARIOS], capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    document = json.loads(out.read_text())
+    records = document["records"]
+    assert not [r for r in records if r["metric"].startswith("FAILED")], run.stderr[-3000:]
+    scenarios = {r["scenario"] for r in records}
+    assert scenarios == {"12 GPU fine-tuning", "12 GPU decode", "12 GPU long context"}
+    for record in records:
+        assert math.isfinite(record["ours"]) and record["ours"] > 0, record
+    return document
+
+
+@pytest.mark.slow
+def test_the_gpu_scenarios_run_on_a_cpu_at_toy_size(tmp_path) -> None:
+    document = _run_toy(tmp_path, "cpu")
+    assert (document["device"], document["dtype"]) == ("cpu", "float32")
+    memory = [r for r in document["records"] if r["metric"].endswith("peak memory")]
+    assert memory and all(r["note"] == "host PSS (no GPU in this run)" for r in memory)
+    assert not [r for r in document["records"] if "GPU busy" in r["metric"]]
+
+
+@pytest.mark.gpu
+def test_the_gpu_scenarios_measure_the_gpu(tmp_path) -> None:
+    document = _run_toy(tmp_path, "cuda")
+    assert (document["device"], document["dtype"]) == ("cuda", "bfloat16")
+    assert document["machine"]["gpu"]
+    memory = [r for r in document["records"] if r["metric"].endswith("peak memory")]
+    assert memory and all(r["note"] == "GPU memory (nvidia-smi)" for r in memory)
+    busy = [r for r in document["records"] if "GPU busy" in r["metric"]]
+    assert len(busy) == 1 and 0 <= busy[0]["ours"] <= 100
