@@ -34,15 +34,29 @@ class ClientState:
     last_seen: float = field(default_factory=time.monotonic)
     port: DoorbellPort | None = None  # calls through shared memory and the doorbell
     device_buffer: torch.Tensor | None = None  # the client's call buffer on a GPU (CUDA IPC)
+    pin_on: torch.device | None = None  # the executor's GPU: rows through shm are pinned
 
     def __post_init__(self) -> None:
         self.remap(self.shm)
 
     def remap(self, shm: ShmBuffer | None) -> None:
         """New shared memory (it grew, or none any more): the doorbell port follows it."""
+        if self.shm is not None and self.shm is not shm:
+            self.shm.close()
         self.shm = shm
         self.port = DoorbellPort(shm, self.doorbell, self.device_buffer) \
             if shm and self.doorbell else None
+        self._pin()
+
+    def _pin(self) -> None:
+        """Page-lock the shared memory while rows travel through it to a GPU (`wire.pinning`);
+        a client whose rows are in its device buffer needs it pageable only."""
+        if self.shm is None or self.pin_on is None:
+            return
+        if self.device_buffer is None:
+            self.shm.pin(self.pin_on)
+        else:
+            self.shm.unpin()
 
     def share_device(self, message: P.ShareDevice, counters: ExecutorCounters | None,
                      device: torch.device) -> bool:
@@ -60,6 +74,7 @@ class ClientState:
                             exc)
         if self.port is not None:
             self.port.use(self.device_buffer)
+        self._pin()
         return self.device_buffer is not None
 
     def release(self) -> None:
@@ -75,7 +90,9 @@ class ClientState:
 class ClientTable:
     """Written by the IO thread (hello, remap, bye); read by the compute loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
+        """`device`: the executor's; on a GPU, CPU clients' shared memory is pinned."""
+        self._pin_on = torch.device(device) if device.startswith("cuda") else None
         self._clients: dict[bytes, ClientState] = {}
         self._lock = threading.Lock()
         self.generation = 0  # changes whenever a client comes or goes (doorbells to watch)
@@ -112,10 +129,12 @@ class ClientTable:
                 doorbell = ExecutorDoorbell(hello.doorbell, directory, uid)
             except OSError as exc:
                 log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
-        state = ClientState(identity, hello.client, hello.pid, uid, shm, doorbell)
+        state = ClientState(identity, hello.client, hello.pid, uid, shm, doorbell,
+                            pin_on=self._pin_on)
         self.add(state)
+        memory = "no" if shm is None else "pinned" if shm.pinned_for is not None else "yes"
         log.info("client %s (pid %d) joined, shared memory: %s, doorbell: %s", hello.client,
-                 hello.pid, "yes" if shm else "no", "yes" if doorbell else "no")
+                 hello.pid, memory, "yes" if doorbell else "no")
         return state
 
     def remove(self, identity: bytes) -> None:

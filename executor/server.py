@@ -52,7 +52,7 @@ class ExecutorServer:
         self.registry = registry
         self.config = config
         self.scheduler = scheduler or build_scheduler(config, registry)
-        self.clients = ClientTable()
+        self.clients = ClientTable(config.device)
         self.stats = ExecutorStats()
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
         self.tap = tap

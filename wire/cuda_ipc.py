@@ -103,7 +103,7 @@ def open_buffer(fields: dict, size: int, token: bytes, counters: ExecutorCounter
 
 def allocation_range(pointer: int) -> tuple[int, int]:
     """(base, size) of the device allocation that holds `pointer`, from the driver."""
-    driver = _driver()
+    driver = cuda_driver()
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
     status = driver.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
                                             ctypes.c_uint64(pointer))
@@ -113,7 +113,7 @@ def allocation_range(pointer: int) -> tuple[int, int]:
 
 
 @functools.cache
-def _driver() -> ctypes.CDLL:
+def cuda_driver() -> ctypes.CDLL:
     name = ctypes.util.find_library("cuda") or "libcuda.so.1"
     try:
         return ctypes.CDLL(name)

@@ -1,6 +1,6 @@
 """How a call's tensors travel: the choice by where each end is, the fallback when the executor
-refuses a device buffer, and (on a GPU) exactness through device buffers over CUDA IPC and a
-killed client's buffer freed."""
+refuses a device buffer, and (on a GPU) exactness through device buffers over CUDA IPC, a CPU
+client's shared memory pinned, and a killed client's buffer freed."""
 
 from __future__ import annotations
 
@@ -72,6 +72,23 @@ def test_a_gpu_client_through_its_device_buffer_matches_plain_peft(model: str,
         client.close()
     assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
     assert result["generate_equal"], result
+
+
+@pytest.mark.gpu
+def test_a_cpu_client_of_a_gpu_executor_has_its_shared_memory_pinned_and_matches_plain_peft(
+        executor_for) -> None:
+    executor = executor_for(MODEL, device="cuda")
+    client = ExecutorClient(executor.endpoint, name="pinned-cpu")
+    try:
+        assert client.transport == Transport.SHARED_MEMORY
+        result = compare(MODEL, "lora", client)
+    finally:
+        client.close()
+    assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+    assert result["generate_equal"], result
+    joined = [line for line in executor.log if "client pinned-cpu" in line and "joined" in line]
+    assert joined and "shared memory: pinned" in joined[-1], executor.log[-5:]
+    assert executor.alive()
 
 
 @pytest.mark.gpu
