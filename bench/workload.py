@@ -258,14 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
         time.sleep(0.01)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    handle = getattr(base, "symbiosis_executor", None)
+    calls_before = getattr(handle, "calls", 0)  # the warm-up's are not the window's
     started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
     latencies, done, per_unit, extra = _work(args, model, tokenizer, until, rng)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    handle = getattr(base, "symbiosis_executor", None)
+    made = getattr(handle, "calls", None)
     result = {"kind": args.kind, "method": args.method, "rank": args.rank,
               "latencies": latencies, "tokens_per_unit": per_unit,
-              "executor_calls": getattr(handle, "calls", None),
+              "executor_calls": None if made is None else made - calls_before,
               "elapsed": done - started,  # to the last completed unit of work
               "cpu_s": time.process_time() - cpu_started, **extra}
     (sync / f"{args.index}.json").write_text(json.dumps(result))
