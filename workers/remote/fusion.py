@@ -58,13 +58,14 @@ class FusedGroup:
             log.info("group %s: members get different inputs; one call per layer", self.spec.name)
 
 
-    def run(self, x: torch.Tensor, kind: CallKind, own: bool = False) -> tuple[torch.Tensor, ...]:
-        """One executor call for the whole group; each member's output (`own`: in a tensor of
-        its own, as autograd wants of a custom Function's outputs)."""
+    def run(self, x: torch.Tensor, kind: CallKind) -> tuple[torch.Tensor, ...]:
+        """One executor call for the whole group; each member's output in a tensor of its own
+        (as autograd wants of a custom Function's outputs), copied straight out of the call's
+        memory: one copy of the group's result, not two."""
         y = remote_rows(self.members[0].executor, Op.FORWARD, self.spec.index, x, kind,
-                        self.spec.out_features, x.dtype)
+                        self.spec.out_features, x.dtype, fresh=False)
         parts = y.split_with_sizes(self.spec.splits, dim=-1)  # Tensor.split: +4 us of Python
-        return tuple(p.clone() if own else p.contiguous() for p in parts)
+        return tuple(p.clone(memory_format=torch.contiguous_format) for p in parts)
 
 
 class _RemoteGroupFn(torch.autograd.Function):
@@ -72,7 +73,7 @@ class _RemoteGroupFn(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, group: FusedGroup, kind: CallKind):
         ctx.group = group
         ctx.x_dtype = x.dtype
-        return group.run(x, kind, own=True)
+        return group.run(x, kind)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):

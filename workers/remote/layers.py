@@ -133,16 +133,18 @@ class RemoteLayer:
 
 
 def remote_rows(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor, kind: CallKind,
-                width: int, dtype: torch.dtype) -> torch.Tensor:
+                width: int, dtype: torch.dtype, fresh: bool = True) -> torch.Tensor:
     """x [..., in] (ids: [...]) through a base layer: a fresh tensor [..., width] of `dtype`.
-    One call when it fits (the executor's result is copied out once), else row chunks."""
+    One call when it fits (the executor's result is copied out once), else row chunks.
+    `fresh=False`: the result may be a view of the call's memory, valid until the executor's
+    next call (for a caller that copies it out anyway, in parts)."""
     lead = x.shape[:-1] if x.is_floating_point() else x.shape
     flat = x.reshape(-1, x.shape[-1]) if x.is_floating_point() else x.reshape(-1)
     row_bytes = 4 * max(width, flat.shape[1] if flat.dim() == 2 else 1)
     if flat.shape[0] * row_bytes <= MAX_CALL_BYTES:
         y = executor.call(op, index, flat, kind).view(*lead, width)
         if y.dtype == dtype and y.device == x.device:
-            return y.clone()  # not a view of the call's memory (and 1 us less than .to)
+            return y.clone() if fresh else y  # a clone: 1 us less than .to
         return y.to(device=x.device, dtype=dtype, copy=True)
     out = torch.empty(*lead, width, dtype=dtype, device=x.device)
     flat_out = out.view(-1, width)

@@ -112,9 +112,12 @@ class StretchControl:
         tensor of its own (`own`, as autograd wants of a Function's outputs) or a view of one
         fresh result."""
         y = remote_rows(self.handle, Op.FORWARD, self.spec.index, rows, kind,
-                        self.spec.out_features, self.dtype)
+                        self.spec.out_features, self.dtype, fresh=not own)
         parts = y.split_with_sizes(self.splits, dim=1)  # Tensor.split: +4 us of Python
-        return tuple(part.clone() for part in parts) if own else parts
+        if not own:
+            return parts
+        # straight out of the call's memory: one copy of the result, not two
+        return tuple(part.clone(memory_format=torch.contiguous_format) for part in parts)
 
 
 class _StretchFn(torch.autograd.Function):

@@ -113,3 +113,29 @@ def test_a_gpu_client_killed_mid_call_leaves_the_executor_serving_and_frees_its_
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["generate_equal"] and result["logits"] <= TOLERANCE, result
     assert executor.alive()
+
+
+def test_a_fused_groups_outputs_are_its_own_not_views_of_the_call_memory(executor_for) -> None:
+    """Copied straight out of the shared memory, the next call through it leaves them as
+    they were (and equal to the layers' own products)."""
+    from workers.remote.build import remote_model
+
+    client = ExecutorClient(executor_for(MODEL).endpoint, name="fused-outputs")
+    try:
+        model = remote_model(MODEL, client)
+        group = model.model.layers[0].self_attn.q_proj.fusion
+        assert group is not None and client.transport == Transport.SHARED_MEMORY
+        plain = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)).model.layers[0]
+        weights = [plain.self_attn.get_submodule(n).weight.detach()
+                   for n in ("q_proj", "k_proj", "v_proj")]
+        generator = torch.Generator().manual_seed(0)
+        for rows in (1, 5):
+            first, second = (torch.randn(rows, 64, generator=generator) for _ in range(2))
+            outs = group.run(first, CallKind.INFERENCE)
+            kept = [o.clone() for o in outs]
+            group.run(second, CallKind.INFERENCE)
+            for out, copy, weight in zip(outs, kept, weights, strict=True):
+                assert torch.equal(out, copy)
+                assert torch.allclose(out, first @ weight.t(), atol=1e-5)
+    finally:
+        client.close()
