@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.mps import MpsDaemon
 from wire.endpoints import private_dir, runtime_dir
 from wire.probes import executor_answers, manager_answers
 
@@ -67,6 +68,7 @@ class Stack:
     echo: bool = False  # relay the services' logs to our stderr
     services: dict[str, Service] = field(default_factory=dict)
     listener: socket.socket | None = None
+    mps: MpsDaemon | None = None  # started for an executor and workers on one GPU
     _recipes: dict[str, tuple] = field(default_factory=dict)
 
     @property
@@ -87,6 +89,7 @@ class Stack:
             "SYMBIOSIS_EXECUTOR": f"ipc://{self.run_dir}/executor.sock",
             "SYMBIOSIS_MANAGER": f"ipc://{self.run_dir}/manager.sock",
             "SYMBIOSIS_HOST": self.host, "SYMBIOSIS_PORT": str(self.port), **self.env,
+            **(self.mps.env() if self.mps is not None else {}),
         }
 
     def bind(self) -> socket.socket:
@@ -111,6 +114,7 @@ class Stack:
         private_dir(runtime_dir())
         private_dir(self.run_dir)
         fd = self.bind().fileno()
+        self.start_mps()
         env = self.service_env()
         self._recipes = {
             "executor": ([sys.executable, "-m", "executor", "--model", self.model, "--bind",
@@ -158,8 +162,26 @@ class Stack:
             revived.restarts = service.restarts
         return done
 
+    def start_mps(self) -> None:
+        """NVIDIA MPS when the executor and the workers share a GPU (`launcher.mps`)."""
+        plan, why = MpsDaemon.plan(self.service_env(), self.run_dir)
+        if plan is None:
+            if "not both on a GPU" not in why:
+                sys.stderr.write(f"[stack] not starting NVIDIA MPS: {why}\n")
+            return
+        try:
+            plan.start(self.service_env())
+        except (subprocess.SubprocessError, OSError) as exc:
+            sys.stderr.write(f"[stack] NVIDIA MPS did not start ({exc}): going on without\n")
+            return
+        self.mps = plan
+        sys.stderr.write(f"[stack] NVIDIA MPS started (pipes in {plan.pipe_dir})\n")
+
     def stop(self, timeout_s: float = 15) -> None:
         self._stop_services(timeout_s)
+        if self.mps is not None:
+            self.mps.stop(self.service_env())
+            self.mps = None
         if self.listener is not None:
             self.listener.close()
             self.listener = None
