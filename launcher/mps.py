@@ -36,11 +36,11 @@ class MpsDaemon:
     @classmethod
     def plan(cls, env: Mapping[str, str], run_dir: Path) -> tuple[MpsDaemon | None, str]:
         """The daemon the stack should start for services with this environment, or None and
-        why not."""
+        why not (nothing to say when they are not both on a GPU)."""
+        if not on_one_gpu(env):
+            return None, ""
         if env.get("SYMBIOSIS_MPS", "auto").lower() in ("off", "0", "false", "no"):
             return None, "SYMBIOSIS_MPS is off"
-        if not on_one_gpu(env):
-            return None, "the executor and the workers are not both on a GPU"
         pipe_dir = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIR)
         if (pipe_dir / "control").exists():
             return None, f"an MPS daemon already serves {pipe_dir}"

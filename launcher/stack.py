@@ -166,7 +166,7 @@ class Stack:
         """NVIDIA MPS when the executor and the workers share a GPU (`launcher.mps`)."""
         plan, why = MpsDaemon.plan(self.service_env(), self.run_dir)
         if plan is None:
-            if "not both on a GPU" not in why:
+            if why:
                 sys.stderr.write(f"[stack] not starting NVIDIA MPS: {why}\n")
             return
         try:

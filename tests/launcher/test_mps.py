@@ -52,8 +52,9 @@ def test_no_daemon_is_planned_off_a_gpu_when_off_beside_another_or_without_the_b
     path = f"{control}{os.pathsep}{os.environ['PATH']}"
     pipes = tmp_path / "pipes"
     env = {**GPU, "PATH": path, "CUDA_MPS_PIPE_DIRECTORY": str(pipes)}
-    assert MpsDaemon.plan({**env, "SYMBIOSIS_EXECUTOR_DEVICE": "cpu"}, tmp_path)[0] is None
-    assert MpsDaemon.plan({**env, "SYMBIOSIS_MPS": "off"}, tmp_path)[0] is None
+    assert MpsDaemon.plan({**env, "SYMBIOSIS_EXECUTOR_DEVICE": "cpu"}, tmp_path) == (None, "")
+    assert MpsDaemon.plan({**env, "SYMBIOSIS_MPS": "off"}, tmp_path) == \
+        (None, "SYMBIOSIS_MPS is off")
     plan, why = MpsDaemon.plan({**env, "PATH": str(tmp_path / "empty")}, tmp_path)
     assert plan is None and "no nvidia-cuda-mps-control" in why
     pipes.mkdir()
