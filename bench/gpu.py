@@ -9,10 +9,13 @@ the scenarios fall back to host memory (PSS), so the harness can still be checke
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 QUERY = "memory.used,memory.total,utilization.gpu"
 
@@ -104,17 +107,25 @@ def idle_used_mb(index: int = 0) -> float | None:
 
 @contextlib.contextmanager
 def mps(enabled: bool):
-    """NVIDIA MPS for the run (`nvidia-cuda-mps-control -d`), stopped at the end. Processes on
-    one GPU otherwise pay a context switch (~350 us) at every hand-over; the baseline runs
-    under the same daemon, so both sides have the same conditions."""
+    """NVIDIA MPS for the whole run, both sides alike (`launcher.mps`: a daemon that already
+    serves is used as it is, else one is started and stopped at the end). Processes on one GPU
+    otherwise pay a context switch (~350 us) at every hand-over."""
     if not enabled:
         yield False
         return
-    control = shutil.which("nvidia-cuda-mps-control")
-    if control is None:
-        raise RuntimeError("--mps needs nvidia-cuda-mps-control (part of the CUDA driver)")
-    subprocess.run([control, "-d"], check=True, timeout=30)
+    from launcher.mps import MpsDaemon, serving
+
+    if serving(os.environ):
+        yield True
+        return
+    on_gpu = {**os.environ, "SYMBIOSIS_EXECUTOR_DEVICE": "cuda", "SYMBIOSIS_WORKER_DEVICE": "cuda",
+              "SYMBIOSIS_MPS": "auto"}
+    daemon, why = MpsDaemon.plan(on_gpu, Path(tempfile.mkdtemp(prefix="symb-bench-mps-")))
+    if daemon is None:
+        raise RuntimeError(f"--mps: {why}")
+    daemon.start(os.environ)
+    os.environ.update(daemon.env())  # every process started from here on finds it
     try:
         yield True
     finally:
-        subprocess.run([control], input="quit\n", text=True, timeout=30, check=False)
+        daemon.stop(os.environ)

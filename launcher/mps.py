@@ -20,6 +20,15 @@ from pathlib import Path
 DEFAULT_PIPE_DIR = Path("/tmp/nvidia-mps")  # the driver's default, where clients look
 
 
+def pipe_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIR)
+
+
+def serving(env: Mapping[str, str]) -> bool:
+    """Whether a daemon already serves where these processes would look for one."""
+    return (pipe_dir(env) / "control").exists()
+
+
 def on_one_gpu(env: Mapping[str, str]) -> bool:
     """Whether the executor and the workers would both run on a GPU."""
     return all(env.get(name, "cpu").startswith("cuda")
@@ -41,15 +50,14 @@ class MpsDaemon:
             return None, ""
         if env.get("SYMBIOSIS_MPS", "auto").lower() in ("off", "0", "false", "no"):
             return None, "SYMBIOSIS_MPS is off"
-        pipe_dir = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIR)
-        if (pipe_dir / "control").exists():
-            return None, f"an MPS daemon already serves {pipe_dir}"
+        if serving(env):
+            return None, f"an MPS daemon already serves {pipe_dir(env)}"
         control = shutil.which("nvidia-cuda-mps-control", path=env.get("PATH"))
         if control is None:
             return None, ("no nvidia-cuda-mps-control on this host: every hand-over between "
                           "processes on the GPU pays a context switch")
         log_dir = Path(env.get("CUDA_MPS_LOG_DIRECTORY") or run_dir / "mps-log")
-        return cls(control, pipe_dir, log_dir), ""
+        return cls(control, pipe_dir(env), log_dir), ""
 
     def env(self) -> dict[str, str]:
         """What the services need to find this daemon."""

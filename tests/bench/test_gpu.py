@@ -44,6 +44,27 @@ def test_the_sampler_reads_nvidia_smis_stream(tmp_path, monkeypatch) -> None:
     assert sampler.reading.peak_used_mb == 300 and sampler.reading.mean_busy_percent == 20
 
 
+def test_mps_for_a_run_starts_a_daemon_the_runs_processes_find_and_stops_it(
+        tmp_path, monkeypatch) -> None:
+    from bench.gpu import mps
+    from tests.launcher.test_mps import calls, stand_in_control
+
+    control = stand_in_control(tmp_path)
+    monkeypatch.setenv("PATH", f"{control}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipes"))
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    with mps(True) as on:
+        assert on and os.environ["CUDA_MPS_LOG_DIRECTORY"]  # children inherit where it is
+    assert [c["args"] for c in calls(tmp_path)] == [["-d"], []]
+    (tmp_path / "pipes").mkdir()
+    (tmp_path / "pipes" / "control").touch()  # one already serves: used, not started
+    with mps(True) as on:
+        assert on
+    assert len(calls(tmp_path)) == 2
+    with mps(False) as on:
+        assert not on
+
+
 def test_jobs_that_fit_are_projected_from_the_peaks_at_one_and_many() -> None:
     # 3 GB for one job, 10 GB for eight: 1 GB per job on a fixed 2 GB; 80 GB holds 78
     assert fits(3.0, 10.0, 8, 80.0) == 78

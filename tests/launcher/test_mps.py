@@ -20,6 +20,10 @@ GPU = {"SYMBIOSIS_EXECUTOR_DEVICE": "cuda:0", "SYMBIOSIS_WORKER_DEVICE": "cuda"}
 
 @pytest.fixture()
 def control(tmp_path: Path) -> Path:
+    return stand_in_control(tmp_path)
+
+
+def stand_in_control(tmp_path: Path) -> Path:
     """A stand-in control binary in its own PATH directory; it appends each call to calls.jsonl."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
