@@ -75,7 +75,7 @@ class GpuSampler:
     def __enter__(self) -> GpuSampler:
         self._proc = subprocess.Popen(
             ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-             "-i", str(self.index), f"-lms={self.period_ms}"],
+             "-i", str(self.index), f"--loop-ms={self.period_ms}"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()

@@ -31,7 +31,7 @@ def test_the_sampler_reads_nvidia_smis_stream(tmp_path, monkeypatch) -> None:
     script = tmp_path / "nvidia-smi"
     script.write_text("#!/bin/sh\n"
                       'case "$*" in *"--query-gpu=memory.used,memory.total,utilization.gpu'
-                      ' --format=csv,noheader,nounits -i 0 -lms=50"*) ;; *) exit 2;; esac\n'
+                      ' --format=csv,noheader,nounits -i 0 --loop-ms=50"*) ;; *) exit 2;; esac\n'
                       'echo "100, 81559, 10"; echo "[N/A], 81559, 0"; echo "300, 81559, 30"\n'
                       "exec sleep 60\n")
     script.chmod(0o755)
