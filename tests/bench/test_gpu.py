@@ -52,7 +52,7 @@ def test_mps_for_a_run_starts_a_daemon_the_runs_processes_find_and_stops_it(
     control = stand_in_control(tmp_path)
     monkeypatch.setenv("PATH", f"{control}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipes"))
-    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", "")  # restored (unset) after the test
     with mps(True) as on:
         assert on and os.environ["CUDA_MPS_LOG_DIRECTORY"]  # children inherit where it is
     assert [c["args"] for c in calls(tmp_path)] == [["-d"], []]

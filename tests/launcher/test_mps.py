@@ -81,14 +81,17 @@ def test_the_daemon_starts_with_its_directories_and_quits(tmp_path: Path, contro
     assert (tmp_path / "run" / "mps-log").is_dir()
 
 
-def test_the_services_are_told_where_the_stacks_daemon_is(tmp_path: Path, control: Path) -> None:
+def test_the_services_are_told_where_the_stacks_daemon_is(tmp_path: Path, control: Path,
+                                                          monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)  # the host's, if it has one
     stack = Stack(tmp_path / "data", env={**GPU, "PATH": f"{control}{os.pathsep}"
                                           f"{os.environ['PATH']}",
                                           "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipes")})
-    assert "CUDA_MPS_LOG_DIRECTORY" not in stack.service_env()
+    ours = str(stack.run_dir / "mps-log")
+    assert stack.service_env().get("CUDA_MPS_LOG_DIRECTORY") != ours
     stack.start_mps()
     assert stack.mps is not None and stack.mps.started
-    assert stack.service_env()["CUDA_MPS_LOG_DIRECTORY"] == str(stack.run_dir / "mps-log")
+    assert stack.service_env()["CUDA_MPS_LOG_DIRECTORY"] == ours
     stack.stop()
     assert stack.mps is None and [c["args"] for c in calls(tmp_path)] == [["-d"], []]
     shutil.rmtree(stack.run_dir, ignore_errors=True)
