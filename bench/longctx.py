@@ -1,10 +1,10 @@
-"""Long-context decode for a benchmark client: one request at a time with a long prompt.
-
-Ours runs the inference worker's own engine (`workers.inference.engine`) on the remote model, so
+"""Long-context decode for our benchmark client: one request at a time with a long prompt,
+through the inference worker's own engine (`workers.inference.engine`) on the remote model, so
 its KV cache stays on the client's device within `kv_budget_bytes` (0: no limit) and is
-offloaded to host memory past it, as a worker's would be. Plain runs transformers' generate().
-Each side reports the gaps between decode steps only: a round's first token also pays the
-prefill of the whole context, which is not what the cache's placement changes.
+offloaded to host memory past it, as a worker's would be. (Plain runs transformers' generate(),
+`bench.workload.decode` with `first=False`.) Both report the gaps between decode steps only: a
+round's first token also pays the prefill of the whole context, which is not what the cache's
+placement changes.
 """
 
 from __future__ import annotations
@@ -13,19 +13,6 @@ import itertools
 import time
 
 import torch
-
-from bench.workload import TokenClock
-
-
-def plain_rounds(model, context: int, tokens: int, until: float,
-                 rng: torch.Generator) -> tuple[list[float], float]:
-    """generate() rounds until the window closes: the per-token gaps after each first token."""
-    model.eval()
-    clock, gaps = TokenClock(until), []
-    while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (1, context), generator=rng).to(model.device)
-        gaps += clock.generate(model, ids, tokens)[1:]
-    return gaps, clock.last
 
 
 def engine_rounds(model, tokenizer, context: int, tokens: int, until: float,

@@ -45,8 +45,12 @@ class Side:
         return gb(result.peak_pss)
 
 
-def _memory_note(settings: Settings) -> str:
-    return "GPU memory (nvidia-smi)" if settings.on_gpu else "host PSS (no GPU in this run)"
+def _memory(settings: Settings, scenario: str, metric: str, ours_gb: float, plain_gb: float,
+            goal: str = "") -> Record:
+    """A peak-memory record, saying what was measured."""
+    note = "GPU memory (nvidia-smi)" if settings.on_gpu else "host PSS (no GPU in this run)"
+    return Record(scenario, metric, ours_gb, plain_gb, "GB", goal, higher_is_better=False,
+                  note=note)
 
 
 def fits(one_gb: float, many_gb: float, many: int, capacity_gb: float) -> int:
@@ -76,10 +80,9 @@ def finetune(settings: Settings) -> list[Record]:
     records = [
         Record(scenario, f"{shape}, N=1: tokens/s", ours1, plain1, "tok/s", ">= 0.8x"),
         Record(scenario, f"{shape}, N={many}: tokens/s", ours_n, plain_n, "tok/s", ">= 1.2x"),
-        Record(scenario, f"{shape}, N=1: peak memory", mem1, pmem1, "GB",
-               higher_is_better=False, note=_memory_note(settings)),
-        Record(scenario, f"{shape}, N={many}: peak memory", mem_n, pmem_n, "GB", "<= 0.5x",
-               higher_is_better=False, note=_memory_note(settings)),
+        _memory(settings, scenario, f"{shape}, N=1: peak memory", mem1, pmem1),
+        _memory(settings, scenario, f"{shape}, N={many}: peak memory", mem_n, pmem_n,
+                "<= 0.5x"),
         Record(scenario, f"{shape}: jobs that fit in {capacity:.0f} GB (projected)",
                fits(mem1, mem_n, many, capacity), fits(pmem1, pmem_n, many, capacity), "jobs",
                ">= 2x", note=f"linear in the peaks at 1 and {many} jobs"),
@@ -115,7 +118,6 @@ def decode(settings: Settings) -> list[Record]:
     plain8 = run_plain(settings, tenants(eight), model=model)
     mixed8 = run_plain(settings, [{**shape, "adapters": eight}], model=model)
     mixed_many = run_plain(settings, [{**shape, "adapters": many}], model=model)
-    memory = _memory_note(settings)
     return [
         Record(scenario, f"{eight} tenants vs {eight} processes: tokens/s", ours8.tokens_per_s(),
                plain8.tokens_per_s(), "tok/s"),
@@ -128,12 +130,10 @@ def decode(settings: Settings) -> list[Record]:
                note=f"{many} plain processes would hold {many} copies of the model"),
         Record(scenario, f"{many} tenants vs one peft process, mixed batch of {many}: tokens/s",
                ours_many.tokens_per_s(), mixed_many.tokens_per_s(), "tok/s", ">= 10x"),
-        Record(scenario, f"{eight} tenants vs {eight} processes: peak memory",
-               ours_side.memory_gb(ours8), plain_side.memory_gb(plain8), "GB",
-               higher_is_better=False, note=memory),
-        Record(scenario, f"{many} tenants vs mixed batch of {many}: peak memory",
-               ours_side.memory_gb(ours_many), plain_side.memory_gb(mixed_many), "GB",
-               higher_is_better=False, note=memory),
+        _memory(settings, scenario, f"{eight} tenants vs {eight} processes: peak memory",
+                ours_side.memory_gb(ours8), plain_side.memory_gb(plain8)),
+        _memory(settings, scenario, f"{many} tenants vs mixed batch of {many}: peak memory",
+                ours_side.memory_gb(ours_many), plain_side.memory_gb(mixed_many)),
     ]
 
 
@@ -153,18 +153,15 @@ def long_context(settings: Settings) -> list[Record]:
     plain_side = Side(settings)
     plain = run_plain(settings, [shape], model=model)
     label = f"{context // 1024}k" if context >= 1024 else str(context)
-    memory = _memory_note(settings)
     return [
         Record(scenario, f"{label} context, KV cache on the device: ms per token",
                resident.latency_ms(), plain.latency_ms(), "ms", higher_is_better=False),
         Record(scenario, f"{label} context, KV cache offloaded to host memory: ms per token",
                offloaded.latency_ms(), plain.latency_ms(), "ms", higher_is_better=False),
-        Record(scenario, f"{label} context, KV cache on the device: peak memory",
-               ours_side.memory_gb(resident), plain_side.memory_gb(plain), "GB",
-               higher_is_better=False, note=memory),
-        Record(scenario, f"{label} context, KV cache offloaded: peak memory",
-               ours_side.memory_gb(offloaded), plain_side.memory_gb(plain), "GB",
-               higher_is_better=False, note=memory),
+        _memory(settings, scenario, f"{label} context, KV cache on the device: peak memory",
+                ours_side.memory_gb(resident), plain_side.memory_gb(plain)),
+        _memory(settings, scenario, f"{label} context, KV cache offloaded: peak memory",
+                ours_side.memory_gb(offloaded), plain_side.memory_gb(plain)),
     ]
 
 

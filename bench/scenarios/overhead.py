@@ -96,7 +96,7 @@ def cold_start(settings: Settings) -> list[Record]:
     import openai
     from peft import get_peft_model
 
-    from bench.workload import adapter as adapter_config
+    from bench.models import adapter as adapter_config
     from launcher.stack import Stack, free_port
 
     root = Path(tempfile.mkdtemp(prefix="symb-cold-"))

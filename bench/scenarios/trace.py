@@ -89,7 +89,7 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from bench.workload import adapter
+    from bench.models import adapter
     from catalogue.resolve import resolve_model
 
     directories = []

@@ -1,0 +1,79 @@
+"""The benchmark client's model, either side: ours (a remote model on the shared executor) or
+plain (transformers + peft with its own copy of the weights), with its adapter."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from peft import (
+    IA3Config,
+    LoraConfig,
+    PrefixTuningConfig,
+    PromptTuningConfig,
+    get_peft_model,
+)
+
+# peft asks transformers 5 about gradient checkpointing by its deprecated name, once per model
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+LORA_TARGETS = ["q_proj", "v_proj"]  # peft's default for Llama: the most common adapter
+
+
+def adapter(method: str, rank: int):
+    if method == "lora":
+        return LoraConfig(task_type="CAUSAL_LM", r=rank, lora_alpha=2 * rank,
+                          target_modules=LORA_TARGETS)
+    if method == "ia3":
+        return IA3Config(task_type="CAUSAL_LM", target_modules=["k_proj", "v_proj", "down_proj"],
+                         feedforward_modules=["down_proj"])
+    if method == "prefix_tuning":
+        return PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8)
+    if method == "prompt_tuning":
+        return PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8)
+    raise ValueError(method)
+
+
+def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
+          privacy: bool = False, training: bool = False, free_base: bool = False,
+          device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """`device`/`dtype`: where the client runs its part; plain loads its whole model there,
+    ours takes the executor's dtype (which `dtype` must match)."""
+    if free_base and side != "plain":
+        raise ValueError("free_base measures the plain side only")
+    if side == "plain":
+        base = plain_base(model, device, dtype)
+    else:
+        from workers.remote.build import remote_model
+        from workers.remote.privacy import PrivacyConfig
+
+        private = privacy and PrivacyConfig(backward=training)  # as a trainer builds its pools
+        base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=private,
+                            device=device)
+        if base.dtype != dtype:
+            raise ValueError(f"the executor serves {base.dtype}, the client asked for {dtype}")
+    torch.manual_seed(seed)
+    tuned = get_peft_model(base, adapter(method, rank))
+    if free_base:
+        from bench.ceiling import free_base as make_free
+
+        make_free(tuned)
+    return tuned
+
+
+def plain_base(model: str, device: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    from catalogue.resolve import resolve_model
+
+    return AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=dtype).to(device)
+
+
+def build_mixed(model: str, ranks: list[int], device: str = "cpu",
+                dtype: torch.dtype = torch.float32):
+    """One plain model holding several LoRA adapters (peft's mixed-adapter batches)."""
+    torch.manual_seed(0)
+    peft_model = get_peft_model(plain_base(model, device, dtype), adapter("lora", ranks[0]),
+                                adapter_name="a0")
+    for i, rank in enumerate(ranks[1:], start=1):
+        peft_model.add_adapter(f"a{i}", adapter("lora", rank))
+    return peft_model
