@@ -15,6 +15,7 @@ import os
 import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() creates no context
 
 import peft  # noqa: F401
 import torch  # noqa: F401
@@ -22,6 +23,7 @@ import transformers  # noqa: F401
 
 import workers.remote.build  # noqa: F401
 from bench import workload
+from wire.device import assert_fork_safe
 
 
 def _say(message: dict) -> None:
@@ -30,6 +32,7 @@ def _say(message: dict) -> None:
 
 
 def _fork(argv: list[str]) -> int:
+    assert_fork_safe()
     pid = os.fork()
     if pid == 0:
         code = 1

@@ -15,9 +15,12 @@ import torch
 import zmq
 
 from executor.ports import DoorbellPort
+from wire import device as D
 from wire import executor as P
-from wire.cuda_ipc import ExecutorCounters, RefusedBuffer, open_buffer
+from wire.cuda_ipc import HANDLE_FIELDS, DeviceBuffer, ExecutorCounters, RefusedBuffer, open_buffer
+from wire.device import Driver
 from wire.doorbell import ExecutorDoorbell
+from wire.pinning import HostPins
 from wire.shm import SHM_DIR, SegmentRefused, ShmBuffer
 
 log = logging.getLogger("executor.clients")
@@ -33,8 +36,9 @@ class ClientState:
     doorbell: ExecutorDoorbell | None = None
     last_seen: float = field(default_factory=time.monotonic)
     port: DoorbellPort | None = None  # calls through shared memory and the doorbell
-    device_buffer: torch.Tensor | None = None  # the client's call buffer on a GPU (CUDA IPC)
-    pin_on: torch.device | None = None  # the executor's GPU: rows through shm are pinned
+    device_buffer: DeviceBuffer | None = None  # the client's call buffer on a GPU (CUDA IPC)
+    pins: HostPins | None = None  # on a GPU executor: rows through shared memory are pinned
+    pinned: bool = False
 
     def __post_init__(self) -> None:
         self.remap(self.shm)
@@ -42,6 +46,7 @@ class ClientState:
     def remap(self, shm: ShmBuffer | None) -> None:
         """New shared memory (it grew, or none any more): the doorbell port follows it."""
         if self.shm is not None and self.shm is not shm:
+            self._unpin()
             self.shm.close()
         self.shm = shm
         self.port = DoorbellPort(shm, self.doorbell, self.device_buffer) \
@@ -51,24 +56,29 @@ class ClientState:
     def _pin(self) -> None:
         """Page-lock the shared memory while rows travel through it to a GPU (`wire.pinning`);
         a client whose rows are in its device buffer needs it pageable only."""
-        if self.shm is None or self.pin_on is None:
+        if self.shm is None or self.pins is None:
             return
-        if self.device_buffer is None:
-            self.shm.pin(self.pin_on)
-        else:
-            self.shm.unpin()
+        if self.device_buffer is not None:
+            self._unpin()
+        elif not self.pinned:
+            self.pinned = self.pins.pin(self.shm.bytes)
+
+    def _unpin(self) -> None:
+        if self.pinned and self.pins is not None and self.shm is not None:
+            self.pins.retire(self.shm.bytes)
+        self.pinned = False
 
     def share_device(self, message: P.ShareDevice, counters: ExecutorCounters | None,
-                     device: torch.device) -> bool:
+                     driver: Driver | None) -> bool:
         """The client's call buffer on its GPU from now on; False (and the shared memory again)
         when refused or when the client withdrew it."""
         self.device_buffer = None
-        if message.size and counters is not None and self.port is not None:
-            fields = {f: getattr(message, f) for f in ("device", "handle", "size", "offset",
-                                                       "event", "event_sync")}
+        if message.size and self.port is not None:
+            fields = {f: getattr(message, f) for f in ("uuid", *HANDLE_FIELDS)}
             try:
-                self.device_buffer = open_buffer(fields, message.size, message.token, counters,
-                                                 device)
+                if driver is None or counters is None:
+                    raise RefusedBuffer("this executor does not run on a GPU")
+                self.device_buffer = open_buffer(fields, message.token, counters, driver)
             except RefusedBuffer as exc:
                 log.warning("device buffer of client %s refused (%s): shared memory", self.name,
                             exc)
@@ -80,6 +90,7 @@ class ClientState:
     def release(self) -> None:
         if self.doorbell is not None:
             self.doorbell.close()
+        self._unpin()
         if self.shm is not None:
             self.shm.close()
         self.device_buffer = None  # the IPC mapping closes with the last view of it
@@ -90,20 +101,42 @@ class ClientState:
 class ClientTable:
     """Written by the IO thread (hello, remap, bye); read by the compute loop."""
 
-    def __init__(self, device: str = "cpu") -> None:
-        """`device`: the executor's; on a GPU, CPU clients' shared memory is pinned."""
-        self._pin_on = torch.device(device) if device.startswith("cuda") else None
+    def __init__(self, device: str = "cpu", driver: Driver | None = None) -> None:
+        """`device`: the executor's; on a GPU, CPU clients' shared memory is pinned and GPU
+        clients' call buffers are opened, both through the CUDA `driver` (default: the host's,
+        loaded when first needed)."""
+        self.device = torch.device(device)
+        self._driver = driver
+        self.pins = HostPins(self.device, driver) if D.is_gpu(self.device) else None
         self._clients: dict[bytes, ClientState] = {}
         self._lock = threading.Lock()
         self.generation = 0  # changes whenever a client comes or goes (doorbells to watch)
         self._counters: ExecutorCounters | None = None  # for clients' device buffers
 
-    def share_device(self, client: ClientState, message: P.ShareDevice,
-                     device: torch.device) -> bool:
+    def share_device(self, client: ClientState, message: P.ShareDevice) -> bool:
         """Map (or, refused, forget) a client's call buffer on a GPU."""
-        if self._counters is None and device.type == "cuda":
+        driver = self._gpu_driver()
+        if driver is not None and self._counters is None:
             self._counters = ExecutorCounters()
-        return client.share_device(message, self._counters, device)
+        return client.share_device(message, self._counters, driver)
+
+    def settle(self) -> None:
+        """On the thread that runs batches: unpin the memory clients let go, once no copy to or
+        from it can be in flight (`wire.pinning`)."""
+        if self.pins is not None and self.pins.retiring:
+            D.synchronize(self.device)
+            self.pins.settle()
+
+    def _gpu_driver(self) -> Driver | None:
+        if not D.is_gpu(self.device):
+            return None
+        if self._driver is None:
+            try:
+                self._driver = Driver()
+            except D.DeviceRefused as exc:
+                log.warning("no CUDA driver for device buffers (%s)", exc)
+                return None
+        return self._driver
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -130,9 +163,9 @@ class ClientTable:
             except OSError as exc:
                 log.info("doorbell %s not usable (%s): calls over the socket", hello.doorbell, exc)
         state = ClientState(identity, hello.client, hello.pid, uid, shm, doorbell,
-                            pin_on=self._pin_on)
+                            pins=self.pins)
         self.add(state)
-        memory = "no" if shm is None else "pinned" if shm.pinned_for is not None else "yes"
+        memory = "no" if shm is None else "pinned" if state.pinned else "yes"
         log.info("client %s (pid %d) joined, shared memory: %s, doorbell: %s", hello.client,
                  hello.pid, memory, "yes" if doorbell else "no")
         return state

@@ -10,7 +10,6 @@ called after each slice but the last (the server runs ready decode steps there).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import torch
@@ -21,6 +20,7 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.sharding import ShardsBroken
 from executor.stats import ExecutorStats
+from wire import device as D
 from wire import executor as P
 from wire.callheader import CODE_OF
 from wire.executor import CallKind
@@ -39,7 +39,6 @@ class Engine:
         self.clients = clients
         self.stats = stats
         self.device = torch.device(device)
-        self._on_cpu = self.device.type == "cpu"
         self._runners = registry.runners()
         self._result_code = CODE_OF[registry.dtype]
 
@@ -54,9 +53,7 @@ class Engine:
         try:
             x = self._inputs(batch)
             if size is None:  # an empty call runs once too: it gets an empty result
-                tick = time.perf_counter()
-                y = run(x)
-                elapsed = time.perf_counter() - tick
+                y, elapsed = D.timed(run, x, self.device)
             else:
                 y, elapsed = self._sliced(run, x, size, between)
         except ShardsBroken as exc:  # the group is going down: the caller may go elsewhere
@@ -70,24 +67,21 @@ class Engine:
         self.stats.record_batch(batch, started, elapsed)
         return self._deliver(batch, y)
 
-    @staticmethod
-    def _sliced(run, x: torch.Tensor, size: int,
+    def _sliced(self, run, x: torch.Tensor, size: int,
                 between: Callable[[], None]) -> tuple[torch.Tensor, float]:
         """Run `x` in slices of `size` rows, with `between` after each slice but the last."""
         parts, elapsed = [], 0.0
         for start in range(0, x.shape[0], size):
             if parts:
                 between()
-            tick = time.perf_counter()
-            parts.append(run(x[start:start + size]))
-            elapsed += time.perf_counter() - tick
+            y, seconds = D.timed(run, x[start:start + size], self.device)
+            parts.append(y)
+            elapsed += seconds
         return torch.cat(parts), elapsed
 
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
-        if self._on_cpu:
-            x = batch[0].x if len(batch) == 1 else torch.cat([c.x for c in batch])
-        else:  # rows from host memory and from clients' device buffers alike
-            x = torch.cat([c.x.to(self.device, non_blocking=True) for c in batch])
+        """Rows from host memory and from clients' device buffers alike, on this device."""
+        x = D.gather([c.x for c in batch], self.device)
         if x.is_floating_point() and x.dtype != self.registry.dtype:
             x = x.to(self.registry.dtype)
         return x
@@ -127,8 +121,8 @@ class Engine:
                 written.append((call, port))
             except (ValueError, RuntimeError, OSError, TypeError, IndexError) as exc:
                 log.info("client %s left before its reply (%s)", client.name, exc)
-        if written and not self._on_cpu:
-            torch.cuda.current_stream(self.device).synchronize()
+        D.synchronize(self.device)  # the results are in the clients' memory
+        self.clients.settle()  # no copy is in flight now: unpin what clients let go
         for call, port in written:
             try:
                 port.publish(call.reply_seq, call.header.id, self._result_code, ndim, call.rows,

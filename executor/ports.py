@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from wire.callheader import OK, REQUEST_AT, SEQ, publish_reply, read_call, write_error
+from wire.cuda_ipc import DeviceBuffer
 from wire.doorbell import ExecutorDoorbell
 from wire.executor import ErrorCode
 from wire.shm import ShmBuffer
@@ -20,7 +21,7 @@ Header = tuple[int, ...]  # callheader.read_call: seq, id, op, kind, dtype, ndim
 
 class DoorbellPort:
     def __init__(self, shm: ShmBuffer, doorbell: ExecutorDoorbell,
-                 device_buffer: torch.Tensor | None = None) -> None:
+                 device_buffer: DeviceBuffer | None = None) -> None:
         self.shm = shm
         self.doorbell = doorbell
         self.mapped = shm.raw
@@ -28,11 +29,12 @@ class DoorbellPort:
         self._views: dict[tuple[int, torch.dtype, int, int], torch.Tensor] = {}
         self.use(device_buffer)
 
-    def use(self, device_buffer: torch.Tensor | None) -> None:
+    def use(self, device_buffer: DeviceBuffer | None) -> None:
         """Tensors in the client's device buffer from the next call on (None: in the shared
         memory); the call count goes on, as the headers stay where they were."""
         self.device_buffer = device_buffer
-        self.size = device_buffer.numel() if device_buffer is not None else self.shm.size
+        self.data: ShmBuffer | DeviceBuffer = device_buffer or self.shm
+        self.size = self.data.size
         self._views = {}
 
     def pending(self) -> bool:
@@ -59,11 +61,7 @@ class DoorbellPort:
                                  f"{dtype} is outside the segment")
             if len(self._views) > 256:  # shapes vary (prefills): keep the cache bounded
                 self._views.clear()
-            if self.device_buffer is not None:
-                end = offset + nbytes(dtype, shape)
-                view = self.device_buffer[offset:end].view(dtype).view(shape)
-            else:
-                view = self.shm.view(offset, dtype, shape)
+            view = self.data.view(offset, dtype, shape)
             self._views[key] = view
         return view
 

@@ -57,8 +57,7 @@ class Requests:
             self.send(identity, P.Mapped(client.shm is not None))
         elif isinstance(message, P.ShareDevice):
             client = self._known(identity, -1)
-            self.send(identity, P.Mapped(self.clients.share_device(
-                client, message, torch.device(self.config.device))))
+            self.send(identity, P.Mapped(self.clients.share_device(client, message)))
         elif isinstance(message, P.Ping):
             known = self.clients.touch(identity) is not None
             self.send(identity, P.Pong(self.registry.model_name, len(self.clients), known))

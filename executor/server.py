@@ -175,6 +175,7 @@ class ExecutorServer:
                             >= LONG_BATCH_MACS:
                         self._baton.pass_on()
                     self._reply(self.engine.execute(batch, between=self._between_slices))
+                self.clients.settle()
             finally:
                 self._compute_slot.release()
             if self.scheduler.ready_in() != 0.0:

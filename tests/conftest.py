@@ -19,6 +19,7 @@ _CACHE = Path(os.environ.get("SYMBIOSIS_TEST_CACHE",
 os.environ["SYMBIOSIS_MODEL_CACHE"] = str(_CACHE)
 
 from tests.helpers import ExecutorProcess, short_tmp  # noqa: E402
+from tests.stand_in import stand_in, stand_in_library  # noqa: E402, F401  (fixtures)
 
 TINY_MODELS = ["tiny-llama", "tiny-gpt2", "tiny-gemma2", "tiny-starcoder", "tiny-qwen2",
                "tiny-mistral"]

@@ -12,7 +12,8 @@ import enum
 
 import msgspec
 
-PROTOCOL_VERSION = 3  # 2: binary doorbell headers, stretches; 3: device call buffers
+PROTOCOL_VERSION = 4  # 2: binary doorbell headers, stretches; 3: device call buffers;
+# 4: device buffers name their GPU by UUID
 
 
 class Op(enum.IntEnum):
@@ -92,9 +93,10 @@ class Mapped(msgspec.Struct, tag="mapped", array_like=True):
 class ShareDevice(msgspec.Struct, tag="share_device", array_like=True):
     """The client's call buffer on a GPU (`wire.cuda_ipc`): once mapped, a doorbell call's
     offsets point into it instead of the shared memory; refused (`Mapped(False)`), or when
-    `size` is 0, calls go back to the shared memory."""
+    `size` is 0, calls go back to the shared memory. The GPU is named by its UUID: the two
+    processes may number their GPUs differently."""
 
-    device: int
+    uuid: str
     handle: bytes
     size: int
     offset: int  # of the buffer inside the allocation the handle names

@@ -1,46 +1,79 @@
-"""Page-locking a client's shared-memory segment for an executor on a GPU.
+"""Page-locking clients' shared-memory segments for an executor on a GPU.
 
 Rows copied to the GPU from pageable memory go through a staging buffer, synchronously; from
 page-locked (pinned) memory they are one asynchronous DMA, and so are results copied back, the
-executor waiting once per batch before it answers. The executor registers each CPU client's
-segment with the CUDA driver when it maps it and unregisters it before letting the mapping go.
-The driver API is used (not the runtime's `cudaHostRegister`) so that a refusal leaves no
-pending error for the runtime's next kernel launch to trip over.
+executor waiting once per batch before it answers. The executor pins each CPU client's segment
+when it maps it (`pin`, on any thread: pinning never races a copy).
+
+Unpinning memory a queued copy still reads is undefined, so it never happens where a copy could
+be in flight: whoever lets a segment go only `retire`s it (keeping its mapping alive), and the
+thread that queues the copies unpins what was retired in `settle`, right after it has waited
+for its stream at the end of a batch. A refused pin is said loudly: the segment stays pageable,
+every copy through it synchronous (correct, slower).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
+import threading
 
 import torch
 
-from wire.cuda_ipc import RefusedBuffer, cuda_driver
+from wire.device import DeviceRefused, Driver
 
 log = logging.getLogger("wire.pinning")
-PORTABLE = 1  # CU_MEMHOSTREGISTER_PORTABLE: pinned for every context, not only the current one
 
 
-def pin(pointer: int, size: int, device: torch.device) -> bool:
-    """Page-lock [pointer, pointer + size) for `device`'s copies; False when refused."""
-    try:
-        driver = cuda_driver()
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        torch.cuda.set_device(index)  # this thread's current context is the device's
-        status = driver.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(size),
-                                             ctypes.c_uint(PORTABLE))
-    except (RefusedBuffer, RuntimeError, AttributeError, ValueError) as exc:
-        log.info("shared memory not pinned (%s)", exc)
-        return False
-    if status != 0:
-        log.info("shared memory not pinned (CUresult %d)", status)
-        return False
-    return True
+class HostPins:
+    def __init__(self, device: torch.device, driver: Driver | None = None) -> None:
+        self.index = device.index or 0
+        self._driver = driver
+        self._pinned: set[int] = set()
+        self._retired: list[tuple[int, torch.Tensor]] = []  # (pointer, what keeps it mapped)
+        self._lock = threading.Lock()
 
+    def pin(self, memory: torch.Tensor) -> bool:
+        """Page-lock a host tensor's bytes; False (said as a warning) when refused."""
+        pointer = memory.data_ptr()
+        try:
+            self._lib().register_host(pointer, memory.numel() * memory.element_size(),
+                                      self.index)
+        except DeviceRefused as exc:
+            log.warning("shared memory NOT pinned, copies through it stay synchronous (%s)", exc)
+            return False
+        with self._lock:
+            self._pinned.add(pointer)
+        return True
 
-def unpin(pointer: int, device: torch.device) -> None:
-    """Undo `pin` once no copy to or from the memory is in flight (waits for the device)."""
-    torch.cuda.synchronize(device)
-    status = cuda_driver().cuMemHostUnregister(ctypes.c_void_p(pointer))
-    if status != 0:
-        log.warning("shared memory at %#x not unpinned (CUresult %d)", pointer, status)
+    def retire(self, memory: torch.Tensor) -> None:
+        """Unpin at the next `settle`; the tensor keeps the mapping alive until then."""
+        with self._lock:
+            if memory.data_ptr() in self._pinned:
+                self._retired.append((memory.data_ptr(), memory))
+
+    def settle(self) -> int:
+        """Unpin what was retired. Call only from the thread that queues copies, after it has
+        waited for them. Returns how many were unpinned."""
+        with self._lock:
+            retired, self._retired = self._retired, []
+            for pointer, _ in retired:
+                self._pinned.discard(pointer)
+        for pointer, _ in retired:
+            try:
+                self._lib().unregister_host(pointer, self.index)
+            except DeviceRefused as exc:
+                log.warning("shared memory at %#x not unpinned (%s)", pointer, exc)
+        return len(retired)
+
+    @property
+    def pinned(self) -> int:
+        return len(self._pinned)
+
+    @property
+    def retiring(self) -> int:
+        return len(self._retired)
+
+    def _lib(self) -> Driver:
+        if self._driver is None:
+            self._driver = Driver()
+        return self._driver

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 
-from wire.tensors import nbytes
+from wire.tensors import TOKEN_BYTES, nbytes
 
 SHM_DIR = Path(os.environ.get("SYMBIOSIS_SHM_DIR", "/dev/shm"))
-TOKEN_BYTES = 16
 SEGMENT_PREFIX = "symbiosis"
 SEGMENT_NAME = re.compile(rf"{SEGMENT_PREFIX}-[0-9]{{1,10}}-[0-9a-f]{{12}}")
 
@@ -44,7 +43,6 @@ class ShmBuffer:
         self.directory = directory
         self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
         self._bytes = torch.frombuffer(self._mmap, dtype=torch.uint8)
-        self.pinned_for: torch.device | None = None  # page-locked for this GPU's copies
 
     @classmethod
     def create(cls, size: int, directory: Path = SHM_DIR) -> ShmBuffer:
@@ -109,30 +107,15 @@ class ShmBuffer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.directory / self.name)
 
-    def pin(self, device: torch.device) -> bool:
-        """Page-lock the mapping for copies to and from `device` (`wire.pinning`); False when
-        refused (it stays pageable, copies stay correct)."""
-        from wire.pinning import pin
-
-        if self.pinned_for is None and self._mmap is not None and \
-                pin(self._bytes.data_ptr(), self.size, device):
-            self.pinned_for = device
-        return self.pinned_for is not None
-
-    def unpin(self) -> None:
-        """Pageable again (copies from a view still alive are then staged, still correct)."""
-        if self.pinned_for is not None:
-            from wire.pinning import unpin
-
-            unpin(self._bytes.data_ptr(), self.pinned_for)
-            self.pinned_for = None
+    @property
+    def bytes(self) -> torch.Tensor:
+        """The whole mapping as one uint8 tensor (it keeps the mapping alive)."""
+        return self._bytes
 
     def close(self) -> None:
         """Drop this handle's references. The mapping itself goes when the last tensor viewing it
         does (torch keeps the mmap object alive): unmapping under a live view, say a queued
-        call's rows when its worker dies, would crash the process. A pinned mapping is
-        unpinned first."""
-        self.unpin()
+        call's rows when its worker dies, would crash the process."""
         self._bytes = torch.empty(0, dtype=torch.uint8)
         self._mmap = None
 

@@ -19,6 +19,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 ALIGN = 64
+TOKEN_BYTES = 16  # the random token a client writes at the start of memory it shares
 
 
 def dtype_of(name: str) -> torch.dtype:

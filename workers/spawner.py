@@ -22,6 +22,7 @@ import warnings
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() creates no context
 
 
 import msgspec
@@ -31,6 +32,7 @@ import transformers  # noqa: F401
 
 import workers.remote.build  # noqa: F401
 from wire import spawner as S
+from wire.device import assert_fork_safe
 from workers.inference.worker import Preloaded, preload, serve
 from workers.training.runner import run as train
 
@@ -44,6 +46,7 @@ PR_SET_PDEATHSIG = 1
 
 def spawn(target, preloaded: Preloaded) -> int:
     """Fork a child that runs `target(preloaded)` and exits with its return code."""
+    assert_fork_safe()
     pid = os.fork()
     if pid:
         return pid

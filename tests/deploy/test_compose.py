@@ -93,6 +93,11 @@ def test_structure() -> None:
     assert gpu_workers["environment"]["SYMBIOSIS_WORKER_DEVICE"] == "cuda:0"
     assert gpu_workers["pid"] == "service:executor"  # CUDA IPC needs one PID namespace
     assert gpu_workers["ipc"] == "service:executor"
+    for service in (gpu, gpu_workers):  # both reach the host's MPS daemon, or none would
+        mounts = {(v["source"], v["target"]) for v in service["volumes"]}
+        assert {("/tmp/nvidia-mps", "/tmp/nvidia-mps"),
+                ("/var/log/nvidia-mps", "/var/log/nvidia-mps")} <= mounts
+        assert service["environment"]["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
     remote = config("compose.remote.yaml", env=REMOTE_ENV)["services"]
     assert "--privacy" in remote["workers"]["command"]
     assert remote["workers"]["environment"]["SYMBIOSIS_EXECUTOR_CURVE_PUBLIC"] == "x" * 40

@@ -1,7 +1,8 @@
 """The executor's table of clients: on a GPU executor a CPU client's shared memory is pinned
 (page-locked, so copies to and from the device run asynchronously) while rows travel through
-it, and unpinned before it is let go; a CPU executor never pins, and a refusal (no CUDA driver,
-as on a machine without a GPU) leaves the segment pageable and serving."""
+it, and let go for unpinning (which the computing thread does after its wait) when the client
+remaps or leaves; a CPU executor never pins; a refusal (no CUDA driver, as on a machine without
+a GPU) leaves the segment pageable and serving. The driver's side is the stand-in driver."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import torch
 
 from executor.clients import ClientTable
 from wire import executor as P
-from wire.shm import ShmBuffer
+from wire.doorbell import WorkerDoorbell
+from wire.shm import SHM_DIR, ShmBuffer
 
 
 @pytest.fixture()
@@ -23,25 +25,74 @@ def segment():
     shm.unlink()
 
 
-def _admit(table: ClientTable, shm: ShmBuffer):
+def _admit(table: ClientTable, shm: ShmBuffer, doorbell: WorkerDoorbell | None = None):
     hello = P.Hello("client", os.getpid(), shm_name=shm.name, shm_size=shm.size,
-                    shm_token=shm.write_token())
+                    shm_token=shm.write_token(),
+                    doorbell=str(doorbell.prefix) if doorbell else None)
     return table.admit(b"identity", hello, os.geteuid())
 
 
+def _registered(stand_in) -> list[str]:
+    return [line.split()[0] for line in stand_in.log() if line.startswith("cuMemHost")]
+
+
 def test_a_cpu_executor_never_pins(segment) -> None:
-    state = _admit(ClientTable("cpu"), segment)
-    assert state.shm is not None and state.shm.pinned_for is None
+    table = ClientTable("cpu")
+    state = _admit(table, segment)
+    assert state.shm is not None and not state.pinned and table.pins is None
 
 
-def test_a_gpu_executor_pins_where_cuda_allows_and_unpins_when_the_client_goes(segment) -> None:
-    table = ClientTable("cuda:0")
+def test_a_gpu_executor_pins_a_client_and_unpins_only_once_settled(segment, stand_in) -> None:
+    table = ClientTable("cuda:0", driver=stand_in.driver())
     state = _admit(table, segment)
     mapped = state.shm
-    assert mapped is not None
-    assert (mapped.pinned_for is not None) is torch.cuda.is_available()
+    assert mapped is not None and state.pinned and table.pins.pinned == 1
+    assert f"cuMemHostRegister {hex(mapped.bytes.data_ptr())} 65536 1" in stand_in.log()
     rows = torch.arange(12, dtype=torch.float32).view(3, 4)
     segment.view(128, torch.float32, (3, 4)).copy_(rows)  # the client writes its rows
     assert torch.equal(mapped.view(128, torch.float32, (3, 4)), rows)  # the executor reads
     table.remove(b"identity")
-    assert mapped.pinned_for is None
+    assert _registered(stand_in) == ["cuMemHostRegister"]  # not unpinned by the IO thread
+    assert table.pins.retiring == 1
+    table.pins.settle()  # what `ClientTable.settle` does after the stream's wait
+    assert _registered(stand_in) == ["cuMemHostRegister", "cuMemHostUnregister"]
+
+
+def test_a_remap_pins_the_new_segment_and_retires_the_old(segment, stand_in) -> None:
+    table = ClientTable("cuda:0", driver=stand_in.driver())
+    state = _admit(table, segment)
+    bigger = ShmBuffer.create(1 << 17)
+    try:
+        old = hex(state.shm.bytes.data_ptr())
+        state.remap(table.map_shm(bigger.name, bigger.size, bigger.write_token(), os.geteuid()))
+        assert state.pinned and table.pins.retiring == 1
+        table.pins.settle()
+        assert f"cuMemHostUnregister {old}" in stand_in.log()
+        assert f"cuMemHostRegister {hex(state.shm.bytes.data_ptr())} 131072 1" in stand_in.log()
+    finally:
+        bigger.close()
+        bigger.unlink()
+
+
+def test_a_gpu_executor_without_a_driver_serves_the_client_unpinned(segment) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a CUDA driver")
+    state = _admit(ClientTable("cuda:0"), segment)
+    assert state.shm is not None and not state.pinned
+
+
+def test_a_device_buffer_is_refused_on_a_cpu_executor_and_on_a_gpu_one_without_that_gpu(
+        segment, stand_in) -> None:
+    share = P.ShareDevice("GPU-not-here", b"\x07" * 64, 1 << 20, 0, b"", False, b"\x00" * 16)
+    doorbell = WorkerDoorbell.create_if_possible(SHM_DIR)
+    assert doorbell is not None
+    try:
+        for table in (ClientTable("cpu"), ClientTable("cuda:0", driver=stand_in.driver())):
+            state = _admit(table, segment, doorbell)
+            assert state.port is not None
+            assert table.share_device(state, share) is False and state.device_buffer is None
+            assert state.port.data is state.shm  # calls stay in the shared memory
+            table.remove(b"identity")
+    finally:
+        doorbell.close()
+    assert not [c for c in stand_in.log() if c.startswith("cuMemGetAddressRange")]

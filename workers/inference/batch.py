@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from wire.device import synchronize
+
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 HOST = torch.device("cpu")
 
@@ -39,7 +41,11 @@ class BatchCache:
     @property
     def kv(self) -> KV:
         kv = cache_tensors(self.cache)
-        if self.streams:  # after a step, the next step's first layer is already on the device
+        if self.streams:
+            # after a step, the next step's first layer is on its way to the device (a side
+            # stream) and the others on their way back to host memory (non-blocking copies):
+            # both must land before the host reads them
+            synchronize(self.device, self.cache.prefetch_stream)
             kv = [(k.to(HOST), v.to(HOST)) for k, v in kv]
         return kv
 

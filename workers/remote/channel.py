@@ -13,7 +13,7 @@ import msgspec
 import zmq
 
 from wire import executor as P
-from workers.remote.handle import ExecutorUnavailable
+from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 
 class Reconnect(Exception):
@@ -50,10 +50,16 @@ class Channel:
                 from None
 
     def request(self, message: msgspec.Struct, reply_type: type,
-                timeout_s: float | None) -> msgspec.Struct:
-        """Sends `message` and returns the next reply of `reply_type`."""
+                timeout_s: float | None, ping: bool = True) -> msgspec.Struct:
+        """Sends `message` and returns the next reply of `reply_type`; raises ExecutorError at
+        once when the executor refuses the message instead (an error for no call)."""
         self.send([P.encode(message)])
-        return self.wait(lambda m: isinstance(m, reply_type), timeout_s)[0]
+        reply = self.wait(lambda m: isinstance(m, reply_type) or _refusal(m), timeout_s,
+                          ping)[0]
+        if _refusal(reply):
+            raise ExecutorError(reply.code, f"{type(message).__name__.lower()} refused: "
+                                f"{reply.message}")
+        return reply
 
     def wait(self, wanted: Callable[[msgspec.Struct], bool], timeout_s: float | None,
              ping: bool = True) -> tuple[msgspec.Struct, list]:
@@ -110,3 +116,8 @@ class Channel:
             if wait <= 0:
                 raise ExecutorUnavailable(f"no reply from {self.endpoint} in {timeout_s} s")
         return wait
+
+
+def _refusal(message: msgspec.Struct) -> bool:
+    """The executor's answer to a message it would not take (not to a call)."""
+    return isinstance(message, P.Error) and message.id < 0

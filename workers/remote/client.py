@@ -22,6 +22,7 @@ import zmq
 from wire import doorbell as bell
 from wire import executor as P
 from wire.cuda_ipc import DeviceBuffer
+from wire.device import DeviceRefused
 from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.remote.channel import Channel, Reconnect
@@ -133,11 +134,9 @@ class ExecutorClient:
             self._doorbell = bell.WorkerDoorbell.create_if_possible(SHM_DIR) if self.use_doorbell \
                 else None
             hello.doorbell = str(self._doorbell.prefix) if self._doorbell else None
-        self._channel.send([P.encode(hello)])
         try:
-            welcome = self._channel.wait(lambda m: isinstance(m, P.Welcome),
-                                         self.connect_timeout_s, ping=False)[0]
-        except ExecutorUnavailable:
+            welcome = self._channel.request(hello, P.Welcome, self.connect_timeout_s, ping=False)
+        except ExecutorError:
             self._reset()
             raise
         if self._shm is not None:
@@ -172,15 +171,18 @@ class ExecutorClient:
         try:
             buffer = DeviceBuffer(size, self.client_device)
             fields, token = buffer.export()
-        except (RuntimeError, AttributeError) as exc:  # no IPC for this allocation here
-            log.info("no device buffer (%s): calls through shared memory", exc)
-            buffer = None
-        if buffer is None:
-            share = P.ShareDevice(0, b"", 0, 0, b"", False, b"")  # the executor forgets one
-        else:
             share = P.ShareDevice(token=token, **fields)
-        mapped = self._channel.request(share, P.Mapped, self.connect_timeout_s)
-        ok = buffer is not None and mapped.ok
+        except (DeviceRefused, RuntimeError) as exc:  # no IPC for this allocation here
+            log.warning("no device buffer (%s): calls through shared memory", exc)
+            buffer, share = None, P.ShareDevice("", b"", 0, 0, b"", False, b"")  # forget one
+        try:
+            ok = self._channel.request(share, P.Mapped, self.connect_timeout_s).ok
+        except ExecutorError as exc:
+            if isinstance(exc, ExecutorUnavailable):
+                raise
+            log.warning("the executor refused the device buffer (%s)", exc)
+            ok = False
+        ok = buffer is not None and ok
         self._fast.use(buffer if ok else None)
         return ok
 

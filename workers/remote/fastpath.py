@@ -19,6 +19,7 @@ import torch
 
 from wire import callheader as H
 from wire.cuda_ipc import DeviceBuffer
+from wire.device import synchronize
 from wire.doorbell import WorkerDoorbell
 from wire.executor import CallKind, LayerKind, LayerSpec, Op
 from wire.shm import ShmBuffer
@@ -93,8 +94,7 @@ class FastPath:
         if plan is None:
             plan = self._plan(layer, op, x)
         plan.x.copy_(x)
-        if plan.x.is_cuda:  # the executor reads it from another process
-            self.data.synchronize()
+        synchronize(plan.x.device)  # on a GPU the executor reads it from another process
         self.seq += 1
         seq = self.seq
         H.publish_call(self.mapped, seq, call_id, op, kind, plan.dtype_code, plan.ndim, layer,

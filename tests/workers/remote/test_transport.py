@@ -51,7 +51,7 @@ def test_a_forged_device_buffer_is_refused_and_calls_go_on(executor_for) -> None
         weight = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)) \
             .get_submodule(spec.name).weight.detach()
         x = torch.randn(3, spec.in_features, generator=torch.Generator().manual_seed(0))
-        forged = P.ShareDevice(0, b"\x07" * 64, 1 << 20, 0, b"", False, b"\x00" * 16)
+        forged = P.ShareDevice("GPU-forged", b"\x07" * 64, 1 << 20, 0, b"", False, b"\x00" * 16)
         assert client._channel.request(forged, P.Mapped, 10).ok is False
         y = client.call(Op.FORWARD, spec.index, x, CallKind.INFERENCE)
         assert torch.allclose(y, x @ weight.t(), atol=1e-5)

@@ -1,0 +1,116 @@
+"""The device layer on a host without a GPU: every function runs here, each either doing its
+CPU work or refusing the way its callers handle; the driver's calls go to the stand-in driver,
+which checks how we call it (a context current, the arguments as the real signatures take them).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from wire import device as D
+
+
+def test_on_the_cpu_synchronizing_is_a_no_op_and_gathering_concatenates_in_order() -> None:
+    cpu = torch.device("cpu")
+    assert not D.is_gpu(cpu) and D.is_gpu(torch.device("cuda", 0))
+    D.synchronize(cpu)
+    parts = [torch.arange(6.0).view(2, 3), torch.arange(6.0, 9.0).view(1, 3)]
+    assert torch.equal(D.gather(parts, cpu), torch.arange(9.0).view(3, 3))
+    assert D.gather(parts[:1], cpu) is parts[0]  # a lone call's rows are not copied
+
+
+def test_timed_measures_the_run_itself() -> None:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.03)
+        return x * 2
+
+    y, seconds = D.timed(run, torch.ones(2), torch.device("cpu"))
+    assert torch.equal(y, torch.full((2,), 2.0)) and 0.03 <= seconds < 1.0
+
+
+def test_gpus_are_found_by_uuid_and_a_cpu_has_none() -> None:
+    assert D.uuid_of(torch.device("cpu")) == ""
+    with pytest.raises(D.DeviceRefused, match="no CUDA device with UUID 'GPU-0000'"):
+        D.index_of("GPU-0000")
+
+
+def test_shared_counters_are_a_named_shared_storage_another_process_can_open() -> None:
+    storage, name = D.shared_counters(8 * 16)
+    assert storage.size() == 128 and name.startswith(b"/torch_")
+    view = torch.empty(0, dtype=torch.int64).set_(storage, 0, (16,))
+    view[3] = 41
+    manager = storage._share_filename_cpu_()[0]
+    child = subprocess.run([sys.executable, "-c",
+                            "import torch\n"
+                            f"s = torch.UntypedStorage._new_shared_filename_cpu({manager!r}, "
+                            f"{name!r}, 128)\n"
+                            "print(int(torch.empty(0, dtype=torch.int64).set_(s, 0, (16,))[3]))"],
+                           capture_output=True, text=True, timeout=120)
+    assert child.stdout.strip() == "41", child.stderr
+
+
+def test_ipc_handles_are_refused_without_a_gpu() -> None:
+    with pytest.raises(D.DeviceRefused, match="no CUDA IPC handle"):
+        D.export_ipc(torch.zeros(64, dtype=torch.uint8).untyped_storage())
+    fields = {"handle": b"\x07" * 64, "size": 1 << 20, "offset": 0, "event": b"",
+              "event_sync": False}
+    _, counters = D.shared_counters(80)
+    with pytest.raises(D.DeviceRefused, match="the handle does not open here"):
+        D.open_ipc(0, fields, counters, 1)
+
+
+def test_a_host_without_the_driver_library_refuses() -> None:
+    with pytest.raises(D.DeviceRefused, match="no CUDA driver library"):
+        D.Driver("libcuda-that-is-not-here.so.1")
+
+
+def test_every_driver_call_runs_with_the_primary_context_pushed_and_popped(stand_in) -> None:
+    driver = stand_in.driver()
+    stand_in.lib.stand_in_allocation(0x10000, 0x4000)
+    assert driver.address_range(0x10040, 1) == (0x10000, 0x4000)
+    memory = torch.zeros(4096, dtype=torch.uint8)
+    driver.register_host(memory.data_ptr(), 4096, 1)
+    driver.unregister_host(memory.data_ptr(), 1)
+    log = stand_in.log()
+    assert log[:5] == ["cuInit 0", "cuDeviceGet 1", "cuDevicePrimaryCtxRetain 101",
+                       "cuCtxPushCurrent primary", "cuMemGetAddressRange 0x10040"]
+    assert log[5:7] == ["cuCtxPopCurrent", "cuDevicePrimaryCtxRelease 101"]
+    pointer = hex(memory.data_ptr())
+    assert f"cuMemHostRegister {pointer} 4096 1" in log  # PORTABLE
+    assert f"cuMemHostUnregister {pointer}" in log
+    assert log.count("cuCtxPushCurrent primary") == log.count("cuCtxPopCurrent") == 3
+
+
+def test_a_driver_refusal_is_a_device_refusal_and_the_context_is_popped(stand_in) -> None:
+    driver = stand_in.driver()
+    stand_in.lib.stand_in_allocation(0x10000, 0x4000)
+    with pytest.raises(D.DeviceRefused, match=r"cuMemGetAddressRange failed \(CUresult 1\)"):
+        driver.address_range(0x90000, 0)
+    with pytest.raises(D.DeviceRefused, match=r"cuMemHostUnregister failed \(CUresult 713\)"):
+        driver.unregister_host(0x1234, 0)
+    assert stand_in.log().count("cuCtxPopCurrent") == 2
+
+
+def test_a_preloaded_parent_refuses_to_fork_once_cuda_is_initialized(monkeypatch) -> None:
+    D.assert_fork_safe()  # this test process never initialized CUDA
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="CUDA was initialized in a preloaded parent"):
+        D.assert_fork_safe()
+
+
+def test_the_spawner_checks_cuda_without_creating_a_context() -> None:
+    """The preloaded parent asks torch with NVML (no CUDA context) and stays uninitialized."""
+    out = subprocess.run([sys.executable, "-c",
+                          "import os, workers.spawner, torch; torch.cuda.is_available(); "
+                          "print(os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'], "
+                          "torch.cuda.is_initialized())"],
+                         capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items()
+                              if k != "PYTORCH_NVML_BASED_CUDA_CHECK"})
+    assert out.stdout.split() == ["1", "False"], out.stderr[-2000:]
