@@ -1,7 +1,8 @@
 """`python -m bench run [--quick] [--device cuda --dtype bfloat16 [--mps]] [SCENARIO ...]` |
 `python -m bench list` |
 `python -m bench compare RUN.json ...` (runs side by side, with the median ratio) |
-`python -m bench report RUN.json ...` (bench/RESULTS.md from results JSON, `bench.report`).
+`python -m bench report RUN.json ...` (bench/RESULTS.md from results JSON, `bench.report`) |
+`python -m bench gpu-check` (accept or refuse a GPU host in ten minutes, `bench.gpucheck`).
 
 Runs each scenario for Symbiosis and for its baseline (plain transformers + peft) in the same run
 on the same machine, prints a markdown table, writes bench/results/latest.json and PNG plots.
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                      help="both sides' weights (default: float32 on cpu, bfloat16 on a GPU)")
     run.add_argument("--worker-device", help="where our clients run (default: --device)")
+    run.add_argument("--window-s", type=float, help="each measured window, seconds "
+                     "(default: 30, 6 with --quick, 2 with --toy)")
     run.add_argument("--mps", action="store_true",
                      help="run everything under NVIDIA MPS (both sides alike)")
     run.add_argument("scenarios", nargs="*", choices=[*SCENARIOS, *GPU_SCENARIOS, []],
@@ -80,12 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     runs = sub.add_parser("compare")
     runs.add_argument("runs", nargs="+", type=Path)
     sub.add_parser("report", add_help=False)
+    sub.add_parser("gpu-check", add_help=False,
+                   help="accept or refuse a GPU host in ten minutes (bench.gpucheck)")
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["report"]:
         from bench.report import main as report
 
         return report(argv[1:])
+    if argv[:1] == ["gpu-check"]:
+        from bench.gpucheck import main as gpu_check
+
+        return gpu_check(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "compare":
         sys.stdout.write(compare(args.runs) + "\n")
@@ -102,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     settings = Settings(quick=args.quick, toy=args.toy, results=args.out.parent,
                         peak_gflops=matmul_peak_gflops(seconds=0.5 if args.toy else 3.0),
-                        device=args.device, dtype=dtype, worker_device=args.worker_device)
+                        device=args.device, dtype=dtype, worker_device=args.worker_device,
+                        window_s=args.window_s)
     settings.results.mkdir(parents=True, exist_ok=True)
     records: list[Record] = []
     started = time.monotonic()

@@ -39,6 +39,7 @@ class Settings:
     device: str = "cpu"  # where the executor and plain processes run (cuda on a GPU)
     dtype: str = "float32"  # both sides' weights and activations
     worker_device: str | None = None  # where our clients run their part (default: `device`)
+    window_s: float | None = None  # each measured window (default: by quick/toy)
     executors: ExecutorPool = field(default_factory=ExecutorPool)
     _zygote: Zygote | None = None
 
@@ -71,6 +72,8 @@ class Settings:
 
     @property
     def duration(self) -> float:
+        if self.window_s is not None:
+            return self.window_s
         return 2.0 if self.toy else 6.0 if self.quick else 30.0
 
     def n(self, clients: int) -> int:

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from bench.gpu import GpuReading, GpuSample, GpuSampler, parse_sample
 from bench.scenarios.gpu import GPU_SCENARIOS, fits
@@ -87,13 +88,48 @@ def _run_toy(tmp_path, device: str) -> dict:
     return document
 
 
+def test_gpu_check_on_a_host_without_a_gpu_says_so_and_exits_2(tmp_path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    out = tmp_path / "check.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "no usable CUDA device" in run.stderr and "nothing was run" in run.stderr
+    assert not out.exists()
+
+
 @pytest.mark.slow
-def test_the_gpu_scenarios_run_on_a_cpu_at_toy_size(tmp_path) -> None:
-    document = _run_toy(tmp_path, "cpu")
-    assert (document["device"], document["dtype"]) == ("cpu", "float32")
-    memory = [r for r in document["records"] if r["metric"].endswith("peak memory")]
-    assert memory and all(r["note"] == "host PSS (no GPU in this run)" for r in memory)
-    assert not [r for r in document["records"] if "GPU busy" in r["metric"]]
+def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
+    """The acceptance command's own stages, on the CPU: the gpu-marked tests it is pointed at
+    (skipped here), the GPU scenarios without MPS and under a (stand-in) MPS daemon, one JSON."""
+    from tests.launcher.test_mps import calls, stand_in_control
+
+    control = stand_in_control(tmp_path)
+    out = tmp_path / "check.json"
+    env = {**os.environ, "PATH": f"{control}{os.pathsep}{os.environ['PATH']}",
+           "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipes")}
+    run = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--device", "cpu", "--toy",
+                          "--tests", "tests/wire/test_device.py", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["verdict"] == "harness check passed (no GPU)"
+    assert (document["device"], document["device_name"]) == ("cpu", "cpu")
+    tests = document["stages"]["gpu tests"]
+    assert (tests["passed"], tests["failed"], tests["skipped"]) == (0, 0, 1)
+    for name, mps in (("scenarios without MPS", False), ("scenarios under MPS", True)):
+        stage = document["stages"][name]
+        assert stage["mps"] is mps and stage["exit_code"] == 0 and not stage["failed"], stage
+        assert set(stage["scenarios_run"]) == \
+            {"12 GPU fine-tuning", "12 GPU decode", "12 GPU long context"}
+        for record in stage["records"]:
+            assert math.isfinite(record["ours"]) and record["ours"] > 0, record
+        memory = [r for r in stage["records"] if r["metric"].endswith("peak memory")]
+        assert memory and all(r["note"] == "host PSS (no GPU in this run)" for r in memory)
+        assert not [r for r in stage["records"] if "GPU busy" in r["metric"]]
+    assert [c["args"] for c in calls(tmp_path)] == [["-d"], []]  # started and quit once
+    assert "verdict: harness check passed (no GPU)" in run.stdout
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ which checks how we call it (a context current, the arguments as the real signat
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -114,3 +115,47 @@ def test_the_spawner_checks_cuda_without_creating_a_context() -> None:
                          env={k: v for k, v in os.environ.items()
                               if k != "PYTORCH_NVML_BASED_CUDA_CHECK"})
     assert out.stdout.split() == ["1", "False"], out.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_every_device_step_does_its_gpu_work(tmp_path) -> None:
+    """The lines marked `# GPU only`: UUIDs name this process's GPUs, a device buffer is
+    exported and opened again by another process through our own counters, the driver finds
+    its allocation from a thread that ran no CUDA work, and host memory pins and unpins."""
+    import threading
+
+    gpu = torch.device("cuda", 0)
+    assert D.index_of(D.uuid_of(gpu)) == 0
+    data = torch.arange(64, dtype=torch.uint8, device=gpu)
+    parts = [torch.ones(2, 3), torch.zeros(1, 3, device=gpu)]
+    assert D.gather(parts, gpu).device == data.device
+    _, seconds = D.timed(lambda x: x @ x, torch.randn(2048, 2048, device=gpu), gpu)
+    assert seconds > 0
+    fields = D.export_ipc(data.untyped_storage())
+    kept, counters = D.shared_counters(8 * 16)  # alive while the child counts in it
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import json, sys, torch\n"
+         "from wire import device as D\n"
+         "f = json.loads(sys.argv[1])\n"
+         "f['handle'] = bytes.fromhex(f['handle']); f['event'] = bytes.fromhex(f['event'])\n"
+         "s = D.open_ipc(D.index_of(sys.argv[2]), f, bytes.fromhex(sys.argv[3]), 1)\n"
+         "t = torch.empty(0, dtype=torch.uint8, device='cuda').set_(s, 0, (64,))\n"
+         "print(int(t.sum()))",
+         json.dumps({**fields, "handle": fields["handle"].hex(), "event": fields["event"].hex()}),
+         D.uuid_of(gpu), counters.hex()], capture_output=True, text=True, timeout=300)
+    assert child.stdout.strip() == str(sum(range(64))), child.stderr[-2000:]
+    assert kept.size() == 128
+    driver, found = D.Driver(), {}
+    thread = threading.Thread(target=lambda: found.update(
+        range=driver.address_range(data.data_ptr(), 0)))
+    thread.start()
+    thread.join()
+    base, size = found["range"]
+    assert base <= data.data_ptr() < base + size
+    memory = torch.zeros(1 << 20, dtype=torch.uint8)
+    driver.register_host(memory.data_ptr(), memory.numel(), 0)
+    assert memory.is_pinned()
+    driver.unregister_host(memory.data_ptr(), 0)
+    assert not memory.is_pinned()
+    D.synchronize(gpu, torch.cuda.Stream(gpu))

@@ -34,15 +34,21 @@ def decode(model: str, method: str, client: ExecutorClient, seed: int, rounds: i
     return {"generate_equal": bool(equal)}
 
 
-def prefill(model: str, method: str, client: ExecutorClient, seed: int, rounds: int) -> dict:
-    plain, ours = build_pair(model, method, client, seed)
-    worst = 0.0
+def prefill(model: str, method: str, client: ExecutorClient, seed: int, rounds: int,
+            device: str = "cpu") -> dict:
+    """Largest logit difference, absolute and relative to the plain logits' largest, with the
+    plain model in the executor's dtype on this client's device."""
+    plain, ours = build_pair(model, method, client, seed, device=device)
+    plain.to(device, client.dtype)
+    worst = relative = 0.0
     for i in range(rounds):
         ids = torch.randint(0, 50257, (2, 48), generator=torch.Generator().manual_seed(seed + i))
         with torch.no_grad():
-            worst = max(worst, (plain(input_ids=ids).logits - ours(input_ids=ids).logits)
-                        .abs().max().item())
-    return {"logits": worst}
+            a = plain(input_ids=ids.to(device)).logits.float()
+            b = ours(input_ids=ids.to(device)).logits.float()
+        worst = max(worst, (a - b).abs().max().item())
+        relative = max(relative, worst / a.abs().max().item())
+    return {"logits": worst, "relative": relative}
 
 
 def flood(client: ExecutorClient, stop_file: Path) -> dict:
@@ -76,7 +82,8 @@ def main() -> None:
         elif args.workload == "decode":
             result = decode(args.model, args.method, client, args.seed, args.steps)
         elif args.workload == "prefill":
-            result = prefill(args.model, args.method, client, args.seed, args.steps)
+            result = prefill(args.model, args.method, client, args.seed, args.steps,
+                             args.device)
         else:
             result = flood(client, args.stop_file)
     finally:

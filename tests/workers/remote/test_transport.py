@@ -59,6 +59,45 @@ def test_a_forged_device_buffer_is_refused_and_calls_go_on(executor_for) -> None
         client.close()
 
 
+def test_a_refused_control_message_is_reported_at_once(executor_for) -> None:
+    """The executor's error for a message it would not take ends the wait (it used to be
+    ignored, and the client gave up only at its timeout)."""
+    import zmq
+
+    from workers.remote.channel import Channel
+    from workers.remote.handle import ExecutorError
+
+    context = zmq.Context()
+    channel = Channel(context, executor_for(MODEL).endpoint, "stranger", 2.0, None)
+    try:
+        share = P.ShareDevice("GPU-x", b"\x07" * 64, 1 << 20, 0, b"", False, b"\x00" * 16)
+        started = time.monotonic()
+        with pytest.raises(ExecutorError, match="sharedevice refused: say hello first"):
+            channel.request(share, P.Mapped, 30)
+        assert time.monotonic() - started < 5
+    finally:
+        channel.close()
+        context.term()
+
+
+def test_a_client_that_cannot_share_a_device_buffer_goes_on_through_shared_memory(
+        executor_for) -> None:
+    """The client's side of a device buffer on a CPU: its buffer cannot be exported, the
+    executor is told to forget any, and calls stay exact through the shared memory."""
+    client = ExecutorClient(executor_for(MODEL).endpoint, name="no-device-buffer")
+    try:
+        assert client._share_device(1 << 16) is False
+        assert client.transport == Transport.SHARED_MEMORY
+        spec = next(s for s in client.layers if s.kind == LayerKind.LINEAR)
+        weight = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)) \
+            .get_submodule(spec.name).weight.detach()
+        x = torch.randn(2, spec.in_features, generator=torch.Generator().manual_seed(1))
+        assert torch.allclose(client.call(Op.FORWARD, spec.index, x, CallKind.INFERENCE),
+                              x @ weight.t(), atol=1e-5)
+    finally:
+        client.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2"])
 def test_a_gpu_client_through_its_device_buffer_matches_plain_peft(model: str,

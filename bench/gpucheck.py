@@ -1,0 +1,168 @@
+"""`python -m bench gpu-check`: accept or refuse a GPU host's run of Symbiosis in ten minutes.
+
+On a host with a CUDA device it installs nothing and runs, within one time budget:
+1. the `gpu`-marked tests (exactness of GPU clients against plain peft through device buffers
+   and pinned memory, under MPS and without, a client killed mid-call, an executor restarted
+   under live GPU clients, KV offload token-identical, the GPU scenarios' harness);
+2. the GPU scenarios (`bench.scenarios.gpu`: llama-1b bf16 fine-tuning N=1 and 8, decode 8 and
+   32 tenants, 16k-context decode with the KV cache offloaded) at a short window, without MPS;
+3. the same under NVIDIA MPS.
+It writes one results JSON naming the device, prints each stage, the goals met and missed, and
+a verdict: accepted (exit 0) when every test passed and every scenario ran, else refused (1).
+On a host without a GPU it says so and exits 2. `--device cpu --toy` runs the same stages on
+the CPU at toy size (exit 0 when they all ran): a check of this command, never a verdict on a
+GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+
+from bench.machine import describe
+from bench.scenarios.gpu import GPU_SCENARIOS
+
+RESULTS = Path(__file__).parent / "results" / "gpu-check.json"
+TESTS_SHARE = 0.35  # of the budget, for the gpu-marked tests; the scenarios share the rest
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench gpu-check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget-s", type=float, default=600.0, help="all stages together")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--device", default="cuda", help="cuda (a verdict) or cpu (--toy)")
+    parser.add_argument("--toy", action="store_true", help="tiny model: checks this command")
+    parser.add_argument("--tests", default="tests", help="where the gpu-marked tests are")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.stderr.write("gpu-check: this host has no usable CUDA device "
+                         "(torch.cuda.is_available() is False); nothing was run\n")
+        return 2
+    deadline = time.monotonic() + args.budget_s
+    report = {"command": "python -m bench gpu-check " + " ".join(argv),
+              "date": time.strftime("%Y-%m-%d %H:%M"), "device": args.device,
+              "machine": describe(), "budget_s": args.budget_s, "stages": {}}
+    report["device_name"] = report["machine"]["gpu"] if args.device != "cpu" else "cpu"
+    _say(f"gpu-check on {report['machine']['gpu'] or 'the CPU (harness check only)'}")
+    report["stages"]["gpu tests"] = tests(args.tests, deadline, args.budget_s * TESTS_SHARE)
+    for mps in (False, True):
+        name = "scenarios under MPS" if mps else "scenarios without MPS"
+        passes_left = 1 if mps else 2
+        report["stages"][name] = scenarios(args, mps, deadline, passes_left)
+    report["verdict"] = verdict(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    _say(summary(report) + f"\nresults: {args.out}")
+    return 0 if report["verdict"] in ("accepted", "harness check passed (no GPU)") else 1
+
+
+def tests(where: str, deadline: float, share_s: float) -> dict:
+    """The gpu-marked tests, counted from pytest's JUnit report."""
+    limit = max(1.0, min(share_s, deadline - time.monotonic()))
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        started = time.monotonic()
+        try:
+            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", where,
+                                  "-p", "no:cacheprovider", f"--junitxml={junit}"],
+                                 capture_output=True, text=True, timeout=limit)
+            code, tail = run.returncode, (run.stdout + run.stderr)[-3000:]
+        except subprocess.TimeoutExpired as exc:
+            code, tail = None, _text(exc.stdout)[-3000:]
+        result = {"seconds": round(time.monotonic() - started, 1), "exit_code": code,
+                  "timed_out": code is None, **_counts(junit), "output_tail": tail}
+    _say(f"gpu tests: {result['passed']} passed, {result['failed']} failed, "
+         f"{result['skipped']} skipped in {result['seconds']} s"
+         + (" (TIMED OUT)" if code is None else ""))
+    return result
+
+
+def _counts(junit: Path) -> dict:
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "failures": []}
+    if not junit.exists():
+        return counts
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = next((child.tag for child in case), "passed")
+        if outcome in ("failure", "error"):
+            counts["failed"] += 1
+            counts["failures"].append(f"{case.get('classname')}::{case.get('name')}")
+        elif outcome == "skipped":
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
+
+
+def scenarios(args: argparse.Namespace, mps: bool, deadline: float, passes_left: int) -> dict:
+    """One pass of the GPU scenarios (`python -m bench run`), within its share of what is
+    left; the records written so far are kept if it runs out of time."""
+    limit = max(1.0, (deadline - time.monotonic()) / passes_left)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        command = [sys.executable, "-m", "bench", "run", "--device", args.device,
+                   "--out", str(out), *(["--toy"] if args.toy else ["--quick", "--window-s", "4"]),
+                   *(["--mps"] if mps else []), *GPU_SCENARIOS]
+        started = time.monotonic()
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=limit)
+            code, tail = run.returncode, run.stderr[-3000:]
+        except subprocess.TimeoutExpired as exc:
+            code, tail = None, _text(exc.stderr)[-3000:]
+        document = json.loads(out.read_text()) if out.exists() else {"records": []}
+    records = document["records"]
+    failed = [r["scenario"] for r in records if r["metric"].startswith("FAILED")]
+    result = {"mps": mps, "seconds": round(time.monotonic() - started, 1), "exit_code": code,
+              "timed_out": code is None, "records": records, "failed": failed,
+              "scenarios_run": sorted({r["scenario"] for r in records}),
+              "stderr_tail": tail}
+    _say(f"scenarios {'under MPS' if mps else 'without MPS'}: {len(records)} records, "
+         f"{len(failed)} failed in {result['seconds']} s" + (" (TIMED OUT)" if code is None
+                                                             else ""))
+    return result
+
+
+def verdict(report: dict) -> str:
+    """accepted / refused on a GPU; on the CPU only whether this command's stages ran."""
+    stages = report["stages"]
+    on_gpu = report["device"].startswith("cuda")
+    checked = stages["gpu tests"]
+    tests_ok = checked["failed"] == 0 and not checked["timed_out"] and \
+        (checked["passed"] > 0 if on_gpu else checked["exit_code"] in (0, 5))
+    runs_ok = all(s["exit_code"] == 0 and not s["failed"] and
+                  len(s["scenarios_run"]) == len(GPU_SCENARIOS)
+                  for name, s in stages.items() if name.startswith("scenarios"))
+    if not on_gpu:
+        return f"harness check {'passed' if tests_ok and runs_ok else 'FAILED'} (no GPU)"
+    return "accepted" if tests_ok and runs_ok else "refused"
+
+
+def summary(report: dict) -> str:
+    lines = [f"verdict: {report['verdict']}"]
+    for name, stage in report["stages"].items():
+        for record in stage.get("records", []):
+            goal = record.get("goal")
+            if goal:
+                state = {True: "met", False: "MISSED", None: "-"}[record["met"]]
+                measured = record["ratio"] if goal.split()[1].endswith("x") else record["ours"]
+                shown = "-" if measured is None else f"{measured:.3g}"
+                lines.append(f"  [{name}] {record['scenario']}: {record['metric']}: {shown} "
+                             f"(goal {goal}) {state}")
+    return "\n".join(lines)
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
