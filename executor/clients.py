@@ -77,7 +77,8 @@ class ClientState:
             fields = {f: getattr(message, f) for f in ("uuid", *HANDLE_FIELDS)}
             try:
                 if driver is None or counters is None:
-                    raise RefusedBuffer("this executor does not run on a GPU")
+                    raise RefusedBuffer("this executor opens no device buffers (no GPU or no "
+                                        "CUDA driver)")
                 self.device_buffer = open_buffer(fields, message.token, counters, driver)
             except RefusedBuffer as exc:
                 log.warning("device buffer of client %s refused (%s): shared memory", self.name,

@@ -96,3 +96,21 @@ def test_a_device_buffer_is_refused_on_a_cpu_executor_and_on_a_gpu_one_without_t
     finally:
         doorbell.close()
     assert not [c for c in stand_in.log() if c.startswith("cuMemGetAddressRange")]
+
+
+def test_a_gpu_executor_without_a_driver_refuses_device_buffers(segment, caplog) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a CUDA driver")
+    share = P.ShareDevice("GPU-x", b"\x07" * 64, 1 << 20, 0, b"", False, b"\x00" * 16)
+    doorbell = WorkerDoorbell.create_if_possible(SHM_DIR)
+    assert doorbell is not None
+    try:
+        table = ClientTable("cuda:0")
+        state = _admit(table, segment, doorbell)
+        with caplog.at_level("WARNING"):
+            assert table.share_device(state, share) is False
+        assert "no CUDA driver for device buffers" in caplog.text
+        assert "opens no device buffers" in caplog.text  # the client is told no; why is logged
+    finally:
+        table.remove(b"identity")
+        doorbell.close()

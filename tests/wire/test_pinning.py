@@ -58,3 +58,15 @@ def test_without_a_driver_library_nothing_is_pinned(caplog) -> None:
         pinned = pins.pin(torch.zeros(64, dtype=torch.uint8))
     assert not pinned and pins.pinned == 0
     assert "no CUDA driver library" in caplog.text
+
+
+def test_an_unpin_the_driver_refuses_is_a_warning_and_forgotten(stand_in, caplog) -> None:
+    pins = HostPins(torch.device("cuda", 0), stand_in.driver())
+    memory = torch.zeros(4096, dtype=torch.uint8)
+    assert pins.pin(memory)
+    pins.retire(memory)
+    stand_in.lib.stand_in_reset()  # the driver forgot the registration (a context reset)
+    with caplog.at_level(logging.WARNING, logger="wire.pinning"):
+        assert pins.settle() == 1
+    assert "not unpinned" in caplog.text and "CUresult 713" in caplog.text
+    assert (pins.pinned, pins.retiring) == (0, 0)
