@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from openapi.common import INT32, StrictModel, Text, Usage
 from openapi.completions import SamplingFields
@@ -33,6 +33,12 @@ class ChatMessage(BaseModel):
     name: Text | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, description="assistant messages")
     tool_call_id: Text | None = Field(default=None, description="tool messages")
+
+    @model_validator(mode="after")
+    def _tool_result(self) -> ChatMessage:
+        if self.role == "tool" and (self.tool_call_id is None or self.content is None):
+            raise ValueError("a tool message needs the tool_call_id it answers and content")
+        return self
 
     def text(self) -> str:
         if self.content is None:

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
-from openapi.common import INT32, OpenAIBaseModel, StreamOptions, Text, TokenId, Usage
+from openapi.common import (
+    INT32,
+    INT64_MAX,
+    INT64_MIN,
+    OpenAIBaseModel,
+    StreamOptions,
+    Text,
+    TokenId,
+    Usage,
+)
 from openapi.formats import ResponseFormat
 
 MAX_N = 8
@@ -27,8 +36,8 @@ class SamplingFields(OpenAIBaseModel):
     stop: Text | list[Text] | None = None
     presence_penalty: float = Field(default=0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0, ge=-2, le=2)
-    seed: Annotated[int, AfterValidator(lambda seed: seed % 2**63)] | None = Field(
-        default=None, description="any integer (taken modulo 2^63)")
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX,
+                             description="a 64-bit signed integer: same seed, same output")
     user: Text | None = Field(default=None, description=(
         "the end user's id: logged, and the key that keeps a user on one version of a model "
         "whose traffic is split"))
@@ -43,9 +52,28 @@ class SamplingFields(OpenAIBaseModel):
     min_tokens: int = Field(default=0, ge=0, le=INT32)
 
 
+def _token_lists(prompt: object) -> object:
+    """A prompt of token ids with a bad element is refused naming it (pydantic's union would
+    only say that a list is not a string)."""
+    if not isinstance(prompt, list):
+        return prompt
+    if not prompt:
+        raise ValueError("the prompt is an empty list")
+    rows = [(f"prompt[{i}]", p) for i, p in enumerate(prompt)] \
+        if isinstance(prompt[0], list) else [("prompt", prompt)]
+    for where, row in rows:
+        if isinstance(row, list) and not row:
+            raise ValueError(f"{where} is an empty list of token ids")
+        for j, token in enumerate(row if isinstance(row, list) else []):
+            if isinstance(token, int) and not isinstance(token, bool) and \
+                    not 0 <= token <= INT32:
+                raise ValueError(f"{where}[{j}] is {token}: a token id is from 0 to {INT32}")
+    return prompt
+
+
 class CompletionRequest(SamplingFields):
-    prompt: Text | NonEmpty[list[Text]] | NonEmpty[list[TokenId]] | \
-        NonEmpty[list[NonEmpty[list[TokenId]]]]
+    prompt: Annotated[Text | NonEmpty[list[Text]] | NonEmpty[list[TokenId]] |
+                      NonEmpty[list[NonEmpty[list[TokenId]]]], BeforeValidator(_token_lists)]
     max_tokens: int | None = Field(default=16, ge=0, le=INT32)
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False

@@ -77,6 +77,10 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}}],
         "tool_choice": "required"}, "tools"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "tool", "tool_call_id": "c"}]},
+     "messages.0"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "tool", "content": "18C"}]},
+     "messages.0"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
      "messages.0.tool_calls.0.function.arguments"),
@@ -199,13 +203,27 @@ def test_405_says_what_is_allowed(client) -> None:
     assert response.headers["allow"] == "DELETE, GET"
 
 
-def test_any_integer_is_a_seed(client) -> None:
-    from openapi.completions import CompletionRequest
+@pytest.mark.parametrize(("seed", "status"), [(2**63 - 1, 503), (-(2**63), 503), (0, 503),
+                                              (2**63, 400), (-(2**63) - 1, 400), (2**65, 400)])
+def test_a_seed_is_a_64_bit_integer(client, seed: int, status: int) -> None:
+    """As documented: in range it passes validation (503: no manager in these tests); out of
+    range it is refused, never wrapped."""
+    response = client.post("/v1/completions", json={**COMPLETION, "seed": seed}, headers=KEY)
+    error = assert_openai_error(response, status)
+    if status == 400:
+        assert error["param"] == "seed"
 
-    assert CompletionRequest(model="m", prompt="x", seed=HUGE).seed == HUGE % 2**63
-    assert CompletionRequest(model="m", prompt="x", seed=-1).seed == 2**63 - 1
-    response = client.post("/v1/completions", json={**COMPLETION, "seed": -HUGE}, headers=KEY)
-    assert response.status_code == 503  # past validation; no manager in these tests
+
+@pytest.mark.parametrize(("prompt", "named"), [
+    ([HUGE], f"prompt[0] is {HUGE}"), ([3, -1], "prompt[1] is -1"),
+    ([[5, 2**40]], f"prompt[0][1] is {2**40}"), ([[5], []], "prompt[1] is an empty list"),
+    ([], "the prompt is an empty list")])
+def test_a_bad_token_id_is_named(client, prompt: list, named: str) -> None:
+    error = assert_openai_error(client.post("/v1/completions", json={**COMPLETION,
+                                                                     "prompt": prompt},
+                                            headers=KEY), 400)
+    assert error["param"] == "prompt" and named in error["message"], error
+    assert "valid string" not in error["message"]
 
 
 def test_malformed_json_names_no_field(client) -> None:

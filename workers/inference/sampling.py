@@ -20,7 +20,7 @@ def make_generator(params: SamplingParams, index: int) -> torch.Generator | None
     if params.seed is None:
         return None
     generator = torch.Generator()
-    generator.manual_seed(params.seed * 1009 + index)
+    generator.manual_seed((params.seed * 1009 + index) % 2**64)  # any int64 seed, any index
     return generator
 
 
@@ -45,7 +45,10 @@ def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
     if params.temperature <= 0:
         token = int(scores.argmax())
     else:
-        scores = scores / params.temperature
+        scaled = scores / params.temperature
+        if not bool(torch.isfinite(scaled.max())):  # a tiny temperature overflows: from the
+            scaled = (scores - scores.max()) / params.temperature  # best down, never NaN
+        scores = scaled
         if params.top_k > 0:
             kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
             scores[scores < kth] = float("-inf")
@@ -53,9 +56,13 @@ def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
             ordered, order = torch.sort(scores, descending=True)
             cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
             drop = cumulative - torch.softmax(ordered, dim=-1) >= params.top_p
+            drop[0] = False  # the best token always stays (a top_p under float32's range)
             scores[order[drop]] = float("-inf")
         probs = torch.softmax(scores, dim=-1)
-        token = int(torch.multinomial(probs, 1, generator=generator))
+        if not bool(torch.isfinite(probs).all()):  # nothing left to draw from: the best one
+            token = int(scores.argmax())
+        else:
+            token = int(torch.multinomial(probs, 1, generator=generator))
     if params.logprobs is None:
         return Choice(token)
     logprobs = torch.log_softmax(raw, dim=-1)
