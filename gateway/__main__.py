@@ -9,9 +9,11 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from state.storage import private_files
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m gateway")

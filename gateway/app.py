@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from catalogue.paths import local_path
 from gateway import errors
 from gateway.deps import operator
 from gateway.errors import APIError
@@ -25,6 +26,7 @@ from state.adapters import AdapterRegistry
 from state.db import Database
 from state.files import FileStore
 from state.jobs import JobStore
+from state.storage import Reserve
 
 log = logging.getLogger("gateway")
 JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")
@@ -36,11 +38,14 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if not Reserve(settings.data_dir).restore():
+            log.warning("no room for the 1 MiB space reserve in %s", settings.data_dir)
         state = app.state
         state.settings = settings
         state.started = int(time.time())
         state.db = Database(settings.db_path)
-        state.registry = AdapterRegistry(state.db, settings.data_dir, settings.model)
+        state.registry = AdapterRegistry(state.db, settings.data_dir, settings.model,
+                                         local_path(settings.model))
         state.files = FileStore(state.db, settings.data_dir)
         state.jobs = JobStore(state.db)
         state.text_tokens = TextTokens(settings.model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from openapi.common import ErrorResponse
+from state.storage import out_of_space
 
 log = logging.getLogger("gateway.errors")
 EXTRA_HINTS = {"prompt": "not a chat parameter: use 'messages', or /v1/completions",
@@ -20,7 +22,7 @@ TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permis
          404: "invalid_request_error", 409: "invalid_request_error",
          413: "invalid_request_error", 415: "invalid_request_error",
          422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
-         503: "service_unavailable"}
+         503: "service_unavailable", 507: "server_error"}
 
 
 def documented(*statuses: int) -> dict:
@@ -47,6 +49,12 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def insufficient_storage() -> APIError:
+    return APIError(507, "The server is out of disk space, so nothing was stored. Free space "
+                    "(delete files, models or jobs' outputs you no longer need) and retry.",
+                    "insufficient_storage")
 
 
 def model_not_found(model: str) -> APIError:
@@ -112,6 +120,17 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 405:  # every method of every route on this path, not the first's
             headers["Allow"] = ", ".join(_allowed(request))
         return APIError(exc.status_code, message, None, headers=headers).response()
+
+    async def storage(_: Request, exc: Exception) -> JSONResponse:
+        if out_of_space(exc):
+            log.error("out of disk space: %s", exc)
+            return insufficient_storage().response()
+        log.error("unhandled error", exc_info=exc)
+        return APIError(500, "The server had an error while processing your request.",
+                        "internal_error").response()
+
+    app.add_exception_handler(OSError, storage)
+    app.add_exception_handler(sqlite3.Error, storage)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

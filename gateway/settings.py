@@ -30,6 +30,7 @@ class GatewaySettings(BaseSettings):
     max_concurrent: int = 16  # per tenant, unless the tenants file says otherwise
     max_context: int = 0  # per tenant; 0: the model's own limit
     max_kv_tokens: int = 0  # per tenant, across its in-flight requests; 0: no budget
+    min_free_mb: int = 64  # /ready says unavailable with less free space in data_dir
 
     @property
     def tenants_path(self) -> Path:

@@ -95,11 +95,13 @@ def tenants_create(args: argparse.Namespace) -> int:
 
 
 def adapters_register(args: argparse.Namespace) -> int:
+    from catalogue.paths import local_path
     from state.adapters import AdapterError, AdapterRegistry
     from state.db import Database
 
     settings = GatewaySettings(data_dir=Path(args.data_dir), model=args.model)
-    registry = AdapterRegistry(Database(settings.db_path), settings.data_dir, settings.model)
+    registry = AdapterRegistry(Database(settings.db_path), settings.data_dir, settings.model,
+                               local_path(settings.model))
     try:
         version = registry.register(args.tenant, args.name, Path(args.directory))
     except AdapterError as exc:
@@ -161,6 +163,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from state.storage import private_files
+
+    private_files()
     args = parser().parse_args(argv)
     return args.run(args)
 

@@ -8,7 +8,9 @@ versions serve them (state.versions), the `versions` table each version's direct
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
 import shutil
 import time
@@ -16,10 +18,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from state.adapter_check import AdapterMismatch, check
 from state.db import Database
 from state.files import file_sha256
+from state.storage import DIR_MODE, Reserve, delete_freeing_space, staged_dir, write_new
+from state.tensorfile import Shapes, TensorFileError, model_shapes, read_shapes
 from state.versions import VersionRecord, Versions
 
+log = logging.getLogger("state.adapters")
 SUPPORTED = {"LORA", "IA3", "ADALORA", "PREFIX_TUNING", "PROMPT_TUNING"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -48,11 +54,27 @@ class AdapterRecord:
 
 
 class AdapterRegistry:
-    def __init__(self, db: Database, data_dir: Path, base: str) -> None:
+    def __init__(self, db: Database, data_dir: Path, base: str,
+                 base_dir: Path | None = None) -> None:
+        """`base_dir`: the base model's directory, whose weights' shapes adapters must fit
+        (None: checked against their own config only)."""
         self.db = db
         self.root = data_dir / "adapters"
+        self.reserve = Reserve(data_dir)
         self.base = base
+        self.base_dir = base_dir
         self.versions = Versions(db)
+
+    @functools.cached_property
+    def base_shapes(self) -> Shapes | None:
+        if self.base_dir is None:
+            return None
+        try:
+            return model_shapes(self.base_dir)
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("base model weights at %s not readable (%s): adapters are checked "
+                        "against their config only", self.base_dir, exc)
+            return None
 
     def register(self, tenant: str, name: str, source: Path, *, model_id: str | None = None,
                  origin: str = "registered", job_id: str | None = None,
@@ -66,17 +88,26 @@ class AdapterRegistry:
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
                                    "(at most 64)")
             model_id = f"{tenant}/{name}"
-        peft_type = validate(source)
+        peft_type = validate(source, self.base_shapes)
         existing = self.get(model_id)
         if existing is not None and not named:
             raise AdapterError(f"a model with id {model_id!r} already exists")
         target = self.root / tenant / uuid.uuid4().hex
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_suffix(".tmp")
-        staging.mkdir()
-        for filename in FILES:
-            shutil.copyfile(source / filename, staging / filename)
-        staging.rename(target)
+        target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        with staged_dir(target) as staging:
+            for filename in FILES:
+                with (source / filename).open("rb") as f:
+                    write_new(staging / filename, iter(lambda f=f: f.read(1 << 20), b""))
+        try:
+            return self._record(tenant, model_id, existing, target, peft_type, origin, job_id,
+                                in_service, lineage)
+        except BaseException:  # no version without its files, no files without a version
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+
+    def _record(self, tenant: str, model_id: str, existing: AdapterRecord | None, target: Path,
+                peft_type: str, origin: str, job_id: str | None, in_service: bool,
+                lineage: dict | None) -> VersionRecord:
         lineage = {**_lineage(target), **(lineage or {})}
         created = int(time.time())
         with self.db.transaction() as conn:
@@ -121,11 +152,17 @@ class AdapterRegistry:
     def delete(self, model_id: str) -> list[str]:
         """Delete a model with every version; the version ids that were deleted."""
         versions = self.versions.list(model_id)
-        with self.db.transaction() as conn:
-            conn.execute("DELETE FROM versions WHERE model = ?", (model_id,))
-            conn.execute("DELETE FROM models WHERE id = ?", (model_id,))
-        for version in versions:
-            shutil.rmtree(version.path, ignore_errors=True)
+
+        def forget() -> None:
+            with self.db.transaction() as conn:
+                conn.execute("DELETE FROM versions WHERE model = ?", (model_id,))
+                conn.execute("DELETE FROM models WHERE id = ?", (model_id,))
+
+        def remove() -> None:
+            for version in versions:
+                shutil.rmtree(version.path, ignore_errors=True)
+
+        delete_freeing_space(forget, remove, self.reserve)
         return [v.id for v in versions]
 
 
@@ -135,8 +172,10 @@ def _lineage(directory: Path) -> dict:
             "peft_config": config}
 
 
-def validate(directory: Path) -> str:
-    """The PEFT type of an adapter directory, or AdapterError saying what is wrong."""
+def validate(directory: Path, base: Shapes | None = None) -> str:
+    """The PEFT type of an adapter directory, or AdapterError saying what is wrong: its config,
+    its safetensors file read whole, and its tensors against the config and the `base` model's
+    weight shapes."""
     for filename in FILES:
         if not (directory / filename).is_file():
             raise AdapterError(f"an adapter directory needs {filename}")
@@ -153,8 +192,9 @@ def validate(directory: Path) -> str:
                            f"(supported: {', '.join(sorted(SUPPORTED))})")
     if config.get("use_dora"):
         raise AdapterError("DoRA adapters need the base weights and cannot be served")
-    with (directory / "adapter_model.safetensors").open("rb") as f:
-        header = f.read(8)
-    if len(header) < 8 or int.from_bytes(header, "little") > 100 * 2**20:
-        raise AdapterError("adapter_model.safetensors is not a safetensors file")
+    try:
+        tensors = read_shapes(directory / "adapter_model.safetensors")
+        check(peft_type, config, tensors, base)
+    except (TensorFileError, AdapterMismatch) as exc:
+        raise AdapterError(str(exc)) from None
     return peft_type

@@ -146,7 +146,12 @@ class Database:
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:  # a full disk fails here: the connection must not stay
+                if self.conn.in_transaction:  # inside the transaction
+                    self.conn.execute("ROLLBACK")
+                raise
 
     def query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         with self.lock:

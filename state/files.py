@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from state.db import Database
+from state.storage import DIR_MODE, Reserve, delete_freeing_space, write_new
 
 PURPOSES = {"fine-tune", "fine-tune-results"}
 
@@ -47,23 +47,26 @@ class FileStore:
     def __init__(self, db: Database, data_dir: Path) -> None:
         self.db = db
         self.root = data_dir / "files"
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.reserve = Reserve(data_dir)
+        self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
 
     def create(self, tenant: str, filename: str, purpose: str, data: bytes, *,
                examples: int = 0, format: str | None = None) -> FileRecord:
         file_id = new_id("file")
         path = self.root / file_id
-        staging = path.with_suffix(".tmp")
-        staging.write_bytes(data)
-        os.replace(staging, path)
+        write_new(path, data)
         record = FileRecord(file_id, tenant, len(data), int(time.time()),
                             _safe_name(filename), purpose, "processed", str(path), examples,
                             format)
-        with self.db.transaction() as conn:
-            conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (record.id, record.tenant, record.bytes, record.created_at,
-                          record.filename, record.purpose, record.status, record.path,
-                          record.examples, record.format))
+        try:
+            with self.db.transaction() as conn:
+                conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (record.id, record.tenant, record.bytes, record.created_at,
+                              record.filename, record.purpose, record.status, record.path,
+                              record.examples, record.format))
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
         return record
 
     def get(self, file_id: str, tenant: str) -> FileRecord | None:
@@ -89,9 +92,12 @@ class FileStore:
         return rows[:limit], len(rows) > limit
 
     def delete(self, record: FileRecord) -> None:
-        with self.db.transaction() as conn:
-            conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
-        Path(record.path).unlink(missing_ok=True)
+        def forget() -> None:
+            with self.db.transaction() as conn:
+                conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
+
+        delete_freeing_space(forget, lambda: Path(record.path).unlink(missing_ok=True),
+                             self.reserve)
 
 
 def _safe_name(filename: str) -> str:

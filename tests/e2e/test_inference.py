@@ -191,7 +191,17 @@ def test_ready_and_health(deployment: Deployment) -> None:
     assert httpx.get(f"{base}/health").json() == {"status": "ok"}
     ready = httpx.get(f"{base}/ready")
     assert ready.status_code == 200 and ready.json()["checks"] == {"manager": True,
-                                                                   "executor": True}
+                                                                   "executor": True,
+                                                                   "disk": True}
+
+
+def test_the_services_files_are_private(deployment: Deployment) -> None:
+    """The database, adapters and the rest the services wrote: their user's alone."""
+    made = [p for p in deployment.stack.data_dir.rglob("*") if p.name != "tenants.json"]
+    assert any(p.name == "state.db" for p in made) and any(p.is_dir() for p in made)
+    shared = [f"{p}: {oct(p.stat().st_mode & 0o777)}" for p in made
+              if p.stat().st_mode & 0o077]
+    assert shared == []
 
 
 def test_sdk_errors_are_typed(deployment: Deployment) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.gateway.conftest import KEY
@@ -193,6 +195,20 @@ def test_an_adapter_config_that_is_not_an_object_is_400(client, config: bytes) -
                                   "adapter_model": ("adapter_model.safetensors", b"\0" * 16)})
     error = assert_openai_error(response, 400)
     assert error["code"] == "invalid_adapter" and "JSON object" in error["message"]
+
+
+@pytest.mark.parametrize(("weights", "reason"), [
+    (b"", "too short"), (b"\x02\0\0\0\0\0\0\0{}", "holds no tensors"),
+    (b"\xff" * 16, "not a safetensors file")])
+def test_an_adapter_file_that_is_not_whole_is_400_and_nothing_is_stored(client, weights: bytes,
+                                                                        reason: str) -> None:
+    config = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"]}).encode()
+    response = client.post("/v1/adapters", headers=KEY, data={"name": "broken"},
+                           files={"adapter_config": ("adapter_config.json", config),
+                                  "adapter_model": ("adapter_model.safetensors", weights)})
+    error = assert_openai_error(response, 400)
+    assert error["code"] == "invalid_adapter" and reason in error["message"], error
+    assert client.get("/v1/models/acme/broken", headers=KEY).status_code == 404
 
 
 def test_405_says_what_is_allowed(client) -> None:

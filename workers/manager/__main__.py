@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 
+from state.storage import private_files
 from workers.manager.broker import Manager
 from workers.manager.config import parse_config
 
@@ -13,6 +14,7 @@ log = logging.getLogger("workers.manager")
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = parse_config(argv)

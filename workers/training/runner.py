@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from peft import PeftModel, get_peft_model
 
+from catalogue.paths import local_path
 from state.adapters import AdapterRegistry
 from state.db import Database, db_path
 from state.files import FileStore, file_sha256
@@ -184,7 +185,8 @@ class Trainer:
 
     def _register_checkpoint(self, path: Path, progress, epoch: int, metrics: dict) -> None:
         model_id = f"{self.job.model_id}:ckpt-step-{progress.step}"
-        registry = AdapterRegistry(self.db, self.data_dir, self.job.model)
+        registry = AdapterRegistry(self.db, self.data_dir, self.job.model,
+                                   local_path(self.job.model))
         if registry.get(model_id) is None:
             registry.register(self.job.tenant, "", path, model_id=model_id,
                               origin="checkpoint", job_id=self.job.id)
@@ -202,7 +204,7 @@ class Trainer:
             self.jobs.event(job.id, f"Quality gate {item['name']}: "
                             f"{'passed' if item['passed'] else 'FAILED'} ({item['detail']})",
                             level="info" if item["passed"] else "warn")
-        registry = AdapterRegistry(self.db, self.data_dir, job.model)
+        registry = AdapterRegistry(self.db, self.data_dir, job.model, local_path(job.model))
         passed, lineage = verdict["passed"], self._lineage(verdict)
         name = job.spec.peft.register_as
         with tempfile.TemporaryDirectory(dir=self.data_dir) as tmp:

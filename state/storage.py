@@ -1,0 +1,107 @@
+"""Writing to the data directory when it may be full: what counts as out of space (the OS's
+ENOSPC/EDQUOT, SQLite's "database or disk is full"), new files that never stay half-written,
+deletes that free space first when the database itself has none, and how much is left."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+SQLITE_FULL = 13
+FILE_MODE, DIR_MODE = 0o600, 0o700
+RESERVE_BYTES = 2**20
+
+
+def out_of_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, sqlite3.Error) and (
+        getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "disk is full" in str(exc))
+
+
+def write_new(path: Path, data: bytes | Iterator[bytes]) -> int:
+    """Write `path` whole (through a staging file, renamed when complete, private to its
+    owner) or not at all; the bytes written."""
+    staging = path.with_name(path.name + ".tmp")
+    written = 0
+    try:
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            for chunk in [data] if isinstance(data, bytes) else data:
+                f.write(chunk)
+                written += len(chunk)
+        os.replace(staging, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
+        raise
+    return written
+
+
+@contextlib.contextmanager
+def staged_dir(target: Path) -> Iterator[Path]:
+    """A directory filled under a staging name and renamed to `target` when the block ends;
+    removed, with what it holds, when the block fails."""
+    staging = target.with_name(target.name + ".tmp")
+    staging.mkdir(mode=DIR_MODE)
+    try:
+        yield staging
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+class Reserve:
+    """A file of zeros kept in the data directory, given up when a delete finds the disk so
+    full that the database cannot even record it (SQLite needs room to delete), and taken
+    back when there is room again."""
+
+    def __init__(self, directory: Path, size: int = RESERVE_BYTES) -> None:
+        self.path = directory / ".space-reserve"
+        self.size = size
+
+    def restore(self) -> bool:
+        if self.path.exists() and self.path.stat().st_size >= self.size:
+            return True
+        try:
+            write_new(self.path, bytes(self.size))
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            return False
+        return True
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def delete_freeing_space(forget: Callable[[], None], remove: Callable[[], None],
+                         reserve: Reserve) -> None:
+    """`forget` the rows, then `remove` the files; when the database has no room even to
+    forget, remove the files first and, if that is not room enough, give up the reserve."""
+    for attempt in range(3):
+        try:
+            forget()
+            break
+        except (OSError, sqlite3.Error) as exc:
+            if not out_of_space(exc) or attempt == 2:
+                raise
+            (remove if attempt == 0 else reserve.release)()
+    remove()
+    reserve.restore()
+
+
+def private_files() -> None:
+    """Files this process creates from now on are its user's alone (0600, directories 0700):
+    the database, adapters, uploads and results are tenants' data."""
+    os.umask(0o077)
+
+
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
