@@ -1,8 +1,11 @@
 """`python -m executor --shards N`: the executor as N ranks of one torch.distributed group.
 
 Rank 0 starts the ranks that run on this host (`--local-shards`, default all N) as child
-processes; ranks on other hosts are started there with `--rank R --rendezvous tcp://HOST:PORT`
-(rank 0's address). Every rank joins the group (gloo on CPUs, NCCL on GPUs: rank r on
+processes, meeting through a file in a private directory (no network rendezvous) and
+connected over loopback only; ranks on other hosts are started there with `--rank R
+--rendezvous tcp://HOST:PORT` (rank 0's address: put it on a private network, with
+GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME naming its interface, since torch's TCP store takes no
+credentials). Every rank joins the group (gloo on CPUs, NCCL on GPUs: rank r on
 cuda:r mod the host's GPUs), loads the model, keeps its slices (`executor.sharding`) and frees
 the rest. Rank 0 serves clients as the unsharded executor does; the others follow its calls.
 
@@ -17,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from datetime import timedelta
 
@@ -34,12 +38,6 @@ from executor.sharding import Leader, ShardedRegistry, follow, shard_registry
 
 log = logging.getLogger("executor.group")
 BEAT_S = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_device(config: ExecutorConfig) -> torch.device:
@@ -61,8 +59,21 @@ def start_local_ranks(config: ExecutorConfig, rendezvous: str) -> list[subproces
     return children
 
 
+def local_rendezvous() -> tuple[str, str]:
+    """(init method, its directory) for a group whose ranks all run on this host: a file in a
+    directory only this user can enter (no TCP store open to the network, no one else joins),
+    and the ranks' own connections on the loopback interface only."""
+    directory = tempfile.mkdtemp(prefix="symbiosis-group-")  # mode 0700
+    for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        os.environ.setdefault(variable, "lo")  # inherited by the local ranks
+    return f"file://{directory}/rendezvous", directory
+
+
 def run(config: ExecutorConfig) -> int:
-    rendezvous = config.rendezvous or f"tcp://127.0.0.1:{free_port()}"
+    private = None
+    rendezvous = config.rendezvous
+    if rendezvous is None:
+        rendezvous, private = local_rendezvous()
     children = start_local_ranks(config, rendezvous) if config.rank == 0 else []
     device = rank_device(config)
     try:
@@ -89,6 +100,8 @@ def run(config: ExecutorConfig) -> int:
                 child.wait(5)
             except subprocess.TimeoutExpired:
                 child.kill()
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
 
 
 def _follow(shards, rank: int, device: torch.device) -> int:

@@ -3,6 +3,7 @@ executor and plain transformers + peft; and a rank that dies takes its group dow
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -91,9 +92,32 @@ def test_a_dead_rank_takes_the_group_down_cleanly() -> None:
         follower.kill()
         killed = time.monotonic()
         assert executor.proc.wait(15) != 0  # rank 0 leaves, so the launcher restarts the group
-        with pytest.raises(ExecutorUnavailable):
+        with pytest.raises(ExecutorUnavailable) as failed:
             client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE)
         assert time.monotonic() - killed < 20
+        assert ".cpp" not in str(failed.value) and "gloo" not in str(failed.value)
+    finally:
+        client.close()
+        executor.stop()
+
+
+def test_a_local_group_meets_through_a_private_file_and_listens_on_loopback_only() -> None:
+    """No rendezvous open to the network (torch's TCP store takes no credentials): the ranks
+    meet through a file in a 0700 directory and connect over loopback."""
+    executor = ExecutorProcess.start("tiny-llama", short_tmp() / "private-group.sock", shards="2")
+    client = ExecutorClient(executor.endpoint, name="loopback-watcher")
+    try:
+        assert client.call(P.Op.FORWARD, 1, layer_inputs(client.layers[1], P.Op.FORWARD, 2, 1),
+                           P.CallKind.INFERENCE).shape[0] == 2
+        leader = psutil.Process(executor.proc.pid)
+        ranks = [leader, *leader.children()]
+        listening = [c.laddr for rank in ranks for c in rank.net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert all(address.ip in ("127.0.0.1", "::1") for address in listening), listening
+        rendezvous = next(a for a in ranks[1].cmdline() if a.startswith(("file://", "tcp://")))
+        assert rendezvous.startswith("file://")
+        directory = rendezvous.removeprefix("file://").rsplit("/", 1)[0]
+        assert os.stat(directory).st_mode & 0o077 == 0
     finally:
         client.close()
         executor.stop()
