@@ -20,6 +20,7 @@ from gateway.metrics import Metrics
 from gateway.routes import router
 from gateway.serving import Serving
 from gateway.settings import GatewaySettings
+from gateway.slots import TenantSlots
 from gateway.tenants import TenantDirectory
 from gateway.tokens import TextTokens
 from state.adapters import AdapterRegistry
@@ -47,6 +48,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.registry = AdapterRegistry(state.db, settings.data_dir, settings.model,
                                          local_path(settings.model))
         state.files = FileStore(state.db, settings.data_dir)
+        state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.jobs = JobStore(state.db)
         state.text_tokens = TextTokens(settings.model)
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,

@@ -8,7 +8,7 @@ file holds one format. Torch-free: token counts use the base model's `tokenizers
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -41,16 +41,21 @@ class Report:
         return text
 
 
-def validate_jsonl(data: bytes, count_tokens: Callable[[str], int] | None = None,
+def validate_jsonl(data: bytes | Iterable[bytes],
+                   count_tokens: Callable[[str], int] | None = None,
                    max_tokens: int = 0) -> Report:
+    """`data`: the file's bytes, or its lines as bytes (a file read line by line: an upload
+    is never held in memory whole)."""
     report = Report()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        report.errors.append(f"the file is not UTF-8 text (byte {exc.start})")
-        return report
-    with_system, without_system = 0, []
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = data.splitlines(keepends=True) if isinstance(data, bytes) else data
+    with_system, without_system, offset = 0, [], 0
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            report.errors.append(f"the file is not UTF-8 text (byte {offset + exc.start})")
+            return report
+        offset += len(raw)
         if not line.strip():
             continue
         problem, fmt, tokens, has_system = _check_line(line, count_tokens)

@@ -25,6 +25,7 @@ class GatewaySettings(BaseSettings):
     admin_keys: str = ""  # "key,key2": operator keys (may read /metrics)
     max_body_bytes: int = 2 * 2**20
     max_upload_bytes: int = 64 * 2**20
+    max_concurrent_uploads: int = Field(2, ge=1)  # per tenant; more at once: 429
     first_token_timeout_s: float = 300.0  # includes starting a worker and queueing
     manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
     max_concurrent: int = 16  # per tenant, unless the tenants file says otherwise

@@ -50,12 +50,22 @@ class FileStore:
         self.reserve = Reserve(data_dir)
         self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
 
-    def create(self, tenant: str, filename: str, purpose: str, data: bytes, *,
+    def staging(self) -> Path:
+        """A fresh private path beside the files for an upload on its way in (`create` adopts
+        it; the caller removes it otherwise)."""
+        return self.root / f"{new_id('upload')}.tmp"
+
+    def create(self, tenant: str, filename: str, purpose: str, data: bytes | Path, *,
                examples: int = 0, format: str | None = None) -> FileRecord:
+        """A new file from bytes, or adopting a staged file whole (`staging`)."""
         file_id = new_id("file")
         path = self.root / file_id
-        write_new(path, data)
-        record = FileRecord(file_id, tenant, len(data), int(time.time()),
+        if isinstance(data, Path):
+            size = data.stat().st_size
+            data.rename(path)
+        else:
+            size = write_new(path, data)
+        record = FileRecord(file_id, tenant, size, int(time.time()),
                             _safe_name(filename), purpose, "processed", str(path), examples,
                             format)
         try:

@@ -24,9 +24,9 @@ def out_of_space(exc: BaseException) -> bool:
         getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "disk is full" in str(exc))
 
 
-def write_new(path: Path, data: bytes | Iterator[bytes]) -> int:
+def write_new(path: Path, data: bytes | Iterator[bytes], limit: int | None = None) -> int:
     """Write `path` whole (through a staging file, renamed when complete, private to its
-    owner) or not at all; the bytes written."""
+    owner) or not at all; the bytes written, stopping once past `limit` if one is given."""
     staging = path.with_name(path.name + ".tmp")
     written = 0
     try:
@@ -35,6 +35,8 @@ def write_new(path: Path, data: bytes | Iterator[bytes]) -> int:
             for chunk in [data] if isinstance(data, bytes) else data:
                 f.write(chunk)
                 written += len(chunk)
+                if limit is not None and written >= limit:
+                    break
         os.replace(staging, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

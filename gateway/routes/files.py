@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, BinaryIO, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import Response
@@ -12,6 +13,7 @@ from gateway.dataset import validate_jsonl
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from openapi.files import FileDeleted, FileList, FileObject
+from state.storage import write_new
 
 router = APIRouter(prefix="/v1", tags=["files"],
                    responses=documented(400, 404, 409))
@@ -24,21 +26,41 @@ def _not_found(file_id: str) -> APIError:
 @router.post("/files", response_model=FileObject)
 async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
                       purpose: Annotated[Literal["fine-tune"], Form()]) -> FileObject:
+    """Streamed to a staging file beside the others, validated line by line from there, then
+    kept (never held in memory whole); a tenant uploads `max_concurrent_uploads` at a time."""
     state = request.app.state
     limit = state.settings.max_upload_bytes
-    data = await file.read(limit + 1)
-    if len(data) > limit:
-        raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
-                       "file_too_large", "file")
-    tokens = state.text_tokens
-    # tokenizing a large file takes seconds: off the event loop, so other requests go on
-    report = await run_in_threadpool(validate_jsonl, data, tokens.count, tokens.max_context)
-    if not report.ok:
-        raise APIError(400, report.message(), "invalid_file_format", "file")
-    record = await run_in_threadpool(state.files.create, tenant.id,
-                                     file.filename or "upload.jsonl", purpose, data,
-                                     examples=report.examples, format=report.format)
+    async with state.uploads.slot(tenant.id):
+        staged = state.files.staging()
+        try:
+            if await run_in_threadpool(copy_at_most, file.file, staged, limit) > limit:
+                raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
+                               "file_too_large", "file")
+            tokens = state.text_tokens
+            report = await run_in_threadpool(validate_file, staged, tokens.count,
+                                             tokens.max_context)
+            if not report.ok:
+                raise APIError(400, report.message(), "invalid_file_format", "file")
+            record = await run_in_threadpool(state.files.create, tenant.id,
+                                             file.filename or "upload.jsonl", purpose, staged,
+                                             examples=report.examples, format=report.format)
+        finally:
+            staged.unlink(missing_ok=True)
     return FileObject(**record.public())
+
+
+def copy_at_most(source: BinaryIO, target: Path, limit: int) -> int:
+    """Copy up to `limit` + 1 bytes in chunks (more means too large); the bytes copied."""
+    return write_new(target, iter(lambda: source.read(min(1 << 20, limit + 1)), b""),
+                     limit=limit + 1)
+
+
+def validate_file(path: Path, count, max_tokens: int):
+    """Line by line, read ~1 MiB at a time (iterating the file object itself holds the GIL
+    for seconds and stalls every other request)."""
+    with path.open("rb") as f:
+        return validate_jsonl((line for batch in iter(lambda: f.readlines(1 << 20), [])
+                               for line in batch), count, max_tokens)
 
 
 @router.get("/files", response_model=FileList)

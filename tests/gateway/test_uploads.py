@@ -45,3 +45,86 @@ def test_health_answers_while_a_large_upload_is_validated(tmp_path) -> None:
     assert result["response"].json()["bytes"] == len(data)
     assert result["seconds"] > 1.5 and len(waits) >= 5  # the test saw the validation happen
     assert max(waits) < result["seconds"] / 3, (max(waits), result["seconds"])
+
+
+def test_a_tenants_uploads_are_capped_and_others_go_on(tmp_path) -> None:
+    data = "\n".join([ROW] * 20_000).encode()  # seconds of validation each
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as client:
+        busy = client.app.state.uploads
+        results: list = []
+
+        def upload() -> None:
+            results.append(client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                                       files={"file": ("big.jsonl", data)}))
+
+        threads = [threading.Thread(target=upload) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while busy._busy["acme"] < 2:
+            assert time.monotonic() < deadline, "the two uploads never ran at once"
+            time.sleep(0.01)
+        third = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                            files={"file": ("small.jsonl", ROW.encode())})
+        other = client.post("/v1/files", headers={"Authorization": "Bearer sk-beta"},
+                            data={"purpose": "fine-tune"},
+                            files={"file": ("small.jsonl", ROW.encode())})
+        for thread in threads:
+            thread.join()
+        assert third.status_code == 429, third.text
+        assert third.json()["error"]["code"] == "too_many_concurrent_requests"
+        assert other.status_code == 200, other.text
+        assert [r.status_code for r in results] == [200, 200]
+        assert busy._busy["acme"] == 0
+
+
+def test_an_upload_is_never_held_in_the_gateways_memory_whole(tmp_path) -> None:
+    """A real gateway process: its peak RSS (VmHWM) barely moves for a 48 MB upload."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from launcher.stack import free_port
+
+    port = free_port()
+    env = {**os.environ, "SYMBIOSIS_DATA_DIR": str(tmp_path / "data"), "SYMBIOSIS_PORT": str(port),
+           "SYMBIOSIS_API_KEYS": "acme=sk-acme",
+           "SYMBIOSIS_MANAGER": "ipc:///tmp/symbiosis-test-no-manager.sock"}
+    gateway = subprocess.Popen([sys.executable, "-m", "gateway"], env=env,
+                               stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{base}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and gateway.poll() is None
+                time.sleep(0.2)
+        small = httpx.post(f"{base}/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                           files={"file": ("s.jsonl", ROW.encode())}, timeout=60)
+        assert small.status_code == 200, small.text  # the tokenizer is loaded now
+        before = _peak_rss(gateway.pid)
+        big = tmp_path / "big.jsonl"
+        big.write_bytes("\n".join([ROW] * 100_000).encode())  # ~48 MB
+        with big.open("rb") as f:
+            response = httpx.post(f"{base}/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                                  files={"file": ("big.jsonl", f)}, timeout=600)
+        assert response.status_code == 200, response.text
+        assert response.json()["bytes"] == big.stat().st_size
+        grown = _peak_rss(gateway.pid) - before
+        assert grown < 24 * 2**20, f"peak RSS grew {grown / 2**20:.0f} MiB"
+    finally:
+        gateway.terminate()
+        gateway.wait(10)
+
+
+def _peak_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        line = next(line for line in f if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
