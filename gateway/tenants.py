@@ -13,13 +13,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 import secrets
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+log = logging.getLogger("gateway.tenants")
 OPERATOR = "~operator"  # the keys of SYMBIOSIS_ADMIN_KEYS (no tenant id can look like this)
 
 
@@ -40,41 +44,56 @@ class Tenant:
 
 
 class TenantDirectory:
-    def __init__(self, tenants: list[Tenant]) -> None:
-        self.tenants = {t.id: t for t in tenants}
-        self._by_hash = {h: t for t in tenants for h in t.key_sha256}
+    """Tenants by key. With a tenants file it follows the file while serving: a tenant created,
+    changed or revoked there (`symbiosis tenants ...`) counts within `RECHECK_S`; a file that
+    does not parse (caught mid-edit by hand) leaves the directory as it was, said in the log."""
+
+    RECHECK_S = 0.25
+
+    def __init__(self, tenants: list[Tenant], source: Callable[[], list[Tenant]] | None = None,
+                 path: Path | None = None) -> None:
+        self._source, self._path = source, path
+        self._seen = _stamp(path)
+        self._checked = time.monotonic()
+        self._use(tenants)
         self._inflight: dict[str, int] = {}
         self._kv: dict[str, int] = {}  # KV-cache tokens held by in-flight requests
         self._lock = threading.Lock()
+
+    def _use(self, tenants: list[Tenant]) -> None:
+        self.tenants = {t.id: t for t in tenants}
+        self._by_hash = {h: t for t in tenants for h in t.key_sha256}
 
     @classmethod
     def load(cls, path: Path, env_keys: str = "", *, max_concurrent: int = 16,
              max_context: int = 0, admin_keys: str = "",
              max_kv_tokens: int = 0) -> TenantDirectory:
-        tenants: dict[str, Tenant] = {}
-        if path.exists():
-            for entry in json.loads(path.read_text()).get("tenants", []):
-                tenant = Tenant(**{"max_concurrent": max_concurrent,
-                                   "max_context": max_context,
-                                   "max_kv_tokens": max_kv_tokens, **entry})
-                if not TENANT_ID.match(tenant.id):
-                    raise ValueError(f"invalid tenant id {tenant.id!r}")
-                if not -100 <= tenant.job_priority <= 100:
-                    raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
-                tenants[tenant.id] = tenant
-        for pair in filter(None, (p.strip() for p in env_keys.split(","))):
-            tenant_id, _, key = pair.partition("=")
-            if not key or not TENANT_ID.match(tenant_id):
-                raise ValueError("SYMBIOSIS_API_KEYS must look like tenant=key,tenant2=key2")
-            tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
-                                                          max_context, max_kv_tokens))
-            tenant.key_sha256.append(hash_key(key))
-        operators = [hash_key(k.strip()) for k in admin_keys.split(",") if k.strip()]
-        if operators:
-            tenants[OPERATOR] = Tenant(OPERATOR, operators, max_concurrent=0, admin=True)
-        return cls(list(tenants.values()))
+        def source() -> list[Tenant]:
+            return _read(path, env_keys, max_concurrent, max_context, admin_keys, max_kv_tokens)
+
+        return cls(source(), source, path)
+
+    def refresh(self) -> None:
+        """Re-read the tenants file if it changed (checked at most every RECHECK_S)."""
+        now = time.monotonic()
+        if self._source is None or now - self._checked < self.RECHECK_S:
+            return
+        self._checked = now
+        stamp = _stamp(self._path)
+        if stamp == self._seen:
+            return
+        try:
+            tenants = self._source()
+        except (ValueError, TypeError, OSError) as exc:
+            log.warning("tenants file %s not reloaded (%s): the tenants stay as they were",
+                        self._path, exc)
+            return
+        self._seen = stamp
+        self._use(tenants)
+        log.info("tenants file reloaded: %d tenants", len(self.tenants))
 
     def authenticate(self, key: str) -> Tenant | None:
+        self.refresh()
         digest = hash_key(key)
         for known, tenant in self._by_hash.items():
             if hmac.compare_digest(known, digest):
@@ -114,6 +133,60 @@ class TenantDirectory:
             return dict(self._inflight)
 
 
+def _stamp(path: Path | None) -> tuple | None:
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admin_keys: str,
+          max_kv_tokens: int) -> list[Tenant]:
+    tenants: dict[str, Tenant] = {}
+    if path.exists():
+        for entry in json.loads(path.read_text()).get("tenants", []):
+            tenant = Tenant(**{"max_concurrent": max_concurrent, "max_context": max_context,
+                               "max_kv_tokens": max_kv_tokens, **entry})
+            if not TENANT_ID.match(tenant.id):
+                raise ValueError(f"invalid tenant id {tenant.id!r}")
+            if not -100 <= tenant.job_priority <= 100:
+                raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
+            tenants[tenant.id] = tenant
+    for pair in filter(None, (p.strip() for p in env_keys.split(","))):
+        tenant_id, _, key = pair.partition("=")
+        if not key or not TENANT_ID.match(tenant_id):
+            raise ValueError("SYMBIOSIS_API_KEYS must look like tenant=key,tenant2=key2")
+        tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
+                                                      max_context, max_kv_tokens))
+        tenant.key_sha256.append(hash_key(key))
+    operators = [hash_key(k.strip()) for k in admin_keys.split(",") if k.strip()]
+    if operators:
+        tenants[OPERATOR] = Tenant(OPERATOR, operators, max_concurrent=0, admin=True)
+    return list(tenants.values())
+
+
+def _write(path: Path, data: dict) -> None:
+    """The whole file at once (a reader never sees half of it), private to its owner."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    staging.write_text(json.dumps(data, indent=2))
+    staging.chmod(0o600)
+    staging.replace(path)
+
+
+def revoke_tenant(path: Path, tenant_id: str) -> bool:
+    """Remove a tenant and every key of it from the tenants file; False if it had none."""
+    data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
+    kept = [t for t in data["tenants"] if t["id"] != tenant_id]
+    if len(kept) == len(data["tenants"]):
+        return False
+    _write(path, {**data, "tenants": kept})
+    return True
+
+
 def create_tenant(path: Path, tenant_id: str, **limits: object) -> str:
     """Add a tenant with a fresh key to the tenants file; returns the key (shown once)."""
     if not TENANT_ID.match(tenant_id):
@@ -124,8 +197,8 @@ def create_tenant(path: Path, tenant_id: str, **limits: object) -> str:
     if entry is None:
         entry = {"id": tenant_id, "key_sha256": [], **limits}
         data["tenants"].append(entry)
+    else:
+        entry.update(limits)
     entry["key_sha256"].append(hash_key(key))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    path.chmod(0o600)
+    _write(path, data)
     return key

@@ -2,6 +2,7 @@
 
     symbiosis serve [--model tiny-llama] [--data-dir ./data] [--port 8000]
     symbiosis tenants create NAME [--max-concurrent N] [--job-priority P] [--data-dir ./data]
+    symbiosis tenants revoke NAME [--data-dir ./data]
     symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
     symbiosis demo
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from catalogue.builtin import BUILTINS
 from gateway.settings import GatewaySettings
-from gateway.tenants import create_tenant
+from gateway.tenants import create_tenant, revoke_tenant
 
 DEV_TENANT = "dev"
 
@@ -94,6 +95,15 @@ def tenants_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def tenants_revoke(args: argparse.Namespace) -> int:
+    path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
+    if not revoke_tenant(path, args.name):
+        sys.stderr.write(f"error: no tenant {args.name} in {path}\n")
+        return 1
+    sys.stdout.write(f"tenant {args.name}: revoked (its keys stop working within a second)\n")
+    return 0
+
+
 def adapters_register(args: argparse.Namespace) -> int:
     from catalogue.paths import local_path
     from state.adapters import AdapterError, AdapterRegistry
@@ -137,7 +147,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=serve)
 
     tenants = sub.add_parser("tenants").add_subparsers(dest="action", required=True)
-    p = tenants.add_parser("create", help="add a tenant and print a new API key")
+    p = tenants.add_parser("create", help="add a tenant (or a key and new limits to one) and "
+                           "print a new API key; a serving gateway takes it within a second")
     p.add_argument("name")
     p.add_argument("--max-concurrent", type=int)
     p.add_argument("--job-priority", type=int, choices=range(-100, 101), metavar="-100..100",
@@ -146,6 +157,11 @@ def parser() -> argparse.ArgumentParser:
                    help="serve the base model when the tenant's adapter cannot be loaded")
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_create)
+    p = tenants.add_parser("revoke", help="remove a tenant and all its keys (live: a serving "
+                           "gateway follows the tenants file)")
+    p.add_argument("name")
+    p.add_argument("--data-dir", default=default_dir)
+    p.set_defaults(run=tenants_revoke)
 
     adapters = sub.add_parser("adapters").add_subparsers(dest="action", required=True)
     p = adapters.add_parser("register", help="register a PEFT adapter directory")
