@@ -103,8 +103,16 @@ def constrain(params: SamplingParams, grammar: str | None, param: str) -> None:
     params.grammar = grammar
 
 
-def completion_params(request: CompletionRequest) -> SamplingParams:
-    max_tokens = 16 if request.max_tokens is None else request.max_tokens
+def _capped(max_tokens: int, cap: int, param: str) -> int:
+    if cap and max_tokens > cap:
+        raise APIError(400, f"'{param}' is {max_tokens}; this server generates at most {cap} "
+                       "tokens a request (SYMBIOSIS_MAX_TOKENS_CAP).", "invalid_request", param)
+    return max_tokens
+
+
+def completion_params(request: CompletionRequest, cap: int = 0) -> SamplingParams:
+    max_tokens = _capped(16 if request.max_tokens is None else request.max_tokens, cap,
+                         "max_tokens")
     if request.min_tokens > max_tokens:
         raise APIError(400, "min_tokens must not exceed max_tokens", "invalid_request",
                        "min_tokens")
@@ -122,13 +130,20 @@ def completion_params(request: CompletionRequest) -> SamplingParams:
     return params
 
 
-def chat_params(request: ChatCompletionRequest) -> SamplingParams:
+def chat_params(request: ChatCompletionRequest, default_max_tokens: int | None = None,
+                cap: int = 0) -> SamplingParams:
+    """`default_max_tokens`: for a request without max_tokens (None: until the context is
+    full, or `cap`); `cap`: the most a request may ask for (0: none)."""
+    param = "max_completion_tokens" if request.max_completion_tokens is not None else \
+        "max_tokens"
+    _capped(request.min_tokens, cap, "min_tokens")
     max_tokens = request.max_completion_tokens
     if max_tokens is None:
         max_tokens = request.max_tokens
-    if max_tokens is None:
-        max_tokens = UNTIL_CONTEXT
-    elif request.min_tokens > max_tokens:
+    if max_tokens is None:  # the server's default, but never below the request's min_tokens
+        max_tokens = min(default_max_tokens or cap, cap or default_max_tokens or 0)
+        max_tokens = max(max_tokens, request.min_tokens) if max_tokens else UNTIL_CONTEXT
+    elif request.min_tokens > _capped(max_tokens, cap, param):
         raise APIError(400, "min_tokens must not exceed max_completion_tokens",
                        "invalid_request", "min_tokens")
     if request.top_logprobs is not None and not request.logprobs:

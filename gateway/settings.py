@@ -7,8 +7,11 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from catalogue.builtin import BUILTINS
 from state.db import db_path
 from wire.endpoints import default_executor, default_manager
+
+BUILTIN_DEFAULT_MAX_TOKENS = 128
 
 
 class GatewaySettings(BaseSettings):
@@ -32,6 +35,16 @@ class GatewaySettings(BaseSettings):
     max_context: int = 0  # per tenant; 0: the model's own limit
     max_kv_tokens: int = 0  # per tenant, across its in-flight requests; 0: no budget
     min_free_mb: int = 64  # /ready says unavailable with less free space in data_dir
+    default_max_tokens: int | None = Field(None, ge=1)  # chat without max_tokens; None: by model
+    max_tokens_cap: int = Field(0, ge=0)  # the most any request may ask for; 0: the context
+
+    def chat_default_max_tokens(self) -> int | None:
+        """What a chat request without max_tokens generates at most (None: until the context
+        is full): the setting, else a short answer for a built-in model (seeded random
+        weights: a long one is noise, and takes seconds on a CPU)."""
+        if self.default_max_tokens is not None:
+            return self.default_max_tokens
+        return BUILTIN_DEFAULT_MAX_TOKENS if self.model in BUILTINS else None
 
     @property
     def tenants_path(self) -> Path:

@@ -21,6 +21,7 @@ from pathlib import Path
 from catalogue.builtin import BUILTINS
 from gateway.settings import GatewaySettings
 from gateway.tenants import create_tenant, revoke_tenant
+from launcher import serve_flags
 
 DEV_TENANT = "dev"
 
@@ -29,8 +30,9 @@ def serve(args: argparse.Namespace) -> int:
     from launcher.stack import PortInUse, Stack
 
     data_dir = Path(args.data_dir)
+    pins = tuple(a for pin in args.pin or () for a in ("--pin", pin))
     stack = Stack(data_dir, args.model, args.host, args.port, echo=True,
-                  executor_args=("--policy", args.policy, "--shards", str(args.shards)))
+                  env=serve_flags.environment(args), manager_args=pins)
     try:
         stack.bind()  # before anything is printed or started
     except PortInUse as exc:
@@ -134,16 +136,10 @@ def parser() -> argparse.ArgumentParser:
     default_dir = os.environ.get("SYMBIOSIS_DATA_DIR", "./data")
     default_model = os.environ.get("SYMBIOSIS_MODEL", "tiny-llama")
 
-    p = sub.add_parser("serve", help="start executor, worker manager and gateway")
-    p.add_argument("--model", default=default_model)
-    p.add_argument("--data-dir", default=default_dir)
-    p.add_argument("--host", default=os.environ.get("SYMBIOSIS_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("SYMBIOSIS_PORT", "8000")))
-    p.add_argument("--policy", default="opportunistic")
-    p.add_argument("--shards", type=int,
-                   default=int(os.environ.get("SYMBIOSIS_EXECUTOR_SHARDS", "1")),
-                   help="run the executor as this many torch.distributed ranks, each holding a "
-                        "slice of every base layer")
+    p = sub.add_parser("serve", help="start executor, worker manager and gateway",
+                       description="Every flag sets the SYMBIOSIS_* variable it names for the "
+                       "services (README: Configuration); a variable already set is the default.")
+    serve_flags.add_to(p)
     p.set_defaults(run=serve)
 
     tenants = sub.add_parser("tenants").add_subparsers(dest="action", required=True)

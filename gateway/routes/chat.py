@@ -25,7 +25,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  tenant: TenantDep):
     state = request.app.state
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
-    params = chat_params(body)
+    params = chat_params(body, state.settings.chat_default_max_tokens(),
+                         state.settings.max_tokens_cap)
     tools = tool_mode(body)
     json_format = response_format_grammar(body.response_format)
     if json_format and tools.grammar:

@@ -50,7 +50,7 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
     state = request.app.state
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     prompts = prompt_specs(body.prompt, state.text_tokens.vocab_size)
-    params = completion_params(body)
+    params = completion_params(body, state.settings.max_tokens_cap)
     constrain(params, response_format_grammar(body.response_format), "response_format")
     n, want_logprobs, echo = body.n, body.logprobs is not None, body.echo
 

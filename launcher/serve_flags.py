@@ -1,0 +1,113 @@
+"""`symbiosis serve`'s flags: one per setting of the README's configuration table, each setting
+the SYMBIOSIS_* variable the services read (their settings objects), so a flag and its variable
+can never disagree. A few settings stay variables only, each for the reason given in ENV_ONLY.
+`tests/launcher/test_serve_flags.py` holds this table and the README's to each other."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Setting:
+    flag: str
+    variable: str
+    help: str
+    type: type = str
+    default: str | None = None  # shown in --help; the services' own default otherwise
+
+
+SETTINGS = [
+    Setting("--model", "SYMBIOSIS_MODEL", "built-in model name or a Hugging Face model directory",
+            default="tiny-llama"),
+    Setting("--data-dir", "SYMBIOSIS_DATA_DIR", "SQLite state, files, adapters, checkpoints",
+            default="./data"),
+    Setting("--model-cache", "SYMBIOSIS_MODEL_CACHE", "where built-in models are exported"),
+    Setting("--host", "SYMBIOSIS_HOST", "where the HTTP API listens", default="127.0.0.1"),
+    Setting("--port", "SYMBIOSIS_PORT", "the HTTP API's port", int, default="8000"),
+    Setting("--shards", "SYMBIOSIS_EXECUTOR_SHARDS", "ranks of the executor's torch.distributed "
+            "group, each holding a slice of every base layer", int),
+    Setting("--device", "SYMBIOSIS_EXECUTOR_DEVICE", "the executor's device: cpu or cuda[:N]"),
+    Setting("--dtype", "SYMBIOSIS_EXECUTOR_DTYPE", "the base weights' dtype: float32, bfloat16 "
+            "or float16"),
+    Setting("--policy", "SYMBIOSIS_EXECUTOR_POLICY", "batching: opportunistic, eager or "
+            "lockstep"),
+    Setting("--threads", "SYMBIOSIS_EXECUTOR_THREADS", "the executor's torch threads", int),
+    Setting("--max-wait-ms", "SYMBIOSIS_EXECUTOR_MAX_WAIT_MS", "the longest any call waits for "
+            "company", float),
+    Setting("--slice-ms", "SYMBIOSIS_EXECUTOR_SLICE_MS", "training batches run in slices this "
+            "long, decode steps between them (0: whole)", float),
+    Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
+            "batches training keeps under load", float),
+    Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers alive at once", int),
+    Setting("--idle-s", "SYMBIOSIS_WORKER_IDLE_S", "an idle worker stops after this long",
+            float),
+    Setting("--min-residency-s", "SYMBIOSIS_MIN_RESIDENCY_S", "no worker is evicted younger "
+            "than this", float),
+    Setting("--max-evictions-per-min", "SYMBIOSIS_MAX_EVICTIONS_PER_MIN", "evictions a minute "
+            "at most (0: no cap)", int),
+    Setting("--breaker-failures", "SYMBIOSIS_BREAKER_FAILURES", "failures in a row that open a "
+            "model's circuit breaker", int),
+    Setting("--breaker-cooldown-s", "SYMBIOSIS_BREAKER_COOLDOWN_S", "an open circuit refuses "
+            "this long, then one probe", float),
+    Setting("--max-jobs", "SYMBIOSIS_MAX_JOBS", "fine-tuning jobs running at once (0: sized to "
+            "the machine)", int),
+    Setting("--privacy", "SYMBIOSIS_PRIVACY", "workers and trainers use privacy mode: true or "
+            "false"),
+    Setting("--worker-device", "SYMBIOSIS_WORKER_DEVICE", "where workers and trainers run "
+            "attention, adapters, KV cache and optimizer: cpu or cuda[:N]"),
+    Setting("--mps", "SYMBIOSIS_MPS", "auto: start NVIDIA MPS when the executor and the workers "
+            "share a GPU; off: leave MPS alone"),
+    Setting("--kv-budget-mb", "SYMBIOSIS_KV_BUDGET_MB", "KV cache a worker keeps on its device "
+            "(0: no limit)", float),
+    Setting("--max-concurrent", "SYMBIOSIS_MAX_CONCURRENT", "a tenant's requests in flight at "
+            "once (the tenants file overrides)", int),
+    Setting("--max-context", "SYMBIOSIS_MAX_CONTEXT", "a tenant's longest prompt plus output "
+            "in tokens (0: the model's)", int),
+    Setting("--max-kv-tokens", "SYMBIOSIS_MAX_KV_TOKENS", "KV-cache tokens a tenant's requests "
+            "hold at once (0: no budget)", int),
+    Setting("--max-body-bytes", "SYMBIOSIS_MAX_BODY_BYTES", "the largest request body", int),
+    Setting("--max-upload-bytes", "SYMBIOSIS_MAX_UPLOAD_BYTES", "the largest upload", int),
+    Setting("--max-concurrent-uploads", "SYMBIOSIS_MAX_CONCURRENT_UPLOADS", "uploads one tenant "
+            "may have in progress at once", int),
+    Setting("--min-free-mb", "SYMBIOSIS_MIN_FREE_MB", "/ready is unavailable with less free "
+            "space in the data directory", int),
+    Setting("--default-max-tokens", "SYMBIOSIS_DEFAULT_MAX_TOKENS", "what a chat request "
+            "without max_tokens generates at most (unset: 128 on a built-in model, else until "
+            "the context is full)", int),
+    Setting("--max-tokens-cap", "SYMBIOSIS_MAX_TOKENS_CAP", "the most tokens any request may "
+            "ask for; more is a 400 (0: the context)", int),
+]
+
+ENV_ONLY = {  # variable -> why it is no flag of `symbiosis serve`
+    "SYMBIOSIS_EXECUTOR": "the stack gives its services private endpoints of its own",
+    "SYMBIOSIS_MANAGER": "the stack gives its services private endpoints of its own",
+    "SYMBIOSIS_EXECUTOR_BIND": "the stack gives its services private endpoints of its own",
+    "SYMBIOSIS_EXECUTOR_CURVE_SECRET": "a secret: never on a command line (ps shows it)",
+    "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC": "for clients of a remote executor, not a local stack",
+    "SYMBIOSIS_API_KEYS": "secrets: never on a command line (ps shows them)",
+    "SYMBIOSIS_ADMIN_KEYS": "secrets: never on a command line (ps shows them)",
+}
+
+
+def add_to(parser: argparse.ArgumentParser) -> None:
+    for setting in SETTINGS:
+        default = os.environ.get(setting.variable, setting.default)
+        shown = f" (default: {default})" if default is not None else ""
+        parser.add_argument(setting.flag, type=setting.type, default=default,
+                            help=f"{setting.help}; {setting.variable}{shown}")
+    parser.add_argument("--pin", action="append", metavar="TENANT|MODEL",
+                        help="never evict this tenant's or model's workers (repeatable)")
+
+
+STACK_OWN = {"SYMBIOSIS_MODEL", "SYMBIOSIS_DATA_DIR", "SYMBIOSIS_HOST", "SYMBIOSIS_PORT"}
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    """The variables the flags given (or their defaults) set for the services (the stack sets
+    the model, the data directory and the address itself, from the same flags)."""
+    values = {s.variable: getattr(args, s.flag[2:].replace("-", "_")) for s in SETTINGS
+              if s.variable not in STACK_OWN}
+    return {variable: str(value) for variable, value in values.items() if value is not None}
