@@ -3,7 +3,8 @@
 When calls may be read from the output, a sequence's text is held back while it is (or may
 still become) tool calls: as soon as it cannot, what was held is sent as content and the rest
 streams on; if it finishes as calls, they are sent as `tool_calls` deltas (a header with id and
-name, then the arguments) and the sequence ends with finish_reason "tool_calls".
+name, then the arguments) and the sequence ends with finish_reason "tool_calls" ("length" when
+max_tokens cut it: the calls completed before the cut are sent).
 """
 
 from __future__ import annotations
@@ -39,16 +40,15 @@ class ChatStream:
             text, logprobs = text + event.text, held_logprobs + logprobs
             if may_become_call(text) and not event.finish_reason:
                 self.held[index] = (text, logprobs)
-            elif event.finish_reason == "stop" and \
-                    (calls := self.tools.calls(text)) is not None:
+            elif (calls := self.tools.calls(text, event.finish_reason)) is not None:
                 for k, call in enumerate(calls):
                     out.append(self._call(index, ToolCallDelta(
                         index=k, id=call.id, type="function",
                         function=FunctionCallDelta(name=call.function.name, arguments=""))))
                     out.append(self._call(index, ToolCallDelta(
                         index=k, function=FunctionCallDelta(arguments=call.function.arguments))))
-                return [*out, responses.chat_chunk(*self.base, index,
-                                                   finish_reason="tool_calls")]
+                finish = self.tools.finish(calls, event.finish_reason)
+                return [*out, responses.chat_chunk(*self.base, index, finish_reason=finish)]
             else:
                 self.flowing.add(index)
                 out += self._content(index, text, logprobs)

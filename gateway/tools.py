@@ -3,8 +3,10 @@
 The model sees the tools in the system message and answers a call as
 `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` (the format Qwen and Hermes
 models are trained on). With `tool_choice` "required" or a named function the output is
-constrained to such calls, arguments by the function's schema; with "auto" the model may answer
-either way and calls are recognised in its output; with "none" no call is read.
+constrained to such calls (a named function: exactly one), arguments by the function's schema;
+with "auto" the model may answer either way and calls are recognised in its output; with "none"
+no call is read. Calls completed before a max_tokens cut are returned as calls, with
+finish_reason "length".
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from dataclasses import dataclass
 
 from gateway.errors import APIError
 from gateway.structured import MAX_PARALLEL_CALLS, TOOL_CLOSE, TOOL_OPEN, tool_calls_grammar
-from openapi.chat import ChatCompletionRequest, ChatMessage, FunctionCall, ToolCall
+from openapi.chat import (
+    ChatCompletionRequest,
+    ChatMessage,
+    FunctionCall,
+    NamedToolChoice,
+    ToolCall,
+)
 from wire import manager as W
 
 TOOLS_PROMPT = (
@@ -32,20 +40,36 @@ class ToolMode:
     grammar: str | None = None  # the output must be calls (required or a named function)
     max_calls: int = 1
 
-    def calls(self, text: str) -> list[ToolCall] | None:
-        """The calls `text` makes, or None if it is no (valid) call."""
-        calls = parse_calls(text, self.names) if self.names else None
-        return calls if calls and len(calls) <= self.max_calls else None
+    def calls(self, text: str, finish: str | None = "stop") -> list[ToolCall] | None:
+        """The calls `text` makes, or None if it is no (valid) call. Cut by max_tokens
+        (`finish` "length"), the calls completed before the cut; in a forced mode (a grammar)
+        none at all is [] (the output was a call that did not finish), never content."""
+        if not self.names or finish not in ("stop", "length"):
+            return None
+        calls = parse_calls(text, self.names, cut=finish == "length")
+        if calls is None and finish == "length" and self.grammar is not None:
+            return []
+        return calls if calls is not None and len(calls) <= self.max_calls else None
+
+    def finish(self, calls: list[ToolCall] | None, finish: str | None) -> str | None:
+        """OpenAI's finish_reason: "tool_calls" for calls that ended the output."""
+        return "tool_calls" if calls and finish == "stop" else finish
 
 
 def tool_mode(body: ChatCompletionRequest) -> ToolMode:
+    """`tool_choice` "auto" and "required" may make several calls (unless
+    `parallel_tool_calls` is false); a named function is exactly one call of it."""
     choice = body.tool_choice or ("auto" if body.tools else "none")
     if choice != "none" and not body.tools:
         raise APIError(400, "tool_choice needs tools", "invalid_request", "tool_choice")
+    if body.parallel_tool_calls is not None and not body.tools:
+        raise APIError(400, "parallel_tool_calls needs tools", "invalid_request",
+                       "parallel_tool_calls")
     if choice == "none":
         return ToolMode()
     names = frozenset(t.function.name for t in body.tools)
-    max_calls = MAX_PARALLEL_CALLS if body.parallel_tool_calls else 1
+    parallel = body.parallel_tool_calls is not False and not isinstance(choice, NamedToolChoice)
+    max_calls = MAX_PARALLEL_CALLS if parallel else 1
     if choice == "auto":
         return ToolMode(names, None, max_calls)
     tools = body.tools
@@ -55,7 +79,7 @@ def tool_mode(body: ChatCompletionRequest) -> ToolMode:
             raise APIError(400, f"tool_choice names '{choice.function.name}', which is not "
                            "among the tools", "invalid_request", "tool_choice")
     return ToolMode(frozenset(t.function.name for t in tools),
-                    tool_calls_grammar(tools, body.parallel_tool_calls), max_calls)
+                    tool_calls_grammar(tools, parallel), max_calls)
 
 
 def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:
@@ -91,10 +115,13 @@ def _render(message: ChatMessage, index: int) -> W.ChatMessage:
     return W.ChatMessage(role, text)
 
 
-def parse_calls(text: str, names: set[str]) -> list[ToolCall] | None:
-    """The calls `text` consists of, or None if it is not (only) well-formed calls."""
+def parse_calls(text: str, names: set[str], cut: bool = False) -> list[ToolCall] | None:
+    """The calls `text` consists of, or None if it is not (only) well-formed calls; `cut`
+    (the output ended at max_tokens): the calls before an unfinished last one."""
     rest, calls = text.strip(), []
     while rest:
+        if cut and may_become_call(rest) and TOOL_CLOSE.strip() not in rest:
+            break  # the call max_tokens cut short
         if not rest.startswith(TOOL_OPEN.strip()) or TOOL_CLOSE.strip() not in rest:
             return None
         inner, _, rest = rest[len(TOOL_OPEN.strip()):].partition(TOOL_CLOSE.strip())

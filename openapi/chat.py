@@ -77,7 +77,9 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[Tool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = Field(default=None, description=(
+        "with tools: whether the model may call several functions at once (default true; a "
+        "named tool_choice is always one call)"))
     # OpenAI's fields for features this server does not have: refused unless left at their
     # default (gateway.sampling.refuse_unsupported), never silently ignored
     store: bool | None = None

@@ -195,3 +195,39 @@ def test_vendor_extras_are_honoured_and_unknown_fields_refused(deployment: Deplo
                                   max_tokens=6, extra_body={"repetition_penalty": 1.1})
     assert info.value.body["param"] == "repetition_penalty"
     assert "Unrecognized request argument" in info.value.body["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("choice", ["named", "required"])
+def test_forced_tool_calls_at_a_short_max_tokens_are_always_openai_shaped(
+        deployment: Deployment, choice: str, stream: bool) -> None:
+    """At 60 tokens a random model's call is often cut: what comes back is still OpenAI's
+    shape (never the raw call text), a named choice is one call of that function, and any
+    completed call goes back with its result for an answer."""
+    client = deployment.client("acme")
+    tool_choice = {"type": "function", "function": {"name": "get_time"}} \
+        if choice == "named" else "required"
+    for seed in range(3):
+        ask = {"model": "acme/lora-a", "messages": ASK, "tools": TOOLS, "seed": seed,
+               "tool_choice": tool_choice, "max_completion_tokens": 60}
+        if stream:
+            message, finish = streamed_message(client.chat.completions.create(**ask,
+                                                                              stream=True))
+        else:
+            done = client.chat.completions.create(**ask).choices[0]
+            message, finish = done.message.model_dump(exclude_none=True), done.finish_reason
+        assert message.get("content") is None, message  # a forced call is never content
+        calls = message.get("tool_calls", [])
+        assert finish == "length" or (finish == "tool_calls" and calls), (finish, message)
+        if choice == "named":
+            assert len(calls) <= 1 and all(c["function"]["name"] == "get_time" for c in calls)
+        for call in calls:
+            schema = next(t["function"]["parameters"] for t in TOOLS
+                          if t["function"]["name"] == call["function"]["name"])
+            jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+        if calls:
+            history = [*ASK, message, *({"role": "tool", "tool_call_id": c["id"],
+                                         "content": "12:00"} for c in calls)]
+            answer = client.chat.completions.create(model="acme/lora-a", messages=history,
+                                                    tools=TOOLS, max_completion_tokens=5)
+            assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")

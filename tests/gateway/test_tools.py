@@ -84,3 +84,45 @@ def test_without_parallel_calls_two_calls_are_no_call() -> None:
     single = run_stream(two, parallel=False)
     assert not any(c["delta"]["tool_calls"] for c in single)
     assert single[-1]["finish_reason"] == "stop"
+
+
+def test_a_named_choice_is_one_call_and_required_may_be_several() -> None:
+    named = tool_mode(request(tools=[TOOL], tool_choice={"type": "function",
+                                                         "function": {"name": "get_weather"}}))
+    assert named.max_calls == 1 and named.calls(f"{CALL}\n{CALL}") is None
+    assert len(named.calls(CALL)) == 1
+    required = tool_mode(request(tools=[TOOL], tool_choice="required"))
+    assert len(required.calls(f"{CALL}\n{CALL}")) == 2
+    single = tool_mode(request(tools=[TOOL], tool_choice="required", parallel_tool_calls=False))
+    assert single.max_calls == 1 and single.grammar != required.grammar
+
+
+def test_calls_completed_before_a_max_tokens_cut_are_calls_with_finish_length() -> None:
+    from gateway.responses import chat_choice
+    from gateway.serving import PromptResult
+
+    cut = f"{CALL}\n{CALL[:30]}"
+    for choice, expected in (("required", 1), ("auto", 1)):
+        mode = tool_mode(request(tools=[TOOL], tool_choice=choice))
+        result = PromptResult(0, W.Started("r", 1))
+        result.text[0], result.finish[0] = cut, "length"
+        made = chat_choice(result, 0, False, mode)
+        assert made.finish_reason == "length" and made.message.content is None
+        assert len(made.message.tool_calls) == expected
+    forced = tool_mode(request(tools=[TOOL], tool_choice="required"))
+    result = PromptResult(0, W.Started("r", 1))
+    result.text[0], result.finish[0] = CALL[:30], "length"  # cut inside the first call
+    made = chat_choice(result, 0, False, forced)
+    assert (made.message.content, made.message.tool_calls, made.finish_reason) == \
+        (None, None, "length")  # never the raw call text as content
+
+
+def test_a_streamed_cut_sends_the_completed_calls_and_finish_length() -> None:
+    stream = ChatStream(("id", 0, "m"), 1, tool_mode(request(tools=[TOOL],
+                                                             tool_choice="required")), False)
+    chunks = stream.chunks(W.Delta("r", 0, f"{CALL}\n<tool_", finish_reason="length"))
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks
+             if c["choices"][0]["delta"].get("tool_calls")]
+    assert calls[0]["function"]["name"] == "get_weather" and len({c["index"] for c in calls}) == 1
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert not any(c["choices"][0]["delta"].get("content") for c in chunks)

@@ -72,6 +72,7 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"},
                               "ignore_eos": True}, "ignore_eos"),
     ("/v1/chat/completions", {**CHAT, "tool_choice": "required"}, "tool_choice"),
+    ("/v1/chat/completions", {**CHAT, "parallel_tool_calls": False}, "parallel_tool_calls"),
     ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
         "type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": "required",
