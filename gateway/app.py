@@ -78,7 +78,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
         state = request.app.state
-        operator(request, "/metrics lists every tenant's volumes, so it")
+        if not state.settings.public_metrics:
+            operator(request, "/metrics lists every tenant's volumes, so it")
         status = state.manager.status if state.manager.up else None
         return Response(state.metrics.render(status, state.jobs.count_by_status()),
                         media_type="text/plain; version=0.0.4")

@@ -79,6 +79,8 @@ SETTINGS = [
             "the context is full)", int),
     Setting("--max-tokens-cap", "SYMBIOSIS_MAX_TOKENS_CAP", "the most tokens any request may "
             "ask for; more is a 400 (0: the context)", int),
+    Setting("--public-metrics", "SYMBIOSIS_PUBLIC_METRICS", "true: /metrics needs no key (for "
+            "load tools that scrape without one; it shows every tenant's volumes)"),
 ]
 
 ENV_ONLY = {  # variable -> why it is no flag of `symbiosis serve`

@@ -106,3 +106,12 @@ def test_metrics_need_an_operator_key(tmp_path) -> None:
         # the operator key is no tenant key
         assert client.get("/v1/files", headers={"Authorization": "Bearer sk-operator"}
                           ).status_code in (401, 403)
+
+
+def test_public_metrics_answer_a_scraper_without_a_key(tmp_path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", public_metrics=True,
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as client:
+        scraped = client.get("/metrics")
+        assert scraped.status_code == 200 and "symbiosis_requests_total" in scraped.text
+        assert client.get("/v1/models").status_code == 401  # nothing else opens
