@@ -4,7 +4,7 @@
     symbiosis tenants create NAME [--max-concurrent N] [--job-priority P] [--data-dir ./data]
     symbiosis tenants revoke NAME [--data-dir ./data]
     symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
-    symbiosis demo
+    symbiosis demo [--out examples] [--model tiny-llama]
 """
 
 from __future__ import annotations
@@ -124,9 +124,9 @@ def adapters_register(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    return subprocess.call([sys.executable, "-m", "workers.demo", "--model", args.model],
-                           env=env)
+    """Starter files, made by a child process (this one never imports torch)."""
+    return subprocess.call([sys.executable, "-m", "catalogue.starter", "--model", args.model,
+                            "--out", args.out])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -168,8 +168,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=adapters_register)
 
-    p = sub.add_parser("demo", help="an executor and two tenants training and generating")
-    p.add_argument("--model", default="tiny-llama")
+    p = sub.add_parser("demo", help="starter files: a LoRA adapter and a chat training file "
+                       "for the model (README: the walk-through)")
+    p.add_argument("--model", default=default_model)
+    p.add_argument("--out", default="examples")
     p.set_defaults(run=demo)
     return root
 
