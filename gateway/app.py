@@ -19,6 +19,7 @@ from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
 from gateway.serving import Serving
+from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
 from gateway.slots import TenantSlots
 from gateway.tenants import TenantDirectory
@@ -49,6 +50,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                                          local_path(settings.model))
         state.files = FileStore(state.db, settings.data_dir)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
+        state.sessions = Sessions(settings.dashboard_link)
         state.jobs = JobStore(state.db)
         state.text_tokens = TextTokens(settings.model)
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,

@@ -8,12 +8,24 @@ from fastapi import Depends, Request
 
 from gateway.errors import APIError
 from gateway.guard import authenticate
+from gateway.sessions import COOKIE
 from gateway.tenants import OPERATOR, Tenant
 
 
+def caller(request: Request) -> Tenant:
+    """Who asks: the bearer key's tenant, or for a GET without one, the dashboard session's
+    (`gateway.sessions`); else the OpenAI-shaped 401."""
+    header = request.headers.get("authorization", "")
+    if not header and request.method == "GET":
+        session = request.app.state.sessions.tenant(request.cookies.get(COOKIE))
+        found = request.app.state.tenants.get(session) if session else None
+        if found is not None:
+            return found
+    return authenticate(header, request.app.state.tenants)
+
+
 def tenant(request: Request) -> Tenant:
-    found = authenticate(request.headers.get("authorization", ""),
-                         request.app.state.tenants)
+    found = caller(request)
     if found.id == OPERATOR:
         raise APIError(403, "An operator key reads /metrics; it is no tenant's key.",
                        "operator_key")
@@ -26,7 +38,7 @@ TenantDep = Annotated[Tenant, Depends(tenant)]
 
 def operator(request: Request, why: str) -> Tenant:
     """The caller, if its key is an operator's (an admin tenant or SYMBIOSIS_ADMIN_KEYS)."""
-    found = authenticate(request.headers.get("authorization", ""), request.app.state.tenants)
+    found = caller(request)
     if not found.admin:
         raise APIError(403, f"{why} needs an operator key (an admin tenant or "
                        "SYMBIOSIS_ADMIN_KEYS).", "admin_key_required")

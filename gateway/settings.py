@@ -38,6 +38,7 @@ class GatewaySettings(BaseSettings):
     default_max_tokens: int | None = Field(None, ge=1)  # chat without max_tokens; None: by model
     max_tokens_cap: int = Field(0, ge=0)  # the most any request may ask for; 0: the context
     public_metrics: bool = False  # /metrics without a key (for scrapers that send none)
+    dashboard_link: str = ""  # "tenant:sha256:expiry" of the one-time sign-in link (launcher)
 
     def chat_default_max_tokens(self) -> int | None:
         """What a chat request without max_tokens generates at most (None: until the context

@@ -92,6 +92,10 @@ class TenantDirectory:
         self._use(tenants)
         log.info("tenants file reloaded: %d tenants", len(self.tenants))
 
+    def get(self, tenant_id: str) -> Tenant | None:
+        self.refresh()
+        return self.tenants.get(tenant_id)
+
     def authenticate(self, key: str) -> Tenant | None:
         self.refresh()
         digest = hash_key(key)

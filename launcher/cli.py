@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from catalogue.builtin import BUILTINS
+from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
 from gateway.tenants import create_tenant, revoke_tenant
 from launcher import serve_flags
@@ -31,8 +32,9 @@ def serve(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir)
     pins = tuple(a for pin in args.pin or () for a in ("--pin", pin))
-    stack = Stack(data_dir, args.model, args.host, args.port, echo=True,
-                  env=serve_flags.environment(args), manager_args=pins)
+    env = serve_flags.environment(args)
+    stack = Stack(data_dir, args.model, args.host, args.port, echo=True, env=env,
+                  manager_args=pins)
     try:
         stack.bind()  # before anything is printed or started
     except PortInUse as exc:
@@ -46,6 +48,10 @@ def serve(args: argparse.Namespace) -> int:
         key_file = data_dir / f"{DEV_TENANT}.key"
         key_file.write_text(key + "\n")
         key_file.chmod(0o600)
+    link = None  # a one-time dashboard sign-in for the dev tenant (gateway.sessions)
+    known = json.loads(tenants.read_text()).get("tenants", []) if tenants.exists() else []
+    if any(t.get("id") == DEV_TENANT for t in known):
+        link, env["SYMBIOSIS_DASHBOARD_LINK"] = new_link(DEV_TENANT)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -55,7 +61,7 @@ def serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         stack.stop()
         return 1
-    sys.stdout.write(banner(stack, args.model, key, data_dir, tenants))
+    sys.stdout.write(banner(stack, args.model, key, data_dir, tenants, link))
     sys.stdout.flush()
     while not stop.wait(0.5):
         for line in stack.supervise():
@@ -64,7 +70,8 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def banner(stack, model: str, key: str | None, data_dir: Path, tenants: Path) -> str:
+def banner(stack, model: str, key: str | None, data_dir: Path, tenants: Path,
+           link: str | None = None) -> str:
     rule = "=" * 78
     lines = [rule, f"Symbiosis is serving {model} at {stack.base_url}/v1"]
     if key:
@@ -80,8 +87,13 @@ def banner(stack, model: str, key: str | None, data_dir: Path, tenants: Path) ->
     request = {"model": model, "prompt": "Hello", "max_tokens": 8}
     lines += [f"Try: curl {stack.base_url}/v1/completions -H 'Authorization: Bearer "
               f"{key or 'YOUR_KEY'}' -H 'Content-Type: application/json' -d "
-              f"'{json.dumps(request)}'", f"Dashboard: {stack.base_url}/dashboard",
-              "Press Ctrl-C to stop.", rule]
+              f"'{json.dumps(request)}'"]
+    if link:
+        lines.append(f"Dashboard: {stack.base_url}/dashboard#link={link} (signs you in as "
+                     f"'{DEV_TENANT}', once; then {stack.base_url}/dashboard with a key)")
+    else:
+        lines.append(f"Dashboard: {stack.base_url}/dashboard (sign in with a key)")
+    lines += ["Press Ctrl-C to stop.", rule]
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """GET /dashboard: a page for tenants and operators, and the two JSON views it reads.
 
 The page (static HTML and script, no build step) signs in with an API key kept in the browser's
-session storage and reads the public API (/v1/models, /v1/fine_tuning/jobs, their events and
+session storage, or with the one-time link `symbiosis serve` prints (a session cookie,
+`gateway.sessions`), and reads the public API (/v1/models, /v1/fine_tuning/jobs, their events and
 checkpoints) plus `/dashboard/api/usage` (the tenant's own request figures) and, with an
 operator key, `/dashboard/api/operator` (the executor's batching, the workers, the job queue).
 """
@@ -11,10 +12,13 @@ from __future__ import annotations
 from importlib import resources
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, Field
 
 from gateway.deps import TenantDep, operator
+from gateway.errors import APIError
+from gateway.sessions import COOKIE, SESSION_S
 
 router = APIRouter(include_in_schema=False)
 
@@ -23,6 +27,31 @@ router = APIRouter(include_in_schema=False)
 async def page() -> HTMLResponse:
     html = resources.files("gateway").joinpath("static/dashboard.html").read_text("utf-8")
     return HTMLResponse(html, headers={"cache-control": "no-cache"})
+
+
+class SignIn(BaseModel):
+    link: str = Field(max_length=200)
+
+
+@router.post("/dashboard/api/signin")
+async def sign_in(body: SignIn, request: Request) -> JSONResponse:
+    """The one-time link's token (from the URL fragment) for a session cookie."""
+    session = request.app.state.sessions.exchange(body.link)
+    if session is None:
+        raise APIError(401, "This sign-in link was used already or has expired: sign in with "
+                       "an API key.", "invalid_sign_in_link")
+    response = JSONResponse({"signed_in": True})
+    response.set_cookie(COOKIE, session, max_age=SESSION_S, path="/", httponly=True,
+                        samesite="strict")
+    return response
+
+
+@router.post("/dashboard/api/signout")
+async def sign_out(request: Request) -> JSONResponse:
+    request.app.state.sessions.end(request.cookies.get(COOKIE))
+    response = JSONResponse({"signed_in": False})
+    response.delete_cookie(COOKIE, path="/")
+    return response
 
 
 @router.get("/dashboard/api/usage")
@@ -88,6 +117,8 @@ def executor_figures(text: str) -> dict:
         "kinds": {k: {"calls": get("symbiosis_executor_calls_total", k),
                       "batches": get("symbiosis_executor_batches_total", k),
                       "rows": get("symbiosis_executor_rows_total", k),
+                      "wait_ms_sum": get("symbiosis_executor_wait_ms_sum", k),
+                      "waits": get("symbiosis_executor_wait_ms_count", k),
                       "calls_per_batch": ratio(get("symbiosis_executor_batch_calls_sum", k),
                                                get("symbiosis_executor_batch_calls_count", k)),
                       "mean_wait_ms": ratio(get("symbiosis_executor_wait_ms_sum", k),

@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from gateway.sessions import new_link
 from launcher.stack import Stack, free_port
 from state.db import db_path
 from tests.e2e.adapters import MODEL, Reference, save_adapter
@@ -25,6 +26,7 @@ OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 class Deployment:
     stack: Stack
     adapters: dict[str, Path]  # model id -> adapter directory
+    dashboard_link: str = ""  # the token of a one-time dashboard sign-in for gamma
 
     def client(self, tenant: str, **kw) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.stack.base_url}/v1", api_key=KEYS[tenant],
@@ -56,10 +58,12 @@ def deploy(root: Path, **stack_options) -> Deployment:
     (Path(_record_path(data_dir, "gamma/broken")) / "adapter_model.safetensors").write_bytes(
         b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
     keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
+    link, link_setting = new_link("gamma")  # as `symbiosis serve` makes one for its dev tenant
     stack = Stack(data_dir, MODEL, port=free_port(), env={"SYMBIOSIS_API_KEYS": keys,
-                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
+                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY,
+                                       "SYMBIOSIS_DASHBOARD_LINK": link_setting},
                   **stack_options)
-    return Deployment(stack.start(), adapters)
+    return Deployment(stack.start(), adapters, link)
 
 
 def _record_path(data_dir: Path, model_id: str) -> str:

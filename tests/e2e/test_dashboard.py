@@ -78,6 +78,20 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
         assert [tuple(p) for p in shown] == points(f"{series}_loss")
     assert page.text_content("#who") == "tenant gamma"
     assert page.is_hidden("#operator")
+    tokens = [e.data["trained_tokens"] for e in sorted(
+        (e for e in events if e.type == "metrics" and e.data and "train_loss" in e.data),
+        key=lambda e: e.data["step"])]
+    assert tokens == sorted(tokens) and tokens[0] > 0  # live in the events while it runs
+    assert page.text_content("#job-tokens") == str(
+        client.fine_tuning.jobs.retrieve(finished_job).trained_tokens)
+    assert page.eval_on_selector("span.train", "s => getComputedStyle(s).color") == \
+        "rgb(47, 111, 237)"  # the legend's swatches have the lines' colours
+    assert page.text_content("#loss-y0") in ("0.000", "-0.000")  # the y-axis starts at 0
+    page.uncheck("#from-zero")
+    low = min(loss for _, loss in points("train_loss") + points("valid_loss"))
+    page.wait_for_function(f"document.getElementById('loss-y0').textContent === "
+                           f"'{low:.3f}'")
+    page.check("#from-zero")
     result = client.models.retrieve(client.fine_tuning.jobs.retrieve(finished_job)
                                     .fine_tuned_model)
     rows = page.eval_on_selector_all(
@@ -105,6 +119,16 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
     assert page.is_hidden("#jobs") and page.text_content("#who") == "operator"
     workers = page.eval_on_selector_all("#workers-table tr", "rows => rows.length")
     assert workers >= 2  # a header and at least the worker that just answered
+    for _ in range(3):  # traffic between two refreshes: a point of rows per batch and wait
+        deployment.client("acme").completions.create(model="acme/lora-a", prompt="Hi", n=2,
+                                                      max_tokens=4)
+        if page.query_selector("#batching-chart circle[data-series=rows]"):
+            break
+        page.wait_for_timeout(3500)
+    page.wait_for_selector("#batching-chart circle[data-series=rows]", timeout=15_000)
+    rows = page.eval_on_selector_all("#batching-chart circle[data-series=rows]",
+                                     "dots => dots.map(d => Number(d.dataset.value))")
+    assert rows and all(value >= 1 for value in rows)  # each batch holds at least a row
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-operator.png"), full_page=True)
     page.close()
@@ -116,3 +140,29 @@ def test_a_wrong_key_is_told_so(browser, deployment: Deployment) -> None:
     assert "key" in page.text_content("#sign-in-error").lower()
     assert page.is_hidden("#jobs")
     page.close()
+
+
+def test_the_one_time_link_signs_in_once_with_a_cookie(browser, deployment: Deployment) -> None:
+    url = f"{deployment.stack.base_url}/dashboard#link={deployment.dashboard_link}"
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_function("document.getElementById('who').textContent === 'tenant gamma'")
+    assert "link=" not in page.url  # the token left the address bar
+    cookie = next(c for c in context.cookies() if c["name"] == "symbiosis_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert page.evaluate("sessionStorage.getItem('symbiosis-key')") is None  # no key stored
+    page.reload()  # the session, not the link, keeps it signed in
+    page.wait_for_function("document.getElementById('who').textContent === 'tenant gamma'")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-link.png"), full_page=True)
+    again = browser.new_page()
+    again.goto(url)  # a second use, from elsewhere
+    again.wait_for_selector("#sign-in-error:not(:empty)")
+    assert "used already" in again.text_content("#sign-in-error")
+    assert again.is_hidden("#jobs")
+    page.click("#sign-out")
+    page.wait_for_selector("#sign-in:not([hidden])")
+    assert not [c for c in context.cookies() if c["name"] == "symbiosis_session"]
+    again.close()
+    context.close()

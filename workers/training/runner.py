@@ -139,7 +139,8 @@ class Trainer:
                                 f"loss={result.loss:.4f}", type="metrics",
                                 data={"step": progress.step, "train_loss": result.loss,
                                       "train_mean_token_accuracy": result.accuracy,
-                                      "epoch": epoch + 1})
+                                      "epoch": epoch + 1,
+                                      "trained_tokens": progress.trained_tokens})
                 every = self.job.spec.peft.checkpoint_every_steps
                 if every and progress.step % every == 0 and position + 1 < len(order):
                     progress.epoch, progress.position = epoch, position + 1  # resume point
@@ -161,7 +162,8 @@ class Trainer:
                                                 "valid_mean_token_accuracy"])
                 self.jobs.event(self.job.id, f"Epoch {epoch + 1}/{hp.n_epochs}: validation "
                                 f"loss={metrics['valid_loss']:.4f}", type="metrics",
-                                data={"step": progress.step, **metrics})
+                                data={"step": progress.step, **metrics,
+                                      "trained_tokens": progress.trained_tokens})
             path = checkpoint.save(root, model, optimizer, scheduler, progress)
             self._register_checkpoint(path, progress, epoch + 1, metrics)
 
