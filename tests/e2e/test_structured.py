@@ -231,3 +231,22 @@ def test_forced_tool_calls_at_a_short_max_tokens_are_always_openai_shaped(
             answer = client.chat.completions.create(model="acme/lora-a", messages=history,
                                                     tools=TOOLS, max_completion_tokens=5)
             assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_structured_outputs_fit_a_short_max_tokens(deployment: Deployment, stream: bool) -> None:
+    """At 60 tokens the random model's constrained output still completes and parses: the
+    grammar leaves it no room to wander (no free whitespace)."""
+    client = deployment.client("acme")
+    for seed in range(4):
+        if stream:
+            with client.chat.completions.stream(model="acme/lora-a", messages=ASK, seed=seed,
+                                                response_format=Person,
+                                                max_completion_tokens=60) as events:
+                out = events.get_final_completion()
+        else:
+            out = client.chat.completions.parse(model="acme/lora-a", messages=ASK, seed=seed,
+                                                response_format=Person,
+                                                max_completion_tokens=60)
+        assert out.choices[0].finish_reason == "stop", out.choices[0]
+        assert isinstance(out.choices[0].message.parsed, Person)
