@@ -27,7 +27,6 @@ COPY gateway gateway
 COPY launcher launcher
 COPY openapi openapi
 COPY state state
-COPY bench bench
 RUN --mount=type=bind,source=wheels,target=/wheels \
     pip install --no-index --find-links /wheels torch==2.13.0 \
  && pip install --no-index --find-links /wheels .
