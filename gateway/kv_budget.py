@@ -29,7 +29,8 @@ def kv_tokens(tokens: TextTokens, prompts: list[dict], params: W.SamplingParams,
                                               for m in prompt["messages"])
         else:
             length = max(1, tokens.count(prompt["prompt"]))
-        output = params.max_tokens if params.max_tokens >= 0 else max(0, max_context - length)
+        output = params.max_tokens if params.max_tokens is not None else \
+            max(0, max_context - length)
         total += (length + output) * params.n
     return total
 

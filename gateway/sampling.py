@@ -10,8 +10,6 @@ from openapi.chat import ChatCompletionRequest
 from openapi.completions import MAX_STOP, CompletionRequest, SamplingFields
 from wire.manager import SamplingParams
 
-UNTIL_CONTEXT = -1  # chat without max tokens: as many as fit in the context
-
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -71,7 +69,7 @@ def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
     return out
 
 
-def _common(request: SamplingFields, max_tokens: int, logprobs: int | None,
+def _common(request: SamplingFields, max_tokens: int | None, logprobs: int | None,
             echo: bool = False) -> SamplingParams:
     refuse_unsupported(request)
     return SamplingParams(
@@ -142,7 +140,7 @@ def chat_params(request: ChatCompletionRequest, default_max_tokens: int | None =
         max_tokens = request.max_tokens
     if max_tokens is None:  # the server's default, but never below the request's min_tokens
         max_tokens = min(default_max_tokens or cap, cap or default_max_tokens or 0)
-        max_tokens = max(max_tokens, request.min_tokens) if max_tokens else UNTIL_CONTEXT
+        max_tokens = max(max_tokens, request.min_tokens) if max_tokens else None  # the context
     elif request.min_tokens > _capped(max_tokens, cap, param):
         raise APIError(400, "min_tokens must not exceed max_completion_tokens",
                        "invalid_request", "min_tokens")

@@ -14,7 +14,7 @@ from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, Traine
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
-    max_tokens: int = 16
+    max_tokens: int | None = 16  # None: as many as fit in the context
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0: off

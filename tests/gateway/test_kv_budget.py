@@ -24,7 +24,7 @@ def test_a_request_holds_prompt_plus_output_tokens_per_sequence() -> None:
     assert kv_tokens(TOKENS, [{"prompt": "Hello there"}, {"prompt_ids": [5]}],
                      W.SamplingParams(max_tokens=2), 2048) == (hello + 2) + (1 + 2)
     chat = [W.ChatMessage("user", "Hello there")]
-    until_context = W.SamplingParams(max_tokens=-1)
+    until_context = W.SamplingParams(max_tokens=None)
     assert kv_tokens(TOKENS, [{"messages": chat}], until_context, 100) == 100
 
 

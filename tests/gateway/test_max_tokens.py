@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.sampling import UNTIL_CONTEXT, chat_params
+from gateway.sampling import chat_params
 from gateway.settings import BUILTIN_DEFAULT_MAX_TOKENS, GatewaySettings
 from openapi.chat import ChatCompletionRequest
 from tests.gateway.conftest import KEY
@@ -29,7 +29,7 @@ def test_a_built_in_model_answers_briefly_unless_told_otherwise(tmp_path) -> Non
 
 
 @pytest.mark.parametrize(("fields", "default", "cap", "expected"), [
-    ({}, None, 0, UNTIL_CONTEXT),
+    ({}, None, 0, None),  # until the context is full
     ({}, 128, 0, 128),
     ({}, None, 300, 300),
     ({}, 128, 64, 64),  # the cap bounds the default too

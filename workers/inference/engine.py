@@ -79,7 +79,7 @@ class InferenceEngine:
     def add(self, request: Request, max_context: int | None = None) -> list[W.Message]:
         params = request.params
         limit = min(self.max_context, max_context or self.max_context)
-        if params.max_tokens < 0:  # "as many as fit"
+        if params.max_tokens is None:  # as many as fit
             params.max_tokens = max(0, limit - len(request.prompt_ids))
         if not request.prompt_ids:
             return [W.Failed(request.id, 400, "invalid_prompt", "the prompt is empty")]
