@@ -120,4 +120,4 @@ def test_sampling_requests_that_reach_a_worker_never_fail_with_a_5xx(tmp_path) -
     answered = sum(float(m.group(1)) for m in re.finditer(
         r'symbiosis_requests_total\{route="/v1/(?:chat/)?completions",status="200"[^}]*\} (\S+)',
         metrics))
-    assert answered >= 500, metrics[-2000:]  # most cases reached a worker and were answered
+    assert answered >= 300, metrics[-2000:]  # hundreds reached a worker and were answered
