@@ -210,8 +210,8 @@ class Leader:
             self.broken = True
             log.error("the executor's group broke: %s", exc)
             self.on_broken()
-            raise ShardsBroken("a rank of the executor's group is down") from None  # (the
-            # collective's own message, with its library's source paths, stays in this log)
+            # the collective's own message (with its library's source paths) stays in this log
+            raise ShardsBroken("a rank of the executor's group is down") from None
 
 
 def _width(spec: LayerSpec, op: Op) -> int:
