@@ -78,10 +78,12 @@ class AdapterRegistry:
 
     def register(self, tenant: str, name: str, source: Path, *, model_id: str | None = None,
                  origin: str = "registered", job_id: str | None = None,
-                 in_service: bool = True, lineage: dict | None = None) -> VersionRecord:
+                 in_service: bool = True, lineage: dict | None = None,
+                 hold: bool = False) -> VersionRecord:
         """Store `source` as a new immutable version: version 1 of a new model, or the next
-        version of the tenant's model `name` (serving at once when `in_service`). A `model_id`
-        (a job's `ft:` model or checkpoint) names a model that has exactly one version."""
+        version of the tenant's model `name` (serving at once when `in_service`, unless `hold`:
+        then it waits for `promote`, e.g. until a worker has loaded it). A `model_id` (a job's
+        `ft:` model or checkpoint) names a model that has exactly one version."""
         named = model_id is None
         if named:
             if not NAME.match(name):
@@ -100,14 +102,14 @@ class AdapterRegistry:
                     write_new(staging / filename, iter(lambda f=f: f.read(1 << 20), b""))
         try:
             return self._record(tenant, model_id, existing, target, peft_type, origin, job_id,
-                                in_service, lineage)
+                                in_service, lineage, hold)
         except BaseException:  # no version without its files, no files without a version
             shutil.rmtree(target, ignore_errors=True)
             raise
 
     def _record(self, tenant: str, model_id: str, existing: AdapterRecord | None, target: Path,
                 peft_type: str, origin: str, job_id: str | None, in_service: bool,
-                lineage: dict | None) -> VersionRecord:
+                lineage: dict | None, hold: bool = False) -> VersionRecord:
         lineage = {**_lineage(target), **(lineage or {})}
         created = int(time.time())
         with self.db.transaction() as conn:
@@ -124,9 +126,16 @@ class AdapterRegistry:
                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (model_id, number, str(target), peft_type, created, origin, job_id,
                           json.dumps(lineage), int(in_service)))
-            if in_service:
+            if in_service and not hold:
                 self.versions.serve(conn, model_id, [[number, 100]])
         return self.versions.get(model_id, number)
+
+    def withdraw(self, version: VersionRecord) -> None:
+        """Forget a version that never served: the whole model if it was its only one."""
+        if len(self.versions.list(version.model)) == 1:
+            self.delete(version.model)
+        else:
+            self.versions.delete(version.model, version.number)
 
     def promote(self, model_id: str, number: int | None = None) -> None:
         """Serve one version (by default the latest) with all of the name's traffic."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tempfile
+import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -10,11 +12,15 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
+from gateway.serving import Target
+from gateway.tenants import Tenant
 from openapi.common import Model
 from state.adapters import AdapterError
+from state.versions import VersionRecord
+from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["adapters"],
-                   responses=documented(400))
+                   responses=documented(400, 422))
 
 
 @router.post("/adapters", response_model=Model, status_code=201)
@@ -24,7 +30,8 @@ async def register_adapter(request: Request, tenant: TenantDep,
                            adapter_model: Annotated[UploadFile, File()],
                            promote: Annotated[bool, Form()] = True) -> Model:
     """Register an adapter: a new model, or the next immutable version of the tenant's model of
-    that name, which serves the name at once unless `promote` is false (then see
+    that name, which serves the name as soon as a worker has loaded it (422 and nothing stored
+    if it does not load; the name serves as before) unless `promote` is false (then see
     /v1/adapters/{model}/promote and /split)."""
     state = request.app.state
     limit = state.settings.max_upload_bytes
@@ -36,9 +43,31 @@ async def register_adapter(request: Request, tenant: TenantDep,
                 raise APIError(413, f"{filename} is larger than {limit} bytes", "file_too_large")
             (Path(tmp) / filename).write_bytes(data)
         try:
-            version = state.registry.register(tenant.id, name, Path(tmp), in_service=promote)
+            version = state.registry.register(tenant.id, name, Path(tmp), in_service=promote,
+                                              hold=promote)
         except AdapterError as exc:
             raise APIError(400, str(exc), "invalid_adapter") from None
+    if promote:  # it serves the name only once a worker has loaded it
+        try:
+            await loads_in_a_worker(state, tenant, version)
+        except APIError as exc:
+            state.registry.withdraw(version)
+            if exc.code != "adapter_load_failed":  # the manager or executor down: retry later
+                raise
+            raise APIError(422, f"The adapter did not load in a worker, so nothing was stored "
+                           f"and {version.model} serves as before: {exc.message}",
+                           "adapter_load_failed", "adapter_model") from None
+        state.registry.promote(version.model, version.number)
     return Model(id=version.model, created=version.created, owned_by=tenant.id,
                  parent=state.registry.base, root=state.registry.base,
                  peft_type=version.peft_type, in_service=promote, version=version.number)
+
+
+async def loads_in_a_worker(state, tenant: Tenant, version: VersionRecord) -> None:
+    """A worker loads the version and runs one prefill token (no fallback to the base model);
+    APIError saying why when it does not."""
+    target = Target(version.id, W.AdapterRef(version.path, version.peft_type))
+    run = await state.serving.start(replace(tenant, fallback=False), target,
+                                    f"load-{uuid.uuid4().hex[:12]}", [{"prompt_ids": [0]}],
+                                    W.SamplingParams(max_tokens=0))
+    await run.collect()

@@ -145,3 +145,35 @@ def test_a_split_follows_its_weights_and_keeps_users_on_one_version(deployment,
     moved = {v: after.get(v, 0) - before.get(v, 0) for v in ("1", "2")}
     counted = [*anonymous, *sticky]
     assert moved == {"1": counted.count("acme/ab@1"), "2": counted.count("acme/ab@2")}
+
+
+def test_a_version_that_does_not_load_never_serves(deployment: Deployment, tmp_path) -> None:
+    """A file that passes every check of its own but that peft cannot load (a config value of
+    the wrong type): the registration says why, nothing is stored, the name serves as before."""
+    import json
+    import shutil
+
+    good = save_adapter(tmp_path / "good", "lora", 11)
+    assert upload(deployment, "sturdy", good, promote=True) == 1
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    config = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": "abc"}))
+    files = {name: (name, (bad / name).read_bytes())
+             for name in ("adapter_config.json", "adapter_model.safetensors")}
+    refused = httpx.post(f"{deployment.stack.base_url}/v1/adapters",
+                         files={"adapter_config": files["adapter_config.json"],
+                                "adapter_model": files["adapter_model.safetensors"]},
+                         data={"name": "sturdy"},
+                         headers={"Authorization": f"Bearer {KEYS['acme']}"}, timeout=120)
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "adapter_load_failed" and "serves as before" in error["message"]
+    versions = httpx.get(f"{deployment.stack.base_url}/v1/adapters/acme/sturdy/versions",
+                         headers={"Authorization": f"Bearer {KEYS['acme']}"}).json()
+    assert [v["version"] for v in versions["data"]] == [1]
+    reference = Reference(good)
+    ids = reference.ids("Hello")
+    answer = deployment.client("acme").completions.create(
+        model="acme/sturdy", prompt=ids, max_tokens=4, temperature=0)
+    assert answer.choices[0].text == reference.text(reference.greedy(ids, 4))
