@@ -17,6 +17,7 @@ from gateway.errors import APIError
 from gateway.guard import BodyGuard
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
+from gateway.openapi_export import exact_bounds
 from gateway.routes import router
 from gateway.serving import Serving
 from gateway.sessions import Sessions
@@ -107,6 +108,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         return response
 
     app.add_middleware(BodyGuard, settings=settings)  # outermost: before any body is read
+    default_openapi = app.openapi
+    app.openapi = lambda: exact_bounds(default_openapi())  # (cached by FastAPI, patched once)
     return app
 
 

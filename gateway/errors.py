@@ -63,6 +63,7 @@ def model_not_found(model: str) -> APIError:
 
 
 _TYPE_NAMES = {"str", "int", "float", "bool", "dict", "list", "none", "json-or-python"}
+_TAGS = {"ChatMessage", "ToolMessage"}  # a tagged union's member: the field path goes on
 
 
 def _field_path(loc: tuple) -> list[str]:
@@ -70,6 +71,8 @@ def _field_path(loc: tuple) -> list[str]:
     path = []
     for part in loc[1:] if loc and loc[0] == "body" else loc:
         text = str(part)
+        if text in _TAGS:
+            continue
         if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or text[:1].isupper()):
             break  # from here on pydantic names the union member it tried
         path.append(text)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag
 
 from openapi.common import INT32, StrictModel, Text, Usage
 from openapi.completions import SamplingFields
@@ -28,17 +28,11 @@ class ToolCall(StrictModel):
 
 
 class ChatMessage(BaseModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, description="assistant messages")
-    tool_call_id: Text | None = Field(default=None, description="tool messages")
-
-    @model_validator(mode="after")
-    def _tool_result(self) -> ChatMessage:
-        if self.role == "tool" and (self.tool_call_id is None or self.content is None):
-            raise ValueError("a tool message needs the tool_call_id it answers and content")
-        return self
+    tool_call_id: Text | None = Field(default=None, description="(tool messages only)")
 
     def text(self) -> str:
         if self.content is None:
@@ -46,6 +40,23 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class ToolMessage(ChatMessage):
+    """A tool's result: it names the call it answers, and has content."""
+
+    role: Literal["tool"]
+    content: Text | list[TextPart]
+    tool_call_id: Text = Field(description="the id of the call this message answers")
+
+
+def _message_kind(message: Any) -> str:
+    role = message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
+    return "ToolMessage" if role == "tool" else "ChatMessage"
+
+
+Message = Annotated[Annotated[ChatMessage, Tag("ChatMessage")] |
+                    Annotated[ToolMessage, Tag("ToolMessage")], Discriminator(_message_kind)]
 
 
 class FunctionDefinition(StrictModel):
@@ -70,7 +81,7 @@ class NamedToolChoice(StrictModel):
 
 
 class ChatCompletionRequest(SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=0, le=INT32, description="deprecated alias")
     max_completion_tokens: int | None = Field(default=None, ge=0, le=INT32)
     logprobs: bool = False

@@ -72,9 +72,6 @@ def forced_spec(path: Path, model: str, max_tokens: int) -> Path:
                 if "model" in properties and ("messages" in properties or
                                               "prompt" in properties):
                     properties["model"] = {"type": "string", "enum": [model]}
-                if "role" in properties and "tool_call_id" in properties:
-                    properties["role"] = {"enum": ["system", "user", "assistant"]}
-                    properties.pop("tool_calls", None)  # (tool turns: the main run's)
                 for name in ("max_tokens", "max_completion_tokens", "min_tokens"):
                     if name in properties:
                         properties[name] = {"anyOf": [{"type": "integer", "minimum": 0,

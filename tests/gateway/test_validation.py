@@ -81,9 +81,9 @@ BAD = [
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}}],
         "tool_choice": "required"}, "tools"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "tool", "tool_call_id": "c"}]},
-     "messages.0"),
+     "messages.0.content"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "tool", "content": "18C"}]},
-     "messages.0"),
+     "messages.0.tool_call_id"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
      "messages.0.tool_calls.0.function.arguments"),
