@@ -40,8 +40,9 @@ class Link:
     @classmethod
     def parse(cls, value: str) -> Link | None:
         parts = value.split(":")
-        if len(parts) != 3 or not parts[0] or len(parts[1]) != 64:
-            return None
+        if len(parts) != 3 or not parts[0] or len(parts[1]) != 64 or \
+                not parts[2].isdigit():
+            return None  # no link (a malformed setting must not stop the gateway)
         return cls(parts[0], parts[1], float(parts[2]))
 
 
