@@ -7,13 +7,11 @@ buffers are recomputed by the model's own initializer, other tensors are read fr
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
@@ -25,7 +23,8 @@ from workers.remote.client import ExecutorClient
 from workers.remote.fusion import FusedGroup
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteConv1D, RemoteEmbedding, RemoteLayer, RemoteLinear
-from workers.remote.privacy import PrivacyConfig, PrivateExecutor, WeightSource
+from workers.remote.mapped import MappedCheckpoint
+from workers.remote.privacy import PrivacyConfig, PrivateExecutor, WeightSource, local_modules
 from workers.remote.stretch import enable_stretches
 
 log = logging.getLogger("workers.remote")
@@ -44,7 +43,7 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
 
     `executor` is an endpoint (ipc:// or tcp://) or a handle such as `LocalExecutor`.
     `privacy=True` (or a PrivacyConfig) masks every activation and gradient sent to the
-    executor and keeps the embedding tables local; it requires float32.
+    executor and keeps what would leak local (privacy.local_modules); it requires float32.
     `config_kwargs` go to the model config (e.g. attn_implementation="eager").
     """
     path = resolve_model(model)
@@ -54,12 +53,14 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     hf_config = AutoConfig.from_pretrained(path, **config_kwargs)
     with torch.device("meta"):
         net = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    local: set[str] = set()
     if privacy:
         if dtype != torch.float32:
             raise ValueError("privacy mode needs float32: masking is exact only in float32")
         config = privacy if isinstance(privacy, PrivacyConfig) else PrivacyConfig()
         handle = PrivateExecutor(handle, config, checkpoint_weights(net, path))
-    swap_base_layers(net, handle, dtype, torch.device(device), local_embeddings=bool(privacy))
+        local = local_modules(net, config)
+    swap_base_layers(net, handle, dtype, torch.device(device), local=local)
     if fuse:
         fuse_groups(net, handle)
     if stretch and not privacy:  # a stretch is not linear: privacy's masking cannot cover it
@@ -86,13 +87,12 @@ def called_layers(model: nn.Module) -> list[int]:
 
 
 def swap_base_layers(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype,
-                     device: torch.device, local_embeddings: bool = False) -> int:
+                     device: torch.device, local: set[str] = frozenset()) -> int:
+    """Swap every base layer but those named in `local` (read from the checkpoint instead)."""
     specs = {spec.name: spec for spec in handle.layers}
     swapped = 0
     for name, module in list(model.named_modules()):
-        if not (is_base_linear(module) or is_base_embedding(module)):
-            continue
-        if local_embeddings and is_base_embedding(module):
+        if not (is_base_linear(module) or is_base_embedding(module)) or name in local:
             continue
         spec = specs.get(name)
         _check(name, module, spec)
@@ -136,7 +136,8 @@ def fuse_groups(model: nn.Module, handle: ExecutorHandle) -> int:
 
 def materialize_local(model: nn.Module, path: Path, dtype: torch.dtype,
                       device: torch.device) -> None:
-    """Give real values to everything still on the meta device (all of it small)."""
+    """Give real values to everything still on the meta device: buffers recomputed, tensors
+    mapped from the checkpoint (shared through the page cache while their dtype matches)."""
     owners = set()
     for name, buffer in list(model.named_buffers()):
         if buffer.is_meta:
@@ -146,24 +147,32 @@ def materialize_local(model: nn.Module, path: Path, dtype: torch.dtype,
             owners.add(owner_name)
     for owner_name in owners:  # transformers' initializer recomputes non-persistent buffers
         model._init_weights(model.get_submodule(owner_name))
-    wanted = [name for name, t in _named_local_tensors(model) if t.is_meta]
-    values = read_checkpoint(path, wanted, getattr(model, "base_model_prefix", ""))
-    for name in wanted:
-        owner_name, _, leaf = name.rpartition(".")
-        owner = model.get_submodule(owner_name)
-        value = values[name].to(device=device, dtype=dtype if values[name].is_floating_point()
-                                else None)
-        if leaf in owner._parameters:
-            owner._parameters[leaf] = nn.Parameter(value, requires_grad=value.is_floating_point())
-        else:
-            owner._buffers[leaf] = value
+    aliases: dict[int, list[str]] = {}  # tied weights: one tensor under several names
+    for name, t in _named_local_tensors(model):
+        if t.is_meta:
+            aliases.setdefault(id(t), []).append(name)
+    mapped = MappedCheckpoint(path)
+    prefix = getattr(model, "base_model_prefix", "")
+    for names in aliases.values():
+        stored = next((n for n in names if _has_key(n, mapped, prefix)), names[0])
+        stored_value = mapped.get(_checkpoint_key(stored, mapped, prefix))
+        value = stored_value.to(device=device,
+                                dtype=dtype if stored_value.is_floating_point() else None)
+        shared = nn.Parameter(value, requires_grad=value.is_floating_point())
+        for name in names:
+            owner_name, _, leaf = name.rpartition(".")
+            owner = model.get_submodule(owner_name)
+            if leaf in owner._parameters:
+                owner._parameters[leaf] = shared
+            else:
+                owner._buffers[leaf] = value
     left = [name for name, t in _named_local_tensors(model) if t.is_meta]
     if left:
         raise RuntimeError(f"tensors left on the meta device: {left[:5]}")
 
 
 def checkpoint_weights(model: nn.Module, path: Path) -> WeightSource:
-    """Read one base layer's weight, as [out, in], from the checkpoint (tied weights followed)."""
+    """One base layer's weight, as [out, in], mapped from the checkpoint (tied weights followed)."""
     names = {id(m): name for name, m in model.named_modules()}
     tied: dict[str, str] = {}
     output, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
@@ -171,10 +180,10 @@ def checkpoint_weights(model: nn.Module, path: Path) -> WeightSource:
         tied[names[id(output)]] = names[id(embeddings)]
     conv1d = {name for name, m in model.named_modules() if isinstance(m, Conv1D)}
     prefix = getattr(model, "base_model_prefix", "")
+    mapped = MappedCheckpoint(path)
 
     def weight(name: str) -> torch.Tensor:
-        key = f"{tied.get(name, name)}.weight"
-        value = read_checkpoint(path, [key], prefix)[key]
+        value = mapped.get(_checkpoint_key(f"{tied.get(name, name)}.weight", mapped, prefix))
         return value.t() if name in conv1d else value
 
     return weight
@@ -192,30 +201,15 @@ def _named_local_tensors(model: nn.Module):
                 yield (f"{name}.{leaf}" if name else leaf), b
 
 
-def read_checkpoint(path: Path, names: list[str], prefix: str = "") -> dict[str, torch.Tensor]:
-    """Read `names` from a (possibly sharded) safetensors checkpoint, nothing else."""
-    index = path / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-    else:
-        single = path / "model.safetensors"
-        if not single.exists():
-            raise FileNotFoundError(f"{path} has no safetensors checkpoint")
-        with safe_open(single, "pt") as f:
-            weight_map = dict.fromkeys(f.keys(), "model.safetensors")
-    found: dict[str, torch.Tensor] = {}
-    by_file: dict[str, list[tuple[str, str]]] = {}
-    for name in names:
-        key = _checkpoint_key(name, weight_map, prefix)
-        by_file.setdefault(weight_map[key], []).append((name, key))
-    for filename, pairs in by_file.items():
-        with safe_open(path / filename, "pt") as f:
-            for name, key in pairs:
-                found[name] = f.get_tensor(key)
-    return found
+def _has_key(name: str, weight_map: Any, prefix: str) -> bool:
+    try:
+        _checkpoint_key(name, weight_map, prefix)
+    except KeyError:
+        return False
+    return True
 
 
-def _checkpoint_key(name: str, weight_map: dict[str, str], prefix: str) -> str:
+def _checkpoint_key(name: str, weight_map: Any, prefix: str) -> str:
     candidates = [name]
     if prefix and name.startswith(prefix + "."):
         candidates.append(name[len(prefix) + 1:])

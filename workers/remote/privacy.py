@@ -1,26 +1,31 @@
-"""Privacy mode (paper 3.8): the executor never receives a raw activation or a raw gradient.
+"""Privacy mode: the executor never receives a raw activation or a raw gradient.
 
-Base layers are linear, so a client can add noise n to its input and subtract the noise's effect:
+Threat model: an honest-but-curious executor that knows the public base weights and records every
+call (README, "Privacy mode"). Base layers are linear, so a tenant adds noise n to a row and
+subtracts the noise's effect:
     forward:  (x + n) W^T + b - n W^T = x W^T + b
     backward: (g + m) W       - m W   = g W
-Each row gets its own noise, a random combination of a per-layer pool of orthonormal noise
-directions: as many as the layer is wide, up to `pool_size` (256), so the noise spans the whole
-space of a layer up to 256 wide and 256 dimensions of a wider one; an executor that removes the
-principal components of what it receives removes signal with the noise (the attack test,
-tests/workers/remote/test_privacy_attack.py). The pool's effects are computed once per layer,
-either from the public checkpoint on the client ("local", default: the executor never sees the
-pool) or through the executor's bias-free path ("executor", as in the paper: the executor sees the
-pool once). Exact in float32 up to rounding (error grows with the noise scale).
+The noise is a one-time pad: fresh Gaussian rows spanning the layer's whole width, each used
+once, `noise` times the call's largest row norm per coordinate (so its energy is at least
+`noise^2 * width` times the signal's), their effects computed in the tenant from the mapped public
+checkpoint. The executor never sees a pad. Pads are prepared `pad_rows` at a time, so decode
+pays one small matmul per layer every `pad_rows` tokens; a training call one as large as its own.
+What leaks stays local (`local_modules`): the embeddings, the first `local_layers` decoder layers
+(whose inputs come from a finite public dictionary) and, in trainers, the output head (whose
+gradient is the labels).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from wire.executor import CallKind, LayerKind, Op
+from catalogue.base_layers import is_base_embedding, is_base_linear
+from wire.executor import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 
 WeightSource = Callable[[str], torch.Tensor]  # layer name -> its weight as [out, in]
@@ -28,29 +33,71 @@ WeightSource = Callable[[str], torch.Tensor]  # layer name -> its weight as [out
 
 @dataclass(frozen=True)
 class PrivacyConfig:
-    pool_size: int = 256  # noise directions per layer: min(layer width, pool_size)
-    scale: float = 1.0  # noise norm relative to each row's own norm (error grows with it)
-    noise_effects: str = "local"  # local | executor
+    noise: float = 1.5  # noise std per coordinate, in units of the call's largest row norm
+    pad_rows: int = 64  # noise rows prepared per layer at a time
+    local_layers: int = 1  # first decoder layers whose projections never leave the tenant
+    local_head: bool | None = None  # the output head stays local; None: in trainers only
     seed: int | None = None
-    backward: bool = False  # also build the backward pools up front (trainers)
+    backward: bool = False  # a trainer: gradients are masked too
 
     def __post_init__(self) -> None:
-        if self.noise_effects not in ("local", "executor"):
-            raise ValueError("noise_effects must be 'local' or 'executor'")
-        if self.pool_size < 1 or self.scale <= 0:
-            raise ValueError("pool_size must be >= 1 and scale > 0")
+        if self.noise <= 0 or self.pad_rows < 1 or self.local_layers < 0:
+            raise ValueError("noise must be > 0, pad_rows >= 1 and local_layers >= 0")
+
+    @property
+    def head_local(self) -> bool:
+        return self.backward if self.local_head is None else self.local_head
+
+
+def local_modules(model: nn.Module, config: PrivacyConfig) -> set[str]:
+    """The base layers that privacy mode keeps in the tenant's process."""
+    head = model.get_output_embeddings()
+    keep = set()
+    for name, module in model.named_modules():
+        if is_base_embedding(module):
+            keep.add(name)
+        elif is_base_linear(module):
+            block = re.search(r"\.(\d+)\.", f".{name}.")
+            if (block and int(block.group(1)) < config.local_layers) or \
+                    (module is head and config.head_local):
+                keep.add(name)
+    return keep
+
+
+class NoisePad:
+    """One layer's one-time pad in one direction: noise rows and their effects, each used once."""
+
+    def __init__(self, spec: LayerSpec, backward: bool, weights: WeightSource,
+                 rng: torch.Generator, rows: int) -> None:
+        self.spec, self.backward, self.weights, self.rng, self.rows = (spec, backward, weights,
+                                                                       rng, rows)
+        self.width = spec.out_features if backward else spec.in_features
+        self.noise = self.effect = torch.empty(0)
+        self.used = 0
+
+    def take(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.used + rows > self.noise.shape[0]:
+            self.refill(max(rows, self.rows))
+        begin, self.used = self.used, self.used + rows
+        return self.noise[begin:self.used], self.effect[begin:self.used]
+
+    def refill(self, rows: int) -> None:
+        self.noise = torch.randn(rows, self.width, generator=self.rng)
+        weight = self._weight()
+        self.effect = self.noise @ weight if self.backward else self.noise @ weight.t()
+        self.used = 0
+
+    def _weight(self) -> torch.Tensor:
+        names = self.spec.members if self.spec.kind == LayerKind.GROUP else (self.spec.name,)
+        return torch.cat([self.weights(name).to(torch.float32) for name in names])
 
 
 class PrivateExecutor:
     """Wraps an executor handle, masking every floating point input it sends."""
 
     def __init__(self, inner: ExecutorHandle, config: PrivacyConfig,
-                 weights: WeightSource | None = None) -> None:
-        if config.noise_effects == "local" and weights is None:
-            raise ValueError("local noise effects need the checkpoint's weights")
-        self.inner = inner
-        self.config = config
-        self.weights = weights
+                 weights: WeightSource) -> None:
+        self.inner, self.config, self.weights = inner, config, weights
         self.model, self.dtype, self.layers = inner.model, inner.dtype, inner.layers
         self.device = getattr(inner, "device", "cpu")
         self._rng = torch.Generator()
@@ -58,52 +105,28 @@ class PrivateExecutor:
             self._rng.seed()  # from the OS's entropy, not torch's global seed
         else:
             self._rng.manual_seed(config.seed)
-        self._pools: dict[tuple[int, Op], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._placed: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # copies on a GPU
+        self._pads: dict[tuple[int, bool], NoisePad] = {}
 
     def call(self, op: Op, layer: int, x: torch.Tensor, kind: CallKind) -> torch.Tensor:
         if not x.is_floating_point():
             raise PermissionError("privacy mode never sends token ids: embeddings stay local")
-        pool, effect = self._pool(layer, op, x.device)
+        if op == Op.FORWARD_NOBIAS:
+            raise PermissionError("privacy mode never sends noise to the executor")
+        noise, effect = self._pad(layer, op == Op.BACKWARD).take(x.shape[0])
         x = x.to(torch.float32)
-        norms = x.norm(dim=1, keepdim=True).clamp_min(1e-3)
-        coeffs = torch.randn(x.shape[0], pool.shape[0], generator=self._rng).to(x.device)
-        coeffs = coeffs * (self.config.scale * norms / pool.shape[0] ** 0.5)
-        masked = self.inner.call(op, layer, x + coeffs @ pool, kind)
-        return masked.to(x.device, torch.float32) - coeffs @ effect
+        scale = self.config.noise * x.norm(dim=1).max().clamp_min(1e-6)
+        masked = self.inner.call(op, layer, x + scale * noise.to(x.device), kind)
+        return masked.to(x.device, torch.float32) - scale * effect.to(x.device)
 
     def warm(self, layers: list[int]) -> None:
-        """Build the pools and their effects of `layers` now (at model build), not at their
-        first call: a wide layer's effects cost a matmul of the pool through its weight."""
+        """Prepare the first pads of `layers` now (at model build), not at their first call."""
         for layer in layers:
-            self._pool(layer, Op.FORWARD)
-            if self.config.backward:
-                self._pool(layer, Op.BACKWARD)
+            for backward in (False, True) if self.config.backward else (False,):
+                self._pad(layer, backward).refill(self.config.pad_rows)
 
-    def _pool(self, layer: int, op: Op,
-              device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's noise directions and their effect through its weight (on `device`)."""
-        key = (layer, Op.BACKWARD if op == Op.BACKWARD else Op.FORWARD)
-        if device is not None and device.type != "cpu":
-            placed = self._placed.get((key, device))
-            if placed is None:
-                placed = self._placed[(key, device)] = tuple(t.to(device) for t in
-                                                             self._pool(layer, op))
-            return placed
-        if key not in self._pools:
-            spec = self.layers[layer]
-            width = spec.out_features if op == Op.BACKWARD else spec.in_features
-            size = min(width, self.config.pool_size)
-            basis = torch.randn(width, size, generator=self._rng, dtype=torch.float64)
-            pool = torch.linalg.qr(basis).Q.t().to(torch.float32)  # orthonormal rows
-            self._pools[key] = (pool, self._effect(layer, key[1], pool))
-        return self._pools[key]
-
-    def _effect(self, layer: int, op: Op, pool: torch.Tensor) -> torch.Tensor:
-        spec = self.layers[layer]
-        if self.config.noise_effects == "executor":
-            inner_op = Op.BACKWARD if op == Op.BACKWARD else Op.FORWARD_NOBIAS
-            return self.inner.call(inner_op, layer, pool, CallKind.INFERENCE).to(torch.float32)
-        names = spec.members if spec.kind == LayerKind.GROUP else (spec.name,)
-        weight = torch.cat([self.weights(name).to(torch.float32) for name in names])
-        return pool @ weight if op == Op.BACKWARD else pool @ weight.t()
+    def _pad(self, layer: int, backward: bool) -> NoisePad:
+        pad = self._pads.get((layer, backward))
+        if pad is None:
+            pad = self._pads[(layer, backward)] = NoisePad(
+                self.layers[layer], backward, self.weights, self._rng, self.config.pad_rows)
+        return pad

@@ -15,7 +15,7 @@ from executor.registry import LayerRegistry
 from executor.server import ExecutorServer
 from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, TOLERANCE, batch, build_pair, compare
-from wire.executor import Op
+from wire.executor import CallKind, Op
 from workers.remote.build import remote_model
 from workers.remote.client import ExecutorClient
 from workers.remote.privacy import PrivacyConfig
@@ -27,18 +27,18 @@ from workers.remote.privacy import PrivacyConfig
 def test_private_training_matches_plain_peft(model: str, method: str, executor_for) -> None:
     client = ExecutorClient(executor_for(model).endpoint, name="private")
     try:
-        result = compare(model, method, client, privacy=True)
+        result = compare(model, method, client, privacy=PrivacyConfig(backward=True))
     finally:
         client.close()
     assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
     assert result["generate_equal"]
 
 
-def test_paper_mode_noise_effects_from_the_executor_are_exact_too() -> None:
-    executor = LocalExecutor.load("tiny-gpt2")
-    result = compare("tiny-gpt2", "lora", executor,
-                     privacy=PrivacyConfig(noise_effects="executor"))
-    assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+def test_privacy_never_sends_the_noise_itself() -> None:
+    private = remote_model("tiny-llama", LocalExecutor.load("tiny-llama"), privacy=True)
+    handle = private.symbiosis_executor
+    with pytest.raises(PermissionError, match="noise"):
+        handle.call(Op.FORWARD_NOBIAS, 1, torch.ones(1, 64), CallKind.INFERENCE)
 
 
 def run_step(model, ids: torch.Tensor) -> None:
@@ -60,7 +60,7 @@ def test_executor_never_sees_true_rows(name: str, ipc_dir: Path) -> None:
                           tap=lambda op, spec, x: true_rows[(spec.name, op)].append(x))
     client = ExecutorClient(server.config.bind, name="tenant")
     try:
-        _, private = build_pair(name, "lora", client, privacy=True)
+        _, private = build_pair(name, "lora", client, privacy=PrivacyConfig(backward=True))
         _, plain = build_pair(name, "lora", truth)
         ids = batch()
         run_step(private, ids)
