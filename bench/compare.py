@@ -11,14 +11,15 @@ from pathlib import Path
 from bench.records import Record, fmt
 
 
-def load(path: Path) -> list[Record]:
+def load(path: Path, skip: frozenset[str] = frozenset()) -> list[Record]:
+    """A run's records, but those of the scenarios in `skip`."""
     fields = Record.__dataclass_fields__
     return [Record(**{k: v for k, v in r.items() if k in fields})
-            for r in json.loads(path.read_text())["records"]]
+            for r in json.loads(path.read_text())["records"] if r["scenario"] not in skip]
 
 
-def compare(paths: list[Path]) -> str:
-    runs = [{(r.scenario, r.metric): r for r in load(p)} for p in paths]
+def compare(paths: list[Path], skip: frozenset[str] = frozenset()) -> str:
+    runs = [{(r.scenario, r.metric): r for r in load(p, skip)} for p in paths]
     names = " / ".join(p.stem for p in paths)
     lines = [f"| scenario | metric | ours | baseline | ratio ({names}) | median ratio | goal | "
              "met |", "|---|---|---|---|---|---|---|---|"]

@@ -1,6 +1,7 @@
 """`python -m bench report RUN.json [RUN.json ...] [--callpath AFTER.json BEFORE.json]
-[--gpu GPU_RUN.json ...] [--notes NOTES.md] [--out bench/RESULTS.md]`: bench/RESULTS.md,
-generated from results JSON (the GPU runs in a section of their own, their device named).
+[--gpu GPU_RUN.json ...] [--rerun RUN.json ...] [--notes NOTES.md] [--out bench/RESULTS.md]`:
+bench/RESULTS.md, generated from results JSON (the GPU runs, and scenarios re-run after a change,
+in sections of their own).
 
 The summary table, which goals are met and which are missed, and the round-trip breakdown are
 computed here from the files named on the command line, never written by hand; a goal counts
@@ -39,8 +40,8 @@ def median_figure(records: list[Record]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def goals(paths: list[Path]) -> tuple[list[str], list[str]]:
-    runs = [load(p) for p in paths]
+def goals(paths: list[Path], skip: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
+    runs = [load(p, skip) for p in paths]
     met, missed = [], []
     for first in runs[0]:
         if not first.goal:
@@ -95,8 +96,23 @@ def _runs(paths: list[Path]) -> list[str]:
     return lines
 
 
+def rerun_section(paths: list[Path]) -> list[str]:
+    """Scenarios run again after a change (`--rerun`): their rows replace the main runs'."""
+    met, missed = goals(paths)
+    return ["", "## Re-run after a change", "",
+            "These scenarios were run again after the code they measure changed; their rows in "
+            "the runs above are superseded and left out of the summary and the goals there.", "",
+            "- **Runs**:", *_runs(paths), "", compare(paths), "", "Goals met:", "",
+            *(met or ["- none"]), "", "Goals missed:", "", *(missed or ["- none"])]
+
+
+def rerun_scenarios(paths: list[Path]) -> frozenset[str]:
+    return frozenset(r.scenario for p in paths for r in load(p))
+
+
 def render(paths: list[Path], callpath: list[Path], notes: Path | None,
-           gpu: list[Path] | None = None) -> str:
+           gpu: list[Path] | None = None, rerun: list[Path] | None = None) -> str:
+    skip = rerun_scenarios(rerun or [])
     meta = json.loads(paths[0].read_text())
     machine = meta["machine"]
     out = ["# Benchmark results", "",
@@ -107,9 +123,11 @@ def render(paths: list[Path], callpath: list[Path], notes: Path | None,
            f"{machine['memory_gb']} GB), torch {machine['torch']}; measured fp32 matmul peak "
            f"{meta['matmul_peak_gflops']:.0f} GFLOP/s.",
            "- **Runs** (the values shown: the first run's that has the row):", *_runs(paths)]
-    met, missed = goals(paths)
-    out += ["", "## Summary", "", compare(paths), "", "## Goals met", "", *(met or ["- none"]),
-            "", "## Goals missed", "", *(missed or ["- none"])]
+    met, missed = goals(paths, skip)
+    out += ["", "## Summary", "", compare(paths, skip), "", "## Goals met", "",
+            *(met or ["- none"]), "", "## Goals missed", "", *(missed or ["- none"])]
+    if rerun:
+        out += rerun_section(rerun)
     if callpath:
         after = json.loads(callpath[0].read_text())
         before = json.loads(callpath[1].read_text()) if len(callpath) > 1 else None
@@ -130,11 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callpath", nargs="+", type=Path, default=[])
     parser.add_argument("--gpu", nargs="+", type=Path, default=[],
                         help="runs of the GPU scenarios (python -m bench run --device cuda)")
+    parser.add_argument("--rerun", nargs="+", type=Path, default=[],
+                        help="runs of some scenarios after a change: they supersede those "
+                             "scenarios' rows in the main runs")
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
     notes = args.notes if args.notes.exists() else None
-    args.out.write_text(render(args.runs, args.callpath, notes, args.gpu))
+    args.out.write_text(render(args.runs, args.callpath, notes, args.gpu, args.rerun))
     return 0
 
 

@@ -18,7 +18,7 @@ PROTOCOL_VERSION = 4  # 2: binary doorbell headers, stretches; 3: device call bu
 
 class Op(enum.IntEnum):
     FORWARD = 0  # y = x W^T + b (linear), table lookup (embedding)
-    FORWARD_NOBIAS = 1  # y = x W^T: the effect of privacy noise
+    FORWARD_NOBIAS = 1  # y = x W^T (privacy mode never sends it: its pads stay in the tenant)
     BACKWARD = 2  # grad_x = grad_y W; nothing is kept between forward and backward
 
 

@@ -93,3 +93,23 @@ def test_the_report_gives_gpu_runs_their_own_section_with_the_device_named(tmp_p
     assert "12 GPU decode, 32 tenants: tokens/s: 450 tok/s (goal >= 400 tok/s" in met
     assert "12 GPU fine-tuning, 2x512, N=8: tokens/s: 0.833x (goal >= 1.2x" in missed
     assert "12 GPU" not in text.split("## On a GPU")[0]  # the CPU summary keeps to CPU runs
+
+
+def test_a_rerun_scenario_replaces_its_rows_in_the_main_runs(tmp_path) -> None:
+    from bench.records import write_json
+    from bench.report import render
+
+    meta = {"command": "python -m bench run --quick", "date": "2026-11-24 12:00",
+            "elapsed_s": 60.0, "matmul_peak_gflops": 150.0,
+            "machine": {"cpu": "test CPU", "cores": 2, "memory_gb": 24, "torch": "2.13"}}
+    main, again = tmp_path / "main.json", tmp_path / "privacy-again.json"
+    write_json(main, [Record("4 decode", "tokens/s", 20.0, 10.0, "tok/s", ">= 1.5x"),
+                      Record("7 privacy", "decode", 3.0, 10.0, "tok/s", ">= 0.5x")], meta)
+    write_json(again, [Record("7 privacy", "decode", 6.0, 10.0, "tok/s", ">= 0.5x")], meta)
+    text = render([main], [], None, rerun=[again])
+    before, section = text.split("## Re-run after a change")
+    assert "7 privacy" not in before and "4 decode, tokens/s: 2x" in before
+    assert "[privacy-again.json](results/privacy-again.json)" in section
+    assert "| 7 privacy | decode | 6 tok/s | 10 tok/s | 0.60x | 0.60x | >= 0.5x | yes |" in section
+    assert "7 privacy, decode: 0.6x (goal >= 0.5x, median of 1 run)" in section.split(
+        "Goals met:")[1].split("Goals missed:")[0]
