@@ -10,6 +10,7 @@ It lives for a whole benchmark run. Line protocol (JSON, one object per line): i
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -33,6 +34,7 @@ def _say(message: dict) -> None:
 
 def _fork(argv: list[str]) -> int:
     assert_fork_safe()
+    gc.freeze()  # as the spawner does: children's collections leave the parent's pages shared
     pid = os.fork()
     if pid == 0:
         code = 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import select
@@ -45,8 +46,13 @@ PR_SET_PDEATHSIG = 1
 
 
 def spawn(target, preloaded: Preloaded) -> int:
-    """Fork a child that runs `target(preloaded)` and exits with its return code."""
+    """Fork a child that runs `target(preloaded)` and exits with its return code.
+
+    Every object the parent holds goes to the collector's permanent generation first: a child's
+    collections then never write to those objects' headers, so their pages stay shared
+    (without it a worker's private memory grew ~4x after its first full collection)."""
     assert_fork_safe()
+    gc.freeze()
     pid = os.fork()
     if pid:
         return pid
