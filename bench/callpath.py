@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import psutil
 import torch
 
@@ -66,7 +67,7 @@ def measure(spin: bool) -> dict:
             client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
         executor = psutil.Process(proc.pid)
         cpu_before, client_before = sum(executor.cpu_times()[:2]), time.process_time()
-        stats_before = json.loads(client.stats())
+        stats_before = msgspec.to_builtins(client.stats())
         rtts = []
         for _ in range(CALLS):
             started = time.perf_counter()
@@ -74,7 +75,7 @@ def measure(spin: bool) -> dict:
             rtts.append(time.perf_counter() - started)
         executor_cpu = sum(executor.cpu_times()[:2]) - cpu_before
         client_cpu = time.process_time() - client_before
-        stats = json.loads(client.stats())
+        stats = msgspec.to_builtins(client.stats())
         compute = stats["kinds"]["inference"]["compute_s"] - \
             stats_before["kinds"]["inference"]["compute_s"]
         client.close()

@@ -13,6 +13,7 @@ import json
 import sys
 from dataclasses import dataclass
 
+import msgspec
 import psutil
 
 from bench.group import Group, GroupResult
@@ -52,9 +53,9 @@ def run(endpoint: str, model: str, mix: Mix, *, duration: float = 20.0,
     probe = ExecutorClient(endpoint, name="loadgen")
     executor = psutil.Process(executor_pid) if executor_pid else None
     cpu = sum(executor.cpu_times()[:2]) if executor else 0.0
-    before = json.loads(probe.stats())
+    before = msgspec.to_builtins(probe.stats())
     result = Group(argvs, forked=True).run()
-    after = json.loads(probe.stats())
+    after = msgspec.to_builtins(probe.stats())
     probe.close()
     summary = summarize(result, before, after)
     if executor:

@@ -18,6 +18,7 @@ from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, CallTable, check_call
 from wire import executor as P
+from wire.figures import ExecutorFigures
 
 Send = Callable[[bytes, msgspec.Struct], None]
 Tap = Callable[[str, P.Call, torch.Tensor], None]  # sees each call's input (tests, debugging)
@@ -62,14 +63,14 @@ class Requests:
             known = self.clients.touch(identity) is not None
             self.send(identity, P.Pong(self.registry.model_name, len(self.clients), known))
         elif isinstance(message, P.StatsRequest):
-            self.send(identity, P.Stats(self._stats(message.format)))
+            self.send(identity, P.Stats(self._stats()))
         elif isinstance(message, P.Bye):
             self.clients.remove(identity)
 
-    def _stats(self, format: str) -> str:
+    def _stats(self) -> ExecutorFigures:
         self.stats.queue_depth = self.scheduler.depth()
         self.stats.clients = len(self.clients)
-        return self.stats.to_prometheus() if format == "prometheus" else self.stats.to_json()
+        return self.stats.snapshot()
 
     def _hello(self, identity: bytes, hello: P.Hello, uid: int) -> None:
         if hello.version != P.PROTOCOL_VERSION:

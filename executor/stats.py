@@ -1,14 +1,14 @@
 """Executor metrics by call kind: batch sizes, waits, compute time, queue depth, rows/s; and by
 lane (decode steps, prefills, training: `executor.lanes`): calls, waits and compute time.
 
-Readable as JSON (the stats request on the executor's socket) and as Prometheus text, which the
-gateway re-exports. Written by the compute loop, read by the IO thread, guarded by one lock.
+A snapshot is typed data (`wire.figures`), the answer to a stats request on the executor's
+socket; the gateway renders it for Prometheus. Written by the compute loop, read by the IO
+thread, guarded by one lock.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from executor.calls import PendingCall
 from executor.lanes import Lane
 from wire.executor import CallKind
+from wire.figures import ExecutorFigures, HistogramFigures, KindFigures, LaneFigures
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 WAIT_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)
@@ -39,9 +40,8 @@ class Histogram:
     def mean(self) -> float:
         return self.total / self.n if self.n else 0.0
 
-    def as_dict(self) -> dict:
-        return {"bounds": list(self.bounds), "counts": self.counts, "sum": self.total,
-                "count": self.n}
+    def figures(self) -> HistogramFigures:
+        return HistogramFigures(list(self.bounds), list(self.counts), self.total, self.n)
 
 
 @dataclass
@@ -115,66 +115,21 @@ class ExecutorStats:
         with self.lock:
             self.errors += 1
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> ExecutorFigures:
         with self.lock:
             uptime = time.monotonic() - self.started
             kinds = {
-                kind.name.lower(): {
-                    "calls": s.calls, "rows": s.rows, "batches": s.batches,
-                    "mean_batch_calls": s.batch_calls.mean(),
-                    "mean_wait_ms": s.wait_ms.mean(), "compute_s": s.compute_s,
-                    "rows_per_s": s.rows / uptime if uptime else 0.0,
-                    "batch_calls": s.batch_calls.as_dict(), "wait_ms": s.wait_ms.as_dict(),
-                }
+                kind.name.lower(): KindFigures(
+                    calls=s.calls, rows=s.rows, batches=s.batches, compute_s=s.compute_s,
+                    mean_batch_calls=s.batch_calls.mean(), mean_wait_ms=s.wait_ms.mean(),
+                    rows_per_s=s.rows / uptime if uptime else 0.0,
+                    batch_calls=s.batch_calls.figures(), wait_ms=s.wait_ms.figures())
                 for kind, s in self.kinds.items()
             }
-            lanes = {lane.name.lower(): {"calls": s.calls, "batches": s.batches,
-                                         "compute_s": s.compute_s, "wait_s": s.wait_s,
-                                         "mean_wait_ms": 1e3 * s.wait_s / s.calls if s.calls
-                                         else 0.0}
-                     for lane, s in self.lanes.items()}
-            return {"uptime_s": uptime, "queue_depth": self.queue_depth, "clients": self.clients,
-                    "mixed_batches": self.mixed_batches, "errors": self.errors, "kinds": kinds,
-                    "lanes": lanes}
-
-    def to_json(self) -> str:
-        return json.dumps(self.snapshot())
-
-    def to_prometheus(self) -> str:
-        snap = self.snapshot()
-        lines = [
-            "# TYPE symbiosis_executor_queue_depth gauge",
-            f"symbiosis_executor_queue_depth {snap['queue_depth']}",
-            "# TYPE symbiosis_executor_clients gauge",
-            f"symbiosis_executor_clients {snap['clients']}",
-            "# TYPE symbiosis_executor_mixed_batches_total counter",
-            f"symbiosis_executor_mixed_batches_total {snap['mixed_batches']}",
-            "# TYPE symbiosis_executor_errors_total counter",
-            f"symbiosis_executor_errors_total {snap['errors']}",
-        ]
-        for metric, key, kind_ in (("calls", "calls", "counter"), ("rows", "rows", "counter"),
-                                   ("batches", "batches", "counter"),
-                                   ("compute_seconds", "compute_s", "counter")):
-            lines.append(f"# TYPE symbiosis_executor_{metric}_total {kind_}")
-            for kind, s in snap["kinds"].items():
-                lines.append(f'symbiosis_executor_{metric}_total{{kind="{kind}"}} {s[key]}')
-        for metric, key in (("calls", "calls"), ("compute_seconds", "compute_s"),
-                            ("wait_seconds", "wait_s")):
-            lines.append(f"# TYPE symbiosis_executor_lane_{metric}_total counter")
-            for lane, s in snap["lanes"].items():
-                lines.append(f'symbiosis_executor_lane_{metric}_total{{lane="{lane}"}} {s[key]}')
-        for metric, key in (("batch_calls", "batch_calls"), ("wait_ms", "wait_ms")):
-            lines.append(f"# TYPE symbiosis_executor_{metric} histogram")
-            for kind, s in snap["kinds"].items():
-                lines.extend(_histogram_lines(f"symbiosis_executor_{metric}", kind, s[key]))
-        return "\n".join(lines) + "\n"
-
-
-def _histogram_lines(name: str, kind: str, h: dict) -> list[str]:
-    lines, cumulative = [], 0
-    for bound, count in zip([*h["bounds"], "+Inf"], h["counts"], strict=True):
-        cumulative += count
-        lines.append(f'{name}_bucket{{kind="{kind}",le="{bound}"}} {cumulative}')
-    lines.append(f'{name}_sum{{kind="{kind}"}} {h["sum"]}')
-    lines.append(f'{name}_count{{kind="{kind}"}} {h["count"]}')
-    return lines
+            lanes = {lane.name.lower(): LaneFigures(
+                calls=s.calls, batches=s.batches, compute_s=s.compute_s, wait_s=s.wait_s,
+                mean_wait_ms=1e3 * s.wait_s / s.calls if s.calls else 0.0)
+                for lane, s in self.lanes.items()}
+            return ExecutorFigures(uptime_s=uptime, queue_depth=self.queue_depth,
+                                   clients=self.clients, mixed_batches=self.mixed_batches,
+                                   errors=self.errors, kinds=kinds, lanes=lanes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.status_metrics import StatusCollector
 from wire import manager as W
 
 
@@ -32,23 +33,7 @@ class Metrics:
                                 ["tenant", "reason"], registry=r)
 
     def render(self, status: W.StatusReply | None, jobs: dict[str, int] | None = None) -> bytes:
-        lines = [generate_latest(self.registry).decode()]
-        if jobs is not None:
-            lines.append("# HELP symbiosis_jobs Fine-tuning jobs by status")
-            lines.append("# TYPE symbiosis_jobs gauge")
-            lines.extend(f'symbiosis_jobs{{status="{name}"}} {count}'
-                         for name, count in sorted(jobs.items()))
-        if status is not None:
-            lines.append("# TYPE symbiosis_workers gauge")
-            states: dict[str, int] = {}
-            for worker in status.workers:
-                states[worker.state] = states.get(worker.state, 0) + 1
-            for state in ("starting", "ready", "stopping"):
-                lines.append(f'symbiosis_workers{{state="{state}"}} {states.get(state, 0)}')
-            for name, value in sorted(status.counters.items()):
-                lines.append(f"# TYPE symbiosis_manager_{name}_total counter")
-                lines.append(f"symbiosis_manager_{name}_total {value}")
-            lines.append("# TYPE symbiosis_executor_up gauge")
-            lines.append(f"symbiosis_executor_up {int(status.executor_ok)}")
-            lines.append(status.executor_metrics)
-        return ("\n".join(line.rstrip("\n") for line in lines if line) + "\n").encode()
+        """The gateway's own metrics, then the manager's status and the jobs, this scrape's."""
+        scrape = CollectorRegistry(auto_describe=False)
+        scrape.register(StatusCollector(status, jobs))
+        return generate_latest(self.registry) + generate_latest(scrape)

@@ -12,8 +12,10 @@ import enum
 
 import msgspec
 
-PROTOCOL_VERSION = 4  # 2: binary doorbell headers, stretches; 3: device call buffers;
-# 4: device buffers name their GPU by UUID
+from wire.figures import ExecutorFigures
+
+PROTOCOL_VERSION = 5  # 2: binary doorbell headers, stretches; 3: device call buffers;
+# 4: device buffers name their GPU by UUID; 5: stats answered as typed figures
 
 
 class Op(enum.IntEnum):
@@ -130,11 +132,11 @@ class Error(msgspec.Struct, tag="error", array_like=True):
 
 
 class StatsRequest(msgspec.Struct, tag="stats", array_like=True):
-    format: str = "json"  # json | prometheus
+    pass
 
 
 class Stats(msgspec.Struct, tag="stats_reply", array_like=True):
-    body: str
+    figures: ExecutorFigures
 
 
 class Ping(msgspec.Struct, tag="ping", array_like=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from wire.figures import ExecutorFigures
 from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
 
 
@@ -132,7 +133,7 @@ class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):
     workers: list[WorkerInfo]
     executor_ok: bool
     counters: dict[str, int]
-    executor_metrics: str = ""
+    executor: ExecutorFigures | None = None
 
 
 class Evict(msgspec.Struct, tag="evict", array_like=True):

@@ -13,12 +13,12 @@ from importlib import resources
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from gateway.deps import TenantDep, operator
 from gateway.errors import APIError
 from gateway.sessions import COOKIE, SESSION_S
+from wire.figures import ExecutorFigures
 
 router = APIRouter(include_in_schema=False)
 
@@ -87,46 +87,27 @@ async def operator_view(request: Request) -> dict:
                 "inflight": w.inflight, "idle_s": round(w.idle_s, 1), "pinned": w.pinned}
                for w in (status.workers if status else [])]
     return {"executor_up": bool(status and status.executor_ok),
-            "executor": executor_figures(status.executor_metrics if status else ""),
+            "executor": executor_figures(status.executor if status else None),
             "workers": workers, "manager": dict(status.counters) if status else {},
             "jobs": state.jobs.count_by_status()}
 
 
-def executor_figures(text: str) -> dict:
-    """The executor's Prometheus text -> batching per call kind and per lane."""
-    values: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            label = sample.labels.get("kind") or sample.labels.get("lane") or ""
-            values[(sample.name, label)] = sample.value
-    kinds = sorted({label for name, label in values
-                    if name == "symbiosis_executor_calls_total" and label})
-    lanes = sorted({label for name, label in values
-                    if name == "symbiosis_executor_lane_calls_total" and label})
-
-    def get(name: str, label: str = "") -> float:
-        return values.get((name, label), 0.0)
+def executor_figures(figures: ExecutorFigures | None) -> dict:
+    """The executor's figures -> batching per call kind and per lane."""
+    if figures is None:
+        return {"queue_depth": 0, "clients": 0, "mixed_batches": 0, "kinds": {}, "lanes": {}}
 
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 3) if b else None
 
     return {
-        "queue_depth": get("symbiosis_executor_queue_depth"),
-        "clients": get("symbiosis_executor_clients"),
-        "mixed_batches": get("symbiosis_executor_mixed_batches_total"),
-        "kinds": {k: {"calls": get("symbiosis_executor_calls_total", k),
-                      "batches": get("symbiosis_executor_batches_total", k),
-                      "rows": get("symbiosis_executor_rows_total", k),
-                      "wait_ms_sum": get("symbiosis_executor_wait_ms_sum", k),
-                      "waits": get("symbiosis_executor_wait_ms_count", k),
-                      "calls_per_batch": ratio(get("symbiosis_executor_batch_calls_sum", k),
-                                               get("symbiosis_executor_batch_calls_count", k)),
-                      "mean_wait_ms": ratio(get("symbiosis_executor_wait_ms_sum", k),
-                                            get("symbiosis_executor_wait_ms_count", k))}
-                  for k in kinds},
-        "lanes": {lane: {"calls": get("symbiosis_executor_lane_calls_total", lane),
-                         "mean_wait_ms": ratio(
-                             1e3 * get("symbiosis_executor_lane_wait_seconds_total", lane),
-                             get("symbiosis_executor_lane_calls_total", lane))}
-                  for lane in lanes},
+        "queue_depth": figures.queue_depth, "clients": figures.clients,
+        "mixed_batches": figures.mixed_batches,
+        "kinds": {kind: {"calls": k.calls, "batches": k.batches, "rows": k.rows,
+                         "wait_ms_sum": k.wait_ms.sum, "waits": k.wait_ms.count,
+                         "calls_per_batch": ratio(k.batch_calls.sum, k.batch_calls.count),
+                         "mean_wait_ms": ratio(k.wait_ms.sum, k.wait_ms.count)}
+                  for kind, k in sorted(figures.kinds.items())},
+        "lanes": {lane: {"calls": g.calls, "mean_wait_ms": ratio(1e3 * g.wait_s, g.calls)}
+                  for lane, g in sorted(figures.lanes.items())},
     }

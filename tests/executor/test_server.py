@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -128,14 +127,24 @@ def test_client_vanishing_mid_call_does_not_disturb_others(llama: ExecutorProces
     assert llama.alive()
 
 
-def test_stats_in_json_and_prometheus(llama: ExecutorProcess) -> None:
+def test_stats_as_typed_figures_and_as_the_gateway_renders_them(llama: ExecutorProcess) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gateway.metrics import Metrics
+    from wire import manager as W
+
     client = ExecutorClient(llama.endpoint, name="stats")
+    before = client.stats().kinds["inference"].rows
     client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.INFERENCE)
-    stats = json.loads(client.stats())
-    assert stats["kinds"]["inference"]["rows"] >= 4
-    text = client.stats("prometheus")
-    assert 'symbiosis_executor_rows_total{kind="inference"}' in text
+    figures = client.stats()
     client.close()
+    assert figures.kinds["inference"].rows == before + 4
+    text = Metrics().render(W.StatusReply([], True, {}, figures)).decode()
+    samples = {(s.name, s.labels.get("kind", s.labels.get("le", ""))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("symbiosis_executor_rows_total", "inference")] == before + 4
+    assert samples[("symbiosis_executor_wait_ms_count", "inference")] == \
+        figures.kinds["inference"].wait_ms.count
 
 
 def test_sigterm_exits_cleanly_and_clients_see_it(ipc_dir) -> None:
@@ -231,7 +240,7 @@ def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> 
             "print('ready', flush=True)\n"
             "while True: c.call(P.Op.FORWARD, head, torch.randn(300, 64), P.CallKind.INFERENCE)")
     watcher = ExecutorClient(llama.endpoint, name="watcher")
-    before = json.loads(watcher.stats())["clients"]
+    before = watcher.stats().clients
     log_from = len(llama.log)
     for _ in range(3):  # killed at different points of its calls: mid-call, mid-reply
         doomed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -241,7 +250,7 @@ def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> 
             doomed.kill()
             doomed.wait()
             deadline = time.monotonic() + 5  # the idle timeout is minutes; the pipe tells at once
-            while json.loads(watcher.stats())["clients"] != before:
+            while watcher.stats().clients != before:
                 assert time.monotonic() < deadline, "the executor still counts the dead client"
                 time.sleep(0.05)
             assert watcher.call(P.Op.FORWARD, 1, torch.randn(1, 64),

@@ -1,8 +1,6 @@
-"""Executor metrics by kind and by lane, as JSON and Prometheus text."""
+"""Executor metrics by kind and by lane, as typed figures."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
@@ -11,6 +9,7 @@ from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of, lane_of_batch
 from executor.stats import ExecutorStats
 from wire.executor import Call, CallKind, Op
+from wire.figures import LaneFigures
 
 
 def pending(rows: int, kind: CallKind, arrived: float) -> PendingCall:
@@ -33,15 +32,12 @@ def test_waits_and_compute_are_counted_per_lane() -> None:
     stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
                         pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
     stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
-    lanes = json.loads(stats.to_json())["lanes"]
-    assert lanes["decode"] == {"calls": 2, "batches": 1, "compute_s": 0.25, "wait_s": 1.5,
-                               "mean_wait_ms": 750.0}
-    assert lanes["prefill"]["calls"] == 1 and lanes["prefill"]["compute_s"] == 0.5
-    assert lanes["prefill"]["wait_s"] == pytest.approx(0.5)
-    assert lanes["training"] == {"calls": 1, "batches": 0, "compute_s": 0.0, "wait_s": 2.0,
-                                 "mean_wait_ms": 2000.0}
-    text = stats.to_prometheus()
-    assert 'symbiosis_executor_lane_calls_total{lane="decode"} 2' in text
-    assert 'symbiosis_executor_lane_wait_seconds_total{lane="training"} 2.0' in text
-    assert 'symbiosis_executor_lane_compute_seconds_total{lane="prefill"} 0.5' in text
-    assert json.loads(stats.to_json())["mixed_batches"] == 1
+    figures = stats.snapshot()
+    lanes = figures.lanes
+    assert lanes["decode"] == LaneFigures(calls=2, batches=1, compute_s=0.25, wait_s=1.5,
+                                          mean_wait_ms=750.0)
+    assert lanes["prefill"].calls == 1 and lanes["prefill"].compute_s == 0.5
+    assert lanes["prefill"].wait_s == pytest.approx(0.5)
+    assert lanes["training"] == LaneFigures(calls=1, batches=0, compute_s=0.0, wait_s=2.0,
+                                            mean_wait_ms=2000.0)
+    assert figures.mixed_batches == 1

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from wire import executor as P
+from wire.figures import ExecutorFigures, LaneFigures
 from wire.tensors import as_bytes, from_bytes
 
 SPEC = P.LayerSpec(3, "model.layers.0.mlp.gate_proj+model.layers.0.mlp.up_proj",
@@ -16,7 +17,7 @@ TO_EXECUTOR = [
     P.Hello("w", 12, shm_name="symbiosis-1", shm_size=4096, shm_token=b"\x01" * 16),
     P.Remap("symbiosis-2", 8192, b"\x02" * 16),
     P.Call(7, P.Op.BACKWARD, 3, P.CallKind.TRAINING, "bfloat16", (5, 256), 0, 2560),
-    P.StatsRequest("prometheus"),
+    P.StatsRequest(),
     P.Ping(),
     P.Bye(),
 ]
@@ -25,7 +26,7 @@ FROM_EXECUTOR = [
     P.Mapped(True),
     P.Result(7, "float32", (5, 64), False),
     P.Error(7, P.ErrorCode.BAD_TENSOR, "wrong shape"),
-    P.Stats('{"a": 1}'),
+    P.Stats(ExecutorFigures(1.5, 2, 3, 4, 0, {}, {"decode": LaneFigures(1, 1, 0.1, 0.2, 200.0)})),
     P.Pong("tiny-llama", 3, False),
 ]
 

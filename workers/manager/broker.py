@@ -173,7 +173,7 @@ class Manager:
                                 now - h.last_used, self.pool.is_pinned(h.key))
                    for h in self.pool.workers.values()]
         return W.StatusReply(workers, self.probe.alive, dict(self.pool.counters),
-                             self.probe.metrics if self.probe.alive else "")
+                             self.probe.figures if self.probe.alive else None)
 
     # -- worker side -------------------------------------------------------------------------
 

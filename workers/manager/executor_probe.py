@@ -14,6 +14,7 @@ import msgspec
 import zmq
 
 from wire import executor as P
+from wire.figures import ExecutorFigures
 from wire.probes import connect_all
 
 
@@ -22,7 +23,7 @@ class ExecutorProbe:
         self.endpoint = endpoint
         self.ctx = ctx
         self.stale_s = stale_s
-        self.metrics = ""
+        self.figures: ExecutorFigures | None = None
         self.last_answer = 0.0
         self._asked = 0.0
         self.socket = self._connect()
@@ -39,7 +40,7 @@ class ExecutorProbe:
             replaced, self.socket = self.socket, self._connect()
         self._asked = time.monotonic()
         with contextlib.suppress(zmq.Again):  # the executor is not taking messages: it is down
-            self.socket.send(P.encode(P.StatsRequest("prometheus")), zmq.NOBLOCK)
+            self.socket.send(P.encode(P.StatsRequest()), zmq.NOBLOCK)
         return replaced
 
     def receive(self) -> None:
@@ -53,7 +54,7 @@ class ExecutorProbe:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
             if isinstance(reply, P.Stats):
-                self.metrics = reply.body
+                self.figures = reply.figures
                 self.last_answer = time.monotonic()
 
     def close(self) -> None:

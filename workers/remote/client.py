@@ -23,6 +23,7 @@ from wire import doorbell as bell
 from wire import executor as P
 from wire.cuda_ipc import DeviceBuffer
 from wire.device import DeviceRefused
+from wire.figures import ExecutorFigures
 from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.remote.channel import Channel, Reconnect
@@ -98,12 +99,12 @@ class ExecutorClient:
                 raise
         raise AssertionError("unreachable")
 
-    def stats(self, format: str = "json") -> str:
+    def stats(self) -> ExecutorFigures:
         with self._lock:
             if self._channel is None:
                 self._connect()
-            return self._channel.request(P.StatsRequest(format), P.Stats,
-                                         self.connect_timeout_s).body
+            return self._channel.request(P.StatsRequest(), P.Stats,
+                                         self.connect_timeout_s).figures
 
     def __del__(self) -> None:  # never leave a context that blocks interpreter exit
         try:

@@ -61,16 +61,15 @@ def test_eight_mixed_clients_stay_exact_and_share_batches(ipc_dir: Path) -> None
         for (workload, method), proc in zip(workloads, procs, strict=True):
             check(f"{workload}/{method}", result_of(proc, f"{workload}/{method}"))
         probe = ExecutorClient(executor.endpoint, name="probe")
-        stats = json.loads(probe.stats())
+        stats = probe.stats()
         probe.close()
     finally:
         executor.stop()
     multi = 0
     for kind in ("inference", "training"):
-        histogram = stats["kinds"][kind]["batch_calls"]
-        multi += sum(histogram["counts"][1:])  # batches of 2 calls or more
+        multi += sum(stats.kinds[kind].batch_calls.counts[1:])  # batches of 2 calls or more
     assert multi > 0, stats
-    assert stats["kinds"]["training"]["batches"] > 0 and stats["kinds"]["inference"]["batches"] > 0
+    assert stats.kinds["training"].batches > 0 and stats.kinds["inference"].batches > 0
 
 
 @pytest.mark.slow

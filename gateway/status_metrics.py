@@ -1,0 +1,99 @@
+"""What the manager's status says (its workers and counters, the executor's figures) and the job
+queue, as Prometheus metric families: built from typed data at each scrape, rendered by
+prometheus_client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+from wire import manager as W
+from wire.figures import ExecutorFigures, HistogramFigures
+
+WORKER_STATES = ("starting", "ready", "stopping")
+
+
+class StatusCollector:
+    """A one-scrape collector over the status and job counts it was given."""
+
+    def __init__(self, status: W.StatusReply | None, jobs: dict[str, int] | None) -> None:
+        self.status, self.jobs = status, jobs
+
+    def collect(self) -> Iterator[Metric]:
+        if self.jobs is not None:
+            jobs = GaugeMetricFamily("symbiosis_jobs", "Fine-tuning jobs by status",
+                                     labels=["status"])
+            for name, count in sorted(self.jobs.items()):
+                jobs.add_metric([name], count)
+            yield jobs
+        if self.status is None:
+            return
+        yield from manager_families(self.status)
+        if self.status.executor is not None:
+            yield from executor_families(self.status.executor)
+
+
+def manager_families(status: W.StatusReply) -> Iterator[Metric]:
+    workers = GaugeMetricFamily("symbiosis_workers", "Inference workers by state",
+                                labels=["state"])
+    for state in WORKER_STATES:
+        workers.add_metric([state], sum(w.state == state for w in status.workers))
+    yield workers
+    for name, value in sorted(status.counters.items()):
+        yield CounterMetricFamily(f"symbiosis_manager_{name}", f"Worker manager: {name}",
+                                  value=value)
+    yield GaugeMetricFamily("symbiosis_executor_up", "Whether the executor answers",
+                            value=int(status.executor_ok))
+
+
+def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
+    yield GaugeMetricFamily("symbiosis_executor_queue_depth", "Calls waiting in the executor",
+                            value=figures.queue_depth)
+    yield GaugeMetricFamily("symbiosis_executor_clients", "Clients connected to the executor",
+                            value=figures.clients)
+    yield CounterMetricFamily("symbiosis_executor_mixed_batches", "Batches with inference and "
+                              "training calls", value=figures.mixed_batches)
+    yield CounterMetricFamily("symbiosis_executor_errors", "Calls that failed",
+                              value=figures.errors)
+    for metric, field, doc in (("calls", "calls", "Calls"), ("rows", "rows", "Rows"),
+                               ("batches", "batches", "Batches holding a call of this kind"),
+                               ("compute_seconds", "compute_s", "Compute time of those batches")):
+        family = CounterMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",
+                                     labels=["kind"])
+        for kind, figure in figures.kinds.items():
+            family.add_metric([kind], getattr(figure, field))
+        yield family
+    for metric, field, doc in (("calls", "calls", "Calls"),
+                               ("compute_seconds", "compute_s", "Compute time of the batches "
+                                "this lane led"),
+                               ("wait_seconds", "wait_s", "Time calls waited")):
+        family = CounterMetricFamily(f"symbiosis_executor_lane_{metric}", f"{doc} by lane",
+                                     labels=["lane"])
+        for lane, figure in figures.lanes.items():
+            family.add_metric([lane], getattr(figure, field))
+        yield family
+    for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
+                                                            "milliseconds")):
+        family = HistogramMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",
+                                       labels=["kind"])
+        for kind, figure in figures.kinds.items():
+            histogram: HistogramFigures = getattr(figure, metric)
+            family.add_metric([kind], buckets(histogram), histogram.sum)
+        yield family
+
+
+def buckets(histogram: HistogramFigures) -> list[tuple[str, int]]:
+    """Cumulative counts per upper bound, as Prometheus wants them."""
+    out, total = [], 0
+    bounds = [floatToGoString(float(bound)) for bound in histogram.bounds]
+    for bound, count in zip([*bounds, "+Inf"], histogram.counts, strict=True):
+        total += count
+        out.append((bound, total))
+    return out

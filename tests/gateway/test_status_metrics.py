@@ -1,0 +1,61 @@
+"""The manager's status and the executor's figures as the gateway renders them for Prometheus
+(read back with prometheus_client's own parser)."""
+
+from __future__ import annotations
+
+import torch
+from prometheus_client.parser import text_string_to_metric_families
+
+from executor.calls import PendingCall
+from executor.stats import ExecutorStats
+from gateway.metrics import Metrics
+from wire import manager as W
+from wire.executor import Call, CallKind, Op
+
+
+def pending(rows: int, kind: CallKind, arrived: float) -> PendingCall:
+    return PendingCall(b"c", Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8)),
+                       torch.empty(rows, 8), arrived)
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
+    stats = ExecutorStats()
+    stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
+                        pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
+    stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
+    workers = [W.WorkerInfo("a|m", "a", "m", 1, "ready", 0, 1.0, False),
+               W.WorkerInfo("b|m", "b", "m", 2, "starting", 0, 0.0, False)]
+    status = W.StatusReply(workers, True, {"worker_starts": 3}, stats.snapshot())
+    got = samples(Metrics().render(status, {"queued": 2, "running": 1}).decode())
+    assert got[("symbiosis_executor_lane_calls_total", (("lane", "decode"),))] == 2
+    assert got[("symbiosis_executor_lane_wait_seconds_total", (("lane", "training"),))] == 2.0
+    assert got[("symbiosis_executor_lane_compute_seconds_total", (("lane", "prefill"),))] == 0.5
+    assert got[("symbiosis_executor_mixed_batches_total", ())] == 1
+    assert got[("symbiosis_executor_rows_total", (("kind", "inference"),))] == 131
+    # batches of 3 calls and of 1, for inference (the mixed one counts for both kinds)
+    inference = ("kind", "inference")
+    assert got[("symbiosis_executor_batch_calls_bucket", (inference, ("le", "2.0")))] == 1
+    assert got[("symbiosis_executor_batch_calls_bucket", (inference, ("le", "3.0")))] == 2
+    assert got[("symbiosis_executor_batch_calls_bucket", (inference, ("le", "+Inf")))] == 2
+    assert got[("symbiosis_executor_batch_calls_sum", (inference,))] == 4
+    assert got[("symbiosis_executor_wait_ms_count", (inference,))] == 3
+    assert got[("symbiosis_manager_worker_starts_total", ())] == 3
+    assert got[("symbiosis_workers", (("state", "ready"),))] == 1
+    assert got[("symbiosis_workers", (("state", "stopping"),))] == 0
+    assert got[("symbiosis_executor_up", ())] == 1
+    assert got[("symbiosis_jobs", (("status", "queued"),))] == 2
+
+
+def test_without_a_status_only_the_gateways_own_metrics() -> None:
+    metrics = Metrics()
+    metrics.requests.labels("/v1/models", "200", "acme").inc()
+    got = samples(metrics.render(None, None).decode())
+    assert got[("symbiosis_requests_total", (("route", "/v1/models"), ("status", "200"),
+                                             ("tenant", "acme")))] == 1
+    assert not any(name.startswith(("symbiosis_executor", "symbiosis_workers"))
+                   for name, _ in got)

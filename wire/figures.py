@@ -1,0 +1,47 @@
+"""The executor's figures as typed data: what it answers to a stats request, what the manager's
+status carries to the gateway, and what the gateway renders for Prometheus and the dashboard."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class HistogramFigures(msgspec.Struct):
+    bounds: list[float]  # upper bounds; counts has one more entry (above the last bound)
+    counts: list[int]
+    sum: float = 0.0
+    count: int = 0
+
+
+class KindFigures(msgspec.Struct):
+    """One call kind (inference, training)."""
+
+    calls: int
+    rows: int
+    batches: int  # batches that contained at least one call of this kind
+    compute_s: float
+    mean_batch_calls: float
+    mean_wait_ms: float
+    rows_per_s: float
+    batch_calls: HistogramFigures
+    wait_ms: HistogramFigures
+
+
+class LaneFigures(msgspec.Struct):
+    """One lane (decode, prefill, training)."""
+
+    calls: int
+    batches: int  # batches whose most urgent call is in this lane
+    compute_s: float  # of those batches
+    wait_s: float  # summed over this lane's calls
+    mean_wait_ms: float
+
+
+class ExecutorFigures(msgspec.Struct):
+    uptime_s: float
+    queue_depth: int
+    clients: int
+    mixed_batches: int  # batches with both inference and training calls
+    errors: int
+    kinds: dict[str, KindFigures]
+    lanes: dict[str, LaneFigures]
