@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CacheSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_", extra="ignore", frozen=True)
+
+    model_cache: Path | None = None  # SYMBIOSIS_MODEL_CACHE: where built-ins are exported
+    cache_home: Path = Field(Path.home() / ".cache",
+                             validation_alias=AliasChoices("XDG_CACHE_HOME"))
 
 
 def model_cache_dir() -> Path:
-    root = os.environ.get("SYMBIOSIS_MODEL_CACHE")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "symbiosis" / "models"
+    settings = CacheSettings()
+    return settings.model_cache or settings.cache_home / "symbiosis" / "models"
 
 
 def local_path(name_or_path: str | Path) -> Path | None:

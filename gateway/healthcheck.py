@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import urllib.request
 
+from gateway.settings import GatewaySettings
+
 
 def main() -> int:
-    port = os.environ.get("SYMBIOSIS_PORT", "8000")
-    url = sys.argv[1] if len(sys.argv) > 1 else f"http://127.0.0.1:{port}/ready"
+    url = sys.argv[1] if len(sys.argv) > 1 else \
+        f"http://127.0.0.1:{GatewaySettings().port}/ready"
     try:
         with urllib.request.urlopen(url, timeout=3) as response:
             return 0 if response.status == 200 else 1

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
@@ -141,12 +142,21 @@ def demo(args: argparse.Namespace) -> int:
                             "--out", args.out])
 
 
+class CliSettings(BaseSettings):
+    """The defaults every subcommand shares (SYMBIOSIS_DATA_DIR, SYMBIOSIS_MODEL)."""
+
+    model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_", extra="ignore", frozen=True)
+
+    data_dir: str = "./data"
+    model: str = "tiny-llama"
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="symbiosis", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = root.add_subparsers(dest="command", required=True)
-    default_dir = os.environ.get("SYMBIOSIS_DATA_DIR", "./data")
-    default_model = os.environ.get("SYMBIOSIS_MODEL", "tiny-llama")
+    settings = CliSettings()
+    default_dir, default_model = settings.data_dir, settings.model
 
     p = sub.add_parser("serve", help="start executor, worker manager and gateway",
                        description="Every flag sets the SYMBIOSIS_* variable it names for the "

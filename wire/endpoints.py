@@ -13,15 +13,17 @@ import os
 import stat
 from pathlib import Path
 
+from wire.host import host
+
 
 class UnsafeDirectory(RuntimeError):
     pass
 
 
 def runtime_dir() -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and Path(base).is_dir():
-        return Path(base) / "symbiosis"
+    base = host().runtime_dir
+    if base is not None and base.is_dir():
+        return base / "symbiosis"
     return Path("/tmp") / f"symbiosis-{os.geteuid()}"
 
 

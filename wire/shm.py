@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
+from wire.host import host
 from wire.tensors import TOKEN_BYTES, nbytes
 
-SHM_DIR = Path(os.environ.get("SYMBIOSIS_SHM_DIR", "/dev/shm"))
+SHM_DIR = host().shm_dir
 SEGMENT_PREFIX = "symbiosis"
 SEGMENT_NAME = re.compile(rf"{SEGMENT_PREFIX}-[0-9]{{1,10}}-[0-9a-f]{{12}}")
 

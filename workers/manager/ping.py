@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from wire.probes import manager_answers
+from workers.manager.config import ManagerConfig
 
 
 def main() -> int:
-    endpoint = sys.argv[1] if len(sys.argv) > 1 else os.environ["SYMBIOSIS_MANAGER"]
+    endpoint = sys.argv[1] if len(sys.argv) > 1 else ManagerConfig().bind
     return 0 if manager_answers(endpoint) else 1
 
 

@@ -24,6 +24,7 @@ from wire import executor as P
 from wire.cuda_ipc import DeviceBuffer
 from wire.device import DeviceRefused
 from wire.figures import ExecutorFigures
+from wire.host import host
 from wire.shm import SHM_DIR, ShmBuffer
 from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.remote.channel import Channel, Reconnect
@@ -50,8 +51,7 @@ class ExecutorClient:
         self.connect_timeout_s = connect_timeout_s
         self.heartbeat_s = heartbeat_s
         self.call_timeout_s = call_timeout_s
-        self.curve_server_key = curve_server_key or os.environ.get(
-            "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC") or None
+        self.curve_server_key = curve_server_key or host().executor_curve_public or None
         self._ctx = zmq.Context()
         self._lock = threading.Lock()
         self._channel: Channel | None = None

@@ -10,7 +10,6 @@ are long, and a trainer's other threads and the executor want the cores meanwhil
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from wire.cuda_ipc import DeviceBuffer
 from wire.device import synchronize
 from wire.doorbell import WorkerDoorbell
 from wire.executor import CallKind, LayerKind, LayerSpec, Op
+from wire.host import host
 from wire.shm import ShmBuffer
 from wire.spin import AdaptiveSpin, watch
 from wire.tensors import aligned, nbytes
@@ -64,9 +64,10 @@ class FastPath:
         self.mapped = shm.raw
         self.dtype = dtype
         self.seq = 0
-        limits = {CallKind.INFERENCE: _limit(spin_limit_s, "SYMBIOSIS_CLIENT_SPIN_US", 2000),
+        settings = host()
+        limits = {CallKind.INFERENCE: _limit(spin_limit_s, settings.client_spin_us),
                   CallKind.TRAINING: _limit(training_spin_limit_s,
-                                            "SYMBIOSIS_CLIENT_TRAINING_SPIN_US", 200)}
+                                            settings.client_training_spin_us)}
         self._spins = {kind: [AdaptiveSpin(limit) for _ in layers]
                        for kind, limit in limits.items()}
         self._widths = [_widths(spec) for spec in layers]
@@ -149,8 +150,8 @@ class FastPath:
                 check_alive()
 
 
-def _limit(given: float | None, variable: str, default_us: float) -> float:
-    return given if given is not None else float(os.environ.get(variable, default_us)) / 1e6
+def _limit(given: float | None, configured_us: float) -> float:
+    return given if given is not None else configured_us / 1e6
 
 
 def _widths(spec: LayerSpec) -> dict[int, int]:
