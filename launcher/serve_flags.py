@@ -41,7 +41,10 @@ SETTINGS = [
             "long, decode steps between them (0: whole)", float),
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
             "batches training keeps under load", float),
-    Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers alive at once", int),
+    Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
+            "alive at once", int),
+    Setting("--max-adapters", "SYMBIOSIS_MAX_ADAPTERS", "adapters a tenant's worker holds at "
+            "once (the least recently used go)", int),
     Setting("--idle-s", "SYMBIOSIS_WORKER_IDLE_S", "an idle worker stops after this long",
             float),
     Setting("--min-residency-s", "SYMBIOSIS_MIN_RESIDENCY_S", "no worker is evicted younger "

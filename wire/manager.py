@@ -1,9 +1,10 @@
 """Gateway <-> worker manager <-> inference worker messages. Typed msgspec, torch-free, no pickle.
 
-The gateway sends a `Generate` per prompt; the manager routes it to the worker of the
-(tenant, model) pair, starting one if needed; the worker streams `Started`, `Delta`s and `Done`
-(or `Failed`) back through the manager. `Abort` stops a request whose HTTP client went away.
-Fine-tuning jobs are controlled over the same sockets by the messages of `wire.jobs`.
+The gateway sends a `Generate` per prompt; the manager routes it to the tenant's worker,
+starting one if needed, which serves all of the tenant's models; the worker streams `Started`,
+`Delta`s and `Done` (or `Failed`) back through the manager. `Abort` stops a request whose HTTP
+client went away. Fine-tuning jobs are controlled over the same sockets by the messages of
+`wire.jobs`.
 """
 
 from __future__ import annotations
@@ -100,13 +101,20 @@ class Ready(msgspec.Struct, tag="ready", array_like=True):
     key: str
     pid: int
     load_s: float
-    fallback: bool = False
 
 
 class LoadFailed(msgspec.Struct, tag="load_failed", array_like=True):
+    """The worker could not start (its base model did not build)."""
+
     key: str
     message: str
-    code: str = "adapter_load_failed"  # or executor_unavailable, device_unavailable
+    code: str = "worker_start_failed"  # or executor_unavailable, device_unavailable
+
+
+class Unload(msgspec.Struct, tag="unload", array_like=True):
+    """Let an adapter version go (it was deleted or withdrawn): a worker serves it no more."""
+
+    model: str
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):
@@ -121,7 +129,7 @@ class Status(msgspec.Struct, tag="status", array_like=True):
 class WorkerInfo(msgspec.Struct, array_like=True):
     key: str
     tenant: str
-    model: str
+    models: list[str]  # the models (adapter versions, or the base) it has served and holds
     pid: int
     state: str
     inflight: int
@@ -141,9 +149,9 @@ class Evict(msgspec.Struct, tag="evict", array_like=True):
     model: str
 
 
-Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | Stop
-           | Status | StatusReply | Evict | JobCommand | JobState | TrainerHello | TrainerControl
-           | TrainerStopped)
+Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | Unload
+           | Stop | Status | StatusReply | Evict | JobCommand | JobState | TrainerHello
+           | TrainerControl | TrainerStopped)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

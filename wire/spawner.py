@@ -8,16 +8,14 @@ import msgspec
 
 
 class WorkerSpec(msgspec.Struct, tag="worker", frozen=True, kw_only=True):
-    """An inference worker: one tenant's model (the base or an adapter)."""
+    """An inference worker: one tenant's models, the base and any of its adapters' versions."""
 
     key: str
     tenant: str
-    model: str  # the model id clients use
     base: str  # built-in name or directory of the base model
     executor: str
     manager: str  # the manager's endpoint for workers
-    adapter_path: str | None = None
-    fallback: bool = False
+    max_adapters: int = 32  # adapters resident at once; the least recently used one goes
     max_batch: int = 32
     threads: int = 1
     privacy: bool = False  # mask activations and gradients sent to the executor

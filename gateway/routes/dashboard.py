@@ -83,7 +83,7 @@ async def operator_view(request: Request) -> dict:
     state = request.app.state
     operator(request, "The operator view")
     status = await state.manager.fresh_status() if state.manager.up else None
-    workers = [{"tenant": w.tenant, "model": w.model, "state": w.state, "pid": w.pid,
+    workers = [{"tenant": w.tenant, "models": w.models, "state": w.state, "pid": w.pid,
                 "inflight": w.inflight, "idle_s": round(w.idle_s, 1), "pinned": w.pinned}
                for w in (status.workers if status else [])]
     return {"executor_up": bool(status and status.executor_ok),

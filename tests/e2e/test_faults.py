@@ -33,9 +33,9 @@ def manager_status(deployment: Deployment) -> W.StatusReply:
 
 
 def worker_pid(deployment: Deployment, tenant: str, model: str) -> int:
-    """The pid of the worker serving the only version (@1) of `model`."""
+    """The pid of the tenant's worker, serving the only version (@1) of `model`."""
     for worker in manager_status(deployment).workers:
-        if worker.tenant == tenant and worker.model == f"{model}@1" and worker.state == "ready":
+        if worker.tenant == tenant and f"{model}@1" in worker.models and worker.state == "ready":
             return worker.pid
     raise AssertionError(f"no ready worker for {tenant} {model}")
 
@@ -109,7 +109,7 @@ def test_a_non_streaming_request_stops_when_its_client_leaves(deployment: Deploy
                                      extra_body={"ignore_eos": True})
     left = time.monotonic()
     while True:
-        busy = [w for w in manager_status(deployment).workers if w.model == "acme/lora-a@1"]
+        busy = [w for w in manager_status(deployment).workers if "acme/lora-a@1" in w.models]
         if busy and busy[0].inflight == 0:
             break
         assert time.monotonic() - left < 5, "the worker is still generating for nobody"

@@ -28,8 +28,8 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
                         pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
     stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
-    workers = [W.WorkerInfo("a|m", "a", "m", 1, "ready", 0, 1.0, False),
-               W.WorkerInfo("b|m", "b", "m", 2, "starting", 0, 0.0, False)]
+    workers = [W.WorkerInfo("a", "a", ["m"], 1, "ready", 0, 1.0, False),
+               W.WorkerInfo("b", "b", ["m"], 2, "starting", 0, 0.0, False)]
     status = W.StatusReply(workers, True, {"worker_starts": 3}, stats.snapshot())
     got = samples(Metrics().render(status, {"queued": 2, "running": 1}).decode())
     assert got[("symbiosis_executor_lane_calls_total", (("lane", "decode"),))] == 2

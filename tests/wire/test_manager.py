@@ -17,11 +17,13 @@ MESSAGES = [
     W.Delta("r1", 1, "text", [W.TokenLogprob("t", -1.0, [], [116])], "stop"),
     W.Done("r1", 4, 2),
     W.Failed("r1", 503, "worker_unavailable", "gone"),
-    W.Ready("acme|x", 12, 0.5, False),
-    W.LoadFailed("acme|x", "bad"),
+    W.Ready("acme", 12, 0.5),
+    W.LoadFailed("acme", "bad"),
+    W.Unload("acme/x@2"),
     W.Stop(),
     W.Status(),
-    W.StatusReply([W.WorkerInfo("k", "t", "m", 1, "ready", 0, 1.5, False)], True, {"a": 1}),
+    W.StatusReply([W.WorkerInfo("k", "t", ["m", "t/x@1"], 1, "ready", 0, 1.5, False)], True,
+                  {"a": 1}),
     W.Evict("acme", "acme/x"),
 ]
 

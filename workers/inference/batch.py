@@ -11,6 +11,8 @@ cache, which prefetches the next layer on a side stream while this one computes)
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
@@ -114,3 +116,11 @@ def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(mask, (width - mask.shape[1], 0))
+
+
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """Keys and values of one token across all layers (multi-head, grouped or multi-query)."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize

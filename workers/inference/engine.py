@@ -3,7 +3,8 @@
 `step()` first admits waiting requests (each prefilled on its own, through the PEFT model, which
 also handles the virtual tokens of prompt and prefix tuning), then runs one decode step for all
 running sequences at once (through the underlying model, left-padded batch cache). New requests
-thus join between decode steps, and finished or aborted ones leave.
+thus join between decode steps, and finished or aborted ones leave. An engine that `use`s a
+PeftModel of many LoRA adapters runs every phase through it, each row naming its adapter.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from peft import PeftModel
 from transformers import DynamicCache
 
 from wire import manager as W
-from workers.inference.batch import BatchCache, cache_tensors, repeat_rows
+from workers.inference.batch import BatchCache, cache_tensors, kv_bytes_per_token, repeat_rows
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import GrammarError, Grammars
 from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
+BASE_MODEL_ROWS = "__base__"  # peft's adapter name for rows that use none
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Request:
     params: W.SamplingParams
     fallback: bool = False
     grammar: Any = None  # the request's compiled llguidance matcher; each sequence copies it
+    adapter: str | None = None  # its adapter's name in a mixed engine (None: the base model)
 
 
 @dataclass
@@ -68,6 +71,24 @@ class InferenceEngine:
         self.offloaded = BatchCache(self.device, offloaded=True)
         self._pending: dict[str, int] = {}  # request id -> sequences still running
         self._generated: dict[str, int] = {}  # request id -> tokens generated so far
+        self.mixed = False  # rows name their adapters (a PeftModel of many LoRA adapters)
+
+    def use(self, model: Any, mixed: bool) -> None:
+        """From now on, run every phase through `model`: a PeftModel of LoRA adapters wrapping
+        this engine's model (`mixed`: each row names its adapter, or the base model), or the
+        plain model again once it holds none."""
+        self.prefill_model = self.decode_model = model
+        self.mixed = mixed
+
+    def uses(self, adapter: str) -> bool:
+        """Whether a waiting or running request is served by `adapter`."""
+        return any(r.adapter == adapter for r in self.waiting) or \
+            any(s.request.adapter == adapter for s in self.running)
+
+    def _adapter_names(self, requests: list[Request]) -> dict[str, list[str]]:
+        if not self.mixed:
+            return {}
+        return {"adapter_names": [r.adapter or BASE_MODEL_ROWS for r in requests]}
 
     @property
     def running(self) -> list[Sequence]:
@@ -162,7 +183,8 @@ class InferenceEngine:
         want_prompt_logprobs = params.echo and params.logprobs is not None
         out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  past_key_values=DynamicCache(), use_cache=True,
-                                 logits_to_keep=0 if want_prompt_logprobs else 1)
+                                 logits_to_keep=0 if want_prompt_logprobs else 1,
+                                 **self._adapter_names([request]))
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
@@ -218,7 +240,8 @@ class InferenceEngine:
         cache, mask, positions = batch.step_inputs()
         tokens = torch.tensor([[seq.last] for seq in batch.sequences], device=self.device)
         out = self.decode_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True)
+                                past_key_values=cache, use_cache=True,
+                                **self._adapter_names([s.request for s in batch.sequences]))
         logits = out.logits[:, -1].cpu()
         events = [self._accept(seq, self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
@@ -275,10 +298,3 @@ class InferenceEngine:
             batch.keep(keep)
         return events
 
-
-def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
-    """Keys and values of one token across all layers (multi-head, grouped or multi-query)."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize

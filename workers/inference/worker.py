@@ -1,7 +1,9 @@
-"""One inference worker process: one tenant's model (base or adapter) with its own KV cache.
+"""One inference worker process: one tenant's base model and any of its adapters (`adapters`),
+with their KV caches.
 
-config -> build the model -> Ready -> loop: drain messages, one engine step, send events. The
-loop never blocks while the engine has work, so new requests join between decode steps.
+config -> build the base model -> Ready -> loop: drain messages, one step of each engine with
+work, send events. The loop never blocks while an engine has work, so new requests join between
+decode steps.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import zmq
 
 from wire import manager as W
 from wire.spawner import WorkerSpec
+from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.engine import InferenceEngine, Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
@@ -62,28 +65,28 @@ def preload(base: str) -> Preloaded:
     return Preloaded(tokenizer, int(context), tuple(sorted(eos)))
 
 
-def build_model(config: WorkerSpec) -> tuple[Any, bool]:
-    """(model, fallback): the adapter on the remote base, or the base alone if allowed."""
+def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
+    """The tenant's base model on the executor, and the adapters it will load into it."""
     import torch
-    from peft import PeftModel
 
     from workers.device import claim_device
     from workers.remote.build import remote_model
+    from workers.remote.client import ExecutorClient
 
     torch.set_num_threads(config.threads)
-    device = claim_device(config.device)
-    base = remote_model(config.base, config.executor, client_name=config.key,
-                        privacy=config.privacy, device=str(device))
-    if config.adapter_path is None:
-        return base, False
-    try:
-        return PeftModel.from_pretrained(base, config.adapter_path,
-                                         torch_device=str(device)).eval(), False
-    except Exception:
-        if not config.fallback:
-            raise
-        log.exception("adapter %s failed to load: serving the base model", config.adapter_path)
-        return base, True
+    device = str(claim_device(config.device))
+    client = ExecutorClient(config.executor, name=config.key, device=device)
+
+    def build_base() -> Any:  # every base model of the worker calls through one connection
+        return remote_model(config.base, client, privacy=config.privacy, device=device)
+
+    def make_engine(model: Any) -> InferenceEngine:
+        return InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
+                               eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
+                               kv_budget_bytes=config.kv_budget_bytes)
+
+    return Adapters(build_base(), make_engine, build_base, device=device,
+                    capacity=config.max_adapters)
 
 
 def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
@@ -117,33 +120,31 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     sock.setsockopt(zmq.IDENTITY, config.key.encode())
     sock.connect(config.manager)
     try:
-        model, fallback = build_model(config)
+        adapters = build_adapters(config, preloaded)
     except Exception as exc:
         log.exception("worker %s failed to start", config.key)
         sock.send(W.encode(load_failed(config.key, exc)))
         sock.close()
         ctx.term()
         return 1
-    engine = InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
-                             eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
-                             kv_budget_bytes=config.kv_budget_bytes)
-    sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started, fallback)))
+    sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started)))
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
     try:
-        while _receive(sock, engine, preloaded, fallback):
-            if engine.has_work():
-                for event in _step(engine):
-                    sock.send(W.encode(event))
+        while _receive(sock, adapters, preloaded):
+            for engine in adapters.engines():
+                if engine.has_work():
+                    for event in _step(engine):
+                        sock.send(W.encode(event))
+            adapters.settle()
     finally:
         sock.close(0)
         ctx.term()
     return 0
 
 
-def _receive(sock: zmq.Socket, engine: InferenceEngine, preloaded: Preloaded,
-             fallback: bool) -> bool:
+def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded) -> bool:
     """Handle every waiting message; False when told to stop."""
-    timeout = 0 if engine.has_work() else 1000
+    timeout = 0 if any(e.has_work() for e in adapters.engines()) else 1000
     while sock.poll(timeout):
         timeout = 0
         try:
@@ -154,19 +155,32 @@ def _receive(sock: zmq.Socket, engine: InferenceEngine, preloaded: Preloaded,
         if isinstance(message, W.Stop):
             return False
         if isinstance(message, W.Abort):
-            engine.abort(message.id)
+            for engine in adapters.engines():
+                engine.abort(message.id)
+        elif isinstance(message, W.Unload):
+            adapters.unload(message.model)
         elif isinstance(message, W.Generate):
-            try:
-                ids = prompt_ids(message, preloaded.tokenizer)
-            except Exception as exc:
-                sock.send(W.encode(W.Failed(message.id, 400, "invalid_prompt", str(exc))))
-                continue
-            request = Request(message.id, ids, message.params, fallback)
-            for event in engine.add(request, message.max_context or None):
+            for event in _generate(message, adapters, preloaded):
                 sock.send(W.encode(event))
     return True
 
 
+def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> list[W.Message]:
+    try:
+        ids = prompt_ids(message, preloaded.tokenizer)
+    except Exception as exc:
+        return [W.Failed(message.id, 400, "invalid_prompt", str(exc))]
+    fallback = False
+    try:
+        engine, adapter = adapters.route(message.model, message.adapter)
+    except AdapterLoadError as exc:
+        if not message.fallback:
+            return [W.Failed(message.id, 503, "adapter_load_failed",
+                             f"the model could not be loaded: {exc}")]
+        log.warning("serving request %s with the base model: %s", message.id, exc)
+        (engine, adapter), fallback = adapters.route(message.model, None), True
+    request = Request(message.id, ids, message.params, fallback, adapter=adapter)
+    return engine.add(request, message.max_context or None)
 def _step(engine: InferenceEngine) -> list[W.Message]:
     try:
         return engine.step()

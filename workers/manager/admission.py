@@ -16,7 +16,7 @@ import msgspec
 from wire import manager as W
 from workers.manager.breaker import Breakers
 from workers.manager.config import ManagerConfig
-from workers.manager.pool import worker_key
+from workers.manager.pool import model_key
 
 Waiting = tuple[bytes, W.Generate, int, float]  # (gateway, request, tries, waiting since)
 
@@ -33,7 +33,7 @@ class Admission:
     def admit(self, request: W.Generate) -> W.Generate | W.Failed:
         """The request to serve (maybe rerouted to the base model), or why it is refused."""
         if request.adapter is None or \
-                self.breakers.allow(worker_key(request.tenant, request.model)):
+                self.breakers.allow(model_key(request.tenant, request.model)):
             return request
         if not request.fallback:
             return W.Failed(request.id, 503, "circuit_open",

@@ -1,8 +1,9 @@
 """The worker manager: `python -m workers.manager --executor E --model BASE --bind ENDPOINT`.
 
 A broker between the gateway (front ROUTER) and inference workers and trainers (back ROUTER). A
-`Generate` for a (tenant, model) goes to that pair's worker, started on first use by the
-preloaded spawner; requests wait in the handle until the worker is Ready. Replies go back to the
+`Generate` goes to its tenant's worker (which serves the base model and every adapter of the
+tenant), started on first use by the preloaded spawner; requests wait in the handle until the
+worker is Ready. Replies go back to the
 gateway that asked. A worker that dies fails its in-flight requests (the gateway ends those
 streams with an error) and is started afresh on the next request. Fine-tuning jobs are run by
 the `JobScheduler`, driven by the job messages of `wire.jobs`. Never imports torch.
@@ -34,7 +35,7 @@ from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
 from workers.manager.links import Links
-from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, worker_key
+from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key, worker_key
 from workers.manager.preload import preload
 from workers.manager.requests import Requests
 from workers.manager.spawner_client import SpawnerProcess
@@ -119,14 +120,15 @@ class Manager:
                 self.links.to_worker(route[1], message)
                 handle = self.pool.workers.get(route[1])
                 if handle is not None:
-                    handle.inflight.discard(message.id)
+                    handle.inflight.pop(message.id, None)
                     handle.pending = [r for r in handle.pending if r.id != message.id]
         elif isinstance(message, W.Status):
             self.links.reply(gateway, self._status())
-        elif isinstance(message, W.Evict):
-            handle = self.pool.workers.get(worker_key(message.tenant, message.model))
-            if handle is not None:
-                self._stop(handle)
+        elif isinstance(message, W.Evict):  # a version deleted or withdrawn: its worker lets go
+            handle = self.pool.workers.get(worker_key(message.tenant))
+            if handle is not None and message.model in handle.models:
+                handle.models.discard(message.model)
+                self.links.to_worker(handle.key, W.Unload(message.model))
         elif isinstance(message, JobCommand):
             if self.jobs is None:
                 self.links.reply(gateway, JobState(message.id, message.job_id, "unknown"))
@@ -140,10 +142,10 @@ class Manager:
             self.links.reply(gateway, admitted)
             return
         request = admitted
-        handle = self.pool.get(request.tenant, request.model)
+        handle = self.pool.get(request.tenant)
         if handle is None:
             try:
-                handle, evicted = self.pool.add(request.tenant, request.model)
+                handle, evicted = self.pool.add(request.tenant)
             except NotYet as exc:
                 failed = self.admission.wait(gateway, request, tries, since, exc)
                 if failed is not None:
@@ -156,20 +158,22 @@ class Manager:
                 log.info("evicting least recently used worker %s (age %.1f s)", victim.key,
                          time.monotonic() - victim.started)
                 self._stop(victim)
-            self._start(handle, request)
+            self._start(handle)
         self.requests.add(gateway, request, handle.key, tries)
-        handle.inflight.add(request.id)
+        handle.inflight[request.id] = request.model
+        handle.models.add(request.model)
         if handle.state == "ready":
             self.links.to_worker(handle.key, request)
         else:
             handle.pending.append(request)
 
-    def _start(self, handle: WorkerHandle, request: W.Generate) -> None:
-        self.spawner.spawn(worker_spec(self.config, self.worker_bind, handle, request))
+    def _start(self, handle: WorkerHandle) -> None:
+        self.spawner.spawn(worker_spec(self.config, self.worker_bind, handle))
 
     def _status(self) -> W.StatusReply:
         now = time.monotonic()
-        workers = [W.WorkerInfo(h.key, h.tenant, h.model, h.pid, h.state, len(h.inflight),
+        workers = [W.WorkerInfo(h.key, h.tenant, sorted(h.models), h.pid, h.state,
+                                len(h.inflight),
                                 now - h.last_used, self.pool.is_pinned(h.key))
                    for h in self.pool.workers.values()]
         return W.StatusReply(workers, self.probe.alive, dict(self.pool.counters),
@@ -190,28 +194,28 @@ class Manager:
         if isinstance(message, W.Ready):
             if handle is None:
                 return
-            handle.state, handle.fallback = "ready", message.fallback
-            if message.fallback:
-                self.pool.counters["fallbacks"] += 1
-            log.info("worker %s ready in %.2f s%s", key, message.load_s,
-                     " (fallback to the base model)" if message.fallback else "")
+            handle.state = "ready"
+            log.info("worker %s ready in %.2f s", key, message.load_s)
             for request in handle.pending:
                 self.links.to_worker(key, request)
             handle.pending.clear()
         elif isinstance(message, W.LoadFailed):
-            log.warning("worker %s failed to load: %s", key, message.message)
-            self.admission.breakers.failed(key)
+            log.warning("worker %s failed to start: %s", key, message.message)
             if handle is not None:
+                self._failed_models(handle)
                 self._fail_all(handle, 503, message.code,
                                f"the model could not be loaded: {message.message}")
                 handle.state = "stopping"
         elif isinstance(message, (W.Started, W.Delta, W.Done, W.Failed)):
-            gateway = self.requests.answer(message)
-            if gateway is None:
+            route = self.requests.answer(message)
+            if route is None:
                 return  # aborted meanwhile
-            self.admission.observe(key, message)
+            gateway, model = route
+            if isinstance(message, W.Started) and message.fallback:
+                self.pool.counters["fallbacks"] += 1  # the worker could not load the adapter
+            self.admission.observe(model_key(key, model), message)
             if isinstance(message, (W.Done, W.Failed)) and handle is not None:
-                handle.inflight.discard(message.id)
+                handle.inflight.pop(message.id, None)
                 handle.last_used = time.monotonic()
             self.links.reply(gateway, message)
 
@@ -232,7 +236,7 @@ class Manager:
             self.pool.remove(handle.key)
             if handle.state != "stopping":
                 self.pool.counters["worker_crashes"] += 1
-                self.admission.breakers.failed(handle.key)
+                self._failed_models(handle)
                 log.warning("worker %s (pid %d) died with status %s", handle.key, handle.pid,
                             event.status)
             for gateway, request, tries in self.requests.unanswered_on(handle):
@@ -241,6 +245,12 @@ class Manager:
                 self._generate(gateway, request, tries + 1)
             self._fail_all(handle, 503, "worker_unavailable",
                            "the worker serving this model stopped; retry the request")
+
+    def _failed_models(self, handle: WorkerHandle) -> None:
+        """The worker failed (it did not start, or died): a failure of each model it was
+        serving, for their circuit breakers."""
+        for model in set(handle.inflight.values()):
+            self.admission.breakers.failed(model_key(handle.tenant, model))
 
     def _fail_all(self, handle: WorkerHandle, status: int, code: str, message: str) -> None:
         for request_id in list(handle.inflight):

@@ -22,7 +22,8 @@ class ManagerConfig(BaseSettings):
     bind: str = Field(default_factory=default_manager,
                       validation_alias=AliasChoices("bind", "SYMBIOSIS_MANAGER"))
     worker_bind: str = Field("", validation_alias=AliasChoices("worker_bind"))  # "": private
-    max_workers: int = Field(8, ge=1)
+    max_workers: int = Field(8, ge=1)  # one per tenant
+    max_adapters: int = Field(32, ge=1)  # adapters a worker holds at once (LRU)
     idle_s: float = Field(600.0, gt=0, validation_alias=AliasChoices(
         "idle_s", "SYMBIOSIS_WORKER_IDLE_S"))
     pinned: frozenset[str] = Field(frozenset(), validation_alias=AliasChoices("pinned"))
@@ -47,6 +48,8 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
     parser.add_argument("--bind", help="where the gateway reaches this manager")
     parser.add_argument("--max-workers", type=int)
     parser.add_argument("--idle-s", type=float)
+    parser.add_argument("--max-adapters", type=int,
+                        help="adapters a tenant's worker holds at once (least recently used go)")
     parser.add_argument("--pin", action="append", help="TENANT|MODEL never evicted (repeatable)")
     parser.add_argument("--min-residency-s", type=float,
                         help="no worker is evicted younger than this (against thrashing)")
@@ -67,7 +70,8 @@ def parse_config(argv: list[str] | None = None) -> ManagerConfig:
                         help="fine-tuning jobs running at once (0: sized to the machine)")
     args = parser.parse_args(argv)
     flags = {"executor": args.executor, "model": args.model, "bind": args.bind,
-             "max_workers": args.max_workers, "idle_s": args.idle_s,
+             "max_workers": args.max_workers, "max_adapters": args.max_adapters,
+             "idle_s": args.idle_s,
              "pinned": frozenset(args.pin) if args.pin else None, "privacy": args.privacy,
              "worker_device": args.worker_device, "kv_budget_mb": args.kv_budget_mb,
              "data_dir": args.data_dir,

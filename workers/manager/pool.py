@@ -1,8 +1,8 @@
 """Which inference workers exist, and which one to stop when room is needed. Bookkeeping only.
 
-A worker serves one (tenant, model) pair. At most `max_workers` live at once; room is made by
-stopping the least recently used idle worker that is not pinned. Workers idle longer than
-`idle_s` are stopped too. Pinned (tenant, model) pairs are never evicted.
+A worker serves one tenant: its base model and any of its adapters. At most `max_workers` live
+at once; room is made by stopping the least recently used idle worker that is not pinned. Workers
+idle longer than `idle_s` are stopped too. A tenant with a pinned model is never evicted.
 
 Against thrashing under a burst across more adapters than slots: a worker is not evicted before
 it has lived `min_residency_s`, and at most `max_evictions_per_min` evictions happen a minute.
@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from wire import manager as W
 
 
-def worker_key(tenant: str, model: str) -> str:
+def worker_key(tenant: str) -> str:
+    return tenant
+
+
+def model_key(tenant: str, model: str) -> str:
+    """A tenant's model (an adapter version, or the base): what a circuit breaker guards."""
     return f"{tenant}|{model}"
 
 
@@ -29,13 +34,12 @@ def worker_key(tenant: str, model: str) -> str:
 class WorkerHandle:
     key: str
     tenant: str
-    model: str
     started: float
     pid: int = 0
     state: str = "starting"  # starting | ready | stopping
     last_used: float = 0.0
-    fallback: bool = False
-    inflight: set[str] = field(default_factory=set)  # request ids
+    models: set[str] = field(default_factory=set)  # served and not let go since
+    inflight: dict[str, str] = field(default_factory=dict)  # request id -> its model
     pending: list[W.Generate] = field(default_factory=list)  # waiting for Ready
 
 
@@ -64,17 +68,17 @@ class WorkerPool:
                          "fallbacks": 0}
 
     def is_pinned(self, key: str) -> bool:
-        """Pinning `tenant|name` pins the workers of each of the name's versions."""
-        return key in self.pinned or key.rpartition("@")[0] in self.pinned
+        """Pinning `tenant|model` (or `tenant`) pins the tenant's worker."""
+        return any(pin.partition("|")[0] == key for pin in self.pinned)
 
-    def get(self, tenant: str, model: str) -> WorkerHandle | None:
-        handle = self.workers.get(worker_key(tenant, model))
+    def get(self, tenant: str) -> WorkerHandle | None:
+        handle = self.workers.get(worker_key(tenant))
         if handle is not None and handle.state != "stopping":
             handle.last_used = self.clock()
             return handle
         return None
 
-    def add(self, tenant: str, model: str) -> tuple[WorkerHandle, list[WorkerHandle]]:
+    def add(self, tenant: str) -> tuple[WorkerHandle, list[WorkerHandle]]:
         """A new handle, and the workers to stop to make room for it (raises NoCapacity)."""
         evict: list[WorkerHandle] = []
         live = [h for h in self.workers.values() if h.state != "stopping"]
@@ -94,8 +98,7 @@ class WorkerPool:
             victim.state = "stopping"
             self.counters["worker_evictions"] += 1
             self._evicted_at.append(now)
-        handle = WorkerHandle(worker_key(tenant, model), tenant, model, started=now,
-                              last_used=now)
+        handle = WorkerHandle(worker_key(tenant), tenant, started=now, last_used=now)
         self.workers[handle.key] = handle
         self.counters["worker_starts"] += 1
         return handle, evict

@@ -1,4 +1,5 @@
-"""Pinned workers start with the manager, not on their first request."""
+"""Pinned tenants' workers start with the manager, with their pinned adapters loaded, not on
+their first request."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from state.adapters import AdapterRegistry
 from state.db import Database, db_path
 from wire import manager as W
 from workers.manager.config import ManagerConfig
-from workers.manager.pool import NoCapacity, WorkerHandle, WorkerPool
+from workers.manager.pool import NoCapacity, WorkerHandle, WorkerPool, worker_key
 
 log = logging.getLogger("workers.preload")
 
@@ -32,20 +33,25 @@ def pinned_requests(config: ManagerConfig) -> list[W.Generate]:
                 continue
             adapter = W.AdapterRef(record.path, record.peft_type)
             model = f"{model}@{record.version}"  # the version serving the name now
-        requests.append(W.Generate(f"preload-{key}", tenant, model, W.SamplingParams(),
-                                   adapter))
+        requests.append(W.Generate(f"preload-{key}", tenant, model,
+                                   W.SamplingParams(max_tokens=0), adapter))
     return requests
 
 
 def preload(config: ManagerConfig, pool: WorkerPool,
-            start: Callable[[WorkerHandle, W.Generate], None]) -> None:
-    """Start a worker for each pinned model, as far as the worker slots go."""
+            start: Callable[[WorkerHandle], None]) -> None:
+    """Start the worker of each pinned tenant, as far as the worker slots go, and have it load
+    the pinned adapters (a request of no tokens each, whose answer nobody awaits)."""
     for request in pinned_requests(config):
-        try:
-            handle, _ = pool.add(request.tenant, request.model)
-        except NoCapacity:
-            log.warning("more pinned workers than --max-workers: %s not preloaded",
-                        request.model)
-            continue
-        log.info("preloading pinned worker %s", handle.key)
-        start(handle, request)
+        handle = pool.workers.get(worker_key(request.tenant))
+        if handle is None:
+            try:
+                handle, _ = pool.add(request.tenant)
+            except NoCapacity:
+                log.warning("more pinned tenants than --max-workers: %s not preloaded",
+                            request.model)
+                continue
+            log.info("preloading pinned worker %s", handle.key)
+            start(handle)
+        handle.models.add(request.model)
+        handle.pending.append(request)  # sent once the worker is ready

@@ -7,7 +7,7 @@ from __future__ import annotations
 from wire import manager as W
 from workers.manager.pool import WorkerHandle
 
-Route = tuple[bytes, str]  # (gateway, worker key)
+Route = tuple[bytes, str, str]  # (gateway, worker key, model)
 
 
 class Requests:
@@ -16,23 +16,23 @@ class Requests:
         self.unanswered: dict[str, tuple[W.Generate, int]] = {}  # request id -> (request, tries)
 
     def add(self, gateway: bytes, request: W.Generate, key: str, tries: int) -> None:
-        self.routes[request.id] = (gateway, key)
+        self.routes[request.id] = (gateway, key, request.model)
         self.unanswered[request.id] = (request, tries)
 
     def drop(self, request_id: str) -> Route | None:
         self.unanswered.pop(request_id, None)
         return self.routes.pop(request_id, None)
 
-    def answer(self, message: W.Message) -> bytes | None:
-        """A worker's event for a request: the gateway to pass it to (None: aborted); the
-        request is answered now, and gone once Done or Failed."""
+    def answer(self, message: W.Message) -> tuple[bytes, str] | None:
+        """A worker's event for a request: the gateway to pass it to and the request's model
+        (None: aborted); the request is answered now, and gone once Done or Failed."""
         route = self.routes.get(message.id)
         if route is None:
             return None
         self.unanswered.pop(message.id, None)
         if isinstance(message, (W.Done, W.Failed)):
             del self.routes[message.id]
-        return route[0]
+        return route[0], route[2]
 
     def unanswered_on(self, handle: WorkerHandle) -> list[tuple[bytes, W.Generate, int]]:
         """The dead worker's requests it never answered and that were not retried before:
@@ -43,7 +43,7 @@ class Requests:
             route = self.routes.get(request_id)
             if request is None or route is None or tries > 1:
                 continue
-            handle.inflight.discard(request_id)
+            handle.inflight.pop(request_id, None)
             self.drop(request_id)
             retry.append((route[0], request, tries))
         return retry

@@ -150,8 +150,7 @@ def test_one_bad_request_fails_alone(tokenizer) -> None:
 def test_kv_bytes_per_token_is_what_a_prefill_caches(model: str) -> None:
     from transformers import DynamicCache
 
-    from workers.inference.batch import cache_tensors
-    from workers.inference.engine import kv_bytes_per_token
+    from workers.inference.batch import cache_tensors, kv_bytes_per_token
 
     _, ours = build_pair(model, "lora", LocalExecutor.load(model))
     ids = torch.arange(7).unsqueeze(0)

@@ -1,10 +1,11 @@
-"""Worker pool bookkeeping with a fake clock: LRU eviction, pinning, idle timeout, capacity."""
+"""Worker pool bookkeeping with a fake clock: one worker per tenant, LRU eviction, pinning, idle
+timeout, capacity."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.manager.pool import NoCapacity, NotYet, WorkerPool, worker_key
+from workers.manager.pool import NoCapacity, NotYet, WorkerPool, model_key, worker_key
 
 
 class Clock:
@@ -14,47 +15,55 @@ class Clock:
         return self.now
 
 
-def ready(pool: WorkerPool, tenant: str, model: str):
-    handle, evicted = pool.add(tenant, model)
+def ready(pool: WorkerPool, tenant: str):
+    handle, evicted = pool.add(tenant)
     handle.state = "ready"
     return handle, evicted
+
+
+def test_a_tenant_has_one_worker_for_all_its_models() -> None:
+    pool = WorkerPool(max_workers=2, clock=Clock())
+    handle, _ = ready(pool, "a")
+    assert pool.get("a") is handle and handle.key == worker_key("a")
+    assert pool.get("b") is None
+    assert model_key("a", "a/x@1") != model_key("a", "a/x@2")  # breakers stay per version
 
 
 def test_least_recently_used_idle_worker_makes_room() -> None:
     clock = Clock()
     pool = WorkerPool(max_workers=2, clock=clock)
-    ready(pool, "a", "m1")
+    ready(pool, "a")
     clock.now = 1
-    ready(pool, "b", "m2")
+    ready(pool, "b")
     clock.now = 2
-    pool.get("a", "m1")  # a is now more recent than b
+    pool.get("a")  # a is now more recent than b
     clock.now = 3
-    _, evicted = ready(pool, "c", "m3")
-    assert [h.key for h in evicted] == [worker_key("b", "m2")]
+    _, evicted = ready(pool, "c")
+    assert [h.key for h in evicted] == [worker_key("b")]
     assert evicted[0].state == "stopping"
     assert pool.counters["worker_evictions"] == 1
 
 
 def test_busy_and_pinned_workers_are_never_evicted() -> None:
     clock = Clock()
-    pool = WorkerPool(max_workers=2, pinned={worker_key("a", "m1")}, clock=clock)
-    ready(pool, "a", "m1")
-    busy, _ = ready(pool, "b", "m2")
-    busy.inflight.add("request-1")
+    pool = WorkerPool(max_workers=2, pinned={"a|a/m1"}, clock=clock)
+    ready(pool, "a")
+    busy, _ = ready(pool, "b")
+    busy.inflight["request-1"] = "b/m2@1"
     with pytest.raises(NoCapacity):
-        pool.add("c", "m3")
+        pool.add("c")
     busy.inflight.clear()
-    _, evicted = ready(pool, "c", "m3")
-    assert [h.key for h in evicted] == [worker_key("b", "m2")]
+    _, evicted = ready(pool, "c")
+    assert [h.key for h in evicted] == [worker_key("b")]
 
 
 def test_idle_timeout_spares_pinned_and_busy_workers() -> None:
     clock = Clock()
-    pool = WorkerPool(max_workers=8, idle_s=10, pinned={worker_key("p", "m")}, clock=clock)
-    ready(pool, "p", "m")
-    ready(pool, "idle", "m")
-    busy, _ = ready(pool, "busy", "m")
-    busy.inflight.add("r")
+    pool = WorkerPool(max_workers=8, idle_s=10, pinned={"p|m"}, clock=clock)
+    ready(pool, "p")
+    ready(pool, "idle")
+    busy, _ = ready(pool, "busy")
+    busy.inflight["r"] = "m"
     clock.now = 11
     assert [h.tenant for h in pool.idle()] == ["idle"]
     assert pool.idle() == []
@@ -63,38 +72,38 @@ def test_idle_timeout_spares_pinned_and_busy_workers() -> None:
 def test_no_worker_is_evicted_before_its_minimum_residency() -> None:
     clock = Clock()
     pool = WorkerPool(max_workers=1, min_residency_s=5, clock=clock)
-    ready(pool, "a", "m1")
+    ready(pool, "a")
     clock.now = 4.9
     with pytest.raises(NotYet):
-        pool.add("b", "m2")
+        pool.add("b")
     clock.now = 5.0
-    _, evicted = ready(pool, "b", "m2")
-    assert [h.key for h in evicted] == [worker_key("a", "m1")]
+    _, evicted = ready(pool, "b")
+    assert [h.key for h in evicted] == [worker_key("a")]
 
 
 def test_the_eviction_rate_is_capped() -> None:
     clock = Clock()
     pool = WorkerPool(max_workers=1, max_evictions_per_min=2, clock=clock)
-    ready(pool, "t", "m0")
+    ready(pool, "t0")
     for i in (1, 2):
         clock.now = i
-        ready(pool, "t", f"m{i}")
+        ready(pool, f"t{i}")
     clock.now = 3
     with pytest.raises(NotYet):
-        pool.add("t", "m3")
+        pool.add("t3")
     clock.now = 61.5  # the first eviction (at 1 s) is over a minute old
-    _, evicted = ready(pool, "t", "m3")
-    assert [h.key for h in evicted] == [worker_key("t", "m2")]
+    _, evicted = ready(pool, "t3")
+    assert [h.key for h in evicted] == [worker_key("t2")]
 
 
 def test_busy_workers_mean_a_wait_and_pinned_ones_no_capacity() -> None:
     pool = WorkerPool(max_workers=1, min_residency_s=5, clock=Clock())
-    busy, _ = ready(pool, "a", "m1")
-    busy.inflight.add("r")
+    busy, _ = ready(pool, "a")
+    busy.inflight["r"] = "m"
     with pytest.raises(NotYet):
-        pool.add("b", "m2")
-    pinned = WorkerPool(max_workers=1, pinned={worker_key("a", "m1")}, clock=Clock())
-    ready(pinned, "a", "m1")
+        pool.add("b")
+    pinned = WorkerPool(max_workers=1, pinned={"a"}, clock=Clock())
+    ready(pinned, "a")
     with pytest.raises(NoCapacity) as info:
-        pinned.add("b", "m2")
+        pinned.add("b")
     assert not isinstance(info.value, NotYet)

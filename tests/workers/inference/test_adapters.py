@@ -1,0 +1,148 @@
+"""A tenant's adapters in one worker (in-process executor): LoRA adapters of different ranks and
+targets, IA3 and prefix tuning and the base model served together; each request's tokens equal
+plain transformers + peft with that adapter alone."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from peft import PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from catalogue.resolve import resolve_model
+from executor.local import LocalExecutor
+from tests.peft_reference import peft_config
+from wire import manager as W
+from workers.inference.adapters import AdapterLoadError, Adapters
+from workers.inference.engine import InferenceEngine, Request
+from workers.remote.build import remote_model
+
+MODEL = "tiny-llama"
+GREEDY = W.SamplingParams(max_tokens=8, temperature=0)
+ADAPTERS = {"t/lora-a@1": ("lora", 1), "t/lora-b@1": ("lora", 2), "t/lora-qv@1": ("lora_qv", 3),
+            "t/lora-a@2": ("lora", 4), "t/ia3@1": ("ia3", 5), "t/prefix@1": ("prefix_tuning", 6)}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resolve_model(MODEL))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    """Each adapter saved as a PEFT directory, with non-trivial weights."""
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
+    paths = {}
+    for model, (method, seed) in ADAPTERS.items():
+        torch.manual_seed(seed)
+        peft = get_peft_model(copy.deepcopy(base), peft_config(MODEL, method))
+        with torch.no_grad():
+            for p in peft.parameters():
+                if p.requires_grad:
+                    p.add_(0.3 * torch.randn_like(p))
+        paths[model] = tmp_path_factory.mktemp(model.replace("/", "-").replace("@", "-"))
+        peft.save_pretrained(paths[model])
+    return paths
+
+
+def plain_tokens(path: Path | None, prompt: list[int]) -> list[int]:
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
+    if path is not None:
+        model = PeftModel.from_pretrained(model, path)
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                    max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def adapters(tokenizer, capacity: int = 32) -> Adapters:
+    executor = LocalExecutor.load(MODEL)
+
+    def engine(model):
+        return InferenceEngine(model, tokenizer, max_context=2048, eos_ids=(), max_batch=16)
+
+    return Adapters(remote_model(MODEL, executor), engine, lambda: remote_model(MODEL, executor),
+                    capacity=capacity)
+
+
+def serve(adapters: Adapters, asks: list[tuple[str, str | None, Path | None]],
+          tokenizer) -> dict[str, list[int]]:
+    """Add every (request id, model, adapter path) at once, step every engine until done; each
+    request's generated token ids."""
+    for request_id, model, path in asks:
+        ref = None if path is None else W.AdapterRef(str(path), "")
+        engine, adapter = adapters.route(model or "base", ref)
+        prompt = tokenizer.encode(f"request {request_id} says")
+        assert engine.add(Request(request_id, prompt, GREEDY, adapter=adapter)) == []
+    deltas: dict[str, list[str]] = {request_id: [] for request_id, _, _ in asks}
+    while any(e.has_work() for e in adapters.engines()):
+        for engine in adapters.engines():
+            for event in engine.step() if engine.has_work() else []:
+                assert not isinstance(event, W.Failed), event
+                if isinstance(event, W.Delta):
+                    deltas[event.id].append(event.text)
+    return {rid: tokenizer.encode("".join(parts)) for rid, parts in deltas.items()}
+
+
+def test_one_worker_serves_many_adapters_in_one_batch_exactly(saved, tokenizer) -> None:
+    held = adapters(tokenizer)
+    asks = [(f"r{i}", model, saved[model]) for i, model in enumerate(ADAPTERS)]
+    asks += [("base", None, None), ("r0-again", "t/lora-a@1", saved["t/lora-a@1"])]
+    got = serve(held, asks, tokenizer)
+    for request_id, model, path in asks:
+        prompt = tokenizer.encode(f"request {request_id} says")
+        expected = tokenizer.encode(tokenizer.decode(plain_tokens(path, prompt)))
+        assert got[request_id] == expected, (request_id, model)
+    shared = [a for a in held.loaded.values() if a.shared]
+    assert sorted(a.model for a in shared) == ["t/lora-a@1", "t/lora-a@2", "t/lora-b@1",
+                                               "t/lora-qv@1"]
+    assert all(a.engine is held.engine for a in shared)  # the LoRA rows share one engine
+    assert len(held.engines()) == 3  # and IA3, prefix tuning each run their own
+    assert len({*got["r0"]}) > 1 and got["r0"] != got["r1"] != got["base"]
+
+
+def test_the_least_recently_used_idle_adapter_goes_and_comes_back(saved, tokenizer) -> None:
+    held = adapters(tokenizer, capacity=2)
+    for model in ("t/lora-a@1", "t/lora-b@1", "t/lora-qv@1"):
+        serve(held, [(model, model, saved[model])], tokenizer)
+    assert sorted(held.loaded) == ["t/lora-b@1", "t/lora-qv@1"]
+    assert sorted(held.peft.peft_config) == sorted(a.name for a in held.loaded.values())
+    got = serve(held, [("again", "t/lora-a@1", saved["t/lora-a@1"])], tokenizer)
+    prompt = tokenizer.encode("request again says")
+    assert got["again"] == tokenizer.encode(tokenizer.decode(
+        plain_tokens(saved["t/lora-a@1"], prompt)))
+    assert "t/lora-b@1" not in held.loaded  # the least recently used made room
+
+
+def test_an_adapter_in_use_is_never_let_go(saved, tokenizer) -> None:
+    held = adapters(tokenizer, capacity=1)
+    engine, name = held.route("t/lora-a@1", W.AdapterRef(str(saved["t/lora-a@1"]), ""))
+    engine.add(Request("busy", [1, 2, 3], GREEDY, adapter=name))
+    held.route("t/lora-b@1", W.AdapterRef(str(saved["t/lora-b@1"]), ""))
+    held.unload("t/lora-a@1")
+    assert "t/lora-a@1" in held.loaded  # waiting for its request
+    while engine.has_work():
+        engine.step()
+    held.settle()
+    assert sorted(held.loaded) == ["t/lora-b@1"]
+
+
+def test_an_adapter_that_does_not_load_fails_alone(saved, tokenizer, tmp_path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "adapter_config.json").write_text(
+        (saved["t/lora-a@1"] / "adapter_config.json").read_text())
+    (broken / "adapter_model.safetensors").write_bytes(b"not a tensor file")
+    held = adapters(tokenizer)
+    for _ in range(2):  # the first LoRA adapter of the worker, then with others loaded
+        with pytest.raises(AdapterLoadError):
+            held.route("t/broken@1", W.AdapterRef(str(broken), ""))
+        assert "t/broken@1" not in held.loaded
+        got = serve(held, [("base", None, None), ("a", "t/lora-a@1", saved["t/lora-a@1"])],
+                    tokenizer)
+        prompt = tokenizer.encode("request base says")
+        assert got["base"] == tokenizer.encode(tokenizer.decode(plain_tokens(None, prompt)))

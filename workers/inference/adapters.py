@@ -1,0 +1,152 @@
+"""A tenant's adapters in its worker, loaded when first asked for and let go when least used.
+
+LoRA adapters load into one PeftModel over the worker's base model and share its engine: each row
+of a batch names its adapter (peft's mixed batches: the rows of each adapter go through its own
+LoRA matrices, the Punica / S-LoRA idea in plain torch; rows of the base model through none).
+A method that cannot share a batch (IA3, prefix and prompt tuning, DoRA) gets an engine of its
+own over a base model of its own (only the local parts: the frozen layers are the executor's).
+At most `capacity` adapters stay resident: loading one more lets go of the least recently used
+adapter that no request is using (if all are in use, it waits until `settle`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from peft import PeftConfig, PeftModel
+from torch import nn
+
+from wire.manager import AdapterRef
+from workers.inference.engine import InferenceEngine
+
+log = logging.getLogger("workers.adapters")
+
+
+class AdapterLoadError(Exception):
+    pass
+
+
+@dataclass
+class Loaded:
+    model: str  # the model id requests name (an adapter version)
+    name: str  # its name inside the PeftModel
+    engine: InferenceEngine
+    shared: bool  # a LoRA adapter of the shared PeftModel
+    last_used: float = 0.0
+
+    def busy(self) -> bool:
+        return self.engine.uses(self.name) if self.shared else self.engine.has_work()
+
+
+def shares_a_batch(path: Path) -> bool:
+    """Whether an adapter can be one of many in a batch (peft's mixed batches: LoRA, no DoRA)."""
+    config = json.loads((path / "adapter_config.json").read_text())
+    return config.get("peft_type") == "LORA" and not config.get("use_dora", False)
+
+
+class Adapters:
+    def __init__(self, base: nn.Module, make_engine: Callable[[nn.Module], InferenceEngine],
+                 build_base: Callable[[], nn.Module], *, device: str = "cpu",
+                 capacity: int = 32) -> None:
+        self.base, self.make_engine, self.build_base = base, make_engine, build_base
+        self.device, self.capacity = device, capacity
+        self.engine = make_engine(base)  # the base model's rows and every shared adapter's
+        self.peft: PeftModel | None = None
+        self.loaded: dict[str, Loaded] = {}
+        self.unloading: set[str] = set()
+        self._names = (f"adapter{i}" for i in itertools.count())
+
+    def engines(self) -> list[InferenceEngine]:
+        return [self.engine, *(a.engine for a in self.loaded.values() if not a.shared)]
+
+    def route(self, model: str, ref: AdapterRef | None) -> tuple[InferenceEngine, str | None]:
+        """The engine that serves `model` and the adapter name its rows carry (None: the base
+        model's rows, or an engine of the adapter's own); loads the adapter if needed."""
+        if ref is None:
+            return self.engine, None
+        loaded = self.loaded.get(model)
+        if loaded is None:
+            loaded = self.loaded[model] = self._load(model, Path(ref.path))
+            self.settle(keep=model)
+        self.unloading.discard(model)
+        loaded.last_used = time.monotonic()
+        return loaded.engine, loaded.name if loaded.shared else None
+
+    def unload(self, model: str) -> None:
+        """Let `model` go once no request uses it."""
+        if model in self.loaded:
+            self.unloading.add(model)
+            self.settle()
+
+    def settle(self, keep: str | None = None) -> None:
+        """Let go of what was asked to go, and of the least recently used adapters beyond the
+        capacity, as far as no request is using them (nor is about to: `keep`)."""
+        for model in [m for m in self.unloading if not self.loaded[m].busy()]:
+            self._drop(model)
+        idle = sorted((a for a in self.loaded.values()
+                       if not a.busy() and a.model != keep and a.model not in self.unloading),
+                      key=lambda a: a.last_used)
+        excess = len(self.loaded) - len(self.unloading) - self.capacity  # those go anyway
+        for adapter in idle[:max(0, excess)]:
+            self._drop(adapter.model)
+
+    def _load(self, model: str, path: Path) -> Loaded:
+        started = time.perf_counter()
+        name = next(self._names)
+        try:
+            if shares_a_batch(path):
+                self._load_shared(name, path)
+                loaded = Loaded(model, name, self.engine, shared=True)
+            else:
+                own = PeftModel.from_pretrained(self.build_base(), path,
+                                                torch_device=self.device).eval()
+                loaded = Loaded(model, name, self.make_engine(own), shared=False)
+        except Exception as exc:
+            log.exception("adapter %s failed to load", model)
+            raise AdapterLoadError(f"{type(exc).__name__}: {exc}") from exc
+        log.info("adapter %s loaded in %.1f ms (%d resident)", model,
+                 1e3 * (time.perf_counter() - started), len(self.loaded) + 1)
+        return loaded
+
+    def _load_shared(self, name: str, path: Path) -> None:
+        if self.peft is None:
+            config = PeftConfig.from_pretrained(path)  # a bad config fails here, base untouched
+            self.peft = PeftModel(self.base, config, adapter_name=name,
+                                  low_cpu_mem_usage=True).eval()
+            self.engine.use(self.peft, mixed=True)  # from here on, the base model's rows say so
+            try:
+                self.peft.load_adapter(path, adapter_name=name, torch_device=self.device,
+                                       low_cpu_mem_usage=True)
+            except Exception:
+                self._delete(name)
+                raise
+            return
+        try:
+            self.peft.load_adapter(path, adapter_name=name, torch_device=self.device,
+                                   low_cpu_mem_usage=True)
+        except Exception:
+            if name in self.peft.peft_config:
+                self._delete(name)
+            raise
+
+    def _drop(self, model: str) -> None:
+        adapter = self.loaded.pop(model)
+        self.unloading.discard(model)
+        if adapter.shared:
+            self._delete(adapter.name)
+        log.info("adapter %s let go (%d resident)", model, len(self.loaded))
+
+    def _delete(self, name: str) -> None:
+        """Delete a shared adapter; with the last one, take the LoRA layers out of the base
+        model again (peft runs no PeftModel without an adapter)."""
+        self.peft.delete_adapter(name)
+        if not self.peft.peft_config:
+            self.peft.base_model.unload()  # the base layers back in their places
+            self.peft = None
+            self.engine.use(self.base, mixed=False)
