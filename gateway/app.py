@@ -17,8 +17,8 @@ from gateway.errors import APIError
 from gateway.guard import BodyGuard
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
-from gateway.openapi_export import exact_bounds
 from gateway.routes import router
+from gateway.schema_bounds import exact_bounds
 from gateway.serving import Serving
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings

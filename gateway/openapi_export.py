@@ -7,31 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+from gateway.app import create_app
+
 DOCUMENT = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
 
 
-EXACT = {float(v): v for v in (2**63 - 1, -(2**63))}  # int64 bounds a float cannot hold
-
-
-def exact_bounds(node: object) -> object:
-    """The document with integer bounds exact: FastAPI's OpenAPI models hold `minimum` and
-    `maximum` as floats, and float(2**63 - 1) is 2**63 (a seed one past the range would look
-    schema-valid)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("minimum", "maximum") and value in EXACT and isinstance(value, float):
-                node[key] = EXACT[value]
-            else:
-                exact_bounds(value)
-    elif isinstance(node, list):
-        for value in node:
-            exact_bounds(value)
-    return node
-
-
 def render() -> str:
-    from gateway.app import create_app
-
     return json.dumps(create_app().openapi(), indent=2, sort_keys=True) + "\n"
 
 

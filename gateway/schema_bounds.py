@@ -1,0 +1,21 @@
+"""Integer bounds exact in the published OpenAPI document."""
+
+from __future__ import annotations
+
+EXACT = {float(v): v for v in (2**63 - 1, -(2**63))}  # int64 bounds a float cannot hold
+
+
+def exact_bounds(node: object) -> object:
+    """The document with integer bounds exact: FastAPI's OpenAPI models hold `minimum` and
+    `maximum` as floats, and float(2**63 - 1) is 2**63 (a seed one past the range would look
+    schema-valid)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("minimum", "maximum") and value in EXACT and isinstance(value, float):
+                node[key] = EXACT[value]
+            else:
+                exact_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            exact_bounds(value)
+    return node
