@@ -1,4 +1,5 @@
-"""Training examples: token ids and labels, loss only where the model should learn.
+"""Training examples: token ids and labels, loss only where the model should learn. The file is
+read by `state.training_file`, as the gateway read it when it checked the upload.
 
 Chat: the tokenizer's chat template; the loss is on assistant messages (weight 0 excludes one).
 Which tokens an assistant message contributes is found by rendering the conversation up to the
@@ -9,12 +10,14 @@ completion and the end-of-sequence token.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from state.training_file import BadLine, Chat, NotText, Turn, lines, parse
+from state.training_file import Example as TrainingExample
 
 IGNORE = -100
 
@@ -37,24 +40,33 @@ class Example:
 
 def load_examples(path: str | Path, tokenizer: Any, max_seq_length: int) -> list[Example]:
     examples = []
-    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    for number, line in enumerate(lines, start=1):
-        record = json.loads(line)
+    with Path(path).open("rb") as f:  # checked at upload: only a changed file fails here
         try:
-            if "messages" in record:
-                ids, labels = chat_example(record["messages"], tokenizer)
-            else:
-                ids, labels = prompt_completion_example(record["prompt"], record["completion"],
-                                                        tokenizer)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidTrainingFile(number, f"cannot be tokenized ({exc})") from None
-        ids, labels = ids[:max_seq_length], labels[:max_seq_length]
-        example = Example(ids, labels)
-        if example.trained_tokens == 0:
-            raise InvalidTrainingFile(number, f"has no tokens to learn from within "
-                                              f"max_seq_length={max_seq_length}")
-        examples.append(example)
+            for number, line in lines(f):
+                try:
+                    record = parse(line)
+                except BadLine as exc:
+                    raise InvalidTrainingFile(number, str(exc)) from None
+                examples.append(_example(number, record, tokenizer, max_seq_length))
+        except NotText as exc:
+            raise InvalidTrainingFile(0, str(exc)) from None
     return examples
+
+
+def _example(number: int, record: TrainingExample, tokenizer: Any,
+             max_seq_length: int) -> Example:
+    try:
+        if isinstance(record, Chat):
+            ids, labels = chat_example(record.turns, tokenizer)
+        else:
+            ids, labels = prompt_completion_example(record.prompt, record.completion, tokenizer)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidTrainingFile(number, f"cannot be tokenized ({exc})") from None
+    example = Example(ids[:max_seq_length], labels[:max_seq_length])
+    if example.trained_tokens == 0:
+        raise InvalidTrainingFile(number, f"has no tokens to learn from within "
+                                          f"max_seq_length={max_seq_length}")
+    return example
 
 
 def _render(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> list[int]:
@@ -62,19 +74,13 @@ def _render(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> li
                                               add_generation_prompt=generation_prompt))
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(part["text"] for part in content)
-    return content or ""
-
-
-def chat_example(messages: list[dict], tokenizer: Any) -> tuple[list[int], list[int]]:
-    chat = [{"role": "system" if m["role"] == "developer" else m["role"],
-             "content": _text(m.get("content"))} for m in messages]
+def chat_example(turns: tuple[Turn, ...], tokenizer: Any) -> tuple[list[int], list[int]]:
+    chat = [{"role": "system" if t.role == "developer" else t.role, "content": t.text}
+            for t in turns]
     ids = _render(tokenizer, chat, False)
     labels = [IGNORE] * len(ids)
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant" or message.get("weight", 1) == 0:
+    for i, turn in enumerate(turns):
+        if turn.role != "assistant" or turn.weight == 0:
             continue
         start = len(_render(tokenizer, chat[:i], True))
         end_ids = _render(tokenizer, chat[: i + 1], False)

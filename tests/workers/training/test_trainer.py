@@ -19,6 +19,7 @@ from state.db import Database
 from state.files import FileStore
 from state.job_spec import JobSpec, PeftSpec, resolve
 from state.jobs import JobStore
+from state.training_file import parse
 from wire.spawner import TrainerSpec
 from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example
@@ -185,7 +186,7 @@ def test_chat_labels_cover_exactly_the_assistant_messages(tokenizer) -> None:
                 {"role": "user", "content": "Bye"},
                 {"role": "assistant", "content": "Ignored.", "weight": 0},
                 {"role": "user", "content": "Really?"}, {"role": "assistant", "content": "Yes."}]
-    ids, labels = chat_example(messages, tokenizer)
+    ids, labels = chat_example(parse(json.dumps({"messages": messages})).turns, tokenizer)
     built_in = tokenizer.apply_chat_template(
         [{k: v for k, v in m.items() if k != "weight"} for m in messages],
         return_assistant_tokens_mask=True, return_dict=True)

@@ -1,0 +1,142 @@
+"""The fine-tuning file format (OpenAI's JSONL), read in one place: the gateway checks an upload
+with it line by line, the trainer reads the examples it tokenizes with it. Torch-free.
+
+Two formats: chat (`{"messages": [...]}`, the loss is on assistant messages, `weight` 0 leaves
+one out) and prompt/completion (`{"prompt": str, "completion": str}`, the loss is on the
+completion). One file holds one format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+MESSAGE_KEYS = {"role", "content", "name", "function_call", "weight", "tool_calls",
+                "tool_call_id"}
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str
+    text: str
+    weight: int = 1  # 0: not learned from (assistant messages)
+
+
+@dataclass(frozen=True)
+class Chat:
+    turns: tuple[Turn, ...]
+    format = "chat"
+
+    @property
+    def has_system(self) -> bool:
+        return self.turns[0].role in ("system", "developer")
+
+
+@dataclass(frozen=True)
+class PromptCompletion:
+    prompt: str
+    completion: str
+    format = "prompt_completion"
+
+
+Example = Chat | PromptCompletion
+
+
+class BadLine(ValueError):
+    """What is wrong with one line (`format`: the format it tried to be, if any)."""
+
+    def __init__(self, problem: str, format: str = "") -> None:
+        super().__init__(problem)
+        self.format = format
+
+
+class NotText(ValueError):
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the file is not UTF-8 text (byte {offset})")
+
+
+def lines(data: bytes | Iterable[bytes]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-blank line; NotText at the first byte that is not UTF-8.
+    `data`: the file's bytes or its lines (a file read line by line is never held whole)."""
+    offset = 0
+    for number, raw in enumerate(data.splitlines(keepends=True) if isinstance(data, bytes)
+                                 else data, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotText(offset + exc.start) from None
+        offset += len(raw)
+        if line.strip():
+            yield number, line
+
+
+def parse(line: str) -> Example:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"not valid JSON ({exc.msg}; line starts with: {line[:30]!r})") from None
+    if not isinstance(record, dict):
+        raise BadLine(f"not a JSON object (line starts with: {line[:30]!r})")
+    if "messages" in record:
+        return _chat(record)
+    if "prompt" in record or "completion" in record:
+        return _prompt_completion(record)
+    raise BadLine("needs a 'messages' list, or 'prompt' and 'completion'")
+
+
+def _chat(record: dict) -> Chat:
+    extra = set(record) - {"messages", "tools", "parallel_tool_calls", "functions"}
+    if extra:
+        raise BadLine(f"unrecognized key(s) {sorted(extra)}", "chat")
+    messages = record["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise BadLine("'messages' must be a non-empty list", "chat")
+    turns = tuple(_turn(i, message) for i, message in enumerate(messages, start=1))
+    roles = {turn.role for turn in turns}
+    if "user" not in roles:
+        raise BadLine("example has no user message", "chat")
+    if "assistant" not in roles:
+        raise BadLine("example has no assistant message", "chat")
+    return Chat(turns)
+
+
+def _turn(i: int, message: object) -> Turn:
+    if not isinstance(message, dict):
+        raise BadLine(f"message {i} is not an object", "chat")
+    if "role" not in message:
+        raise BadLine(f"message {i} has no 'role'", "chat")
+    if message["role"] not in ROLES:
+        raise BadLine(f"message {i} has an unrecognized role {message['role']!r}", "chat")
+    unknown = set(message) - MESSAGE_KEYS
+    if unknown:
+        raise BadLine(f"message {i} has unrecognized key(s) {sorted(unknown)}", "chat")
+    if "weight" in message and message["weight"] not in (0, 1):
+        raise BadLine(f"message {i} has a weight other than 0 or 1", "chat")
+    text = _text(message.get("content"))
+    if text is None:
+        raise BadLine(f"message {i} has no text content", "chat")
+    return Turn(message["role"], text, int(message.get("weight", 1)))
+
+
+def _prompt_completion(record: dict) -> PromptCompletion:
+    fmt = PromptCompletion.format
+    extra = set(record) - {"prompt", "completion"}
+    if extra:
+        raise BadLine(f"unrecognized key(s) {sorted(extra)}", fmt)
+    for key in ("prompt", "completion"):
+        if not isinstance(record.get(key), str):
+            raise BadLine(f"'{key}' must be a string", fmt)
+    if not record["completion"].strip():
+        raise BadLine("'completion' is empty", fmt)
+    return PromptCompletion(record["prompt"], record["completion"])
+
+
+def _text(content: object) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    return None
