@@ -22,11 +22,11 @@ from wire import manager as W
 from workers.inference.batch import BatchCache, cache_tensors, kv_bytes_per_token, repeat_rows
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import GrammarError, Grammars
+from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
-BASE_MODEL_ROWS = "__base__"  # peft's adapter name for rows that use none
 
 
 @dataclass
@@ -71,24 +71,19 @@ class InferenceEngine:
         self.offloaded = BatchCache(self.device, offloaded=True)
         self._pending: dict[str, int] = {}  # request id -> sequences still running
         self._generated: dict[str, int] = {}  # request id -> tokens generated so far
-        self.mixed = False  # rows name their adapters (a PeftModel of many LoRA adapters)
+        self.rows = RowAdapters()  # which adapter each row goes through
 
     def use(self, model: Any, mixed: bool) -> None:
         """From now on, run every phase through `model`: a PeftModel of LoRA adapters wrapping
         this engine's model (`mixed`: each row names its adapter, or the base model), or the
         plain model again once it holds none."""
         self.prefill_model = self.decode_model = model
-        self.mixed = mixed
+        self.rows = RowAdapters(model if mixed else None)
 
     def uses(self, adapter: str) -> bool:
         """Whether a waiting or running request is served by `adapter`."""
         return any(r.adapter == adapter for r in self.waiting) or \
             any(s.request.adapter == adapter for s in self.running)
-
-    def _adapter_names(self, requests: list[Request]) -> dict[str, list[str]]:
-        if not self.mixed:
-            return {}
-        return {"adapter_names": [r.adapter or BASE_MODEL_ROWS for r in requests]}
 
     @property
     def running(self) -> list[Sequence]:
@@ -184,7 +179,7 @@ class InferenceEngine:
         out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  past_key_values=DynamicCache(), use_cache=True,
                                  logits_to_keep=0 if want_prompt_logprobs else 1,
-                                 **self._adapter_names([request]))
+                                 **self.rows.kwargs([request.adapter]))
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
@@ -241,7 +236,7 @@ class InferenceEngine:
         tokens = torch.tensor([[seq.last] for seq in batch.sequences], device=self.device)
         out = self.decode_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                                 past_key_values=cache, use_cache=True,
-                                **self._adapter_names([s.request for s in batch.sequences]))
+                                **self.rows.kwargs([s.request.adapter for s in batch.sequences]))
         logits = out.logits[:, -1].cpu()
         events = [self._accept(seq, self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]

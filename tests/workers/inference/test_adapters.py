@@ -146,3 +146,15 @@ def test_an_adapter_that_does_not_load_fails_alone(saved, tokenizer, tmp_path) -
                     tokenizer)
         prompt = tokenizer.encode("request base says")
         assert got["base"] == tokenizer.encode(tokenizer.decode(plain_tokens(None, prompt)))
+
+
+def test_a_batch_of_one_adapter_then_another_switches_exactly(saved, tokenizer) -> None:
+    held = adapters(tokenizer)
+    serve(held, [("warm", "t/lora-a@1", saved["t/lora-a@1"])], tokenizer)  # a is active now
+    asks = [("b1", "t/lora-b@1", saved["t/lora-b@1"]), ("b2", "t/lora-b@1", saved["t/lora-b@1"])]
+    for batch in (asks, [("a", "t/lora-a@1", saved["t/lora-a@1"])]):
+        got = serve(held, batch, tokenizer)
+        for request_id, _, path in batch:
+            prompt = tokenizer.encode(f"request {request_id} says")
+            assert got[request_id] == tokenizer.encode(tokenizer.decode(
+                plain_tokens(path, prompt))), request_id
