@@ -9,42 +9,14 @@ import signal
 import sys
 import threading
 
-from executor.config import DTYPES, POLICIES, ExecutorConfig
+from executor.config import ExecutorConfig
+from wire.flags import add_flags, given
 
 
 def parse_args(argv: list[str] | None) -> ExecutorConfig:
     parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__)
-    parser.add_argument("--model", help="built-in model name or a Hugging Face model directory")
-    parser.add_argument("--bind", help="ipc:///path or tcp://host:port")
-    parser.add_argument("--device", help="cpu or cuda:N")
-    parser.add_argument("--dtype", choices=DTYPES)
-    parser.add_argument("--threads", type=int, help="torch intra-op threads")
-    parser.add_argument("--policy", choices=POLICIES, help="batching policy")
-    parser.add_argument("--max-wait-ms", type=float, help="cap on any call's wait for company")
-    parser.add_argument("--slice-ms", type=float,
-                        help="opportunistic: run training batches in slices of about this much "
-                             "compute, with ready decode steps between them (0: never slice)")
-    parser.add_argument("--no-fuse", action="store_true",
-                        help="do not fuse linear layers that share an input")
-    parser.add_argument("--no-stretch", action="store_true",
-                        help="offer no stretches (a decoder layer's frozen part as one call)")
-    parser.add_argument("--shards", type=int,
-                        help="run as this many ranks of one torch.distributed group, each "
-                             "holding a slice of every base layer")
-    parser.add_argument("--rank", type=int, help="this process's rank (0 serves clients)")
-    parser.add_argument("--rendezvous", help="tcp://HOST:PORT where rank 0 gathers the group")
-    parser.add_argument("--local-shards", type=int,
-                        help="how many ranks rank 0 starts on this host (default: all)")
-    parser.add_argument("--shard-timeout-s", type=float,
-                        help="a collective waiting longer than this fails")
-    args = parser.parse_args(argv)
-    flags = {"model": args.model, "bind": args.bind, "device": args.device, "dtype": args.dtype,
-             "threads": args.threads, "policy": args.policy, "max_wait_ms": args.max_wait_ms,
-             "slice_ms": args.slice_ms, "fuse": False if args.no_fuse else None,
-             "stretch": False if args.no_stretch else None, "shards": args.shards,
-             "rank": args.rank, "rendezvous": args.rendezvous,
-             "local_shards": args.local_shards, "shard_timeout_s": args.shard_timeout_s}
-    return ExecutorConfig(**{k: v for k, v in flags.items() if v is not None})
+    add_flags(parser, ExecutorConfig, skip=("curve_secret_key",))  # a secret: environment only
+    return ExecutorConfig(**given(parser.parse_args(argv), ExecutorConfig))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,37 +10,51 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from wire.endpoints import default_executor
 
-POLICIES = ("opportunistic", "eager", "lockstep")
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 class ExecutorConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SYMBIOSIS_EXECUTOR_", frozen=True,
                                       extra="forbid", populate_by_name=True)
 
     model: str = Field("tiny-llama", validation_alias=AliasChoices(
-        "model", "SYMBIOSIS_EXECUTOR_MODEL", "SYMBIOSIS_MODEL"))
-    bind: str = Field(default_factory=default_executor)
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    threads: int | None = None  # torch intra-op threads; None: torch's default
-    policy: Literal["opportunistic", "eager", "lockstep"] = "opportunistic"
-    max_wait_ms: float = Field(20.0, ge=0)  # cap on how long any call waits for company
-    decode_wait_ms: float = Field(0.3, ge=0)  # base budget of an inference call
-    training_wait_ms: float = Field(2.0, ge=0)  # base budget of a training call
-    wait_fraction: float = Field(0.25, ge=0, le=1)  # of a call's own estimated compute
-    slice_ms: float = Field(5.0, ge=0)  # opportunistic: training batches run in slices (0: whole)
-    max_batch_rows: int = Field(8192, ge=1)
-    training_share: float = Field(0.25, gt=0, lt=1)  # least share of batches training keeps
-    spin_us: float = Field(5000.0, ge=0)  # watch for calls this long before sleeping (0: never)
-    client_idle_s: float = 600.0  # forget clients silent this long (their shared memory too)
-    fuse: bool = True  # run linear layers that share an input (q/k/v, gate/up) as one matmul
-    stretch: bool = True  # offer stretches: a decoder layer's frozen part as one call
-    shards: int = Field(1, ge=1)  # ranks of one torch.distributed group sharing every layer
-    rank: int = Field(0, ge=0)  # this process's rank (0 serves; others follow)
-    rendezvous: str | None = None  # tcp://HOST:PORT of rank 0 (default: a free local port)
-    local_shards: int | None = Field(None, ge=1)  # ranks rank 0 starts on this host (all)
-    shard_timeout_s: float = Field(60.0, gt=0)  # a collective waiting longer fails
+        "model", "SYMBIOSIS_EXECUTOR_MODEL", "SYMBIOSIS_MODEL"),
+        description="built-in model name or a Hugging Face model directory")
+    bind: str = Field(default_factory=default_executor,
+                      description="ipc:///path or tcp://host:port")
+    device: str = Field("cpu", description="cpu or cuda[:N]")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32",
+                                                            description="the weights' dtype")
+    threads: int | None = Field(None, description="torch intra-op threads (default: torch's)")
+    policy: Literal["opportunistic", "eager", "lockstep"] = Field(
+        "opportunistic", description="batching policy")
+    max_wait_ms: float = Field(20.0, ge=0, description="cap on how long any call waits for "
+                               "company")
+    decode_wait_ms: float = Field(0.3, ge=0, description="base wait budget of an inference call")
+    training_wait_ms: float = Field(2.0, ge=0, description="base wait budget of a training call")
+    wait_fraction: float = Field(0.25, ge=0, le=1, description="a call also waits this share of "
+                                 "its own estimated compute")
+    slice_ms: float = Field(5.0, ge=0, description="opportunistic: run training batches in "
+                            "slices of about this much compute, with ready decode steps between "
+                            "them (0: never slice)")
+    max_batch_rows: int = Field(8192, ge=1, description="rows in one batch at most")
+    training_share: float = Field(0.25, gt=0, lt=1, description="the least share of batches "
+                                  "training keeps under load")
+    spin_us: float = Field(5000.0, ge=0, description="watch for calls this long before "
+                           "sleeping (0: never)")
+    client_idle_s: float = Field(600.0, description="forget clients silent this long (their "
+                                 "shared memory too)")
+    fuse: bool = Field(True, description="run linear layers that share an input (q/k/v, gate/up) "
+                       "as one matmul")
+    stretch: bool = Field(True, description="offer stretches: a decoder layer's frozen part as "
+                          "one call")
+    shards: int = Field(1, ge=1, description="run as this many ranks of one torch.distributed "
+                        "group, each holding a slice of every base layer")
+    rank: int = Field(0, ge=0, description="this process's rank (0 serves clients)")
+    rendezvous: str | None = Field(None, description="tcp://HOST:PORT where rank 0 gathers the "
+                                   "group (default: a free local port)")
+    local_shards: int | None = Field(None, ge=1, description="how many ranks rank 0 starts on "
+                                     "this host (default: all)")
+    shard_timeout_s: float = Field(60.0, gt=0, description="a collective waiting longer than "
+                                   "this fails")
     curve_secret_key: str | None = Field(None, validation_alias=AliasChoices(
         "curve_secret_key", "SYMBIOSIS_EXECUTOR_CURVE_SECRET"))  # z85: CurveZMQ on tcp://
 
