@@ -14,6 +14,19 @@ import enum
 import msgspec
 
 
+class JobStatus(enum.StrEnum):
+    """A job's status (`state.job_states` moves between them)."""
+
+    VALIDATING_FILES = "validating_files"
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"  # no such job, or no job queue (a manager without a data dir)
+
+
 class JobAction(enum.StrEnum):
     START = "start"  # a job was queued (created or resumed): claim it if a slot is free
     PAUSE = "pause"
@@ -30,7 +43,7 @@ class JobCommand(msgspec.Struct, tag="job_command", array_like=True):
 class JobState(msgspec.Struct, tag="job_state", array_like=True):
     id: str  # the JobCommand's request id
     job_id: str
-    status: str  # the job's status once the command took effect (or could not)
+    status: JobStatus  # once the command took effect (or could not)
 
 
 class TrainerHello(msgspec.Struct, tag="trainer_hello", array_like=True):
@@ -45,7 +58,7 @@ class TrainerControl(msgspec.Struct, tag="trainer_control", array_like=True):
 
 class TrainerStopped(msgspec.Struct, tag="trainer_stopped", array_like=True):
     job_id: str
-    status: str  # paused | cancelled | succeeded | failed
+    status: JobStatus  # paused | cancelled | succeeded | failed
 
 
 JobMessage = JobCommand | JobState | TrainerHello | TrainerControl | TrainerStopped

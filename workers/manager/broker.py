@@ -29,7 +29,7 @@ from state.jobs import JobStore
 from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
-from wire.jobs import JobCommand, JobState, TrainerHello, TrainerStopped
+from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerStopped
 from workers.manager.admission import Admission
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
@@ -131,7 +131,8 @@ class Manager:
                 self.links.to_worker(handle.key, W.Unload(message.model))
         elif isinstance(message, JobCommand):
             if self.jobs is None:
-                self.links.reply(gateway, JobState(message.id, message.job_id, "unknown"))
+                self.links.reply(gateway, JobState(message.id, message.job_id,
+                                                   JobStatus.UNKNOWN))
             else:
                 self.jobs.command(gateway, message)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from state.jobs import JobStore
-from wire.jobs import JobAction, JobCommand, JobState, TrainerControl
+from wire.jobs import JobAction, JobCommand, JobState, JobStatus, TrainerControl
 from wire.spawner import TrainerSpec
 
 log = logging.getLogger("workers.jobs")
@@ -170,10 +170,10 @@ class JobScheduler:
 
     def _release(self, trainer: Trainer, status: str) -> None:
         for gateway, request in trainer.waiting:
-            self.answer(gateway, JobState(request, trainer.job_id, status))
+            self.answer(gateway, JobState(request, trainer.job_id, JobStatus(status)))
         trainer.waiting.clear()
 
     def _answer_now(self, gateway: bytes, command: JobCommand) -> None:
         job = self.jobs.get(command.job_id)
         self.answer(gateway, JobState(command.id, command.job_id,
-                                      job.status if job else "unknown"))
+                                      JobStatus(job.status) if job else JobStatus.UNKNOWN))

@@ -11,7 +11,7 @@ import msgspec
 import zmq
 
 from wire import manager as W
-from wire.jobs import JobAction, TrainerControl, TrainerHello, TrainerStopped
+from wire.jobs import JobAction, JobStatus, TrainerControl, TrainerHello, TrainerStopped
 from wire.spawner import trainer_key
 
 log = logging.getLogger("workers.trainer")
@@ -45,7 +45,7 @@ class ControlChannel:
         return self._requested
 
     def stopped(self, status: str) -> None:
-        self._send(TrainerStopped(self.job_id, status))
+        self._send(TrainerStopped(self.job_id, JobStatus(status)))
 
     def close(self) -> None:
         if self._sock is not None:
