@@ -44,6 +44,12 @@ class GroupResult:
         tokens = sum(len(r["latencies"]) * r["tokens_per_unit"] for r in counted)
         return sum(r["executor_calls"] for r in counted) / tokens if tokens else float("nan")
 
+    def first_token_ms(self, q: float) -> float:
+        """The q-quantile of decode clients' time to first token (prefill included)."""
+        values = sorted(x for r in self.results for x in r.get("first_tokens", []))
+        return 1e3 * values[min(len(values) - 1, int(q * len(values)))] if values \
+            else float("nan")
+
     def latency_ms(self, q: float | None = None, kind: str | None = None) -> float:
         values = sorted(x for r in self.results if kind is None or r["kind"] == kind
                         for x in r["latencies"])

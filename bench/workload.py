@@ -59,15 +59,18 @@ class TokenClock(StoppingCriteria):
 
 
 def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator,
-           first: bool = True) -> tuple[list[float], float]:
-    """generate() calls until the window closes: each token's latency, and when the last came.
-    `first=False` leaves out each call's first token, which also paid the prefill."""
+           first: bool = True) -> tuple[list[float], float, list[float]]:
+    """generate() calls until the window closes: each token's latency, when the last came, and
+    each call's time to its first token. `first=False` leaves out each call's first token from
+    the latencies (it also paid the prefill)."""
     model.eval()
-    clock, latencies = TokenClock(until), []
+    clock, latencies, firsts = TokenClock(until), [], []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (1, prompt), generator=rng).to(model.device)
-        latencies += clock.generate(model, ids, tokens)[0 if first else 1:]
-    return latencies, clock.last
+        gaps = clock.generate(model, ids, tokens)
+        firsts += gaps[:1]
+        latencies += gaps[0 if first else 1:]
+    return latencies, clock.last, firsts
 
 
 def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
@@ -215,14 +218,15 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float,
     if args.kind == "decode" and args.adapters:
         return (*decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng), 1, {})
     if args.kind == "decode":
-        return (*decode(model, args.prompt, args.tokens, until, rng), 1, {})
+        latencies, done, firsts = decode(model, args.prompt, args.tokens, until, rng)
+        return latencies, done, 1, {"first_tokens": firsts}
     if args.kind == "prefill":
         return (*prefill(model, args.length, until, rng), args.length, {})
     if args.kind == "long":
         from bench import longctx
 
         if args.side == "plain":  # generate(): the gaps after each prefill
-            return (*decode(model, args.prompt, args.tokens, until, rng, first=False), 1, {})
+            return (*decode(model, args.prompt, args.tokens, until, rng, first=False)[:2], 1, {})
         budget = int(args.kv_budget_mb * 2**20)
         gaps, done, offloaded = longctx.engine_rounds(model, tokenizer, args.prompt,
                                                       args.tokens, until, rng, budget)

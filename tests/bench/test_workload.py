@@ -3,6 +3,7 @@ every token it generated; throughput is each client's work over its own window."
 
 import time
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -28,9 +29,21 @@ def test_token_clock_counts_each_token_and_stops_at_the_window() -> None:
 def test_decode_ends_with_the_window_not_with_its_last_generate() -> None:
     model, rng = _model(), torch.Generator().manual_seed(0)
     started = time.monotonic()
-    latencies, last = decode(model, prompt=4, tokens=10_000, until=started + 1.0, rng=rng)
+    latencies, last, firsts = decode(model, prompt=4, tokens=10_000, until=started + 1.0,
+                                     rng=rng)
     assert started + 1.0 <= last < started + 3.0  # a 10,000-token generate was cut short
     assert len(latencies) > 1 and abs(sum(latencies) - (last - started)) < 0.05
+    assert firsts == latencies[:1]  # one generate: its first token's wait
+
+
+def test_time_to_first_token_is_a_quantile_of_decode_clients_first_waits() -> None:
+    result = GroupResult([
+        {"kind": "decode", "latencies": [], "tokens_per_unit": 1, "elapsed": 1.0,
+         "first_tokens": [0.01 * i for i in range(1, 101)]},
+        {"kind": "train", "latencies": [1.0], "tokens_per_unit": 256, "elapsed": 1.0}],
+        peak_pss=0, setup_s=0.0)
+    assert result.first_token_ms(0.99) == pytest.approx(1000.0)
+    assert result.first_token_ms(0.5) == pytest.approx(510.0)
 
 
 def test_throughput_is_each_clients_work_over_its_own_window() -> None:
