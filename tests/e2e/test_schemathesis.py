@@ -93,7 +93,7 @@ def forced_spec(path: Path, model: str, max_tokens: int) -> Path:
 
 def test_sampling_requests_that_reach_a_worker_never_fail_with_a_5xx(tmp_path) -> None:
     st = shutil.which("st", path=str(Path(sys.executable).parent))
-    spec = forced_spec(tmp_path / "forced.json", "tiny-llama", 8)
+    spec = forced_spec(tmp_path / "forced.json", "tiny-llama", 2)
     stack = Stack(tmp_path / "data", "tiny-llama", port=free_port(),
                   env={"SYMBIOSIS_API_KEYS": "acme=sk-schemathesis",
                        "SYMBIOSIS_ADMIN_KEYS": "sk-operator",

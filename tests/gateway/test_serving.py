@@ -31,7 +31,7 @@ class StandInManager:
             peer, data = await self.sock.recv_multipart()
             message = W.decode(data)
             if isinstance(message, W.Status):
-                await self._send(peer, W.StatusReply([], True, {}, ""))
+                await self._send(peer, W.StatusReply([], True, {}))
             elif isinstance(message, W.Generate):
                 await self._send(peer, W.Started(message.id, 1, False))
                 self.streaming[message.id] = asyncio.create_task(self._stream(peer, message.id))
@@ -80,8 +80,11 @@ async def _client_leaves(data_dir) -> tuple[list[dict], list[str]]:
                          (b"content-length", str(len(body)).encode())]}
     try:
         async with app.router.lifespan_context(app):
-            while not app.state.manager.up:
+            for _ in range(1000):  # the gateway's first status exchange
+                if app.state.manager.up:
+                    break
                 await asyncio.sleep(0.01)
+            assert app.state.manager.up, "the gateway never saw the stand-in manager"
             await app(scope, receive, send)
             for _ in range(100):  # an abort sent from a clean-up task may come a little later
                 if manager.aborted:

@@ -36,6 +36,7 @@ from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
 from workers.training.methods import peft_config
+from workers.training.priority import yield_to_inference
 
 log = logging.getLogger("workers.trainer")
 
@@ -268,6 +269,7 @@ def _results_csv(history: list[dict]) -> bytes:
 def run(config: TrainerSpec, tokenizer: Any) -> int:
     """Process entry point. Returns non-zero when the job should be retried (it stays running
     in the database, so the scheduler requeues it)."""
+    yield_to_inference()
     trainer = Trainer(config, tokenizer)
     if trainer.job is None or trainer.job.status != "running":
         return 0
