@@ -43,7 +43,11 @@ def median_figure(records: list[Record]) -> float | None:
 def goals(paths: list[Path], skip: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
     runs = [load(p, skip) for p in paths]
     met, missed = [], []
-    for first in runs[0]:
+    firsts: dict[tuple[str, str], Record] = {}  # each row as the first run that has it says
+    for run in runs:
+        for record in run:
+            firsts.setdefault((record.scenario, record.metric), record)
+    for first in firsts.values():
         if not first.goal:
             continue
         same = [r for run in runs for r in run
