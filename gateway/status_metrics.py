@@ -62,23 +62,14 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
                               "training calls", value=figures.mixed_batches)
     yield CounterMetricFamily("symbiosis_executor_errors", "Calls that failed",
                               value=figures.errors)
-    for metric, field, doc in (("calls", "calls", "Calls"), ("rows", "rows", "Rows"),
-                               ("batches", "batches", "Batches holding a call of this kind"),
-                               ("compute_seconds", "compute_s", "Compute time of those batches")):
-        family = CounterMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",
-                                     labels=["kind"])
-        for kind, figure in figures.kinds.items():
-            family.add_metric([kind], getattr(figure, field))
-        yield family
-    for metric, field, doc in (("calls", "calls", "Calls"),
-                               ("compute_seconds", "compute_s", "Compute time of the batches "
-                                "this lane led"),
-                               ("wait_seconds", "wait_s", "Time calls waited")):
-        family = CounterMetricFamily(f"symbiosis_executor_lane_{metric}", f"{doc} by lane",
-                                     labels=["lane"])
-        for lane, figure in figures.lanes.items():
-            family.add_metric([lane], getattr(figure, field))
-        yield family
+    yield from counters("symbiosis_executor", "kind", figures.kinds, (
+        ("calls", "calls", "Calls"), ("rows", "rows", "Rows"),
+        ("batches", "batches", "Batches holding a call of this kind"),
+        ("compute_seconds", "compute_s", "Compute time of those batches")))
+    yield from counters("symbiosis_executor_lane", "lane", figures.lanes, (
+        ("calls", "calls", "Calls"),
+        ("compute_seconds", "compute_s", "Compute time of the batches this lane led"),
+        ("wait_seconds", "wait_s", "Time calls waited")))
     for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
                                                             "milliseconds")):
         family = HistogramMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",
@@ -86,6 +77,16 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
         for kind, figure in figures.kinds.items():
             histogram: HistogramFigures = getattr(figure, metric)
             family.add_metric([kind], buckets(histogram), histogram.sum)
+        yield family
+
+
+def counters(prefix: str, label: str, figures: dict,
+             columns: tuple[tuple[str, str, str], ...]) -> Iterator[Metric]:
+    """A counter family per (metric, field, doc), one sample per labelled figure."""
+    for metric, field, doc in columns:
+        family = CounterMetricFamily(f"{prefix}_{metric}", f"{doc} by {label}", labels=[label])
+        for key, figure in figures.items():
+            family.add_metric([key], getattr(figure, field))
         yield family
 
 
