@@ -3,9 +3,9 @@
 A broker between the gateway (front ROUTER) and inference workers and trainers (back ROUTER). A
 `Generate` goes to its tenant's worker (which serves the base model and every adapter of the
 tenant), started on first use by the preloaded spawner; requests wait in the handle until the
-worker is Ready. Replies go back to the
-gateway that asked. A worker that dies fails its in-flight requests (the gateway ends those
-streams with an error) and is started afresh on the next request. Fine-tuning jobs are run by
+worker is Ready. Replies go back to the gateway that asked. A worker that dies fails its
+in-flight requests (the gateway ends those streams with an error) and is started afresh on the
+next request. Fine-tuning jobs are run by
 the `JobScheduler`, driven by the job messages of `wire.jobs`. Never imports torch.
 """
 
