@@ -14,11 +14,13 @@ from executor.local import LocalExecutor
 from executor.registry import LayerRegistry
 from executor.server import ExecutorServer
 from tests.conftest import TINY_MODELS
-from tests.peft_reference import METHODS, TOLERANCE, batch, build_pair, compare
+from tests.peft_reference import METHODS, batch, build_pair, compare
 from wire.executor import CallKind, Op
 from workers.remote.build import remote_model
 from workers.remote.client import ExecutorClient
 from workers.remote.privacy import PrivacyConfig
+
+PRIVACY_TOLERANCE = 1e-4
 
 
 @pytest.mark.parametrize(("model", "method"),
@@ -27,10 +29,12 @@ from workers.remote.privacy import PrivacyConfig
 def test_private_training_matches_plain_peft(model: str, method: str, executor_for) -> None:
     client = ExecutorClient(executor_for(model).endpoint, name="private")
     try:
-        result = compare(model, method, client, privacy=PrivacyConfig(backward=True))
+        result = compare(model, method, client, privacy=PrivacyConfig(backward=True, seed=0))
     finally:
         client.close()
-    assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+    # the noise costs float32 digits: 1e-4 where plain split execution holds 1e-5 (the tiny
+    # models' logits are of order 1, so this is ~1e-4 relative, README "Privacy mode")
+    assert max(result["logits"], result["grads"], result["params"]) <= PRIVACY_TOLERANCE, result
     assert result["generate_equal"]
 
 
