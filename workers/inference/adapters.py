@@ -86,7 +86,10 @@ class Adapters:
 
     def settle(self, keep: str | None = None) -> None:
         """Let go of what was asked to go, and of the least recently used adapters beyond the
-        capacity, as far as no request is using them (nor is about to: `keep`)."""
+        capacity, as far as no request is using them (nor is about to: `keep`). Called after
+        every engine step: nothing to look at unless something is to go."""
+        if not self.unloading and len(self.loaded) <= self.capacity:
+            return
         for model in [m for m in self.unloading if not self.loaded[m].busy()]:
             self._drop(model)
         idle = sorted((a for a in self.loaded.values()

@@ -88,8 +88,9 @@ class NoisePad:
         self.used = 0
 
     def _weight(self) -> torch.Tensor:
-        names = self.spec.members if self.spec.kind == LayerKind.GROUP else (self.spec.name,)
-        return torch.cat([self.weights(name).to(torch.float32) for name in names])
+        if self.spec.kind != LayerKind.GROUP:  # the mapped weight itself, no copy in float32
+            return self.weights(self.spec.name).to(torch.float32)
+        return torch.cat([self.weights(name).to(torch.float32) for name in self.spec.members])
 
 
 class PrivateExecutor:
