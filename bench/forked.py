@@ -14,6 +14,7 @@ import gc
 import json
 import os
 import sys
+import traceback
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() creates no context
@@ -42,6 +43,9 @@ def _fork(argv: list[str]) -> int:
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the protocol pipes stay the parent's
             os.dup2(2, 1)
             code = workload.main(argv)
+        except BaseException:
+            traceback.print_exc()  # os._exit below would drop it: the run's log must say why
+            sys.stderr.flush()
         finally:
             os._exit(code)
     return pid

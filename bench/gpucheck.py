@@ -6,7 +6,8 @@ On a host with a CUDA device it installs nothing and runs, within one time budge
    under live GPU clients, KV offload token-identical, the GPU scenarios' harness);
 2. the GPU scenarios (`bench.scenarios.gpu`: llama-1b bf16 fine-tuning N=1 and 8, decode 8 and
    32 tenants, 16k-context decode with the KV cache offloaded) at a short window, without MPS;
-3. the same under NVIDIA MPS.
+3. fine-tuning and decode again under NVIDIA MPS (what MPS changes: many processes on one
+   device; the long-context scenario is one).
 It writes one results JSON naming the device, prints each stage, the goals met and missed, and
 a verdict: accepted (exit 0) when every test passed and every scenario ran, else refused (1).
 On a host without a GPU it says so and exits 2. `--device cpu --toy` runs the same stages on
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,12 @@ from bench.machine import describe
 from bench.scenarios.gpu import GPU_SCENARIOS
 
 RESULTS = Path(__file__).parent / "results" / "gpu-check.json"
-TESTS_SHARE = 0.35  # of the budget, for the gpu-marked tests; the scenarios share the rest
+TAIL = 12_000  # characters of each stage's output kept in the results
+TEST_TIMEOUT_S = 90  # one hung test must not take the whole stage
+TESTS_SHARE = 0.3  # of the budget, for the gpu-marked tests; the scenarios share the rest
+# MPS changes what many processes on one device do: the long-context scenario is one process
+PASSES = {False: list(GPU_SCENARIOS), True: ["gpu-finetune", "gpu-decode"]}
+WINDOW_S = "3"  # each measured window; on an H200 one pass of the three took ~4 minutes
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +48,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--device", default="cuda", help="cuda (a verdict) or cpu (--toy)")
     parser.add_argument("--toy", action="store_true", help="tiny model: checks this command")
-    parser.add_argument("--tests", default="tests", help="where the gpu-marked tests are")
+    parser.add_argument("--tests", nargs="+", default=None,
+                        help="test files to run (default: every file under tests/ that marks a "
+                             "test `gpu`, so that a host without the test extras collects them)")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.stderr.write("gpu-check: this host has no usable CUDA device "
@@ -53,11 +62,12 @@ def main(argv: list[str]) -> int:
               "machine": describe(), "budget_s": args.budget_s, "stages": {}}
     report["device_name"] = report["machine"]["gpu"] if args.device != "cpu" else "cpu"
     _say(f"gpu-check on {report['machine']['gpu'] or 'the CPU (harness check only)'}")
-    report["stages"]["gpu tests"] = tests(args.tests, deadline, args.budget_s * TESTS_SHARE)
+    where = args.tests or gpu_test_files(Path("tests"))
+    report["stages"]["gpu tests"] = tests(where, deadline, args.budget_s * TESTS_SHARE)
     for mps in (False, True):
         name = "scenarios under MPS" if mps else "scenarios without MPS"
-        passes_left = 1 if mps else 2
-        report["stages"][name] = scenarios(args, mps, deadline, passes_left)
+        share = len(PASSES[mps]) / sum(len(PASSES[m]) for m in PASSES if m >= mps)
+        report["stages"][name] = scenarios(args, mps, deadline, share)
     report["verdict"] = verdict(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
@@ -65,30 +75,47 @@ def main(argv: list[str]) -> int:
     return 0 if report["verdict"] in ("accepted", "harness check passed (no GPU)") else 1
 
 
-def tests(where: str, deadline: float, share_s: float) -> dict:
+def gpu_test_files(root: Path) -> list[str]:
+    """The test files that mark a test `gpu`: collecting only these needs no openai, browser or
+    Schemathesis on the host being checked. The bench's own tests are left out: the scenarios
+    stages run the same scenarios at full size."""
+    return sorted(str(path) for path in root.rglob("test_*.py")
+                  if "mark.gpu" in path.read_text() and root / "bench" not in path.parents)
+
+
+def tests(where: list[str], deadline: float, share_s: float) -> dict:
     """The gpu-marked tests, counted from pytest's JUnit report."""
     limit = max(1.0, min(share_s, deadline - time.monotonic()))
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         started = time.monotonic()
         try:
-            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", where,
-                                  "-p", "no:cacheprovider", f"--junitxml={junit}"],
+            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-v", *where,
+                                  "-p", "no:cacheprovider", "-rfE", f"--timeout={TEST_TIMEOUT_S}",
+                                  f"--junitxml={junit}"],
                                  capture_output=True, text=True, timeout=limit)
-            code, tail = run.returncode, (run.stdout + run.stderr)[-3000:]
+            code, tail = run.returncode, (run.stdout + run.stderr)[-TAIL:]
         except subprocess.TimeoutExpired as exc:
-            code, tail = None, _text(exc.stdout)[-3000:]
+            code, tail = None, _text(exc.stdout)[-TAIL:]
         result = {"seconds": round(time.monotonic() - started, 1), "exit_code": code,
-                  "timed_out": code is None, **_counts(junit), "output_tail": tail}
+                  "timed_out": code is None, **_counts(junit, tail), "output_tail": tail}
     _say(f"gpu tests: {result['passed']} passed, {result['failed']} failed, "
          f"{result['skipped']} skipped in {result['seconds']} s"
          + (" (TIMED OUT)" if code is None else ""))
     return result
 
 
-def _counts(junit: Path) -> dict:
+def _counts(junit: Path, output: str) -> dict:
+    """From the JUnit report, or, when pytest was stopped before writing it, from its verbose
+    lines (`path::test PASSED`)."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "failures": []}
     if not junit.exists():
+        for test, outcome in re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED)", output,
+                                        re.MULTILINE):
+            key = {"PASSED": "passed", "SKIPPED": "skipped"}.get(outcome, "failed")
+            counts[key] += 1
+            if key == "failed":
+                counts["failures"].append(test)
         return counts
     for case in ET.parse(junit).getroot().iter("testcase"):
         outcome = next((child.tag for child in case), "passed")
@@ -102,25 +129,27 @@ def _counts(junit: Path) -> dict:
     return counts
 
 
-def scenarios(args: argparse.Namespace, mps: bool, deadline: float, passes_left: int) -> dict:
+def scenarios(args: argparse.Namespace, mps: bool, deadline: float, share: float) -> dict:
     """One pass of the GPU scenarios (`python -m bench run`), within its share of what is
     left; the records written so far are kept if it runs out of time."""
-    limit = max(1.0, (deadline - time.monotonic()) / passes_left)
+    limit = max(1.0, (deadline - time.monotonic()) * share)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         command = [sys.executable, "-m", "bench", "run", "--device", args.device,
-                   "--out", str(out), *(["--toy"] if args.toy else ["--quick", "--window-s", "4"]),
-                   *(["--mps"] if mps else []), *GPU_SCENARIOS]
+                   "--out", str(out),
+                   *(["--toy"] if args.toy else ["--quick", "--window-s", WINDOW_S]),
+                   *(["--mps"] if mps else []), *PASSES[mps]]
         started = time.monotonic()
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=limit)
-            code, tail = run.returncode, run.stderr[-3000:]
+            code, tail = run.returncode, run.stderr[-TAIL:]
         except subprocess.TimeoutExpired as exc:
-            code, tail = None, _text(exc.stderr)[-3000:]
+            code, tail = None, _text(exc.stderr)[-TAIL:]
         document = json.loads(out.read_text()) if out.exists() else {"records": []}
     records = document["records"]
     failed = [r["scenario"] for r in records if r["metric"].startswith("FAILED")]
-    result = {"mps": mps, "seconds": round(time.monotonic() - started, 1), "exit_code": code,
+    result = {"mps": mps, "scenarios": PASSES[mps],
+              "seconds": round(time.monotonic() - started, 1), "exit_code": code,
               "timed_out": code is None, "records": records, "failed": failed,
               "scenarios_run": sorted({r["scenario"] for r in records}),
               "stderr_tail": tail}
@@ -138,7 +167,7 @@ def verdict(report: dict) -> str:
     tests_ok = checked["failed"] == 0 and not checked["timed_out"] and \
         (checked["passed"] > 0 if on_gpu else checked["exit_code"] in (0, 5))
     runs_ok = all(s["exit_code"] == 0 and not s["failed"] and
-                  len(s["scenarios_run"]) == len(GPU_SCENARIOS)
+                  len(s["scenarios_run"]) == len(s["scenarios"])
                   for name, s in stages.items() if name.startswith("scenarios"))
     if not on_gpu:
         return f"harness check {'passed' if tests_ok and runs_ok else 'FAILED'} (no GPU)"

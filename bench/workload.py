@@ -41,7 +41,8 @@ class TokenClock(StoppingCriteria):
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         now = time.monotonic()
         self.stamps.append(now)
-        return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool)
+        return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool,
+                          device=input_ids.device)  # transformers ands it with a tensor there
 
     @property
     def last(self) -> float:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,11 +119,12 @@ def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
     assert (document["device"], document["device_name"]) == ("cpu", "cpu")
     tests = document["stages"]["gpu tests"]
     assert (tests["passed"], tests["failed"], tests["skipped"]) == (0, 0, 1)
-    for name, mps in (("scenarios without MPS", False), ("scenarios under MPS", True)):
+    passes = (("scenarios without MPS", False, {"12 GPU long context"}),
+              ("scenarios under MPS", True, set()))  # MPS: the scenarios of many processes
+    for name, mps, single in passes:
         stage = document["stages"][name]
         assert stage["mps"] is mps and stage["exit_code"] == 0 and not stage["failed"], stage
-        assert set(stage["scenarios_run"]) == \
-            {"12 GPU fine-tuning", "12 GPU decode", "12 GPU long context"}
+        assert set(stage["scenarios_run"]) == {"12 GPU fine-tuning", "12 GPU decode", *single}
         for record in stage["records"]:
             assert math.isfinite(record["ours"]) and record["ours"] > 0, record
         memory = [r for r in stage["records"] if r["metric"].endswith("peak memory")]
@@ -141,3 +143,33 @@ def test_the_gpu_scenarios_measure_the_gpu(tmp_path) -> None:
     assert memory and all(r["note"] == "GPU memory (nvidia-smi)" for r in memory)
     busy = [r for r in document["records"] if "GPU busy" in r["metric"]]
     assert len(busy) == 1 and 0 <= busy[0]["ours"] <= 100
+
+
+def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> None:
+    from bench.gpucheck import gpu_test_files
+
+    assert gpu_test_files(Path("tests")) == [
+        "tests/wire/test_device.py", "tests/workers/inference/test_engine.py",
+        "tests/workers/remote/test_gpu_clients.py", "tests/workers/remote/test_transport.py"]
+
+
+def test_a_stopped_test_stage_is_counted_from_pytests_verbose_lines(tmp_path) -> None:
+    """When pytest is stopped before its JUnit report, its `-v` lines give the same counts as
+    the report of a run that finished."""
+    from bench.gpucheck import _counts
+
+    (tmp_path / "test_three.py").write_text(
+        "import pytest\n"
+        "def test_passes():\n    assert True\n"
+        "def test_fails():\n    assert False\n"
+        "def test_skips():\n    pytest.skip('no')\n")
+    junit = tmp_path / "junit.xml"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                          str(tmp_path / "test_three.py"), f"--junitxml={junit}"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    from_report = _counts(junit, "")
+    from_lines = _counts(tmp_path / "absent.xml", run.stdout)
+    assert (from_report["passed"], from_report["failed"], from_report["skipped"]) == (1, 1, 1)
+    assert {k: from_lines[k] for k in ("passed", "failed", "skipped")} == \
+        {k: from_report[k] for k in ("passed", "failed", "skipped")}
+    assert [name.split("::")[-1] for name in from_lines["failures"]] == ["test_fails"]

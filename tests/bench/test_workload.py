@@ -25,6 +25,11 @@ def test_token_clock_counts_each_token_and_stops_at_the_window() -> None:
     closed = TokenClock(until=time.monotonic())  # already over: stops after one token
     assert len(closed.generate(model, ids, tokens=6)) == 1
 
+    # transformers ands the verdict with a tensor on the ids' device: a CPU verdict beside CUDA
+    # ids crashed every GPU decode client on first contact (H200, 2026-11-26)
+    verdict = TokenClock(until=0.0)(torch.zeros(2, 3, dtype=torch.long, device="meta"), None)
+    assert verdict.device.type == "meta" and verdict.shape == (2,)
+
 
 def test_decode_ends_with_the_window_not_with_its_last_generate() -> None:
     model, rng = _model(), torch.Generator().manual_seed(0)
