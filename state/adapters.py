@@ -20,8 +20,14 @@ from pathlib import Path
 
 from state.adapter_check import AdapterMismatch, check
 from state.db import Database
-from state.files import file_sha256
-from state.storage import DIR_MODE, Reserve, delete_freeing_space, staged_dir, write_new
+from state.storage import (
+    DIR_MODE,
+    Reserve,
+    delete_freeing_space,
+    file_sha256,
+    staged_dir,
+    write_new,
+)
 from state.tensorfile import Shapes, TensorFileError, model_shapes, read_shapes
 from state.versions import VersionRecord, Versions
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from dataclasses import dataclass
@@ -16,12 +15,6 @@ PURPOSES = {"fine-tune", "fine-tune-results"}
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(12)}"
-
-
-def file_sha256(path: Path | str) -> str:
-    """The SHA-256 of a file's bytes, read in chunks (files can be as large as uploads)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclass(frozen=True)

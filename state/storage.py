@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import sqlite3
@@ -98,6 +99,12 @@ def delete_freeing_space(forget: Callable[[], None], remove: Callable[[], None],
     remove()
     reserve.restore()
 
+
+
+def file_sha256(path: Path | str) -> str:
+    """The SHA-256 of a file's bytes, read in chunks (files can be as large as uploads)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 def private_files() -> None:
     """Files this process creates from now on are its user's alone (0600, directories 0700):

@@ -2,9 +2,12 @@
 
 The gateway stores a new job as queued and sends `JobCommand(START)`, so the manager claims it
 at once; pausing or cancelling a running job is `JobCommand(PAUSE | CANCEL)`, which the manager
-forwards to the job's trainer as `TrainerControl`. The trainer acts on it between two optimizer
-steps (checkpoint, then the new status in the job store) and says `TrainerStopped`; the manager
-answers every gateway request waiting on that job with `JobState`.
+forwards to the job's trainer as `TrainerControl`. The manager is the only writer of a job's
+state once it runs: it gives the trainer the job (`TrainerJob`, in the trainer's spawn spec), and
+the trainer reports on its control channel (`TrainerReport`: started, events, checkpoints, then
+finished or stopped); the manager records each and acknowledges the last (`TrainerAck`) before
+the trainer exits, then answers every gateway request waiting on that job with `JobState`. A
+trainer never opens the database.
 """
 
 from __future__ import annotations
@@ -56,9 +59,65 @@ class TrainerControl(msgspec.Struct, tag="trainer_control", array_like=True):
     action: JobAction  # PAUSE or CANCEL
 
 
+class TrainerJob(msgspec.Struct, frozen=True, kw_only=True):
+    """What a trainer runs: the stored job, its files resolved to paths by the manager."""
+
+    id: str
+    tenant: str
+    model: str  # the base model's name
+    model_id: str  # the fine-tuned model's id (`ft:...`)
+    seed: int
+    hyperparameters: dict  # the resolved OpenAI hyperparameters (`JobSpec.from_stored`)
+    peft: dict  # the resolved `peft` block
+    training_file: str
+    training_path: str
+    validation_file: str | None = None
+    validation_path: str | None = None
+
+
+class TrainerStarted(msgspec.Struct, tag="trainer_started", array_like=True):
+    job_id: str
+    resumed_step: int  # the checkpoint's step it continues from; 0: a fresh start
+    detail: str  # "N examples, E epoch(s), T steps"
+
+
+class TrainerEvent(msgspec.Struct, tag="trainer_event", array_like=True):
+    job_id: str
+    message: str
+    level: str = "info"
+    kind: str = "message"  # the event's type; "metrics": `data` holds a step's figures
+    data: dict | None = None
+
+
+class TrainerCheckpoint(msgspec.Struct, tag="trainer_checkpoint", array_like=True):
+    job_id: str
+    step: int
+    epoch: int
+    metrics: dict
+    path: str  # the checkpoint's directory (its adapter is registered as `model_id:ckpt-step-N`)
+
+
+class TrainerFinished(msgspec.Struct, tag="trainer_finished", array_like=True):
+    job_id: str
+    adapter_path: str  # the trained adapter's directory, registered as the job's model
+    gates: dict  # the quality gates' verdict: {"passed": bool, "checks": [...]}
+    lineage: dict
+    trained_tokens: int
+    results_csv: bytes
+
+
 class TrainerStopped(msgspec.Struct, tag="trainer_stopped", array_like=True):
     job_id: str
-    status: JobStatus  # paused | cancelled | succeeded | failed
+    status: JobStatus  # paused | cancelled | queued (preempted) | failed
+    message: str = ""  # the job's event; for a failure, its error message
+    error_code: str | None = None
+    error_param: str | None = None
 
 
-JobMessage = JobCommand | JobState | TrainerHello | TrainerControl | TrainerStopped
+class TrainerAck(msgspec.Struct, tag="trainer_ack", array_like=True):
+    job_id: str  # the manager recorded the trainer's last report: it may exit
+
+
+TrainerReport = TrainerStarted | TrainerEvent | TrainerCheckpoint | TrainerFinished | \
+    TrainerStopped
+JobMessage = JobCommand | JobState | TrainerHello | TrainerControl | TrainerAck | TrainerReport

@@ -12,7 +12,18 @@ from __future__ import annotations
 import msgspec
 
 from wire.figures import ExecutorFigures
-from wire.jobs import JobCommand, JobState, TrainerControl, TrainerHello, TrainerStopped
+from wire.jobs import (
+    JobCommand,
+    JobState,
+    TrainerAck,
+    TrainerCheckpoint,
+    TrainerControl,
+    TrainerEvent,
+    TrainerFinished,
+    TrainerHello,
+    TrainerStarted,
+    TrainerStopped,
+)
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -151,7 +162,8 @@ class Evict(msgspec.Struct, tag="evict", array_like=True):
 
 Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | Unload
            | Stop | Status | StatusReply | Evict | JobCommand | JobState | TrainerHello
-           | TrainerControl | TrainerStopped)
+           | TrainerControl | TrainerAck | TrainerStarted | TrainerEvent | TrainerCheckpoint
+           | TrainerFinished | TrainerStopped)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

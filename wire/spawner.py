@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
+from wire.jobs import TrainerJob
+
 
 class WorkerSpec(msgspec.Struct, tag="worker", frozen=True, kw_only=True):
     """An inference worker: one tenant's models, the base and any of its adapters' versions."""
@@ -24,16 +26,20 @@ class WorkerSpec(msgspec.Struct, tag="worker", frozen=True, kw_only=True):
 
 
 class TrainerSpec(msgspec.Struct, tag="trainer", frozen=True, kw_only=True):
-    """A trainer: one fine-tuning job, from its stored spec to its final status."""
+    """A trainer: one fine-tuning job, from its stored spec to its final report."""
 
-    job_id: str
-    data_dir: str
+    job: TrainerJob
+    data_dir: str  # where its checkpoints go (the manager records them)
     base: str
     executor: str
-    manager: str  # where the trainer takes pause and cancel from
+    manager: str  # where the trainer reports and takes pause and cancel from
     threads: int = 1
     privacy: bool = False  # mask activations and gradients sent to the executor
     device: str = "cpu"
+
+    @property
+    def job_id(self) -> str:
+        return self.job.id
 
 
 class SpawnerReady(msgspec.Struct, tag="ready"):

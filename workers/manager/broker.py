@@ -25,14 +25,16 @@ from pathlib import Path
 import zmq
 
 from state.db import Database, db_path
+from state.files import FileStore
 from state.jobs import JobStore
 from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
-from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerStopped
+from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerReport
 from workers.manager.admission import Admission
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
+from workers.manager.job_ledger import JobLedger
 from workers.manager.jobs import JobScheduler
 from workers.manager.links import Links
 from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key, worker_key
@@ -67,9 +69,11 @@ class Manager:
         self.spawner = SpawnerProcess.start(self.config.model)
         self.jobs = None
         if self.config.data_dir:
-            store = JobStore(Database(db_path(Path(self.config.data_dir))))
-            self.jobs = JobScheduler(store, self.spawner.spawn,
-                                     partial(trainer_spec, self.config, self.worker_bind),
+            data_dir = Path(self.config.data_dir)
+            db = Database(db_path(data_dir))
+            files = FileStore(db, data_dir)
+            self.jobs = JobScheduler(JobLedger(JobStore(db), files, data_dir), self.spawner.spawn,
+                                     partial(trainer_spec, self.config, self.worker_bind, files),
                                      self.links.reply, self.links.to_trainer,
                                      max_jobs=self.config.max_jobs)
             self.jobs.recover()
@@ -184,12 +188,12 @@ class Manager:
 
     def _from_worker(self, key_bytes: bytes, message: W.Message) -> None:
         key = key_bytes.decode()
-        if isinstance(message, (TrainerHello, TrainerStopped)):
+        if isinstance(message, (TrainerHello, TrainerReport)):
             if self.jobs is not None and key == S.trainer_key(message.job_id):
                 if isinstance(message, TrainerHello):
                     self.jobs.hello(message.job_id)
                 else:
-                    self.jobs.stopped(message.job_id, message.status)
+                    self.jobs.report(message)
             return
         handle = self.pool.workers.get(key)
         if isinstance(message, W.Ready):

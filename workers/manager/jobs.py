@@ -7,7 +7,9 @@ where they resume from their latest checkpoint. Queued jobs start, up to `max_jo
 fairly across tenants. A pause or cancel for a running job goes to its trainer, which acts
 between two steps; every gateway request waiting on it is answered when it did. A trainer that
 exits while its job is still "running" crashed or lost the executor: the job is requeued up to
-`max_attempts` times, then failed (or paused or cancelled, if that was asked of it).
+`max_attempts` times, then failed (or paused or cancelled, if that was asked of it). What a
+trainer reports is recorded by the `JobLedger`; its last report (finished or stopped) is
+acknowledged before it exits, so its exit never races its final status.
 """
 
 from __future__ import annotations
@@ -17,14 +19,25 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from state.jobs import JobStore
-from wire.jobs import JobAction, JobCommand, JobState, JobStatus, TrainerControl
+import msgspec
+
+from state.jobs import JobRecord
+from wire.jobs import (
+    JobAction,
+    JobCommand,
+    JobState,
+    JobStatus,
+    TrainerAck,
+    TrainerControl,
+    TrainerReport,
+)
 from wire.spawner import TrainerSpec
+from workers.manager.job_ledger import JobLedger
 
 log = logging.getLogger("workers.jobs")
 
 Answer = Callable[[bytes, JobState], None]  # to the gateway that asked
-ToTrainer = Callable[[str, TrainerControl], None]  # to a job's trainer
+ToTrainer = Callable[[str, msgspec.Struct], None]  # to a job's trainer: control or ack
 
 
 def default_max_jobs() -> int:
@@ -41,10 +54,11 @@ class Trainer:
 
 
 class JobScheduler:
-    def __init__(self, jobs: JobStore, start: Callable[[TrainerSpec], None],
-                 trainer_spec: Callable[[str], TrainerSpec], answer: Answer,
+    def __init__(self, ledger: JobLedger, start: Callable[[TrainerSpec], None],
+                 trainer_spec: Callable[[JobRecord], TrainerSpec], answer: Answer,
                  to_trainer: ToTrainer, *, max_jobs: int = 0, max_attempts: int = 3) -> None:
-        self.jobs = jobs
+        self.ledger = ledger
+        self.jobs = ledger.jobs
         self.start = start  # asks the spawner for a trainer process
         self.trainer_spec = trainer_spec
         self.answer = answer
@@ -73,7 +87,7 @@ class JobScheduler:
         for job in self.jobs.claim(self.max_jobs, slots=free):
             log.info("starting trainer for job %s (tenant %s)", job.id, job.tenant)
             self.trainers[job.id] = Trainer(job.id)
-            self.start(self.trainer_spec(job.id))
+            self.start(self.trainer_spec(job))
 
     def _preempt(self) -> None:
         """Slots full and a queued job outranks a running one: the lowest-priority running job
@@ -124,9 +138,14 @@ class JobScheduler:
         if trainer.asked is not None:
             self.to_trainer(job_id, TrainerControl(job_id, trainer.asked))
 
-    def stopped(self, job_id: str, status: str) -> None:
-        """The trainer says how it left the job; its exit follows."""
-        trainer = self.trainers.get(job_id)
+    def report(self, report: TrainerReport) -> None:
+        """Record what a trainer reports; its last report is acknowledged (it may then exit)
+        and answers the gateways waiting on the job."""
+        status = self.ledger.record(report)
+        if status is None:
+            return
+        self.to_trainer(report.job_id, TrainerAck(report.job_id))
+        trainer = self.trainers.get(report.job_id)
         if trainer is not None:
             self._release(trainer, status)
 

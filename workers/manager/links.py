@@ -13,7 +13,6 @@ import zmq
 
 from wire import manager as W
 from wire import spawner as S
-from wire.jobs import TrainerControl
 
 log = logging.getLogger("workers.manager")
 Handler = Callable[[bytes, W.Message], None]
@@ -38,7 +37,7 @@ class Links:
     def reply(self, gateway: bytes, message: msgspec.Struct) -> None:
         self.front.send_multipart([gateway, W.encode(message)])
 
-    def to_trainer(self, job_id: str, message: TrainerControl) -> None:
+    def to_trainer(self, job_id: str, message: msgspec.Struct) -> None:
         self.to_worker(S.trainer_key(job_id), message)
 
     def to_worker(self, key: str, message: msgspec.Struct) -> None:

@@ -3,7 +3,10 @@ or a trainer for a job; everything else it reads from the manager's config."""
 
 from __future__ import annotations
 
+from state.files import FileStore
+from state.jobs import JobRecord
 from wire import spawner as S
+from wire.jobs import TrainerJob
 from workers.manager.config import ManagerConfig
 from workers.manager.pool import WorkerHandle
 
@@ -16,7 +19,22 @@ def worker_spec(config: ManagerConfig, manager: str, handle: WorkerHandle) -> S.
         kv_budget_bytes=int(config.kv_budget_mb * 2**20))
 
 
-def trainer_spec(config: ManagerConfig, manager: str, job_id: str) -> S.TrainerSpec:
-    return S.TrainerSpec(job_id=job_id, data_dir=str(config.data_dir), base=config.model,
-                         executor=config.executor, manager=manager, privacy=config.privacy,
-                         device=config.worker_device)
+def trainer_job(job: JobRecord, files: FileStore) -> TrainerJob:
+    """The job as its trainer runs it: the stored record, its files resolved to paths (a file
+    deleted meanwhile leaves an empty path, which the trainer reports as an invalid file)."""
+    def path(file_id: str | None) -> str | None:
+        record = files.get(file_id, job.tenant) if file_id else None
+        return record.path if record else ("" if file_id else None)
+
+    return TrainerJob(id=job.id, tenant=job.tenant, model=job.model, model_id=job.model_id,
+                      seed=job.seed, hyperparameters=job.hyperparameters, peft=job.method,
+                      training_file=job.training_file, training_path=path(job.training_file),
+                      validation_file=job.validation_file,
+                      validation_path=path(job.validation_file))
+
+
+def trainer_spec(config: ManagerConfig, manager: str, files: FileStore,
+                 job: JobRecord) -> S.TrainerSpec:
+    return S.TrainerSpec(job=trainer_job(job, files), data_dir=str(config.data_dir),
+                         base=config.model, executor=config.executor, manager=manager,
+                         privacy=config.privacy, device=config.worker_device)

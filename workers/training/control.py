@@ -1,58 +1,80 @@
 """A trainer's line to the worker manager: it says hello, takes pause and cancel between steps
-(a non-blocking look at its socket, no database read), and says how it stopped."""
+(a non-blocking look at its socket, no database read), reports what the job did (events,
+checkpoints, the end) and waits for the manager to acknowledge its last report before it exits.
+The manager records every report: a trainer never writes the job's state itself."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import time
 
 import msgspec
 import zmq
 
 from wire import manager as W
-from wire.jobs import JobAction, JobStatus, TrainerControl, TrainerHello, TrainerStopped
+from wire.jobs import JobAction, TrainerAck, TrainerControl, TrainerHello, TrainerReport
 from wire.spawner import trainer_key
 
 log = logging.getLogger("workers.trainer")
+ACK_TIMEOUT_S = 120.0  # the manager registers the adapter and stores the results first
 
 
 class ControlChannel:
-    def __init__(self, endpoint: str | None, job_id: str) -> None:
+    def __init__(self, endpoint: str, job_id: str) -> None:
         self.job_id = job_id
         self._ctx = zmq.Context()
-        self._sock: zmq.Socket | None = None
         self._requested: JobAction | None = None
-        if endpoint:
-            self._sock = self._ctx.socket(zmq.DEALER)
-            self._sock.setsockopt(zmq.LINGER, 1000)
-            self._sock.setsockopt(zmq.IDENTITY, trainer_key(job_id).encode())
-            self._sock.connect(endpoint)
-            self._send(TrainerHello(job_id, os.getpid()))
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 1000)
+        self._sock.setsockopt(zmq.SNDHWM, 0)  # reports queue until the manager takes them
+        self._sock.setsockopt(zmq.IDENTITY, trainer_key(job_id).encode())
+        self._sock.connect(endpoint)
+        self._send(TrainerHello(job_id, os.getpid()))
 
     def requested(self) -> JobAction | None:
         """PAUSE or CANCEL if the manager asked for it (the latest ask wins; cancel beats
         pause), else None. Never blocks."""
-        while self._sock is not None and self._sock.poll(0):
-            try:
-                message = W.decode(self._sock.recv())
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                log.warning("undecodable control message dropped")
-                continue
-            if isinstance(message, TrainerControl) and message.job_id == self.job_id \
-                    and self._requested != JobAction.CANCEL:
-                self._requested = message.action
+        while self._sock.poll(0):
+            self._take(self._sock.recv())
         return self._requested
 
-    def stopped(self, status: str) -> None:
-        self._send(TrainerStopped(self.job_id, JobStatus(status)))
+    def report(self, message: TrainerReport) -> None:
+        """Started, an event or a checkpoint: recorded by the manager in the order sent."""
+        self._send(message)
+
+    def last(self, message: TrainerReport, timeout_s: float = ACK_TIMEOUT_S) -> bool:
+        """The last report (finished or stopped): True once the manager recorded it."""
+        self._send(message)
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if not self._sock.poll(int(left * 1000) + 1):
+                break
+            if self._take(self._sock.recv()):
+                return True
+        log.warning("job %s: the manager did not acknowledge its last report", self.job_id)
+        return False
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
+        self._sock.close()
         self._ctx.term()
 
+    def _take(self, data: bytes) -> bool:
+        """One message from the manager; True if it acknowledges our last report."""
+        try:
+            message = W.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("undecodable control message dropped")
+            return False
+        if getattr(message, "job_id", None) != self.job_id:
+            return False
+        if isinstance(message, TrainerAck):
+            return True
+        if isinstance(message, TrainerControl) and self._requested != JobAction.CANCEL:
+            self._requested = message.action
+        return False
+
     def _send(self, message: msgspec.Struct) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._sock.send(W.encode(message), zmq.NOBLOCK)
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.send(W.encode(message), zmq.NOBLOCK)

@@ -6,11 +6,21 @@ from __future__ import annotations
 import pytest
 
 from state.db import Database
+from state.files import FileStore
 from state.job_spec import JobSpec, PeftSpec
 from state.jobs import JobStore
-from wire.jobs import JobAction, JobCommand, JobState, TrainerControl
-from wire.spawner import TrainerSpec
+from wire.jobs import (
+    JobAction,
+    JobCommand,
+    JobState,
+    JobStatus,
+    TrainerAck,
+    TrainerControl,
+    TrainerStopped,
+)
+from workers.manager.job_ledger import JobLedger
 from workers.manager.jobs import JobScheduler
+from workers.manager.specs import trainer_job
 
 
 class Recorder:
@@ -18,17 +28,24 @@ class Recorder:
         self.started: list[str] = []
         self.answers: list[tuple[bytes, JobState]] = []
         self.controls: list[tuple[str, TrainerControl]] = []
+        self.acks: list[str] = []
+
+    def to_trainer(self, job_id: str, message) -> None:
+        if isinstance(message, TrainerAck):
+            self.acks.append(job_id)
+        else:
+            self.controls.append((job_id, message))
 
 
 def scheduler_with(tmp_path, max_jobs: int) -> tuple[JobStore, JobScheduler, Recorder]:
-    store = JobStore(Database(tmp_path / "state.db"))
+    db = Database(tmp_path / "state.db")
+    store, files = JobStore(db), FileStore(db, tmp_path)
     seen = Recorder()
     scheduler = JobScheduler(
-        store, lambda spec: seen.started.append(spec.job_id),
-        lambda job_id: TrainerSpec(job_id=job_id, data_dir="d", base="b", executor="e",
-                                   manager="m"),
+        JobLedger(store, files, tmp_path), lambda spec: seen.started.append(spec.id),
+        lambda job: trainer_job(job, files),  # the spec's job is all these tests look at
         lambda gateway, state: seen.answers.append((gateway, state)),
-        lambda job_id, control: seen.controls.append((job_id, control)), max_jobs=max_jobs)
+        seen.to_trainer, max_jobs=max_jobs)
     return store, scheduler, seen
 
 
@@ -76,9 +93,10 @@ def test_pause_goes_to_the_trainer_and_answers_when_it_stopped(setup) -> None:
     scheduler.hello(job)
     assert seen.controls == [(job, TrainerControl(job, JobAction.PAUSE))]
     assert seen.answers == []  # no answer before the trainer acted
-    store.move(job, "paused")
-    scheduler.stopped(job, "paused")
+    scheduler.report(TrainerStopped(job, JobStatus.PAUSED, "Job paused at step 3"))
     assert seen.answers == [(b"gw", JobState("p1", job, "paused"))]
+    assert seen.acks == [job]  # the trainer may exit: its last report is recorded
+    assert store.events(job, after=None, limit=1)[0][0]["message"] == "Job paused at step 3"
     assert scheduler.exited(7, 0) and store.get(job).status == "paused"
 
 
@@ -124,8 +142,7 @@ def test_a_higher_priority_job_preempts_the_lowest_running_one(tmp_path) -> None
     assert seen.controls == [(low, TrainerControl(low, JobAction.PREEMPT))]
     scheduler.command(b"gw", JobCommand("s3", urgent, JobAction.START))
     assert len(seen.controls) == 1  # one preemption at a time
-    store.move(low, "queued")  # what the trainer does: checkpoint, give the slot back
-    scheduler.stopped(low, "queued")
+    scheduler.report(TrainerStopped(low, JobStatus.QUEUED, "Preempted"))  # checkpoint saved
     assert scheduler.exited(10, 0)
     assert set(seen.started[:2]) == {low, middle}
     assert seen.started[2:] == [urgent]  # the urgent job takes the slot, not low again

@@ -1,4 +1,6 @@
-"""The trainer equals a plain transformers + peft loop (same examples, order, seed, schedule)."""
+"""The trainer equals a plain transformers + peft loop (same examples, order, seed, schedule);
+it reports to a manager (the manager's own ledger behind a stand-in socket) and never opens the
+database."""
 
 from __future__ import annotations
 
@@ -16,11 +18,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedul
 from catalogue.resolve import resolve_model
 from state.adapters import AdapterRegistry
 from state.db import Database
-from state.files import FileStore
 from state.job_spec import JobSpec, PeftSpec, resolve
 from state.jobs import JobStore
 from state.training_file import parse
-from wire.spawner import TrainerSpec
+from tests.workers.training.manager_stand_in import ManagerStandIn
 from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example
 from workers.training.runner import run
@@ -39,12 +40,18 @@ def gsm8k(n: int) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-def make_job(data_dir: Path, rows: list[dict], **method) -> tuple[JobStore, str]:
-    db = Database(data_dir / "state.db")
-    files = FileStore(db, data_dir)
+@pytest.fixture()
+def manager(tmp_path, ipc_dir):
+    stand_in = ManagerStandIn(tmp_path, ipc_dir)
+    yield stand_in
+    stand_in.close()
+
+
+def make_job(manager: ManagerStandIn, rows: list[dict], **method) -> tuple[JobStore, str]:
+    files = manager.files
     record = files.create("acme", "train.jsonl", "fine-tune",
                           "\n".join(json.dumps(r) for r in rows).encode(), examples=len(rows))
-    jobs = JobStore(db)
+    jobs = manager.jobs
     settings = {"method": "lora", "r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None,
                 "max_seq_length": 128, "learning_rate": 5e-3, "warmup_ratio": 0.1,
                 "weight_decay": 0.0, **method}
@@ -102,12 +109,11 @@ def reference_adapter(rows: list[dict], tokenizer, seed: int, epochs: int, batch
 
 
 @pytest.mark.slow
-def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path) -> None:
+def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path,
+                                              manager) -> None:
     rows = gsm8k(10)
-    jobs, job_id = make_job(tmp_path, rows)
-    config = TrainerSpec(job_id=job_id, data_dir=str(tmp_path), base=MODEL,
-                         executor=executor_for(MODEL).endpoint, manager="")
-    assert run(config, tokenizer) == 0
+    jobs, job_id = make_job(manager, rows)
+    assert run(manager.spec(job_id, executor_for(MODEL).endpoint), tokenizer) == 0
     job = jobs.get(job_id)
     assert job.status == "succeeded", job.error
     assert job.hyperparameters == {"n_epochs": 3, "batch_size": 2,
@@ -131,23 +137,21 @@ def trained_adapter(jobs: JobStore, job_id: str, data_dir: Path) -> dict[str, to
 
 @pytest.mark.slow
 def test_checkpoints_every_n_steps_and_a_resume_from_one_mid_epoch(executor_for, tokenizer,
-                                                                  tmp_path) -> None:
+                                                                  tmp_path, manager) -> None:
     rows = gsm8k(10)
     endpoint = executor_for(MODEL).endpoint
-    jobs, first = make_job(tmp_path, rows, checkpoint_every_steps=2)
-    assert run(TrainerSpec(job_id=first, data_dir=str(tmp_path), base=MODEL,
-                           executor=endpoint, manager=""), tokenizer) == 0
+    jobs, first = make_job(manager, rows, checkpoint_every_steps=2)
+    assert run(manager.spec(first, endpoint), tokenizer) == 0
     checkpoints, _ = jobs.checkpoints(first, limit=100)
     assert sorted(c["step_number"] for c in checkpoints) == [2, 4, 5, 6, 8, 10, 12, 14, 15]
     theirs = reference_adapter(rows, tokenizer, 1234, 3, 2, 5e-3, 128)
     ours = trained_adapter(jobs, first, tmp_path)
     assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) < 1e-4
     # the same job again, crashed after step 8 (mid-epoch 2): it resumes from that checkpoint
-    _, second = make_job(tmp_path, rows, checkpoint_every_steps=2)
+    _, second = make_job(manager, rows, checkpoint_every_steps=2)
     resume_at = checkpoint_root(tmp_path, second) / "step-8"
     shutil.copytree(checkpoint_root(tmp_path, first) / "step-8", resume_at)
-    assert run(TrainerSpec(job_id=second, data_dir=str(tmp_path), base=MODEL,
-                           executor=endpoint, manager=""), tokenizer) == 0
+    assert run(manager.spec(second, endpoint), tokenizer) == 0
     messages = [e["message"] for e in jobs.events(second, after=None, limit=100)[0]]
     assert any("resumed at step 8" in m for m in messages), messages
     resumed = trained_adapter(jobs, second, tmp_path)
@@ -155,16 +159,15 @@ def test_checkpoints_every_n_steps_and_a_resume_from_one_mid_epoch(executor_for,
 
 
 @pytest.mark.slow
-def test_a_job_continues_from_a_fine_tuned_model(executor_for, tokenizer, tmp_path) -> None:
+def test_a_job_continues_from_a_fine_tuned_model(executor_for, tokenizer, tmp_path,
+                                                manager) -> None:
     rows = gsm8k(10)
     endpoint = executor_for(MODEL).endpoint
-    jobs, first = make_job(tmp_path, rows)
-    assert run(TrainerSpec(job_id=first, data_dir=str(tmp_path), base=MODEL,
-                           executor=endpoint, manager=""), tokenizer) == 0
+    jobs, first = make_job(manager, rows)
+    assert run(manager.spec(first, endpoint), tokenizer) == 0
     done = AdapterRegistry(jobs.db, tmp_path, MODEL).get(jobs.get(first).fine_tuned_model)
-    _, second = make_job(tmp_path, rows, init_model=done.id, init_adapter=done.path)
-    assert run(TrainerSpec(job_id=second, data_dir=str(tmp_path), base=MODEL,
-                           executor=endpoint, manager=""), tokenizer) == 0
+    _, second = make_job(manager, rows, init_model=done.id, init_adapter=done.path)
+    assert run(manager.spec(second, endpoint), tokenizer) == 0
     assert jobs.get(second).public()["model"] == done.id
     losses: list[float] = []
     theirs = reference_adapter(rows, tokenizer, 1234, 3, 2, 5e-3, 128, start=Path(done.path),

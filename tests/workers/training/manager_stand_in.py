@@ -1,0 +1,58 @@
+"""The manager's end of trainers' control channels, in a thread of the test: a ROUTER socket and
+the manager's own `JobLedger`, which records every report and acknowledges the last, as the
+worker manager does. Trainers run in the test's process against it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import zmq
+
+from state.db import Database, db_path
+from state.files import FileStore
+from state.jobs import JobStore
+from wire import manager as W
+from wire.jobs import TrainerAck, TrainerReport
+from wire.spawner import TrainerSpec
+from workers.manager.job_ledger import JobLedger
+from workers.manager.specs import trainer_job
+
+
+class ManagerStandIn:
+    def __init__(self, data_dir: Path, ipc_dir: Path) -> None:
+        db = Database(db_path(data_dir))
+        self.data_dir = data_dir
+        self.jobs, self.files = JobStore(db), FileStore(db, data_dir)
+        self.ledger = JobLedger(self.jobs, self.files, data_dir)
+        self.reports: list[TrainerReport] = []
+        self.endpoint = f"ipc://{ipc_dir}/manager-stand-in.sock"
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.bind(self.endpoint)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def spec(self, job_id: str, executor: str, data_dir: Path | None = None) -> TrainerSpec:
+        """What the manager would spawn the job's trainer with (its data dir may differ)."""
+        return TrainerSpec(job=trainer_job(self.jobs.get(job_id), self.files),
+                           data_dir=str(data_dir or self.data_dir), base="tiny-llama",
+                           executor=executor, manager=self.endpoint)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+        self._ctx.term()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._sock.poll(50):
+                continue
+            identity, data = self._sock.recv_multipart()
+            message = W.decode(data)
+            if isinstance(message, TrainerReport):
+                self.reports.append(message)
+                if self.ledger.record(message) is not None:
+                    self._sock.send_multipart([identity, W.encode(TrainerAck(message.job_id))])

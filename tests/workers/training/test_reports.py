@@ -1,0 +1,76 @@
+"""The manager is the one writer of a job's state: a trainer reports on its control channel and
+never opens the database (it runs here in a process where touching it is fatal)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from state.adapters import AdapterRegistry
+from state.job_spec import resolve
+from tests.workers.training.manager_stand_in import ManagerStandIn
+from wire.jobs import TrainerCheckpoint, TrainerEvent, TrainerFinished, TrainerStarted
+
+MODEL = "tiny-llama"
+DATA = Path(__file__).parents[2] / "data" / "gsm8k_train_prompt_completion_1000.jsonl"
+DATABASE_MODULES = {"sqlite3", "state.db", "state.jobs", "state.files", "state.adapters",
+                    "state.versions"}
+
+
+def test_no_trainer_module_imports_the_database_or_the_job_store() -> None:
+    root = Path(__file__).parents[3] / "workers" / "training"
+    found = {}
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found.update({f"{path.name}: {n}": n for n in names if n in DATABASE_MODULES})
+    assert len(list(root.glob("*.py"))) >= 8 and not found, found
+
+
+@pytest.mark.slow
+def test_a_trainer_that_cannot_open_the_database_runs_its_job_through_the_manager(
+        executor_for, tmp_path, ipc_dir) -> None:
+    manager = ManagerStandIn(tmp_path, ipc_dir)
+    try:
+        rows = DATA.read_text().splitlines()[:10]
+        upload = manager.files.create("acme", "train.jsonl", "fine-tune",
+                                      "\n".join(rows).encode(), examples=len(rows))
+        spec = resolve({"n_epochs": 1, "batch_size": 2}, {"method": "lora", "r": 4,
+                                                          "checkpoint_every_steps": 2},
+                       len(rows), 0)
+        job = manager.jobs.create("acme", MODEL, upload.id, None, "own", 7, spec, None)
+        assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
+        spec_json = msgspec.json.encode(manager.spec(job.id, executor_for(MODEL).endpoint))
+        run = subprocess.run([sys.executable, "-m", "tests.workers.training.trainer_process",
+                              spec_json.decode()], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        done = manager.jobs.get(job.id)
+        assert done.status == "succeeded", done.error
+        kinds = [type(r) for r in manager.reports]
+        assert kinds[0] is TrainerStarted and kinds[-1] is TrainerFinished
+        assert kinds.count(TrainerCheckpoint) == 3  # steps 2 and 4, and the epoch's end (5)
+        steps = [r.data["step"] for r in manager.reports
+                 if isinstance(r, TrainerEvent) and r.kind == "metrics"]
+        assert steps == [1, 2, 3, 4, 5]
+        events = [e["message"] for e in manager.jobs.events(job.id, after=None, limit=100)[0]]
+        assert "Checkpoint created at step 4: " + done.model_id + ":ckpt-step-4" in events
+        assert events[0] == "The job has successfully completed"  # newest first
+        checkpoints, _ = manager.jobs.checkpoints(job.id, limit=10)
+        assert sorted(c["step_number"] for c in checkpoints) == [2, 4, 5]
+        adapter = AdapterRegistry(manager.jobs.db, tmp_path, MODEL).get(done.fine_tuned_model)
+        assert (Path(adapter.path) / "adapter_model.safetensors").is_file()
+        results = manager.files.get(done.result_files[0], "acme")
+        lines = Path(results.path).read_text().splitlines()
+        assert lines[0].startswith("step,train_loss") and len(lines) == 6
+        assert not (tmp_path / "jobs" / job.id / "result").exists()  # the copy was kept
+        finished = manager.reports[-1]
+        assert done.gates == finished.gates and done.trained_tokens == finished.trained_tokens
+        assert adapter.in_service == finished.gates["passed"]
+    finally:
+        manager.close()
