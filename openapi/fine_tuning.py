@@ -14,7 +14,7 @@ Auto = Literal["auto"]
 class Hyperparameters(StrictModel):
     n_epochs: Auto | Annotated[int, Field(ge=1, le=50)] = "auto"
     batch_size: Auto | Annotated[int, Field(ge=1, le=256)] = "auto"
-    learning_rate_multiplier: Auto | float = Field(default="auto", description="> 0")
+    learning_rate_multiplier: Auto | Annotated[float, Field(gt=0)] = "auto"
 
 
 class Supervised(StrictModel):

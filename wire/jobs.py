@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 
 import msgspec
+import msgspec.structs
 
 
 class JobStatus(enum.StrEnum):
@@ -59,6 +60,55 @@ class TrainerControl(msgspec.Struct, tag="trainer_control", array_like=True):
     action: JobAction  # PAUSE or CANCEL
 
 
+DEFAULT_MAX_SEQ_LENGTH = 1024
+
+
+class PeftSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """The `peft` block of a job: which PEFT method and its settings, every default resolved
+    (`state.job_spec.resolve`)."""
+
+    method: str = "lora"
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+    feedforward_modules: list[str] | None = None
+    num_virtual_tokens: int = 10
+    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
+    learning_rate: float = 2e-4
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    checkpoint_every_steps: int = 0  # besides one per epoch; 0: per epoch only
+    init_model: str | None = None  # continue training this fine-tuned model or checkpoint...
+    init_adapter: str | None = None  # ...whose adapter directory this is
+    gates: dict | None = None  # quality gates (openapi.fine_tuning.Gates); None: the defaults
+    register_as: str | None = None  # the result is also the next version of this adapter name
+
+
+class JobSpec(msgspec.Struct, frozen=True):
+    """What a job trains with, one typed object from the API edge to the trainer's loop: made
+    by `state.job_spec.resolve` when the job is created, stored (its JSON), handed to the
+    trainer in `TrainerJob`."""
+
+    n_epochs: int
+    batch_size: int
+    learning_rate_multiplier: float
+    peft: PeftSpec = msgspec.field(default_factory=PeftSpec)
+
+    def hyperparameters(self) -> dict:
+        """OpenAI's `hyperparameters` object, resolved."""
+        return {"n_epochs": self.n_epochs, "batch_size": self.batch_size,
+                "learning_rate_multiplier": self.learning_rate_multiplier}
+
+    def peft_dict(self) -> dict:
+        return msgspec.structs.asdict(self.peft)
+
+    @classmethod
+    def from_stored(cls, hyperparameters: dict, peft: dict) -> JobSpec:
+        """From the job's two JSON columns, checked against these types."""
+        return msgspec.convert({**hyperparameters, "peft": peft}, cls, strict=False)
+
+
 class TrainerJob(msgspec.Struct, frozen=True, kw_only=True):
     """What a trainer runs: the stored job, its files resolved to paths by the manager."""
 
@@ -67,8 +117,7 @@ class TrainerJob(msgspec.Struct, frozen=True, kw_only=True):
     model: str  # the base model's name
     model_id: str  # the fine-tuned model's id (`ft:...`)
     seed: int
-    hyperparameters: dict  # the resolved OpenAI hyperparameters (`JobSpec.from_stored`)
-    peft: dict  # the resolved `peft` block
+    spec: JobSpec
     training_file: str
     training_path: str
     validation_file: str | None = None

@@ -39,19 +39,6 @@ def _job(request: Request, tenant_id: str, job_id: str) -> JobRecord:
     return job
 
 
-def _check_hyperparameters(hp: Hyperparameters) -> dict:
-    if hp.n_epochs != "auto" and not 1 <= hp.n_epochs <= 50:
-        raise APIError(400, "n_epochs must be 'auto' or between 1 and 50", "invalid_value",
-                       "hyperparameters.n_epochs")
-    if hp.batch_size != "auto" and not 1 <= hp.batch_size <= 256:
-        raise APIError(400, "batch_size must be 'auto' or between 1 and 256", "invalid_value",
-                       "hyperparameters.batch_size")
-    if hp.learning_rate_multiplier != "auto" and hp.learning_rate_multiplier <= 0:
-        raise APIError(400, "learning_rate_multiplier must be 'auto' or positive",
-                       "invalid_value", "hyperparameters.learning_rate_multiplier")
-    return hp.model_dump()
-
-
 @router.post("/jobs", response_model=FineTuningJob)
 async def create_job(body: FineTuningJobCreate, request: Request,
                      tenant: TenantDep) -> FineTuningJob:
@@ -80,7 +67,7 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
           else body.hyperparameters or Hyperparameters())
     examples = files["training_file"].examples
-    spec = resolve(_check_hyperparameters(hp), {**(body.peft or PeftSettings()).model_dump(),
+    spec = resolve(hp, {**(body.peft or PeftSettings()).model_dump(),
                                                 **start, "gates": (body.gates or Gates())
                                                 .model_dump(), "register_as": body.register_as},
                    examples, state.text_tokens.max_context)

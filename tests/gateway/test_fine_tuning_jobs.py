@@ -74,3 +74,21 @@ def test_a_jobs_priority_defaults_to_its_tenants_tier(tmp_path) -> None:
             assert job.status_code == 200, job.text
             priorities[(key, extra.get("priority"))] = job.json()["priority"]
     assert priorities == {("sk-gold", None): 50, ("sk-gold", -5): -5, ("sk-acme", None): 0}
+
+
+def test_hyperparameters_out_of_bounds_are_refused_by_the_api_model(client) -> None:
+    """The bounds live in `openapi.fine_tuning.Hyperparameters` alone; each refusal names its
+    field, and an accepted job shows what `resolve` made of "auto"."""
+    training = upload(client)
+    job = {"model": "tiny-llama", "training_file": training}
+    for field, value in (("n_epochs", 0), ("n_epochs", 51), ("batch_size", 257),
+                         ("learning_rate_multiplier", 0), ("learning_rate_multiplier", -1.5)):
+        error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+            **job, "hyperparameters": {field: value}}), 400)
+        assert error["param"] == f"hyperparameters.{field}", error
+    created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "hyperparameters": {"n_epochs": 50, "learning_rate_multiplier": 0.5}})
+    assert created.status_code == 200, created.text
+    assert created.json()["hyperparameters"] == {"n_epochs": 50, "batch_size": 1,
+                                                 "learning_rate_multiplier": 0.5}
+    assert created.json()["peft"]["learning_rate"] == 1e-4  # lora's 2e-4 x 0.5

@@ -27,7 +27,7 @@ def trainer_job(job: JobRecord, files: FileStore) -> TrainerJob:
         return record.path if record else ("" if file_id else None)
 
     return TrainerJob(id=job.id, tenant=job.tenant, model=job.model, model_id=job.model_id,
-                      seed=job.seed, hyperparameters=job.hyperparameters, peft=job.method,
+                      seed=job.seed, spec=job.spec,
                       training_file=job.training_file, training_path=path(job.training_file),
                       validation_file=job.validation_file,
                       validation_path=path(job.validation_file))

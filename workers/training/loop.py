@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers import get_linear_schedule_with_warmup
 
+from wire.jobs import JobSpec
 from workers.training.data import IGNORE, Example, collate
 
 
@@ -27,6 +28,12 @@ class Hyperparameters:
     weight_decay: float = 0.0
     micro_batch_tokens: int = 4096
     max_grad_norm: float = 1.0
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Hyperparameters:
+        """The loop's view of a job's spec (the loop also runs without a job: tests, bench)."""
+        return cls(spec.n_epochs, spec.batch_size, spec.peft.learning_rate,
+                   spec.peft.warmup_ratio, spec.peft.weight_decay)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from peft import (
     TaskType,
 )
 
-from state.job_spec import PeftSpec
+from wire.jobs import PeftSpec
 
 
 def peft_config(peft: PeftSpec, total_steps: int) -> PeftConfig:

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from peft import PeftModel, get_peft_model
 
-from state.job_spec import JobSpec
 from state.storage import file_sha256
 from wire.jobs import (
     JobAction,
@@ -61,7 +60,7 @@ class Trainer:
         self.data_dir = Path(config.data_dir)
         self.tokenizer = tokenizer
         self.job = config.job
-        self.spec = JobSpec.from_stored(config.job.hyperparameters, config.job.peft)
+        self.spec = config.job.spec
         self.control = control
 
     def event(self, message: str, **fields: Any) -> None:
@@ -76,8 +75,7 @@ class Trainer:
                               f"The job failed due to an invalid training file. {exc}",
                               "training_file")
         spec = self.spec
-        hp = Hyperparameters(spec.n_epochs, spec.batch_size, spec.peft.learning_rate,
-                             spec.peft.warmup_ratio, spec.peft.weight_decay)
+        hp = Hyperparameters.of(spec)
         torch.set_num_threads(self.config.threads)
         try:
             device = claim_device(self.config.device)

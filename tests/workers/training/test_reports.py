@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from openapi.fine_tuning import Hyperparameters
 from state.adapters import AdapterRegistry
 from state.job_spec import resolve
 from tests.workers.training.manager_stand_in import ManagerStandIn
@@ -41,9 +42,8 @@ def test_a_trainer_that_cannot_open_the_database_runs_its_job_through_the_manage
         rows = DATA.read_text().splitlines()[:10]
         upload = manager.files.create("acme", "train.jsonl", "fine-tune",
                                       "\n".join(rows).encode(), examples=len(rows))
-        spec = resolve({"n_epochs": 1, "batch_size": 2}, {"method": "lora", "r": 4,
-                                                          "checkpoint_every_steps": 2},
-                       len(rows), 0)
+        spec = resolve(Hyperparameters(n_epochs=1, batch_size=2),
+                       {"method": "lora", "r": 4, "checkpoint_every_steps": 2}, len(rows), 0)
         job = manager.jobs.create("acme", MODEL, upload.id, None, "own", 7, spec, None)
         assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
         spec_json = msgspec.json.encode(manager.spec(job.id, executor_for(MODEL).endpoint))

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
 from catalogue.resolve import resolve_model
+from openapi.fine_tuning import Hyperparameters
 from state.adapters import AdapterRegistry
 from state.db import Database
 from state.job_spec import JobSpec, PeftSpec, resolve
@@ -55,7 +56,7 @@ def make_job(manager: ManagerStandIn, rows: list[dict], **method) -> tuple[JobSt
     settings = {"method": "lora", "r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None,
                 "max_seq_length": 128, "learning_rate": 5e-3, "warmup_ratio": 0.1,
                 "weight_decay": 0.0, **method}
-    spec = resolve({"n_epochs": 3, "batch_size": 2, "learning_rate_multiplier": "auto"},
+    spec = resolve(Hyperparameters(n_epochs=3, batch_size=2),
                    settings, len(rows), 0)
     job = jobs.create("acme", MODEL, record.id, None, "eq", 1234, spec, None)
     assert jobs.move(job.id, "queued") and jobs.move(job.id, "running")
