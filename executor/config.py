@@ -32,9 +32,14 @@ class ExecutorConfig(BaseSettings):
     training_wait_ms: float = Field(2.0, ge=0, description="base wait budget of a training call")
     wait_fraction: float = Field(0.25, ge=0, le=1, description="a call also waits this share of "
                                  "its own estimated compute")
-    slice_ms: float = Field(5.0, ge=0, description="opportunistic: run training batches in "
-                            "slices of about this much compute, with ready decode steps between "
-                            "them (0: never slice)")
+    decode_target_ms: float = Field(5.0, gt=0, description="latency target: the longest a "
+                                    "decode step should wait before its batch runs; training "
+                                    "slices are sized to keep it")
+    prefill_target_ms: float = Field(50.0, gt=0, description="latency target: the longest a "
+                                     "prefill call should wait before its batch runs")
+    slice_ms: float | None = Field(None, ge=0, description="opportunistic: the training slice to "
+                                   "start from (default: the decode target); it then adapts to "
+                                   "the decode waits measured (0: never slice)")
     max_batch_rows: int = Field(8192, ge=1, description="rows in one batch at most")
     training_share: float = Field(0.25, gt=0, lt=1, description="the least share of batches "
                                   "training keeps under load")

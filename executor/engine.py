@@ -64,6 +64,7 @@ class Engine:
             self.stats.record_error()
             return self._fail(batch, f"{type(exc).__name__}: {exc}")
         self.scheduler.observe(batch, elapsed)
+        self.scheduler.observe_waits(batch, started)
         self.stats.record_batch(batch, started, elapsed)
         return self._deliver(batch, y)
 

@@ -9,9 +9,9 @@
   Decode steps wait longer (up to `max_wait`) for decode clients behind them in the pass or due
   soon (`Scheduler`): every decoding tenant then shares one batch per layer.
   Among ready queues, decode steps run before prefills and large batches; and a training batch
-  runs in slices of about `slice_s` of compute, with the decode steps that became ready run
-  between slices (training keeps its share of batches), so a token never waits behind a whole
-  256-row training matmul.
+  runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`),
+  with the decode steps that became ready run between slices (training keeps its share of
+  batches), so a token never waits behind a whole 256-row training matmul.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of_batch
+from executor.targets import LatencyTargets, SliceTuner
 from wire.executor import CallKind, Op
 
 
@@ -89,7 +90,9 @@ class Eager(Policy):
 @dataclass
 class Opportunistic(Policy):
     budgets: Budgets = field(default_factory=Budgets)
-    slice_s: float = 0.005  # a training batch runs in slices of about this much compute (0: whole)
+    # training batches run in slices of the tuner's size (None: whole)
+    tuner: SliceTuner | None = field(
+        default_factory=lambda: SliceTuner(LatencyTargets().decode_s))
     min_slice_rows: int = 64  # a matmul of fewer rows runs well below the CPU's peak
     name = "opportunistic"
 
@@ -112,10 +115,14 @@ class Opportunistic(Policy):
         # batch per layer.
         return (lane_of_batch(queue) != Lane.DECODE, progress, queue[0].seq)
 
+    @property
+    def slice_s(self) -> float | None:
+        return self.tuner.slice_s if self.tuner is not None else None
+
     def slice_rows(self, per_row_s: float) -> int | None:
-        if self.slice_s <= 0:
+        if self.tuner is None:
             return None
-        return max(self.min_slice_rows, int(self.slice_s / max(per_row_s, 1e-9)))
+        return max(self.min_slice_rows, int(self.tuner.slice_s / max(per_row_s, 1e-9)))
 
 
 @dataclass
@@ -136,11 +143,15 @@ class Lockstep(Policy):
         return (progress, queue[0].seq)
 
 
-def make_policy(name: str, budgets: Budgets, slice_s: float = 0.005) -> Policy:
+def make_policy(name: str, budgets: Budgets, targets: LatencyTargets | None = None,
+                slice_s: float | None = None) -> Policy:
+    """`slice_s`: the training slice to start from (None: the decode target; 0: never slice)."""
     if name == "eager":
         return Eager()
     if name == "lockstep":
         return Lockstep(cap_s=max(budgets.max_wait_s * 5, 0.05))
     if name == "opportunistic":
-        return Opportunistic(budgets, slice_s=slice_s)
+        target = (targets or LatencyTargets()).decode_s
+        tuner = None if slice_s == 0 else SliceTuner(target, slice_s)
+        return Opportunistic(budgets, tuner=tuner)
     raise ValueError(f"unknown policy {name!r}")

@@ -36,6 +36,7 @@ from executor.calls import PendingCall
 from executor.lanes import Lane
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, convoy
+from executor.targets import LatencyTargets
 from wire.executor import CallKind, Op
 
 
@@ -44,8 +45,10 @@ class Scheduler:
                  training_share: float = 0.25, active_window_s: float = 0.5,
                  starvation_s: float = 0.2, widths: dict[int, int] | None = None,
                  positions: dict[int, int] | None = None,
+                 targets: LatencyTargets | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy or Eager()
+        self.targets = targets or LatencyTargets()
         self.max_batch_rows = max_batch_rows
         self.training_share = training_share
         self.active_window_s = active_window_s
@@ -102,6 +105,20 @@ class Scheduler:
                 training = training and call.kind == CallKind.TRAINING
             self._recent.append(training)
             return batch
+
+    def observe_waits(self, batch: list[PendingCall], started: float) -> None:
+        """The decode steps' waits, while training runs, size the next training slices."""
+        tuner = getattr(self.policy, "tuner", None)
+        if tuner is None or not any(self._recent):
+            return
+        for call in batch:
+            if call.lane == Lane.DECODE:
+                tuner.observe(started - call.arrived)
+
+    def training_slice_s(self) -> float | None:
+        """The training slice now (None: batches run whole)."""
+        tuner = getattr(self.policy, "tuner", None)
+        return tuner.slice_s if tuner is not None else None
 
     def slice_rows(self, batch: list[PendingCall]) -> int | None:
         """Rows per slice for a training batch under the policy; None when it runs whole (also

@@ -1,5 +1,5 @@
 """Builds the scheduler for a loaded model from the executor's config: the wait budgets, the
-policy, and each layer's work per row (the scheduler's cost widths)."""
+latency targets, the policy, and each layer's work per row (the scheduler's cost widths)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stretches import macs_per_row as stretch_macs
+from executor.targets import LatencyTargets
 from wire import executor as P
 
 
@@ -33,6 +34,10 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
     widths = dict(enumerate(macs_per_row(registry)))
     positions = {s.index: registry.by_name[s.members[0]].spec.index if s.members else s.index
                  for s in registry.specs}
-    policy = make_policy(config.policy, budgets, config.slice_ms / 1e3)
+    targets = LatencyTargets(decode_s=config.decode_target_ms / 1e3,
+                             prefill_s=config.prefill_target_ms / 1e3)
+    start = None if config.slice_ms is None else config.slice_ms / 1e3
+    policy = make_policy(config.policy, budgets, targets, start)
     return Scheduler(policy, max_batch_rows=config.max_batch_rows,
-                     training_share=config.training_share, widths=widths, positions=positions)
+                     training_share=config.training_share, widths=widths, positions=positions,
+                     targets=targets)

@@ -53,7 +53,7 @@ class ExecutorServer:
         self.config = config
         self.scheduler = scheduler or build_scheduler(config, registry)
         self.clients = ClientTable(config.device)
-        self.stats = ExecutorStats()
+        self.stats = ExecutorStats(self.scheduler.targets, self.scheduler.training_slice_s)
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
         self.tap = tap
         self.stopped = threading.Event()

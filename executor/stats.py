@@ -11,10 +11,12 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane
+from executor.targets import LatencyTargets
 from wire.executor import CallKind
 from wire.figures import ExecutorFigures, HistogramFigures, KindFigures, LaneFigures
 
@@ -60,14 +62,25 @@ class LaneStats:
     batches: int = 0  # batches whose most urgent call is in this lane
     compute_s: float = 0.0  # of those batches
     wait_s: float = 0.0  # summed over this lane's calls
+    target_s: float | None = None
+    met: int = 0  # calls that waited no longer than the target
+
+    def waited(self, seconds: float) -> None:
+        self.calls += 1
+        self.wait_s += seconds
+        if self.target_s is not None and seconds <= self.target_s:
+            self.met += 1
 
 
 class ExecutorStats:
-    def __init__(self) -> None:
+    def __init__(self, targets: LatencyTargets | None = None,
+                 training_slice_s: Callable[[], float | None] = lambda: None) -> None:
         self.lock = threading.Lock()
         self.started = time.monotonic()
         self.kinds = {kind: KindStats() for kind in CallKind}
-        self.lanes = {lane: LaneStats() for lane in Lane}
+        targets = targets or LatencyTargets()
+        self.lanes = {lane: LaneStats(target_s=targets.of(lane)) for lane in Lane}
+        self.training_slice_s = training_slice_s
         self.mixed_batches = 0  # batches with both inference and training calls
         self.errors = 0
         self.queue_depth = 0
@@ -88,8 +101,7 @@ class ExecutorStats:
                 lane = self.lanes[first.lane]
                 lane.batches += 1
                 lane.compute_s += compute_s
-                lane.calls += 1
-                lane.wait_s += wait
+                lane.waited(wait)
                 return
             kinds = {call.kind for call in batch}
             if len(kinds) > 1:
@@ -107,9 +119,7 @@ class ExecutorStats:
                 stats.calls += 1
                 stats.rows += call.rows
                 stats.wait_ms.observe((started - call.arrived) * 1e3)
-                lane = self.lanes[call.lane]
-                lane.calls += 1
-                lane.wait_s += started - call.arrived
+                self.lanes[call.lane].waited(started - call.arrived)
 
     def record_error(self) -> None:
         with self.lock:
@@ -128,8 +138,11 @@ class ExecutorStats:
             }
             lanes = {lane.name.lower(): LaneFigures(
                 calls=s.calls, batches=s.batches, compute_s=s.compute_s, wait_s=s.wait_s,
-                mean_wait_ms=1e3 * s.wait_s / s.calls if s.calls else 0.0)
+                mean_wait_ms=1e3 * s.wait_s / s.calls if s.calls else 0.0,
+                target_ms=None if s.target_s is None else 1e3 * s.target_s, met=s.met)
                 for lane, s in self.lanes.items()}
+            slice_s = self.training_slice_s()
             return ExecutorFigures(uptime_s=uptime, queue_depth=self.queue_depth,
                                    clients=self.clients, mixed_batches=self.mixed_batches,
-                                   errors=self.errors, kinds=kinds, lanes=lanes)
+                                   errors=self.errors, kinds=kinds, lanes=lanes,
+                                   training_slice_ms=None if slice_s is None else 1e3 * slice_s)

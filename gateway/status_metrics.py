@@ -69,7 +69,18 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
     yield from counters("symbiosis_executor_lane", "lane", figures.lanes, (
         ("calls", "calls", "Calls"),
         ("compute_seconds", "compute_s", "Compute time of the batches this lane led"),
-        ("wait_seconds", "wait_s", "Time calls waited")))
+        ("wait_seconds", "wait_s", "Time calls waited"),
+        ("target_met", "met", "Calls that waited no longer than the lane's latency target")))
+    target = GaugeMetricFamily("symbiosis_executor_lane_wait_target_seconds", "Latency target: "
+                               "the longest a call of the lane should wait", labels=["lane"])
+    for lane, figure in figures.lanes.items():
+        if figure.target_ms is not None:
+            target.add_metric([lane], figure.target_ms / 1e3)
+    yield target
+    if figures.training_slice_ms is not None:
+        yield GaugeMetricFamily("symbiosis_executor_training_slice_seconds", "Compute of one "
+                                "training slice, sized to the decode target",
+                                value=figures.training_slice_ms / 1e3)
     for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
                                                             "milliseconds")):
         family = HistogramMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",

@@ -37,8 +37,13 @@ SETTINGS = [
     Setting("--threads", "SYMBIOSIS_EXECUTOR_THREADS", "the executor's torch threads", int),
     Setting("--max-wait-ms", "SYMBIOSIS_EXECUTOR_MAX_WAIT_MS", "the longest any call waits for "
             "company", float),
-    Setting("--slice-ms", "SYMBIOSIS_EXECUTOR_SLICE_MS", "training batches run in slices this "
-            "long, decode steps between them (0: whole)", float),
+    Setting("--decode-target-ms", "SYMBIOSIS_EXECUTOR_DECODE_TARGET_MS", "the longest a decode "
+            "step should wait in the executor; training slices are sized to keep it", float),
+    Setting("--prefill-target-ms", "SYMBIOSIS_EXECUTOR_PREFILL_TARGET_MS", "the longest a "
+            "prefill call should wait in the executor", float),
+    Setting("--slice-ms", "SYMBIOSIS_EXECUTOR_SLICE_MS", "the training slice to start from "
+            "(default: the decode target; it adapts), decode steps between slices (0: whole)",
+            float),
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
             "batches training keeps under load", float),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "

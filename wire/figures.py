@@ -35,6 +35,8 @@ class LaneFigures(msgspec.Struct):
     compute_s: float  # of those batches
     wait_s: float  # summed over this lane's calls
     mean_wait_ms: float
+    target_ms: float | None = None  # the lane's latency target (none for training)
+    met: int = 0  # calls that waited no longer than the target
 
 
 class ExecutorFigures(msgspec.Struct):
@@ -45,3 +47,4 @@ class ExecutorFigures(msgspec.Struct):
     errors: int
     kinds: dict[str, KindFigures]
     lanes: dict[str, LaneFigures]
+    training_slice_ms: float | None = None  # sized to the decode target (None: whole batches)

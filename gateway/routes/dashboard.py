@@ -95,7 +95,8 @@ async def operator_view(request: Request) -> dict:
 def executor_figures(figures: ExecutorFigures | None) -> dict:
     """The executor's figures -> batching per call kind and per lane."""
     if figures is None:
-        return {"queue_depth": 0, "clients": 0, "mixed_batches": 0, "kinds": {}, "lanes": {}}
+        return {"queue_depth": 0, "clients": 0, "mixed_batches": 0, "kinds": {}, "lanes": {},
+                "training_slice_ms": None}
 
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 3) if b else None
@@ -108,6 +109,10 @@ def executor_figures(figures: ExecutorFigures | None) -> dict:
                          "calls_per_batch": ratio(k.batch_calls.sum, k.batch_calls.count),
                          "mean_wait_ms": ratio(k.wait_ms.sum, k.wait_ms.count)}
                   for kind, k in sorted(figures.kinds.items())},
-        "lanes": {lane: {"calls": g.calls, "mean_wait_ms": ratio(1e3 * g.wait_s, g.calls)}
+        "lanes": {lane: {"calls": g.calls, "mean_wait_ms": ratio(1e3 * g.wait_s, g.calls),
+                         "target_ms": g.target_ms,
+                         "met_percent": None if g.target_ms is None
+                         else ratio(100 * g.met, g.calls)}
                   for lane, g in sorted(figures.lanes.items())},
+        "training_slice_ms": figures.training_slice_ms,
     }

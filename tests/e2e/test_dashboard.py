@@ -116,6 +116,13 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
     calls_per_batch = {kind: float(per_batch) for kind, calls, _, per_batch, _ in rows
                        if float(calls) > 0}
     assert calls_per_batch and all(value >= 1 for value in calls_per_batch.values())
+    cells = "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    lanes = {row[0]: row[1:]
+             for row in page.eval_on_selector_all("#lanes-table tr[data-lane]", cells)}
+    calls, _, target, met = lanes["decode"]
+    assert int(calls) > 0 and float(target) == 5.0 and 0 <= float(met) <= 100  # the defaults
+    assert lanes["training"][2:] == ["", ""]  # training has no target
+    assert float(page.text_content("#training-slice")) > 0
     assert page.is_hidden("#jobs") and page.text_content("#who") == "operator"
     workers = page.eval_on_selector_all("#workers-table tr", "rows => rows.length")
     assert workers >= 2  # a header and at least the worker that just answered

@@ -25,6 +25,11 @@ def test_the_scheduler_gets_the_slice_and_the_share() -> None:
     scheduler = build_scheduler(ExecutorConfig(slice_ms=2.0, training_share=0.3), registry)
     assert scheduler.policy.slice_s == pytest.approx(0.002)
     assert scheduler.training_share == 0.3
+    targeted = build_scheduler(ExecutorConfig(decode_target_ms=3.0, prefill_target_ms=40.0),
+                               registry)
+    assert targeted.training_slice_s() == pytest.approx(0.003)  # it starts at the target
+    assert (targeted.targets.decode_s, targeted.targets.prefill_s) == (0.003, 0.04)
+    assert build_scheduler(ExecutorConfig(slice_ms=0), registry).training_slice_s() is None
 
 
 @pytest.mark.parametrize("bad", [{"slice_ms": -1.0}, {"training_share": 1.0},

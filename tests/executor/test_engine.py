@@ -13,6 +13,7 @@ from executor.policy import Budgets, Opportunistic
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
+from executor.targets import SliceTuner
 from wire import executor as P
 from wire.tensors import dtype_of, from_bytes
 
@@ -32,7 +33,7 @@ def _rows(reply: list) -> torch.Tensor:
 
 def test_sliced_training_batch_is_exact_and_lets_decode_steps_through() -> None:
     registry = LayerRegistry.load(resolve_model("tiny-llama"))
-    scheduler = Scheduler(Opportunistic(Budgets(), slice_s=1e-9, min_slice_rows=64))
+    scheduler = Scheduler(Opportunistic(Budgets(), tuner=SliceTuner(1e-9), min_slice_rows=64))
     engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
     linear = next(s for s in registry.specs if s.kind == P.LayerKind.LINEAR)
     torch.manual_seed(0)

@@ -10,6 +10,7 @@ import torch
 from executor.calls import PendingCall
 from executor.policy import Budgets, Eager, Lockstep, Opportunistic
 from executor.scheduler import Scheduler
+from executor.targets import SliceTuner
 from wire.executor import Call, CallKind, Op
 
 INF, TRAIN = CallKind.INFERENCE, CallKind.TRAINING
@@ -253,14 +254,14 @@ def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock
 
 
 def test_training_batches_are_sliced_under_opportunistic_only(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS, slice_s=1e-9, min_slice_rows=64), clock)
+    s = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(1e-9), min_slice_rows=64), clock)
     training = [call(s, "trainer", 0, rows=200, kind=TRAIN, op=Op.BACKWARD)]
     assert s.slice_rows(training) is None  # nobody decodes: slices would only cost throughput
     assert s.slice_rows([call(s, "prefill", 1, rows=200)]) is None  # inference runs whole
     assert s.slice_rows(training) == 64  # an inference client is active now
     assert s.slice_rows([call(s, "small", 2, rows=64, kind=TRAIN)]) is None  # one slice anyway
     assert scheduler(Eager(), clock).slice_rows(training) is None
-    assert scheduler(Opportunistic(BUDGETS, slice_s=0), clock).slice_rows(training) is None
+    assert scheduler(Opportunistic(BUDGETS, tuner=None), clock).slice_rows(training) is None
 
 
 def test_decode_steps_run_between_slices_while_training_keeps_its_share(clock) -> None:

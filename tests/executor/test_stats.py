@@ -8,6 +8,7 @@ import torch
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of, lane_of_batch
 from executor.stats import ExecutorStats
+from executor.targets import LatencyTargets
 from wire.executor import Call, CallKind, Op
 from wire.figures import LaneFigures
 
@@ -35,9 +36,22 @@ def test_waits_and_compute_are_counted_per_lane() -> None:
     figures = stats.snapshot()
     lanes = figures.lanes
     assert lanes["decode"] == LaneFigures(calls=2, batches=1, compute_s=0.25, wait_s=1.5,
-                                          mean_wait_ms=750.0)
+                                          mean_wait_ms=750.0, target_ms=5.0, met=0)
     assert lanes["prefill"].calls == 1 and lanes["prefill"].compute_s == 0.5
     assert lanes["prefill"].wait_s == pytest.approx(0.5)
     assert lanes["training"] == LaneFigures(calls=1, batches=0, compute_s=0.0, wait_s=2.0,
-                                            mean_wait_ms=2000.0)
+                                            mean_wait_ms=2000.0)  # no target, none met
     assert figures.mixed_batches == 1
+
+
+def test_each_lane_counts_the_calls_that_met_its_target() -> None:
+    stats = ExecutorStats(LatencyTargets(decode_s=0.6, prefill_s=0.1), lambda: 0.004)
+    stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
+                        pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
+    stats.record_batch([pending(128, CallKind.INFERENCE, 10.45)], started=10.5, compute_s=0.5)
+    figures = stats.snapshot()
+    decode, prefill = figures.lanes["decode"], figures.lanes["prefill"]
+    assert (decode.target_ms, decode.met, decode.calls) == (600.0, 1, 2)  # 0.5 s met, 1.0 not
+    assert (prefill.target_ms, prefill.met) == (100.0, 1)  # waited 0.05 s
+    assert figures.lanes["training"].target_ms is None and figures.lanes["training"].met == 0
+    assert figures.training_slice_ms == 4.0

@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from executor.calls import PendingCall
 from executor.stats import ExecutorStats
+from executor.targets import LatencyTargets
 from gateway.metrics import Metrics
 from wire import manager as W
 from wire.executor import Call, CallKind, Op
@@ -24,7 +25,7 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 
 def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
-    stats = ExecutorStats()
+    stats = ExecutorStats(LatencyTargets(decode_s=0.75, prefill_s=0.25), lambda: 0.005)
     stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
                         pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
     stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
@@ -36,6 +37,11 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     assert got[("symbiosis_executor_lane_wait_seconds_total", (("lane", "training"),))] == 2.0
     assert got[("symbiosis_executor_lane_compute_seconds_total", (("lane", "prefill"),))] == 0.5
     assert got[("symbiosis_executor_mixed_batches_total", ())] == 1
+    assert got[("symbiosis_executor_lane_target_met_total", (("lane", "decode"),))] == 1
+    assert got[("symbiosis_executor_lane_target_met_total", (("lane", "prefill"),))] == 0
+    assert got[("symbiosis_executor_lane_wait_target_seconds", (("lane", "decode"),))] == 0.75
+    assert ("symbiosis_executor_lane_wait_target_seconds", (("lane", "training"),)) not in got
+    assert got[("symbiosis_executor_training_slice_seconds", ())] == 0.005
     assert got[("symbiosis_executor_rows_total", (("kind", "inference"),))] == 131
     # batches of 3 calls and of 1, for inference (the mixed one counts for both kinds)
     inference = ("kind", "inference")

@@ -1,0 +1,55 @@
+"""Latency targets per lane, and the training slice that keeps the decode target.
+
+A target is how long a call of its lane may wait in the executor before its batch runs: a
+decode step's wait adds straight to a token's latency (a token is ~50 calls), a prefill's to the
+time to first token. Training has none: it fills the gaps. The stats count, per lane, the calls
+that met their target (`/metrics`, the dashboard).
+
+A decode step that arrives while a training batch runs waits for the slice in progress, so the
+slice is sized from the decode target and what the waits measure (`SliceTuner`): it starts at
+the target; over each window of decode calls seen while training ran, if more than `MISS_SHARE`
+missed the target the slice shrinks, if none came within half the target it grows back (never
+above the target, never below `floor_s`; the policy's `min_slice_rows` still bounds a slice's
+rows from below, so training keeps an efficient matmul).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from executor.lanes import Lane
+
+MISS_SHARE = 0.05  # of a window's decode calls that may miss the target before slices shrink
+SHRINK, GROW = 0.7, 1.25
+
+
+@dataclass(frozen=True)
+class LatencyTargets:
+    decode_s: float = 0.005
+    prefill_s: float = 0.050
+
+    def of(self, lane: Lane | int) -> float | None:
+        return {Lane.DECODE: self.decode_s, Lane.PREFILL: self.prefill_s}.get(Lane(lane))
+
+
+class SliceTuner:
+    def __init__(self, target_s: float, initial_s: float | None = None,
+                 floor_s: float = 0.0005, window: int = 128) -> None:
+        self.target_s = target_s
+        self.floor_s = min(floor_s, target_s)
+        self.slice_s = target_s if initial_s is None else initial_s
+        self.window = window
+        self._seen = self._missed = self._slow = 0
+
+    def observe(self, wait_s: float) -> None:
+        """One decode call's wait, seen while training ran; adjusts `slice_s` per window."""
+        self._seen += 1
+        self._missed += wait_s > self.target_s
+        self._slow += wait_s > 0.5 * self.target_s
+        if self._seen < self.window:
+            return
+        if self._missed > MISS_SHARE * self._seen:
+            self.slice_s = max(self.floor_s, self.slice_s * SHRINK)
+        elif self._slow == 0:
+            self.slice_s = min(self.target_s, self.slice_s * GROW)
+        self._seen = self._missed = self._slow = 0

@@ -1,0 +1,61 @@
+"""Latency targets per lane, and the training slice sized to keep the decode target: it shrinks
+while decode steps miss the target behind training, grows back when they have room."""
+
+from __future__ import annotations
+
+import torch
+
+from executor.calls import PendingCall
+from executor.lanes import Lane
+from executor.policy import Budgets, Opportunistic
+from executor.scheduler import Scheduler
+from executor.targets import MISS_SHARE, LatencyTargets, SliceTuner
+from wire.executor import Call, CallKind, Op
+
+
+def test_targets_are_per_lane_and_training_has_none() -> None:
+    targets = LatencyTargets(decode_s=0.002, prefill_s=0.03)
+    assert [targets.of(lane) for lane in Lane] == [0.002, 0.03, None]
+
+
+def test_the_slice_shrinks_while_decode_steps_miss_and_grows_back_to_the_target() -> None:
+    tuner = SliceTuner(target_s=0.004, window=100)
+    assert tuner.slice_s == 0.004  # it starts at the target
+    allowed = int(MISS_SHARE * 100)
+    for i in range(100):  # as many misses as a window allows: no change
+        tuner.observe(0.005 if i < allowed else 0.003)
+    assert tuner.slice_s == 0.004
+    for i in range(100):  # one more: it shrinks
+        tuner.observe(0.005 if i <= allowed else 0.003)
+    assert tuner.slice_s == 0.004 * 0.7
+    for _ in range(30):
+        for _ in range(100):
+            tuner.observe(0.01)
+    assert tuner.slice_s == tuner.floor_s == 0.0005  # never below the floor
+    for _ in range(30):
+        for _ in range(100):
+            tuner.observe(0.001)  # well within half the target: room to grow
+    assert tuner.slice_s == 0.004  # back to the target, never above it
+    for _ in range(100):
+        tuner.observe(0.0025)  # within the target but not within half: it holds
+    assert tuner.slice_s == 0.004
+
+
+def _call(client: bytes, rows: int, kind: CallKind, arrived: float) -> PendingCall:
+    return PendingCall(client, Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8)),
+                       torch.empty(rows, 8), arrived)
+
+
+def test_the_scheduler_feeds_decode_waits_to_the_tuner_only_while_training_runs() -> None:
+    now = [0.0]
+    tuner = SliceTuner(target_s=0.004, window=4)
+    scheduler = Scheduler(Opportunistic(Budgets(), tuner=tuner), clock=lambda: now[0])
+    late = [_call(b"d", 1, CallKind.INFERENCE, 0.0) for _ in range(4)]
+    scheduler.observe_waits(late, started=0.01)  # no training lately: decode waits are not
+    assert tuner.slice_s == 0.004                # the slices' doing
+    scheduler.add(_call(b"t", 256, CallKind.TRAINING, 0.0))
+    now[0] = 1.0
+    assert scheduler.next_batch()[0].kind == CallKind.TRAINING
+    scheduler.observe_waits(late, started=0.01)  # 10 ms behind training: too long
+    assert tuner.slice_s == scheduler.training_slice_s() == 0.004 * 0.7
+    assert Scheduler(Opportunistic(Budgets(), tuner=None)).training_slice_s() is None
