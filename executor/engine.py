@@ -74,6 +74,7 @@ class Engine:
         parts, elapsed = [], 0.0
         for start in range(0, x.shape[0], size):
             if parts:
+                self.scheduler.training_ran()  # the decode steps run now waited behind it
                 between()
             y, seconds = D.timed(run, x[start:start + size], self.device)
             parts.append(y)

@@ -63,6 +63,7 @@ class Scheduler:
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
         self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
+        self._training_done = float("-inf")  # when the last training batch or slice ended
         self._seq = 0
         self._next_forget = 0.0
 
@@ -107,13 +108,19 @@ class Scheduler:
             return batch
 
     def observe_waits(self, batch: list[PendingCall], started: float) -> None:
-        """The decode steps' waits, while training runs, size the next training slices."""
+        """The waits of decode steps that were queued while a training batch (or slice) ran
+        size the next training slices; other waits are not the slices' doing."""
         tuner = getattr(self.policy, "tuner", None)
-        if tuner is None or not any(self._recent):
+        if tuner is None:
             return
         for call in batch:
-            if call.lane == Lane.DECODE:
+            if call.lane == Lane.DECODE and call.arrived < self._training_done:
                 tuner.observe(started - call.arrived)
+
+    def training_ran(self) -> None:
+        """A training slice just ended (the batch goes on after the decode steps ready)."""
+        with self.lock:
+            self._training_done = self.clock()
 
     def training_slice_s(self) -> float | None:
         """The training slice now (None: batches run whole)."""
@@ -174,6 +181,8 @@ class Scheduler:
         with self.lock:
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds)
             now = self.clock()
+            if batch[0].kind == CallKind.TRAINING:
+                self._training_done = now
             for call in batch:
                 if (me := self.presence.get(call.client)) is not None:
                     me.served = now

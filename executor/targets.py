@@ -7,7 +7,8 @@ that met their target (`/metrics`, the dashboard).
 
 A decode step that arrives while a training batch runs waits for the slice in progress, so the
 slice is sized from the decode target and what the waits measure (`SliceTuner`): it starts at
-the target; over each window of decode calls seen while training ran, if more than `MISS_SHARE`
+the target; over each window of decode calls queued while a training slice ran (the waits that
+are the slices' doing: on a busy host most of a wait can be the OS's), if more than `MISS_SHARE`
 missed the target the slice shrinks, if none came within half the target it grows back (never
 above the target, never below `floor_s`; the policy's `min_slice_rows` still bounds a slice's
 rows from below, so training keeps an efficient matmul).
@@ -42,7 +43,7 @@ class SliceTuner:
         self._seen = self._missed = self._slow = 0
 
     def observe(self, wait_s: float) -> None:
-        """One decode call's wait, seen while training ran; adjusts `slice_s` per window."""
+        """One decode call's wait behind training; adjusts `slice_s` per window."""
         self._seen += 1
         self._missed += wait_s > self.target_s
         self._slow += wait_s > 0.5 * self.target_s

@@ -46,16 +46,25 @@ def _call(client: bytes, rows: int, kind: CallKind, arrived: float) -> PendingCa
                        torch.empty(rows, 8), arrived)
 
 
-def test_the_scheduler_feeds_decode_waits_to_the_tuner_only_while_training_runs() -> None:
+def test_the_scheduler_feeds_the_tuner_the_waits_of_decode_steps_queued_behind_training(
+        ) -> None:
     now = [0.0]
     tuner = SliceTuner(target_s=0.004, window=4)
     scheduler = Scheduler(Opportunistic(Budgets(), tuner=tuner), clock=lambda: now[0])
-    late = [_call(b"d", 1, CallKind.INFERENCE, 0.0) for _ in range(4)]
-    scheduler.observe_waits(late, started=0.01)  # no training lately: decode waits are not
-    assert tuner.slice_s == 0.004                # the slices' doing
+    late = [_call(b"d", 1, CallKind.INFERENCE, 0.99) for _ in range(4)]
+    scheduler.observe_waits(late, started=1.01)  # no training ran: not the slices' doing
+    assert tuner.slice_s == 0.004
     scheduler.add(_call(b"t", 256, CallKind.TRAINING, 0.0))
+    training = scheduler.next_batch()
     now[0] = 1.0
-    assert scheduler.next_batch()[0].kind == CallKind.TRAINING
-    scheduler.observe_waits(late, started=0.01)  # 10 ms behind training: too long
+    scheduler.observe(training, 0.004)  # it ended after the decode steps were queued
+    scheduler.observe_waits(late, started=1.01)  # 20 ms, behind training: too long
     assert tuner.slice_s == scheduler.training_slice_s() == 0.004 * 0.7
+    after = [_call(b"d", 1, CallKind.INFERENCE, 1.005) for _ in range(4)]
+    scheduler.observe_waits(after, started=1.05)  # queued after training ended: not fed
+    assert tuner.slice_s == 0.004 * 0.7
+    now[0] = 1.1
+    scheduler.training_ran()  # a slice of a longer training batch ended
+    scheduler.observe_waits(after, started=1.11)
+    assert tuner.slice_s == 0.004 * 0.7 * 0.7
     assert Scheduler(Opportunistic(Budgets(), tuner=None)).training_slice_s() is None
