@@ -93,7 +93,7 @@ class JobLedger:
         if not self.jobs.move(job.id, "succeeded", fine_tuned_model=job.model_id,
                               trained_tokens=report.trained_tokens, result_files=[results],
                               gates=report.gates):
-            return JobStatus(self.jobs.get(job.id).status)
+            return self._status(job.id)
         self.jobs.event(job.id, "The job has successfully completed")
         return JobStatus.SUCCEEDED
 
@@ -122,7 +122,10 @@ class JobLedger:
                            "param": report.error_param}} if failed else {}
         if self.jobs.move(job.id, report.status.value, **error) and report.message:
             self.jobs.event(job.id, report.message, level="error" if failed else "info")
-        current = self.jobs.get(job.id)
+        return self._status(job.id)
+
+    def _status(self, job_id: str) -> JobStatus:
+        current = self.jobs.get(job_id)
         return JobStatus(current.status) if current else JobStatus.UNKNOWN
 
     def _own(self, job: JobRecord, path: str) -> Path:
