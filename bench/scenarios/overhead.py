@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
+from bench.callpath import pipe_floor
 from bench.executors import executor
 from bench.records import Record
 from bench.scenarios.common import Settings, run_ours
@@ -50,6 +51,12 @@ def per_call(settings: Settings) -> list[Record]:
         for _ in range(n):
             client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
         rtt_us = (time.perf_counter() - started) / n * 1e6
+        each = []
+        for _ in range(n):
+            begun = time.perf_counter()
+            client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
+            each.append(time.perf_counter() - begun)
+        median_rtt_us, pipe_us = 1e6 * statistics.median(each), pipe_floor()
         weight = torch.randn(layer.out_features, layer.in_features)
         started = time.perf_counter()
         for _ in range(n):
@@ -71,6 +78,14 @@ def per_call(settings: Settings) -> list[Record]:
     remote_s, local_s = statistics.median(remote), statistics.median(local)
     overhead_us = (remote_s - local_s) / tokens / calls_per_token * 1e6
     return [
+        Record("8 per-call overhead", "round trip of a 1-row call vs a bare pipe round trip",
+               median_rtt_us, pipe_us, "us", "<= 1.5x", higher_is_better=False,
+               note="medians; the pipes: two processes, one byte each way (bench.callpath)"),
+        Record("8 per-call overhead", "decode time per token vs the plain model in-process",
+               1e3 * remote_s / tokens, 1e3 * local_s / tokens, "ms", "<= 1.2x",
+               higher_is_better=False,
+               note=f"greedy, {MODEL}, 1 thread each side, {tokens} tokens; medians of "
+                    f"{repeats} generations, alternately"),
         Record("8 per-call overhead", "round trip of a 1-row call", rtt_us, local_us, "us",
                "<= 100 us", higher_is_better=False, note="baseline: the same matmul locally"),
         Record("8 per-call overhead", "decode: (remote - local time per token) / calls per token",
