@@ -156,16 +156,17 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
 def test_a_stopped_test_stage_is_counted_from_pytests_verbose_lines(tmp_path) -> None:
     """When pytest is stopped before its JUnit report, its `-v` lines give the same counts as
     the report of a run that finished."""
-    from bench.gpucheck import _counts
+    from bench.gpucheck import _counts, pytest_command
 
     (tmp_path / "test_three.py").write_text(
         "import pytest\n"
+        "pytestmark = pytest.mark.chosen\n"
         "def test_passes():\n    assert True\n"
         "def test_fails():\n    assert False\n"
         "def test_skips():\n    pytest.skip('no')\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers = chosen: for this test\n")
     junit = tmp_path / "junit.xml"
-    run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                          str(tmp_path / "test_three.py"), f"--junitxml={junit}"],
+    run = subprocess.run(pytest_command([str(tmp_path / "test_three.py")], junit, "chosen"),
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     from_report = _counts(junit, "")
     from_lines = _counts(tmp_path / "absent.xml", run.stdout)
