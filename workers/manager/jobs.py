@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -141,7 +142,11 @@ class JobScheduler:
     def report(self, report: TrainerReport) -> None:
         """Record what a trainer reports; its last report is acknowledged (it may then exit)
         and answers the gateways waiting on the job."""
-        status = self.ledger.record(report)
+        try:
+            status = self.ledger.record(report)
+        except (sqlite3.Error, OSError):  # a full disk, say: the manager serves on
+            log.exception("job %s: a trainer's report was not recorded", report.job_id)
+            return  # a last report left unacknowledged: its trainer exits, the job is retried
         if status is None:
             return
         self.to_trainer(report.job_id, TrainerAck(report.job_id))

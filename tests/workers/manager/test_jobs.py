@@ -158,3 +158,12 @@ def test_a_preempted_trainer_that_dies_is_requeued_not_failed(setup) -> None:
     assert scheduler.exited(21, -9)
     assert store.get(low).status == "queued"
     assert seen.started == [low, urgent]
+
+
+def test_a_report_the_database_cannot_take_is_not_acknowledged_and_the_manager_goes_on(
+        setup) -> None:
+    store, scheduler, seen = setup
+    job = running_job(store, scheduler, 31)
+    store.db.conn.close()  # every write now fails as a broken database does
+    scheduler.report(TrainerStopped(job, JobStatus.PAUSED, "Job paused at step 1"))
+    assert seen.acks == [] and seen.answers == []  # its trainer will exit for a retry
