@@ -1,28 +1,23 @@
 """Per-layer queues of pending calls and the choice of what runs next.
 
 Bookkeeping only, no tensors. Thread-safe: calls are added by whichever executor thread drains the
-socket; batches are taken by whichever holds the compute slot.
-
-Besides the queues, the scheduler tracks each client's presence (`executor.presence`); an
-opportunistic batch waits only while a client may still join it.
-Decode steps travel as a convoy (opportunistic): a decode step waits, up to the policy's
-`convoy_s`, while a decode client is queued earlier in the pass (served first, it comes here
-next) or an idle one is due here (within twice its usual gap from a reply to this layer). Each
-batch then carries every decoding tenant: on a skinny matmul one weight read serves 8 rows for
-about the cost of 4 (llama-160m, 8 tenants, 2 cores: 3.9 -> 7.7 calls per batch, 42 -> 54
-tokens/s).
-
-Choosing among ready queues: any call waiting past `starvation_s` goes first; then inference
-before training, but training keeps at least `training_share` of the batches while it has work;
-then the policy's order (first come first served; or for opportunistic batching decode steps
-first, then the queue farthest behind in the model: a layer's position in forward order,
-reversed for backward). Decode steps, prefills and training calls for one layer share its queue,
-so they can share a batch (one matmul for every tenant).
-A training batch may run in slices (`slice_rows`, as the policy says); between slices the
-decode steps that are ready run (`between_slices`) as long as training keeps `training_share` of
-the batches, each slice counting as one.
-Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a client flooding
-one layer cannot crowd others out.
+socket; batches are taken by whichever holds the compute slot. Besides the queues, it tracks each
+client's presence (`executor.presence`); an opportunistic batch waits only while a client may still
+join it. Decode steps travel as a convoy (opportunistic): a decode step waits, up to the policy's
+`convoy_s`, while a decode client is queued earlier in the pass (served first, it comes here next)
+or an idle one is due here (within twice its usual gap from a reply to this layer). Each batch then
+carries every decoding tenant: on a skinny matmul one weight read serves 8 rows for about the cost
+of 4 (llama-160m, 8 tenants, 2 cores: 3.9 -> 7.7 calls per batch, 42 -> 54 tokens/s). Choosing
+among ready queues: any call waiting past `starvation_s` goes first; then inference before
+training, but training keeps at least `training_share` of the batches while it has work; then the
+policy's order (first come first served; or for opportunistic batching decode steps first, then the
+queue farthest behind in the model: a layer's position in forward order, reversed for backward).
+Decode steps, prefills and training calls for one layer share its queue, so they can share a batch
+(one matmul for every tenant). A training batch may run in slices (`slice_rows`, as the policy
+says, sized by the waits of decode steps queued behind training: `observe_waits`); between slices
+the ready decode steps run as long as training keeps `training_share` of the batches, each slice
+counting as one. Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a
+client flooding one layer cannot crowd others out.
 """
 
 from __future__ import annotations
@@ -124,8 +119,7 @@ class Scheduler:
 
     def training_slice_s(self) -> float | None:
         """The training slice now (None: batches run whole)."""
-        tuner = getattr(self.policy, "tuner", None)
-        return tuner.slice_s if tuner is not None else None
+        return getattr(self.policy, "slice_s", None)
 
     def slice_rows(self, batch: list[PendingCall]) -> int | None:
         """Rows per slice for a training batch under the policy; None when it runs whole (also
