@@ -82,3 +82,19 @@ def test_long_context_rounds_offload_the_cache_past_the_budget_only() -> None:
         assert gaps and all(g > 0 for g in gaps) and last >= started + 0.5
         # a round's first step prefills and decodes (2 tokens); each later one decodes one token
         assert len(gaps) >= 6 - 2
+
+
+def test_a_forked_client_that_fails_says_why_before_it_exits(tmp_path) -> None:
+    """The preloaded parent's child ends with os._exit: its traceback must reach stderr first
+    (on the first GPU run it did not, and a crash read only "exited before it was ready")."""
+    import json
+    import subprocess
+    import sys
+
+    argv = ["--model", "no-such-model", "--kind", "decode", "--sync-dir", str(tmp_path),
+            "--index", "0"]
+    run = subprocess.run([sys.executable, "-m", "bench.forked"], capture_output=True, text=True,
+                         input=json.dumps({"argvs": [argv]}) + "\n", timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == {"failed": 1}
+    assert "Traceback (most recent call last)" in run.stderr and "no-such-model" in run.stderr
