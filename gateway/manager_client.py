@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -19,7 +18,7 @@ import zmq
 import zmq.asyncio
 
 from wire import manager as W
-from wire.jobs import JobAction, JobCommand, JobState
+from wire.jobs import JobCommand, JobState
 
 log = logging.getLogger("gateway.manager")
 
@@ -108,10 +107,11 @@ class ManagerClient:
     async def send(self, message: msgspec.Struct) -> None:
         await self._sock.send(W.encode(message))
 
-    async def job(self, job_id: str, action: JobAction, timeout_s: float) -> JobState | None:
-        """Ask the manager to act on a job; its answer once the action took effect (a pause or
-        cancel: once the trainer stopped), or None after `timeout_s` or when it is down."""
-        command = JobCommand(uuid.uuid4().hex, job_id, action)
+    async def job(self, command: JobCommand, timeout_s: float) -> JobState | None:
+        """Ask the manager to act on a job; its answer once the action took effect (a running
+        job's pause or cancel: once its trainer stopped), or None after `timeout_s`."""
+        if not self.up:
+            raise ManagerUnavailable("the worker manager is not reachable")
         queue: asyncio.Queue = asyncio.Queue()
         self._queues[command.id] = queue
         try:

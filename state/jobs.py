@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from state.db import Database
 from state.job_spec import JobSpec
 from state.job_states import TERMINAL, IllegalMove, sources
+from wire.jobs import NewJob
 
 __all__ = ["TERMINAL", "JobRecord", "JobStore"]
 
@@ -88,22 +89,23 @@ class JobStore:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def create(self, tenant: str, model: str, training_file: str, validation_file: str | None,
-               suffix: str | None, seed: int, spec: JobSpec,
-               metadata: dict | None, priority: int = 0) -> JobRecord:
-        hyperparameters, method = spec.hyperparameters(), spec.peft_dict()
-        job = JobRecord(new_id("ftjob"), tenant, int(time.time()), "validating_files", model,
-                        training_file, validation_file, suffix, seed, hyperparameters, method,
-                        metadata, priority=priority)
+    def create(self, job_id: str, new: NewJob) -> JobRecord:
+        """Store a new job (validating its files) under `job_id`; a job already stored under
+        it (the same command again) is returned as it is."""
+        hyperparameters, method = new.spec.hyperparameters(), new.spec.peft_dict()
+        job = JobRecord(job_id, new.tenant, int(time.time()), "validating_files", new.model,
+                        new.training_file, new.validation_file, new.suffix, new.seed,
+                        hyperparameters, method, new.metadata, priority=new.priority)
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT INTO jobs (id, tenant, created_at, status, model, training_file, "
-                "validation_file, suffix, seed, hyperparameters, method, metadata, priority) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, tenant, job.created_at, job.status, model, training_file,
-                 validation_file, suffix, seed, json.dumps(hyperparameters), json.dumps(method),
-                 None if metadata is None else json.dumps(metadata), priority))
-        return job
+                "INSERT OR IGNORE INTO jobs (id, tenant, created_at, status, model, "
+                "training_file, validation_file, suffix, seed, hyperparameters, method, "
+                "metadata, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.id, job.tenant, job.created_at, job.status, job.model, job.training_file,
+                 job.validation_file, job.suffix, job.seed, json.dumps(hyperparameters),
+                 json.dumps(method), None if new.metadata is None else json.dumps(new.metadata),
+                 job.priority))
+        return self.get(job_id)
 
     def get(self, job_id: str, tenant: str | None = None) -> JobRecord | None:
         sql, params = "SELECT * FROM jobs WHERE id = ?", [job_id]

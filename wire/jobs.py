@@ -1,13 +1,14 @@
 """Fine-tuning job control: gateway -> worker manager -> trainer, and back. Typed, torch-free.
 
-The gateway stores a new job as queued and sends `JobCommand(START)`, so the manager claims it
-at once; pausing or cancelling a running job is `JobCommand(PAUSE | CANCEL)`, which the manager
-forwards to the job's trainer as `TrainerControl`. The manager is the only writer of a job's
-state once it runs: it gives the trainer the job (`TrainerJob`, in the trainer's spawn spec), and
-the trainer reports on its control channel (`TrainerReport`: started, events, checkpoints, then
-finished or stopped); the manager records each and acknowledges the last (`TrainerAck`) before
-the trainer exits, then answers every gateway request waiting on that job with `JobState`. A
-trainer never opens the database.
+The manager is the one writer of job state; the gateway reads jobs and sends commands. A new
+job is `JobCommand(CREATE)` carrying the validated request (`NewJob`); `PAUSE`, `CANCEL` and
+`RESUME` act on a job, and the manager answers each with `JobState` once it took effect: at once
+for a job that is not training, and for a running one once its trainer stopped (the manager
+forwards a pause or cancel to it as `TrainerControl`). The manager gives a trainer its job
+(`TrainerJob`, in the trainer's spawn spec), and the trainer reports on its control channel
+(`TrainerReport`: started, events, checkpoints, then finished or stopped); the manager records
+each and acknowledges the last (`TrainerAck`) before the trainer exits. Neither the gateway nor
+a trainer writes a job.
 """
 
 from __future__ import annotations
@@ -32,22 +33,11 @@ class JobStatus(enum.StrEnum):
 
 
 class JobAction(enum.StrEnum):
-    START = "start"  # a job was queued (created or resumed): claim it if a slot is free
+    CREATE = "create"  # store the command's `NewJob` under its job id and queue it
     PAUSE = "pause"
     CANCEL = "cancel"
+    RESUME = "resume"  # a paused job goes back to the queue
     PREEMPT = "preempt"  # manager -> trainer only: checkpoint and give the slot back (queued)
-
-
-class JobCommand(msgspec.Struct, tag="job_command", array_like=True):
-    id: str  # request id, echoed in the JobState answer
-    job_id: str
-    action: JobAction
-
-
-class JobState(msgspec.Struct, tag="job_state", array_like=True):
-    id: str  # the JobCommand's request id
-    job_id: str
-    status: JobStatus  # once the command took effect (or could not)
 
 
 class TrainerHello(msgspec.Struct, tag="trainer_hello", array_like=True):
@@ -107,6 +97,36 @@ class JobSpec(msgspec.Struct, frozen=True):
     def from_stored(cls, hyperparameters: dict, peft: dict) -> JobSpec:
         """From the job's two JSON columns, checked against these types."""
         return msgspec.convert({**hyperparameters, "peft": peft}, cls, strict=False)
+
+
+class NewJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job as the gateway validated it (`JobCommand(CREATE)`): the manager stores it, then
+    queues it, or fails it at once with `problem` (the training file cannot train)."""
+
+    tenant: str
+    model: str  # the base model's name
+    training_file: str
+    validation_file: str | None = None
+    suffix: str | None = None
+    seed: int
+    spec: JobSpec
+    metadata: dict[str, str] | None = None
+    priority: int = 0
+    problem: str | None = None
+
+
+class JobCommand(msgspec.Struct, tag="job_command", array_like=True):
+    id: str  # request id, echoed in the JobState answer
+    job_id: str  # for CREATE, the id the new job gets (chosen by the gateway: a retry finds it)
+    action: JobAction
+    new: NewJob | None = None  # CREATE only
+
+
+class JobState(msgspec.Struct, tag="job_state", array_like=True):
+    id: str  # the JobCommand's request id
+    job_id: str
+    status: JobStatus  # once the command took effect (or could not)
+    moved: bool = True  # False: the job's status did not allow the command (`status` is it)
 
 
 class TrainerJob(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,4 +1,8 @@
-"""/v1/fine_tuning/jobs: create, list, retrieve, cancel, pause, resume, events, checkpoints."""
+"""/v1/fine_tuning/jobs: create, list, retrieve, cancel, pause, resume, events, checkpoints.
+
+The gateway validates a request and reads jobs; the worker manager writes them: creating,
+pausing, cancelling and resuming are commands to it (`wire.jobs.JobCommand`), answered once they
+took effect. With the manager down they answer 503 and change nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
+from gateway.manager_client import ManagerUnavailable
 from openapi.fine_tuning import (
     CheckpointList,
     EventList,
@@ -22,13 +27,14 @@ from openapi.fine_tuning import (
     PeftSettings,
 )
 from state.job_spec import resolve, too_few_examples
-from state.job_states import TERMINAL, can_move
-from state.jobs import JobRecord
+from state.job_states import TERMINAL
+from state.jobs import JobRecord, new_id
 from state.versions import split_id
-from wire.jobs import JobAction, JobCommand
+from wire.jobs import JobAction, JobCommand, JobState, NewJob
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"],
                    responses=documented(400, 404))
+ANSWER_S = 10.0  # a command for a job no trainer runs is answered at once
 STOP_WAIT_S = 20.0  # a running job stops after its current step; answer with it then
 
 
@@ -67,25 +73,21 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
           else body.hyperparameters or Hyperparameters())
     examples = files["training_file"].examples
-    spec = resolve(hp, {**(body.peft or PeftSettings()).model_dump(),
-                                                **start, "gates": (body.gates or Gates())
-                                                .model_dump(), "register_as": body.register_as},
-                   examples, state.text_tokens.max_context)
+    peft = {**(body.peft or PeftSettings()).model_dump(), **start,
+            "gates": (body.gates or Gates()).model_dump(), "register_as": body.register_as}
+    spec = resolve(hp, peft, examples, state.text_tokens.max_context)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
-    jobs = state.jobs
-    job = jobs.create(tenant.id, state.settings.model, body.training_file, body.validation_file,
-                      body.suffix, seed, spec, body.metadata,
-                      tenant.job_priority if body.priority is None else body.priority)
-    jobs.event(job.id, f"Validating training file: {body.training_file}")
-    if (problem := too_few_examples(examples)) is not None:
-        jobs.move(job.id, "failed", error={"code": "invalid_n_examples", "message": problem,
-                                           "param": "training_file"})
-        jobs.event(job.id, problem, level="error")
-    else:
-        jobs.move(job.id, "queued")
-        jobs.event(job.id, "Files validated, moving job to queued state")
-        await _queued(request, job.id)
-    return FineTuningJob(**jobs.get(job.id).public())
+    new = NewJob(tenant=tenant.id, model=state.settings.model, training_file=body.training_file,
+                 validation_file=body.validation_file, suffix=body.suffix, seed=seed, spec=spec,
+                 metadata=body.metadata, problem=too_few_examples(examples),
+                 priority=tenant.job_priority if body.priority is None else body.priority)
+    job_id = new_id("ftjob")
+    await _command(request, job_id, JobAction.CREATE, ANSWER_S, new)
+    job = state.jobs.get(job_id)  # stored, even if its answer was lost on the way
+    if job is None:
+        raise APIError(503, "The worker manager could not store the job; try again shortly.",
+                       "service_unavailable")
+    return FineTuningJob(**job.public())
 
 
 def _starting_adapter(request: Request, tenant_id: str, body: FineTuningJobCreate) -> dict:
@@ -111,11 +113,21 @@ def _starting_adapter(request: Request, tenant_id: str, body: FineTuningJobCreat
     return {"method": method, "init_model": version.id, "init_adapter": version.path}
 
 
-async def _queued(request: Request, job_id: str) -> None:
-    """Tell the manager a job waits (it also finds queued jobs when it starts)."""
-    if request.app.state.manager.up:
-        await request.app.state.manager.send(JobCommand(uuid.uuid4().hex, job_id,
-                                                        JobAction.START))
+async def _command(request: Request, job_id: str, action: JobAction, timeout_s: float,
+                   new: NewJob | None = None) -> JobState | None:
+    """The manager's answer once the command took effect, or None after `timeout_s`."""
+    try:
+        return await request.app.state.manager.job(
+            JobCommand(uuid.uuid4().hex, job_id, action, new), timeout_s)
+    except ManagerUnavailable:
+        raise APIError(503, "The worker manager is not reachable; try again shortly.",
+                       "service_unavailable") from None
+
+
+def _refused(job_id: str, answer: JobState | None, what: str) -> None:
+    if answer is not None and not answer.moved:
+        raise APIError(400, f"Job {job_id} is {answer.status.value}: it cannot be {what}.",
+                       "invalid_state", "id")
 
 
 @router.get("/jobs", response_model=JobList)
@@ -134,21 +146,11 @@ async def retrieve_job(job_id: str, request: Request, tenant: TenantDep) -> Fine
 
 
 async def _stop(request: Request, job: JobRecord, action: JobAction) -> FineTuningJob:
-    """A job that is not training stops at once; a running one is asked (through the manager)
-    to checkpoint and stop after its current step, and answers once it did."""
-    jobs, final = request.app.state.jobs, "paused" if action == JobAction.PAUSE else "cancelled"
-    current = jobs.get(job.id)
-    if current.status != "running" and jobs.move(job.id, final):
-        jobs.event(job.id, f"Job {final}")
-        return FineTuningJob(**jobs.get(job.id).public())
-    current = jobs.get(job.id)  # it may have started meanwhile
-    if current.status != "running":
-        if not can_move(current.status, final):
-            raise APIError(400, f"Job {job.id} is {current.status}: it cannot be {final}.",
-                           "invalid_state", "id")
-        return FineTuningJob(**current.public())
-    await request.app.state.manager.job(job.id, action, STOP_WAIT_S)
-    return FineTuningJob(**jobs.get(job.id).public())
+    """A job that is not training stops at once; a running one checkpoints and stops after its
+    current step, and the answer waits for it (up to `STOP_WAIT_S`)."""
+    answer = await _command(request, job.id, action, STOP_WAIT_S)
+    _refused(job.id, answer, "paused" if action == JobAction.PAUSE else "cancelled")
+    return FineTuningJob(**request.app.state.jobs.get(job.id).public())
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=FineTuningJob)
@@ -166,13 +168,11 @@ async def pause_job(job_id: str, request: Request, tenant: TenantDep) -> FineTun
 
 @router.post("/jobs/{job_id}/resume", response_model=FineTuningJob)
 async def resume_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
-    jobs = request.app.state.jobs
     job = _job(request, tenant.id, job_id)
-    if job.status != "paused" or not jobs.move(job.id, "queued", attempts=0):
+    if job.status != "paused":
         raise APIError(400, f"Job {job_id} is {job.status}, not paused.", "invalid_state", "id")
-    jobs.event(job.id, "Job resumed; queued to continue from its latest checkpoint")
-    await _queued(request, job.id)
-    return FineTuningJob(**jobs.get(job.id).public())
+    _refused(job_id, await _command(request, job_id, JobAction.RESUME, ANSWER_S), "resumed")
+    return FineTuningJob(**request.app.state.jobs.get(job_id).public())
 
 
 @router.get("/jobs/{job_id}/events", response_model=EventList)

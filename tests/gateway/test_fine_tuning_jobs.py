@@ -1,17 +1,21 @@
-"""Creating fine-tuning jobs in the gateway (no manager behind it): which models may start one
-(and cannot be deleted while it runs), bounds, and the priority a job gets."""
+"""Fine-tuning jobs through the gateway, with the manager's job queue behind it: which models
+may start one (and cannot be deleted while it runs), bounds, the priority a job gets; the
+gateway never writes a job, and without the manager it creates none."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 
+import pytest
 from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.tenants import hash_key
 from tests.e2e.adapters import save_adapter
-from tests.gateway.conftest import KEY
+from tests.gateway.conftest import KEY, wait_until_up
+from tests.gateway.manager_stand_in import ManagerStandIn
 from tests.gateway.test_validation import assert_openai_error
 from tests.workers.training.test_trainer import gsm8k
 
@@ -24,7 +28,8 @@ def upload(client, headers: dict = KEY) -> str:
     return response.json()["id"]
 
 
-def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
+def test_a_job_continues_a_model_of_its_tenant_only(managed, tmp_path) -> None:
+    client, _ = managed
     registry = client.app.state.registry
     registry.register("acme", "memo", save_adapter(tmp_path / "memo", "lora", 1))
     registry.register("beta", "theirs", save_adapter(tmp_path / "theirs", "lora", 2))
@@ -52,7 +57,8 @@ def test_a_job_continues_a_model_of_its_tenant_only(client, tmp_path) -> None:
     assert client.delete("/v1/models/acme/memo", headers=KEY).json()["deleted"] is True
 
 
-def test_held_out_gate_texts_are_bounded(client) -> None:
+def test_held_out_gate_texts_are_bounded(managed) -> None:
+    client, _ = managed
     training = upload(client)
     error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
         "model": "tiny-llama", "training_file": training,
@@ -63,9 +69,11 @@ def test_held_out_gate_texts_are_bounded(client) -> None:
 def test_a_jobs_priority_defaults_to_its_tenants_tier(tmp_path) -> None:
     (tmp_path / "tenants.json").write_text(json.dumps({"tenants": [
         {"id": "gold", "key_sha256": [hash_key("sk-gold")], "job_priority": 50}]}))
-    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
-                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    endpoint = f"ipc://{tmp_path}/manager.sock"
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", manager=endpoint)
     with TestClient(create_app(settings)) as app:
+        manager = ManagerStandIn(tmp_path, endpoint)
+        wait_until_up(app)
         priorities = {}
         for key, extra in (("sk-gold", {}), ("sk-gold", {"priority": -5}), ("sk-acme", {})):
             headers = {"Authorization": f"Bearer {key}"}
@@ -73,12 +81,14 @@ def test_a_jobs_priority_defaults_to_its_tenants_tier(tmp_path) -> None:
                 "model": "tiny-llama", "training_file": upload(app, headers), **extra})
             assert job.status_code == 200, job.text
             priorities[(key, extra.get("priority"))] = job.json()["priority"]
+        manager.close()
     assert priorities == {("sk-gold", None): 50, ("sk-gold", -5): -5, ("sk-acme", None): 0}
 
 
-def test_hyperparameters_out_of_bounds_are_refused_by_the_api_model(client) -> None:
+def test_hyperparameters_out_of_bounds_are_refused_by_the_api_model(managed) -> None:
     """The bounds live in `openapi.fine_tuning.Hyperparameters` alone; each refusal names its
     field, and an accepted job shows what `resolve` made of "auto"."""
+    client, _ = managed
     training = upload(client)
     job = {"model": "tiny-llama", "training_file": training}
     for field, value in (("n_epochs", 0), ("n_epochs", 51), ("batch_size", 257),
@@ -92,3 +102,52 @@ def test_hyperparameters_out_of_bounds_are_refused_by_the_api_model(client) -> N
     assert created.json()["hyperparameters"] == {"n_epochs": 50, "batch_size": 1,
                                                  "learning_rate_multiplier": 0.5}
     assert created.json()["peft"]["learning_rate"] == 1e-4  # lora's 2e-4 x 0.5
+
+
+def test_the_gateway_never_writes_a_job_and_the_manager_moves_them(managed) -> None:
+    """Every write to the jobs, events and checkpoints tables through the gateway's own
+    connection is refused by SQLite; creating, pausing, resuming and cancelling all work."""
+    client, manager = managed
+
+    def no_job_writes(action: int, table: str | None, *_: object) -> int:
+        writes = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
+        if action in writes and table in ("jobs", "events", "checkpoints"):
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    client.app.state.db.conn.set_authorizer(no_job_writes)
+    training = upload(client)
+
+    def act(job_id: str, action: str, status: int = 200) -> dict:
+        response = client.post(f"/v1/fine_tuning/jobs/{job_id}/{action}", headers=KEY)
+        assert response.status_code == status, response.text
+        return response.json()
+
+    first, second = (client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        "model": "tiny-llama", "training_file": training}).json() for _ in range(2))
+    assert (first["status"], second["status"]) == ("running", "queued")  # one slot
+    assert act(second["id"], "pause")["status"] == "paused"
+    error = act(second["id"], "pause", 400)["error"]
+    assert error["code"] == "invalid_state" and "paused" in error["message"]
+    assert act(first["id"], "pause")["status"] == "paused"  # its trainer stopped first
+    assert act(second["id"], "resume")["status"] == "running"  # the free slot is its
+    assert act(first["id"], "resume")["status"] == "queued"
+    assert act(first["id"], "cancel")["status"] == "cancelled"
+    assert act(first["id"], "cancel", 400)["error"]["code"] == "invalid_state"
+    assert act(second["id"], "cancel")["status"] == "cancelled"
+    assert manager.started == [first["id"], second["id"]]
+    with pytest.raises(sqlite3.DatabaseError, match="not authorized"):  # the guard holds
+        client.app.state.jobs.event(first["id"], "written by the gateway")
+    events = client.get(f"/v1/fine_tuning/jobs/{first['id']}/events?limit=10", headers=KEY)
+    assert [e["message"] for e in events.json()["data"]][::-1] == [
+        f"Validating training file: {training}", "Files validated, moving job to queued state",
+        "Job paused", "Job resumed; queued to continue from its latest checkpoint",
+        "Job cancelled"]
+
+
+def test_without_the_manager_a_job_is_a_503_and_nothing_is_stored(client) -> None:
+    training = upload(client)
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        "model": "tiny-llama", "training_file": training}), 503)
+    assert error["code"] == "service_unavailable"
+    assert client.get("/v1/fine_tuning/jobs", headers=KEY).json()["data"] == []

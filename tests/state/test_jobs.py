@@ -9,7 +9,8 @@ from openapi.fine_tuning import Hyperparameters
 from state.db import Database
 from state.job_spec import JobSpec, PeftSpec, resolve, too_few_examples
 from state.job_states import MOVES, STATUSES, TERMINAL, IllegalMove, can_move, sources
-from state.jobs import JobStore
+from state.jobs import JobStore, new_id
+from wire.jobs import NewJob
 
 EXPECTED = {
     ("validating_files", "queued"), ("validating_files", "failed"),
@@ -34,8 +35,9 @@ def store(tmp_path) -> JobStore:
 
 
 def new_job(store: JobStore) -> str:
-    return store.create("acme", "tiny-llama", "file-1", None, None, 1,
-                        JobSpec(1, 1, 1.0, PeftSpec()), None).id
+    return store.create(new_id("ftjob"), NewJob(tenant="acme", model="tiny-llama",
+                                                 training_file="file-1", seed=1,
+                                                 spec=JobSpec(1, 1, 1.0, PeftSpec()))).id
 
 
 def test_the_store_refuses_what_the_machine_forbids(store: JobStore) -> None:

@@ -136,7 +136,7 @@ class Manager:
         elif isinstance(message, JobCommand):
             if self.jobs is None:
                 self.links.reply(gateway, JobState(message.id, message.job_id,
-                                                   JobStatus.UNKNOWN))
+                                                   JobStatus.UNKNOWN, False))
             else:
                 self.jobs.command(gateway, message)
 

@@ -1,7 +1,8 @@
-"""The manager's record of what its trainers report: the one writer of a running job's events,
-checkpoints, registered adapters, result file and final status. A trainer never opens the
-database; it sends `wire.jobs.TrainerReport`s on its control channel and this records them in
-order (one socket per trainer keeps them in the order sent)."""
+"""The manager's record of its jobs: the one writer of the jobs table. It stores the jobs the
+gateway asks for (`NewJob`), moves jobs that are not training (pause, cancel, resume), and
+records what trainers report: events, checkpoints, registered adapters, result file and final
+status. A trainer never opens the database; it sends `wire.jobs.TrainerReport`s on its control
+channel and this records them in order (one socket per trainer keeps them in the order sent)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from state.adapters import AdapterError, AdapterRegistry
 from state.files import FileStore
 from state.jobs import JobRecord, JobStore
 from wire.jobs import (
+    JobAction,
     JobStatus,
+    NewJob,
     TrainerCheckpoint,
     TrainerEvent,
     TrainerFinished,
@@ -31,6 +34,37 @@ class JobLedger:
         self.jobs = jobs
         self.files = files
         self.data_dir = data_dir
+
+    def create(self, job_id: str, new: NewJob) -> JobRecord:
+        """Store a job the gateway validated: queued, or failed at once with its problem. The
+        same command again (a retry) finds the job it made."""
+        if (known := self.jobs.get(job_id)) is not None:
+            return known
+        job = self.jobs.create(job_id, new)
+        self.jobs.event(job.id, f"Validating training file: {new.training_file}")
+        if new.problem is not None:
+            self.jobs.move(job.id, "failed", error={"code": "invalid_n_examples",
+                                                    "message": new.problem,
+                                                    "param": "training_file"})
+            self.jobs.event(job.id, new.problem, level="error")
+        elif self.jobs.move(job.id, "queued"):
+            self.jobs.event(job.id, "Files validated, moving job to queued state")
+        return self.jobs.get(job.id)
+
+    def stop_idle(self, job_id: str, action: JobAction) -> bool:
+        """Pause or cancel a job that no trainer runs; False if its status does not allow it."""
+        final = "paused" if action == JobAction.PAUSE else "cancelled"
+        if not self.jobs.move(job_id, final):
+            return False
+        self.jobs.event(job_id, f"Job {final}")
+        return True
+
+    def resume(self, job_id: str) -> bool:
+        """A paused job back to the queue (from its latest checkpoint); False if not paused."""
+        if not self.jobs.move(job_id, "queued", attempts=0):
+            return False
+        self.jobs.event(job_id, "Job resumed; queued to continue from its latest checkpoint")
+        return True
 
     def record(self, report: TrainerReport) -> JobStatus | None:
         """Record one report; for the last (finished or stopped), the status the job is in

@@ -1,6 +1,6 @@
 """The fine-tuning queue, run by the worker manager: which jobs train, what a pause or cancel
 means for a running one, and what a dead trainer means. Torch-free; driven by events, not by
-polling: a job queued (`JobAction.START`), a trainer that stopped or exited.
+polling: a gateway's command (create, pause, cancel, resume), a trainer that stopped or exited.
 
 At start, jobs left "running" by a previous stack (no trainer of ours) go back to the queue,
 where they resume from their latest checkpoint. Queued jobs start, up to `max_jobs` at once,
@@ -113,19 +113,36 @@ class JobScheduler:
     # -- events ----------------------------------------------------------------------------
 
     def command(self, gateway: bytes, command: JobCommand) -> None:
-        if command.action == JobAction.START:
-            self.schedule()
-            self._answer_now(gateway, command)
+        """A gateway's command: answered at once, or for a running job's pause or cancel once
+        its trainer stopped."""
+        action, job_id = command.action, command.job_id
+        trainer = self.trainers.get(job_id)
+        if action in (JobAction.PAUSE, JobAction.CANCEL) and trainer is not None:
+            trainer.waiting.append((gateway, command.id))
+            if trainer.asked != JobAction.CANCEL:  # a user's pause or cancel outranks preempting
+                trainer.asked = action
+            if trainer.connected:
+                self.to_trainer(job_id, TrainerControl(job_id, trainer.asked))
             return
-        trainer = self.trainers.get(command.job_id)
-        if trainer is None:  # not running here: nothing to stop
-            self._answer_now(gateway, command)
+        try:
+            moved = self._act(command)
+        except (sqlite3.Error, OSError):  # a full disk, say: the gateway is told, we serve on
+            log.exception("job %s: %s not recorded", job_id, action)
+            self.answer(gateway, JobState(command.id, job_id, JobStatus.UNKNOWN, False))
             return
-        trainer.waiting.append((gateway, command.id))
-        if trainer.asked != JobAction.CANCEL:  # a user's pause or cancel outranks a preemption
-            trainer.asked = command.action
-        if trainer.connected:
-            self.to_trainer(trainer.job_id, TrainerControl(trainer.job_id, trainer.asked))
+        self.schedule()
+        self._answer_now(gateway, command, moved)
+
+    def _act(self, command: JobCommand) -> bool:
+        """A command for a job no trainer runs; whether it took effect."""
+        if command.action == JobAction.CREATE and command.new is not None:
+            self.ledger.create(command.job_id, command.new)
+            return True
+        if command.action in (JobAction.PAUSE, JobAction.CANCEL):
+            return self.ledger.stop_idle(command.job_id, command.action)
+        if command.action == JobAction.RESUME:
+            return self.ledger.resume(command.job_id)
+        return False
 
     def spawned(self, job_id: str, pid: int) -> None:
         if job_id in self.trainers:
@@ -197,7 +214,8 @@ class JobScheduler:
             self.answer(gateway, JobState(request, trainer.job_id, JobStatus(status)))
         trainer.waiting.clear()
 
-    def _answer_now(self, gateway: bytes, command: JobCommand) -> None:
+    def _answer_now(self, gateway: bytes, command: JobCommand, moved: bool) -> None:
         job = self.jobs.get(command.job_id)
         self.answer(gateway, JobState(command.id, command.job_id,
-                                      JobStatus(job.status) if job else JobStatus.UNKNOWN))
+                                      JobStatus(job.status) if job else JobStatus.UNKNOWN,
+                                      moved and job is not None))

@@ -11,9 +11,9 @@ from state.adapters import AdapterRegistry
 from state.db import Database
 from state.files import FileStore
 from state.job_spec import JobSpec, PeftSpec
-from state.jobs import JobStore
+from state.jobs import JobStore, new_id
 from tests.e2e.adapters import save_adapter
-from wire.jobs import JobStatus, TrainerCheckpoint, TrainerFinished, TrainerStarted
+from wire.jobs import JobStatus, NewJob, TrainerCheckpoint, TrainerFinished, TrainerStarted
 from workers.manager.job_ledger import JobLedger
 
 MODEL = "tiny-llama"
@@ -26,9 +26,10 @@ def ledger(tmp_path) -> JobLedger:
 
 
 def running(ledger: JobLedger) -> str:
-    job = ledger.jobs.create("acme", MODEL, "file-x", None, "s", 1,
-                             JobSpec(1, 2, 1.0, PeftSpec(register_as="memo")), None)
-    assert ledger.jobs.move(job.id, "queued") and ledger.jobs.move(job.id, "running")
+    job = ledger.create(new_id("ftjob"), NewJob(
+        tenant="acme", model=MODEL, training_file="file-x", suffix="s", seed=1,
+        spec=JobSpec(1, 2, 1.0, PeftSpec(register_as="memo"))))
+    assert job.status == "queued" and ledger.jobs.move(job.id, "running")
     return job.id
 
 

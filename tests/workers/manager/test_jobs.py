@@ -8,12 +8,13 @@ import pytest
 from state.db import Database
 from state.files import FileStore
 from state.job_spec import JobSpec, PeftSpec
-from state.jobs import JobStore
+from state.jobs import JobStore, new_id
 from wire.jobs import (
     JobAction,
     JobCommand,
     JobState,
     JobStatus,
+    NewJob,
     TrainerAck,
     TrainerControl,
     TrainerStopped,
@@ -54,28 +55,35 @@ def setup(tmp_path):
     return scheduler_with(tmp_path, max_jobs=1)
 
 
-def queued_job(store: JobStore, tenant: str = "acme", priority: int = 0) -> str:
-    job = store.create(tenant, "m", "file", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()), None,
-                       priority)
-    store.move(job.id, "queued")
-    return job.id
+def new_job(tenant: str = "acme", priority: int = 0, problem: str | None = None) -> NewJob:
+    return NewJob(tenant=tenant, model="m", training_file="file", seed=1,
+                  spec=JobSpec(1, 1, 1.0, PeftSpec()), priority=priority, problem=problem)
 
 
-def running_job(store: JobStore, scheduler, pid: int) -> str:
-    """A job scheduled into a free slot whose trainer (process `pid`) has said hello."""
-    job = queued_job(store)
-    scheduler.schedule()
+def create(scheduler: JobScheduler, tenant: str = "acme", priority: int = 0) -> str:
+    """A job as the gateway creates one: a command, answered once the job is stored."""
+    job_id = new_id("ftjob")
+    scheduler.command(b"gw", JobCommand(f"new-{job_id}", job_id, JobAction.CREATE,
+                                        new_job(tenant, priority)))
+    return job_id
+
+
+def running_job(scheduler: JobScheduler, pid: int) -> str:
+    """A job created into a free slot whose trainer (process `pid`) has said hello."""
+    job = create(scheduler)
     scheduler.spawned(job, pid)
     scheduler.hello(job)
     return job
 
 
-def test_a_queued_job_starts_on_its_message_and_the_next_when_a_slot_frees(setup) -> None:
+def test_a_created_job_starts_at_once_and_the_next_when_a_slot_frees(setup) -> None:
     store, scheduler, seen = setup
-    first, second = queued_job(store), queued_job(store)
-    scheduler.command(b"gw", JobCommand("r1", first, JobAction.START))
+    first, second = create(scheduler), create(scheduler)
     assert seen.started == [first]  # one slot
-    assert seen.answers[-1][1].status in ("running", "queued")
+    assert [a.status for _, a in seen.answers] == ["running", "queued"]
+    assert all(a.moved for _, a in seen.answers)
+    assert [e["message"] for e in store.events(second, after=None, limit=5)[0]] == [
+        "Files validated, moving job to queued state", "Validating training file: file"]
     scheduler.spawned(first, 101)
     store.move(first, "succeeded")
     assert scheduler.exited(101, 0)
@@ -85,8 +93,8 @@ def test_a_queued_job_starts_on_its_message_and_the_next_when_a_slot_frees(setup
 
 def test_pause_goes_to_the_trainer_and_answers_when_it_stopped(setup) -> None:
     store, scheduler, seen = setup
-    job = queued_job(store)
-    scheduler.schedule()
+    job = create(scheduler)
+    seen.answers.clear()
     scheduler.spawned(job, 7)
     scheduler.command(b"gw", JobCommand("p1", job, JobAction.PAUSE))
     assert seen.controls == []  # not connected yet: held until hello
@@ -102,13 +110,13 @@ def test_pause_goes_to_the_trainer_and_answers_when_it_stopped(setup) -> None:
 
 def test_a_trainer_dying_before_a_cancel_still_cancels_and_crashes_requeue(setup) -> None:
     store, scheduler, seen = setup
-    job = running_job(store, scheduler, 8)
+    job = running_job(scheduler, 8)
+    seen.answers.clear()
     scheduler.command(b"gw", JobCommand("c1", job, JobAction.CANCEL))
     scheduler.exited(8, -9)
     assert store.get(job).status == "cancelled"
     assert seen.answers == [(b"gw", JobState("c1", job, "cancelled"))]
-    other = queued_job(store)
-    scheduler.schedule()
+    other = create(scheduler)
     scheduler.spawned(other, 9)
     scheduler.exited(9, -9)  # a crash, nothing asked: back to the queue, and started again
     assert seen.started[-1] == other and store.get(other).status == "running"
@@ -116,7 +124,7 @@ def test_a_trainer_dying_before_a_cancel_still_cancels_and_crashes_requeue(setup
 
 def test_recovery_requeues_jobs_a_previous_stack_left_running(setup) -> None:
     store, scheduler, seen = setup
-    job = queued_job(store)
+    job = scheduler.ledger.create(new_id("ftjob"), new_job()).id
     store.claim(1)
     scheduler.recover()
     assert seen.started == [job] and store.get(job).attempts == 2
@@ -127,20 +135,17 @@ def test_a_higher_priority_job_preempts_the_lowest_running_one(tmp_path) -> None
     store, scheduler, seen = scheduler_with(tmp_path, max_jobs=2)
 
     def job(priority: int) -> str:
-        return queued_job(store, priority=priority)
+        return create(scheduler, priority=priority)
 
     low, middle = job(0), job(5)
-    scheduler.schedule()
     for pid, job_id in enumerate((low, middle), start=10):
         scheduler.spawned(job_id, pid)
         scheduler.hello(job_id)
     same = job(0)
-    scheduler.command(b"gw", JobCommand("s1", same, JobAction.START))
     assert seen.controls == []  # no running job has a lower priority: it waits its turn
     urgent = job(9)
-    scheduler.command(b"gw", JobCommand("s2", urgent, JobAction.START))
     assert seen.controls == [(low, TrainerControl(low, JobAction.PREEMPT))]
-    scheduler.command(b"gw", JobCommand("s3", urgent, JobAction.START))
+    scheduler.schedule()
     assert len(seen.controls) == 1  # one preemption at a time
     scheduler.report(TrainerStopped(low, JobStatus.QUEUED, "Preempted"))  # checkpoint saved
     assert scheduler.exited(10, 0)
@@ -151,9 +156,8 @@ def test_a_higher_priority_job_preempts_the_lowest_running_one(tmp_path) -> None
 
 def test_a_preempted_trainer_that_dies_is_requeued_not_failed(setup) -> None:
     store, scheduler, seen = setup
-    low = running_job(store, scheduler, 21)
-    urgent = queued_job(store, priority=3)
-    scheduler.schedule()
+    low = running_job(scheduler, 21)
+    urgent = create(scheduler, priority=3)
     assert seen.controls[-1][1].action == JobAction.PREEMPT
     assert scheduler.exited(21, -9)
     assert store.get(low).status == "queued"
@@ -163,7 +167,55 @@ def test_a_preempted_trainer_that_dies_is_requeued_not_failed(setup) -> None:
 def test_a_report_the_database_cannot_take_is_not_acknowledged_and_the_manager_goes_on(
         setup) -> None:
     store, scheduler, seen = setup
-    job = running_job(store, scheduler, 31)
+    job = running_job(scheduler, 31)
+    seen.answers.clear()
     store.db.conn.close()  # every write now fails as a broken database does
     scheduler.report(TrainerStopped(job, JobStatus.PAUSED, "Job paused at step 1"))
     assert seen.acks == [] and seen.answers == []  # its trainer will exit for a retry
+
+
+def test_jobs_no_trainer_runs_move_at_once_and_a_refused_move_says_so(setup) -> None:
+    store, scheduler, seen = setup
+    running_job(scheduler, 41)  # the one slot is taken: the next job waits
+    waiting = create(scheduler)
+    scheduler.command(b"gw", JobCommand("p", waiting, JobAction.PAUSE))
+    assert seen.answers[-1] == (b"gw", JobState("p", waiting, JobStatus.PAUSED, True))
+    assert seen.controls == []  # no trainer was asked anything
+    scheduler.command(b"gw", JobCommand("p2", waiting, JobAction.PAUSE))
+    assert seen.answers[-1] == (b"gw", JobState("p2", waiting, JobStatus.PAUSED, False))
+    store.update(waiting, attempts=2)
+    scheduler.command(b"gw", JobCommand("r", waiting, JobAction.RESUME))
+    assert seen.answers[-1] == (b"gw", JobState("r", waiting, JobStatus.QUEUED, True))
+    assert store.get(waiting).attempts == 0  # a resumed job has its retries again
+    scheduler.command(b"gw", JobCommand("r2", waiting, JobAction.RESUME))
+    assert seen.answers[-1][1].moved is False
+    scheduler.command(b"gw", JobCommand("c", waiting, JobAction.CANCEL))
+    assert seen.answers[-1] == (b"gw", JobState("c", waiting, JobStatus.CANCELLED, True))
+    assert [e["message"] for e in store.events(waiting, after=None, limit=3)[0]] == [
+        "Job cancelled", "Job resumed; queued to continue from its latest checkpoint",
+        "Job paused"]
+    scheduler.command(b"gw", JobCommand("x", "ftjob-nonesuch", JobAction.CANCEL))
+    assert seen.answers[-1] == (b"gw", JobState("x", "ftjob-nonesuch", JobStatus.UNKNOWN, False))
+
+
+def test_a_job_whose_file_cannot_train_fails_at_once_and_a_repeated_create_finds_it(
+        setup) -> None:
+    store, scheduler, seen = setup
+    command = JobCommand("n", new_id("ftjob"), JobAction.CREATE,
+                         new_job(problem="Training file has 3 example(s), but must have at "
+                                 "least 10"))
+    scheduler.command(b"gw", command)
+    scheduler.command(b"gw", command)  # the gateway's retry of the same command
+    assert [a.status for _, a in seen.answers] == ["failed", "failed"]
+    assert seen.started == [] and len(store.with_status("failed")) == 1
+    job = store.get(command.job_id)
+    assert job.error == {"code": "invalid_n_examples", "param": "training_file",
+                         "message": "Training file has 3 example(s), but must have at least 10"}
+
+
+def test_a_command_the_database_cannot_take_is_answered_and_the_manager_goes_on(setup) -> None:
+    store, scheduler, seen = setup
+    store.db.conn.close()
+    job_id = create(scheduler)
+    assert seen.answers == [(b"gw", JobState(f"new-{job_id}", job_id, JobStatus.UNKNOWN,
+                                             False))]

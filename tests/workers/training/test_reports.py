@@ -14,8 +14,9 @@ import pytest
 from openapi.fine_tuning import Hyperparameters
 from state.adapters import AdapterRegistry
 from state.job_spec import resolve
+from state.jobs import new_id
 from tests.workers.training.manager_stand_in import ManagerStandIn
-from wire.jobs import TrainerCheckpoint, TrainerEvent, TrainerFinished, TrainerStarted
+from wire.jobs import NewJob, TrainerCheckpoint, TrainerEvent, TrainerFinished, TrainerStarted
 
 MODEL = "tiny-llama"
 DATA = Path(__file__).parents[2] / "data" / "gsm8k_train_prompt_completion_1000.jsonl"
@@ -44,7 +45,8 @@ def test_a_trainer_that_cannot_open_the_database_runs_its_job_through_the_manage
                                       "\n".join(rows).encode(), examples=len(rows))
         spec = resolve(Hyperparameters(n_epochs=1, batch_size=2),
                        {"method": "lora", "r": 4, "checkpoint_every_steps": 2}, len(rows), 0)
-        job = manager.jobs.create("acme", MODEL, upload.id, None, "own", 7, spec, None)
+        job = manager.jobs.create(new_id("ftjob"), NewJob(
+            tenant="acme", model=MODEL, training_file=upload.id, suffix="own", seed=7, spec=spec))
         assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
         spec_json = msgspec.json.encode(manager.spec(job.id, executor_for(MODEL).endpoint))
         run = subprocess.run([sys.executable, "-m", "tests.workers.training.trainer_process",

@@ -20,9 +20,10 @@ from openapi.fine_tuning import Hyperparameters
 from state.adapters import AdapterRegistry
 from state.db import Database
 from state.job_spec import JobSpec, PeftSpec, resolve
-from state.jobs import JobStore
+from state.jobs import JobStore, new_id
 from state.training_file import parse
 from tests.workers.training.manager_stand_in import ManagerStandIn
+from wire.jobs import NewJob
 from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example
 from workers.training.runner import run
@@ -58,7 +59,8 @@ def make_job(manager: ManagerStandIn, rows: list[dict], **method) -> tuple[JobSt
                 "weight_decay": 0.0, **method}
     spec = resolve(Hyperparameters(n_epochs=3, batch_size=2),
                    settings, len(rows), 0)
-    job = jobs.create("acme", MODEL, record.id, None, "eq", 1234, spec, None)
+    job = jobs.create(new_id("ftjob"), NewJob(tenant="acme", model=MODEL, training_file=record.id,
+                                              suffix="eq", seed=1234, spec=spec))
     assert jobs.move(job.id, "queued") and jobs.move(job.id, "running")
     return jobs, job.id
 
@@ -232,8 +234,9 @@ def test_queued_jobs_are_claimed_fairly_across_tenants(tmp_path) -> None:
     jobs = JobStore(db)
     created = []
     for tenant in ("flood", "flood", "flood", "quiet", "flood"):
-        job = jobs.create(tenant, MODEL, "file-x", None, None, 1, JobSpec(1, 1, 1.0, PeftSpec()),
-                          None)
+        job = jobs.create(new_id("ftjob"), NewJob(tenant=tenant, model=MODEL,
+                                                  training_file="file-x", seed=1,
+                                                  spec=JobSpec(1, 1, 1.0, PeftSpec())))
         jobs.move(job.id, "queued")
         created.append(job)
     first = jobs.claim(2)

@@ -1,0 +1,90 @@
+"""The worker manager's job queue behind a gateway under test, in a thread: a ROUTER socket on
+the gateway's manager endpoint, answering its heartbeats and its job commands through the
+manager's own `JobScheduler` and `JobLedger` on the gateway's data dir. Its trainers are
+stand-ins (no process, no training): each says hello at once and, asked to pause or cancel,
+reports that it stopped and exits."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import zmq
+
+from state.db import Database, db_path
+from state.files import FileStore
+from state.jobs import JobStore
+from wire import manager as W
+from wire.jobs import JobAction, JobCommand, JobState, JobStatus, TrainerControl, TrainerStopped
+from wire.spawner import TrainerSpec
+from workers.manager.job_ledger import JobLedger
+from workers.manager.jobs import JobScheduler
+from workers.manager.specs import trainer_job
+
+STOPPED = {JobAction.PAUSE: JobStatus.PAUSED, JobAction.CANCEL: JobStatus.CANCELLED,
+           JobAction.PREEMPT: JobStatus.QUEUED}
+
+
+class ManagerStandIn:
+    def __init__(self, data_dir: Path, endpoint: str, max_jobs: int = 1) -> None:
+        db = Database(db_path(data_dir))
+        self.db = db
+        files = FileStore(db, data_dir)
+        self.started: list[str] = []  # job ids, in the order their trainers started
+        self._pids = itertools.count(1000)
+        self._trainers: dict[str, int] = {}  # job id -> its stand-in trainer's "pid"
+        self._next: list[Callable[[], object]] = []  # trainers' doings, after each message
+        self.scheduler = JobScheduler(
+            JobLedger(JobStore(db), files, data_dir), self._start,
+            lambda job: TrainerSpec(job=trainer_job(job, files), data_dir=str(data_dir),
+                                    base=job.model, executor="", manager=endpoint),
+            self._answer, self._to_trainer, max_jobs=max_jobs)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.bind(endpoint)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close(0)
+        self._ctx.term()
+        self.db.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._sock.poll(20):
+                continue
+            identity, data = self._sock.recv_multipart()
+            message = W.decode(data)
+            if isinstance(message, W.Status):
+                self._send(identity, W.StatusReply([], True, {}))
+            elif isinstance(message, JobCommand):
+                self.scheduler.command(identity, message)
+            while self._next:
+                self._next.pop(0)()
+
+    def _send(self, identity: bytes, message: msgspec.Struct) -> None:
+        self._sock.send_multipart([identity, W.encode(message)])
+
+    def _answer(self, gateway: bytes, state: JobState) -> None:
+        self._send(gateway, state)
+
+    def _start(self, spec: TrainerSpec) -> None:
+        job_id, pid = spec.job.id, next(self._pids)
+        self.started.append(job_id)
+        self._trainers[job_id] = pid
+        self._next += [lambda: self.scheduler.spawned(job_id, pid),
+                       lambda: self.scheduler.hello(job_id)]
+
+    def _to_trainer(self, job_id: str, message: msgspec.Struct) -> None:
+        if isinstance(message, TrainerControl):  # it stops after its "step"
+            self._next.append(lambda: self.scheduler.report(TrainerStopped(
+                job_id, STOPPED[message.action], f"Job {STOPPED[message.action].value}")))
+        else:  # acknowledged: it exits
+            self._next.append(lambda: self.scheduler.exited(self._trainers.pop(job_id), 0))
