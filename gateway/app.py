@@ -28,7 +28,7 @@ from gateway.tokens import TextTokens
 from state.adapters import AdapterRegistry
 from state.db import Database
 from state.files import FileStore
-from state.jobs import JobStore
+from state.jobs import JobReader
 from state.storage import Reserve
 
 log = logging.getLogger("gateway")
@@ -52,7 +52,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.files = FileStore(state.db, settings.data_dir)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)
-        state.jobs = JobStore(state.db)  # read only: the worker manager writes jobs
+        state.jobs = JobReader(state.db)  # the worker manager writes jobs
         state.text_tokens = TextTokens(settings.model)
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,
                                              max_concurrent=settings.max_concurrent,

@@ -110,6 +110,9 @@ MIGRATIONS = [
     ALTER TABLE models ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE models ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     """,
+    """
+    ALTER TABLE jobs DROP COLUMN control;
+    """,
 ]
 
 

@@ -1,23 +1,17 @@
-"""Fine-tuning jobs, their events and checkpoints, in SQLite.
-
-A job's status changes only through `move`, by the state machine of `state.job_states`, applied
-atomically (a move from a status the job has left meanwhile does nothing and says so). Pausing or
-cancelling a running job is a message to its trainer (`wire.jobs`), not a field here.
-"""
+"""Fine-tuning jobs, their events and checkpoints, as stored in SQLite, and the queries that
+read them (the gateway's view). The worker manager alone writes them
+(`workers.manager.job_store.JobStore`)."""
 
 from __future__ import annotations
 
 import json
 import secrets
-import time
 from dataclasses import dataclass, field
 
 from state.db import Database
-from state.job_spec import JobSpec
-from state.job_states import TERMINAL, IllegalMove, sources
-from wire.jobs import NewJob
+from wire.jobs import TERMINAL, JobSpec
 
-__all__ = ["TERMINAL", "JobRecord", "JobStore"]
+__all__ = ["TERMINAL", "JobReader", "JobRecord", "new_id"]
 
 
 def new_id(prefix: str) -> str:
@@ -43,7 +37,6 @@ class JobRecord:
     error: dict | None = None
     trained_tokens: int | None = None
     result_files: list[str] = field(default_factory=list)
-    control: str | None = None
     attempts: int = 0
     queued_at: float | None = None
     priority: int = 0  # a higher one preempts lower running jobs when the slots are full
@@ -83,29 +76,9 @@ class JobRecord:
         }
 
 
-class JobStore:
+class JobReader:
     def __init__(self, db: Database) -> None:
         self.db = db
-
-    # -- jobs -----------------------------------------------------------------------------------
-
-    def create(self, job_id: str, new: NewJob) -> JobRecord:
-        """Store a new job (validating its files) under `job_id`; a job already stored under
-        it (the same command again) is returned as it is."""
-        hyperparameters, method = new.spec.hyperparameters(), new.spec.peft_dict()
-        job = JobRecord(job_id, new.tenant, int(time.time()), "validating_files", new.model,
-                        new.training_file, new.validation_file, new.suffix, new.seed,
-                        hyperparameters, method, new.metadata, priority=new.priority)
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO jobs (id, tenant, created_at, status, model, "
-                "training_file, validation_file, suffix, seed, hyperparameters, method, "
-                "metadata, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, job.tenant, job.created_at, job.status, job.model, job.training_file,
-                 job.validation_file, job.suffix, job.seed, json.dumps(hyperparameters),
-                 json.dumps(method), None if new.metadata is None else json.dumps(new.metadata),
-                 job.priority))
-        return self.get(job_id)
 
     def get(self, job_id: str, tenant: str | None = None) -> JobRecord | None:
         sql, params = "SELECT * FROM jobs WHERE id = ?", [job_id]
@@ -126,56 +99,6 @@ class JobStore:
             ids = [j.id for j in rows]
             rows = rows[ids.index(after) + 1:] if after in ids else []
         return rows[:limit], len(rows) > limit
-
-    def update(self, job_id: str, **fields: object) -> None:
-        """Fields other than the status (which only `move` changes)."""
-        if "status" in fields:
-            raise IllegalMove("a job's status changes only through JobStore.move")
-        self._update(job_id, None, fields)
-
-    def move(self, job_id: str, status: str, **fields: object) -> bool:
-        """Move the job to `status` if the state machine allows it from where the job is now
-        (atomically); False when it does not (the job is elsewhere, or gone)."""
-        return self._update(job_id, sources(status), {"status": status, **fields})
-
-    def _update(self, job_id: str, allowed: tuple[str, ...] | None, fields: dict) -> bool:
-        if fields.get("status") in TERMINAL:
-            fields.setdefault("finished_at", int(time.time()))
-        if fields.get("status") == "queued":
-            fields.setdefault("queued_at", time.time())
-        for key in ("error", "result_files", "hyperparameters", "gates"):
-            if key in fields and fields[key] is not None:
-                fields[key] = json.dumps(fields[key])
-        sql = "UPDATE jobs SET " + ", ".join(f"{k} = ?" for k in fields) + " WHERE id = ?"
-        params = [*fields.values(), job_id]
-        if allowed is not None:
-            sql += f" AND status IN ({', '.join('?' for _ in allowed)})"
-            params += list(allowed)
-        with self.db.transaction() as conn:
-            return conn.execute(sql, params).rowcount > 0
-
-    def claim(self, max_running: int, slots: int | None = None) -> list[JobRecord]:
-        """Mark queued jobs running, up to `max_running` in all and `slots` now: the highest
-        priority first, then fairly across tenants (the tenant with the fewest running jobs
-        first, then the longest waiting)."""
-        claimed = []
-        with self.db.transaction() as conn:
-            running: dict[str, int] = {}
-            for row in conn.execute("SELECT tenant FROM jobs WHERE status = 'running'"):
-                running[row["tenant"]] = running.get(row["tenant"], 0) + 1
-            queued = [JobRecord.from_row(r) for r in conn.execute(
-                "SELECT * FROM jobs WHERE status = 'queued' ORDER BY queued_at, created_at")]
-            while queued and sum(running.values()) < max_running and \
-                    (slots is None or len(claimed) < slots):
-                job = min(queued, key=lambda j: (-j.priority, running.get(j.tenant, 0),
-                                                 j.queued_at or 0))
-                queued.remove(job)
-                running[job.tenant] = running.get(job.tenant, 0) + 1
-                conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "
-                             "WHERE id = ? AND status = 'queued'", (job.id,))
-                job.status, job.attempts = "running", job.attempts + 1
-                claimed.append(job)
-        return claimed
 
     def count_by_status(self) -> dict[str, int]:
         counts = dict.fromkeys(("validating_files", "queued", "running", "paused", "succeeded",
@@ -207,24 +130,6 @@ class JobStore:
         return [JobRecord.from_row(r)
                 for r in self.db.query("SELECT * FROM jobs WHERE status = ?", (status,))]
 
-    # -- events and checkpoints ----------------------------------------------------------------
-
-    def event(self, job_id: str, message: str, *, level: str = "info", type: str = "message",
-              data: dict | None = None) -> None:
-        with self.db.transaction() as conn:
-            conn.execute("INSERT INTO events (id, job_id, created_at, level, message, type, data)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (new_id("ftevent"), job_id, int(time.time()), level, message, type,
-                          None if data is None else json.dumps(data)))
-
-    def forget_steps_after(self, job_id: str, step: int) -> int:
-        """Drop the metrics events of steps after `step` (a resume from an older checkpoint
-        redoes them; their events come again). Returns how many went."""
-        with self.db.transaction() as conn:
-            return conn.execute(
-                "DELETE FROM events WHERE job_id = ? AND type = 'metrics' AND data IS NOT NULL "
-                "AND json_extract(data, '$.step') > ?", (job_id, step)).rowcount
-
     def events(self, job_id: str, *, after: str | None, limit: int) -> tuple[list[dict], bool]:
         sql, params = "SELECT * FROM events WHERE job_id = ?", [job_id]
         if after:
@@ -236,15 +141,6 @@ class JobStore:
                    "type": r["type"], "data": json.loads(r["data"]) if r["data"] else None}
                   for r in rows[:limit]]
         return events, len(rows) > limit
-
-    def add_checkpoint(self, job_id: str, step: int, epoch: int, model: str, metrics: dict,
-                       path: str) -> str:
-        checkpoint_id = new_id("ftckpt")
-        with self.db.transaction() as conn:
-            conn.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                         (checkpoint_id, job_id, int(time.time()), step, epoch, model,
-                          json.dumps(metrics), path))
-        return checkpoint_id
 
     def checkpoints(self, job_id: str, *, after: str | None = None,
                     limit: int = 10) -> tuple[list[dict], bool]:

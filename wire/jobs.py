@@ -20,7 +20,7 @@ import msgspec.structs
 
 
 class JobStatus(enum.StrEnum):
-    """A job's status (`state.job_states` moves between them)."""
+    """A job's status (`workers.manager.job_states` moves between them)."""
 
     VALIDATING_FILES = "validating_files"
     QUEUED = "queued"
@@ -30,6 +30,9 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"  # no such job, or no job queue (a manager without a data dir)
+
+
+TERMINAL = ("succeeded", "failed", "cancelled")  # a job's final statuses
 
 
 class JobAction(enum.StrEnum):
@@ -55,7 +58,7 @@ DEFAULT_MAX_SEQ_LENGTH = 1024
 
 class PeftSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The `peft` block of a job: which PEFT method and its settings, every default resolved
-    (`state.job_spec.resolve`)."""
+    (`gateway.job_spec.resolve`)."""
 
     method: str = "lora"
     r: int = 8
@@ -77,7 +80,7 @@ class PeftSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 class JobSpec(msgspec.Struct, frozen=True):
     """What a job trains with, one typed object from the API edge to the trainer's loop: made
-    by `state.job_spec.resolve` when the job is created, stored (its JSON), handed to the
+    by `gateway.job_spec.resolve` when the job is created, stored (its JSON), handed to the
     trainer in `TrainerJob`."""
 
     n_epochs: int

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
+from gateway.job_spec import resolve, too_few_examples
 from gateway.manager_client import ManagerUnavailable
 from openapi.fine_tuning import (
     CheckpointList,
@@ -26,11 +27,9 @@ from openapi.fine_tuning import (
     JobList,
     PeftSettings,
 )
-from state.job_spec import resolve, too_few_examples
-from state.job_states import TERMINAL
 from state.jobs import JobRecord, new_id
 from state.versions import split_id
-from wire.jobs import JobAction, JobCommand, JobState, NewJob
+from wire.jobs import TERMINAL, JobAction, JobCommand, JobState, NewJob
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"],
                    responses=documented(400, 404))

@@ -16,11 +16,11 @@ import zmq
 
 from state.db import Database, db_path
 from state.files import FileStore
-from state.jobs import JobStore
 from wire import manager as W
 from wire.jobs import JobAction, JobCommand, JobState, JobStatus, TrainerControl, TrainerStopped
 from wire.spawner import TrainerSpec
 from workers.manager.job_ledger import JobLedger
+from workers.manager.job_store import JobStore
 from workers.manager.jobs import JobScheduler
 from workers.manager.specs import trainer_job
 

@@ -137,7 +137,8 @@ def test_the_gateway_never_writes_a_job_and_the_manager_moves_them(managed) -> N
     assert act(second["id"], "cancel")["status"] == "cancelled"
     assert manager.started == [first["id"], second["id"]]
     with pytest.raises(sqlite3.DatabaseError, match="not authorized"):  # the guard holds
-        client.app.state.jobs.event(first["id"], "written by the gateway")
+        client.app.state.db.query("UPDATE jobs SET status = 'queued'")
+    assert not hasattr(client.app.state.jobs, "move")  # the gateway's view has no writes
     events = client.get(f"/v1/fine_tuning/jobs/{first['id']}/events?limit=10", headers=KEY)
     assert [e["message"] for e in events.json()["data"]][::-1] == [
         f"Validating training file: {training}", "Files validated, moving job to queued state",

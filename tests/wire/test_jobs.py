@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from state.job_states import STATUSES
 from wire import manager as W
 from wire.jobs import JobState, JobStatus, TrainerStopped
+from workers.manager.job_states import STATUSES
 
 
 def test_the_wire_knows_exactly_the_state_machines_statuses() -> None:

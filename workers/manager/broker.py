@@ -26,7 +26,6 @@ import zmq
 
 from state.db import Database, db_path
 from state.files import FileStore
-from state.jobs import JobStore
 from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
@@ -35,6 +34,7 @@ from workers.manager.admission import Admission
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.job_ledger import JobLedger
+from workers.manager.job_store import JobStore
 from workers.manager.jobs import JobScheduler
 from workers.manager.links import Links
 from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key, worker_key

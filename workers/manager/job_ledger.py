@@ -13,7 +13,7 @@ from pathlib import Path
 from catalogue.paths import local_path
 from state.adapters import AdapterError, AdapterRegistry
 from state.files import FileStore
-from state.jobs import JobRecord, JobStore
+from state.jobs import JobRecord
 from wire.jobs import (
     JobAction,
     JobStatus,
@@ -25,6 +25,7 @@ from wire.jobs import (
     TrainerStarted,
     TrainerStopped,
 )
+from workers.manager.job_store import JobStore
 
 log = logging.getLogger("workers.jobs")
 

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from gateway.job_spec import JobSpec, PeftSpec
 from state.adapters import AdapterRegistry
 from state.db import Database
 from state.files import FileStore
-from state.job_spec import JobSpec, PeftSpec
-from state.jobs import JobStore, new_id
+from state.jobs import new_id
 from tests.e2e.adapters import save_adapter
 from wire.jobs import JobStatus, NewJob, TrainerCheckpoint, TrainerFinished, TrainerStarted
 from workers.manager.job_ledger import JobLedger
+from workers.manager.job_store import JobStore
 
 MODEL = "tiny-llama"
 

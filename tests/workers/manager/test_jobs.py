@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.job_spec import JobSpec, PeftSpec
 from state.db import Database
 from state.files import FileStore
-from state.job_spec import JobSpec, PeftSpec
-from state.jobs import JobStore, new_id
+from state.jobs import new_id
 from wire.jobs import (
     JobAction,
     JobCommand,
@@ -20,6 +20,7 @@ from wire.jobs import (
     TrainerStopped,
 )
 from workers.manager.job_ledger import JobLedger
+from workers.manager.job_store import JobStore
 from workers.manager.jobs import JobScheduler
 from workers.manager.specs import trainer_job
 

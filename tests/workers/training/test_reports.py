@@ -11,9 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from gateway.job_spec import resolve
 from openapi.fine_tuning import Hyperparameters
 from state.adapters import AdapterRegistry
-from state.job_spec import resolve
 from state.jobs import new_id
 from tests.workers.training.manager_stand_in import ManagerStandIn
 from wire.jobs import NewJob, TrainerCheckpoint, TrainerEvent, TrainerFinished, TrainerStarted

@@ -10,7 +10,8 @@ a job's status goes through `JobStore.move`, which applies this table atomically
 
 from __future__ import annotations
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+from wire.jobs import TERMINAL
+
 STATUSES = ("validating_files", "queued", "running", "paused", *TERMINAL)
 MOVES: dict[str, frozenset[str]] = {
     "validating_files": frozenset({"queued", "failed", "cancelled"}),

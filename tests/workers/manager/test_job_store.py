@@ -1,16 +1,15 @@
 """The job state machine: the allowed moves, applied atomically by the one store that changes a
-job's status; and job settings resolved once, at creation."""
+job's status (the worker manager's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from openapi.fine_tuning import Hyperparameters
 from state.db import Database
-from state.job_spec import JobSpec, PeftSpec, resolve, too_few_examples
-from state.job_states import MOVES, STATUSES, TERMINAL, IllegalMove, can_move, sources
-from state.jobs import JobStore, new_id
-from wire.jobs import NewJob
+from state.jobs import new_id
+from wire.jobs import JobSpec, NewJob, PeftSpec
+from workers.manager.job_states import MOVES, STATUSES, TERMINAL, IllegalMove, can_move, sources
+from workers.manager.job_store import JobStore
 
 EXPECTED = {
     ("validating_files", "queued"), ("validating_files", "failed"),
@@ -65,17 +64,3 @@ def test_a_move_from_a_status_left_meanwhile_does_nothing(store: JobStore) -> No
     assert store.move(job, "paused")  # running -> paused is allowed
     assert not store.move(job, "running")  # paused -> running is not: resume queues it
     assert store.move(job, "queued") and store.get(job).queued_at is not None
-
-
-def test_defaults_are_resolved_once_at_creation() -> None:
-    spec = resolve(Hyperparameters(learning_rate_multiplier=2),
-                   {"method": "ia3", "r": 4, "alpha": None, "max_seq_length": None}, 200, 512)
-    assert (spec.n_epochs, spec.batch_size, spec.learning_rate_multiplier) == (3, 4, 2.0)
-    assert spec.peft.method == "ia3" and spec.peft.alpha == 8
-    assert spec.peft.learning_rate == pytest.approx(2e-3)  # ia3's base rate x the multiplier
-    assert spec.peft.max_seq_length == 512  # the default 1024, capped by the context
-    assert resolve(Hyperparameters(), {"learning_rate": 0.01}, 3, 0).peft.learning_rate == 0.01
-    assert resolve(Hyperparameters(), {}, 1000, 0).batch_size == 8
-    assert JobSpec.from_stored(spec.hyperparameters(), spec.peft_dict()) == spec
-    assert too_few_examples(10) is None
-    assert "9 example(s)" in too_few_examples(9)
