@@ -27,7 +27,7 @@ import psutil
 import torch
 
 try:
-    from wire.executor import CallKind, Op
+    from wire.call.messages import CallKind, Op
     from workers.remote.client import ExecutorClient
 except ImportError:  # a tree from before the re-housing
     from executor.protocol import CallKind, Op

@@ -25,7 +25,7 @@ import transformers  # noqa: F401
 
 import workers.remote.build  # noqa: F401
 from bench import workload
-from wire.device import assert_fork_safe
+from wire.call.device import assert_fork_safe
 
 
 def _say(message: dict) -> None:

@@ -103,7 +103,7 @@ def prefill(model, length: int, until: float,
 
 def calls(endpoint: str, layer_name: str, until: float) -> tuple[list[float], float, int]:
     """1-row executor calls on one layer, back to back: each call's round trip."""
-    from wire.executor import CallKind, Op
+    from wire.call.messages import CallKind, Op
     from workers.remote.client import ExecutorClient
 
     client = ExecutorClient(endpoint, name="calls")

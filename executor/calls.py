@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from wire.executor import Call, CallKind, Op
+from wire.call.messages import Call, CallKind, Op
 
 
 class PendingCall:

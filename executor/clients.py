@@ -15,13 +15,19 @@ import torch
 import zmq
 
 from executor.ports import DoorbellPort
-from wire import device as D
-from wire import executor as P
-from wire.cuda_ipc import HANDLE_FIELDS, DeviceBuffer, ExecutorCounters, RefusedBuffer, open_buffer
-from wire.device import Driver
-from wire.doorbell import ExecutorDoorbell
-from wire.pinning import HostPins
-from wire.shm import SHM_DIR, SegmentRefused, ShmBuffer
+from wire.call import device as D
+from wire.call import messages as P
+from wire.call.cuda_ipc import (
+    HANDLE_FIELDS,
+    DeviceBuffer,
+    ExecutorCounters,
+    RefusedBuffer,
+    open_buffer,
+)
+from wire.call.device import Driver
+from wire.call.doorbell import ExecutorDoorbell
+from wire.call.pinning import HostPins
+from wire.call.shm import SHM_DIR, SegmentRefused, ShmBuffer
 
 log = logging.getLogger("executor.clients")
 
@@ -54,7 +60,7 @@ class ClientState:
         self._pin()
 
     def _pin(self) -> None:
-        """Page-lock the shared memory while rows travel through it to a GPU (`wire.pinning`);
+        """Page-lock the shared memory while rows travel through it to a GPU (`wire.call.pinning`);
         a client whose rows are in its device buffer needs it pageable only."""
         if self.shm is None or self.pins is None:
             return
@@ -123,7 +129,7 @@ class ClientTable:
 
     def settle(self) -> None:
         """On the thread that runs batches: unpin the memory clients let go, once no copy to or
-        from it can be in flight (`wire.pinning`)."""
+        from it can be in flight (`wire.call.pinning`)."""
         if self.pins is not None and self.pins.retiring:
             D.synchronize(self.device)
             self.pins.settle()

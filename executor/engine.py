@@ -20,11 +20,11 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.sharding import ShardsBroken
 from executor.stats import ExecutorStats
-from wire import device as D
-from wire import executor as P
-from wire.callheader import CODE_OF
-from wire.executor import CallKind
-from wire.tensors import as_bytes, name_of
+from wire.call import device as D
+from wire.call import messages as P
+from wire.call.header import CODE_OF
+from wire.call.messages import CallKind
+from wire.call.tensors import as_bytes, name_of
 
 log = logging.getLogger("executor.engine")
 

@@ -9,7 +9,7 @@ import torch
 
 from catalogue.resolve import resolve_model
 from executor.registry import LayerRegistry
-from wire.executor import CallKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerSpec, Op
 
 Tap = Callable[[Op, LayerSpec, torch.Tensor], None]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of_batch
 from executor.targets import LatencyTargets, SliceTuner
-from wire.executor import CallKind, Op
+from wire.call.messages import CallKind, Op
 
 
 @dataclass

@@ -2,19 +2,19 @@
 and the result as views cached by shape, the reply header written in place and the doorbell
 rung. One port per doorbell client; rebuilt when the client's memory is remapped.
 
-A client on a GPU shares a call buffer on its device (`wire.cuda_ipc`): the headers stay in
+A client on a GPU shares a call buffer on its device (`wire.call.cuda_ipc`): the headers stay in
 shared memory, and the offsets in them point into that buffer instead."""
 
 from __future__ import annotations
 
 import torch
 
-from wire.callheader import OK, REQUEST_AT, SEQ, publish_reply, read_call, write_error
-from wire.cuda_ipc import DeviceBuffer
-from wire.doorbell import ExecutorDoorbell
-from wire.executor import ErrorCode
-from wire.shm import ShmBuffer
-from wire.tensors import nbytes
+from wire.call.cuda_ipc import DeviceBuffer
+from wire.call.doorbell import ExecutorDoorbell
+from wire.call.header import OK, REQUEST_AT, SEQ, publish_reply, read_call, write_error
+from wire.call.messages import ErrorCode
+from wire.call.shm import ShmBuffer
+from wire.call.tensors import nbytes
 
 Header = tuple[int, ...]  # callheader.read_call: seq, id, op, kind, dtype, ndim, layer, ...
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane
-from wire.executor import CallKind, Op
+from wire.call.messages import CallKind, Op
 
 Key = tuple[int, Op]
 GAP_SMOOTHING = 0.2

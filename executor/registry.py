@@ -22,7 +22,7 @@ from transformers.pytorch_utils import Conv1D
 from catalogue.base_layers import is_base_embedding, is_base_linear
 from executor import stretches
 from executor.kernels import linear
-from wire.executor import LayerKind, LayerSpec, Op
+from wire.call.messages import LayerKind, LayerSpec, Op
 
 
 @dataclass

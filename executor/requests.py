@@ -17,7 +17,7 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, CallTable, check_call
-from wire import executor as P
+from wire.call import messages as P
 from wire.figures import ExecutorFigures
 
 Send = Callable[[bytes, msgspec.Struct], None]

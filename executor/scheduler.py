@@ -32,7 +32,7 @@ from executor.lanes import Lane
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, convoy
 from executor.targets import LatencyTargets
-from wire.executor import CallKind, Op
+from wire.call.messages import CallKind, Op
 
 
 class Scheduler:

@@ -9,7 +9,7 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stretches import macs_per_row as stretch_macs
 from executor.targets import LatencyTargets
-from wire import executor as P
+from wire.call import messages as P
 
 
 def macs_per_row(registry: LayerRegistry) -> list[int]:

@@ -34,11 +34,11 @@ from executor.scheduler import Scheduler
 from executor.scheduling import build_scheduler, macs_per_row
 from executor.stats import ExecutorStats
 from executor.validation import CallRejected, CallTable, check_doorbell
-from wire import doorbell as bell
-from wire import executor as P
-from wire.callheader import SPIN_SAFE
+from wire.call import doorbell as bell
+from wire.call import messages as P
+from wire.call.header import SPIN_SAFE
+from wire.call.spin import AdaptiveSpin, watch
 from wire.endpoints import prepare
-from wire.spin import AdaptiveSpin, watch
 
 log = logging.getLogger("executor.server")
 

@@ -32,7 +32,7 @@ from torch import nn
 
 from executor.kernels import linear
 from executor.registry import BaseLayer, LayerRegistry
-from wire.executor import LayerKind, LayerSpec, Op
+from wire.call.messages import LayerKind, LayerSpec, Op
 
 log = logging.getLogger("executor.sharding")
 

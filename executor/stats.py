@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from executor.calls import PendingCall
 from executor.lanes import Lane
 from executor.targets import LatencyTargets
-from wire.executor import CallKind
+from wire.call.messages import CallKind
 from wire.figures import ExecutorFigures, HistogramFigures, KindFigures, LaneFigures
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)

@@ -22,7 +22,7 @@ from torch import nn
 
 from catalogue.stretches import RECIPES
 from executor.kernels import linear
-from wire.executor import LayerKind, LayerSpec
+from wire.call.messages import LayerKind, LayerSpec
 
 
 class Stretch:

@@ -13,10 +13,10 @@ import torch
 import zmq
 
 from executor.ports import DoorbellPort, Header
-from wire import executor as P
-from wire.callheader import DATA_AT, DTYPE_CODES
-from wire.shm import ShmBuffer
-from wire.tensors import DTYPES, from_bytes, nbytes
+from wire.call import messages as P
+from wire.call.header import DATA_AT, DTYPE_CODES
+from wire.call.shm import ShmBuffer
+from wire.call.tensors import DTYPES, from_bytes, nbytes
 
 FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16})
 INDICES = frozenset({torch.int64, torch.int32})

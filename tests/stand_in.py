@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wire.device import Driver
+from wire.call.device import Driver
 
 SOURCE = Path(__file__).with_name("stand_in_cuda.c")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import zmq
 
-from wire import executor as P
 from wire import manager as W
+from wire.call import messages as P
 
 
 def _ask(endpoint: str, request: bytes, decode, expected: type, timeout_ms: int,

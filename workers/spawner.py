@@ -33,7 +33,7 @@ import transformers  # noqa: F401
 
 import workers.remote.build  # noqa: F401
 from wire import spawner as S
-from wire.device import assert_fork_safe
+from wire.call.device import assert_fork_safe
 from workers.inference.worker import Preloaded, preload, serve
 from workers.training.runner import run as train
 

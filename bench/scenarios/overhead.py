@@ -19,7 +19,7 @@ from bench.executors import executor
 from bench.records import Record
 from bench.scenarios.common import Settings, run_ours
 from catalogue.resolve import resolve_model
-from wire.executor import CallKind, Op
+from wire.call.messages import CallKind, Op
 
 MODEL = "tiny-llama"  # small layers: the overhead, not the matmuls, is what is measured
 

@@ -17,7 +17,7 @@ import torch
 from bench.executors import ExecutorProcess
 from bench.records import Record
 from bench.scenarios.common import SPEED_MODEL, Settings
-from wire.executor import CallKind, LayerKind, Op
+from wire.call.messages import CallKind, LayerKind, Op
 
 HELD = re.compile(r"rank (\d+) of \d+ holds ([\d.]+) MiB")
 WHOLE = re.compile(r"weights=([\d.]+) MiB")

@@ -111,7 +111,7 @@ def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
     env = {**os.environ, "PATH": f"{control}{os.pathsep}{os.environ['PATH']}",
            "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipes")}
     run = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--device", "cpu", "--toy",
-                          "--tests", "tests/wire/test_device.py", "--out", str(out)],
+                          "--tests", "tests/wire/call/test_device.py", "--out", str(out)],
                          capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     document = json.loads(out.read_text())
@@ -149,7 +149,7 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
     from bench.gpucheck import gpu_test_files
 
     assert gpu_test_files(Path("tests")) == [
-        "tests/wire/test_device.py", "tests/workers/inference/test_engine.py",
+        "tests/wire/call/test_device.py", "tests/workers/inference/test_engine.py",
         "tests/workers/remote/test_gpu_clients.py", "tests/workers/remote/test_transport.py"]
 
 

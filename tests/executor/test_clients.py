@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from executor.clients import ClientTable
-from wire import executor as P
-from wire.doorbell import WorkerDoorbell
-from wire.shm import SHM_DIR, ShmBuffer
+from wire.call import messages as P
+from wire.call.doorbell import WorkerDoorbell
+from wire.call.shm import SHM_DIR, ShmBuffer
 
 
 @pytest.fixture()

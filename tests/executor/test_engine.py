@@ -14,8 +14,8 @@ from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.stats import ExecutorStats
 from executor.targets import SliceTuner
-from wire import executor as P
-from wire.tensors import dtype_of, from_bytes
+from wire.call import messages as P
+from wire.call.tensors import dtype_of, from_bytes
 
 
 def _pending(s: Scheduler, client: str, op: P.Op, layer: int, kind: P.CallKind,

@@ -9,7 +9,7 @@ import psutil
 import torch
 
 from tests.helpers import ExecutorProcess
-from wire.executor import CallKind, Op
+from wire.call.messages import CallKind, Op
 from workers.remote.client import ExecutorClient
 
 

@@ -8,7 +8,7 @@ import torch
 
 from executor.calls import PendingCall
 from executor.presence import DUE_SLACK_S, GAP_SMOOTHING, Presence, convoy
-from wire.executor import Call, CallKind, Op
+from wire.call.messages import Call, CallKind, Op
 
 
 def pending(layer: int, at: float, rows: int = 1, op: Op = Op.FORWARD,

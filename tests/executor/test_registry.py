@@ -16,7 +16,7 @@ from catalogue.base_layers import base_layer_names
 from catalogue.resolve import resolve_model
 from executor.registry import LayerRegistry, UnsupportedOp
 from tests.conftest import TINY_MODELS
-from wire.executor import LayerKind, Op
+from wire.call.messages import LayerKind, Op
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)

@@ -11,7 +11,7 @@ from executor.calls import PendingCall
 from executor.policy import Budgets, Eager, Lockstep, Opportunistic
 from executor.scheduler import Scheduler
 from executor.targets import SliceTuner
-from wire.executor import Call, CallKind, Op
+from wire.call.messages import Call, CallKind, Op
 
 INF, TRAIN = CallKind.INFERENCE, CallKind.TRAINING
 BUDGETS = Budgets(max_wait_s=0.020, decode_wait_s=0.0003, training_wait_s=0.002,

@@ -14,8 +14,8 @@ import torch
 import zmq
 
 from tests.helpers import ExecutorProcess
-from wire import executor as P
-from wire.tensors import as_bytes
+from wire.call import messages as P
+from wire.call.tensors import as_bytes
 from workers.remote.client import ExecutorClient
 from workers.remote.handle import ExecutorUnavailable
 
@@ -199,7 +199,7 @@ def test_doorbell_calls_match_socket_calls(llama: ExecutorProcess) -> None:
 
 
 def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: ExecutorProcess) -> None:
-    from wire import callheader as H
+    from wire.call import header as H
 
     client = ExecutorClient(llama.endpoint, name="scribbler")
     bystander = ExecutorClient(llama.endpoint, name="bystander")
@@ -232,7 +232,7 @@ def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: Executo
 
 
 def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> None:
-    code = ("import sys, time, torch; from wire import executor as P; "
+    code = ("import sys, time, torch; from wire.call import messages as P; "
             "from workers.remote import ExecutorClient; "
             f"c = ExecutorClient({llama.endpoint!r}, name='doomed'); assert c.doorbell; "
             "head = next(s.index for s in c.layers if s.name == 'lm_head'); "
@@ -263,7 +263,7 @@ def test_killed_doorbell_client_is_forgotten_at_once(llama: ExecutorProcess) -> 
 
 
 def test_a_failed_hello_leaves_nothing_in_shared_memory(ipc_dir) -> None:
-    from wire.shm import SHM_DIR
+    from wire.call.shm import SHM_DIR
 
     def ours() -> set[str]:
         return {p.name for p in SHM_DIR.glob(f"symbiosis*-{os.getpid()}-*")}

@@ -13,7 +13,7 @@ import torch
 
 from tests.helpers import ExecutorProcess, short_tmp
 from tests.peft_reference import TOLERANCE, compare
-from wire import executor as P
+from wire.call import messages as P
 from workers.remote.client import ExecutorClient
 from workers.remote.handle import ExecutorUnavailable
 

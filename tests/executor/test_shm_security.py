@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from tests.executor.test_server import RawClient, layer_index
-from wire import executor as P
-from wire.shm import SHM_DIR, TOKEN_BYTES, SegmentRefused, ShmBuffer
+from wire.call import messages as P
+from wire.call.shm import SHM_DIR, TOKEN_BYTES, SegmentRefused, ShmBuffer
 
 
 def segment_name() -> str:

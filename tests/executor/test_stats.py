@@ -9,7 +9,7 @@ from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of, lane_of_batch
 from executor.stats import ExecutorStats
 from executor.targets import LatencyTargets
-from wire.executor import Call, CallKind, Op
+from wire.call.messages import Call, CallKind, Op
 from wire.figures import LaneFigures
 
 

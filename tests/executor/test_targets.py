@@ -10,7 +10,7 @@ from executor.lanes import Lane
 from executor.policy import Budgets, Opportunistic
 from executor.scheduler import Scheduler
 from executor.targets import MISS_SHARE, LatencyTargets, SliceTuner
-from wire.executor import Call, CallKind, Op
+from wire.call.messages import Call, CallKind, Op
 
 
 def test_targets_are_per_lane_and_training_has_none() -> None:

@@ -11,7 +11,7 @@ from executor.stats import ExecutorStats
 from executor.targets import LatencyTargets
 from gateway.metrics import Metrics
 from wire import manager as W
-from wire.executor import Call, CallKind, Op
+from wire.call.messages import Call, CallKind, Op
 
 
 def pending(rows: int, kind: CallKind, arrived: float) -> PendingCall:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from wire.device import synchronize
+from wire.call.device import synchronize
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 HOST = torch.device("cpu")

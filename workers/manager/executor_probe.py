@@ -13,7 +13,7 @@ import time
 import msgspec
 import zmq
 
-from wire import executor as P
+from wire.call import messages as P
 from wire.figures import ExecutorFigures
 from wire.probes import connect_all
 

@@ -18,7 +18,7 @@ from transformers.pytorch_utils import Conv1D
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
 from catalogue.resolve import resolve_model
-from wire.executor import LayerKind, LayerSpec
+from wire.call.messages import LayerKind, LayerSpec
 from workers.remote.client import ExecutorClient
 from workers.remote.fusion import FusedGroup
 from workers.remote.handle import ExecutorHandle

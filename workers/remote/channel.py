@@ -12,7 +12,7 @@ from collections.abc import Callable
 import msgspec
 import zmq
 
-from wire import executor as P
+from wire.call import messages as P
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 

@@ -19,14 +19,14 @@ import time
 import torch
 import zmq
 
-from wire import doorbell as bell
-from wire import executor as P
-from wire.cuda_ipc import DeviceBuffer
-from wire.device import DeviceRefused
+from wire.call import doorbell as bell
+from wire.call import messages as P
+from wire.call.cuda_ipc import DeviceBuffer
+from wire.call.device import DeviceRefused
+from wire.call.shm import SHM_DIR, ShmBuffer
+from wire.call.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from wire.figures import ExecutorFigures
 from wire.host import host
-from wire.shm import SHM_DIR, ShmBuffer
-from wire.tensors import aligned, as_bytes, dtype_of, from_bytes, name_of, nbytes
 from workers.remote.channel import Channel, Reconnect
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
 from workers.remote.handle import ExecutorError, ExecutorUnavailable

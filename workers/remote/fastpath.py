@@ -16,15 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
-from wire import callheader as H
-from wire.cuda_ipc import DeviceBuffer
-from wire.device import synchronize
-from wire.doorbell import WorkerDoorbell
-from wire.executor import CallKind, LayerKind, LayerSpec, Op
+from wire.call import header as H
+from wire.call.cuda_ipc import DeviceBuffer
+from wire.call.device import synchronize
+from wire.call.doorbell import WorkerDoorbell
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
+from wire.call.shm import ShmBuffer
+from wire.call.spin import AdaptiveSpin, watch
+from wire.call.tensors import aligned, nbytes
 from wire.host import host
-from wire.shm import ShmBuffer
-from wire.spin import AdaptiveSpin, watch
-from wire.tensors import aligned, nbytes
 
 
 class NeedsCapacity(Exception):

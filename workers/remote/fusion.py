@@ -13,7 +13,7 @@ import logging
 
 import torch
 
-from wire.executor import CallKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerSpec, Op
 from workers.remote.layers import RemoteLinear, remote_rows
 
 log = logging.getLogger("workers.remote.fusion")

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from wire.executor import CallKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerSpec, Op
 
 
 class ExecutorError(RuntimeError):

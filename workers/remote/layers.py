@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from wire.executor import CallKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 
 

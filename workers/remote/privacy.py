@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
-from wire.executor import CallKind, LayerKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 
 WeightSource = Callable[[str], torch.Tensor]  # layer name -> its weight as [out, in]

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from catalogue.stretches import RECIPES, Recipe
-from wire.executor import CallKind, LayerKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
 

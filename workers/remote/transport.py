@@ -1,7 +1,7 @@
 """Which way a call's tensors travel between a client and the executor.
 
 - `device`: both on GPUs of one host: the rows stay in a buffer on the client's GPU that the
-  executor opened through CUDA IPC (`wire.cuda_ipc`); only the headers use shared memory.
+  executor opened through CUDA IPC (`wire.call.cuda_ipc`); only the headers use shared memory.
 - `shared-memory`: the same host otherwise: rows in the client's shared-memory segment.
 - `frames`: another host (or no shared memory): rows in the socket's frames.
 

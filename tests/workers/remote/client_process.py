@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from tests.peft_reference import build_pair, compare
-from wire.executor import CallKind, LayerKind, Op
+from wire.call.messages import CallKind, LayerKind, Op
 from workers.remote.client import ExecutorClient
 
 

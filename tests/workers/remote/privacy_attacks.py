@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from executor.local import LocalExecutor
-from wire.executor import CallKind, LayerSpec, Op
+from wire.call.messages import CallKind, LayerSpec, Op
 from workers.remote.build import remote_model
 from workers.remote.privacy import PrivacyConfig
 

@@ -11,10 +11,10 @@ import time
 
 import torch
 
-from wire import callheader as H
-from wire import doorbell as bell
-from wire.executor import CallKind, LayerKind, LayerSpec, Op
-from wire.shm import ShmBuffer
+from wire.call import doorbell as bell
+from wire.call import header as H
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
+from wire.call.shm import ShmBuffer
 from workers.remote.fastpath import FastPath
 
 FAST, SLOW = 0, 1

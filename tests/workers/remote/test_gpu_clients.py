@@ -14,7 +14,7 @@ import torch
 
 from tests.helpers import ExecutorProcess
 from tests.peft_reference import TOLERANCE
-from wire.executor import CallKind, LayerKind, Op
+from wire.call.messages import CallKind, LayerKind, Op
 from workers.remote.client import ExecutorClient
 from workers.remote.transport import Transport
 

@@ -15,7 +15,7 @@ from executor.registry import LayerRegistry
 from executor.server import ExecutorServer
 from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, batch, build_pair, compare
-from wire.executor import CallKind, Op
+from wire.call.messages import CallKind, Op
 from workers.remote.build import remote_model
 from workers.remote.client import ExecutorClient
 from workers.remote.privacy import PrivacyConfig

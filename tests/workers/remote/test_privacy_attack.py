@@ -20,7 +20,7 @@ from tests.workers.remote.privacy_attacks import (
     token_recovery,
     wide_llama,
 )
-from wire.executor import Op
+from wire.call.messages import Op
 from workers.remote.privacy import PrivacyConfig
 
 MODELS = ["tiny-llama", "wide-llama"]

@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
 from tests.peft_reference import TOLERANCE, compare
-from wire import executor as P
-from wire.executor import CallKind, LayerKind, Op
+from wire.call import messages as P
+from wire.call.messages import CallKind, LayerKind, Op
 from workers.remote.client import ExecutorClient
 from workers.remote.transport import Transport, choose
 

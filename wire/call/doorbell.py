@@ -2,7 +2,7 @@
 
 A ZeroMQ round trip crosses six threads (the app and an IO thread on each side, both ways); on a
 small VM each wake-up costs 50-100 us. With a doorbell the worker writes the call header into its
-shared memory (`wire.callheader`) and one byte into its request pipe; the executor wakes, runs the
+shared memory (`wire.call.header`) and one byte into its request pipe; the executor wakes, runs the
 call and writes the reply header plus one byte into the reply pipe. A worker that expects its
 reply soon watches the reply header for a moment before it sleeps on the pipe, so a quick reply
 costs it no wake-up. ZeroMQ stays for everything else (hello, remap, ping, stats) and for other
@@ -22,7 +22,7 @@ import select
 import stat
 from pathlib import Path
 
-log = logging.getLogger("wire.doorbell")
+log = logging.getLogger("wire.call.doorbell")
 
 NAME_PREFIX = "symbiosis-bell-"
 NAME = re.compile(rf"{NAME_PREFIX}[0-9A-Za-z_-]{{1,64}}")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from wire.call.tensors import TOKEN_BYTES, nbytes
 from wire.host import host
-from wire.tensors import TOKEN_BYTES, nbytes
 
 SHM_DIR = host().shm_dir
 SEGMENT_PREFIX = "symbiosis"
@@ -93,7 +93,7 @@ class ShmBuffer:
 
     @property
     def raw(self) -> mmap.mmap | None:
-        """The mapping itself, for small byte headers (`wire.doorbell`)."""
+        """The mapping itself, for small byte headers (`wire.call.doorbell`)."""
         return self._mmap
 
     def write_token(self) -> bytes:

@@ -12,7 +12,7 @@ counter in a shared-memory file the producer names; the executor passes a counte
 own instead (so the producer keeps a grown-out-of buffer until it exits, at most the size of
 the buffer that replaced it).
 
-Every step that differs on a GPU is a call into `wire.device`; the rest runs on any host.
+Every step that differs on a GPU is a call into `wire.call.device`; the rest runs on any host.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import torch
 
-from wire import device as D
-from wire.tensors import TOKEN_BYTES
+from wire.call import device as D
+from wire.call.tensors import TOKEN_BYTES
 
 REF_COUNTERS = 10_000  # torch's CUDA_IPC_REF_COUNTER_FILE_SIZE
 HANDLE_FIELDS = ("handle", "size", "offset", "event", "event_sync")
@@ -84,7 +84,7 @@ Opener = Callable[[int, dict, bytes, int], torch.UntypedStorage]
 def open_buffer(fields: dict, token: bytes, counters: ExecutorCounters, driver: D.Driver,
                 opener: Opener = D.open_ipc) -> DeviceBuffer:
     """The client's buffer, checked against the driver's view of its allocation and the token;
-    RefusedBuffer for anything else. `opener` maps the handle (`wire.device.open_ipc`)."""
+    RefusedBuffer for anything else. `opener` maps the handle (`wire.call.device.open_ipc`)."""
     try:
         fields = _parsed(fields, token)
         index = D.index_of(fields["uuid"])

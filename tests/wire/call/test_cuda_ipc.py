@@ -8,9 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wire import device as D
-from wire.cuda_ipc import REF_COUNTERS, DeviceBuffer, ExecutorCounters, RefusedBuffer, open_buffer
-from wire.tensors import TOKEN_BYTES
+from wire.call import device as D
+from wire.call.cuda_ipc import (
+    REF_COUNTERS,
+    DeviceBuffer,
+    ExecutorCounters,
+    RefusedBuffer,
+    open_buffer,
+)
+from wire.call.tensors import TOKEN_BYTES
 
 TOKEN = bytes(range(TOKEN_BYTES))
 

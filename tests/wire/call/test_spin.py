@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from wire.spin import GAVE_WAY_S, AdaptiveSpin, RunQueue, watch
+from wire.call.spin import GAVE_WAY_S, AdaptiveSpin, RunQueue, watch
 
 
 def test_a_peer_that_answers_in_time_is_watched_for_the_limit() -> None:

@@ -19,9 +19,9 @@ import threading
 
 import torch
 
-from wire.device import DeviceRefused, Driver
+from wire.call.device import DeviceRefused, Driver
 
-log = logging.getLogger("wire.pinning")
+log = logging.getLogger("wire.call.pinning")
 
 
 class HostPins:

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from wire import device as D
+from wire.call import device as D
 
 
 def test_on_the_cpu_synchronizing_is_a_no_op_and_gathering_concatenates_in_order() -> None:
@@ -136,7 +136,7 @@ def test_on_a_gpu_every_device_step_does_its_gpu_work(tmp_path) -> None:
     child = subprocess.run(
         [sys.executable, "-c",
          "import json, sys, torch\n"
-         "from wire import device as D\n"
+         "from wire.call import device as D\n"
          "f = json.loads(sys.argv[1])\n"
          "f['handle'] = bytes.fromhex(f['handle']); f['event'] = bytes.fromhex(f['event'])\n"
          "s = D.open_ipc(D.index_of(sys.argv[2]), f, bytes.fromhex(sys.argv[3]), 1)\n"

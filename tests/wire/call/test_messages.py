@@ -6,9 +6,9 @@ import msgspec
 import pytest
 import torch
 
-from wire import executor as P
+from wire.call import messages as P
+from wire.call.tensors import as_bytes, from_bytes
 from wire.figures import ExecutorFigures, LaneFigures
-from wire.tensors import as_bytes, from_bytes
 
 SPEC = P.LayerSpec(3, "model.layers.0.mlp.gate_proj+model.layers.0.mlp.up_proj",
                    P.LayerKind.GROUP, 64, 256, False, ("a", "b"), (128, 128))

@@ -1,10 +1,10 @@
 """The device layer: every step of the call path that differs between a CPU and a GPU.
 
-The transport (`wire.shm`, `wire.cuda_ipc`, `wire.pinning`), the executor's engine and the
+The transport (`shm`, `cuda_ipc`, `pinning` of `wire.call`), the executor's engine and the
 client's fast path run one code path for both; they call these functions where a GPU needs
 something a CPU does not (a wait for queued work, a copy onto the device, a handle across
 processes, the driver's view of memory). On a CPU each is a no-op or a refusal the caller
-handles, and the CPU test suite runs every function here (`tests/wire/test_device.py`); the
+handles, and the CPU test suite runs every function here (`tests/wire/call/test_device.py`); the
 lines that only a GPU reaches are marked `# GPU only`.
 """
 

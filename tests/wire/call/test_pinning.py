@@ -11,8 +11,8 @@ import logging
 import pytest
 import torch
 
-from wire.pinning import HostPins
-from wire.shm import ShmBuffer
+from wire.call.pinning import HostPins
+from wire.call.shm import ShmBuffer
 
 
 def test_memory_is_pinned_then_unpinned_only_when_settled(stand_in) -> None:
@@ -44,7 +44,7 @@ def test_memory_that_was_never_pinned_is_never_unpinned(stand_in) -> None:
 def test_a_refused_pin_is_a_warning_and_the_memory_stays_usable(stand_in, caplog) -> None:
     stand_in.lib.stand_in_refuse_register(2)  # CUDA_ERROR_OUT_OF_MEMORY
     memory = torch.zeros(4096, dtype=torch.uint8)
-    with caplog.at_level(logging.WARNING, logger="wire.pinning"):
+    with caplog.at_level(logging.WARNING, logger="wire.call.pinning"):
         assert not HostPins(torch.device("cuda", 0), stand_in.driver()).pin(memory)
     assert "NOT pinned" in caplog.text and "CUresult 2" in caplog.text
     memory[:4] = 7
@@ -54,7 +54,7 @@ def test_a_refused_pin_is_a_warning_and_the_memory_stays_usable(stand_in, caplog
 @pytest.mark.skipif(bool(ctypes.util.find_library("cuda")), reason="this host has a CUDA driver")
 def test_without_a_driver_library_nothing_is_pinned(caplog) -> None:
     pins = HostPins(torch.device("cuda", 0))
-    with caplog.at_level(logging.WARNING, logger="wire.pinning"):
+    with caplog.at_level(logging.WARNING, logger="wire.call.pinning"):
         pinned = pins.pin(torch.zeros(64, dtype=torch.uint8))
     assert not pinned and pins.pinned == 0
     assert "no CUDA driver library" in caplog.text
@@ -66,7 +66,7 @@ def test_an_unpin_the_driver_refuses_is_a_warning_and_forgotten(stand_in, caplog
     assert pins.pin(memory)
     pins.retire(memory)
     stand_in.lib.stand_in_reset()  # the driver forgot the registration (a context reset)
-    with caplog.at_level(logging.WARNING, logger="wire.pinning"):
+    with caplog.at_level(logging.WARNING, logger="wire.call.pinning"):
         assert pins.settle() == 1
     assert "not unpinned" in caplog.text and "CUresult 713" in caplog.text
     assert (pins.pinned, pins.retiring) == (0, 0)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from wire import doorbell as bell
+from wire.call import doorbell as bell
 
 UID = os.geteuid()
 

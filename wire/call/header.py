@@ -24,7 +24,7 @@ import struct
 
 import torch
 
-from wire.executor import ErrorCode
+from wire.call.messages import ErrorCode
 
 REQUEST_AT, REPLY_AT, TEXT_AT, DATA_AT = 0, 64, 128, 4096
 TEXT_MAX = DATA_AT - TEXT_AT

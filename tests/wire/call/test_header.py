@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mmap
 
-from wire import callheader as H
-from wire.executor import CallKind, ErrorCode, Op
+from wire.call import header as H
+from wire.call.messages import CallKind, ErrorCode, Op
 
 
 def test_a_call_is_read_only_once_published_and_round_trips() -> None:

@@ -2,7 +2,7 @@
 
 A message is one or two ZeroMQ frames: a msgpack header (one of the Structs below, tagged) and,
 when a tensor does not travel through the client's shared memory, its raw bytes. On the same
-host, calls and their replies may travel as headers in shared memory instead (`wire.doorbell`).
+host, calls and their replies may travel as headers in shared memory instead (`wire.call.doorbell`).
 Both ends import this module; it imports nothing from the rest of the executor.
 """
 
@@ -93,7 +93,7 @@ class Mapped(msgspec.Struct, tag="mapped", array_like=True):
 
 
 class ShareDevice(msgspec.Struct, tag="share_device", array_like=True):
-    """The client's call buffer on a GPU (`wire.cuda_ipc`): once mapped, a doorbell call's
+    """The client's call buffer on a GPU (`wire.call.cuda_ipc`): once mapped, a doorbell call's
     offsets point into it instead of the shared memory; refused (`Mapped(False)`), or when
     `size` is 0, calls go back to the shared memory. The GPU is named by its UUID: the two
     processes may number their GPUs differently."""
