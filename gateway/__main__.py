@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 
 import uvicorn
 
@@ -25,10 +26,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     flags = {"host": args.host, "port": args.port}
     settings = GatewaySettings(**{k: v for k, v in flags.items() if v is not None})
-    where = {"fd": args.fd} if args.fd is not None else {"host": settings.host,
-                                                         "port": settings.port}
-    uvicorn.run(create_app(settings), log_level="warning", timeout_graceful_shutdown=5, **where)
+    where = {} if args.fd is not None else {"host": settings.host, "port": settings.port}
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning",
+                                           timeout_graceful_shutdown=5, **where))
+    server.run(sockets=None if args.fd is None else [inherited(args.fd)])
     return 0
+
+
+def inherited(fd: int) -> socket.socket:
+    """The launcher's listening socket as what it is (family, type and protocol read from the
+    descriptor). Uvicorn's own `fd=` takes any descriptor for a Unix socket, so asyncio never
+    sets TCP_NODELAY on its connections, and every response then waits ~40 ms for the client's
+    delayed ACK (Nagle's algorithm holds its second write)."""
+    return socket.socket(fileno=fd)
 
 
 if __name__ == "__main__":
