@@ -29,7 +29,7 @@ from openapi.fine_tuning import (
 )
 from state.jobs import JobRecord, new_id
 from state.versions import split_id
-from wire.jobs import TERMINAL, JobAction, JobCommand, JobState, NewJob
+from wire.jobs import TERMINAL, JobAction, JobCommand, JobState, JobStatus, NewJob
 
 router = APIRouter(prefix="/v1/fine_tuning", tags=["fine-tuning"],
                    responses=documented(400, 404))
@@ -124,6 +124,11 @@ async def _command(request: Request, job_id: str, action: JobAction, timeout_s: 
 
 
 def _refused(job_id: str, answer: JobState | None, what: str) -> None:
+    """A command the job's status did not allow is the caller's 400; one the manager could not
+    record (its database failed, or it runs no job queue) is a 503."""
+    if answer is not None and answer.status == JobStatus.UNKNOWN:
+        raise APIError(503, f"The worker manager could not act on job {job_id}; try again "
+                       "shortly.", "service_unavailable")
     if answer is not None and not answer.moved:
         raise APIError(400, f"Job {job_id} is {answer.status.value}: it cannot be {what}.",
                        "invalid_state", "id")

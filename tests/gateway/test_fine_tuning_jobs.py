@@ -152,3 +152,19 @@ def test_without_the_manager_a_job_is_a_503_and_nothing_is_stored(client) -> Non
         "model": "tiny-llama", "training_file": training}), 503)
     assert error["code"] == "service_unavailable"
     assert client.get("/v1/fine_tuning/jobs", headers=KEY).json()["data"] == []
+
+
+def test_a_command_the_manager_cannot_record_is_a_503_and_changes_nothing(managed) -> None:
+    client, manager = managed
+    training = upload(client)
+    job = {"model": "tiny-llama", "training_file": training}
+    running, waiting = (client.post("/v1/fine_tuning/jobs", headers=KEY, json=job).json()
+                        for _ in range(2))
+    manager.db.close()  # every write of the manager's now fails, as on a broken disk
+    error = assert_openai_error(client.post(f"/v1/fine_tuning/jobs/{waiting['id']}/pause",
+                                            headers=KEY), 503)
+    assert error["code"] == "service_unavailable" and waiting["id"] in error["message"]
+    assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json=job), 503)
+    listed = client.get("/v1/fine_tuning/jobs", headers=KEY).json()["data"]
+    assert {j["id"]: j["status"] for j in listed} == {running["id"]: "running",
+                                                      waiting["id"]: "queued"}
