@@ -82,7 +82,7 @@ async def create_job(body: FineTuningJobCreate, request: Request,
                  priority=tenant.job_priority if body.priority is None else body.priority)
     job_id = new_id("ftjob")
     await _command(request, job_id, JobAction.CREATE, ANSWER_S, new)
-    job = state.jobs.get(job_id)  # stored, even if its answer was lost on the way
+    job = state.jobs.get(job_id, tenant.id)  # stored, even if its answer was lost on the way
     if job is None:
         raise APIError(503, "The worker manager could not store the job; try again shortly.",
                        "service_unavailable")
