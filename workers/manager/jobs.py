@@ -52,6 +52,7 @@ class Trainer:
     connected: bool = False
     asked: JobAction | None = None  # pause or cancel, sent or to send once it says hello
     waiting: list[tuple[bytes, str]] = field(default_factory=list)  # (gateway, request id)
+    resume: tuple[bytes, str] | None = None  # a resume that came before it exited: after it
 
 
 class JobScheduler:
@@ -124,6 +125,9 @@ class JobScheduler:
             if trainer.connected:
                 self.to_trainer(job_id, TrainerControl(job_id, trainer.asked))
             return
+        if action == JobAction.RESUME and trainer is not None:  # paused, not yet gone: its
+            trainer.resume = (gateway, command.id)  # checkpoint is whole once it exited
+            return
         try:
             moved = self._act(command)
         except (sqlite3.Error, OSError):  # a full disk, say: the gateway is told, we serve on
@@ -182,6 +186,9 @@ class JobScheduler:
             self._after_crash(trainer, job.attempts, status)
         job = self.jobs.get(trainer.job_id)
         self._release(trainer, job.status if job else "failed")
+        if trainer.resume is not None:
+            gateway, request = trainer.resume
+            self.command(gateway, JobCommand(request, trainer.job_id, JobAction.RESUME))
         self.schedule()
         return True
 

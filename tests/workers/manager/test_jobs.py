@@ -220,3 +220,17 @@ def test_a_command_the_database_cannot_take_is_answered_and_the_manager_goes_on(
     job_id = create(scheduler)
     assert seen.answers == [(b"gw", JobState(f"new-{job_id}", job_id, JobStatus.UNKNOWN,
                                              False))]
+
+
+def test_a_resume_before_the_paused_trainer_exited_waits_for_its_exit(setup) -> None:
+    """Its checkpoint is whole only once it exited: no second trainer before that."""
+    store, scheduler, seen = setup
+    job = running_job(scheduler, 51)
+    scheduler.command(b"gw", JobCommand("p", job, JobAction.PAUSE))
+    scheduler.report(TrainerStopped(job, JobStatus.PAUSED, "Job paused at step 2"))
+    seen.answers.clear()
+    scheduler.command(b"gw", JobCommand("r", job, JobAction.RESUME))
+    assert seen.answers == [] and seen.started == [job]  # not while it still runs
+    assert scheduler.exited(51, 0)
+    assert seen.answers == [(b"gw", JobState("r", job, JobStatus.RUNNING, True))]
+    assert seen.started == [job, job] and store.get(job).attempts == 1
