@@ -31,6 +31,7 @@ from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerReport
 from workers.manager.admission import Admission
+from workers.manager.capacity import default_max_jobs
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.job_ledger import JobLedger
@@ -75,7 +76,8 @@ class Manager:
             self.jobs = JobScheduler(JobLedger(JobStore(db), files, data_dir), self.spawner.spawn,
                                      partial(trainer_spec, self.config, self.worker_bind, files),
                                      self.links.reply, self.links.to_trainer,
-                                     max_jobs=self.config.max_jobs)
+                                     max_jobs=self.config.max_jobs or
+                                     default_max_jobs(self.config.model))
             self.jobs.recover()
         preload(self.config, self.pool, self._start)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",

@@ -41,10 +41,6 @@ Answer = Callable[[bytes, JobState], None]  # to the gateway that asked
 ToTrainer = Callable[[str, msgspec.Struct], None]  # to a job's trainer: control or ack
 
 
-def default_max_jobs() -> int:
-    return max(2, (os.cpu_count() or 2) // 2)
-
-
 @dataclass
 class Trainer:
     job_id: str
@@ -65,7 +61,7 @@ class JobScheduler:
         self.trainer_spec = trainer_spec
         self.answer = answer
         self.to_trainer = to_trainer
-        self.max_jobs = max_jobs or default_max_jobs()
+        self.max_jobs = max_jobs or max(2, (os.cpu_count() or 2) // 2)
         self.max_attempts = max_attempts
         self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
 
