@@ -7,6 +7,7 @@ import logging
 import socket
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning",
                                            timeout_graceful_shutdown=5, **where))
     server.run(sockets=None if args.fd is None else [inherited(args.fd)])
-    return 0
+    return 0 if server.started else STARTUP_FAILURE  # as uvicorn.run exits
 
 
 def inherited(fd: int) -> socket.socket:

@@ -6,7 +6,10 @@ delayed ACK."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 
 from gateway.__main__ import inherited
 
@@ -53,3 +56,16 @@ def test_the_socket_as_uvicorns_fd_option_takes_it_keeps_nagle() -> None:
     as_unix = socket.fromfd(listener.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
     listener.close()
     assert nodelay_of_a_connection(as_unix) == 0
+
+
+def test_a_gateway_that_cannot_start_on_the_socket_exits_with_uvicorns_startup_failure(
+        tmp_path) -> None:
+    (tmp_path / "tenants.json").write_text("{not json")
+    listener = launcher_listener()
+    run = subprocess.run([sys.executable, "-m", "gateway", "--fd", str(listener.fileno())],
+                         pass_fds=(listener.fileno(),), capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "SYMBIOSIS_DATA_DIR": str(tmp_path),
+                                           "SYMBIOSIS_API_KEYS": "acme=sk-acme"})
+    listener.close()
+    assert run.returncode == 3, run.stderr[-2000:]  # uvicorn's STARTUP_FAILURE
+    assert "Application startup failed" in run.stderr
