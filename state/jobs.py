@@ -91,7 +91,8 @@ class JobReader:
     def list(self, tenant: str, *, after: str | None, limit: int,
              metadata: dict[str, str] | None = None) -> tuple[list[JobRecord], bool]:
         rows = [JobRecord.from_row(r) for r in self.db.query(
-            "SELECT * FROM jobs WHERE tenant = ? ORDER BY created_at DESC, id DESC", (tenant,))]
+            "SELECT * FROM jobs WHERE tenant = ? ORDER BY created_at DESC, rowid DESC",  # newest
+            (tenant,))]  # first, also within one second (created_at is whole seconds)
         if metadata:
             rows = [j for j in rows if all((j.metadata or {}).get(k) == v
                                            for k, v in metadata.items())]
