@@ -17,7 +17,7 @@ import zmq
 from state.db import Database, db_path
 from state.files import FileStore
 from wire import manager as W
-from wire.jobs import JobAction, JobCommand, JobState, JobStatus, TrainerControl, TrainerStopped
+from wire.jobs import JobAction, JobCommand, JobStatus, TrainerControl, TrainerStopped
 from wire.spawner import TrainerSpec
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
@@ -41,7 +41,7 @@ class ManagerStandIn:
             JobLedger(JobStore(db), files, data_dir), self._start,
             lambda job: TrainerSpec(job=trainer_job(job, files), data_dir=str(data_dir),
                                     base=job.model, executor="", manager=endpoint),
-            self._answer, self._to_trainer, max_jobs=max_jobs)
+            self._send, self._to_trainer, max_jobs=max_jobs)
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.bind(endpoint)
@@ -71,9 +71,6 @@ class ManagerStandIn:
 
     def _send(self, identity: bytes, message: msgspec.Struct) -> None:
         self._sock.send_multipart([identity, W.encode(message)])
-
-    def _answer(self, gateway: bytes, state: JobState) -> None:
-        self._send(gateway, state)
 
     def _start(self, spec: TrainerSpec) -> None:
         job_id, pid = spec.job.id, next(self._pids)

@@ -15,7 +15,6 @@ acknowledged before it exits, so its exit never races its final status.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,14 +53,14 @@ class Trainer:
 class JobScheduler:
     def __init__(self, ledger: JobLedger, start: Callable[[TrainerSpec], None],
                  trainer_spec: Callable[[JobRecord], TrainerSpec], answer: Answer,
-                 to_trainer: ToTrainer, *, max_jobs: int = 0, max_attempts: int = 3) -> None:
+                 to_trainer: ToTrainer, *, max_jobs: int, max_attempts: int = 3) -> None:
         self.ledger = ledger
         self.jobs = ledger.jobs
         self.start = start  # asks the spawner for a trainer process
         self.trainer_spec = trainer_spec
         self.answer = answer
         self.to_trainer = to_trainer
-        self.max_jobs = max_jobs or max(2, (os.cpu_count() or 2) // 2)
+        self.max_jobs = max_jobs  # the config's, or `capacity.default_max_jobs`
         self.max_attempts = max_attempts
         self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
 
