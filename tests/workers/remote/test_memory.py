@@ -40,6 +40,10 @@ def test_client_pss_is_imports_plus_non_base_parameters(executor_for) -> None:
 
 @pytest.mark.slow
 def test_executor_memory_does_not_grow_with_steps_in_flight(executor_for) -> None:
+    """Twelve forwards wait for their backward at once; an executor that kept any call's inputs
+    for the backward would hold at least 12 x 128 rows x 12 layers x 7 inputs x 3 KiB = 387 MB
+    more. The bound leaves room for what the allocator keeps for a second serving thread (one
+    logits-sized buffer, 26 MB here, has been seen) and still catches a quarter of that."""
     proc = executor_for(MODEL)
     executor = psutil.Process(proc.proc.pid)
     clients = [ExecutorClient(proc.endpoint, name=f"mem-{i}") for i in range(3)]
@@ -49,22 +53,23 @@ def test_executor_memory_does_not_grow_with_steps_in_flight(executor_for) -> Non
                                LoraConfig(r=8, target_modules=["q_proj"]))
         model.train()
         models.append(model)
-    ids = torch.randint(0, 50000, (2, 128))
+    ids = torch.randint(0, 50000, (1, 128))
+
+    def forwards() -> list[torch.Tensor]:
+        return [m(input_ids=ids, labels=ids).loss for m in models for _ in range(4)]
 
     def steps(n: int) -> None:
         for _ in range(n):
-            losses = [m(input_ids=ids, labels=ids).loss for m in models]  # 3 steps in flight
-            for loss in losses:
+            for loss in forwards():
                 loss.backward()
 
     steps(2)
     before = executor.memory_full_info().pss
-    steps(6)
-    in_flight = [m(input_ids=ids, labels=ids).loss for m in models]
+    steps(2)
+    in_flight = forwards()
     during = executor.memory_full_info().pss
     for loss in in_flight:
         loss.backward()
     for client in clients:
         client.close()
-    # storing inputs for backward would cost ~ 3 clients x 2x128 rows x 50 layers x 3 KiB = 115 MB
-    assert during - before < 24 * 2**20, (before, during)
+    assert during - before < 96 * 2**20, (before, during)
