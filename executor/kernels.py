@@ -26,7 +26,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
       (a tiny model, a microbenchmark) runs ~12 us faster with MKL, so smaller ones stay there;
     - tiny products run on one thread: waking a second one costs ~150 us (64x64, 8 rows: 12 vs
       154).
-    All routes read the same dense weight, no copy.
+    All routes read the same dense weight, no copy. oneDNN's op has no autograd formula: a
+    product that autograd must differentiate (a stretch's backward recomputes its forward)
+    takes F.linear.
     """
     if x.device.type != "cpu" or x.dim() != 2:
         return F.linear(x, weight, bias)
@@ -42,7 +44,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if (_onednn_linear is not None and rows <= ONEDNN_MAX_ROWS
             and in_features * out_features >= ONEDNN_MIN_WEIGHT and weight.is_contiguous()
             and (in_features >= ONEDNN_MIN_WIDTH or torch.get_num_threads() > 1)
-            and x.dtype in (torch.float32, torch.bfloat16)):
+            and x.dtype in (torch.float32, torch.bfloat16)
+            and not (x.requires_grad and torch.is_grad_enabled())):
         try:
             return _onednn_linear(x, weight, bias, "none", [], "")
         except RuntimeError:

@@ -7,6 +7,9 @@ input norm and its q/k/v projections. The executor runs that as one call (`Stret
 [attention output | residual stream] rows and returns [new residual stream | next q/k/v] (the last
 layer's stretch returns the residual stream alone). A decode step then makes one call per layer
 instead of four. Results equal the per-projection path: the same modules and weights, in order.
+The last layer has a second stretch, `<layer>.stretch+<head>`, that goes on through the final
+norm and the output head: [residual stream | logits], for decode steps (one position per
+sequence, every row's logits wanted), which so save the head's own call.
 
 Supported where the decoder layer is known to be exactly that sequence (`catalogue.stretches`);
 other models keep per-projection calls.
@@ -20,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue.stretches import RECIPES
+from catalogue.stretches import RECIPES, Recipe
 from executor.kernels import linear
 from wire.call.messages import LayerKind, LayerSpec
 
@@ -114,13 +117,6 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
     decoder = model.get_submodule(recipe.layers)
     stretches = []
     for i in range(len(decoder)):
-        prefix = f"{recipe.layers}.{i}"
-        layer = decoder[i]
-        o = by_name[f"{prefix}.{recipe.o}"]
-        names = tuple(f"{prefix}.{name}" for name in recipe.mlp_in)
-        mlp_in = [groups[names]] if names in groups else [by_name[n] for n in names]
-        down = by_name[f"{prefix}.{recipe.down}"]
-        hidden = o.spec.out_features
         in_norm, targets = None, []
         if i + 1 < len(decoder):
             following = f"{recipe.layers}.{i + 1}"
@@ -128,19 +124,35 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
             names = tuple(f"{following}.{name}" for name in recipe.qkv)
             group = groups.get(names)
             targets = [group] if group is not None else [by_name[n] for n in names]
-        for module in (layer.get_submodule(recipe.post_norm), in_norm):
-            if module is not None:
-                module.requires_grad_(False)  # a backward computes input gradients only
-        stretch = Stretch(o, layer.get_submodule(recipe.post_norm), mlp_in,
-                          len(recipe.mlp_in) == 2, layer.get_submodule(recipe.act), down, in_norm,
-                          targets)
-        spec = LayerSpec(first_index + i, f"{prefix}.stretch", LayerKind.STRETCH,
-                         o.spec.in_features + hidden,
-                         hidden + sum(t.spec.out_features for t in targets), False,
-                         members=(o.spec.name, *(t.spec.name for t in targets)),
-                         splits=(hidden, *(t.spec.out_features for t in targets)))
-        stretches.append((spec, stretch))
+        stretches.append(_stretch(first_index + i, decoder[i], f"{recipe.layers}.{i}", recipe,
+                                  by_name, groups, in_norm, targets))
+    if recipe.head in by_name:  # the last layer again, through the final norm and the head
+        stretches.append(_stretch(first_index + len(decoder), decoder[-1],
+                                  f"{recipe.layers}.{len(decoder) - 1}", recipe, by_name, groups,
+                                  model.get_submodule(recipe.final_norm), [by_name[recipe.head]],
+                                  f"+{recipe.head}"))
     return stretches
+
+
+def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name: dict,
+             groups: dict, in_norm: nn.Module | None, targets: list, suffix: str = ""
+             ) -> tuple[LayerSpec, Stretch]:
+    o = by_name[f"{prefix}.{recipe.o}"]
+    names = tuple(f"{prefix}.{name}" for name in recipe.mlp_in)
+    mlp_in = [groups[names]] if names in groups else [by_name[n] for n in names]
+    down = by_name[f"{prefix}.{recipe.down}"]
+    hidden = o.spec.out_features
+    for module in (layer.get_submodule(recipe.post_norm), in_norm):
+        if module is not None:
+            module.requires_grad_(False)  # a backward computes input gradients only
+    stretch = Stretch(o, layer.get_submodule(recipe.post_norm), mlp_in, len(recipe.mlp_in) == 2,
+                      layer.get_submodule(recipe.act), down, in_norm, targets)
+    spec = LayerSpec(index, f"{prefix}.stretch{suffix}", LayerKind.STRETCH,
+                     o.spec.in_features + hidden,
+                     hidden + sum(t.spec.out_features for t in targets), False,
+                     members=(o.spec.name, *(t.spec.name for t in targets)),
+                     splits=(hidden, *(t.spec.out_features for t in targets)))
+    return spec, stretch
 
 
 def macs_per_row(stretch: Stretch) -> int:

@@ -40,6 +40,10 @@ def peft_config(model: str, method: str, rank: int = 4):
     if method == "lora_qv":  # the most common adapter: it leaves every stretch untouched
         return LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank,
                           target_modules=["c_attn"] if gpt2 else ["q_proj", "v_proj"])
+    if method == "lora_qv_head":  # the same and the output head: the last stretch stops there
+        return LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank,
+                          target_modules=(["c_attn"] if gpt2 else ["q_proj", "v_proj"])
+                          + ["lm_head"])
     if method == "ia3":
         targets, ff = (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]) if gpt2 else \
             (["k_proj", "v_proj", "down_proj"], ["down_proj"])

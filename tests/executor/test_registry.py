@@ -117,7 +117,8 @@ def test_loaded_registry_keeps_no_map_of_the_checkpoint() -> None:
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-mistral"])
 def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
     """A stretch = output projection, residual, norm, MLP, residual, the next layer's input norm
-    and q/k/v, computed here with the model's own modules."""
+    and q/k/v, computed here with the model's own modules; the last layer's second one goes on
+    through the final norm and the output head."""
     from catalogue.stretches import RECIPES
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
@@ -125,10 +126,11 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
     decoder = model.get_submodule(recipe.layers)
     registry = LayerRegistry.load(resolve_model(name))
     stretches = [layer for layer in registry.layers if layer.spec.kind == LayerKind.STRETCH]
-    assert len(stretches) == len(decoder)
+    assert len(stretches) == len(decoder) + 1
+    assert stretches[-1].spec.name == f"{recipe.layers}.{len(decoder) - 1}.stretch+lm_head"
     torch.manual_seed(0)
     for i, layer in enumerate(stretches):
-        block = decoder[i]
+        block = decoder[min(i, len(decoder) - 1)]
         o = block.get_submodule(recipe.o)
         attn = torch.randn(3, layer.spec.in_features - layer.spec.splits[0], requires_grad=True)
         residual = torch.randn(3, layer.spec.splits[0], requires_grad=True)
@@ -141,6 +143,8 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
             following = decoder[i + 1]
             n = following.get_submodule(recipe.in_norm)(h)
             expected += [following.get_submodule(q)(n) for q in recipe.qkv]
+        elif i == len(decoder):
+            expected.append(model.lm_head(model.get_submodule(recipe.final_norm)(h)))
         expected = torch.cat(expected, dim=1)
         inputs = torch.cat([attn, residual], dim=1).detach()
         torch.testing.assert_close(registry.run(Op.FORWARD, layer, inputs), expected.detach())

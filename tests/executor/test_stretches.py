@@ -41,3 +41,16 @@ def test_an_unknown_norm_runs_as_its_module() -> None:
     assert norm_function(module) is module
     silu = nn.SiLU(inplace=True)  # changes its input: not the out-of-place F.silu
     assert activation_function(silu) is silu
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (768, 768), (50259, 64)])
+def test_every_matmul_route_has_a_gradient_when_autograd_asks(shape: tuple[int, int]) -> None:
+    """A stretch's backward differentiates its forward: the oneDNN route (large weights) has no
+    autograd formula, so such products must go another way."""
+    from executor.kernels import linear
+
+    weight = torch.randn(shape)
+    x = torch.randn(3, shape[1], requires_grad=True)
+    grad = torch.randn(3, shape[0])
+    (got,) = torch.autograd.grad(linear(x, weight), x, grad)
+    torch.testing.assert_close(got, grad @ weight)

@@ -94,10 +94,19 @@ class Stage:
         self.input, self.version, self.output = x, x._version, y
 
     def take(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The staged output if `x` is its input (unchanged since); the stage empties."""
+        """The staged output if `x` is its input (or a view of all of it, as a model's
+        `hidden[:, -1:]` of one position is), unchanged since; the stage empties."""
         staged, y = self.input, self.output
         self.input = self.output = None
-        return y if staged is x and self.version == x._version else None
+        if staged is None or not (staged is x or _all_of(x, staged)):
+            return None
+        return y if self.version == x._version else None
+
+
+def _all_of(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """`view` is a view of all of `base`, element for element."""
+    return (view._base is base and view.shape == base.shape and view.stride() == base.stride()
+            and view.storage_offset() == base.storage_offset())
 
 
 class RemoteLayer:

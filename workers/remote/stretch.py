@@ -28,6 +28,8 @@ from catalogue.stretches import RECIPES, Recipe
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
+from workers.remote.places import places, untouched
+from workers.remote.tail import Tail, enable_tail
 
 # A stretch's backward recomputes its forward: worth it while calls, not matmuls, dominate. On a
 # GPU executor they do for batches of some thousand rows; on a CPU one not even for 1 x 32 tokens
@@ -45,9 +47,9 @@ class StretchControl:
         self.original = types.MethodType(type(layer).forward, layer)
         self.o: RemoteLayer = layer.get_submodule(recipe.o)
         frozen = [recipe.o, recipe.post_norm, *recipe.mlp_in, recipe.act, recipe.down]
-        self.places = _places(layer, frozen)  # where the stretch's modules sit, to check per call
+        self.places = places(layer, frozen)  # where the stretch's modules sit, to check per call
         if next_layer is not None:  # and the next layer's input norm
-            self.places += _places(next_layer, [recipe.in_norm])
+            self.places += places(next_layer, [recipe.in_norm])
         self.targets = targets  # the next layer's q/k/v remote layers, in the stretch's order
         self.widths = [t.spec.out_features for t in targets]
         self.hidden = spec.splits[0]
@@ -57,7 +59,8 @@ class StretchControl:
                                 for name in frozen for m in layer.get_submodule(name).modules()) \
             and not _dropout_after(layer, recipe)
         self.previous: StretchControl | None = None
-        self.waiting: tuple[torch.Tensor, list[torch.Tensor]] | None = None
+        self.tail: Tail | None = None  # the last layer's: on through the head, for decode steps
+        self.waiting: tuple[torch.Tensor, list[RemoteLayer], list[torch.Tensor]] | None = None
         self.calls = 0
 
     def usable(self, hidden_states: torch.Tensor) -> bool:
@@ -67,14 +70,14 @@ class StretchControl:
             return False
         if torch.is_grad_enabled() and hidden_states.numel() > self.train_rows * self.hidden:
             return False
-        return _untouched(self.places)
+        return untouched(self.places)
 
     def deliver(self, hidden_states: torch.Tensor, normed: torch.Tensor) -> None:
-        """The q/k/v this stretch computed ahead, for the next layer whose input is
-        `hidden_states` and whose normed input is `normed`."""
+        """What this stretch computed ahead (the next q/k/v, or the logits), for the next layer
+        (or the final norm) whose input is `hidden_states` and whose normed input is `normed`."""
         waiting, self.waiting = self.waiting, None
         if waiting is not None and waiting[0] is hidden_states:
-            for target, output in zip(self.targets, waiting[1], strict=True):
+            for target, output in zip(waiting[1], waiting[2], strict=True):
                 target.stage.put(normed, output)
 
     def around_attention(self, hidden: torch.Tensor, normed: torch.Tensor,
@@ -95,25 +98,30 @@ class StretchControl:
         attn_rows = attn.reshape(-1, attn.shape[-1])
         residual_rows = residual.reshape(-1, residual.shape[-1])
         self.calls += 1
+        targets = self.targets
         if torch.is_grad_enabled() and (attn.requires_grad or residual.requires_grad):
             outs = _StretchFn.apply(attn_rows, residual_rows, self)
         else:  # views of one fresh result: nothing holds them but this forward
+            tail = self.tail if self.tail is not None and self.tail.usable(residual) else None
+            if tail is not None:
+                targets = tail.targets
             outs = self.forward_rows(torch.cat([attn_rows, residual_rows], dim=1),
-                                     CallKind.INFERENCE, own=False)
+                                     CallKind.INFERENCE, own=False, tail=tail)
         h = outs[0].view(residual.shape)
-        if self.targets:
+        if targets:
             lead = residual.shape[:-1]
-            self.waiting = (h, [out.view(*lead, out.shape[1]) for out in outs[1:]])
+            self.waiting = (h, targets, [out.view(*lead, out.shape[1]) for out in outs[1:]])
         return h
 
-    def forward_rows(self, rows: torch.Tensor, kind: CallKind,
-                     own: bool = True) -> tuple[torch.Tensor, ...]:
-        """[rows, attention + hidden] -> (new residual rows, each next q/k/v's rows), each a
-        tensor of its own (`own`, as autograd wants of a Function's outputs) or a view of one
-        fresh result."""
-        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, rows, kind,
-                        self.spec.out_features, self.dtype, fresh=not own)
-        parts = y.split_with_sizes(self.splits, dim=1)  # Tensor.split: +4 us of Python
+    def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,
+                     tail: Tail | None = None) -> tuple[torch.Tensor, ...]:
+        """[rows, attention + hidden] -> (new residual rows, each next q/k/v's rows, or the
+        logits with `tail`), each a tensor of its own (`own`, as autograd wants of a Function's
+        outputs) or a view of one fresh result."""
+        spec, splits = (self.spec, self.splits) if tail is None else (tail.spec, tail.splits)
+        y = remote_rows(self.handle, Op.FORWARD, spec.index, rows, kind, spec.out_features,
+                        self.dtype, fresh=not own)
+        parts = y.split_with_sizes(splits, dim=1)  # Tensor.split: +4 us of Python
         if not own:
             return parts
         # straight out of the call's memory: one copy of the result, not two
@@ -151,32 +159,6 @@ def _dropout_after(layer: nn.Module, recipe: Recipe) -> bool:
                for name, m in attention.named_modules())
 
 
-Place = tuple[dict, str, nn.Module, bool]  # a parent's _modules, the name, the module, a leaf
-
-
-def _places(root: nn.Module, paths: list[str]) -> list[Place]:
-    """Where each module on the way to each path sits (once each), for `_untouched`."""
-    places: dict[int, Place] = {}
-    for path in paths:
-        parent, names = root, path.split(".")
-        for i, name in enumerate(names):
-            child = parent._modules[name]
-            leaf = i == len(names) - 1 or (id(child) in places and places[id(child)][3])
-            places[id(child)] = (parent._modules, name, child, leaf)
-            parent = child
-    return list(places.values())
-
-
-def _untouched(places: list[Place]) -> bool:
-    """Each module still sits where it was and no adapter hooks the stretch's own modules: a
-    dict lookup per module, not a walk per path (get_submodule: ~4 us a path)."""
-    for modules, name, module, leaf in places:
-        hooked = leaf and bool(module._forward_hooks or module._forward_pre_hooks)
-        if hooked or modules.get(name) is not module:
-            return False
-    return True
-
-
 def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype,
                      train_rows: int | None = None) -> int:
     """Give the decoder layers of `model` stretch calls where the executor offers them (call
@@ -205,6 +187,7 @@ def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtyp
         controls.append(StretchControl(layer, recipe, spec, handle, targets, following, dtype,
                                        train_rows))
     forward = _llama_forward if recipe.style == "llama" else _gpt2_forward
+    controls[-1].tail = enable_tail(model, recipe, specs, controls[-1])
     for i, control in enumerate(controls):
         control.previous = controls[i - 1] if i else None
         control.layer.symbiosis_stretch = control

@@ -1,6 +1,7 @@
 """Stretch calls (a decoder layer's frozen part after attention as one executor call) against
 plain transformers + peft, through a real executor process: exact whichever adapter decides
-whether they apply, and one call per layer instead of four when they do."""
+whether they apply, and one call per layer instead of four when they do; a decode step's logits
+come with the last stretch unless an adapter touches the head."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def per_token_calls(model, client: ExecutorClient, tokens: int = 6) -> float:
     return (after - before - prefill) / tokens
 
 
-@pytest.mark.parametrize(("model", "method", "stretched"), [
-    ("tiny-llama", "lora_qv", True), ("tiny-qwen2", "lora_qv", True),
-    ("tiny-gpt2", "lora_qv", True), ("tiny-gpt2", "ia3", False),
-    ("tiny-llama", "lora", False), ("tiny-llama", "ia3", False),
+@pytest.mark.parametrize(("model", "method", "stretched", "tail"), [
+    ("tiny-llama", "lora_qv", True, True), ("tiny-qwen2", "lora_qv", True, True),
+    ("tiny-gpt2", "lora_qv", True, True), ("tiny-llama", "lora_qv_head", True, False),
+    ("tiny-gpt2", "ia3", False, False), ("tiny-llama", "lora", False, False),
+    ("tiny-llama", "ia3", False, False),
 ])
 def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, method: str,
-                                                                  stretched: bool,
+                                                                  stretched: bool, tail: bool,
                                                                   executor_for) -> None:
     client = ExecutorClient(executor_for(model).endpoint, name=f"stretch-{model}-{method}")
     try:
@@ -54,8 +56,14 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         embeddings = 2 if model == "tiny-gpt2" else 1  # GPT-2: token and position tables
         per_projection = embeddings + 4 * LAYERS + 1
         expected = embeddings + 1 + LAYERS + 1 if stretched else per_projection
-        assert forward_calls == expected
-        assert per_token_calls(ours, client) == expected
+        assert forward_calls == expected  # a prompt: the head is called for itself
+        assert per_token_calls(ours, client) == expected - tail  # the last stretch's logits
+        with torch.no_grad():  # every decode step's logits, not only the greedy choice
+            steps = [m.generate(input_ids=ids, max_new_tokens=5, min_new_tokens=5,
+                                do_sample=False, output_logits=True,
+                                return_dict_in_generate=True).logits for m in (plain, ours)]
+        for theirs, mine in zip(*steps, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=TOLERANCE)
         ours.train()
         before = client.calls
         ours(input_ids=ids, labels=ids).loss.backward()
@@ -88,3 +96,22 @@ def test_a_stretch_stays_out_of_the_way_of_an_adapter_added_later(executor_for) 
         torch.testing.assert_close(same, base, rtol=0, atol=TOLERANCE)
     finally:
         client.close()
+
+
+def test_a_staged_result_goes_only_to_its_input_or_a_view_of_all_of_it() -> None:
+    from workers.remote.layers import Stage
+
+    stage, x, y = Stage(), torch.randn(2, 1, 4), torch.randn(2, 1, 3)
+    stage.put(x, y)
+    assert stage.take(x) is y
+    stage.put(x, y)
+    assert stage.take(x[:, -1:, :]) is y  # a model's last position of a one-position step
+    assert stage.take(x) is None  # taken once
+    longer = torch.randn(2, 3, 4)
+    stage.put(longer, y)
+    assert stage.take(longer[:, -1:, :]) is None  # part of it: not what was computed
+    stage.put(x, y)
+    assert stage.take(x.clone()) is None  # equal values, another tensor
+    stage.put(x, y)
+    x.add_(1)
+    assert stage.take(x) is None  # changed since

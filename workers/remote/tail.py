@@ -1,0 +1,60 @@
+"""The last layer's stretch on through the final norm and the output head, for decode steps: the
+logits come back with the residual stream, so a step saves the head's own executor call.
+
+The executor offers it as `<last layer>.stretch+<head>` (`executor.stretches`). The last layer's
+`StretchControl` uses it instead of its plain stretch when the call is a decode step (one
+position per sequence: every row's logits are wanted), nothing needs gradients, and the final
+norm and the head are untouched by adapters (LoRA on the head keeps the plain stretch and its
+own head call). The logits wait on the head's stage; the final norm's forward (swapped per
+instance, as the decoder layers' are) hands them over with its output, and the head takes them
+when it is called with that output (or a view of all of it, as `hidden[:, -1:]` of one
+position is).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from catalogue.stretches import Recipe
+from wire.call.messages import LayerSpec
+from workers.remote.layers import RemoteLayer
+from workers.remote.places import places, untouched
+
+
+class Tail:
+    """Where the last stretch may go on to: its spec, the head it computes ahead, and the
+    modules that must stay untouched for that."""
+
+    def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec) -> None:
+        self.spec = spec
+        self.head: RemoteLayer = model.get_submodule(recipe.head)
+        self.targets = [self.head]
+        self.splits = list(spec.splits)
+        self.places = places(model, [recipe.final_norm, recipe.head])
+
+    def usable(self, residual: torch.Tensor) -> bool:
+        return residual.dim() == 3 and residual.shape[1] == 1 and untouched(self.places)
+
+
+def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
+                last: Any) -> Tail | None:
+    """The tail for `last` (the last layer's StretchControl) where the executor offers one and
+    the head is a remote layer; the final norm then hands the logits over."""
+    spec = specs.get(f"{last.spec.name}+{recipe.head}")
+    head = dict(model.named_modules()).get(recipe.head)
+    if spec is None or not isinstance(head, RemoteLayer) or spec.members[-1] != head.spec.name:
+        return None
+    norm = model.get_submodule(recipe.final_norm)
+    norm.symbiosis_tail = last
+    norm.forward = types.MethodType(_final_norm_forward, norm)
+    return Tail(model, recipe, spec)
+
+
+def _final_norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    normed = type(self).forward(self, hidden_states)
+    self.symbiosis_tail.deliver(hidden_states, normed)
+    return normed
