@@ -29,10 +29,10 @@ class Tail:
     """Where the last stretch may go on to: its spec, the head it computes ahead, and the
     modules that must stay untouched for that."""
 
-    def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec) -> None:
+    def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec,
+                 head: RemoteLayer) -> None:
         self.spec = spec
-        self.head: RemoteLayer = model.get_submodule(recipe.head)
-        self.targets = [self.head]
+        self.targets = [head]
         self.splits = list(spec.splits)
         self.places = places(model, [recipe.final_norm, recipe.head])
 
@@ -45,13 +45,13 @@ def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
     """The tail for `last` (the last layer's StretchControl) where the executor offers one and
     the head is a remote layer; the final norm then hands the logits over."""
     spec = specs.get(f"{last.spec.name}+{recipe.head}")
-    head = dict(model.named_modules()).get(recipe.head)
+    head = model.get_submodule(recipe.head)
     if spec is None or not isinstance(head, RemoteLayer) or spec.members[-1] != head.spec.name:
         return None
     norm = model.get_submodule(recipe.final_norm)
     norm.symbiosis_tail = last
     norm.forward = types.MethodType(_final_norm_forward, norm)
-    return Tail(model, recipe, spec)
+    return Tail(model, recipe, spec, head)
 
 
 def _final_norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
