@@ -133,3 +133,25 @@ def _max_diff(plain, ours, grad: bool) -> float:
             a, b = (theirs[name].grad, p.grad) if grad else (theirs[name], p)
             worst = max(worst, _diff(a, b))
     return worst
+
+
+def low_precision_errors(model: str, method: str, handle: Any, seed: int = 0, rounds: int = 2,
+                         device: str = "cpu") -> dict:
+    """Ours in the executor's (low) precision against plain peft in the same precision, both
+    measured against plain peft in float32 (the exact answer): the largest logit error of each.
+    Low-precision results differ from one another by more than either's own error when
+    summation orders differ (fused groups, other kernels), so what a test bounds is ours'
+    error relative to plain's own, not the gap between the two."""
+    plain, ours = build_pair(model, method, handle, seed, device=device)
+    plain.to(device)
+    batches = [torch.randint(0, 50257, (2, 48), generator=torch.Generator().manual_seed(seed + i))
+               .to(device) for i in range(rounds)]
+    with torch.no_grad():
+        exact = [plain(input_ids=ids).logits for ids in batches]
+        plain.to(handle.dtype)
+        theirs = [plain(input_ids=ids).logits.float() for ids in batches]
+        mine = [ours(input_ids=ids).logits.float() for ids in batches]
+    return {"ours": max(_diff(a, b) for a, b in zip(exact, mine, strict=True)),
+            "plain": max(_diff(a, b) for a, b in zip(exact, theirs, strict=True)),
+            "between": max(_diff(a, b) for a, b in zip(theirs, mine, strict=True)),
+            "largest": max(a.abs().max().item() for a in exact)}

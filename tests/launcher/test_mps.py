@@ -24,7 +24,8 @@ def control(tmp_path: Path) -> Path:
 
 
 def stand_in_control(tmp_path: Path) -> Path:
-    """A stand-in control binary in its own PATH directory; it appends each call to calls.jsonl."""
+    """A stand-in control binary in its own PATH directory; it appends each call to calls.jsonl
+    and, like the real daemon, has a `control` socket in its pipe directory while it serves."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "nvidia-cuda-mps-control"
@@ -35,7 +36,12 @@ def stand_in_control(tmp_path: Path) -> Path:
         f"with open({str(tmp_path / 'calls.jsonl')!r}, 'a') as f:\n"
         "    f.write(json.dumps({'args': sys.argv[1:], 'stdin': stdin,\n"
         "        'pipe': os.environ.get('CUDA_MPS_PIPE_DIRECTORY'),\n"
-        "        'log': os.environ.get('CUDA_MPS_LOG_DIRECTORY')}) + '\\n')\n")
+        "        'log': os.environ.get('CUDA_MPS_LOG_DIRECTORY')}) + '\\n')\n"
+        "pipe = os.environ.get('CUDA_MPS_PIPE_DIRECTORY')\n"
+        "if pipe and '-d' in sys.argv:\n"  # serving from now on, as the real daemon's socket
+        "    os.makedirs(pipe, exist_ok=True); open(os.path.join(pipe, 'control'), 'w').close()\n"
+        "elif pipe and 'quit' in stdin and os.path.exists(os.path.join(pipe, 'control')):\n"
+        "    os.remove(os.path.join(pipe, 'control'))\n")
     script.chmod(0o755)
     return bin_dir
 

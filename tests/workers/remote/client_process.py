@@ -4,7 +4,7 @@ Runs one workload through the executor at ENDPOINT and the same on plain transfo
 and prints the largest differences as JSON:
 - train: forward, backward, AdamW steps, then greedy generation (tests.peft_reference.compare)
 - decode: greedy generation of several prompts
-- prefill: forward passes over longer sequences, no gradient
+- prefill: forward passes over longer sequences in the executor's dtype, no gradient
 - flood: one large call after another on a fused layer until STOP_FILE exists (no reference)
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tests.peft_reference import build_pair, compare
+from tests.peft_reference import build_pair, compare, low_precision_errors
 from wire.call.messages import CallKind, LayerKind, Op
 from workers.remote.client import ExecutorClient
 
@@ -36,19 +36,9 @@ def decode(model: str, method: str, client: ExecutorClient, seed: int, rounds: i
 
 def prefill(model: str, method: str, client: ExecutorClient, seed: int, rounds: int,
             device: str = "cpu") -> dict:
-    """Largest logit difference, absolute and relative to the plain logits' largest, with the
-    plain model in the executor's dtype on this client's device."""
-    plain, ours = build_pair(model, method, client, seed, device=device)
-    plain.to(device, client.dtype)
-    worst = relative = 0.0
-    for i in range(rounds):
-        ids = torch.randint(0, 50257, (2, 48), generator=torch.Generator().manual_seed(seed + i))
-        with torch.no_grad():
-            a = plain(input_ids=ids.to(device)).logits.float()
-            b = ours(input_ids=ids.to(device)).logits.float()
-        worst = max(worst, (a - b).abs().max().item())
-        relative = max(relative, worst / a.abs().max().item())
-    return {"logits": worst, "relative": relative}
+    """Forward passes of ours and plain in the executor's dtype, each against plain float32
+    (tests.peft_reference.low_precision_errors)."""
+    return low_precision_errors(model, method, client, seed, rounds, device)
 
 
 def flood(client: ExecutorClient, stop_file: Path) -> dict:

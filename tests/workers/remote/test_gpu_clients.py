@@ -1,7 +1,7 @@
 """What only a GPU can tell about GPU clients (all `gpu`-marked; `python -m bench gpu-check`
-runs them): clients in their own processes under NVIDIA MPS exact against plain peft on the same
-device (fp32 to the usual tolerance, bf16 within bf16's), and an executor restarted under a live
-GPU client rejoined with the same results."""
+runs them): clients in their own processes under NVIDIA MPS exact against plain peft on the
+same device (fp32 to the usual tolerance; in bf16 as accurate as plain peft in bf16), and an
+executor restarted under a live GPU client rejoined with the same results."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from workers.remote.client import ExecutorClient
 from workers.remote.transport import Transport
 
 MODEL = "tiny-llama"
-BF16_RELATIVE = 2e-2  # a few bf16 roundings (eps 7.8e-3) of the largest logit
+LOW_PRECISION_MARGIN = 2.0  # ours' bf16 error at most twice plain peft's own bf16 error
 
 
 @pytest.fixture()
@@ -57,8 +57,10 @@ def test_gpu_clients_in_their_own_processes_under_mps_match_plain_peft(dtype, un
                     result
                 assert result["generate_equal"], result
         else:
+            # an H100 saw ours and plain bf16 0.029 apart (3.7% of the largest logit), the same
+            # gap as on a CPU, where each is 0.014-0.029 from float32
             for result in _clients(executor.endpoint, "prefill", [0, 1]):
-                assert result["relative"] <= BF16_RELATIVE, result
+                assert 0 < result["ours"] <= LOW_PRECISION_MARGIN * result["plain"], result
         assert executor.alive()
     finally:
         executor.stop()

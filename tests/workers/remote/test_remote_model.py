@@ -11,6 +11,7 @@ from catalogue.base_layers import base_layer_names
 from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
 from tests.conftest import TINY_MODELS
+from tests.peft_reference import low_precision_errors
 from workers.remote.build import ModelMismatch, remote_model
 from workers.remote.layers import BaseWeightUnavailable, RemoteEmbedding, RemoteLayer, RemoteLinear
 
@@ -143,3 +144,14 @@ def test_large_calls_are_split_into_row_chunks_with_identical_results(monkeypatc
         torch.testing.assert_close(grad, results[0][1], rtol=1e-4, atol=1e-6)
     # lm_head's 48 rows (and their backward) take 3 calls each instead of 1
     assert chunked_exec.calls >= whole_exec.calls + 4
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_bfloat16_executor_is_as_accurate_as_plain_peft_in_bfloat16(seed: int) -> None:
+    """Both in bf16, each against plain peft in float32: ours' error at most twice plain's own
+    (the two differ from each other by ~3% of the largest logit: other summation orders).
+    The same check runs on a GPU under MPS (test_gpu_clients)."""
+    errors = low_precision_errors("tiny-llama", "lora", LocalExecutor.load(
+        "tiny-llama", dtype=torch.bfloat16), seed=seed)
+    assert 0 < errors["plain"] < 0.1 * errors["largest"]  # bf16 did round, and not wildly
+    assert 0 < errors["ours"] <= 2.0 * errors["plain"], errors
