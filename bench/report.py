@@ -1,7 +1,7 @@
 """`python -m bench report RUN.json [RUN.json ...] [--callpath AFTER.json BEFORE.json]
-[--gpu GPU_RUN.json ...] [--rerun RUN.json ...] [--notes NOTES.md] [--out bench/RESULTS.md]`:
-bench/RESULTS.md, generated from results JSON (the GPU runs, and scenarios re-run after a change,
-in sections of their own).
+[--gpu GPU_RUN.json ...] [--gpu-check CHECK.json ...] [--rerun RUN.json ...] [--notes NOTES.md]
+[--out bench/RESULTS.md]`: bench/RESULTS.md, generated from results JSON (the GPU runs, the GPU
+acceptance runs and scenarios re-run after a change, in sections of their own).
 
 The summary table, which goals are met and which are missed, and the round-trip breakdown are
 computed here from the files named on the command line, never written by hand; a goal counts
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from bench.compare import compare, load
-from bench.records import Record, fmt
+from bench.records import Record, fmt, table
 
 HERE = Path(__file__).parent
 
@@ -91,6 +91,34 @@ def gpu_section(paths: list[Path]) -> list[str]:
             *(met or ["- none"]), "", "Goals missed:", "", *(missed or ["- none"])]
 
 
+def check_section(path: Path) -> list[str]:
+    """One acceptance run (`python -m bench gpu-check`): its verdict, its tests and each
+    scenario stage's records, the device named."""
+    check = json.loads(path.read_text())
+    machine, stages = check["machine"], check["stages"]
+    tests = stages["gpu tests"]
+    out = ["", f"## GPU acceptance: {machine['gpu']}, {check['verdict']}", "",
+           f"[{path.name}](results/{path.name}): `{check['command']}`, {check['date']}, host "
+           f"{machine['cpu']} ({machine['cores']} cores), torch {machine['torch']}.", "",
+           f"- **gpu tests**: {tests['passed']} passed, {tests['failed']} failed"
+           + (f" ({', '.join(f.split('::')[-1] for f in tests['failures'])})"
+              if tests["failures"] else "")
+           + f" in {tests['seconds']} s" + (", stopped: out of time" if tests["timed_out"] else "")]
+    for name, stage in stages.items():
+        if name.startswith("scenarios"):
+            asked = stage.get("scenarios")  # named since 2026-11-26's second check
+            out.append(f"- **{name}**: {', '.join(stage['scenarios_run']) or 'none'} ran"
+                       + (f" of {', '.join(asked)}" if asked else "")
+                       + f" in {stage['seconds']} s"
+                       + (", stopped: out of time" if stage["timed_out"] else ""))
+    for name, stage in stages.items():
+        if stage.get("records"):
+            records = [Record(**{k: v for k, v in r.items() if k in Record.__dataclass_fields__})
+                       for r in stage["records"]]
+            out += ["", f"{name}:", "", table(records)]
+    return out
+
+
 def _runs(paths: list[Path]) -> list[str]:
     lines = []
     for path in paths:
@@ -115,7 +143,8 @@ def rerun_scenarios(paths: list[Path]) -> frozenset[str]:
 
 
 def render(paths: list[Path], callpath: list[Path], notes: Path | None,
-           gpu: list[Path] | None = None, rerun: list[Path] | None = None) -> str:
+           gpu: list[Path] | None = None, rerun: list[Path] | None = None,
+           checks: list[Path] | None = None) -> str:
     skip = rerun_scenarios(rerun or [])
     meta = json.loads(paths[0].read_text())
     machine = meta["machine"]
@@ -141,6 +170,8 @@ def render(paths: list[Path], callpath: list[Path], notes: Path | None,
                    "path work" if before else "") + "):", "", breakdown(after, before)]
     if gpu:
         out += gpu_section(gpu)
+    for check in checks or []:
+        out += check_section(check)
     if notes:
         out += ["", notes.read_text().strip()]
     return "\n".join(out) + "\n"
@@ -152,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callpath", nargs="+", type=Path, default=[])
     parser.add_argument("--gpu", nargs="+", type=Path, default=[],
                         help="runs of the GPU scenarios (python -m bench run --device cuda)")
+    parser.add_argument("--gpu-check", nargs="+", type=Path, default=[],
+                        help="acceptance runs (python -m bench gpu-check), one section each")
     parser.add_argument("--rerun", nargs="+", type=Path, default=[],
                         help="runs of some scenarios after a change: they supersede those "
                              "scenarios' rows in the main runs")
@@ -159,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
     notes = args.notes if args.notes.exists() else None
-    args.out.write_text(render(args.runs, args.callpath, notes, args.gpu, args.rerun))
+    args.out.write_text(render(args.runs, args.callpath, notes, args.gpu, args.rerun,
+                                    args.gpu_check))
     return 0
 
 

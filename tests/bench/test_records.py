@@ -113,3 +113,34 @@ def test_a_rerun_scenario_replaces_its_rows_in_the_main_runs(tmp_path) -> None:
     assert "| 7 privacy | decode | 6 tok/s | 10 tok/s | 0.60x | 0.60x | >= 0.5x | yes |" in section
     assert "7 privacy, decode: 0.6x (goal >= 0.5x, median of 1 run)" in section.split(
         "Goals met:")[1].split("Goals missed:")[0]
+
+
+def test_an_acceptance_run_gets_its_section_with_verdict_failures_and_stopped_stages(
+        tmp_path) -> None:
+    import json
+
+    from bench.records import write_json
+    from bench.report import render
+
+    machine = {"cpu": "host CPU", "cores": 16, "memory_gb": 128, "torch": "2.11",
+               "gpu": "NVIDIA H100 80GB HBM3"}
+    cpu = tmp_path / "cpu.json"
+    write_json(cpu, [Record("4 decode", "tokens/s", 20.0, 10.0, "tok/s", ">= 1.5x")],
+               {"command": "python -m bench run", "date": "2026-11-26 12:00", "elapsed_s": 60.0,
+                "matmul_peak_gflops": 150.0, "machine": machine})
+    decode = Record("12 GPU decode", "32 tenants: tokens/s", 80.0, None, "tok/s", ">= 400 tok/s")
+    check = tmp_path / "check.json"
+    check.write_text(json.dumps({
+        "command": "python -m bench gpu-check", "date": "2026-11-26 11:16", "machine": machine,
+        "verdict": "refused", "stages": {
+            "gpu tests": {"passed": 3, "failed": 1, "seconds": 126.2, "timed_out": True,
+                          "failures": ["tests/x.py::test_bf16[bfloat16]"]},
+            "scenarios without MPS": {"scenarios": ["gpu-decode", "gpu-long"], "seconds": 176.3,
+                                      "scenarios_run": ["12 GPU decode"], "timed_out": True,
+                                      "records": [decode.as_dict()]}}}))
+    section = render([cpu], [], None, checks=[check]).split(
+        "## GPU acceptance: NVIDIA H100 80GB HBM3, refused")[1]
+    assert "3 passed, 1 failed (test_bf16[bfloat16]) in 126.2 s, stopped: out of time" in section
+    assert "12 GPU decode ran of gpu-decode, gpu-long in 176.3 s, stopped" in section
+    assert "| 12 GPU decode | 32 tenants: tokens/s | 80 tok/s | - | - | >= 400 tok/s | **no** |" \
+        in section
