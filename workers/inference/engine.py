@@ -23,7 +23,7 @@ from workers.inference.batch import BatchCache, cache_tensors, kv_bytes_per_toke
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import GrammarError, Grammars
 from workers.inference.rows import RowAdapters
-from workers.inference.sampling import Choice, choose, make_generator, prompt_logprobs
+from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
@@ -238,18 +238,25 @@ class InferenceEngine:
                                 past_key_values=cache, use_cache=True,
                                 **self.rows.kwargs([s.request.adapter for s in batch.sequences]))
         logits = out.logits[:, -1].cpu()
-        events = [self._accept(seq, self._choose(seq, logits[row]))
+        best = logits.float().argmax(-1).tolist()  # what each plain greedy row takes
+        events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)
+                               else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
         return events + self._drop_finished()
 
     # -- per sequence ------------------------------------------------------------------------
 
+    def _allow_eos(self, seq: Sequence) -> bool:
+        return not seq.request.params.ignore_eos and seq.generated >= seq.request.params.min_tokens
+
+    def _argmax_only(self, seq: Sequence) -> bool:
+        return argmax_only(seq.request.params, seq.counts, self._allow_eos(seq), self.eos_ids,
+                           seq.matcher is not None)
+
     def _choose(self, seq: Sequence, logits: torch.Tensor) -> Choice:
-        params = seq.request.params
-        allow_eos = not params.ignore_eos and seq.generated >= params.min_tokens
         allowed = None if seq.matcher is None else self.grammars.allowed(seq.matcher)
-        return choose(logits, params, seq.counts, seq.generator, allow_eos, self.eos_ids,
-                      allowed)
+        return choose(logits, seq.request.params, seq.counts, seq.generator,
+                      self._allow_eos(seq), self.eos_ids, allowed)
 
     def _accept(self, seq: Sequence, choice: Choice) -> W.Delta:
         params = seq.request.params

@@ -24,6 +24,16 @@ def make_generator(params: SamplingParams, index: int) -> torch.Generator | None
     return generator
 
 
+def argmax_only(params: SamplingParams, counts: dict[int, int], allow_eos: bool,
+                eos_ids: tuple[int, ...], grammar: bool) -> bool:
+    """Whether `choose` would return the row's argmax and nothing more (greedy; no bias,
+    penalty, suppressed end of sequence, grammar or logprobs): a decode step's rows of this
+    kind share one argmax over the batch."""
+    return (params.temperature <= 0 and not params.logit_bias and params.logprobs is None
+            and not (counts and (params.presence_penalty or params.frequency_penalty))
+            and (allow_eos or not eos_ids) and not grammar)
+
+
 def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
            generator: torch.Generator | None, allow_eos: bool,
            eos_ids: tuple[int, ...], allowed: torch.Tensor | None = None) -> Choice:

@@ -41,3 +41,33 @@ def test_every_64_bit_seed_seeds_a_generator_per_choice() -> None:
         assert not torch.equal(*draws), seed
         again = torch.randint(0, 2**30, (4,), generator=make_generator(params, 0))
         assert torch.equal(again, draws[0])
+
+
+def test_rows_said_to_need_only_the_argmax_choose_the_argmax_and_no_other_row_is_said_to() \
+        -> None:
+    """The decode step gives such rows one argmax over the batch: for every combination of what
+    changes a greedy choice, `argmax_only` is true exactly where `choose` returns the raw row's
+    argmax with nothing else (this row's best token is EOS, 0, and gets a bias, a penalty)."""
+    from workers.inference.sampling import argmax_only
+
+    logits = _logits()
+    logits[0] = logits.max() + 1.0
+    grammar = torch.ones(1000, dtype=torch.bool)
+    grammar[0] = False
+    said = 0
+    for temperature in (0.0, 0.7):
+        for bias in ({}, {0: -100.0}):
+            for penalty, counts in ((0.0, {}), (2.0, {}), (2.0, {0: 3})):
+                for allow_eos in (True, False):
+                    for mask in (None, grammar):
+                        for logprobs in (None, 2):
+                            params = SamplingParams(temperature=temperature, logit_bias=bias,
+                                                    presence_penalty=penalty, logprobs=logprobs,
+                                                    seed=1)
+                            only = argmax_only(params, counts, allow_eos, (0,), mask is not None)
+                            choice = choose(logits, params, counts, make_generator(params, 0),
+                                            allow_eos, (0,), mask)
+                            plain = choice.token == 0 and choice.logprob is None
+                            assert only == plain, (params, counts, allow_eos, mask is not None)
+                            said += only
+    assert said == 2  # greedy, untouched: with or without a penalty that has nothing to count
