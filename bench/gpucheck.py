@@ -149,8 +149,11 @@ def scenarios(args: argparse.Namespace, mps: bool, deadline: float, share: float
                    *(["--toy"] if args.toy else ["--quick", "--window-s", WINDOW_S]),
                    *(["--mps"] if mps else []), *PASSES[mps]]
         started = time.monotonic()
-        with mps_daemon(mps):  # this command's own: stopped even if the stage is killed
-            code, _, err = run_stage(command, limit)
+        try:
+            with mps_daemon(mps):  # this command's own: stopped even if the stage is killed
+                code, _, err = run_stage(command, limit)
+        except RuntimeError as exc:  # no MPS on this host: the pass cannot run
+            code, err = 1, f"{exc}\n"
         tail = err[-TAIL:]
         document = json.loads(out.read_text()) if out.exists() else {"records": []}
     records = document["records"]

@@ -205,3 +205,20 @@ def test_a_stage_out_of_time_says_what_failed_and_leaves_no_process_behind(
     time.sleep(0.5)
     assert not Path(f"/proc/{child}").exists() or \
         Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"  # gone, or a zombie of init
+
+
+def test_an_mps_pass_on_a_host_without_mps_is_a_failed_stage_not_a_crash(
+        tmp_path, monkeypatch) -> None:
+    import argparse
+
+    import bench.gpucheck as check
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-cuda-mps-control
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipes"))
+    args = argparse.Namespace(device="cpu", toy=True)
+    stage = check.scenarios(args, True, time.monotonic() + 60, 1.0)
+    assert stage["exit_code"] == 1 and stage["scenarios_run"] == []
+    assert "no nvidia-cuda-mps-control" in stage["stderr_tail"]
+    assert check.verdict({"device": "cuda", "stages": {
+        "gpu tests": {"failed": 0, "timed_out": False, "passed": 9, "exit_code": 0},
+        "scenarios under MPS": stage}}) == "refused"
