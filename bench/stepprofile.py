@@ -24,7 +24,7 @@ import torch
 
 from bench.executors import executor
 from bench.models import build
-from bench.workload import settle
+from bench.workload import train_step
 
 TOP_OPS = 25
 
@@ -49,16 +49,6 @@ class CallClock:
         """(calls, seconds in them, the executor's compute seconds so far)."""
         figures = self.client.stats()
         return self.calls, self.seconds, sum(k.compute_s for k in figures.kinds.values())
-
-
-def _step(model, optimizer, params, ids: torch.Tensor) -> float:
-    started = time.perf_counter()
-    model(input_ids=ids, labels=ids).loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
-    optimizer.zero_grad()
-    settle(ids.device)
-    return time.perf_counter() - started
 
 
 def _trainable(model):
@@ -103,7 +93,7 @@ def side(args: argparse.Namespace) -> dict:
     steps = []
     for step in range(args.warmup + args.steps):
         before = clock.read() if clock else ()
-        seconds = _step(model, optimizer, params, ids)
+        seconds = train_step(model, optimizer, params, ids)
         sys.stderr.write(f"step {step} {args.side}: {1e3 * seconds:.1f} ms\n")
         if step >= args.warmup:
             after = clock.read() if clock else ()
@@ -128,7 +118,7 @@ def _profile(model, params, optimizer, ids: torch.Tensor) -> str:
     if ids.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
-        _step(model, optimizer, params, ids)
+        train_step(model, optimizer, params, ids)
     key = "self_cuda_time_total" if ids.device.type == "cuda" else "self_cpu_time_total"
     return prof.key_averages().table(sort_by=key, row_limit=TOP_OPS, max_name_column_width=48)
 

@@ -129,14 +129,19 @@ def train(model, batch: int, length: int, until: float,
     latencies = []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (batch, length), generator=rng).to(model.device)
-        started = time.perf_counter()
-        model(input_ids=ids, labels=ids).loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
-        settle(model.device)
-        latencies.append(time.perf_counter() - started)
+        latencies.append(train_step(model, optimizer, params, ids))
     return latencies, time.monotonic()
+
+
+def train_step(model, optimizer, params, ids: torch.Tensor) -> float:
+    """One step of `train`, timed until the device is done: labels = inputs, clipping."""
+    started = time.perf_counter()
+    model(input_ids=ids, labels=ids).loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+    settle(ids.device)
+    return time.perf_counter() - started
 
 
 def parser() -> argparse.ArgumentParser:
