@@ -176,10 +176,10 @@ class InferenceEngine:
         params = request.params
         ids = torch.tensor([request.prompt_ids], device=self.device)
         want_prompt_logprobs = params.echo and params.logprobs is not None
-        out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                 past_key_values=DynamicCache(), use_cache=True,
-                                 logits_to_keep=0 if want_prompt_logprobs else 1,
-                                 **self.rows.kwargs([request.adapter]))
+        with self.rows.select([request.adapter]):
+            out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                     past_key_values=DynamicCache(), use_cache=True,
+                                     logits_to_keep=0 if want_prompt_logprobs else 1)
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
@@ -234,9 +234,9 @@ class InferenceEngine:
     def _decode(self, batch: BatchCache) -> list[W.Message]:
         cache, mask, positions = batch.step_inputs()
         tokens = torch.tensor([[seq.last] for seq in batch.sequences], device=self.device)
-        out = self.decode_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True,
-                                **self.rows.kwargs([s.request.adapter for s in batch.sequences]))
+        with self.rows.select([s.request.adapter for s in batch.sequences]):
+            out = self.decode_model(input_ids=tokens, attention_mask=mask,
+                                    position_ids=positions, past_key_values=cache, use_cache=True)
         logits = out.logits[:, -1].cpu()
         best = logits.float().argmax(-1).tolist()  # what each plain greedy row takes
         events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)
