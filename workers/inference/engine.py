@@ -1,10 +1,11 @@
 """Continuous batching over one worker's requests.
 
-`step()` first admits waiting requests (each prefilled on its own, through the PEFT model, which
-also handles the virtual tokens of prompt and prefix tuning), then runs one decode step for all
-running sequences at once (through the underlying model, left-padded batch cache). New requests
-thus join between decode steps, and finished or aborted ones leave. An engine that `use`s a
-PeftModel of many LoRA adapters runs every phase through it, each row naming its adapter.
+`step()` first admits waiting requests (prefilled together in one forward where they can share
+it, `prefill.py`, through the PEFT model, which also handles the virtual tokens of prompt and
+prefix tuning), then runs one decode step for all running sequences at once (through the
+underlying model, left-padded batch cache). New requests thus join between decode steps, and
+finished or aborted ones leave. An engine that `use`s a PeftModel of many LoRA adapters runs
+every phase through it, each row naming its adapter.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from typing import Any
 
 import torch
 from peft import PeftModel
-from transformers import DynamicCache
 
 from wire import manager as W
-from workers.inference.batch import BatchCache, cache_tensors, kv_bytes_per_token, repeat_rows
+from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
+from workers.inference.checks import refusal
 from workers.inference.detok import Detokenizer
-from workers.inference.grammar import GrammarError, Grammars
+from workers.inference.grammar import Grammars
+from workers.inference.prefill import Prefilled, prefill_one, prefill_together, shares_forwards
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
@@ -93,38 +95,10 @@ class InferenceEngine:
         return bool(self.waiting or self.running)
 
     def add(self, request: Request, max_context: int | None = None) -> list[W.Message]:
-        params = request.params
         limit = min(self.max_context, max_context or self.max_context)
-        if params.max_tokens is None:  # as many as fit
-            params.max_tokens = max(0, limit - len(request.prompt_ids))
-        if not request.prompt_ids:
-            return [W.Failed(request.id, 400, "invalid_prompt", "the prompt is empty")]
-        bad = next((t for t in request.prompt_ids if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            return [W.Failed(request.id, 400, "invalid_prompt",
-                             f"Token id {bad} is out of range: this model's vocabulary has "
-                             f"{self.vocab_size} tokens (ids 0 to {self.vocab_size - 1}).")]
-        bad = next((t for t in params.logit_bias if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            return [W.Failed(request.id, 400, "invalid_logit_bias",
-                             f"logit_bias names token {bad}, outside this model's vocabulary "
-                             f"of {self.vocab_size} tokens.")]
-        if params.grammar is not None:
-            try:
-                request.grammar = self.grammars.matcher(params.grammar)
-            except GrammarError as exc:
-                return [W.Failed(request.id, 400, "invalid_response_format",
-                                 f"The output constraint cannot be used: {exc}")]
-        if params.n > self.max_batch:
-            return [W.Failed(request.id, 400, "invalid_n",
-                             f"n={params.n} is more than this worker's batch of {self.max_batch}")]
-        if len(request.prompt_ids) + params.max_tokens > limit:
-            return [W.Failed(
-                request.id, 400, "context_length_exceeded",
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{len(request.prompt_ids) + params.max_tokens} tokens "
-                f"({len(request.prompt_ids)} in the prompt, {params.max_tokens} for the "
-                "completion). Please reduce the prompt or max_tokens.")]
+        refused = refusal(request, limit, self.vocab_size, self.max_batch, self.grammars)
+        if refused is not None:
+            return [refused]
         self.waiting.append(request)
         return []
 
@@ -151,20 +125,15 @@ class InferenceEngine:
 
     @torch.no_grad()
     def step(self) -> list[W.Message]:
-        events: list[W.Message] = []
-        while self.waiting and len(self.running) + self.waiting[0].params.n <= self.max_batch:
-            request = self.waiting.popleft()
-            try:
-                events += self._prefill(request)
-            except ExecutorUnavailable:
-                self.waiting.appendleft(request)  # every request fails with the executor
-                raise
-            except Exception as exc:  # this request's failure only; the others go on
-                log.exception("request %s failed in prefill", request.id)
-                self._forget(request.id)
-                code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
-                events.append(W.Failed(request.id, 500, code,
-                                       f"The request failed: {type(exc).__name__}"))
+        admitted: deque[Request] = deque()
+        while self.waiting and len(self.running) + sum(r.params.n for r in admitted) + \
+                self.waiting[0].params.n <= self.max_batch:
+            admitted.append(self.waiting.popleft())
+        try:
+            events = self._prefill_all(admitted)
+        except ExecutorUnavailable:
+            self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
+            raise
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
                 events += self._decode(batch)
@@ -172,42 +141,76 @@ class InferenceEngine:
 
     # -- phases -----------------------------------------------------------------------------
 
+    def _prefill_all(self, admitted: deque[Request]) -> list[W.Message]:
+        """Prefill the admitted requests, each removed from `admitted` once done: together
+        where they can share a forward, else alone; a failure fails its request only."""
+        together = [r for r in admitted if not r.params.echo] \
+            if not self.kv_budget_bytes and shares_forwards(self.prefill_model) else []
+        shared = self._prefill_together(together) if len(together) > 1 else {}
+        events: list[W.Message] = []
+        while admitted:
+            request = admitted[0]
+            try:
+                done = shared.get(id(request))
+                events += self._prefill(request) if done is None else self._admit(
+                    request, W.Started(request.id, len(request.prompt_ids), request.fallback), done)
+            except ExecutorUnavailable:
+                raise
+            except Exception as exc:
+                log.exception("request %s failed in prefill", request.id)
+                self._forget(request.id)
+                code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
+                events.append(W.Failed(request.id, 500, code,
+                                       f"The request failed: {type(exc).__name__}"))
+            admitted.popleft()
+        return events
+
+    def _prefill_together(self, requests: list[Request]) -> dict[int, Prefilled]:
+        """One forward for `requests` (by id()), or none if it fails: each then goes alone."""
+        try:
+            filled = prefill_together(self.prefill_model, self.rows,
+                                      [r.prompt_ids for r in requests],
+                                      [r.adapter for r in requests], self.device)
+        except ExecutorUnavailable:
+            raise
+        except Exception:
+            log.exception("a prefill of %d requests failed: each goes alone", len(requests))
+            return {}
+        return {id(r): done for r, done in zip(requests, filled, strict=True)}
+
     def _prefill(self, request: Request) -> list[W.Message]:
         params = request.params
-        ids = torch.tensor([request.prompt_ids], device=self.device)
         want_prompt_logprobs = params.echo and params.logprobs is not None
-        with self.rows.select([request.adapter]):
-            out = self.prefill_model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                     past_key_values=DynamicCache(), use_cache=True,
-                                     logits_to_keep=0 if want_prompt_logprobs else 1)
+        done = prefill_one(self.prefill_model, self.rows, request.prompt_ids, request.adapter,
+                           self.device, want_prompt_logprobs)
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
                                                         skip_special_tokens=True)
         if want_prompt_logprobs:
-            logits = out.logits[0, -len(request.prompt_ids):].cpu()
             started.prompt_logprobs = [
                 self._logprob(c)
-                for c in prompt_logprobs(logits, request.prompt_ids, params.logprobs)]
+                for c in prompt_logprobs(done.logits, request.prompt_ids, params.logprobs)]
+        return self._admit(request, started, done)
+
+    def _admit(self, request: Request, started: W.Started, done: Prefilled) -> list[W.Message]:
+        """A prefilled request's first tokens, and its sequences into the decode batch."""
+        params = request.params
         events: list[W.Message] = [started]
         if params.max_tokens == 0:
             return [*events, *(W.Delta(request.id, i, "", None, "length") for i in range(params.n)),
                     W.Done(request.id, len(request.prompt_ids), 0)]
-        kv = cache_tensors(out.past_key_values)
-        width = kv[0][0].shape[2]
-        last_logits = out.logits[0, -1].cpu()  # sampling runs on the host: same seeds, same draws
         sequences = []
         self._generated[request.id] = 0
         for index in range(params.n):
             seq = Sequence(request, index, Detokenizer(self.tokenizer, params.stop),
                            make_generator(params, index),
                            request.grammar.deep_copy() if request.grammar else None)
-            events.append(self._accept(seq, self._choose(seq, last_logits)))
+            events.append(self._accept(seq, self._choose(seq, done.last_logits)))
             sequences.append(seq)
         self._pending[request.id] = params.n
         batch = self._place(request)
-        batch.join(repeat_rows(kv, params.n),
-                   torch.ones(params.n, width, dtype=torch.long, device=self.device))
+        batch.join(repeat_rows(done.kv, params.n), done.mask.repeat(params.n, 1))
         batch.sequences.extend(sequences)
         events += self._drop_finished()
         return events

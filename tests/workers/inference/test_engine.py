@@ -45,14 +45,22 @@ def text(events: list, index: int = 0) -> str:
     return "".join(e.text for e in events if isinstance(e, W.Delta) and e.index == index)
 
 
+@pytest.mark.parametrize("stagger", [2, 0], ids=["staggered", "together"])
 @pytest.mark.parametrize("method", METHODS)
-def test_staggered_requests_equal_plain_generate(method: str, tokenizer) -> None:
+def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> None:
+    """Arriving apart, each prompt is prefilled alone; arriving together, the four prompts of
+    different lengths share one left-padded forward (not through virtual tokens)."""
     plain, ours = build_pair(MODEL, method, LocalExecutor.load(MODEL))
     plain.eval()
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8)
+    forwards = []  # the prefills' shapes (decode steps run through the model under the PEFT one)
+    ours.register_forward_pre_hook(lambda _, args, kw: forwards.append(kw["input_ids"].shape),
+                                   with_kwargs=True)
     greedy = W.SamplingParams(max_tokens=10, temperature=0)
     requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
-    events = run(engine, requests)
+    events = run(engine, requests, stagger)
+    shared = stagger == 0 and not ours.active_peft_config.is_prompt_learning
+    assert forwards == ([(4, 12)] if shared else [(1, len(p)) for p in prompts()])
     for request in requests:
         with torch.no_grad():
             ids = torch.tensor([request.prompt_ids])
@@ -122,10 +130,11 @@ def test_one_bad_request_fails_alone(tokenizer) -> None:
 
     engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=())
     prefill = engine.prefill_model
-    poison = 7  # a prompt starting with this token makes its prefill raise (an injected bug)
+    poison = 7  # a prefill with a prompt of this token raises (an injected bug): the forward
+    # of the requests admitted together fails, then each alone, and only the poisoned one
 
     def faulty(input_ids, **kw):
-        if input_ids[0, 0].item() == poison:
+        if (input_ids == poison).any():
             raise RuntimeError("injected")
         return prefill(input_ids=input_ids, **kw)
 

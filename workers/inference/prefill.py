@@ -1,0 +1,74 @@
+"""Prefill forwards: one request's prompt, or several requests' prompts in one forward.
+
+Requests admitted together share one forward: their prompts left-padded to the longest, the
+padding masked and every row's positions counted from its first real token, so that each row's
+keys, values and last logits are its own prompt's (equal to a forward of it alone up to the
+summation order of a wider batch). A burst of n requests then costs the executor one call per
+base layer instead of n. Each row's cache keeps its padding, zeroed, as the decode batch pads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from peft import PeftModel
+from transformers import DynamicCache
+
+from workers.inference.batch import KV, cache_tensors
+from workers.inference.rows import RowAdapters
+
+
+@dataclass
+class Prefilled:
+    kv: KV  # this row's keys and values, [1, heads, width, head_dim] per layer
+    mask: torch.Tensor  # [1, width]: 0 over the left padding
+    last_logits: torch.Tensor  # [vocab], on the host: sampling runs there (same seeds, draws)
+    logits: torch.Tensor | None = None  # [prompt, vocab] on the host, when asked for
+
+
+def shares_forwards(model: Any) -> bool:
+    """Whether prompts may share a forward: not through virtual tokens (prompt or prefix
+    tuning), whose PeftModel places them per forward, not per row."""
+    return not (isinstance(model, PeftModel) and model.active_peft_config.is_prompt_learning)
+
+
+def prefill_one(model: Any, rows: RowAdapters, prompt: list[int], adapter: str | None,
+                device: torch.device, all_logits: bool) -> Prefilled:
+    ids = torch.tensor([prompt], device=device)
+    with rows.select([adapter]):
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                    past_key_values=DynamicCache(), use_cache=True,
+                    logits_to_keep=0 if all_logits else 1)
+    kv = cache_tensors(out.past_key_values)  # prefix tuning's virtual tokens included
+    return Prefilled(kv, torch.ones(1, kv[0][0].shape[2], dtype=torch.long, device=device),
+                     out.logits[0, -1].cpu(),
+                     out.logits[0, -len(prompt):].cpu() if all_logits else None)
+
+
+def prefill_together(model: Any, rows: RowAdapters, prompts: list[list[int]],
+                     adapters: list[str | None], device: torch.device) -> list[Prefilled]:
+    """One forward for several prompts; each row's cache, mask and last logits."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with rows.select(adapters):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+    kv = cache_tensors(out.past_key_values)
+    last = out.logits[:, -1].cpu()
+    filled = []
+    for row, prompt in enumerate(prompts):
+        pad = width - len(prompt)
+        row_kv = [(k[row:row + 1].clone(), v[row:row + 1].clone()) for k, v in kv]
+        for k, v in row_kv:
+            k[:, :, :pad] = 0
+            v[:, :, :pad] = 0
+        filled.append(Prefilled(row_kv, mask[row:row + 1], last[row]))
+    return filled
