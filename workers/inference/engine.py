@@ -23,7 +23,7 @@ from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
-from workers.inference.prefill import Prefilled, prefill_one, prefill_together, shares_forwards
+from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
@@ -146,7 +146,7 @@ class InferenceEngine:
         where they can share a forward, else alone; a failure fails its request only."""
         together = [r for r in admitted if not r.params.echo] \
             if not self.kv_budget_bytes and shares_forwards(self.prefill_model) else []
-        shared = self._prefill_together(together) if len(together) > 1 else {}
+        shared = prefill_shared(self.prefill_model, self.rows, together, self.device)
         events: list[W.Message] = []
         while admitted:
             request = admitted[0]
@@ -164,19 +164,6 @@ class InferenceEngine:
                                        f"The request failed: {type(exc).__name__}"))
             admitted.popleft()
         return events
-
-    def _prefill_together(self, requests: list[Request]) -> dict[int, Prefilled]:
-        """One forward for `requests` (by id()), or none if it fails: each then goes alone."""
-        try:
-            filled = prefill_together(self.prefill_model, self.rows,
-                                      [r.prompt_ids for r in requests],
-                                      [r.adapter for r in requests], self.device)
-        except ExecutorUnavailable:
-            raise
-        except Exception:
-            log.exception("a prefill of %d requests failed: each goes alone", len(requests))
-            return {}
-        return {id(r): done for r, done in zip(requests, filled, strict=True)}
 
     def _prefill(self, request: Request) -> list[W.Message]:
         params = request.params

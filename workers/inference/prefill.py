@@ -5,12 +5,14 @@ padding masked and every row's positions counted from its first real token, so t
 keys, values and last logits are its own prompt's (equal to a forward of it alone up to the
 summation order of a wider batch). A burst of n requests then costs the executor one call per
 base layer instead of n. Each row's cache keeps its padding, zeroed, as the decode batch pads.
+Only prompts of similar lengths share a forward (`groups`): padding is computed like prompt.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from peft import PeftModel
@@ -18,6 +20,12 @@ from transformers import DynamicCache
 
 from workers.inference.batch import KV, cache_tensors
 from workers.inference.rows import RowAdapters
+from workers.remote.handle import ExecutorUnavailable
+
+if TYPE_CHECKING:
+    from workers.inference.engine import Request
+
+log = logging.getLogger("workers.engine")
 
 
 @dataclass
@@ -26,6 +34,24 @@ class Prefilled:
     mask: torch.Tensor  # [1, width]: 0 over the left padding
     last_logits: torch.Tensor  # [vocab], on the host: sampling runs there (same seeds, draws)
     logits: torch.Tensor | None = None  # [prompt, vocab] on the host, when asked for
+
+
+PADDING_SHARE = 0.25  # at most this much of a shared forward's tokens may be padding
+
+
+def groups(lengths: list[int]) -> list[list[int]]:
+    """The prompts (by index) that share a forward, longest first: each group grows while its
+    padding stays within PADDING_SHARE of its tokens; a group of one goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        group = out[-1] if out else None
+        if group and (len(group) + 1) * lengths[group[0]] * (1 - PADDING_SHARE) <= \
+                sum(lengths[j] for j in group) + lengths[i]:
+            group.append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def shares_forwards(model: Any) -> bool:
@@ -45,6 +71,28 @@ def prefill_one(model: Any, rows: RowAdapters, prompt: list[int], adapter: str |
     return Prefilled(kv, torch.ones(1, kv[0][0].shape[2], dtype=torch.long, device=device),
                      out.logits[0, -1].cpu(),
                      out.logits[0, -len(prompt):].cpu() if all_logits else None)
+
+
+def prefill_shared(model: Any, rows: RowAdapters, requests: list[Request],
+                   device: torch.device) -> dict[int, Prefilled]:
+    """The requests (by id()) prefilled in shared forwards, one per group of similar lengths;
+    a group whose forward fails is left out (each of its requests then goes alone, so that a
+    failure stays its request's), as are groups of one."""
+    shared: dict[int, Prefilled] = {}
+    for group in groups([len(r.prompt_ids) for r in requests]):
+        if len(group) < 2:
+            continue
+        members = [requests[i] for i in group]
+        try:
+            filled = prefill_together(model, rows, [r.prompt_ids for r in members],
+                                      [r.adapter for r in members], device)
+        except ExecutorUnavailable:
+            raise
+        except Exception:
+            log.exception("a prefill of %d requests failed: each goes alone", len(members))
+            continue
+        shared |= {id(r): done for r, done in zip(members, filled, strict=True)}
+    return shared
 
 
 def prefill_together(model: Any, rows: RowAdapters, prompts: list[list[int]],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -48,8 +50,9 @@ def text(events: list, index: int = 0) -> str:
 @pytest.mark.parametrize("stagger", [2, 0], ids=["staggered", "together"])
 @pytest.mark.parametrize("method", METHODS)
 def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> None:
-    """Arriving apart, each prompt is prefilled alone; arriving together, the four prompts of
-    different lengths share one left-padded forward (not through virtual tokens)."""
+    """Arriving apart, each prompt is prefilled alone; arriving together, prompts of similar
+    lengths share a left-padded forward (12 with 9 tokens, 5 with 3; not through virtual
+    tokens)."""
     plain, ours = build_pair(MODEL, method, LocalExecutor.load(MODEL))
     plain.eval()
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8)
@@ -60,7 +63,7 @@ def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> 
     requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
     events = run(engine, requests, stagger)
     shared = stagger == 0 and not ours.active_peft_config.is_prompt_learning
-    assert forwards == ([(4, 12)] if shared else [(1, len(p)) for p in prompts()])
+    assert forwards == ([(2, 12), (2, 5)] if shared else [(1, len(p)) for p in prompts()])
     for request in requests:
         with torch.no_grad():
             ids = torch.tensor([request.prompt_ids])
@@ -139,10 +142,12 @@ def test_one_bad_request_fails_alone(tokenizer) -> None:
         return prefill(input_ids=input_ids, **kw)
 
     engine.prefill_model = faulty
+    shared = []
+    engine.rows.select = lambda adapters: shared.append(len(adapters)) or nullcontext()
     events = run(engine, [Request("good", good, greedy),
                           Request("huge-id", [5, 99_999_999], greedy),
                           Request("negative", [-1, 5], greedy),
-                          Request("poisoned", [poison, 5, 6], greedy),
+                          Request("poisoned", [poison, *good[1:]], greedy),
                           Request("also-good", good, greedy)], stagger=0)
     for rid in ("huge-id", "negative"):
         (failed,) = events[rid]
@@ -150,6 +155,7 @@ def test_one_bad_request_fails_alone(tokenizer) -> None:
         assert "out of range" in failed.message
     (failed,) = events["poisoned"]
     assert isinstance(failed, W.Failed) and failed.status == 500
+    assert shared[:4] == [3, 1, 1, 1]  # the three together failed, then one by one
     for rid in ("good", "also-good"):
         assert text(events[rid]) == text(solo) and isinstance(events[rid][-1], W.Done)
     assert not engine.running and not engine._pending
