@@ -80,6 +80,7 @@ class InferenceEngine:
         this engine's model (`mixed`: each row names its adapter, or the base model), or the
         plain model again once it holds none."""
         self.prefill_model = self.decode_model = model
+        self.rows.close()
         self.rows = RowAdapters(model if mixed else None)
 
     def uses(self, adapter: str) -> bool:

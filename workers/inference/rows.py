@@ -29,6 +29,15 @@ class RowAdapters:
         self.names: list[str] | None = None  # the current forward's rows, while it runs
         self._hooked: weakref.WeakSet = weakref.WeakSet()
         self._hooked_for: frozenset[str] = frozenset()  # the adapters the hooks were placed for
+        self._handles: list[Any] = []
+
+    def close(self) -> None:
+        """Take the hooks off (the engine moves to another model, or to none)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._hooked = weakref.WeakSet()
+        self._hooked_for = frozenset()
 
     @contextmanager
     def select(self, adapters: list[str | None]) -> Iterator[None]:
@@ -61,7 +70,8 @@ class RowAdapters:
         for module in self.model.modules():
             if isinstance(module, (LoraLayer, AuxiliaryTrainingWrapper)) and \
                     module not in self._hooked:
-                module.register_forward_pre_hook(self._name_rows, with_kwargs=True)
+                self._handles.append(
+                    module.register_forward_pre_hook(self._name_rows, with_kwargs=True))
                 self._hooked.add(module)
         self._hooked_for = adapters
 

@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
+from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, build_pair
 from wire import manager as W
 from workers.inference.engine import InferenceEngine, Request
@@ -226,3 +227,22 @@ def offload_and_compare(plain, ours, tokenizer) -> None:
         assert text(events[request.id]) == tokenizer.decode(out[0, ids.shape[1]:],
                                                             skip_special_tokens=True)
     assert engine.resident.rows == engine.offloaded.rows == 0
+
+
+@pytest.mark.parametrize("model", TINY_MODELS)
+def test_prompts_arriving_together_equal_plain_generate_for_every_architecture(model) -> None:
+    """A shared prefill is left-padded: absolute positions (gpt2), sliding windows and soft
+    caps (gemma2, mistral) and grouped heads must all see each row as if alone."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8)
+    greedy = W.SamplingParams(max_tokens=6, temperature=0)
+    requests = [Request(str(i), [t % 1000 for t in p], greedy) for i, p in enumerate(prompts())]
+    events = run(engine, requests, stagger=0)
+    for request in requests:
+        ids = torch.tensor([request.prompt_ids])
+        with torch.no_grad():
+            out = plain.eval().generate(input_ids=ids, max_new_tokens=6, min_new_tokens=6,
+                                        do_sample=False, attention_mask=torch.ones_like(ids))
+        expected = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        assert text(events[request.id]) == expected, (model, request.id)

@@ -29,6 +29,7 @@ def test_rows_go_through_their_own_adapters_exactly_as_peft_names_them() -> None
                            peft_config(MODEL, "lora_qv"), adapter_name="qv").eval()
     _perturbed(model, "qv", 1)
     rows = RowAdapters(model)
+    unhooked = sum(len(m._forward_pre_hooks) for m in model.modules())
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])
 
     def ours(adapters):
@@ -54,3 +55,5 @@ def test_rows_go_through_their_own_adapters_exactly_as_peft_names_them() -> None
         assert torch.equal(model(input_ids=ids[:1]).logits, peft(["qv"]))
     with pytest.raises(ValueError, match="no adapter named typo"):
         ours(["typo", None])
+    rows.close()  # the engine moved on: no hook of ours is left behind
+    assert sum(len(m._forward_pre_hooks) for m in model.modules()) == unhooked
