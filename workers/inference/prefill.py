@@ -110,13 +110,8 @@ def prefill_together(model: Any, rows: RowAdapters, prompts: list[list[int]],
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
     kv = cache_tensors(out.past_key_values)
+    padding = (mask == 0)[:, None, :, None].to(kv[0][0].device)  # zeroed once, NaN or not
+    kv = [(k.masked_fill(padding, 0), v.masked_fill(padding, 0)) for k, v in kv]
     last = out.logits[:, -1].cpu()
-    filled = []
-    for row, prompt in enumerate(prompts):
-        pad = width - len(prompt)
-        row_kv = [(k[row:row + 1].clone(), v[row:row + 1].clone()) for k, v in kv]
-        for k, v in row_kv:
-            k[:, :, :pad] = 0
-            v[:, :, :pad] = 0
-        filled.append(Prefilled(row_kv, mask[row:row + 1], last[row]))
-    return filled
+    return [Prefilled([(k[row:row + 1], v[row:row + 1]) for k, v in kv], mask[row:row + 1],
+                      last[row]) for row in range(len(prompts))]
