@@ -1,12 +1,13 @@
 """Which adapter each row of a batch goes through, in a PeftModel of many LoRA adapters.
 
 All rows of one adapter: that adapter is made the active one and the batch runs peft's plain
-path. Rows of several (or of the base model): each row names its own (peft's mixed batches: the
-rows of each adapter through its LoRA matrices alone, base-model rows through none). The names
-reach each LoRA module as peft's `adapter_names` argument does, through a pre-forward hook, but
-one installed once per module (again only when an adapter adds modules) that reads the current
-forward's names: peft's argument walks every module twice a forward, to check the names and to
-register hooks it then removes (a tenth of a mixed decode step of tiny-llama).
+path. Rows of several (or of the base model): each row goes through its own adapter's LoRA
+matrices alone, base-model rows through none. Each LoRA module's forward is wrapped once (again
+only when an adapter adds modules) and reads the current forward's rows: a plain LoRA Linear
+adds every row's delta in two matmuls (lora_rows.py), any other module takes peft's
+`adapter_names` path with the rows' names. Passing peft's argument to the model instead walks
+every module twice a forward, to check the names and to register hooks it then removes (a tenth
+of a mixed decode step of tiny-llama), and loops over the adapters in every module.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 from peft.tuners.lora import LoraLayer
 from peft.utils import AuxiliaryTrainingWrapper
 
+from workers.inference.lora_rows import RowPlan, Stacks, forward_rows
+
 BASE_MODEL_ROWS = "__base__"  # peft's adapter name for rows that use none
 
 
@@ -26,18 +29,22 @@ class RowAdapters:
     def __init__(self, model: Any = None) -> None:
         self.model = model  # None: a plain model or one adapter, nothing to choose
         self.active: str | None = None
-        self.names: list[str] | None = None  # the current forward's rows, while it runs
-        self._hooked: weakref.WeakSet = weakref.WeakSet()
-        self._hooked_for: frozenset[str] = frozenset()  # the adapters the hooks were placed for
-        self._handles: list[Any] = []
+        self.plan: RowPlan | None = None  # the current forward's rows, while it runs
+        self.stacks = Stacks()
+        # module -> (our forward, the instance forward it replaced or None)
+        self._wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._wrapped_for: frozenset[str] = frozenset()  # the adapters the wrapping was done for
 
     def close(self) -> None:
-        """Take the hooks off (the engine moves to another model, or to none)."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._hooked = weakref.WeakSet()
-        self._hooked_for = frozenset()
+        """Unwrap every module (the engine moves to another model, or to none)."""
+        for module, (forward, before) in list(self._wrapped.items()):
+            if module.__dict__.get("forward") is forward:
+                del module.forward
+                if before is not None:
+                    module.forward = before
+        self._wrapped = weakref.WeakKeyDictionary()
+        self._wrapped_for = frozenset()
+        self.stacks.clear()
 
     @contextmanager
     def select(self, adapters: list[str | None]) -> Iterator[None]:
@@ -56,26 +63,36 @@ class RowAdapters:
         unknown = set(names) - {BASE_MODEL_ROWS, *self.model.peft_config}
         if unknown:
             raise ValueError(f"no adapter named {', '.join(sorted(unknown))} in this model")
-        self._hook_modules()
-        self.names = names
+        self._wrap_modules()
+        self.plan = RowPlan(names, BASE_MODEL_ROWS)
         try:
             yield
         finally:
-            self.names = None
+            self.plan = None
 
-    def _hook_modules(self) -> None:
+    def _wrap_modules(self) -> None:
         adapters = frozenset(self.model.peft_config)
-        if adapters == self._hooked_for:
+        if adapters == self._wrapped_for:
             return
+        self.stacks.clear()  # an adapter left: let its weights go
         for module in self.model.modules():
             if isinstance(module, (LoraLayer, AuxiliaryTrainingWrapper)) and \
-                    module not in self._hooked:
-                self._handles.append(
-                    module.register_forward_pre_hook(self._name_rows, with_kwargs=True))
-                self._hooked.add(module)
-        self._hooked_for = adapters
+                    module not in self._wrapped:
+                forward = self._rows_forward(module)
+                self._wrapped[module] = (forward, module.__dict__.get("forward"))
+                module.forward = forward
+        self._wrapped_for = adapters
 
-    def _name_rows(self, module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if self.names is None:
-            return None
-        return args, {**kwargs, "adapter_names": self.names}
+    def _rows_forward(self, module: Any) -> Any:
+        peft_forward = module.forward
+        rows = weakref.ref(self)  # the module must not keep a closed RowAdapters alive
+
+        def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+            plan = getattr(rows(), "plan", None)
+            if plan is None:
+                return peft_forward(x, *args, **kwargs)
+            stacked = None if kwargs else rows().stacks.of(module, plan)
+            if stacked is None:
+                return peft_forward(x, *args, adapter_names=plan.names, **kwargs)
+            return forward_rows(module, x, stacked, plan, *args)
+        return forward

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from peft import get_peft_model
+from peft import LoraConfig, get_peft_model
+from peft.tuners.lora import Linear as LoraLinear
 from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
@@ -57,3 +58,47 @@ def test_rows_go_through_their_own_adapters_exactly_as_peft_names_them() -> None
         ours(["typo", None])
     rows.close()  # the engine moved on: no hook of ours is left behind
     assert sum(len(m._forward_pre_hooks) for m in model.modules()) == unhooked
+
+
+def test_lora_linears_add_each_rows_delta_in_two_matmuls_as_peft_would() -> None:
+    """Adapters of different ranks, scalings and modules, base-model rows and an adapter with
+    biases on B (its modules keep peft's path) in one batch; a new version loaded into an
+    adapter's tensors in place is picked up."""
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
+                           peft_config(MODEL, "lora_qv", rank=2), adapter_name="qv").eval()
+    model.add_adapter("all", peft_config(MODEL, "lora", rank=8))
+    model.add_adapter("wide", LoraConfig(r=4, lora_alpha=3, target_modules="all-linear"))
+    for seed, name in enumerate(("qv", "all", "wide")):
+        _perturbed(model, name, seed)
+    rows = RowAdapters(model)
+    ids = torch.randint(0, 100, (5, 6), generator=torch.Generator().manual_seed(1))
+    adapters = ["all", "qv", None, "wide", "all"]
+    names = [a or "__base__" for a in adapters]
+
+    def both():
+        with torch.no_grad():
+            with rows.select(adapters):
+                ours = model(input_ids=ids).logits
+            return ours, model(input_ids=ids, adapter_names=names).logits
+
+    ours, peft = both()
+    torch.testing.assert_close(ours, peft, rtol=1e-5, atol=1e-5)
+    linears = sum(isinstance(m, LoraLinear) for m in model.modules())
+    assert len(rows.stacks) == linears  # every LoRA Linear took the two-matmul path
+    base = model.get_base_model()
+    with torch.no_grad(), model.disable_adapter():
+        plain = base(input_ids=ids).logits
+    torch.testing.assert_close(ours[2], plain[2], rtol=1e-5, atol=1e-5)  # the base row: none
+    assert all(not torch.allclose(ours[k], plain[k], atol=1e-3) for k in (0, 1, 3, 4))
+    _perturbed(model, "wide", 9)  # in place, as a version loaded over the old tensors
+    again, peft = both()
+    torch.testing.assert_close(again, peft, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(again[3], ours[3])
+    model.add_adapter("bias", LoraConfig(r=2, target_modules=["q_proj"], lora_bias=True))
+    _perturbed(model, "bias", 5)
+    adapters[1] = names[1] = "bias"
+    ours, peft = both()
+    torch.testing.assert_close(ours, peft, rtol=1e-5, atol=1e-5)
+    assert len(rows.stacks) == linears - sum(  # the q_proj modules that hold it: peft's path
+        isinstance(m, LoraLinear) and "bias" in m.lora_A for m in model.modules())
