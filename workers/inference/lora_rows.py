@@ -24,83 +24,99 @@ from peft.tuners.lora import Linear as LoraLinear
 
 
 class Stacked(NamedTuple):
-    """One module's adapters of one forward, side by side."""
+    """One module's adapters of one set, side by side."""
 
-    a: torch.Tensor  # (R, in)
-    b: torch.Tensor  # (out, R)
+    a: torch.Tensor | None  # (R, in); None: no adapter of the set is in this module
+    b: torch.Tensor | None  # (out, R)
     layout: tuple[tuple[int, int, float], ...]  # (slot, rank, scaling) per adapter, in order
+    order: tuple[str, ...]  # the set: the forward's adapters
+    weights: tuple[torch.Tensor, ...]  # what was stacked, and the versions it had then
+    versions: tuple[int, ...]
+
+    def holds(self, order: tuple[str, ...]) -> bool:
+        """Whether this stack is of `order` and no tensor of it changed in place since."""
+        return self.order == order and \
+            all(w._version == v for w, v in zip(self.weights, self.versions, strict=True))
 
 
 class RowPlan:
-    """One forward's rows: the adapters present in a fixed order, each row's slot among them
-    (-1: the base model), and the per-row factor of each column layout met so far."""
+    """One forward's rows: the adapters present in a fixed order and each row's slot among them
+    (-1: the base model)."""
 
     def __init__(self, names: list[str], base: str) -> None:
         self.names = names
-        self.order = sorted(set(names) - {base})
+        self.order = tuple(sorted(set(names) - {base}))
         slot = {name: k for k, name in enumerate(self.order)}
-        self.slots = [slot.get(name, -1) for name in names]
-        self._factors: dict[tuple, torch.Tensor] = {}
-
-    def factor(self, stacked: Stacked) -> torch.Tensor:
-        """(rows, R): a row's adapter's scaling on that adapter's columns, zero elsewhere."""
-        key = (stacked.layout, stacked.a.dtype, stacked.a.device)
-        factor = self._factors.get(key)
-        if factor is None:
-            columns = [(slot, s) for slot, rank, s in stacked.layout for _ in range(rank)]
-            factor = torch.tensor([[s if slot == row else 0.0 for slot, s in columns]
-                                   for row in self.slots], dtype=stacked.a.dtype)
-            factor = self._factors[key] = factor.to(stacked.a.device)
-        return factor
+        self.slots = tuple(slot.get(name, -1) for name in names)
 
 
 class Stacks:
-    """Each qualifying module's stacked adapters for the last set it served (kept while that set
-    stays: a decode step after step over the same rows copies nothing)."""
+    """Each qualifying module's stack for the last set of adapters it served (kept while that
+    set stays: decode steps over the same rows copy nothing), and the per-row factors."""
+
+    FACTORS = 256  # factors kept (one per rows and column layout met); then started afresh
 
     def __init__(self) -> None:
-        self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._stacks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._factors: dict[tuple, torch.Tensor] = {}
 
     def clear(self) -> None:
-        self._cache = weakref.WeakKeyDictionary()
+        self._stacks = weakref.WeakKeyDictionary()
+        self._factors = {}
 
     def __len__(self) -> int:
         """How many modules hold a stack (the modules the two-matmul path served)."""
-        return len(self._cache)
+        return len(self._stacks)
 
     def of(self, module: Any, plan: RowPlan) -> Stacked | None:
         """`module`'s adapters of `plan` side by side; None when it does not qualify."""
         if type(module) is not LoraLinear or module.merged or module.disable_adapters:
             return None
-        present = [(slot, name) for slot, name in enumerate(plan.order) if name in module.lora_A]
-        parts = []
-        for slot, name in present:
-            a, b = module.lora_A[name], module.lora_B[name]
-            dropout = module.lora_dropout[name]
-            if name in module.lora_variant or b.bias is not None or \
-                    (dropout.training and getattr(dropout, "p", 0) > 0):
-                return None
-            parts.append((slot, a.weight, b.weight, float(module.scaling[name])))
-        key = tuple((slot, id(a), a._version, id(b), b._version, s) for slot, a, b, s in parts)
-        cached = self._cache.get(module)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        stacked = Stacked(
-            torch.cat([a for _, a, _, _ in parts]) if parts else None,
-            torch.cat([b for _, _, b, _ in parts], dim=1) if parts else None,
-            tuple((slot, a.shape[0], s) for slot, a, _, s in parts))
-        # the weights stay referenced with their ids: an id is never reused while cached
-        self._cache[module] = (key, stacked, parts)
+        stacked = self._stacks.get(module)
+        if stacked is None or not stacked.holds(plan.order):
+            stacked = _stack(module, plan.order)
+            if stacked is not None:
+                self._stacks[module] = stacked
         return stacked
 
+    def factor(self, stacked: Stacked, plan: RowPlan) -> torch.Tensor:
+        """(rows, R): a row's adapter's scaling on that adapter's columns, zero elsewhere."""
+        key = (plan.slots, stacked.layout, stacked.a.dtype, stacked.a.device)
+        factor = self._factors.get(key)
+        if factor is None:
+            if len(self._factors) >= self.FACTORS:
+                self._factors = {}
+            columns = [(slot, s) for slot, rank, s in stacked.layout for _ in range(rank)]
+            factor = torch.tensor([[s if slot == row else 0.0 for slot, s in columns]
+                                   for row in plan.slots], dtype=stacked.a.dtype)
+            factor = self._factors[key] = factor.to(stacked.a.device)
+        return factor
 
-def forward_rows(module: Any, x: torch.Tensor, stacked: Stacked, plan: RowPlan,
+
+def _stack(module: Any, order: tuple[str, ...]) -> Stacked | None:
+    parts = []
+    for slot, name in enumerate(order):
+        if name not in module.lora_A:
+            continue
+        a, b, dropout = module.lora_A[name], module.lora_B[name], module.lora_dropout[name]
+        if name in module.lora_variant or b.bias is not None or \
+                (dropout.training and getattr(dropout, "p", 0) > 0):
+            return None
+        parts.append((slot, a.weight, b.weight, float(module.scaling[name])))
+    weights = tuple(w for _, a, b, _ in parts for w in (a, b))
+    return Stacked(
+        torch.cat([a for _, a, _, _ in parts]) if parts else None,
+        torch.cat([b for _, _, b, _ in parts], dim=1) if parts else None,
+        tuple((slot, a.shape[0], s) for slot, a, _, s in parts), order,
+        weights, tuple(w._version for w in weights))
+
+
+def forward_rows(module: Any, x: torch.Tensor, stacked: Stacked, factor: torch.Tensor | None,
                  *args: Any, **kwargs: Any) -> torch.Tensor:
     """The base layer's output plus each row's own adapter's delta (rows: dim 0 of `x`)."""
     result = module.base_layer(x, *args, **kwargs)
-    if not stacked.layout:
+    if factor is None:
         return result
-    factor = plan.factor(stacked)
     h = F.linear(x.to(stacked.a.dtype), stacked.a)
     h = h * factor.view(factor.shape[0], *([1] * (h.dim() - 2)), factor.shape[1])
     return result + F.linear(h, stacked.b).to(result.dtype)

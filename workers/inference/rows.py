@@ -33,7 +33,7 @@ class RowAdapters:
         self.stacks = Stacks()
         # module -> (our forward, the instance forward it replaced or None)
         self._wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._wrapped_for: frozenset[str] = frozenset()  # the adapters the wrapping was done for
+        self._wrapped_for: tuple = ()  # the adapters (name, config) the wrapping was done for
 
     def close(self) -> None:
         """Unwrap every module (the engine moves to another model, or to none)."""
@@ -43,7 +43,7 @@ class RowAdapters:
                 if before is not None:
                     module.forward = before
         self._wrapped = weakref.WeakKeyDictionary()
-        self._wrapped_for = frozenset()
+        self._wrapped_for = ()
         self.stacks.clear()
 
     @contextmanager
@@ -71,10 +71,13 @@ class RowAdapters:
             self.plan = None
 
     def _wrap_modules(self) -> None:
-        adapters = frozenset(self.model.peft_config)
-        if adapters == self._wrapped_for:
+        adapters = tuple(self.model.peft_config.items())
+        if len(adapters) == len(self._wrapped_for) and all(
+                name == was and config is config_was
+                for (name, config), (was, config_was) in zip(adapters, self._wrapped_for,
+                                                              strict=True)):
             return
-        self.stacks.clear()  # an adapter left: let its weights go
+        self.stacks.clear()  # an adapter left or came back under its name: nothing stale stays
         for module in self.model.modules():
             if isinstance(module, (LoraLayer, AuxiliaryTrainingWrapper)) and \
                     module not in self._wrapped:
@@ -91,8 +94,10 @@ class RowAdapters:
             plan = getattr(rows(), "plan", None)
             if plan is None:
                 return peft_forward(x, *args, **kwargs)
-            stacked = None if kwargs else rows().stacks.of(module, plan)
+            stacks = rows().stacks
+            stacked = None if kwargs else stacks.of(module, plan)
             if stacked is None:
                 return peft_forward(x, *args, adapter_names=plan.names, **kwargs)
-            return forward_rows(module, x, stacked, plan, *args)
+            factor = stacks.factor(stacked, plan) if stacked.layout else None
+            return forward_rows(module, x, stacked, factor, *args)
         return forward

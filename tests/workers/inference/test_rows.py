@@ -95,6 +95,12 @@ def test_lora_linears_add_each_rows_delta_in_two_matmuls_as_peft_would() -> None
     again, peft = both()
     torch.testing.assert_close(again, peft, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(again[3], ours[3])
+    model.delete_adapter("wide")  # and a new one under its name, before the next forward
+    model.add_adapter("wide", LoraConfig(r=4, lora_alpha=5, target_modules="all-linear"))
+    _perturbed(model, "wide", 7)
+    renewed, peft = both()
+    torch.testing.assert_close(renewed, peft, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(renewed[3], again[3])
     model.add_adapter("bias", LoraConfig(r=2, target_modules=["q_proj"], lora_bias=True))
     _perturbed(model, "bias", 5)
     adapters[1] = names[1] = "bias"
