@@ -6,7 +6,9 @@ LoRA matrices, the Punica / S-LoRA idea in plain torch; rows of the base model t
 A method that cannot share a batch (IA3, prefix and prompt tuning, DoRA) gets an engine of its
 own over a base model of its own (only the local parts: the frozen layers are the executor's).
 At most `capacity` adapters stay resident: loading one more lets go of the least recently used
-adapter that no request is using (if all are in use, it waits until `settle`).
+adapter that no request is using (if all are in use, it waits until `settle`). When the worker is
+full, a LoRA adapter takes the place of the least recently used idle one of its shape: its tensors
+are copied over the other's (slots.py), no module is added or removed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 
 from wire.manager import AdapterRef
 from workers.inference.engine import InferenceEngine
+from workers.inference.slots import Place, fill, place_of, read_fitting, shape_of
 
 log = logging.getLogger("workers.adapters")
 
@@ -39,6 +42,8 @@ class Loaded:
     engine: InferenceEngine
     shared: bool  # a LoRA adapter of the shared PeftModel
     last_used: float = 0.0
+    shape: str | None = None  # a shared adapter's: which others could take its place
+    place: Place | None = None  # a shared adapter's tensors, once another took its place
 
     def busy(self) -> bool:
         return self.engine.uses(self.name) if self.shared else self.engine.has_work()
@@ -104,8 +109,10 @@ class Adapters:
         name = next(self._names)
         try:
             if shares_a_batch(path):
-                self._load_shared(name, path)
-                loaded = Loaded(model, name, self.engine, shared=True)
+                loaded = self._take_place(model, path)
+                if loaded is None:
+                    self._load_shared(name, path)
+                    loaded = Loaded(model, name, self.engine, shared=True, shape=shape_of(path))
             else:
                 own = PeftModel.from_pretrained(self.build_base(), path,
                                                 torch_device=self.device).eval()
@@ -116,6 +123,32 @@ class Adapters:
         log.info("adapter %s loaded in %.1f ms (%d resident)", model,
                  1e3 * (time.perf_counter() - started), len(self.loaded) + 1)
         return loaded
+
+    def _take_place(self, model: str, path: Path) -> Loaded | None:
+        """`model` loaded over the least recently used idle adapter of its shape, when the
+        worker is full and its file fits that adapter's tensors; None otherwise."""
+        if self.peft is None or len(self.loaded) < self.capacity:
+            return None
+        shape = shape_of(path)
+        idle = [a for a in self.loaded.values() if a.shared and a.shape == shape and not a.busy()]
+        if not idle:
+            return None
+        other = min(idle, key=lambda a: a.last_used)
+        if other.place is None:
+            other.place = place_of(self.peft, other.name)
+        tensors = read_fitting(path, other.place)
+        if tensors is None:
+            return None
+        del self.loaded[other.model]
+        self.unloading.discard(other.model)
+        try:
+            fill(other.place, tensors)
+        except Exception:
+            self._delete(other.name)  # half overwritten: it serves nothing any more
+            raise
+        log.info("adapter %s let go for %s, loaded in its place", other.model, model)
+        return Loaded(model, other.name, self.engine, shared=True, shape=shape,
+                      place=other.place)
 
     def _load_shared(self, name: str, path: Path) -> None:
         if self.peft is None:

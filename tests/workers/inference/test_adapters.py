@@ -158,3 +158,21 @@ def test_a_batch_of_one_adapter_then_another_switches_exactly(saved, tokenizer) 
             prompt = tokenizer.encode(f"request {request_id} says")
             assert got[request_id] == tokenizer.encode(tokenizer.decode(
                 plain_tokens(path, prompt))), request_id
+
+
+def test_a_full_worker_loads_an_adapter_over_an_idle_one_of_its_shape(saved, tokenizer) -> None:
+    held = adapters(tokenizer, capacity=2)
+    serve(held, [("a", "t/lora-a@1", saved["t/lora-a@1"])], tokenizer)
+    serve(held, [("b", "t/lora-b@1", saved["t/lora-b@1"])], tokenizer)
+    names = {model: held.loaded[model].name for model in held.loaded}
+    asks = [("new", "t/lora-a@2", saved["t/lora-a@2"]), ("b", "t/lora-b@1", saved["t/lora-b@1"])]
+    got = serve(held, asks, tokenizer)  # a@2 in a@1's place, in one batch with b
+    assert held.loaded["t/lora-a@2"].name == names["t/lora-a@1"]
+    assert sorted(held.peft.peft_config) == sorted(names.values())  # no module added or removed
+    for request_id, _, path in asks:
+        prompt = tokenizer.encode(f"request {request_id} says")
+        assert got[request_id] == tokenizer.encode(tokenizer.decode(
+            plain_tokens(path, prompt))), request_id
+    serve(held, [("qv", "t/lora-qv@1", saved["t/lora-qv@1"])], tokenizer)  # another shape
+    assert held.loaded["t/lora-qv@1"].name not in names.values()
+    assert sorted(held.peft.peft_config) == sorted(a.name for a in held.loaded.values())
