@@ -1,7 +1,7 @@
 """The worker cache under a burst across more tenants than worker slots: a pinned tenant's worker
 is started with the manager, requests wait for a slot instead of failing, and no worker is
 evicted before its minimum residency. One tenant's adapters never compete for slots: its worker
-serves them all."""
+serves them all. Tenants that share are served by the shared pool's workers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.e2e.test_faults import manager_status
 
 pytestmark = pytest.mark.slow
 RESIDENCY_S = 2.0
+PROMPT = "Tenants sharing a worker"
 
 
 def test_a_burst_waits_for_slots_and_never_evicts_a_young_worker(tmp_path) -> None:
@@ -50,5 +51,36 @@ def test_a_burst_waits_for_slots_and_never_evicts_a_young_worker(tmp_path) -> No
         assert ages and all(age >= RESIDENCY_S for age in ages), ages
         assert len(ages) <= elapsed / RESIDENCY_S + 1
         assert "worker beta " not in " ".join(re.findall(r"evicting .*", log))
+    finally:
+        deployment.stack.stop()
+
+
+def test_tenants_that_share_are_served_by_one_worker_exactly(tmp_path) -> None:
+    """The shared pool (operator choice): acme's and gamma's requests go to one shared worker,
+    several tenants' adapters in its batches; beta, not sharing, keeps a worker of its own.
+    Every answer equals plain peft's."""
+    deployment = deploy(tmp_path, manager_args=("--shared-workers", "1",
+                                                 "--shared-tenants", "acme,gamma"))
+    try:
+        asks = [("acme", "acme/lora-a"), ("gamma", MODEL), ("acme", "acme/prefix-a"),
+                ("beta", "beta/ia3-b")] * 2
+        answers: dict[int, str] = {}
+
+        def ask(k: int, tenant: str, model: str) -> None:
+            out = deployment.client(tenant).completions.create(model=model, prompt=PROMPT,
+                                                               max_tokens=6, temperature=0)
+            answers[k] = out.choices[0].text
+
+        threads = [threading.Thread(target=ask, args=(k, *a)) for k, a in enumerate(asks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for k, (_, model) in enumerate(asks):
+            reference = deployment.reference(model)
+            assert answers[k] == reference.text(reference.greedy(reference.ids(PROMPT), 6)), model
+        workers = {w.key: w for w in manager_status(deployment).workers}
+        assert sorted(workers) == ["beta", "~shared-0"]
+        assert {"acme/lora-a@1", "acme/prefix-a@1", MODEL} <= set(workers["~shared-0"].models)
     finally:
         deployment.stack.stop()

@@ -38,7 +38,7 @@ from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
 from workers.manager.jobs import JobScheduler
 from workers.manager.links import Links
-from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key, worker_key
+from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key
 from workers.manager.preload import preload
 from workers.manager.requests import Requests
 from workers.manager.spawner_client import SpawnerProcess
@@ -53,7 +53,9 @@ class Manager:
         self.config = config
         self.pool = WorkerPool(max_workers=config.max_workers, idle_s=config.idle_s,
                                pinned=set(config.pinned), min_residency_s=config.min_residency_s,
-                               max_evictions_per_min=config.max_evictions_per_min)
+                               max_evictions_per_min=config.max_evictions_per_min,
+                               shared_workers=config.shared_workers,
+                               shared_tenants=config.shared_tenant_ids)
         self.admission = Admission(config)
         self.requests = Requests()
         self.stopped = threading.Event()
@@ -131,7 +133,7 @@ class Manager:
         elif isinstance(message, W.Status):
             self.links.reply(gateway, self._status())
         elif isinstance(message, W.Evict):  # a version deleted or withdrawn: its worker lets go
-            handle = self.pool.workers.get(worker_key(message.tenant))
+            handle = self.pool.workers.get(self.pool.key_of(message.tenant))
             if handle is not None and message.model in handle.models:
                 handle.models.discard(message.model)
                 self.links.to_worker(handle.key, W.Unload(message.model))
@@ -167,7 +169,7 @@ class Manager:
                 self._stop(victim)
             self._start(handle)
         self.requests.add(gateway, request, handle.key, tries)
-        handle.inflight[request.id] = request.model
+        handle.inflight[request.id] = model_key(request.tenant, request.model)
         handle.models.add(request.model)
         if handle.state == "ready":
             self.links.to_worker(handle.key, request)
@@ -217,10 +219,10 @@ class Manager:
             route = self.requests.answer(message)
             if route is None:
                 return  # aborted meanwhile
-            gateway, model = route
+            gateway, tenant_model = route
             if isinstance(message, W.Started) and message.fallback:
                 self.pool.counters["fallbacks"] += 1  # the worker could not load the adapter
-            self.admission.observe(model_key(key, model), message)
+            self.admission.observe(tenant_model, message)
             if isinstance(message, (W.Done, W.Failed)) and handle is not None:
                 handle.inflight.pop(message.id, None)
                 handle.last_used = time.monotonic()
@@ -256,8 +258,8 @@ class Manager:
     def _failed_models(self, handle: WorkerHandle) -> None:
         """The worker failed (it did not start, or died): a failure of each model it was
         serving, for their circuit breakers."""
-        for model in set(handle.inflight.values()):
-            self.admission.breakers.failed(model_key(handle.tenant, model))
+        for tenant_model in set(handle.inflight.values()):
+            self.admission.breakers.failed(tenant_model)
 
     def _fail_all(self, handle: WorkerHandle, status: int, code: str, message: str) -> None:
         for request_id in list(handle.inflight):

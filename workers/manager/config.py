@@ -30,6 +30,13 @@ class ManagerConfig(BaseSettings):
                              "socket)")
     max_workers: int = Field(8, ge=1, description="inference workers (one per tenant) alive at "
                              "once")
+    shared_workers: int = Field(0, ge=0, description="workers of the shared pool (0: none): "
+                                "each tenant of --shared-tenants is served by one of them, with "
+                                "other tenants' adapters in its batches, not by a worker of its "
+                                "own")
+    shared_tenants: str = Field("", pattern=r"^(\*|[a-z0-9_,-]*)$",
+                                description="the tenants that share the pool, comma-separated "
+                                "('*': every tenant)")
     max_adapters: int = Field(32, ge=1, description="adapters a tenant's worker holds at once "
                               "(least recently used go)")
     idle_s: float = Field(600.0, gt=0, validation_alias=AliasChoices(
@@ -60,6 +67,11 @@ class ManagerConfig(BaseSettings):
     max_jobs: int = Field(0, ge=0, description="fine-tuning jobs running at once (0: as many "
                           "as half the cores and half the available memory allow, for this "
                           "model)")
+
+
+    @property
+    def shared_tenant_ids(self) -> frozenset[str]:
+        return frozenset(t for t in self.shared_tenants.split(",") if t)
 
 
 def parse_config(argv: list[str] | None = None) -> ManagerConfig:

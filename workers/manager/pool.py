@@ -1,6 +1,10 @@
 """Which inference workers exist, and which one to stop when room is needed. Bookkeeping only.
 
-A worker serves one tenant: its base model and any of its adapters. At most `max_workers` live
+A worker serves one tenant: its base model and any of its adapters. Tenants the operator lets
+share (`shared_tenants`) are served instead by a pool of `shared_workers` workers, each tenant by
+one of them (by a stable hash of its id: its adapters stay together), several tenants' adapters
+in one batch: for platforms of thousands of small tenants, at the price of the isolation (a
+crash in a shared worker fails its requests of every tenant there). At most `max_workers` live
 at once; room is made by stopping the least recently used idle worker that is not pinned. Workers
 idle longer than `idle_s` are stopped too. A tenant with a pinned model is never evicted.
 
@@ -14,15 +18,14 @@ workers it just started. Only slots all pinned are `NoCapacity` at once.
 from __future__ import annotations
 
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wire import manager as W
 
-
-def worker_key(tenant: str) -> str:
-    return tenant
+SHARED = "~shared-"  # a shared worker's key: no tenant id has a "~"
 
 
 def model_key(tenant: str, model: str) -> str:
@@ -33,13 +36,13 @@ def model_key(tenant: str, model: str) -> str:
 @dataclass
 class WorkerHandle:
     key: str
-    tenant: str
+    tenant: str  # a shared worker's: its key
     started: float
     pid: int = 0
     state: str = "starting"  # starting | ready | stopping
     last_used: float = 0.0
     models: set[str] = field(default_factory=set)  # served and not let go since
-    inflight: dict[str, str] = field(default_factory=dict)  # request id -> its model
+    inflight: dict[str, str] = field(default_factory=dict)  # request id -> its model_key
     pending: list[W.Generate] = field(default_factory=list)  # waiting for Ready
 
 
@@ -54,25 +57,34 @@ class NotYet(NoCapacity):
 class WorkerPool:
     def __init__(self, *, max_workers: int = 8, idle_s: float = 600.0,
                  pinned: set[str] | None = None, min_residency_s: float = 0.0,
-                 max_evictions_per_min: int = 0,
+                 max_evictions_per_min: int = 0, shared_workers: int = 0,
+                 shared_tenants: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_workers = max_workers
         self.idle_s = idle_s
         self.pinned = pinned or set()
         self.min_residency_s = min_residency_s
         self.max_evictions_per_min = max_evictions_per_min  # 0: no cap
+        self.shared_workers = shared_workers
+        self.shared_tenants = shared_tenants  # "*": every tenant
         self.clock = clock
         self._evicted_at: deque[float] = deque()
         self.workers: dict[str, WorkerHandle] = {}
         self.counters = {"worker_starts": 0, "worker_evictions": 0, "worker_crashes": 0,
                          "fallbacks": 0}
 
+    def key_of(self, tenant: str) -> str:
+        """The key of the worker that serves `tenant`: its own, or a shared one."""
+        if self.shared_workers and (tenant in self.shared_tenants or "*" in self.shared_tenants):
+            return f"{SHARED}{zlib.crc32(tenant.encode()) % self.shared_workers}"
+        return tenant
+
     def is_pinned(self, key: str) -> bool:
         """Pinning `tenant|model` (or `tenant`) pins the tenant's worker."""
-        return any(pin.partition("|")[0] == key for pin in self.pinned)
+        return any(self.key_of(pin.partition("|")[0]) == key for pin in self.pinned)
 
     def get(self, tenant: str) -> WorkerHandle | None:
-        handle = self.workers.get(worker_key(tenant))
+        handle = self.workers.get(self.key_of(tenant))
         if handle is not None and handle.state != "stopping":
             handle.last_used = self.clock()
             return handle
@@ -98,7 +110,9 @@ class WorkerPool:
             victim.state = "stopping"
             self.counters["worker_evictions"] += 1
             self._evicted_at.append(now)
-        handle = WorkerHandle(worker_key(tenant), tenant, started=now, last_used=now)
+        key = self.key_of(tenant)
+        handle = WorkerHandle(key, key if key.startswith(SHARED) else tenant, started=now,
+                              last_used=now)
         self.workers[handle.key] = handle
         self.counters["worker_starts"] += 1
         return handle, evict

@@ -11,7 +11,7 @@ from state.adapters import AdapterRegistry
 from state.db import Database, db_path
 from wire import manager as W
 from workers.manager.config import ManagerConfig
-from workers.manager.pool import NoCapacity, WorkerHandle, WorkerPool, worker_key
+from workers.manager.pool import NoCapacity, WorkerHandle, WorkerPool
 
 log = logging.getLogger("workers.preload")
 
@@ -43,7 +43,7 @@ def preload(config: ManagerConfig, pool: WorkerPool,
     """Start the worker of each pinned tenant, as far as the worker slots go, and have it load
     the pinned adapters (a request of no tokens each, whose answer nobody awaits)."""
     for request in pinned_requests(config):
-        handle = pool.workers.get(worker_key(request.tenant))
+        handle = pool.workers.get(pool.key_of(request.tenant))
         if handle is None:
             try:
                 handle, _ = pool.add(request.tenant)

@@ -5,9 +5,9 @@ fresh worker once)."""
 from __future__ import annotations
 
 from wire import manager as W
-from workers.manager.pool import WorkerHandle
+from workers.manager.pool import WorkerHandle, model_key
 
-Route = tuple[bytes, str, str]  # (gateway, worker key, model)
+Route = tuple[bytes, str, str]  # (gateway, worker key, the tenant's model: model_key)
 
 
 class Requests:
@@ -16,7 +16,7 @@ class Requests:
         self.unanswered: dict[str, tuple[W.Generate, int]] = {}  # request id -> (request, tries)
 
     def add(self, gateway: bytes, request: W.Generate, key: str, tries: int) -> None:
-        self.routes[request.id] = (gateway, key, request.model)
+        self.routes[request.id] = (gateway, key, model_key(request.tenant, request.model))
         self.unanswered[request.id] = (request, tries)
 
     def drop(self, request_id: str) -> Route | None:
@@ -24,8 +24,9 @@ class Requests:
         return self.routes.pop(request_id, None)
 
     def answer(self, message: W.Message) -> tuple[bytes, str] | None:
-        """A worker's event for a request: the gateway to pass it to and the request's model
-        (None: aborted); the request is answered now, and gone once Done or Failed."""
+        """A worker's event for a request: the gateway to pass it to and the request's tenant
+        and model as `model_key` (None: aborted); the request is answered now, and gone once
+        Done or Failed."""
         route = self.routes.get(message.id)
         if route is None:
             return None

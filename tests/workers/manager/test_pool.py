@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.manager.pool import NoCapacity, NotYet, WorkerPool, model_key, worker_key
+from workers.manager.pool import NoCapacity, NotYet, WorkerPool, model_key
 
 
 class Clock:
@@ -24,7 +24,7 @@ def ready(pool: WorkerPool, tenant: str):
 def test_a_tenant_has_one_worker_for_all_its_models() -> None:
     pool = WorkerPool(max_workers=2, clock=Clock())
     handle, _ = ready(pool, "a")
-    assert pool.get("a") is handle and handle.key == worker_key("a")
+    assert pool.get("a") is handle and handle.key == "a"
     assert pool.get("b") is None
     assert model_key("a", "a/x@1") != model_key("a", "a/x@2")  # breakers stay per version
 
@@ -39,7 +39,7 @@ def test_least_recently_used_idle_worker_makes_room() -> None:
     pool.get("a")  # a is now more recent than b
     clock.now = 3
     _, evicted = ready(pool, "c")
-    assert [h.key for h in evicted] == [worker_key("b")]
+    assert [h.key for h in evicted] == ["b"]
     assert evicted[0].state == "stopping"
     assert pool.counters["worker_evictions"] == 1
 
@@ -54,7 +54,7 @@ def test_busy_and_pinned_workers_are_never_evicted() -> None:
         pool.add("c")
     busy.inflight.clear()
     _, evicted = ready(pool, "c")
-    assert [h.key for h in evicted] == [worker_key("b")]
+    assert [h.key for h in evicted] == ["b"]
 
 
 def test_idle_timeout_spares_pinned_and_busy_workers() -> None:
@@ -78,7 +78,7 @@ def test_no_worker_is_evicted_before_its_minimum_residency() -> None:
         pool.add("b")
     clock.now = 5.0
     _, evicted = ready(pool, "b")
-    assert [h.key for h in evicted] == [worker_key("a")]
+    assert [h.key for h in evicted] == ["a"]
 
 
 def test_the_eviction_rate_is_capped() -> None:
@@ -93,7 +93,7 @@ def test_the_eviction_rate_is_capped() -> None:
         pool.add("t3")
     clock.now = 61.5  # the first eviction (at 1 s) is over a minute old
     _, evicted = ready(pool, "t3")
-    assert [h.key for h in evicted] == [worker_key("t2")]
+    assert [h.key for h in evicted] == ["t2"]
 
 
 def test_busy_workers_mean_a_wait_and_pinned_ones_no_capacity() -> None:
@@ -107,3 +107,22 @@ def test_busy_workers_mean_a_wait_and_pinned_ones_no_capacity() -> None:
     with pytest.raises(NoCapacity) as info:
         pinned.add("b")
     assert not isinstance(info.value, NotYet)
+
+
+def test_tenants_that_share_are_served_by_the_shared_pool() -> None:
+    sharing = frozenset({"s1", "s2", "s3", "s4"})
+    pool = WorkerPool(max_workers=4, shared_workers=2, shared_tenants=sharing,
+                      pinned={"s2|s2/x"}, clock=Clock())
+    keys = {tenant: pool.key_of(tenant) for tenant in (*sharing, "own")}
+    assert keys["own"] == "own"
+    assert {keys[t] for t in sharing} == {"~shared-0", "~shared-1"}  # both used
+    assert WorkerPool(shared_workers=2, shared_tenants=frozenset({"s1"})).key_of("s1") == \
+        keys["s1"]  # stable: a tenant's adapters stay in one worker
+    shared, _ = ready(pool, "s1")
+    assert shared.key == keys["s1"] and shared.tenant == keys["s1"]
+    same = [t for t in sharing - {"s1"} if keys[t] == keys["s1"]]
+    assert same and all(pool.get(t) is shared for t in same)  # no worker of their own
+    assert pool.is_pinned(keys["s2"]) and not pool.is_pinned("own")
+    everyone = WorkerPool(shared_workers=1, shared_tenants=frozenset({"*"}))
+    assert everyone.key_of("any") == everyone.key_of("other") == "~shared-0"
+    assert WorkerPool(shared_tenants=frozenset({"*"})).key_of("any") == "any"  # no pool: own
