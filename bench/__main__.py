@@ -29,7 +29,7 @@ from bench.gpu import mps
 from bench.machine import describe
 from bench.measure import matmul_peak_gflops
 from bench.records import Record, table, write_json
-from bench.scenarios import adapters, inference, overhead, sharding, trace, training
+from bench.scenarios import adapters, inference, overhead, sharding, tenants, trace, training
 from bench.scenarios.common import Settings
 from bench.scenarios.gpu import GPU_SCENARIOS
 
@@ -57,6 +57,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "coldstart": overhead.cold_start,
     "sharding": sharding.sharded,
     "adapters": adapters.many_adapters,
+    "tenants": tenants.many_tenants,
 }
 QUICK_SKIP = {"capacity"}  # ~1B model: minutes per step on a small CPU
 
