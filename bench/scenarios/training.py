@@ -28,30 +28,41 @@ def memory(settings: Settings) -> list[Record]:
 
 
 def capacity(settings: Settings) -> list[Record]:
-    """How many LoRA jobs (seq 256, batch 2) on the ~1B model fit in this machine's memory.
+    """How many LoRA jobs (seq 256, batch 2) on the ~1B model fit in this machine's memory, and
+    what each job adds, on a float32 and on a bfloat16 checkpoint (loaded as float32).
 
     Running until the machine is full would risk the host, so memory is measured at 1 and 2 jobs
-    on each side, extrapolated linearly (fixed part + per job) to the available memory, and the
-    count for ours is then checked by running it, when it is small enough to run.
+    on each side and extrapolated linearly (fixed part + per job) to the available memory.
     """
+    from bench.checkpoints import bfloat16_checkpoint
+
     shape = {"batch": 2, "length": 256}
     duration = 1.0 if settings.toy else 5.0  # one step reaches the peak of a job's memory
     available = psutil.virtual_memory().available - 2 * 2**30  # keep 2 GB for the system
-    fits = {}
-    for side, options in (("ours", {}), ("plain", {"fresh": True})):
-        run = run_ours if side == "ours" else run_plain
+    records = []
+    for checkpoint in ("float32", "bfloat16"):
         model = settings.capacity_model
-        one = run(settings, jobs(1, shape, duration), model=model, **options).peak_pss
-        two = run(settings, jobs(2, shape, duration), model=model, **options).peak_pss
-        per_job = max(two - one, 1)
-        fixed = one - per_job
-        fits[side] = (int((available - fixed) // per_job), fixed, per_job)
-    (ours_n, fixed, per_job), (plain_n, p_fixed, p_per_job) = fits["ours"], fits["plain"]
-    note = (f"projected from PSS at 1 and 2 jobs: ours {gb(fixed):.1f} GB + {gb(per_job):.2f} "
-            f"GB/job, plain {gb(p_fixed):.1f} GB + {gb(p_per_job):.2f} GB/job, "
-            f"{gb(available):.1f} GB available")
-    return [Record("2 fine-tuning capacity", "concurrent 1B-model LoRA jobs that fit", ours_n,
-                   plain_n, "jobs", ">= 6x", note=note)]
+        if checkpoint == "bfloat16":
+            model = str(bfloat16_checkpoint(model))
+        fits = {}
+        for side, options in (("ours", {}), ("plain", {"fresh": True})):
+            run = run_ours if side == "ours" else run_plain
+            one = run(settings, jobs(1, shape, duration), model=model, **options).peak_pss
+            two = run(settings, jobs(2, shape, duration), model=model, **options).peak_pss
+            per_job = max(two - one, 1)
+            fits[side] = (int((available - one + per_job) // per_job), one - per_job, per_job)
+        (ours_n, fixed, per_job), (plain_n, p_fixed, p_per_job) = fits["ours"], fits["plain"]
+        note = (f"projected from PSS at 1 and 2 jobs: ours {gb(fixed):.1f} GB + "
+                f"{gb(per_job):.2f} GB/job, plain {gb(p_fixed):.1f} GB + {gb(p_per_job):.2f} "
+                f"GB/job, {gb(available):.1f} GB available")
+        records += [
+            Record("2 fine-tuning capacity", f"concurrent 1B-model LoRA jobs that fit, "
+                   f"{checkpoint} checkpoint", ours_n, plain_n, "jobs", ">= 6x", note=note),
+            Record("2 fine-tuning capacity", f"memory per additional 1B-model LoRA job, "
+                   f"{checkpoint} checkpoint", gb(per_job), gb(p_per_job), "GB",
+                   "<= 0.25x" if checkpoint == "bfloat16" else "", higher_is_better=False,
+                   note=note)]
+    return records
 
 
 def throughput(settings: Settings) -> tuple[list[Record], dict]:
