@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--quick", action="store_true", help="short runs, fewer points (<10 min)")
+    run.add_argument("--quick", action="store_true", help="short runs (~15 min on 2 cores)")
     run.add_argument("--toy", action="store_true",
                      help="check the harness only: tiny model, 2 clients, 2-second windows")
     run.add_argument("--out", type=Path, default=RESULTS / "latest.json")
