@@ -44,17 +44,21 @@ def capacity(settings: Settings) -> list[Record]:
         model = settings.capacity_model
         if checkpoint == "bfloat16":
             model = str(bfloat16_checkpoint(model))
-        fits = {}
+        fits, unfit = {}, ""
         for side, options in (("ours", {}), ("plain", {"fresh": True})):
             run = run_ours if side == "ours" else run_plain
             one = run(settings, jobs(1, shape, duration), model=model, **options).peak_pss
-            two = run(settings, jobs(2, shape, duration), model=model, **options).peak_pss
+            try:
+                two = run(settings, jobs(2, shape, duration), model=model, **options).peak_pss
+            except RuntimeError:  # killed for memory: one job's PSS is what each adds
+                two, unfit = 2 * one, f"; 2 {side} jobs did not fit (a job's PSS counted per job)"
             per_job = max(two - one, 1)
             fits[side] = (int((available - one + per_job) // per_job), one - per_job, per_job)
+            settings.executors.close()  # the 1B executor's memory back before the other side
         (ours_n, fixed, per_job), (plain_n, p_fixed, p_per_job) = fits["ours"], fits["plain"]
         note = (f"projected from PSS at 1 and 2 jobs: ours {gb(fixed):.1f} GB + "
                 f"{gb(per_job):.2f} GB/job, plain {gb(p_fixed):.1f} GB + {gb(p_per_job):.2f} "
-                f"GB/job, {gb(available):.1f} GB available")
+                f"GB/job, {gb(available):.1f} GB available{unfit}")
         records += [
             Record("2 fine-tuning capacity", f"concurrent 1B-model LoRA jobs that fit, "
                    f"{checkpoint} checkpoint", ours_n, plain_n, "jobs", ">= 6x", note=note),
