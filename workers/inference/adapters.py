@@ -156,20 +156,23 @@ class Adapters:
             self.peft = PeftModel(self.base, config, adapter_name=name,
                                   low_cpu_mem_usage=True).eval()
             self.engine.use(self.peft, mixed=True)  # from here on, the base model's rows say so
-            try:
-                self.peft.load_adapter(path, adapter_name=name, torch_device=self.device,
-                                       low_cpu_mem_usage=True)
-            except Exception:
-                self._delete(name)
-                raise
-            return
         try:
-            self.peft.load_adapter(path, adapter_name=name, torch_device=self.device,
-                                   low_cpu_mem_usage=True)
+            self._read_into(name, path)
         except Exception:
             if name in self.peft.peft_config:
                 self._delete(name)
             raise
+
+    def _read_into(self, name: str, path: Path) -> None:
+        """The adapter's tensors into its modules: all of them (modules made without memory,
+        `low_cpu_mem_usage`, would serve whatever a missing tensor's memory held)."""
+        loaded = self.peft.load_adapter(path, adapter_name=name, torch_device=self.device,
+                                        low_cpu_mem_usage=True)
+        missing = [key.replace(f".{name}.", ".") for key in loaded.missing_keys
+                   if f".{name}." in key]
+        if missing:
+            raise AdapterLoadError(f"the adapter's file lacks {len(missing)} of its tensors, "
+                                   f"e.g. {missing[0]}")
 
     def _drop(self, model: str) -> None:
         adapter = self.loaded.pop(model)

@@ -176,3 +176,32 @@ def test_a_full_worker_loads_an_adapter_over_an_idle_one_of_its_shape(saved, tok
     serve(held, [("qv", "t/lora-qv@1", saved["t/lora-qv@1"])], tokenizer)  # another shape
     assert held.loaded["t/lora-qv@1"].name not in names.values()
     assert sorted(held.peft.peft_config) == sorted(a.name for a in held.loaded.values())
+
+
+def test_a_file_that_lacks_a_tensor_is_refused_and_takes_no_place(saved, tokenizer,
+                                                                   tmp_path) -> None:
+    """The same config, but a tensor missing from the file: no place fits it, and peft's loader
+    (modules made without memory) would serve whatever that memory held: refused, the others
+    stay and serve."""
+    from safetensors.torch import load_file, save_file
+
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    source = saved["t/lora-a@2"]
+    (partial / "adapter_config.json").write_text((source / "adapter_config.json").read_text())
+    tensors = load_file(source / "adapter_model.safetensors")
+    dropped = sorted(tensors)[0]
+    save_file({k: v for k, v in tensors.items() if k != dropped},
+              partial / "adapter_model.safetensors")
+    held = adapters(tokenizer, capacity=2)
+    for ask in (("a", "t/lora-a@1"), ("b", "t/lora-b@1")):
+        serve(held, [(*ask, saved[ask[1]])], tokenizer)
+    names = {model: a.name for model, a in held.loaded.items()}
+    with pytest.raises(AdapterLoadError, match="lacks 1 of its tensors"):
+        held.route("t/partial@1", W.AdapterRef(str(partial), ""))
+    assert {model: a.name for model, a in held.loaded.items()} == names  # nothing let go
+    assert sorted(held.peft.peft_config) == sorted(names.values())
+    got = serve(held, [("a", "t/lora-a@1", saved["t/lora-a@1"])], tokenizer)
+    prompt = tokenizer.encode("request a says")
+    assert got["a"] == tokenizer.encode(tokenizer.decode(plain_tokens(saved["t/lora-a@1"],
+                                                                      prompt)))
