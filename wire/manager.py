@@ -160,8 +160,16 @@ class Evict(msgspec.Struct, tag="evict", array_like=True):
     model: str
 
 
+class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
+    """A version now serves part of its name's traffic: the tenant's worker, if it is up, loads
+    it before the first request (gateway -> manager -> worker)."""
+    tenant: str
+    model: str  # the version's id
+    adapter: AdapterRef
+
+
 Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | Unload
-           | Stop | Status | StatusReply | Evict | JobCommand | JobState | TrainerHello
+           | Stop | Status | StatusReply | Evict | Prefetch | JobCommand | JobState | TrainerHello
            | TrainerControl | TrainerAck | TrainerStarted | TrainerEvent | TrainerCheckpoint
            | TrainerFinished | TrainerStopped)
 

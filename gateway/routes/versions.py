@@ -53,13 +53,20 @@ def _refused(exc: VersionError) -> APIError:
     return APIError(exc.status, str(exc), code, "version")
 
 
-def _changed(request: Request, record: AdapterRecord, change) -> AdapterVersionList:
+async def _changed(request: Request, record: AdapterRecord, change) -> AdapterVersionList:
+    """The change made, and the versions that now serve loaded ahead of their first request."""
     registry = request.app.state.registry
     try:
         change()
     except VersionError as exc:
         raise _refused(exc) from None
-    return listing(registry, registry.get(record.id))
+    changed = registry.get(record.id)
+    for number, _ in weights(changed.serving):
+        version = registry.versions.get(record.id, number)
+        if version is not None:
+            await request.app.state.manager.send(W.Prefetch(
+                record.tenant, version.id, W.AdapterRef(version.path, version.peft_type)))
+    return listing(registry, changed)
 
 
 @router.get("/{model:path}/versions", response_model=AdapterVersionList)
@@ -76,15 +83,15 @@ async def promote(model: str, request: Request, tenant: TenantDep,
     record = _owned(request, tenant.id, model)
     registry = request.app.state.registry
     number = body.version if body is not None else None
-    return _changed(request, record, lambda: registry.promote(record.id, number))
+    return await _changed(request, record, lambda: registry.promote(record.id, number))
 
 
 @router.post("/{model:path}/rollback", response_model=AdapterVersionList)
 async def rollback(model: str, request: Request, tenant: TenantDep) -> AdapterVersionList:
     """Serve what served before the last promote, split or rollback's change."""
     record = _owned(request, tenant.id, model)
-    return _changed(request, record,
-                    lambda: request.app.state.registry.versions.rollback(record.id))
+    return await _changed(request, record,
+                          lambda: request.app.state.registry.versions.rollback(record.id))
 
 
 @router.post("/{model:path}/split", response_model=AdapterVersionList)
@@ -93,8 +100,8 @@ async def split(model: str, body: SplitRequest, request: Request,
     """Split the name's traffic between versions by weight (sticky per request `user`)."""
     record = _owned(request, tenant.id, model)
     entries = [[w.version, w.weight] for w in body.weights]
-    return _changed(request, record,
-                    lambda: request.app.state.registry.versions.split(record.id, entries))
+    return await _changed(request, record,
+                          lambda: request.app.state.registry.versions.split(record.id, entries))
 
 
 @router.delete("/{model:path}/versions/{number}", response_model=DeletedVersion)

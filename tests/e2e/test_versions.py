@@ -177,3 +177,35 @@ def test_a_version_that_does_not_load_never_serves(deployment: Deployment, tmp_p
     answer = deployment.client("acme").completions.create(
         model="acme/sturdy", prompt=ids, max_tokens=4, temperature=0)
     assert answer.choices[0].text == reference.text(reference.greedy(ids, 4))
+
+
+def test_a_version_that_joins_a_split_is_loaded_before_its_first_request(
+        deployment: Deployment, tmp_path) -> None:
+    """Promote at registration loads a version in the tenant's worker; a version registered
+    without it is loaded as soon as a split gives it traffic, before any request names it."""
+    first = save_adapter(tmp_path / "first", "lora", 21)
+    assert upload(deployment, "ahead", first, promote=True) == 1  # the worker is up now
+    second = save_adapter(tmp_path / "second", "lora", 22)
+    assert upload(deployment, "ahead", second, promote=False) == 2
+    service = deployment.stack.services["manager"]  # its workers log there too
+
+    def loaded() -> bool:
+        return "adapter acme/ahead@2 loaded" in "".join(service.log)
+
+    assert not loaded()
+    lifecycle(deployment, "acme/ahead", "split",
+              weights=[{"version": 1, "weight": 50}, {"version": 2, "weight": 50}])
+    deadline = time.monotonic() + 30
+    while not loaded():
+        assert time.monotonic() < deadline, "the version was not loaded ahead"
+        time.sleep(0.1)
+    reference = Reference(second)
+    expected = reference.text(reference.greedy(reference.ids(PROMPT), 6))
+    for user in (f"u{k}" for k in range(40)):  # and it serves as itself
+        if choose("acme/ahead", [[1, 50], [2, 50]], user) == 2:
+            out = deployment.client("acme").completions.create(
+                model="acme/ahead", prompt=PROMPT, max_tokens=6, temperature=0, user=user)
+            assert out.choices[0].text == expected
+            break
+    else:
+        raise AssertionError("no user of version 2 among 40")

@@ -159,6 +159,11 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded) -> bool
                 engine.abort(message.id)
         elif isinstance(message, W.Unload):
             adapters.unload(message.model)
+        elif isinstance(message, W.Prefetch):
+            try:
+                adapters.route(message.model, message.adapter)
+            except AdapterLoadError as exc:  # its first request will say so
+                log.warning("prefetch of %s failed: %s", message.model, exc)
         elif isinstance(message, W.Generate):
             for event in _generate(message, adapters, preloaded):
                 sock.send(W.encode(event))

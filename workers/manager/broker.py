@@ -137,6 +137,11 @@ class Manager:
             if handle is not None and message.model in handle.models:
                 handle.models.discard(message.model)
                 self.links.to_worker(handle.key, W.Unload(message.model))
+        elif isinstance(message, W.Prefetch):  # to a worker that is up; none is started for it
+            handle = self.pool.workers.get(self.pool.key_of(message.tenant))
+            if handle is not None and handle.state == "ready":
+                handle.models.add(message.model)
+                self.links.to_worker(handle.key, message)
         elif isinstance(message, JobCommand):
             if self.jobs is None:
                 self.links.reply(gateway, JobState(message.id, message.job_id,
