@@ -175,7 +175,7 @@ def run_stage(command: list[str], limit: float) -> tuple[int | None, str, str]:
     prints what failed, `bench run` stops its executors); then whatever the group left behind
     (a forked client, an executor) is killed, so that the next stage starts on a quiet device."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_interruptible)
     code: int | None = None
     try:
         out, err = proc.communicate(timeout=max(1.0, limit - GRACE_S))
@@ -190,6 +190,13 @@ def run_stage(command: list[str], limit: float) -> tuple[int | None, str, str]:
     finally:
         _kill_group(proc.pid)
     return code, out, err
+
+
+def _interruptible() -> None:
+    """In the stage's process before it runs: SIGINT back to its default. A command started in
+    the background of a shell (`... &`, nohup, a CI runner) inherits SIGINT ignored, and a Python
+    started so ignores it too: the stage would not print its failures before being killed."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _kill_group(group: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -180,7 +181,8 @@ def test_a_stopped_test_stage_is_counted_from_pytests_verbose_lines(tmp_path) ->
 def test_a_stage_out_of_time_says_what_failed_and_leaves_no_process_behind(
         tmp_path, monkeypatch) -> None:
     """A hung test: pytest is interrupted and still prints the failures so far (the H100's
-    first check lost them when the stage was killed), then whatever the stage started dies."""
+    first check lost them when the stage was killed), then whatever the stage started dies. Also
+    when this process ignores SIGINT, as a command started in a shell's background does."""
     import bench.gpucheck as check
 
     pid_file = tmp_path / "child.pid"
@@ -198,7 +200,11 @@ def test_a_stage_out_of_time_says_what_failed_and_leaves_no_process_behind(
     command = check.pytest_command([str(tmp_path / "test_hangs.py")], tmp_path / "j.xml",
                                    "chosen")
     started = time.monotonic()
-    code, out, _ = check.run_stage(command, 18)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a shell's background job
+    try:
+        code, out, _ = check.run_stage(command, 18)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     # out of time at 18 s, then interrupted and given 6 s: never the 600 s its test sleeps
     assert code is None and time.monotonic() - started < 18 + 6 + 6
     assert "FAILED" in out and "the failure to keep" in out
