@@ -68,7 +68,6 @@ class ManagerConfig(BaseSettings):
                           "as half the cores and half the available memory allow, for this "
                           "model)")
 
-
     @property
     def shared_tenant_ids(self) -> frozenset[str]:
         return frozenset(t for t in self.shared_tenants.split(",") if t)
