@@ -5,14 +5,13 @@ where the pages of a float32 checkpoint are shared by every process that maps th
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
 from catalogue.paths import model_cache_dir
-from catalogue.resolve import resolve_model
+from catalogue.resolve import resolve_model, write_model_dir
 
 
 def bfloat16_checkpoint(model: str) -> Path:
@@ -20,17 +19,11 @@ def bfloat16_checkpoint(model: str) -> Path:
     if (target / "config.json").exists():
         return target
     source = resolve_model(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{model}-bfloat16-", dir=target.parent))
-    try:
+
+    def write(staging: Path) -> None:
         for item in source.iterdir():  # the tokenizer and generation config as they are
             if not item.name.startswith(("model", "config")) and item.is_file():
                 shutil.copy(item, staging / item.name)
         AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16).save_pretrained(staging)
-        staging.rename(target)
-    except OSError:
-        if not (target / "config.json").exists():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return write_model_dir(target, write)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -41,15 +42,20 @@ def resolve_model(name_or_path: str | Path) -> Path:
 def export(name: str, directory: str | Path) -> Path:
     """Write the built-in model `name` to `directory` (atomically: concurrent exports are safe)."""
     spec = BUILTINS[name]
-    directory = Path(directory)
+    return write_model_dir(Path(directory), lambda staging: _write(spec, staging))
+
+
+def write_model_dir(directory: Path, write: Callable[[Path], None]) -> Path:
+    """`write` a model directory into a staging directory beside `directory`, then rename it
+    into place: a reader never sees half a model, and of concurrent writers one wins."""
     directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=directory.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
-        _write(spec, staging)
+        write(staging)
         try:
             staging.rename(directory)
         except OSError:
-            if not (directory / "model.safetensors").exists():
+            if not (directory / "config.json").exists():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
