@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 
 from bench.measure import PeakPss, tree_pss
 from bench.records import Record
-from bench.scenarios.adapters import MODEL, make_adapters, zipf
+from bench.scenarios.adapters import MODEL, make_adapters, p95, zipf
 from bench.scenarios.common import Settings
 
 TENANTS, PER_TENANT = 100, 10
@@ -94,11 +93,6 @@ def many_tenants(settings: Settings) -> list[Record]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     shared, own = results["shared"], results["own"]
-
-    def p95(latencies: list[float]) -> float:
-        return statistics.quantiles(latencies, n=20)[-1] * 1e3 if len(latencies) > 1 else \
-            float("nan")
-
     name = "14 many tenants (whole stack)"
     what = f"{tenants * per} adapters over {tenants} tenants, {len(order)} requests"
     note = f"ours: {SHARED_WORKERS} shared workers; baseline: a worker per tenant"
