@@ -91,10 +91,11 @@ class RowAdapters:
         rows = weakref.ref(self)  # the module must not keep a closed RowAdapters alive
 
         def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
-            plan = getattr(rows(), "plan", None)
+            owner = rows()
+            plan = owner.plan if owner is not None else None
             if plan is None:
                 return peft_forward(x, *args, **kwargs)
-            stacks = rows().stacks
+            stacks = owner.stacks
             stacked = None if kwargs else stacks.of(module, plan)
             if stacked is None:
                 return peft_forward(x, *args, adapter_names=plan.names, **kwargs)
