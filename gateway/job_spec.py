@@ -7,7 +7,7 @@ from typing import Literal, Protocol
 
 from wire.jobs import DEFAULT_MAX_SEQ_LENGTH, JobSpec, PeftSpec
 
-__all__ = ["Chosen", "JobSpec", "PeftSpec", "resolve", "too_few_examples"]
+__all__ = ["Chosen", "JobSpec", "PeftSpec", "resolve", "too_few_examples", "unsupported"]
 MIN_EXAMPLES = 10
 BASE_LEARNING_RATE = {"lora": 2e-4, "adalora": 2e-4, "ia3": 1e-3, "prefix_tuning": 1e-3,
                       "prompt_tuning": 1e-3}
@@ -47,3 +47,11 @@ def too_few_examples(n_examples: int) -> str | None:
         return None
     return (f"Training file has {n_examples} example(s), but must have at least {MIN_EXAMPLES} "
             "examples")
+
+
+def unsupported(spec: JobSpec) -> str | None:
+    """Why a resolved spec's settings cannot train together, if they cannot."""
+    if spec.peft.gradient_checkpointing and spec.peft.method == "prefix_tuning":
+        return ("gradient_checkpointing cannot be used with prefix_tuning: a recomputed layer "
+                "would run without the prefix's virtual keys and values")
+    return None

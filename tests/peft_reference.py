@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
 from workers.remote.build import remote_model
+from workers.training.methods import recompute_layers
 
 METHODS = ["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"]
 GPT2_FAMILY = ("tiny-gpt2", "tiny-starcoder")
@@ -90,10 +91,13 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def compare(model: str, method: str, handle: Any, steps: int = 3, seed: int = 0,
-            device: str = "cpu", **remote_kwargs: Any) -> dict[str, float | bool]:
+            device: str = "cpu", recompute: bool = False,
+            **remote_kwargs: Any) -> dict[str, float | bool]:
     """Both models (and the reference) on `device`; the remote one's base layers wherever the
-    executor computes."""
+    executor computes; `recompute`: ours recomputes its layers in the backward, plain does not."""
     plain, ours = build_pair(model, method, handle, seed, device=device, **remote_kwargs)
+    if recompute:
+        recompute_layers(ours)
     plain.to(device)
     ids = batch(seed).to(device)
     result = {"logits": 0.0, "grads": 0.0, "params": 0.0}

@@ -72,6 +72,7 @@ class PeftSpec(msgspec.Struct, frozen=True, kw_only=True):
     warmup_ratio: float = 0.1
     weight_decay: float = 0.0
     checkpoint_every_steps: int = 0  # besides one per epoch; 0: per epoch only
+    gradient_checkpointing: bool = False  # recompute each decoder layer in the backward
     init_model: str | None = None  # continue training this fine-tuned model or checkpoint...
     init_adapter: str | None = None  # ...whose adapter directory this is
     gates: dict | None = None  # quality gates (openapi.fine_tuning.Gates); None: the defaults

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
-from gateway.job_spec import resolve, too_few_examples
+from gateway.job_spec import resolve, too_few_examples, unsupported
 from gateway.manager_client import ManagerUnavailable
 from openapi.fine_tuning import (
     CheckpointList,
@@ -75,6 +75,8 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     peft = {**(body.peft or PeftSettings()).model_dump(), **start,
             "gates": (body.gates or Gates()).model_dump(), "register_as": body.register_as}
     spec = resolve(hp, peft, examples, state.text_tokens.max_context)
+    if (why := unsupported(spec)) is not None:
+        raise APIError(400, why, "invalid_value", "peft.gradient_checkpointing")
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     new = NewJob(tenant=tenant.id, model=state.settings.model, training_file=body.training_file,
                  validation_file=body.validation_file, suffix=body.suffix, seed=seed, spec=spec,

@@ -104,6 +104,19 @@ def test_hyperparameters_out_of_bounds_are_refused_by_the_api_model(managed) -> 
     assert created.json()["peft"]["learning_rate"] == 1e-4  # lora's 2e-4 x 0.5
 
 
+def test_gradient_checkpointing_is_stored_and_refused_with_prefix_tuning(managed) -> None:
+    client, _ = managed
+    job = {"model": "tiny-llama", "training_file": upload(client)}
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "peft": {"method": "prefix_tuning", "gradient_checkpointing": True}}), 400)
+    assert error["param"] == "peft.gradient_checkpointing" and "prefix" in error["message"]
+    created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "peft": {"method": "prompt_tuning", "gradient_checkpointing": True}})
+    assert created.status_code == 200, created.text
+    assert created.json()["peft"]["gradient_checkpointing"] is True
+    plain = client.post("/v1/fine_tuning/jobs", headers=KEY, json=job).json()
+    assert plain["peft"]["gradient_checkpointing"] is False
+
 def test_the_gateway_never_writes_a_job_and_the_manager_moves_them(managed) -> None:
     """Every write to the jobs, events and checkpoints tables through the gateway's own
     connection is refused by SQLite; creating, pausing, resuming and cancelling all work."""

@@ -1,4 +1,5 @@
-"""A job's PEFT settings (the `peft` block of its spec) -> a peft config."""
+"""A job's PEFT settings (the `peft` block of its spec) -> a peft config, and the recompute
+transform its gradient_checkpointing asks for."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from peft import (
     PromptTuningConfig,
     TaskType,
 )
+from torch import nn
 
 from wire.jobs import PeftSpec
 
@@ -35,3 +37,10 @@ def peft_config(peft: PeftSpec, total_steps: int) -> PeftConfig:
         return PromptTuningConfig(task_type=TaskType.CAUSAL_LM,
                                   num_virtual_tokens=peft.num_virtual_tokens)
     raise ValueError(f"unknown PEFT method {kind!r}")
+
+
+def recompute_layers(model: nn.Module) -> None:
+    """Keep only each decoder layer's input for the backward pass and run the layer again there
+    (transformers' gradient checkpointing, non-reentrant: the remote layers are called again,
+    which the executor answers like any call). The gradients equal those without it."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

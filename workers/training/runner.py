@@ -39,10 +39,11 @@ from workers.training import checkpoint, gates
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
-from workers.training.methods import peft_config
+from workers.training.methods import peft_config, recompute_layers
 from workers.training.priority import yield_to_inference
 
 log = logging.getLogger("workers.trainer")
+RECOMPUTED = ", layers recomputed in the backward"
 RETRY = 75  # exit status: the job stays running, so the manager requeues it
 
 
@@ -92,6 +93,8 @@ class Trainer:
                                               torch_device=str(device))
         else:
             model = get_peft_model(model, peft_config(spec.peft, total))
+        if spec.peft.gradient_checkpointing:
+            recompute_layers(model)
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
@@ -99,7 +102,9 @@ class Trainer:
                     else checkpoint.Progress())
         self.control.report(TrainerStarted(job.id, progress.step if found else 0,
                                            f"{len(examples)} examples, {hp.n_epochs} epoch(s), "
-                                           f"{total} steps"))
+                                           f"{total} steps"
+                                           + (RECOMPUTED if spec.peft.gradient_checkpointing
+                                              else "")))
         model.train()
         try:
             self._epochs(model, optimizer, scheduler, hp, examples, valid, progress, total)

@@ -34,3 +34,21 @@ def test_socket_frames_match_too(model: str, executor_for) -> None:
         client.close()
     assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
     assert result["generate_equal"]
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "prefix_tuning"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2"])
+def test_recomputed_layers_match_plain_peft(model: str, method: str, executor_for) -> None:
+    """Gradient checkpointing (the layers' forward run again in the backward, calling the
+    executor again) against plain peft without it: the same gradients, and more calls."""
+    calls = {}
+    for recompute in (False, True):
+        client = ExecutorClient(executor_for(model).endpoint, name=f"re-{model}-{method}")
+        try:
+            result = compare(model, method, client, recompute=recompute)
+        finally:
+            client.close()
+        assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+        assert result["generate_equal"], result
+        calls[recompute] = client.calls
+    assert calls[True] > calls[False], calls

@@ -113,13 +113,18 @@ def reference_adapter(rows: list[dict], tokenizer, seed: int, epochs: int, batch
 
 
 @pytest.mark.slow
-def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path,
-                                              manager) -> None:
+@pytest.mark.parametrize("recompute", [False, True], ids=["stored", "recomputed"])
+def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path, manager,
+                                              recompute: bool) -> None:
+    """With gradient_checkpointing too: the reference never recomputes."""
     rows = gsm8k(10)
-    jobs, job_id = make_job(manager, rows)
+    jobs, job_id = make_job(manager, rows, gradient_checkpointing=recompute)
     assert run(manager.spec(job_id, executor_for(MODEL).endpoint), tokenizer) == 0
     job = jobs.get(job_id)
     assert job.status == "succeeded", job.error
+    events, _ = jobs.events(job_id, after=None, limit=100)
+    started = [e["message"] for e in events if "steps" in e["message"]]
+    assert started and ("layers recomputed" in started[0]) == recompute, started
     assert job.hyperparameters == {"n_epochs": 3, "batch_size": 2,
                                    "learning_rate_multiplier": 1.0}
     record = AdapterRegistry(jobs.db, tmp_path, MODEL).get(job.fine_tuned_model)
