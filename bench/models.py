@@ -35,9 +35,10 @@ def adapter(method: str, rank: int):
 
 def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
           privacy: bool = False, training: bool = False, free_base: bool = False,
-          device: str = "cpu", dtype: torch.dtype = torch.float32):
+          device: str = "cpu", dtype: torch.dtype = torch.float32, recompute: bool = False):
     """`device`/`dtype`: where the client runs its part; plain loads its whole model there,
-    ours takes the executor's dtype (which `dtype` must match)."""
+    ours takes the executor's dtype (which `dtype` must match). `recompute`: gradient
+    checkpointing, as a job's `gradient_checkpointing` sets it, on either side."""
     if free_base and side != "plain":
         raise ValueError("free_base measures the plain side only")
     if side == "plain":
@@ -57,6 +58,10 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
         from bench.ceiling import free_base as make_free
 
         make_free(tuned)
+    if recompute:
+        from workers.training.methods import recompute_layers
+
+        recompute_layers(tuned)
     return tuned
 
 

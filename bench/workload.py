@@ -158,6 +158,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--privacy", action="store_true")
     p.add_argument("--free-base", action="store_true",
                    help="plain only: frozen linear layers cost nothing (bench.ceiling)")
+    p.add_argument("--recompute", action="store_true",
+                   help="train: recompute each decoder layer in the backward (either side)")
     p.add_argument("--adapters", type=int, default=0,
                    help="plain only: one model with this many LoRA adapters, mixed batches")
     p.add_argument("--sync-dir", type=Path, required=True)
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
                       args.privacy, training=args.kind == "train", free_base=args.free_base,
-                      device=args.device, dtype=dtype)
+                      device=args.device, dtype=dtype, recompute=args.recompute)
     tokenizer = _tokenizer(args.model) if args.kind == "long" and args.side == "ours" else None
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:

@@ -27,9 +27,14 @@ def memory(settings: Settings) -> list[Record]:
                    note="ours: executor + 8 trainers forked from one preloaded parent")]
 
 
+CAPACITY_VARIANTS = (("float32", False), ("bfloat16", False), ("bfloat16", True))
+
+
 def capacity(settings: Settings) -> list[Record]:
     """How many LoRA jobs (seq 256, batch 2) on the ~1B model fit in this machine's memory, and
-    what each job adds, on a float32 and on a bfloat16 checkpoint (loaded as float32).
+    what each job adds, on a float32 and on a bfloat16 checkpoint (loaded as float32); on the
+    bfloat16 one also with each decoder layer recomputed in the backward on both sides (a job's
+    `gradient_checkpointing`; plain: transformers' own).
 
     Running until the machine is full would risk the host, so memory is measured at 1 and 2 jobs
     on each side and extrapolated linearly (fixed part + per job) to the available memory.
@@ -40,16 +45,17 @@ def capacity(settings: Settings) -> list[Record]:
     duration = 1.0 if settings.toy else 5.0  # one step reaches the peak of a job's memory
     available = psutil.virtual_memory().available - 2 * 2**30  # keep 2 GB for the system
     records = []
-    for checkpoint in ("float32", "bfloat16"):
+    for checkpoint, recompute in CAPACITY_VARIANTS:
         model = settings.capacity_model
         if checkpoint == "bfloat16":
             model = str(bfloat16_checkpoint(model))
+        job = {**shape, "recompute": True} if recompute else shape
         fits, unfit = {}, ""
         for side, options in (("ours", {}), ("plain", {"fresh": True})):
             run = run_ours if side == "ours" else run_plain
-            one = run(settings, jobs(1, shape, duration), model=model, **options).peak_pss
+            one = run(settings, jobs(1, job, duration), model=model, **options).peak_pss
             try:
-                two = run(settings, jobs(2, shape, duration), model=model, **options).peak_pss
+                two = run(settings, jobs(2, job, duration), model=model, **options).peak_pss
             except RuntimeError:  # killed for memory: one job's PSS is what each adds
                 two, unfit = 2 * one, f"; 2 {side} jobs did not fit (a job's PSS counted per job)"
             per_job = max(two - one, 1)
@@ -59,11 +65,12 @@ def capacity(settings: Settings) -> list[Record]:
         note = (f"projected from PSS at 1 and 2 jobs: ours {gb(fixed):.1f} GB + "
                 f"{gb(per_job):.2f} GB/job, plain {gb(p_fixed):.1f} GB + {gb(p_per_job):.2f} "
                 f"GB/job, {gb(available):.1f} GB available{unfit}")
+        variant = f"{checkpoint} checkpoint" + (", layers recomputed" if recompute else "")
         records += [
             Record("2 fine-tuning capacity", f"concurrent 1B-model LoRA jobs that fit, "
-                   f"{checkpoint} checkpoint", ours_n, plain_n, "jobs", ">= 6x", note=note),
+                   f"{variant}", ours_n, plain_n, "jobs", ">= 6x", note=note),
             Record("2 fine-tuning capacity", f"memory per additional 1B-model LoRA job, "
-                   f"{checkpoint} checkpoint", gb(per_job), gb(p_per_job), "GB",
+                   f"{variant}", gb(per_job), gb(p_per_job), "GB",
                    "<= 0.25x" if checkpoint == "bfloat16" else "", higher_is_better=False,
                    note=note)]
     return records
