@@ -50,6 +50,10 @@ SETTINGS = [
             "alive at once", int),
     Setting("--max-adapters", "SYMBIOSIS_MAX_ADAPTERS", "adapters a tenant's worker holds at "
             "once (the least recently used go)", int),
+    Setting("--adapter-cache-mb", "SYMBIOSIS_ADAPTER_CACHE_MB", "the memory a worker's resident "
+            "adapters hold at most (0: no bound)", float),
+    Setting("--tenant-adapter-cache-mb", "SYMBIOSIS_TENANT_ADAPTER_CACHE_MB", "of that, one "
+            "tenant's share in a shared worker (0: no bound)", float),
     Setting("--idle-s", "SYMBIOSIS_WORKER_IDLE_S", "an idle worker stops after this long",
             float),
     Setting("--min-residency-s", "SYMBIOSIS_MIN_RESIDENCY_S", "no worker is evicted younger "

@@ -18,6 +18,8 @@ class WorkerSpec(msgspec.Struct, tag="worker", frozen=True, kw_only=True):
     executor: str
     manager: str  # the manager's endpoint for workers
     max_adapters: int = 32  # adapters resident at once; the least recently used one goes
+    adapter_bytes: int = 0  # their memory at most (0: no bound)
+    tenant_adapter_bytes: int = 0  # of that, one tenant's (0: no bound)
     max_batch: int = 32
     threads: int = 1
     privacy: bool = False  # mask activations and gradients sent to the executor

@@ -62,6 +62,7 @@ class Ours:
 
     def __init__(self, endpoint: str, tokenizer, capacity: int = RESIDENT) -> None:
         from workers.inference.adapters import Adapters
+        from workers.inference.budget import Budget
         from workers.inference.engine import InferenceEngine
         from workers.remote.build import remote_model
 
@@ -71,7 +72,7 @@ class Ours:
         def base():
             return remote_model(MODEL, endpoint, client_name="bench-adapters")
 
-        self.adapters = Adapters(base(), engine, base, capacity=capacity)
+        self.adapters = Adapters(base(), engine, base, budget=Budget(capacity))
         self.cold_ms: list[float] = []
 
     def add(self, request_id: str, path: Path, prompt: list[int], tokens: int = TOKENS) -> None:

@@ -14,6 +14,8 @@ from gateway.settings import GatewaySettings
 from launcher import serve_flags
 from launcher.cli import parser
 from workers.manager.config import ManagerConfig
+from workers.manager.pool import WorkerHandle
+from workers.manager.specs import worker_spec
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
@@ -54,6 +56,17 @@ def test_every_flag_has_help_and_sets_what_the_services_read(monkeypatch) -> Non
     assert (manager.max_workers, manager.idle_s, manager.privacy) == (3, 7.5, True)
     assert GatewaySettings().max_concurrent == 5
     assert env["SYMBIOSIS_EXECUTOR_DEVICE"] == "cpu" and args.pin == ["acme"]
+
+
+def test_adapter_cache_flags_reach_the_workers_spec(monkeypatch) -> None:
+    args = parser().parse_args(["serve", "--adapter-cache-mb", "64", "--tenant-adapter-cache-mb",
+                                "0.5", "--max-adapters", "100"])
+    for variable, value in serve_flags.environment(args).items():
+        monkeypatch.setenv(variable, value)
+    spec = worker_spec(ManagerConfig(), "ipc:///manager", WorkerHandle("~shared-0", "~shared-0",
+                                                                      started=0.0))
+    assert (spec.max_adapters, spec.adapter_bytes, spec.tenant_adapter_bytes) == \
+        (100, 64 * 2**20, 2**19)
 
 
 def test_the_readme_names_only_flags_and_variables_that_exist() -> None:

@@ -5,10 +5,13 @@ of a batch names its adapter (peft's mixed batches: the rows of each adapter go 
 LoRA matrices, the Punica / S-LoRA idea in plain torch; rows of the base model through none).
 A method that cannot share a batch (IA3, prefix and prompt tuning, DoRA) gets an engine of its
 own over a base model of its own (only the local parts: the frozen layers are the executor's).
-At most `capacity` adapters stay resident: loading one more lets go of the least recently used
-adapter that no request is using (if all are in use, it waits until `settle`). When the worker is
-full, a LoRA adapter takes the place of the least recently used idle one of its shape: its tensors
-are copied over the other's (slots.py), no module is added or removed.
+What stays resident is bounded (`Budget`): a number of adapters, the memory they hold, and one
+tenant's share of it (a shared worker serves many tenants: one tenant's burst of cold adapters
+never pushes out more than its own). Past a bound, the least recently used adapters that no
+request is using go (if all are in use, they wait until `settle`). When a LoRA adapter would
+push past a bound, it takes the place of the least recently used idle one of its shape (the
+tenant's own, if the tenant's share is the bound): its tensors are copied over the other's
+(slots.py), no module is added or removed.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from peft import PeftConfig, PeftModel
 from torch import nn
 
 from wire.manager import AdapterRef
+from workers.inference.budget import Budget, Holding, tensor_bytes
 from workers.inference.engine import InferenceEngine
-from workers.inference.slots import Place, fill, place_of, read_fitting, shape_of
+from workers.inference.slots import WEIGHTS, Place, fill, place_of, read_fitting, shape_of
 
 log = logging.getLogger("workers.adapters")
 
@@ -41,6 +45,8 @@ class Loaded:
     name: str  # its name inside the PeftModel
     engine: InferenceEngine
     shared: bool  # a LoRA adapter of the shared PeftModel
+    tenant: str = ""
+    bytes: int = 0  # what it holds resident (Budget.bytes)
     last_used: float = 0.0
     shape: str | None = None  # a shared adapter's: which others could take its place
     place: Place | None = None  # a shared adapter's tensors, once another took its place
@@ -58,9 +64,9 @@ def shares_a_batch(path: Path) -> bool:
 class Adapters:
     def __init__(self, base: nn.Module, make_engine: Callable[[nn.Module], InferenceEngine],
                  build_base: Callable[[], nn.Module], *, device: str = "cpu",
-                 capacity: int = 32) -> None:
+                 budget: Budget | None = None) -> None:
         self.base, self.make_engine, self.build_base = base, make_engine, build_base
-        self.device, self.capacity = device, capacity
+        self.device, self.budget = device, budget or Budget()
         self.engine = make_engine(base)  # the base model's rows and every shared adapter's
         self.peft: PeftModel | None = None
         self.loaded: dict[str, Loaded] = {}
@@ -70,14 +76,16 @@ class Adapters:
     def engines(self) -> list[InferenceEngine]:
         return [self.engine, *(a.engine for a in self.loaded.values() if not a.shared)]
 
-    def route(self, model: str, ref: AdapterRef | None) -> tuple[InferenceEngine, str | None]:
-        """The engine that serves `model` and the adapter name its rows carry (None: the base
-        model's rows, or an engine of the adapter's own); loads the adapter if needed."""
+    def route(self, model: str, ref: AdapterRef | None,
+              tenant: str = "") -> tuple[InferenceEngine, str | None]:
+        """The engine that serves `model` (of `tenant`) and the adapter name its rows carry
+        (None: the base model's rows, or an engine of the adapter's own); loads the adapter if
+        needed."""
         if ref is None:
             return self.engine, None
         loaded = self.loaded.get(model)
         if loaded is None:
-            loaded = self.loaded[model] = self._load(model, Path(ref.path))
+            loaded = self.loaded[model] = self._load(model, Path(ref.path), tenant)
             self.settle(keep=model)
         self.unloading.discard(model)
         loaded.last_used = time.monotonic()
@@ -90,33 +98,46 @@ class Adapters:
             self.settle()
 
     def settle(self, keep: str | None = None) -> None:
-        """Let go of what was asked to go, and of the least recently used adapters beyond the
-        capacity, as far as no request is using them (nor is about to: `keep`). Called after
-        every engine step: nothing to look at unless something is to go."""
-        if not self.unloading and len(self.loaded) <= self.capacity:
+        """Let go of what was asked to go, and of the least recently used adapters while the
+        worker or their tenant is past its budget, as far as no request is using them (nor is
+        about to: `keep`). Called after every engine step: nothing to look at unless something
+        is to go."""
+        if not self.unloading and not Holding(self.budget, self.loaded.values()).past():
             return
         for model in [m for m in self.unloading if not self.loaded[m].busy()]:
             self._drop(model)
         idle = sorted((a for a in self.loaded.values()
                        if not a.busy() and a.model != keep and a.model not in self.unloading),
                       key=lambda a: a.last_used)
-        excess = len(self.loaded) - len(self.unloading) - self.capacity  # those go anyway
-        for adapter in idle[:max(0, excess)]:
-            self._drop(adapter.model)
+        holding = self._holding()
+        for adapter in idle:
+            if holding.past(adapter.tenant):
+                self._drop(adapter.model)
+                holding.remove(adapter)
 
-    def _load(self, model: str, path: Path) -> Loaded:
+    def _holding(self) -> Holding:
+        """What the adapters that stay hold against the budget."""
+        return Holding(self.budget, (a for a in self.loaded.values()
+                                     if a.model not in self.unloading))
+
+    def _load(self, model: str, path: Path, tenant: str) -> Loaded:
         started = time.perf_counter()
         name = next(self._names)
         try:
             if shares_a_batch(path):
-                loaded = self._take_place(model, path)
+                loaded = self._take_place(model, path, tenant)
                 if loaded is None:
                     self._load_shared(name, path)
-                    loaded = Loaded(model, name, self.engine, shared=True, shape=shape_of(path))
+                    size = tensor_bytes(place_of(self.peft, name).values()) or \
+                        (path / WEIGHTS).stat().st_size
+                    loaded = Loaded(model, name, self.engine, shared=True, tenant=tenant,
+                                    bytes=size, shape=shape_of(path))
             else:
                 own = PeftModel.from_pretrained(self.build_base(), path,
                                                 torch_device=self.device).eval()
-                loaded = Loaded(model, name, self.make_engine(own), shared=False)
+                size = tensor_bytes(itertools.chain(own.parameters(), own.buffers()))
+                loaded = Loaded(model, name, self.make_engine(own), shared=False, tenant=tenant,
+                                bytes=size)
         except Exception as exc:
             log.exception("adapter %s failed to load", model)
             raise AdapterLoadError(f"{type(exc).__name__}: {exc}") from exc
@@ -124,15 +145,25 @@ class Adapters:
                  1e3 * (time.perf_counter() - started), len(self.loaded) + 1)
         return loaded
 
-    def _take_place(self, model: str, path: Path) -> Loaded | None:
-        """`model` loaded over the least recently used idle adapter of its shape, when the
-        worker is full and its file fits that adapter's tensors; None otherwise."""
-        if self.peft is None or len(self.loaded) < self.capacity:
+    def _take_place(self, model: str, path: Path, tenant: str) -> Loaded | None:
+        """`model` loaded over the least recently used idle adapter of its shape (the tenant's
+        own, when only the tenant's share is full), when one more would be past the budget and
+        its file fits that adapter's tensors; None otherwise."""
+        if self.peft is None:
             return None
         shape = shape_of(path)
         idle = [a for a in self.loaded.values() if a.shared and a.shape == shape and not a.busy()]
         if not idle:
             return None
+        holding = self._holding()  # with the newcomer: the same shape holds the same bytes
+        holding.add(Loaded(model, "", self.engine, shared=True, tenant=tenant,
+                           bytes=idle[0].bytes))
+        if not holding.past(tenant):
+            return None
+        if holding.past_tenant_only(tenant):
+            idle = [a for a in idle if a.tenant == tenant]
+            if not idle:
+                return None
         other = min(idle, key=lambda a: a.last_used)
         if other.place is None:
             other.place = place_of(self.peft, other.name)
@@ -147,8 +178,8 @@ class Adapters:
             self._delete(other.name)  # half overwritten: it serves nothing any more
             raise
         log.info("adapter %s let go for %s, loaded in its place", other.model, model)
-        return Loaded(model, other.name, self.engine, shared=True, shape=shape,
-                      place=other.place)
+        return Loaded(model, other.name, self.engine, shared=True, tenant=tenant,
+                      bytes=other.bytes, shape=shape, place=other.place)
 
     def _load_shared(self, name: str, path: Path) -> None:
         if self.peft is None:

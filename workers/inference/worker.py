@@ -20,6 +20,7 @@ import zmq
 from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
+from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine, Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
@@ -85,8 +86,8 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
                                eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
                                kv_budget_bytes=config.kv_budget_bytes)
 
-    return Adapters(build_base(), make_engine, build_base, device=device,
-                    capacity=config.max_adapters)
+    budget = Budget(config.max_adapters, config.adapter_bytes, config.tenant_adapter_bytes)
+    return Adapters(build_base(), make_engine, build_base, device=device, budget=budget)
 
 
 def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
@@ -161,7 +162,7 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded) -> bool
             adapters.unload(message.model)
         elif isinstance(message, W.Prefetch):
             try:
-                adapters.route(message.model, message.adapter)
+                adapters.route(message.model, message.adapter, message.tenant)
             except AdapterLoadError as exc:  # its first request will say so
                 log.warning("prefetch of %s failed: %s", message.model, exc)
         elif isinstance(message, W.Generate):
@@ -177,7 +178,7 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
         return [W.Failed(message.id, 400, "invalid_prompt", str(exc))]
     fallback = False
     try:
-        engine, adapter = adapters.route(message.model, message.adapter)
+        engine, adapter = adapters.route(message.model, message.adapter, message.tenant)
     except AdapterLoadError as exc:
         if not message.fallback:
             return [W.Failed(message.id, 503, "adapter_load_failed",

@@ -39,6 +39,12 @@ class ManagerConfig(BaseSettings):
                                 "('*': every tenant)")
     max_adapters: int = Field(32, ge=1, description="adapters a tenant's worker holds at once "
                               "(least recently used go)")
+    adapter_cache_mb: float = Field(0.0, ge=0, description="the memory a worker's resident "
+                                    "adapters hold at most (0: no bound; least recently used "
+                                    "go)")
+    tenant_adapter_cache_mb: float = Field(0.0, ge=0, description="of that, what one tenant's "
+                                           "adapters hold at most in a shared worker (0: no "
+                                           "bound)")
     idle_s: float = Field(600.0, gt=0, validation_alias=AliasChoices(
         "idle_s", "SYMBIOSIS_WORKER_IDLE_S"), description="an idle worker stops after this long")
     pinned: frozenset[str] = Field(frozenset(), validation_alias=AliasChoices("pinned"))

@@ -16,7 +16,9 @@ def worker_spec(config: ManagerConfig, manager: str, handle: WorkerHandle) -> S.
         key=handle.key, tenant=handle.tenant, base=config.model, executor=config.executor,
         manager=manager, max_adapters=config.max_adapters, max_batch=config.max_batch,
         threads=config.worker_threads, privacy=config.privacy, device=config.worker_device,
-        kv_budget_bytes=int(config.kv_budget_mb * 2**20))
+        kv_budget_bytes=int(config.kv_budget_mb * 2**20),
+        adapter_bytes=int(config.adapter_cache_mb * 2**20),
+        tenant_adapter_bytes=int(config.tenant_adapter_cache_mb * 2**20))
 
 
 def trainer_job(job: JobRecord, files: FileStore) -> TrainerJob:

@@ -17,6 +17,7 @@ from executor.local import LocalExecutor
 from tests.peft_reference import peft_config
 from wire import manager as W
 from workers.inference.adapters import AdapterLoadError, Adapters
+from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine, Request
 from workers.remote.build import remote_model
 
@@ -59,14 +60,14 @@ def plain_tokens(path: Path | None, prompt: list[int]) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
-def adapters(tokenizer, capacity: int = 32) -> Adapters:
+def adapters(tokenizer, capacity: int = 32, **budget: int) -> Adapters:
     executor = LocalExecutor.load(MODEL)
 
     def engine(model):
         return InferenceEngine(model, tokenizer, max_context=2048, eos_ids=(), max_batch=16)
 
     return Adapters(remote_model(MODEL, executor), engine, lambda: remote_model(MODEL, executor),
-                    capacity=capacity)
+                    budget=Budget(capacity, **budget))
 
 
 def serve(adapters: Adapters, asks: list[tuple[str, str | None, Path | None]],
