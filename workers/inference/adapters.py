@@ -3,8 +3,10 @@
 LoRA adapters load into one PeftModel over the worker's base model and share its engine: each row
 of a batch names its adapter (peft's mixed batches: the rows of each adapter go through its own
 LoRA matrices, the Punica / S-LoRA idea in plain torch; rows of the base model through none).
-A method that cannot share a batch (IA3, prefix and prompt tuning, DoRA) gets an engine of its
-own over a base model of its own (only the local parts: the frozen layers are the executor's).
+IA3 adapters of one config share a batch in a model of their own (groups.py: each row scaled by
+its own adapter's vectors). A method that cannot share a batch (prefix and prompt tuning, DoRA)
+gets an engine of its own over a base model of its own (only the local parts: the frozen layers
+are the executor's).
 What stays resident is bounded (`Budget`): a number of adapters, the memory they hold, and one
 tenant's share of it (a shared worker serves many tenants: one tenant's burst of cold adapters
 never pushes out more than its own). Past a bound, the least recently used adapters that no
@@ -17,7 +19,6 @@ tenant's own, if the tenant's share is the bound): its tensors are copied over t
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from torch import nn
 from wire.manager import AdapterRef
 from workers.inference.budget import Budget, Holding, tensor_bytes
 from workers.inference.engine import InferenceEngine
+from workers.inference.groups import Groups, batch_family, read_adapter
 from workers.inference.slots import WEIGHTS, Place, fill, place_of, read_fitting, shape_of
 
 log = logging.getLogger("workers.adapters")
@@ -44,21 +46,16 @@ class Loaded:
     model: str  # the model id requests name (an adapter version)
     name: str  # its name inside the PeftModel
     engine: InferenceEngine
-    shared: bool  # a LoRA adapter of the shared PeftModel
+    shared: bool  # one of many in a PeftModel (rows name it): the LoRA adapters' or a group's
     tenant: str = ""
     bytes: int = 0  # what it holds resident (Budget.bytes)
     last_used: float = 0.0
     shape: str | None = None  # a shared adapter's: which others could take its place
     place: Place | None = None  # a shared adapter's tensors, once another took its place
+    group: str | None = None  # an IA3 adapter's group (groups.py)
 
     def busy(self) -> bool:
         return self.engine.uses(self.name) if self.shared else self.engine.has_work()
-
-
-def shares_a_batch(path: Path) -> bool:
-    """Whether an adapter can be one of many in a batch (peft's mixed batches: LoRA, no DoRA)."""
-    config = json.loads((path / "adapter_config.json").read_text())
-    return config.get("peft_type") == "LORA" and not config.get("use_dora", False)
 
 
 class Adapters:
@@ -67,14 +64,16 @@ class Adapters:
                  budget: Budget | None = None) -> None:
         self.base, self.make_engine, self.build_base = base, make_engine, build_base
         self.device, self.budget = device, budget or Budget()
-        self.engine = make_engine(base)  # the base model's rows and every shared adapter's
+        self.engine = make_engine(base)  # the base model's rows and every LoRA adapter's
+        self.groups = Groups(make_engine, build_base, device)
         self.peft: PeftModel | None = None
         self.loaded: dict[str, Loaded] = {}
         self.unloading: set[str] = set()
         self._names = (f"adapter{i}" for i in itertools.count())
 
     def engines(self) -> list[InferenceEngine]:
-        return [self.engine, *(a.engine for a in self.loaded.values() if not a.shared)]
+        return [self.engine, *self.groups.engines(),
+                *(a.engine for a in self.loaded.values() if not a.shared)]
 
     def route(self, model: str, ref: AdapterRef | None,
               tenant: str = "") -> tuple[InferenceEngine, str | None]:
@@ -124,7 +123,12 @@ class Adapters:
         started = time.perf_counter()
         name = next(self._names)
         try:
-            if shares_a_batch(path):
+            family = batch_family(path)
+            if family == "ia3":
+                engine, group, size = self.groups.load(name, path)
+                loaded = Loaded(model, name, engine, shared=True, tenant=tenant, bytes=size,
+                                group=group)
+            elif family == "lora":
                 loaded = self._take_place(model, path, tenant)
                 if loaded is None:
                     self._load_shared(name, path)
@@ -188,27 +192,18 @@ class Adapters:
                                   low_cpu_mem_usage=True).eval()
             self.engine.use(self.peft, mixed=True)  # from here on, the base model's rows say so
         try:
-            self._read_into(name, path)
+            read_adapter(self.peft, name, path, self.device)
         except Exception:
             if name in self.peft.peft_config:
                 self._delete(name)
             raise
 
-    def _read_into(self, name: str, path: Path) -> None:
-        """The adapter's tensors into its modules: all of them (modules made without memory,
-        `low_cpu_mem_usage`, would serve whatever a missing tensor's memory held)."""
-        loaded = self.peft.load_adapter(path, adapter_name=name, torch_device=self.device,
-                                        low_cpu_mem_usage=True)
-        missing = [key.replace(f".{name}.", ".") for key in loaded.missing_keys
-                   if f".{name}." in key]
-        if missing:
-            raise AdapterLoadError(f"the adapter's file lacks {len(missing)} of its tensors, "
-                                   f"e.g. {missing[0]}")
-
     def _drop(self, model: str) -> None:
         adapter = self.loaded.pop(model)
         self.unloading.discard(model)
-        if adapter.shared:
+        if adapter.group is not None:
+            self.groups.delete(adapter.group, adapter.name)
+        elif adapter.shared:
             self._delete(adapter.name)
         log.info("adapter %s let go (%d resident)", model, len(self.loaded))
 

@@ -1,4 +1,5 @@
-"""Which adapter each row of a batch goes through, in a PeftModel of many LoRA adapters.
+"""Which adapter each row of a batch goes through, in a PeftModel of many LoRA adapters (or of
+many IA3 adapters: each row scaled by its own, ia3_rows.py).
 
 All rows of one adapter: that adapter is made the active one and the batch runs peft's plain
 path. Rows of several (or of the base model): each row goes through its own adapter's LoRA
@@ -17,9 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from peft.tuners.ia3 import IA3Layer
 from peft.tuners.lora import LoraLayer
 from peft.utils import AuxiliaryTrainingWrapper
 
+from workers.inference import ia3_rows
 from workers.inference.lora_rows import RowPlan, Stacks, forward_rows
 
 BASE_MODEL_ROWS = "__base__"  # peft's adapter name for rows that use none
@@ -79,7 +82,7 @@ class RowAdapters:
             return
         self.stacks.clear()  # an adapter left or came back under its name: nothing stale stays
         for module in self.model.modules():
-            if isinstance(module, (LoraLayer, AuxiliaryTrainingWrapper)) and \
+            if isinstance(module, (LoraLayer, IA3Layer, AuxiliaryTrainingWrapper)) and \
                     module not in self._wrapped:
                 forward = self._rows_forward(module)
                 self._wrapped[module] = (forward, module.__dict__.get("forward"))
@@ -95,6 +98,10 @@ class RowAdapters:
             plan = owner.plan if owner is not None else None
             if plan is None:
                 return peft_forward(x, *args, **kwargs)
+            if isinstance(module, IA3Layer):
+                if not ia3_rows.qualifies(module):
+                    raise ValueError(f"{type(module).__name__} serves one IA3 adapter a batch")
+                return ia3_rows.forward_rows(module, x, plan, *args, **kwargs)
             stacks = owner.stacks
             stacked = None if kwargs else stacks.of(module, plan)
             if stacked is None:

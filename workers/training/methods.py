@@ -43,4 +43,9 @@ def recompute_layers(model: nn.Module) -> None:
     """Keep only each decoder layer's input for the backward pass and run the layer again there
     (transformers' gradient checkpointing, non-reentrant: the remote layers are called again,
     which the executor answers like any call). The gradients equal those without it."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    options = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.23's name
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)

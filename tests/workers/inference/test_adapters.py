@@ -24,7 +24,8 @@ from workers.remote.build import remote_model
 MODEL = "tiny-llama"
 GREEDY = W.SamplingParams(max_tokens=8, temperature=0)
 ADAPTERS = {"t/lora-a@1": ("lora", 1), "t/lora-b@1": ("lora", 2), "t/lora-qv@1": ("lora_qv", 3),
-            "t/lora-a@2": ("lora", 4), "t/ia3@1": ("ia3", 5), "t/prefix@1": ("prefix_tuning", 6)}
+            "t/lora-a@2": ("lora", 4), "t/ia3@1": ("ia3", 5), "t/prefix@1": ("prefix_tuning", 6),
+            "t/ia3@2": ("ia3", 7)}
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +99,13 @@ def test_one_worker_serves_many_adapters_in_one_batch_exactly(saved, tokenizer) 
         prompt = tokenizer.encode(f"request {request_id} says")
         expected = tokenizer.encode(tokenizer.decode(plain_tokens(path, prompt)))
         assert got[request_id] == expected, (request_id, model)
-    shared = [a for a in held.loaded.values() if a.shared]
+    shared = [a for a in held.loaded.values() if a.shared and a.group is None]
     assert sorted(a.model for a in shared) == ["t/lora-a@1", "t/lora-a@2", "t/lora-b@1",
                                                "t/lora-qv@1"]
     assert all(a.engine is held.engine for a in shared)  # the LoRA rows share one engine
-    assert len(held.engines()) == 3  # and IA3, prefix tuning each run their own
+    ia3 = [held.loaded[m] for m in ("t/ia3@1", "t/ia3@2")]
+    assert ia3[0].engine is ia3[1].engine and ia3[0].shared  # the IA3 rows another
+    assert len(held.engines()) == 3  # and prefix tuning runs its own
     assert len({*got["r0"]}) > 1 and got["r0"] != got["r1"] != got["base"]
 
 
@@ -206,3 +209,23 @@ def test_a_file_that_lacks_a_tensor_is_refused_and_takes_no_place(saved, tokeniz
     prompt = tokenizer.encode("request a says")
     assert got["a"] == tokenizer.encode(tokenizer.decode(plain_tokens(saved["t/lora-a@1"],
                                                                       prompt)))
+
+
+def test_ia3_adapters_share_a_group_until_the_last_goes(saved, tokenizer) -> None:
+    held = adapters(tokenizer, capacity=2)
+    asks = [("i1", "t/ia3@1", saved["t/ia3@1"]), ("i2", "t/ia3@2", saved["t/ia3@2"])]
+    got = serve(held, asks, tokenizer)  # one batch, each row scaled by its own adapter
+    for request_id, _, path in asks:
+        prompt = tokenizer.encode(f"request {request_id} says")
+        assert got[request_id] == tokenizer.encode(tokenizer.decode(
+            plain_tokens(path, prompt))), request_id
+    (group,) = held.groups.groups.values()
+    assert sorted(group.peft.peft_config) == sorted(a.name for a in held.loaded.values())
+    serve(held, [("a", "t/lora-a@1", saved["t/lora-a@1"])], tokenizer)  # ia3@1 goes
+    assert sorted(held.loaded) == ["t/ia3@2", "t/lora-a@1"]
+    assert list(group.peft.peft_config) == [held.loaded["t/ia3@2"].name]
+    got = serve(held, [("i2", "t/ia3@2", saved["t/ia3@2"])], tokenizer)
+    assert got["i2"] == tokenizer.encode(tokenizer.decode(plain_tokens(
+        saved["t/ia3@2"], tokenizer.encode("request i2 says"))))
+    held.unload("t/ia3@2")
+    assert held.groups.groups == {} and len(held.engines()) == 1
