@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from bench.models import adapter
 from bench.records import Record
 from bench.scenarios.common import Settings
+from bench.scenarios.ia3_batch import ia3_records
 from catalogue.resolve import resolve_model
 from wire import manager as W
 
@@ -31,13 +32,15 @@ TOKENS = 8
 IN_FLIGHT = 4
 
 
-def make_adapters(root: Path, n: int) -> list[Path]:
-    """n LoRA adapters: one made by peft (its config and tensor names), the others seeded random
-    tensors of the same shapes (as many files as a thousand fine-tuning jobs would leave)."""
+def make_adapters(root: Path, n: int, method: str = "lora") -> list[Path]:
+    """n adapters (LoRA r8, or IA3): one made by peft (its config and tensor names), the others
+    seeded random tensors of the same shapes (as many files as a thousand fine-tuning jobs would
+    leave)."""
     torch.manual_seed(0)
     first = root / "a0"
     get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
-                   adapter("lora", RANK)).save_pretrained(first)
+                   adapter(method, RANK)).save_pretrained(first)
+    around = 1.0 if method == "ia3" else 0.0  # IA3 scales: near one
     shapes = {k: v.shape for k, v in load_file(first / "adapter_model.safetensors").items()}
     paths = [first]
     for i in range(1, n):
@@ -45,7 +48,8 @@ def make_adapters(root: Path, n: int) -> list[Path]:
         path.mkdir()
         shutil.copy(first / "adapter_config.json", path)
         generator = torch.Generator().manual_seed(i)
-        save_file({k: 0.05 * torch.randn(s, generator=generator) for k, s in shapes.items()},
+        save_file({k: around + 0.05 * torch.randn(s, generator=generator)
+                   for k, s in shapes.items()},
                   path / "adapter_model.safetensors")
         paths.append(path)
     return paths
@@ -173,6 +177,8 @@ def many_adapters(settings: Settings) -> list[Record]:
         plain = plain_holding(paths)
         plain_per_adapter = (uss() - before) / many / 2**20
         plain_spread = serve_plain(plain, zipf(many, requests, seed=2), prompt)
+        ia3 = ia3_records(Ours(executor.endpoint, tokenizer), make_adapters(
+            root / "ia3", 8 + RESIDENT // 2, "ia3"), prompt)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     name = "13 many adapters"
@@ -190,6 +196,7 @@ def many_adapters(settings: Settings) -> list[Record]:
                higher_is_better=False),
         Record(name, "memory per adapter: one peft process holding all", plain_per_adapter,
                None, "MiB"),
+        *ia3,
     ]
 
 

@@ -1,0 +1,66 @@
+"""Many adapters (13), IA3: adapters of one config in one batch (a group, each row scaled by its
+own adapter's vectors) against one peft process holding them, which serves one IA3 adapter a
+forward (`set_adapter`, then `generate`: peft mixes no IA3 adapters in a batch); and the memory
+a resident IA3 adapter holds against its file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+from bench.records import Record
+from catalogue.resolve import resolve_model
+
+BATCH = 8
+
+
+def ia3_records(ours, paths: list[Path], prompt: list[int]) -> list[Record]:
+    """`ours`: a fresh `adapters.Ours`; `paths`: IA3 adapters of one config, more than BATCH."""
+    from bench.scenarios.adapters import resident_bytes
+
+    speed = batch_speed(ours, paths[:BATCH], prompt)
+    file_mib = (paths[1] / "adapter_model.safetensors").stat().st_size / 2**20
+    per_adapter = resident_bytes(ours, paths[BATCH:]) / 2**20
+    name = "13 many adapters"
+    return [
+        Record(name, f"IA3: {BATCH} adapters in one batch: decode tokens/s vs one peft process "
+               "holding them (one adapter a generate)", speed["ours"], speed["plain"], "tok/s",
+               ">= 1.0x"),
+        Record(name, "IA3: memory per resident adapter vs its file size (+0.05 MiB)",
+               per_adapter, file_mib + 0.05, "MiB", "<= 2.0x", higher_is_better=False),
+    ]
+
+
+def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16,
+                rounds: int = 3) -> dict[str, float]:
+    """Tokens/s of len(paths) requests, each with its own IA3 adapter: the best of `rounds`."""
+    for k, path in enumerate(paths):  # resident first: this measures decode, not loading
+        ours.add(f"warm{k}", path, prompt, tokens=1)
+    ours.drain()
+    plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(resolve_model(
+        "tiny-llama")), paths[0], adapter_name="a0")
+    for k, path in enumerate(paths[1:], start=1):
+        plain.load_adapter(path, adapter_name=f"a{k}")
+    plain.eval()
+    ids = torch.tensor([prompt])
+    best = {"ours": 0.0, "plain": 0.0}
+    for r in range(rounds):
+        started = time.perf_counter()
+        for k, path in enumerate(paths):
+            ours.add(f"ia3-{r}-{k}", path, prompt, tokens=tokens)
+        left = len(paths)
+        while left:
+            left -= len(ours.step())
+        best["ours"] = max(best["ours"], len(paths) * tokens / (time.perf_counter() - started))
+        started = time.perf_counter()
+        with torch.no_grad():
+            for k in range(len(paths)):
+                plain.set_adapter(f"a{k}")
+                plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                               max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+        best["plain"] = max(best["plain"], len(paths) * tokens / (time.perf_counter() - started))
+    return best
