@@ -88,7 +88,8 @@ class Ours:
         if cold:
             self.cold_ms.append(1e3 * (time.perf_counter() - started))
         params = W.SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
-        assert engine.add(Request(request_id, prompt, params, adapter=name)) == []
+        assert engine.add(Request(request_id, prompt, params, adapter=name,
+                                  prefill=self.adapters.prefill_of(str(path)))) == []
 
     def step(self) -> list[str]:
         """One step of each engine; the requests that finished (a failure raises)."""

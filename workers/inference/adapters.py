@@ -4,9 +4,11 @@ LoRA adapters load into one PeftModel over the worker's base model and share its
 of a batch names its adapter (peft's mixed batches: the rows of each adapter go through its own
 LoRA matrices, the Punica / S-LoRA idea in plain torch; rows of the base model through none).
 IA3 adapters of one config share a batch in a model of their own (groups.py: each row scaled by
-its own adapter's vectors). A method that cannot share a batch (prefix and prompt tuning, DoRA)
-gets an engine of its own over a base model of its own (only the local parts: the frozen layers
-are the executor's).
+its own adapter's vectors). Prompt and prefix tuning change only a prompt's forward (their
+virtual tokens go into the request's cache): a model of theirs over the shared base prefills the
+prompt, and the rows then decode as the base model's, in the same batch. A method that cannot
+share a batch (DoRA, AdaLoRA) gets an engine of its own over a base model of its own (only the
+local parts: the frozen layers are the executor's).
 What stays resident is bounded (`Budget`): a number of adapters, the memory they hold, and one
 tenant's share of it (a shared worker serves many tenants: one tenant's burst of cold adapters
 never pushes out more than its own). Past a bound, the least recently used adapters that no
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from peft import PeftConfig, PeftModel
+from peft import PeftConfig, PeftModel, PeftModelForCausalLM
 from torch import nn
 
 from wire.manager import AdapterRef
@@ -53,8 +55,11 @@ class Loaded:
     shape: str | None = None  # a shared adapter's: which others could take its place
     place: Place | None = None  # a shared adapter's tensors, once another took its place
     group: str | None = None  # an IA3 adapter's group (groups.py)
+    prefill: PeftModel | None = None  # a prompt or prefix tuning adapter's model
 
     def busy(self) -> bool:
+        if self.prefill is not None:
+            return self.engine.prefills_with(self.prefill)
         return self.engine.uses(self.name) if self.shared else self.engine.has_work()
 
 
@@ -73,7 +78,8 @@ class Adapters:
 
     def engines(self) -> list[InferenceEngine]:
         return [self.engine, *self.groups.engines(),
-                *(a.engine for a in self.loaded.values() if not a.shared)]
+                *(a.engine for a in self.loaded.values() if a.engine is not self.engine
+                  and a.group is None)]
 
     def route(self, model: str, ref: AdapterRef | None,
               tenant: str = "") -> tuple[InferenceEngine, str | None]:
@@ -89,6 +95,12 @@ class Adapters:
         self.unloading.discard(model)
         loaded.last_used = time.monotonic()
         return loaded.engine, loaded.name if loaded.shared else None
+
+    def prefill_of(self, model: str) -> PeftModel | None:
+        """The model a request for `model` prefills its prompt with (prompt or prefix tuning;
+        None: the engine's own)."""
+        loaded = self.loaded.get(model)
+        return loaded.prefill if loaded is not None else None
 
     def unload(self, model: str) -> None:
         """Let `model` go once no request uses it."""
@@ -128,6 +140,13 @@ class Adapters:
                 engine, group, size = self.groups.load(name, path)
                 loaded = Loaded(model, name, engine, shared=True, tenant=tenant, bytes=size,
                                 group=group)
+            elif family == "prompt":
+                prompt = PeftModelForCausalLM(self.base, PeftConfig.from_pretrained(path),
+                                              adapter_name=name, low_cpu_mem_usage=True).eval()
+                read_adapter(prompt, name, path, self.device)
+                loaded = Loaded(model, name, self.engine, shared=False, tenant=tenant,
+                                bytes=tensor_bytes(prompt.prompt_encoder.parameters()),
+                                prefill=prompt)
             elif family == "lora":
                 loaded = self._take_place(model, path, tenant)
                 if loaded is None:

@@ -39,6 +39,7 @@ class Request:
     fallback: bool = False
     grammar: Any = None  # the request's compiled llguidance matcher; each sequence copies it
     adapter: str | None = None  # its adapter's name in a mixed engine (None: the base model)
+    prefill: Any = None  # prompt or prefix tuning over this engine's base: its prompt's model
 
 
 @dataclass
@@ -87,6 +88,11 @@ class InferenceEngine:
         """Whether a waiting or running request is served by `adapter`."""
         return any(r.adapter == adapter for r in self.waiting) or \
             any(s.request.adapter == adapter for s in self.running)
+
+    def prefills_with(self, model: Any) -> bool:
+        """Whether a waiting request's prompt still needs `model` (its rows then decode as the
+        base model's: the virtual tokens are in their cache)."""
+        return any(r.prefill is model for r in self.waiting)
 
     @property
     def running(self) -> list[Sequence]:
@@ -145,7 +151,7 @@ class InferenceEngine:
     def _prefill_all(self, admitted: deque[Request]) -> list[W.Message]:
         """Prefill the admitted requests, each removed from `admitted` once done: together
         where they can share a forward, else alone; a failure fails its request only."""
-        together = [r for r in admitted if not r.params.echo] \
+        together = [r for r in admitted if not r.params.echo and r.prefill is None] \
             if not self.kv_budget_bytes and shares_forwards(self.prefill_model) else []
         shared = prefill_shared(self.prefill_model, self.rows, together, self.device)
         events: list[W.Message] = []
@@ -169,8 +175,8 @@ class InferenceEngine:
     def _prefill(self, request: Request) -> list[W.Message]:
         params = request.params
         want_prompt_logprobs = params.echo and params.logprobs is not None
-        done = prefill_one(self.prefill_model, self.rows, request.prompt_ids, request.adapter,
-                           self.device, want_prompt_logprobs)
+        done = prefill_one(request.prefill or self.prefill_model, self.rows, request.prompt_ids,
+                           request.adapter, self.device, want_prompt_logprobs)
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,

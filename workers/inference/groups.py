@@ -20,13 +20,14 @@ from workers.inference.slots import shape_of
 
 def batch_family(path: Path) -> str | None:
     """Which adapters one of this config shares a batch with: "lora" (any LoRA adapter but DoRA:
-    the shared model), "ia3" (IA3 adapters of the same config: a group), or None (a method that
-    changes the sequence or reads the base weights: an engine of its own)."""
+    the shared model), "ia3" (IA3 adapters of the same config: a group), "prompt" (prompt and
+    prefix tuning: their own prompt forward, then rows of the base model), or None (a method
+    that reads the base weights or reallocates ranks: an engine of its own)."""
     config = json.loads((path / "adapter_config.json").read_text())
     kind = config.get("peft_type")
     if kind == "LORA" and not config.get("use_dora", False):
         return "lora"
-    return "ia3" if kind == "IA3" else None
+    return {"IA3": "ia3", "PROMPT_TUNING": "prompt", "PREFIX_TUNING": "prompt"}.get(kind)
 
 
 def read_adapter(peft: PeftModel, name: str, path: Path, device: str) -> None:

@@ -185,7 +185,9 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
                              f"the model could not be loaded: {exc}")]
         log.warning("serving request %s with the base model: %s", message.id, exc)
         (engine, adapter), fallback = adapters.route(message.model, None), True
-    request = Request(message.id, ids, message.params, fallback, adapter=adapter)
+    prefill = None if fallback else adapters.prefill_of(message.model)
+    request = Request(message.id, ids, message.params, fallback, adapter=adapter,
+                      prefill=prefill)
     return engine.add(request, message.max_context or None)
 def _step(engine: InferenceEngine) -> list[W.Message]:
     try:

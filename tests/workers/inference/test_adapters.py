@@ -25,7 +25,7 @@ MODEL = "tiny-llama"
 GREEDY = W.SamplingParams(max_tokens=8, temperature=0)
 ADAPTERS = {"t/lora-a@1": ("lora", 1), "t/lora-b@1": ("lora", 2), "t/lora-qv@1": ("lora_qv", 3),
             "t/lora-a@2": ("lora", 4), "t/ia3@1": ("ia3", 5), "t/prefix@1": ("prefix_tuning", 6),
-            "t/ia3@2": ("ia3", 7)}
+            "t/ia3@2": ("ia3", 7), "t/prompt@1": ("prompt_tuning", 8)}
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +79,16 @@ def serve(adapters: Adapters, asks: list[tuple[str, str | None, Path | None]],
         ref = None if path is None else W.AdapterRef(str(path), "")
         engine, adapter = adapters.route(model or "base", ref)
         prompt = tokenizer.encode(f"request {request_id} says")
-        assert engine.add(Request(request_id, prompt, GREEDY, adapter=adapter)) == []
+        prefill = adapters.prefill_of(model or "base")
+        assert engine.add(Request(request_id, prompt, GREEDY, adapter=adapter,
+                                  prefill=prefill)) == []
     deltas: dict[str, list[str]] = {request_id: [] for request_id, _, _ in asks}
     while any(e.has_work() for e in adapters.engines()):
         for engine in adapters.engines():
             for event in engine.step() if engine.has_work() else []:
                 assert not isinstance(event, W.Failed), event
-                if isinstance(event, W.Delta):
-                    deltas[event.id].append(event.text)
+                if isinstance(event, W.Delta):  # (of requests added before too)
+                    deltas.setdefault(event.id, []).append(event.text)
     return {rid: tokenizer.encode("".join(parts)) for rid, parts in deltas.items()}
 
 
@@ -105,7 +107,9 @@ def test_one_worker_serves_many_adapters_in_one_batch_exactly(saved, tokenizer) 
     assert all(a.engine is held.engine for a in shared)  # the LoRA rows share one engine
     ia3 = [held.loaded[m] for m in ("t/ia3@1", "t/ia3@2")]
     assert ia3[0].engine is ia3[1].engine and ia3[0].shared  # the IA3 rows another
-    assert len(held.engines()) == 3  # and prefix tuning runs its own
+    prompts = [held.loaded[m] for m in ("t/prefix@1", "t/prompt@1")]
+    assert all(a.prefill is not None and a.engine is held.engine for a in prompts)
+    assert len(held.engines()) == 2  # prompt and prefix tuning: their prompt, then base rows
     assert len({*got["r0"]}) > 1 and got["r0"] != got["r1"] != got["base"]
 
 
@@ -229,3 +233,24 @@ def test_ia3_adapters_share_a_group_until_the_last_goes(saved, tokenizer) -> Non
         saved["t/ia3@2"], tokenizer.encode("request i2 says"))))
     held.unload("t/ia3@2")
     assert held.groups.groups == {} and len(held.engines()) == 1
+
+
+def test_prompt_and_prefix_tuning_decode_as_base_rows_once_prefilled(saved, tokenizer) -> None:
+    """Their models over the shared base (made before the LoRA adapters' model here) prefill the
+    prompt; the rows then decode with the base model's, so the adapter may go meanwhile."""
+    held = adapters(tokenizer, capacity=1)
+    engine, name = held.route("t/prefix@1", W.AdapterRef(str(saved["t/prefix@1"]), ""))
+    prompt = tokenizer.encode("request early says")
+    assert name is None and engine is held.engine
+    engine.add(Request("early", prompt, GREEDY, prefill=held.prefill_of("t/prefix@1")))
+    first = "".join(e.text for e in engine.step() if isinstance(e, W.Delta))  # prefilled
+    assert first and held.loaded["t/prefix@1"].busy() is False
+    asks = [("l", "t/lora-a@1", saved["t/lora-a@1"]), ("p", "t/prompt@1", saved["t/prompt@1"]),
+            ("b", None, None)]
+    got = serve(held, asks, tokenizer)  # the prefix adapter goes, its request decodes on
+    assert "t/prefix@1" not in held.loaded and len(held.engines()) == 1
+    got["early"] = tokenizer.encode(first + tokenizer.decode(got["early"]))
+    for request_id, _, path in [*asks, ("early", None, saved["t/prefix@1"])]:
+        expected = tokenizer.encode(tokenizer.decode(plain_tokens(
+            path, tokenizer.encode(f"request {request_id} says"))))
+        assert got[request_id] == expected, request_id
