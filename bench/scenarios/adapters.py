@@ -1,8 +1,9 @@
 """Many adapters (13): one tenant's worker holding its LoRA adapters (workers/inference/adapters.py,
 the real class, against the run's executor) beside one plain peft process holding all of them,
 on tiny-llama with LoRA r8 adapters: mixed-adapter batches, Zipf traffic over 10 and over 1,000
-adapters with 32 resident, cold loads, memory per resident adapter. Both sides run in this
-process, one after the other, with the same torch threads."""
+adapters with 32 resident, cold loads, memory per resident adapter; IA3 and prompt-tuning
+adapters in other_methods.py. Both sides run in this process, one after the other, with the
+same torch threads."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from bench.models import adapter
 from bench.records import Record
 from bench.scenarios.common import Settings
-from bench.scenarios.ia3_batch import ia3_records
+from bench.scenarios.other_methods import method_records
 from catalogue.resolve import resolve_model
 from wire import manager as W
 
@@ -178,8 +179,9 @@ def many_adapters(settings: Settings) -> list[Record]:
         plain = plain_holding(paths)
         plain_per_adapter = (uss() - before) / many / 2**20
         plain_spread = serve_plain(plain, zipf(many, requests, seed=2), prompt)
-        ia3 = ia3_records(Ours(executor.endpoint, tokenizer), make_adapters(
-            root / "ia3", 8 + RESIDENT // 2, "ia3"), prompt)
+        others = [record for method in ("ia3", "prompt_tuning") for record in method_records(
+            method, Ours(executor.endpoint, tokenizer),
+            make_adapters(root / method, 8 + RESIDENT // 2, method), prompt)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     name = "13 many adapters"
@@ -197,7 +199,7 @@ def many_adapters(settings: Settings) -> list[Record]:
                higher_is_better=False),
         Record(name, "memory per adapter: one peft process holding all", plain_per_adapter,
                None, "MiB"),
-        *ia3,
+        *others,
     ]
 
 

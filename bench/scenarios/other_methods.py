@@ -1,7 +1,8 @@
-"""Many adapters (13), IA3: adapters of one config in one batch (a group, each row scaled by its
-own adapter's vectors) against one peft process holding them, which serves one IA3 adapter a
-forward (`set_adapter`, then `generate`: peft mixes no IA3 adapters in a batch); and the memory
-a resident IA3 adapter holds against its file."""
+"""Many adapters (13), IA3 and prompt tuning: adapters of one method in one batch (IA3: a group,
+each row scaled by its own adapter's vectors; prompt tuning: each prompt through its own model
+over the shared base, then one decode batch) against one peft process holding them, which
+serves one such adapter a forward (`set_adapter`, then `generate`: peft mixes neither in a
+batch); and the memory a resident adapter of the method holds against its file."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from catalogue.resolve import resolve_model
 BATCH = 8
 
 
-def ia3_records(ours, paths: list[Path], prompt: list[int]) -> list[Record]:
-    """`ours`: a fresh `adapters.Ours`; `paths`: IA3 adapters of one config, more than BATCH."""
+LABEL = {"ia3": "IA3", "prompt_tuning": "prompt tuning"}
+
+
+def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> list[Record]:
+    """`ours`: a fresh `adapters.Ours`; `paths`: adapters of `method`, one config, more than
+    BATCH."""
     from bench.scenarios.adapters import resident_bytes
 
     speed = batch_speed(ours, paths[:BATCH], prompt)
@@ -27,17 +32,18 @@ def ia3_records(ours, paths: list[Path], prompt: list[int]) -> list[Record]:
     per_adapter = resident_bytes(ours, paths[BATCH:]) / 2**20
     name = "13 many adapters"
     return [
-        Record(name, f"IA3: {BATCH} adapters in one batch: decode tokens/s vs one peft process "
-               "holding them (one adapter a generate)", speed["ours"], speed["plain"], "tok/s",
-               ">= 1.0x"),
-        Record(name, "IA3: memory per resident adapter vs its file size (+0.05 MiB)",
-               per_adapter, file_mib + 0.05, "MiB", "<= 2.0x", higher_is_better=False),
+        Record(name, f"{LABEL[method]}: {BATCH} adapters in one batch: decode tokens/s vs one "
+               "peft process holding them (one adapter a generate)", speed["ours"],
+               speed["plain"], "tok/s", ">= 1.0x"),
+        Record(name, f"{LABEL[method]}: memory per resident adapter vs its file size "
+               "(+0.05 MiB)", per_adapter, file_mib + 0.05, "MiB", "<= 2.0x",
+               higher_is_better=False),
     ]
 
 
 def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16,
                 rounds: int = 3) -> dict[str, float]:
-    """Tokens/s of len(paths) requests, each with its own IA3 adapter: the best of `rounds`."""
+    """Tokens/s of len(paths) requests, each with its own adapter: the best of `rounds`."""
     for k, path in enumerate(paths):  # resident first: this measures decode, not loading
         ours.add(f"warm{k}", path, prompt, tokens=1)
     ours.drain()
