@@ -11,6 +11,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -203,30 +204,39 @@ def many_adapters(settings: Settings) -> list[Record]:
     ]
 
 
-def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int], tokens: int = 16,
-                rounds: int = 3) -> dict[str, float]:
-    """Tokens/s of one batch of len(paths) requests, each with its own adapter: the best of
-    `rounds` for each side."""
+def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int],
+                tokens: int = 16) -> dict[str, float]:
+    """Tokens/s of one batch of len(paths) requests, each with its own adapter, against one
+    peft process's mixed batch (`adapter_names`)."""
+    plain = plain_holding(paths)
+    ids = torch.tensor([prompt] * len(paths))
+    names = [f"a{k}" for k in range(len(paths))]
+
+    def plain_round() -> None:
+        plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), adapter_names=names,
+                       max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    return best_speeds(ours, paths, prompt, plain_round, tokens)
+
+
+def best_speeds(ours: Ours, paths: list[Path], prompt: list[int],
+                plain_round: Callable[[], None], tokens: int, rounds: int = 3) -> dict[str, float]:
+    """Tokens/s of len(paths) requests, each with its own adapter, in ours and in
+    `plain_round` (the same tokens): the best of `rounds` for each side."""
     for k, path in enumerate(paths):  # resident first: this measures decode, not loading
         ours.add(f"warm{k}", path, prompt, tokens=1)
     ours.drain()
     best = {"ours": 0.0, "plain": 0.0}
-    plain = plain_holding(paths)
-    ids = torch.tensor([prompt] * len(paths))
-    names = [f"a{k}" for k in range(len(paths))]
     for r in range(rounds):
         started = time.perf_counter()
         for k, path in enumerate(paths):
-            ours.add(f"mixed{r}-{k}", path, prompt, tokens=tokens)
+            ours.add(f"round{r}-{k}", path, prompt, tokens=tokens)
         left = len(paths)
         while left:
             left -= len(ours.step())
         best["ours"] = max(best["ours"], len(paths) * tokens / (time.perf_counter() - started))
         started = time.perf_counter()
         with torch.no_grad():
-            plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                           adapter_names=names, max_new_tokens=tokens, min_new_tokens=tokens,
-                           do_sample=False)
+            plain_round()
         best["plain"] = max(best["plain"], len(paths) * tokens / (time.perf_counter() - started))
     return best
 

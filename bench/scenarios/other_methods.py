@@ -6,7 +6,6 @@ batch); and the memory a resident adapter of the method holds against its file."
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -41,32 +40,21 @@ def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> l
     ]
 
 
-def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16,
-                rounds: int = 3) -> dict[str, float]:
-    """Tokens/s of len(paths) requests, each with its own adapter: the best of `rounds`."""
-    for k, path in enumerate(paths):  # resident first: this measures decode, not loading
-        ours.add(f"warm{k}", path, prompt, tokens=1)
-    ours.drain()
+def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16) -> dict[str, float]:
+    """Tokens/s of len(paths) requests, each with its own adapter, against one peft process
+    serving them one adapter a `generate`."""
+    from bench.scenarios.adapters import best_speeds
+
     plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(resolve_model(
         "tiny-llama")), paths[0], adapter_name="a0")
     for k, path in enumerate(paths[1:], start=1):
         plain.load_adapter(path, adapter_name=f"a{k}")
     plain.eval()
     ids = torch.tensor([prompt])
-    best = {"ours": 0.0, "plain": 0.0}
-    for r in range(rounds):
-        started = time.perf_counter()
-        for k, path in enumerate(paths):
-            ours.add(f"ia3-{r}-{k}", path, prompt, tokens=tokens)
-        left = len(paths)
-        while left:
-            left -= len(ours.step())
-        best["ours"] = max(best["ours"], len(paths) * tokens / (time.perf_counter() - started))
-        started = time.perf_counter()
-        with torch.no_grad():
-            for k in range(len(paths)):
-                plain.set_adapter(f"a{k}")
-                plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                               max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
-        best["plain"] = max(best["plain"], len(paths) * tokens / (time.perf_counter() - started))
-    return best
+
+    def plain_round() -> None:
+        for k in range(len(paths)):
+            plain.set_adapter(f"a{k}")
+            plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                           max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    return best_speeds(ours, paths, prompt, plain_round, tokens)
