@@ -74,6 +74,7 @@ class Adapters:
         self.peft: PeftModel | None = None
         self.loaded: dict[str, Loaded] = {}
         self.unloading: set[str] = set()
+        self.past_budget = False  # after a load, until adapters no request uses could go
         self._names = (f"adapter{i}" for i in itertools.count())
 
     def engines(self) -> list[InferenceEngine]:
@@ -91,6 +92,7 @@ class Adapters:
         loaded = self.loaded.get(model)
         if loaded is None:
             loaded = self.loaded[model] = self._load(model, Path(ref.path), tenant)
+            self.past_budget = True
             self.settle(keep=model)
         self.unloading.discard(model)
         loaded.last_used = time.monotonic()
@@ -113,7 +115,7 @@ class Adapters:
         worker or their tenant is past its budget, as far as no request is using them (nor is
         about to: `keep`). Called after every engine step: nothing to look at unless something
         is to go."""
-        if not self.unloading and not Holding(self.budget, self.loaded.values()).past():
+        if not self.unloading and not self.past_budget:
             return
         for model in [m for m in self.unloading if not self.loaded[m].busy()]:
             self._drop(model)
@@ -125,6 +127,7 @@ class Adapters:
             if holding.past(adapter.tenant):
                 self._drop(adapter.model)
                 holding.remove(adapter)
+        self.past_budget = holding.past()
 
     def _holding(self) -> Holding:
         """What the adapters that stay hold against the budget."""

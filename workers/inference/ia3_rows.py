@@ -23,12 +23,12 @@ def qualifies(module: Any) -> bool:
     return type(module) is IA3Linear and not module.merged and not module.disable_adapters
 
 
-def scales(module: Any, plan: RowPlan) -> torch.Tensor:
+def scales(module: Any, plan: RowPlan, device: torch.device) -> torch.Tensor:
     """(rows, features): each row's adapter's vector in this module (ones: none there)."""
     vectors = [module.ia3_l[name].flatten() for name in plan.order if name in module.ia3_l]
     if not vectors:
         features = module.in_features if module.is_feedforward else module.out_features
-        return torch.ones(len(plan.slots), features)
+        return torch.ones(len(plan.slots), features, device=device)
     table = torch.stack([module.ia3_l[name].flatten() if name in module.ia3_l
                          else torch.ones_like(vectors[0]) for name in plan.order]
                         + [torch.ones_like(vectors[0])])
@@ -41,7 +41,7 @@ def scales(module: Any, plan: RowPlan) -> torch.Tensor:
 def forward_rows(module: Any, x: torch.Tensor, plan: RowPlan, *args: Any,
                  **kwargs: Any) -> torch.Tensor:
     """The base layer over rows (dim 0 of `x`) each scaled by its own adapter's vector."""
-    scale = scales(module, plan)
+    scale = scales(module, plan, x.device)
     scale = scale.view(scale.shape[0], *([1] * (x.dim() - 2)), scale.shape[1])
     previous_dtype = x.dtype
     if module.is_feedforward:
