@@ -49,6 +49,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "throughput": _with_plot,
     "decode": inference.decode,
     "policies": trace.policy_records,
+    "together": inference.together,
     "mixed": inference.mixed,
     "privacy": inference.privacy,
     "overhead": overhead.per_call,

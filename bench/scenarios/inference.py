@@ -89,21 +89,45 @@ def methods(settings: Settings) -> list[Record]:
                    together.tokens_per_s(), lora.tokens_per_s(), "tok/s")]
 
 
-def watched(settings: Settings, clients: list[dict]) -> tuple[GroupResult, dict]:
+def together(settings: Settings) -> list[Record]:
+    """Batching policies (5b) where the trace at this scale leaves nothing to batch: 16 tenants,
+    each with its own LoRA adapter, decoding at once in a closed loop; what the policy decided
+    (decode calls per executor batch, their mean wait) beside what it bought."""
+    n = settings.n(16)
+    (eager, e_lane), (opp, o_lane) = (watched(settings, tenants(n, settings.duration), policy)
+                                      for policy in ("eager", "opportunistic"))
+    name = f"5b batching policies ({n} tenants decoding together)"
+    return [
+        Record(name, "throughput, opportunistic vs eager", opp.tokens_per_s(),
+               eager.tokens_per_s(), "tok/s", ">= 1.25x"),
+        Record(name, "time to first token p50, opp. vs eager", opp.first_token_ms(0.5),
+               eager.first_token_ms(0.5), "ms", "<= 1.0x", higher_is_better=False),
+        Record(name, "per-token latency p50, opp. vs eager", opp.latency_ms(0.5),
+               eager.latency_ms(0.5), "ms", higher_is_better=False),
+        Record(name, "decode calls per executor batch, opp. vs eager",
+               o_lane["calls_per_batch"], e_lane["calls_per_batch"], "calls"),
+        Record(name, "mean wait of a decode call in the executor, opp. vs eager",
+               o_lane["mean_wait_ms"], e_lane["mean_wait_ms"], "ms", higher_is_better=False),
+    ]
+
+
+def watched(settings: Settings, clients: list[dict],
+            policy: str = "opportunistic") -> tuple[GroupResult, dict]:
     """`run_ours`, and what the executor's decode lane did meanwhile: its target, the share of
-    decode calls that met it, and the training slice at the end."""
-    process = settings.executors.get(settings.model, policy="opportunistic",
-                                     threads=settings.threads, dtype=settings.dtype,
-                                     device=settings.device)
+    decode calls that met it, calls per batch, their mean wait, the training slice at the end."""
+    process = settings.executors.get(settings.model, policy=policy, threads=settings.threads,
+                                     dtype=settings.dtype, device=settings.device)
     probe = ExecutorClient(process.endpoint, name="bench-probe")
     try:
         before = probe.stats().lanes["decode"]
-        result = run_ours(settings, clients)
+        result = run_ours(settings, clients, policy=policy)
         after = probe.stats()
     finally:
         probe.close()
     lane = after.lanes["decode"]
-    calls = lane.calls - before.calls
+    calls, batches = lane.calls - before.calls, lane.batches - before.batches
     return result, {"target_ms": lane.target_ms or 0.0,
                     "met_percent": 100 * (lane.met - before.met) / calls if calls else 0.0,
+                    "calls_per_batch": calls / batches if batches else 0.0,
+                    "mean_wait_ms": 1e3 * (lane.wait_s - before.wait_s) / calls if calls else 0.0,
                     "slice_ms": after.training_slice_ms or 0.0}
