@@ -1,6 +1,6 @@
 """A tenant's adapters in one worker (in-process executor): LoRA adapters of different ranks and
-targets, IA3 and prefix tuning and the base model served together; each request's tokens equal
-plain transformers + peft with that adapter alone."""
+targets, two IA3 adapters, prefix and prompt tuning and the base model served together; each
+request's tokens equal plain transformers + peft with that adapter alone."""
 
 from __future__ import annotations
 
