@@ -38,6 +38,18 @@ def test_private_training_matches_plain_peft(model: str, method: str, executor_f
     assert result["generate_equal"]
 
 
+def test_private_training_with_recomputed_layers_matches_plain_peft(executor_for) -> None:
+    """Gradient checkpointing in privacy mode: each recomputed layer masks its calls afresh."""
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="private-recompute")
+    try:
+        result = compare("tiny-llama", "lora", client, recompute=True,
+                         privacy=PrivacyConfig(backward=True, seed=0))
+    finally:
+        client.close()
+    assert max(result["logits"], result["grads"], result["params"]) <= PRIVACY_TOLERANCE, result
+    assert result["generate_equal"]
+
+
 def test_privacy_never_sends_the_noise_itself() -> None:
     private = remote_model("tiny-llama", LocalExecutor.load("tiny-llama"), privacy=True)
     handle = private.symbiosis_executor
