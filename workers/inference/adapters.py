@@ -140,9 +140,11 @@ class Adapters:
         try:
             family = batch_family(path)
             if family == "ia3":
-                engine, group, size = self.groups.load(name, path)
-                loaded = Loaded(model, name, engine, shared=True, tenant=tenant, bytes=size,
-                                group=group)
+                loaded = self._take_place(model, path, tenant)
+                if loaded is None:
+                    engine, group, size = self.groups.load(name, path)
+                    loaded = Loaded(model, name, engine, shared=True, tenant=tenant, bytes=size,
+                                    shape=group, group=group)
             elif family == "prompt":
                 prompt = PeftModelForCausalLM(self.base, PeftConfig.from_pretrained(path),
                                               adapter_name=name, low_cpu_mem_usage=True).eval()
@@ -172,11 +174,9 @@ class Adapters:
         return loaded
 
     def _take_place(self, model: str, path: Path, tenant: str) -> Loaded | None:
-        """`model` loaded over the least recently used idle adapter of its shape (the tenant's
-        own, when only the tenant's share is full), when one more would be past the budget and
-        its file fits that adapter's tensors; None otherwise."""
-        if self.peft is None:
-            return None
+        """`model` loaded over the least recently used idle adapter of its shape (LoRA, or IA3 in
+        its group; the tenant's own when only the tenant's share is full), when one more would
+        be past the budget and its file fits that adapter's tensors; None otherwise."""
         shape = shape_of(path)
         idle = [a for a in self.loaded.values() if a.shared and a.shape == shape and not a.busy()]
         if not idle:
@@ -192,7 +192,8 @@ class Adapters:
                 return None
         other = min(idle, key=lambda a: a.last_used)
         if other.place is None:
-            other.place = place_of(self.peft, other.name)
+            holder = self.peft if other.group is None else self.groups.groups[other.group].peft
+            other.place = place_of(holder, other.name)
         tensors = read_fitting(path, other.place)
         if tensors is None:
             return None
@@ -201,11 +202,11 @@ class Adapters:
         try:
             fill(other.place, tensors)
         except Exception:
-            self._delete(other.name)  # half overwritten: it serves nothing any more
+            self._delete_from_model(other)  # half overwritten: it serves nothing any more
             raise
         log.info("adapter %s let go for %s, loaded in its place", other.model, model)
-        return Loaded(model, other.name, self.engine, shared=True, tenant=tenant,
-                      bytes=other.bytes, shape=shape, place=other.place)
+        return Loaded(model, other.name, other.engine, shared=True, tenant=tenant,
+                      bytes=other.bytes, shape=shape, place=other.place, group=other.group)
 
     def _load_shared(self, name: str, path: Path) -> None:
         if self.peft is None:
@@ -223,11 +224,14 @@ class Adapters:
     def _drop(self, model: str) -> None:
         adapter = self.loaded.pop(model)
         self.unloading.discard(model)
+        self._delete_from_model(adapter)
+        log.info("adapter %s let go (%d resident)", model, len(self.loaded))
+
+    def _delete_from_model(self, adapter: Loaded) -> None:
         if adapter.group is not None:
             self.groups.delete(adapter.group, adapter.name)
         elif adapter.shared:
             self._delete(adapter.name)
-        log.info("adapter %s let go (%d resident)", model, len(self.loaded))
 
     def _delete(self, name: str) -> None:
         """Delete a shared adapter; with the last one, take the LoRA layers out of the base

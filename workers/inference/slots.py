@@ -1,4 +1,4 @@
-"""A LoRA adapter loaded into the place of an idle one of the same shape.
+"""A LoRA (or IA3) adapter loaded into the place of an idle one of the same shape.
 
 Its tensors are copied over the other's: the LoRA modules, the name rows carry and the scaling
 stay as they are, and nothing walks the model. peft's `load_adapter` walks the whole model
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from peft import PeftModel
+from peft.tuners.ia3 import IA3Layer
 from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
 
@@ -37,15 +38,18 @@ def shape_of(path: Path) -> str:
 
 
 def place_of(model: PeftModel, name: str) -> Place:
-    """Adapter `name`'s LoRA matrices in `model` under the names peft saves them by (detached:
-    they share the parameters' storage and versions). An adapter with other tensors (embedding
-    LoRA, modules to save) has a place no file fits: peft's own loader takes those."""
+    """Adapter `name`'s LoRA matrices (or IA3 vectors) in `model` under the names peft saves
+    them by (detached: they share the parameters' storage and versions). An adapter with other
+    tensors (embedding LoRA, modules to save) has a place no file fits: peft's own loader takes
+    those."""
     place = {}
     for path, module in model.named_modules():
         if isinstance(module, LoraLayer) and name in module.lora_A:
             for matrix in ("lora_A", "lora_B"):
                 for kind, tensor in getattr(module, matrix)[name].named_parameters():
                     place[f"{path}.{matrix}.{kind}"] = tensor.detach()
+        elif isinstance(module, IA3Layer) and name in module.ia3_l:
+            place[f"{path}.ia3_l"] = module.ia3_l[name].detach()
     return place
 
 

@@ -25,7 +25,7 @@ MODEL = "tiny-llama"
 GREEDY = W.SamplingParams(max_tokens=8, temperature=0)
 ADAPTERS = {"t/lora-a@1": ("lora", 1), "t/lora-b@1": ("lora", 2), "t/lora-qv@1": ("lora_qv", 3),
             "t/lora-a@2": ("lora", 4), "t/ia3@1": ("ia3", 5), "t/prefix@1": ("prefix_tuning", 6),
-            "t/ia3@2": ("ia3", 7), "t/prompt@1": ("prompt_tuning", 8)}
+            "t/ia3@2": ("ia3", 7), "t/prompt@1": ("prompt_tuning", 8), "t/ia3@3": ("ia3", 9)}
 
 
 @pytest.fixture(scope="module")
@@ -227,11 +227,14 @@ def test_ia3_adapters_share_a_group_until_the_last_goes(saved, tokenizer) -> Non
     assert sorted(group.peft.peft_config) == sorted(a.name for a in held.loaded.values())
     serve(held, [("a", "t/lora-a@1", saved["t/lora-a@1"])], tokenizer)  # ia3@1 goes
     assert sorted(held.loaded) == ["t/ia3@2", "t/lora-a@1"]
-    assert list(group.peft.peft_config) == [held.loaded["t/ia3@2"].name]
-    got = serve(held, [("i2", "t/ia3@2", saved["t/ia3@2"])], tokenizer)
-    assert got["i2"] == tokenizer.encode(tokenizer.decode(plain_tokens(
-        saved["t/ia3@2"], tokenizer.encode("request i2 says"))))
-    held.unload("t/ia3@2")
+    names = list(group.peft.peft_config)
+    assert names == [held.loaded["t/ia3@2"].name]
+    got = serve(held, [("i3", "t/ia3@3", saved["t/ia3@3"])], tokenizer)  # in ia3@2's place
+    assert sorted(held.loaded) == ["t/ia3@3", "t/lora-a@1"]
+    assert list(group.peft.peft_config) == names == [held.loaded["t/ia3@3"].name]
+    assert got["i3"] == tokenizer.encode(tokenizer.decode(plain_tokens(
+        saved["t/ia3@3"], tokenizer.encode("request i3 says"))))
+    held.unload("t/ia3@3")
     assert held.groups.groups == {} and len(held.engines()) == 1
 
 
