@@ -175,8 +175,9 @@ class InferenceEngine:
     def _prefill(self, request: Request) -> list[W.Message]:
         params = request.params
         want_prompt_logprobs = params.echo and params.logprobs is not None
-        done = prefill_one(request.prefill or self.prefill_model, self.rows, request.prompt_ids,
-                           request.adapter, self.device, want_prompt_logprobs)
+        model = self.prefill_model if request.prefill is None else request.prefill
+        done = prefill_one(model, self.rows, request.prompt_ids, request.adapter, self.device,
+                           want_prompt_logprobs)
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
