@@ -51,6 +51,27 @@ def manager_families(status: W.StatusReply) -> Iterator[Metric]:
                                   value=value)
     yield GaugeMetricFamily("symbiosis_executor_up", "Whether the executor answers",
                             value=int(status.executor_ok))
+    yield from adapter_families(status.workers)
+
+
+def adapter_families(workers: list[W.WorkerInfo]) -> Iterator[Metric]:
+    """Each worker's adapter cache, as it last reported it."""
+    families = (
+        GaugeMetricFamily("symbiosis_worker_resident_adapters", "Adapters a worker holds "
+                          "resident", labels=["worker"]),
+        GaugeMetricFamily("symbiosis_worker_adapter_bytes", "Memory of a worker's resident "
+                          "adapters, as its budget counts it", labels=["worker"]),
+        CounterMetricFamily("symbiosis_worker_adapter_loads", "Adapter loads since the worker "
+                            "started", labels=["worker"]),
+        CounterMetricFamily("symbiosis_worker_adapters_let_go", "Adapters a worker let go since "
+                            "it started (for room, or unloaded)", labels=["worker"]))
+    for worker in workers:
+        cache = worker.adapters
+        if cache is not None:
+            for family, value in zip(families, (cache.resident, cache.bytes, cache.loads,
+                                                cache.let_go), strict=True):
+                family.add_metric([worker.key], value)
+    yield from families
 
 
 def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:

@@ -122,6 +122,16 @@ class LoadFailed(msgspec.Struct, tag="load_failed", array_like=True):
     code: str = "worker_start_failed"  # or executor_unavailable, device_unavailable
 
 
+class AdapterCache(msgspec.Struct, tag="adapter_cache", array_like=True):
+    """What a worker holds resident, sent when it changes (worker -> manager)."""
+
+    key: str
+    resident: int  # adapters
+    bytes: int  # their memory, as its budget counts it
+    loads: int  # since the worker started (a load in another's place included)
+    let_go: int
+
+
 class Unload(msgspec.Struct, tag="unload", array_like=True):
     """Let an adapter version go (it was deleted or withdrawn): a worker serves it no more."""
 
@@ -146,6 +156,7 @@ class WorkerInfo(msgspec.Struct, array_like=True):
     inflight: int
     idle_s: float
     pinned: bool
+    adapters: AdapterCache | None = None  # its last report
 
 
 class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):
@@ -168,7 +179,8 @@ class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
     adapter: AdapterRef
 
 
-Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | Unload
+Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | AdapterCache
+           | Unload
            | Stop | Status | StatusReply | Evict | Prefetch | JobCommand | JobState | TrainerHello
            | TrainerControl | TrainerAck | TrainerStarted | TrainerEvent | TrainerCheckpoint
            | TrainerFinished | TrainerStopped)

@@ -285,6 +285,10 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert moved("symbiosis_executor_calls_total", kind="inference") > 0
     assert after[("symbiosis_executor_up", ())] == 1
     assert after[("symbiosis_workers", (("state", "ready"),))] >= 1
+    acme = (("worker", "acme"),)  # its adapter cache, as the worker reported it
+    assert after[("symbiosis_worker_resident_adapters", acme)] >= 1
+    assert after[("symbiosis_worker_adapter_bytes", acme)] > 0
+    assert after[("symbiosis_worker_adapter_loads_total", acme)] >= 1
     assert ("symbiosis_manager_worker_starts_total", ()) in after
     assert ("symbiosis_jobs", (("status", "running"),)) in after
     assert ("symbiosis_executor_queue_depth", ()) in after

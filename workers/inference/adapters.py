@@ -30,7 +30,7 @@ from pathlib import Path
 from peft import PeftConfig, PeftModel, PeftModelForCausalLM
 from torch import nn
 
-from wire.manager import AdapterRef
+from wire.manager import AdapterCache, AdapterRef
 from workers.inference.budget import Budget, Holding, tensor_bytes
 from workers.inference.engine import InferenceEngine
 from workers.inference.groups import Groups, batch_family, read_adapter
@@ -75,6 +75,7 @@ class Adapters:
         self.loaded: dict[str, Loaded] = {}
         self.unloading: set[str] = set()
         self.past_budget = False  # after a load, until adapters no request uses could go
+        self.loads = self.let_go = 0
         self._names = (f"adapter{i}" for i in itertools.count())
 
     def engines(self) -> list[InferenceEngine]:
@@ -92,11 +93,17 @@ class Adapters:
         loaded = self.loaded.get(model)
         if loaded is None:
             loaded = self.loaded[model] = self._load(model, Path(ref.path), tenant)
+            self.loads += 1
             self.past_budget = True
             self.settle(keep=model)
         self.unloading.discard(model)
         loaded.last_used = time.monotonic()
         return loaded.engine, loaded.name if loaded.shared else None
+
+    def cache(self, key: str) -> AdapterCache:
+        """What the worker holds resident, for its manager."""
+        return AdapterCache(key, len(self.loaded), sum(a.bytes for a in self.loaded.values()),
+                            self.loads, self.let_go)
 
     def prefill_of(self, model: str) -> PeftModel | None:
         """The model a request for `model` prefills its prompt with (prompt or prefix tuning;
@@ -199,6 +206,7 @@ class Adapters:
             return None
         del self.loaded[other.model]
         self.unloading.discard(other.model)
+        self.let_go += 1
         try:
             fill(other.place, tensors)
         except Exception:
@@ -223,6 +231,7 @@ class Adapters:
 
     def _drop(self, model: str) -> None:
         adapter = self.loaded.pop(model)
+        self.let_go += 1
         self.unloading.discard(model)
         self._delete_from_model(adapter)
         log.info("adapter %s let go (%d resident)", model, len(self.loaded))

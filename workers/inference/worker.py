@@ -130,6 +130,7 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
         return 1
     sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started)))
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
+    reported = (0, 0)
     try:
         while _receive(sock, adapters, preloaded):
             for engine in adapters.engines():
@@ -137,6 +138,9 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
                     for event in _step(engine):
                         sock.send(W.encode(event))
             adapters.settle()
+            if (adapters.loads, adapters.let_go) != reported:
+                sock.send(W.encode(adapters.cache(config.key)))
+                reported = (adapters.loads, adapters.let_go)
     finally:
         sock.close(0)
         ctx.term()

@@ -187,8 +187,8 @@ class Manager:
     def _status(self) -> W.StatusReply:
         now = time.monotonic()
         workers = [W.WorkerInfo(h.key, h.tenant, sorted(h.models), h.pid, h.state,
-                                len(h.inflight),
-                                now - h.last_used, self.pool.is_pinned(h.key))
+                                len(h.inflight), now - h.last_used, self.pool.is_pinned(h.key),
+                                h.adapters)
                    for h in self.pool.workers.values()]
         return W.StatusReply(workers, self.probe.alive, dict(self.pool.counters),
                              self.probe.figures if self.probe.alive else None)
@@ -213,6 +213,9 @@ class Manager:
             for request in handle.pending:
                 self.links.to_worker(key, request)
             handle.pending.clear()
+        elif isinstance(message, W.AdapterCache):
+            if handle is not None:
+                handle.adapters = message
         elif isinstance(message, W.LoadFailed):
             log.warning("worker %s failed to start: %s", key, message.message)
             if handle is not None:

@@ -44,6 +44,7 @@ class WorkerHandle:
     models: set[str] = field(default_factory=set)  # served and not let go since
     inflight: dict[str, str] = field(default_factory=dict)  # request id -> its model_key
     pending: list[W.Generate] = field(default_factory=list)  # waiting for Ready
+    adapters: W.AdapterCache | None = None  # what it last said it holds
 
 
 class NoCapacity(Exception):

@@ -45,6 +45,9 @@ def test_resident_adapters_stay_within_the_memory_budget(saved, tokenizer) -> No
     assert_exact(serve(held, asks, tokenizer), asks, tokenizer)
     assert sorted(held.loaded) == ["t/lora-a@1", "t/lora-qv@1"]  # b went for a@1: b's place
     assert sum(a.bytes for a in held.loaded.values()) <= held.budget.bytes
+    cache = held.cache("w")  # what the worker tells its manager
+    assert (cache.resident, cache.bytes, cache.loads, cache.let_go) == \
+        (2, sizes["t/lora-a@1"] + sizes["t/lora-qv@1"], 4, 2)
 
 
 def test_a_tenant_past_its_share_lets_go_of_its_own_adapters(saved, tokenizer) -> None:
