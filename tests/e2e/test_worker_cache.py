@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import MODEL, deploy
+from tests.e2e.adapters import save_adapter
+from tests.e2e.conftest import MODEL, deploy, register
 from tests.e2e.test_faults import manager_status
 
 pytestmark = pytest.mark.slow
@@ -57,13 +58,16 @@ def test_a_burst_waits_for_slots_and_never_evicts_a_young_worker(tmp_path) -> No
 
 def test_tenants_that_share_are_served_by_one_worker_exactly(tmp_path) -> None:
     """The shared pool (operator choice): acme's and gamma's requests go to one shared worker,
-    several tenants' adapters in its batches; beta, not sharing, keeps a worker of its own.
-    Every answer equals plain peft's."""
+    several tenants' adapters in its batches; beta, not sharing, keeps a worker of its own, its
+    two IA3 adapters in one batch. Every answer equals plain peft's."""
     deployment = deploy(tmp_path, manager_args=("--shared-workers", "1",
                                                  "--shared-tenants", "acme,gamma"))
     try:
+        second = save_adapter(tmp_path / "beta-ia3-c", "ia3", 5)
+        register(deployment.stack.data_dir, "beta", "ia3-c", second)
+        deployment.adapters["beta/ia3-c"] = second
         asks = [("acme", "acme/lora-a"), ("gamma", MODEL), ("acme", "acme/prefix-a"),
-                ("beta", "beta/ia3-b")] * 2
+                ("beta", "beta/ia3-b"), ("beta", "beta/ia3-c")] * 2
         answers: dict[int, str] = {}
 
         def ask(k: int, tenant: str, model: str) -> None:
@@ -82,5 +86,6 @@ def test_tenants_that_share_are_served_by_one_worker_exactly(tmp_path) -> None:
         workers = {w.key: w for w in manager_status(deployment).workers}
         assert sorted(workers) == ["beta", "~shared-0"]
         assert {"acme/lora-a@1", "acme/prefix-a@1", MODEL} <= set(workers["~shared-0"].models)
+        assert {"beta/ia3-b@1", "beta/ia3-c@1"} <= set(workers["beta"].models)
     finally:
         deployment.stack.stop()
