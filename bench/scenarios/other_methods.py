@@ -9,15 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from peft import PeftModel
-from transformers import AutoModelForCausalLM
 
 from bench.records import Record
-from catalogue.resolve import resolve_model
 
 BATCH = 8
-
-
 LABEL = {"ia3": "IA3", "prompt_tuning": "prompt tuning"}
 
 
@@ -43,13 +38,9 @@ def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> l
 def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16) -> dict[str, float]:
     """Tokens/s of len(paths) requests, each with its own adapter, against one peft process
     serving them one adapter a `generate`."""
-    from bench.scenarios.adapters import best_speeds
+    from bench.scenarios.adapters import best_speeds, plain_holding
 
-    plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(resolve_model(
-        "tiny-llama")), paths[0], adapter_name="a0")
-    for k, path in enumerate(paths[1:], start=1):
-        plain.load_adapter(path, adapter_name=f"a{k}")
-    plain.eval()
+    plain = plain_holding(paths)
     ids = torch.tensor([prompt])
 
     def plain_round() -> None:

@@ -199,7 +199,7 @@ class Adapters:
                 return None
         other = min(idle, key=lambda a: a.last_used)
         if other.place is None:
-            holder = self.peft if other.group is None else self.groups.groups[other.group].peft
+            holder = self.peft if other.group is None else self.groups.model(other.group)
             other.place = place_of(holder, other.name)
         tensors = read_fitting(path, other.place)
         if tensors is None:

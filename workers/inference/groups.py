@@ -54,6 +54,9 @@ class Groups:
         self.make_engine, self.build_base, self.device = make_engine, build_base, device
         self.groups: dict[str, Group] = {}  # by config (slots.shape_of)
 
+    def model(self, key: str) -> PeftModel:
+        return self.groups[key].peft
+
     def engines(self) -> list[InferenceEngine]:
         return [group.engine for group in self.groups.values()]
 

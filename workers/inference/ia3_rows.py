@@ -25,17 +25,14 @@ def qualifies(module: Any) -> bool:
 
 def scales(module: Any, plan: RowPlan, device: torch.device) -> torch.Tensor:
     """(rows, features): each row's adapter's vector in this module (ones: none there)."""
-    vectors = [module.ia3_l[name].flatten() for name in plan.order if name in module.ia3_l]
+    vectors = {name: module.ia3_l[name].flatten() for name in plan.order
+               if name in module.ia3_l}
     if not vectors:
         features = module.in_features if module.is_feedforward else module.out_features
         return torch.ones(len(plan.slots), features, device=device)
-    table = torch.stack([module.ia3_l[name].flatten() if name in module.ia3_l
-                         else torch.ones_like(vectors[0]) for name in plan.order]
-                        + [torch.ones_like(vectors[0])])
-    none = len(plan.order)
-    index = torch.tensor([none if slot < 0 else slot for slot in plan.slots],
-                         device=table.device)
-    return table[index]
+    one = torch.ones_like(next(iter(vectors.values())))
+    table = torch.stack([vectors.get(name, one) for name in plan.order] + [one])
+    return table[plan.gather(table.device)]
 
 
 def forward_rows(module: Any, x: torch.Tensor, plan: RowPlan, *args: Any,

@@ -48,6 +48,17 @@ class RowPlan:
         self.order = tuple(sorted(set(names) - {base}))
         slot = {name: k for k, name in enumerate(self.order)}
         self.slots = tuple(slot.get(name, -1) for name in names)
+        self._gather: dict[torch.device, torch.Tensor] = {}
+
+    def gather(self, device: torch.device) -> torch.Tensor:
+        """Each row's slot as an index on `device`, a base-model row's one past the adapters'
+        (made once a forward, for every module that gathers by row)."""
+        index = self._gather.get(device)
+        if index is None:
+            none = len(self.order)
+            index = self._gather[device] = torch.tensor(
+                [none if slot < 0 else slot for slot in self.slots], device=device)
+        return index
 
 
 class Stacks:
