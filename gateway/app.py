@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from catalogue.paths import local_path
 from gateway import errors
 from gateway.deps import operator
 from gateway.errors import APIError
@@ -25,9 +24,9 @@ from gateway.settings import GatewaySettings
 from gateway.slots import TenantSlots
 from gateway.tenants import TenantDirectory
 from gateway.tokens import TextTokens
-from state.adapters import AdapterRegistry
+from state.adapters import AdapterReader
 from state.db import Database
-from state.files import FileStore
+from state.files import FileReader
 from state.jobs import JobReader
 from state.storage import Reserve
 
@@ -46,13 +45,12 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state = app.state
         state.settings = settings
         state.started = int(time.time())
-        state.db = Database(settings.db_path)
-        state.registry = AdapterRegistry(state.db, settings.data_dir, settings.model,
-                                         local_path(settings.model))
-        state.files = FileStore(state.db, settings.data_dir)
+        state.db = Database(settings.db_path, read_only=True)  # the worker manager writes
+        state.registry = AdapterReader(state.db, settings.data_dir, settings.model)
+        state.files = FileReader(state.db, settings.data_dir)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)
-        state.jobs = JobReader(state.db)  # the worker manager writes jobs
+        state.jobs = JobReader(state.db)
         state.text_tokens = TextTokens(settings.model)
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,
                                              max_concurrent=settings.max_concurrent,

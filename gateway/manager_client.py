@@ -19,6 +19,7 @@ import zmq.asyncio
 
 from wire import manager as W
 from wire.jobs import JobCommand, JobState
+from wire.store import StoreAnswer, StoreCommand
 
 log = logging.getLogger("gateway.manager")
 
@@ -110,6 +111,15 @@ class ManagerClient:
     async def job(self, command: JobCommand, timeout_s: float) -> JobState | None:
         """Ask the manager to act on a job; its answer once the action took effect (a running
         job's pause or cancel: once its trainer stopped), or None after `timeout_s`."""
+        return await self._ask(command, JobState, timeout_s)
+
+    async def store(self, command: StoreCommand, timeout_s: float) -> StoreAnswer | None:
+        """Ask the manager to change a record (`wire.store`); its answer once done or refused,
+        or None after `timeout_s`."""
+        return await self._ask(command, StoreAnswer, timeout_s)
+
+    async def _ask(self, command: JobCommand | StoreCommand, answer_type: type,
+                   timeout_s: float):
         if not self.up:
             raise ManagerUnavailable("the worker manager is not reachable")
         queue: asyncio.Queue = asyncio.Queue()
@@ -121,7 +131,7 @@ class ManagerClient:
             return None
         finally:
             self._queues.pop(command.id, None)
-        return answer if isinstance(answer, JobState) else None
+        return answer if isinstance(answer, answer_type) else None
 
     async def fresh_status(self, timeout_s: float = 2.0) -> W.StatusReply | None:
         future = asyncio.get_running_loop().create_future()

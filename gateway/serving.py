@@ -19,7 +19,7 @@ from fastapi import Request
 from gateway.errors import APIError, model_not_found
 from gateway.manager_client import ManagerClient, ManagerUnavailable
 from gateway.tenants import Tenant
-from state.adapters import AdapterRegistry
+from state.adapters import AdapterReader
 from state.versions import choose, split_id, weights
 from wire import manager as W
 
@@ -132,7 +132,7 @@ class Run:
 
 
 class Serving:
-    def __init__(self, manager: ManagerClient, registry: AdapterRegistry, base_model: str,
+    def __init__(self, manager: ManagerClient, registry: AdapterReader, base_model: str,
                  first_timeout_s: float) -> None:
         self.manager = manager
         self.registry = registry

@@ -120,19 +120,16 @@ def tenants_revoke(args: argparse.Namespace) -> int:
 
 
 def adapters_register(args: argparse.Namespace) -> int:
-    from catalogue.paths import local_path
-    from state.adapters import AdapterError, AdapterRegistry
-    from state.db import Database
+    from launcher.records import Refused, register
 
     settings = GatewaySettings(data_dir=Path(args.data_dir), model=args.model)
-    registry = AdapterRegistry(Database(settings.db_path), settings.data_dir, settings.model,
-                               local_path(settings.model))
     try:
-        version = registry.register(args.tenant, args.name, Path(args.directory))
-    except AdapterError as exc:
+        version = register(settings.data_dir, settings.model, args.tenant, args.name,
+                           Path(args.directory))
+    except Refused as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
-    sys.stdout.write(f"registered {version.id} ({version.peft_type}) for tenant {args.tenant}\n")
+    sys.stdout.write(f"registered {version} for tenant {args.tenant}\n")
     return 0
 
 

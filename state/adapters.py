@@ -1,4 +1,5 @@
-"""Tenants' adapters on disk, in PEFT format, each owned by one tenant.
+"""Tenants' adapters on disk, in PEFT format, each owned by one tenant (read here; the worker
+manager writes them, `workers.manager.adapter_store`).
 
 An adapter directory holds adapter_config.json and adapter_model.safetensors (loadable by
 PeftModel.from_pretrained). Registering copies it into DATA_DIR/adapters/<tenant>/<uuid>/ as an
@@ -8,39 +9,17 @@ versions serve them (state.versions), the `versions` table each version's direct
 
 from __future__ import annotations
 
-import functools
-import json
-import logging
 import re
-import shutil
-import time
-import uuid
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from state.adapter_check import AdapterMismatch, check
 from state.db import Database
-from state.storage import (
-    DIR_MODE,
-    Reserve,
-    delete_freeing_space,
-    file_sha256,
-    staged_dir,
-    write_new,
-)
-from state.tensorfile import Shapes, TensorFileError, model_shapes, read_shapes
-from state.versions import VersionRecord, Versions
+from state.storage import DIR_MODE
+from state.versions import VersionReader
 
-log = logging.getLogger("state.adapters")
-SUPPORTED = {"LORA", "IA3", "ADALORA", "PREFIX_TUNING", "PROMPT_TUNING"}
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FILES = ("adapter_config.json", "adapter_model.safetensors")
-
-
-class AdapterError(ValueError):
-    pass
-
-
+STAGED = re.compile(r"^adapter-[0-9a-f]{24}$")  # a staged upload's name
 @dataclass(frozen=True)
 class AdapterRecord:
     """A model name (what /v1/models lists) and what it serves now."""
@@ -59,97 +38,24 @@ class AdapterRecord:
     version: int = 1  # the primary serving version (or the latest, when none serves)
 
 
-class AdapterRegistry:
-    def __init__(self, db: Database, data_dir: Path, base: str,
-                 base_dir: Path | None = None) -> None:
-        """`base_dir`: the base model's directory, whose weights' shapes adapters must fit
-        (None: checked against their own config only)."""
+class AdapterReader:
+    def __init__(self, db: Database, data_dir: Path, base: str) -> None:
         self.db = db
-        self.root = data_dir / "adapters"
-        self.reserve = Reserve(data_dir)
+        self.data_dir = data_dir
         self.base = base
-        self.base_dir = base_dir
-        self.versions = Versions(db)
+        self.versions = VersionReader(db)
 
-    @functools.cached_property
-    def base_shapes(self) -> Shapes | None:
-        if self.base_dir is None:
-            return None
-        try:
-            return model_shapes(self.base_dir)
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("base model weights at %s not readable (%s): adapters are checked "
-                        "against their config only", self.base_dir, exc)
-            return None
+    def staging(self) -> Path:
+        """A fresh private directory for an adapter upload on its way in (the manager's
+        `AdapterRegistry.register` takes it by name; the caller removes it otherwise)."""
+        directory = self.data_dir / "staging" / f"adapter-{secrets.token_hex(12)}"
+        directory.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        directory.mkdir(mode=DIR_MODE)
+        return directory
 
-    def register(self, tenant: str, name: str, source: Path, *, model_id: str | None = None,
-                 origin: str = "registered", job_id: str | None = None,
-                 in_service: bool = True, lineage: dict | None = None,
-                 hold: bool = False) -> VersionRecord:
-        """Store `source` as a new immutable version: version 1 of a new model, or the next
-        version of the tenant's model `name` (serving at once when `in_service`, unless `hold`:
-        then it waits for `promote`, e.g. until a worker has loaded it). A `model_id` (a job's
-        `ft:` model or checkpoint) names a model that has exactly one version."""
-        named = model_id is None
-        if named:
-            if not NAME.match(name):
-                raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
-                                   "(at most 64)")
-            model_id = f"{tenant}/{name}"
-        peft_type = validate(source, self.base_shapes)
-        existing = self.get(model_id)
-        if existing is not None and not named:
-            raise AdapterError(f"a model with id {model_id!r} already exists")
-        target = self.root / tenant / uuid.uuid4().hex
-        target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        with staged_dir(target) as staging:
-            for filename in FILES:
-                with (source / filename).open("rb") as f:
-                    write_new(staging / filename, iter(lambda f=f: f.read(1 << 20), b""))
-        try:
-            return self._record(tenant, model_id, existing, target, peft_type, origin, job_id,
-                                in_service, lineage, hold)
-        except BaseException:  # no version without its files, no files without a version
-            shutil.rmtree(target, ignore_errors=True)
-            raise
-
-    def _record(self, tenant: str, model_id: str, existing: AdapterRecord | None, target: Path,
-                peft_type: str, origin: str, job_id: str | None, in_service: bool,
-                lineage: dict | None, hold: bool = False) -> VersionRecord:
-        lineage = {**_lineage(target), **(lineage or {})}
-        created = int(time.time())
-        with self.db.transaction() as conn:
-            if existing is None:
-                conn.execute("INSERT OR IGNORE INTO models (id, tenant, base, path, peft_type, "
-                             "created, source, job_id, in_service, serving, history, version) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, '[]', '[]', 1)",
-                             (model_id, tenant, self.base, str(target), peft_type, created,
-                              origin, job_id))
-            number = conn.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM versions "
-                                  "WHERE model = ?", (model_id,)).fetchone()[0]
-            conn.execute("INSERT INTO versions (model, number, path, peft_type, created, "
-                         "source, job_id, lineage, passed_gates) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (model_id, number, str(target), peft_type, created, origin, job_id,
-                          json.dumps(lineage), int(in_service)))
-            if in_service and not hold:
-                self.versions.serve(conn, model_id, [[number, 100]])
-        return self.versions.get(model_id, number)
-
-    def withdraw(self, version: VersionRecord) -> None:
-        """Forget a version that never served: the whole model if it was its only one."""
-        if len(self.versions.list(version.model)) == 1:
-            self.delete(version.model)
-        else:
-            self.versions.delete(version.model, version.number)
-
-    def promote(self, model_id: str, number: int | None = None) -> None:
-        """Serve one version (by default the latest) with all of the name's traffic."""
-        with self.db.transaction() as conn:
-            if number is None:
-                number = conn.execute("SELECT MAX(number) FROM versions WHERE model = ?",
-                                      (model_id,)).fetchone()[0]
-            self.versions.serve(conn, model_id, [[number, 100]])
+    def staged(self, name: str) -> Path | None:
+        """The staged upload of this name, or None when the name is not one `staging` gives."""
+        return self.data_dir / "staging" / name if STAGED.match(name) else None
 
     def get(self, model_id: str) -> AdapterRecord | None:
         rows = self.db.query("SELECT * FROM models WHERE id = ?", (model_id,))
@@ -163,53 +69,3 @@ class AdapterRegistry:
         rows = self.db.query("SELECT * FROM models WHERE tenant = ? ORDER BY created, id",
                              (tenant,))
         return [AdapterRecord(**dict(r)) for r in rows]
-
-    def delete(self, model_id: str) -> list[str]:
-        """Delete a model with every version; the version ids that were deleted."""
-        versions = self.versions.list(model_id)
-
-        def forget() -> None:
-            with self.db.transaction() as conn:
-                conn.execute("DELETE FROM versions WHERE model = ?", (model_id,))
-                conn.execute("DELETE FROM models WHERE id = ?", (model_id,))
-
-        def remove() -> None:
-            for version in versions:
-                shutil.rmtree(version.path, ignore_errors=True)
-
-        delete_freeing_space(forget, remove, self.reserve)
-        return [v.id for v in versions]
-
-
-def _lineage(directory: Path) -> dict:
-    config = json.loads((directory / "adapter_config.json").read_text())
-    return {"adapter_sha256": file_sha256(directory / "adapter_model.safetensors"),
-            "peft_config": config}
-
-
-def validate(directory: Path, base: Shapes | None = None) -> str:
-    """The PEFT type of an adapter directory, or AdapterError saying what is wrong: its config,
-    its safetensors file read whole, and its tensors against the config and the `base` model's
-    weight shapes."""
-    for filename in FILES:
-        if not (directory / filename).is_file():
-            raise AdapterError(f"an adapter directory needs {filename}")
-    try:
-        config = json.loads((directory / "adapter_config.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AdapterError(f"adapter_config.json is not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise AdapterError("adapter_config.json must hold a JSON object, not "
-                           f"{type(config).__name__}")
-    peft_type = str(config.get("peft_type", "")).upper()
-    if peft_type not in SUPPORTED:
-        raise AdapterError(f"peft_type {peft_type or 'missing'!r} is not supported "
-                           f"(supported: {', '.join(sorted(SUPPORTED))})")
-    if config.get("use_dora"):
-        raise AdapterError("DoRA adapters need the base weights and cannot be served")
-    try:
-        tensors = read_shapes(directory / "adapter_model.safetensors")
-        check(peft_type, config, tensors, base)
-    except (TensorFileError, AdapterMismatch) as exc:
-        raise AdapterError(str(exc)) from None
-    return peft_type

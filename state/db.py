@@ -1,4 +1,5 @@
-"""The gateway's state in SQLite (WAL) in the data dir: one connection, one lock, migrations."""
+"""The data dir's records in SQLite (WAL): one connection, one lock, migrations. The worker
+manager writes them; the gateway's connection only reads (`read_only`)."""
 
 from __future__ import annotations
 
@@ -122,7 +123,10 @@ def db_path(data_dir: Path) -> Path:
 
 
 class Database:
-    def __init__(self, path: Path, migrations: list[str] | None = None) -> None:
+    def __init__(self, path: Path, migrations: list[str] | None = None, *,
+                 read_only: bool = False) -> None:
+        """`read_only`: after bringing the schema up to date (whoever opens the file first), this
+        connection refuses every write (SQLite's query_only)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.conn.row_factory = sqlite3.Row
@@ -131,6 +135,8 @@ class Database:
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.lock = threading.RLock()
         self._migrate(migrations if migrations is not None else MIGRATIONS)
+        if read_only:
+            self.conn.execute("PRAGMA query_only=ON")
 
     def _migrate(self, migrations: list[str]) -> None:
         with self.transaction() as conn:

@@ -1,16 +1,19 @@
-"""Uploaded files: stored under DATA_DIR/files/<id> (client filenames are never paths)."""
+"""Uploaded files: stored under DATA_DIR/files/<id> (client filenames are never paths); read
+here, written by the worker manager (`workers.manager.file_store`). An upload is staged beside
+them (`FileReader.staging`) by the gateway, which then asks the manager to keep it."""
 
 from __future__ import annotations
 
+import re
 import secrets
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from state.db import Database
-from state.storage import DIR_MODE, Reserve, delete_freeing_space, write_new
+from state.storage import DIR_MODE
 
 PURPOSES = {"fine-tune", "fine-tune-results"}
+STAGED = re.compile(r"^upload-[0-9a-f]{24}\.tmp$")  # a staged upload's name
 
 
 def new_id(prefix: str) -> str:
@@ -36,41 +39,20 @@ class FileRecord:
                 "purpose": self.purpose, "status": self.status, "status_details": None}
 
 
-class FileStore:
+class FileReader:
     def __init__(self, db: Database, data_dir: Path) -> None:
         self.db = db
         self.root = data_dir / "files"
-        self.reserve = Reserve(data_dir)
         self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
 
     def staging(self) -> Path:
-        """A fresh private path beside the files for an upload on its way in (`create` adopts
-        it; the caller removes it otherwise)."""
+        """A fresh private path beside the files for an upload on its way in (the manager's
+        `FileStore.create` adopts it by name; the caller removes it otherwise)."""
         return self.root / f"{new_id('upload')}.tmp"
 
-    def create(self, tenant: str, filename: str, purpose: str, data: bytes | Path, *,
-               examples: int = 0, format: str | None = None) -> FileRecord:
-        """A new file from bytes, or adopting a staged file whole (`staging`)."""
-        file_id = new_id("file")
-        path = self.root / file_id
-        if isinstance(data, Path):
-            size = data.stat().st_size
-            data.rename(path)
-        else:
-            size = write_new(path, data)
-        record = FileRecord(file_id, tenant, size, int(time.time()),
-                            _safe_name(filename), purpose, "processed", str(path), examples,
-                            format)
-        try:
-            with self.db.transaction() as conn:
-                conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (record.id, record.tenant, record.bytes, record.created_at,
-                              record.filename, record.purpose, record.status, record.path,
-                              record.examples, record.format))
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        return record
+    def staged(self, name: str) -> Path | None:
+        """The staged upload of this name, or None when the name is not one `staging` gives."""
+        return self.root / name if STAGED.match(name) else None
 
     def get(self, file_id: str, tenant: str) -> FileRecord | None:
         rows = self.db.query("SELECT * FROM files WHERE id = ? AND tenant = ?", (file_id, tenant))
@@ -93,17 +75,3 @@ class FileStore:
         params.append(limit + 1)
         rows = [FileRecord(**dict(r)) for r in self.db.query(sql, tuple(params))]
         return rows[:limit], len(rows) > limit
-
-    def delete(self, record: FileRecord) -> None:
-        def forget() -> None:
-            with self.db.transaction() as conn:
-                conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
-
-        delete_freeing_space(forget, lambda: Path(record.path).unlink(missing_ok=True),
-                             self.reserve)
-
-
-def _safe_name(filename: str) -> str:
-    """Kept for display only: the last path component, printable, at most 255 characters."""
-    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return "".join(c for c in name if c.isprintable())[:255] or "upload"

@@ -4,7 +4,7 @@ The gateway sends a `Generate` per prompt; the manager routes it to the tenant's
 starting one if needed, which serves all of the tenant's models; the worker streams `Started`,
 `Delta`s and `Done` (or `Failed`) back through the manager. `Abort` stops a request whose HTTP
 client went away. Fine-tuning jobs are controlled over the same sockets by the messages of
-`wire.jobs`.
+`wire.jobs`, and the data dir's records by those of `wire.store`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from wire.jobs import (
     TrainerStarted,
     TrainerStopped,
 )
+from wire.store import StoreAnswer, StoreCommand
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -166,11 +167,6 @@ class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):
     executor: ExecutorFigures | None = None
 
 
-class Evict(msgspec.Struct, tag="evict", array_like=True):
-    tenant: str
-    model: str
-
-
 class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
     """A version now serves part of its name's traffic: the tenant's worker, if it is up, loads
     it before the first request (gateway -> manager -> worker)."""
@@ -181,9 +177,9 @@ class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
 
 Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | AdapterCache
            | Unload
-           | Stop | Status | StatusReply | Evict | Prefetch | JobCommand | JobState | TrainerHello
+           | Stop | Status | StatusReply | Prefetch | JobCommand | JobState | TrainerHello
            | TrainerControl | TrainerAck | TrainerStarted | TrainerEvent | TrainerCheckpoint
-           | TrainerFinished | TrainerStopped)
+           | TrainerFinished | TrainerStopped | StoreCommand | StoreAnswer)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -31,8 +31,8 @@ PROMPT = "A tenant asks one of its many adapters for a few words"
 def register(data_dir: Path, paths: list[Path], tenants: int) -> list[str]:
     """Adapter k goes to tenant k % tenants (popular adapters spread over tenants); the model
     id of each."""
-    from state.adapters import AdapterRegistry
     from state.db import Database, db_path
+    from workers.manager.adapter_store import AdapterRegistry
 
     data_dir.mkdir(parents=True)
     registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, MODEL)

@@ -103,8 +103,8 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
 
 
 def _register(data_dir: Path, model: str, adapters: list[Path]) -> None:
-    from state.adapters import AdapterRegistry
     from state.db import Database, db_path
+    from workers.manager.adapter_store import AdapterRegistry
 
     registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, model)
     for tenant, directory in enumerate(adapters):

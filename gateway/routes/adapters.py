@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import tempfile
+import contextlib
+import shutil
 import uuid
 from dataclasses import replace
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
+from gateway.records import change
 from gateway.serving import Target
 from gateway.tenants import Tenant
 from openapi.common import Model
-from state.adapters import AdapterError
-from state.versions import VersionRecord
+from state.versions import VersionRecord, split_id
 from wire import manager as W
+from wire.store import StoreAction
 
 router = APIRouter(prefix="/v1", tags=["adapters"],
                    responses=documented(400, 422))
@@ -35,29 +36,33 @@ async def register_adapter(request: Request, tenant: TenantDep,
     /v1/adapters/{model}/promote and /split)."""
     state = request.app.state
     limit = state.settings.max_upload_bytes
-    with tempfile.TemporaryDirectory(dir=state.settings.data_dir) as tmp:
+    staged = state.registry.staging()
+    try:
         for upload, filename in ((adapter_config, "adapter_config.json"),
                                  (adapter_model, "adapter_model.safetensors")):
             data = await upload.read(limit + 1)
             if len(data) > limit:
                 raise APIError(413, f"{filename} is larger than {limit} bytes", "file_too_large")
-            (Path(tmp) / filename).write_bytes(data)
-        try:
-            version = state.registry.register(tenant.id, name, Path(tmp), in_service=promote,
-                                              hold=promote)
-        except AdapterError as exc:
-            raise APIError(400, str(exc), "invalid_adapter") from None
+            (staged / filename).write_bytes(data)
+        made = await change(state.manager, StoreAction.ADD_ADAPTER, tenant.id, name=name,
+                            staged=staged.name, serve=promote, hold=promote)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    model, number = split_id(made.made)
+    version = state.registry.versions.get(model, number)
     if promote:  # it serves the name only once a worker has loaded it
         try:
             await loads_in_a_worker(state, tenant, version)
         except APIError as exc:
-            state.registry.withdraw(version)
+            with contextlib.suppress(APIError):  # a held version that stays never serves
+                await change(state.manager, StoreAction.WITHDRAW, tenant.id, model=model,
+                             number=number)
             if exc.code != "adapter_load_failed":  # the manager or executor down: retry later
                 raise
             raise APIError(422, f"The adapter did not load in a worker, so nothing was stored "
                            f"and {version.model} serves as before: {exc.message}",
                            "adapter_load_failed", "adapter_model") from None
-        state.registry.promote(version.model, version.number)
+        await change(state.manager, StoreAction.PROMOTE, tenant.id, model=model, number=number)
     return Model(id=version.model, created=version.created, owned_by=tenant.id,
                  parent=state.registry.base, root=state.registry.base,
                  peft_type=version.peft_type, in_service=promote, version=version.number)

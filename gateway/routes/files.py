@@ -12,8 +12,10 @@ from starlette.concurrency import run_in_threadpool
 from gateway.dataset import validate_jsonl
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
+from gateway.records import change
 from openapi.files import FileDeleted, FileList, FileObject
 from state.storage import write_new
+from wire.store import StoreAction
 
 router = APIRouter(prefix="/v1", tags=["files"],
                    responses=documented(400, 404, 409))
@@ -41,12 +43,13 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
                                              tokens.max_context)
             if not report.ok:
                 raise APIError(400, report.message(), "invalid_file_format", "file")
-            record = await run_in_threadpool(state.files.create, tenant.id,
-                                             file.filename or "upload.jsonl", purpose, staged,
-                                             examples=report.examples, format=report.format)
+            made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
+                                name=file.filename or "upload.jsonl", purpose=purpose,
+                                staged=staged.name, examples=report.examples,
+                                format=report.format)
         finally:
             staged.unlink(missing_ok=True)
-    return FileObject(**record.public())
+    return FileObject(**state.files.get(made.made, tenant.id).public())
 
 
 def copy_at_most(source: BinaryIO, target: Path, limit: int) -> int:
@@ -100,14 +103,8 @@ async def file_content(file_id: str, request: Request, tenant: TenantDep) -> Res
 
 @router.delete("/files/{file_id}", response_model=FileDeleted)
 async def delete_file(file_id: str, request: Request, tenant: TenantDep) -> FileDeleted:
-    state = request.app.state
-    record = state.files.get(file_id, tenant.id)
-    if record is None:
+    if request.app.state.files.get(file_id, tenant.id) is None:
         raise _not_found(file_id)
-    users = state.jobs.using_file(file_id, tenant.id)
-    if users:
-        raise APIError(409, f"File {file_id} is used by fine-tuning job(s) that have not "
-                       f"finished: {', '.join(users)}. Cancel them or wait for them to finish.",
-                       "file_in_use", "file_id")
-    state.files.delete(record)
+    await change(request.app.state.manager, StoreAction.DELETE_FILE, tenant.id, param="file_id",
+                 file_id=file_id)
     return FileDeleted(id=file_id, deleted=True)

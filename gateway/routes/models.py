@@ -6,9 +6,10 @@ from fastapi import APIRouter, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented, model_not_found
+from gateway.records import change
 from openapi.common import DeletedModel, Model, ModelList
 from state.versions import split_id, weights
-from wire import manager as W
+from wire.store import StoreAction
 
 router = APIRouter(prefix="/v1", tags=["models"],
                    responses=documented(404, 409))
@@ -52,19 +53,8 @@ async def delete_model(model: str, request: Request, tenant: TenantDep) -> Delet
         raise APIError(403, "The base model cannot be deleted.", "permission_denied", "model")
     if state.registry.visible(model, tenant.id) is None:
         raise model_not_found(model)
-    refuse_if_training(request, tenant.id, model)
-    for version_id in state.registry.delete(model):
-        await state.manager.send(W.Evict(tenant.id, version_id))
+    await change(state.manager, StoreAction.DELETE_MODEL, tenant.id, param="model", model=model)
     return DeletedModel(id=model, deleted=True)
-
-
-def refuse_if_training(request: Request, tenant_id: str, model_id: str) -> None:
-    """A 409 while unfinished jobs continue training `model_id` (they will read its adapter)."""
-    users = request.app.state.jobs.using_model(model_id, tenant_id)
-    if users:
-        raise APIError(409, f"{model_id} is being trained further by fine-tuning job(s) that "
-                       f"have not finished: {', '.join(users)}. Cancel them or wait for them "
-                       "to finish.", "model_in_use", "model")
 
 
 @router.post("/fine_tuning/models/{model:path}/promote", response_model=Model)
@@ -74,5 +64,5 @@ async def promote_model(model: str, request: Request, tenant: TenantDep) -> Mode
     hold slashes, so that path would also be a model's.)"""
     if request.app.state.registry.visible(model, tenant.id) is None:
         raise model_not_found(model)
-    request.app.state.registry.promote(model)
+    await change(request.app.state.manager, StoreAction.PROMOTE, tenant.id, model=model)
     return await retrieve_model(model, request, tenant)

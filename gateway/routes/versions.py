@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 
 from gateway.deps import TenantDep
-from gateway.errors import APIError, documented, model_not_found
-from gateway.routes.models import refuse_if_training
+from gateway.errors import documented, model_not_found
+from gateway.records import change
 from openapi.versions import (
     AdapterVersion,
     AdapterVersionList,
@@ -22,14 +22,15 @@ from openapi.versions import (
     SplitRequest,
     VersionWeight,
 )
-from state.adapters import AdapterRecord, AdapterRegistry
-from state.versions import VersionError, weights
+from state.adapters import AdapterReader, AdapterRecord
+from state.versions import weights
 from wire import manager as W
+from wire.store import StoreAction
 
 router = APIRouter(prefix="/v1/adapters", tags=["adapters"], responses=documented(400, 404, 409))
 
 
-def listing(registry: AdapterRegistry, record: AdapterRecord) -> AdapterVersionList:
+def listing(registry: AdapterReader, record: AdapterRecord) -> AdapterVersionList:
     split = dict(weights(record.serving))
     data = [AdapterVersion(id=v.id, model=v.model, version=v.number, created_at=v.created,
                            peft_type=v.peft_type, source=v.source, job_id=v.job_id,
@@ -48,25 +49,19 @@ def _owned(request: Request, tenant_id: str, model: str) -> AdapterRecord:
     return record
 
 
-def _refused(exc: VersionError) -> APIError:
-    code = "model_not_found" if exc.status == 404 else "invalid_version"
-    return APIError(exc.status, str(exc), code, "version")
-
-
-async def _changed(request: Request, record: AdapterRecord, change) -> AdapterVersionList:
+async def _changed(request: Request, record: AdapterRecord, action: StoreAction,
+                   **fields) -> AdapterVersionList:
     """The change made, and the versions that now serve loaded ahead of their first request."""
-    registry = request.app.state.registry
-    try:
-        change()
-    except VersionError as exc:
-        raise _refused(exc) from None
-    changed = registry.get(record.id)
+    state = request.app.state
+    await change(state.manager, action, record.tenant, param="version", model=record.id,
+                 **fields)
+    changed = state.registry.get(record.id)
     for number, _ in weights(changed.serving):
-        version = registry.versions.get(record.id, number)
+        version = state.registry.versions.get(record.id, number)
         if version is not None:
-            await request.app.state.manager.send(W.Prefetch(
+            await state.manager.send(W.Prefetch(
                 record.tenant, version.id, W.AdapterRef(version.path, version.peft_type)))
-    return listing(registry, changed)
+    return listing(state.registry, changed)
 
 
 @router.get("/{model:path}/versions", response_model=AdapterVersionList)
@@ -81,17 +76,14 @@ async def promote(model: str, request: Request, tenant: TenantDep,
     """Serve one version (the latest by default, also without a body) with all of the name's
     traffic."""
     record = _owned(request, tenant.id, model)
-    registry = request.app.state.registry
     number = body.version if body is not None else None
-    return await _changed(request, record, lambda: registry.promote(record.id, number))
+    return await _changed(request, record, StoreAction.PROMOTE, number=number)
 
 
 @router.post("/{model:path}/rollback", response_model=AdapterVersionList)
 async def rollback(model: str, request: Request, tenant: TenantDep) -> AdapterVersionList:
     """Serve what served before the last promote, split or rollback's change."""
-    record = _owned(request, tenant.id, model)
-    return await _changed(request, record,
-                          lambda: request.app.state.registry.versions.rollback(record.id))
+    return await _changed(request, _owned(request, tenant.id, model), StoreAction.ROLLBACK)
 
 
 @router.post("/{model:path}/split", response_model=AdapterVersionList)
@@ -99,9 +91,8 @@ async def split(model: str, body: SplitRequest, request: Request,
                 tenant: TenantDep) -> AdapterVersionList:
     """Split the name's traffic between versions by weight (sticky per request `user`)."""
     record = _owned(request, tenant.id, model)
-    entries = [[w.version, w.weight] for w in body.weights]
-    return await _changed(request, record,
-                          lambda: request.app.state.registry.versions.split(record.id, entries))
+    return await _changed(request, record, StoreAction.SPLIT,
+                          split=[[w.version, w.weight] for w in body.weights])
 
 
 @router.delete("/{model:path}/versions/{number}", response_model=DeletedVersion)
@@ -110,10 +101,6 @@ async def delete_version(model: str, number: Annotated[int, Path(ge=1, le=999_99
                          tenant: TenantDep) -> DeletedVersion:
     """Delete a version that does not serve the name."""
     record = _owned(request, tenant.id, model)
-    refuse_if_training(request, tenant.id, f"{record.id}@{number}")
-    try:
-        version = request.app.state.registry.versions.delete(record.id, number)
-    except VersionError as exc:
-        raise _refused(exc) from None
-    await request.app.state.manager.send(W.Evict(tenant.id, version.id))
-    return DeletedVersion(id=version.id, deleted=True)
+    done = await change(request.app.state.manager, StoreAction.DELETE_VERSION, tenant.id,
+                        param="version", model=record.id, number=number)
+    return DeletedVersion(id=done.deleted[0], deleted=True)

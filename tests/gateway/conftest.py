@@ -1,8 +1,9 @@
-"""The gateway in-process (TestClient): with no worker manager behind it (`client`), or with
-the manager's job queue behind it (`managed`)."""
+"""The gateway in-process (TestClient), with the manager's records and job queue behind it
+(`ManagerStandIn`; `client`, or `managed` with the stand-in), or with no manager (`unmanaged`)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -17,7 +18,7 @@ KEY = {"Authorization": "Bearer sk-acme"}
 
 
 @pytest.fixture()
-def client(tmp_path) -> Iterator[TestClient]:
+def unmanaged(tmp_path) -> Iterator[TestClient]:
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
                                manager="ipc:///tmp/symbiosis-test-no-manager.sock",
                                max_body_bytes=64 * 1024)
@@ -27,17 +28,29 @@ def client(tmp_path) -> Iterator[TestClient]:
 
 @pytest.fixture()
 def managed(tmp_path) -> Iterator[tuple[TestClient, ManagerStandIn]]:
-    """The gateway with the manager's job queue behind it (`ManagerStandIn`): one job slot."""
-    endpoint = f"ipc://{tmp_path}/manager.sock"
+    """The gateway with the manager's records and job queue behind it: one job slot."""
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
-                               manager=endpoint, max_body_bytes=64 * 1024)
-    with TestClient(create_app(settings)) as c:
-        manager = ManagerStandIn(tmp_path, endpoint)
-        try:
+                               manager=f"ipc://{tmp_path}/manager.sock",
+                               max_body_bytes=64 * 1024)
+    with serving(settings) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving(settings: GatewaySettings) -> Iterator[tuple[TestClient, ManagerStandIn]]:
+    """A gateway of these settings, with the stand-in manager on its manager endpoint."""
+    manager = ManagerStandIn(settings.data_dir, settings.manager)  # bound first: up at once
+    try:
+        with TestClient(create_app(settings)) as c:
             wait_until_up(c)
             yield c, manager
-        finally:
-            manager.close()
+    finally:
+        manager.close()
+
+
+@pytest.fixture()
+def client(managed) -> TestClient:
+    return managed[0]
 
 
 def wait_until_up(client: TestClient, timeout_s: float = 10.0) -> None:

@@ -1,6 +1,7 @@
-"""The worker manager's job queue behind a gateway under test, in a thread: a ROUTER socket on
-the gateway's manager endpoint, answering its heartbeats and its job commands through the
-manager's own `JobScheduler` and `JobLedger` on the gateway's data dir. Its trainers are
+"""The worker manager's records and job queue behind a gateway under test, in a thread: a ROUTER
+socket on the gateway's manager endpoint, answering its heartbeats, its record changes and its
+job commands through the manager's own `Records` (`StoreDesk`, `JobScheduler`, `JobLedger`) on
+the gateway's data dir; a `Generate` is answered 503 (no workers here). Its trainers are
 stand-ins (no process, no training): each says hello at once and, asked to pause or cancel,
 reports that it stopped and exits."""
 
@@ -14,14 +15,12 @@ from pathlib import Path
 import msgspec
 import zmq
 
-from state.db import Database, db_path
-from state.files import FileStore
 from wire import manager as W
 from wire.jobs import JobAction, JobCommand, JobStatus, TrainerControl, TrainerStopped
 from wire.spawner import TrainerSpec
-from workers.manager.job_ledger import JobLedger
-from workers.manager.job_store import JobStore
+from wire.store import StoreCommand
 from workers.manager.jobs import JobScheduler
+from workers.manager.records import Records
 from workers.manager.specs import trainer_job
 
 STOPPED = {JobAction.PAUSE: JobStatus.PAUSED, JobAction.CANCEL: JobStatus.CANCELLED,
@@ -30,15 +29,14 @@ STOPPED = {JobAction.PAUSE: JobStatus.PAUSED, JobAction.CANCEL: JobStatus.CANCEL
 
 class ManagerStandIn:
     def __init__(self, data_dir: Path, endpoint: str, max_jobs: int = 1) -> None:
-        db = Database(db_path(data_dir))
-        self.db = db
-        files = FileStore(db, data_dir)
+        self.records = Records(data_dir, "tiny-llama", endpoint)
+        self.registry, files = self.records.registry, self.records.files
         self.started: list[str] = []  # job ids, in the order their trainers started
         self._pids = itertools.count(1000)
         self._trainers: dict[str, int] = {}  # job id -> its stand-in trainer's "pid"
         self._next: list[Callable[[], object]] = []  # trainers' doings, after each message
         self.scheduler = JobScheduler(
-            JobLedger(JobStore(db), files, data_dir), self._start,
+            self.records.ledger, self._start,
             lambda job: TrainerSpec(job=trainer_job(job, files), data_dir=str(data_dir),
                                     base=job.model, executor="", manager=endpoint),
             self._send, self._to_trainer, max_jobs=max_jobs)
@@ -54,7 +52,7 @@ class ManagerStandIn:
         self._thread.join(5)
         self._sock.close(0)
         self._ctx.term()
-        self.db.close()
+        self.records.close()
 
     def _serve(self) -> None:
         while not self._stop.is_set():
@@ -66,6 +64,11 @@ class ManagerStandIn:
                 self._send(identity, W.StatusReply([], True, {}))
             elif isinstance(message, JobCommand):
                 self.scheduler.command(identity, message)
+            elif isinstance(message, StoreCommand):
+                self._send(identity, self.records.desk.command(message))
+            elif isinstance(message, W.Generate):
+                self._send(identity, W.Failed(message.id, 503, "worker_unavailable",
+                                              "no workers behind this stand-in manager"))
             while self._next:
                 self._next.pop(0)()
 

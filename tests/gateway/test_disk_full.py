@@ -11,11 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.gateway.conftest import KEY
+from tests.gateway.conftest import KEY, serving
 
 SIZE = 4 * 2**20
 LINE = json.dumps({"messages": [{"role": "user", "content": "hi"},
@@ -48,11 +46,12 @@ def _files(disk: Path) -> list[str]:
     return sorted(p.name for p in (disk / "files").iterdir())
 
 
-def test_a_full_disk_is_a_507_with_nothing_left_behind_and_delete_frees_it(small_disk) -> None:
+def test_a_full_disk_is_a_507_with_nothing_left_behind_and_delete_frees_it(small_disk,
+                                                                           tmp_path) -> None:
     settings = GatewaySettings(data_dir=small_disk, api_keys="acme=sk-acme",
-                               manager="ipc:///tmp/symbiosis-test-no-manager.sock",
+                               manager=f"ipc://{tmp_path}/manager.sock",
                                min_free_mb=1)
-    with TestClient(create_app(settings)) as client:
+    with serving(settings) as (client, _):
         kept = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
                            files={"file": ("a.jsonl", (LINE * 20).encode())})
         assert kept.status_code == 200, kept.text
@@ -87,8 +86,8 @@ def test_an_adapter_registration_on_a_full_disk_is_a_507_and_stores_nothing(smal
 
     adapter = save_adapter(tmp_path / "adapter", "lora", 1)
     settings = GatewaySettings(data_dir=small_disk, api_keys="acme=sk-acme",
-                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
-    with TestClient(create_app(settings)) as client:
+                               manager=f"ipc://{tmp_path}/manager.sock")
+    with serving(settings) as (client, _):
         _fill(small_disk, 8 * 1024)
         files = {name: (name, (adapter / name).read_bytes()) for name in
                  ("adapter_config.json", "adapter_model.safetensors")}
@@ -98,6 +97,7 @@ def test_an_adapter_registration_on_a_full_disk_is_a_507_and_stores_nothing(smal
         assert response.status_code == 507, response.text
         assert client.get("/v1/models/acme/bot", headers=KEY).status_code == 404
         leftovers = [p for p in small_disk.rglob("*") if p.is_file()
-                     and p.name not in ("filler", ".space-reserve", "state.db", "state.db-wal",
+                     and p.name not in ("filler", ".space-reserve", "manager.lock", "state.db",
+                                        "state.db-wal",
                                         "state.db-shm", "tenants.json")]
         assert leftovers == []

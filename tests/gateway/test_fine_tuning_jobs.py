@@ -18,6 +18,7 @@ from tests.gateway.conftest import KEY, wait_until_up
 from tests.gateway.manager_stand_in import ManagerStandIn
 from tests.gateway.test_validation import assert_openai_error
 from tests.workers.training.test_trainer import gsm8k
+from workers.manager.records import Records
 
 
 def upload(client, headers: dict = KEY) -> str:
@@ -29,8 +30,8 @@ def upload(client, headers: dict = KEY) -> str:
 
 
 def test_a_job_continues_a_model_of_its_tenant_only(managed, tmp_path) -> None:
-    client, _ = managed
-    registry = client.app.state.registry
+    client, manager = managed
+    registry = manager.registry  # the records' writer
     registry.register("acme", "memo", save_adapter(tmp_path / "memo", "lora", 1))
     registry.register("beta", "theirs", save_adapter(tmp_path / "theirs", "lora", 2))
     training = upload(client)
@@ -159,8 +160,12 @@ def test_the_gateway_never_writes_a_job_and_the_manager_moves_them(managed) -> N
         "Job cancelled"]
 
 
-def test_without_the_manager_a_job_is_a_503_and_nothing_is_stored(client) -> None:
-    training = upload(client)
+def test_without_the_manager_a_job_is_a_503_and_nothing_is_stored(unmanaged, tmp_path) -> None:
+    client = unmanaged
+    records = Records(tmp_path, "tiny-llama", "")  # as a manager that stopped left them
+    data = "\n".join(json.dumps(r) for r in gsm8k(10)).encode()
+    training = records.files.create("acme", "train.jsonl", "fine-tune", data, examples=10).id
+    records.close()
     error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
         "model": "tiny-llama", "training_file": training}), 503)
     assert error["code"] == "service_unavailable"
@@ -173,7 +178,7 @@ def test_a_command_the_manager_cannot_record_is_a_503_and_changes_nothing(manage
     job = {"model": "tiny-llama", "training_file": training}
     running, waiting = (client.post("/v1/fine_tuning/jobs", headers=KEY, json=job).json()
                         for _ in range(2))
-    manager.db.close()  # every write of the manager's now fails, as on a broken disk
+    manager.records.db.close()  # every write of the manager's now fails, as on a broken disk
     error = assert_openai_error(client.post(f"/v1/fine_tuning/jobs/{waiting['id']}/pause",
                                             headers=KEY), 503)
     assert error["code"] == "service_unavailable" and waiting["id"] in error["message"]

@@ -6,11 +6,9 @@ import json
 import threading
 import time
 
-from fastapi.testclient import TestClient
-
-from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.gateway.conftest import KEY
+from tests.gateway.conftest import KEY, serving
+from tests.gateway.manager_stand_in import ManagerStandIn
 
 ROW = json.dumps({"messages": [
     {"role": "user", "content": "Tell me something about apples and pears, please. " * 4},
@@ -20,8 +18,8 @@ ROW = json.dumps({"messages": [
 def test_health_answers_while_a_large_upload_is_validated(tmp_path) -> None:
     data = "\n".join([ROW] * 30_000).encode()  # ~14 MB: seconds of tokenizing
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
-                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
-    with TestClient(create_app(settings)) as client:
+                               manager=f"ipc://{tmp_path}/manager.sock")
+    with serving(settings) as (client, _):
         result: dict = {}
 
         def upload() -> None:
@@ -50,8 +48,8 @@ def test_health_answers_while_a_large_upload_is_validated(tmp_path) -> None:
 def test_a_tenants_uploads_are_capped_and_others_go_on(tmp_path) -> None:
     data = "\n".join([ROW] * 20_000).encode()  # seconds of validation each
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
-                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
-    with TestClient(create_app(settings)) as client:
+                               manager=f"ipc://{tmp_path}/manager.sock")
+    with serving(settings) as (client, _):
         busy = client.app.state.uploads
         results: list = []
 
@@ -90,10 +88,11 @@ def test_an_upload_is_never_held_in_the_gateways_memory_whole(tmp_path) -> None:
 
     from launcher.stack import free_port
 
-    port = free_port()
+    port, endpoint = free_port(), f"ipc://{tmp_path}/manager.sock"
     env = {**os.environ, "SYMBIOSIS_DATA_DIR": str(tmp_path / "data"), "SYMBIOSIS_PORT": str(port),
-           "SYMBIOSIS_API_KEYS": "acme=sk-acme",
-           "SYMBIOSIS_MANAGER": "ipc:///tmp/symbiosis-test-no-manager.sock"}
+           "SYMBIOSIS_API_KEYS": "acme=sk-acme", "SYMBIOSIS_MANAGER": endpoint}
+    (tmp_path / "data").mkdir()
+    manager = ManagerStandIn(tmp_path / "data", endpoint)
     gateway = subprocess.Popen([sys.executable, "-m", "gateway"], env=env,
                                stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -122,6 +121,7 @@ def test_an_upload_is_never_held_in_the_gateways_memory_whole(tmp_path) -> None:
     finally:
         gateway.terminate()
         gateway.wait(10)
+        manager.close()
 
 
 def _peak_rss(pid: int) -> int:

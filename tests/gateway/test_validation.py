@@ -137,7 +137,8 @@ def test_unknown_model_is_404_and_unknown_route_too(client) -> None:
     assert_openai_error(client.put("/v1/models", headers=KEY), 405)
 
 
-def test_manager_down_is_503_not_a_hang(client) -> None:
+def test_manager_down_is_503_not_a_hang(unmanaged) -> None:
+    client = unmanaged
     error = assert_openai_error(client.post("/v1/completions", json=COMPLETION, headers=KEY), 503)
     assert error["type"] == "service_unavailable"
     ready = client.get("/ready")

@@ -13,9 +13,9 @@ from tests.gateway.test_validation import assert_openai_error
 
 
 @pytest.fixture()
-def bot(client, tmp_path_factory) -> str:
+def bot(managed, tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("adapters")
-    registry = client.app.state.registry
+    registry = managed[1].registry  # the records' writer
     for seed in (1, 2, 3):
         registry.register("acme", "bot", save_adapter(root / f"a{seed}", "lora", seed),
                           in_service=seed == 1)
@@ -90,8 +90,9 @@ def test_another_tenants_model_is_not_found(client, bot) -> None:
     assert versions(client, bot)["serving"] == [{"version": 1, "weight": 100}]
 
 
-def test_a_candidate_version_is_not_served_until_promoted(client, bot) -> None:
-    registry = client.app.state.registry
+def test_a_candidate_version_is_not_served_until_promoted(managed, bot) -> None:
+    client, manager = managed
+    registry = manager.registry
     source = registry.versions.get(bot, 1).path
     registry.register("acme", "bot", Path(source), origin="fine-tune", in_service=False)
     with registry.db.transaction() as conn:  # as a job's result that failed its gates

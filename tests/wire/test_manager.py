@@ -24,7 +24,6 @@ MESSAGES = [
     W.Status(),
     W.StatusReply([W.WorkerInfo("k", "t", ["m", "t/x@1"], 1, "ready", 0, 1.5, False)], True,
                   {"a": 1}),
-    W.Evict("acme", "acme/x"),
     W.Prefetch("acme", "acme/x@2", W.AdapterRef("/a", "LORA")),
 ]
 

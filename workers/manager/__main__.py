@@ -9,6 +9,7 @@ import sys
 from state.storage import private_files
 from workers.manager.broker import Manager
 from workers.manager.config import parse_config
+from workers.manager.records import Busy
 
 log = logging.getLogger("workers.manager")
 
@@ -22,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: manager.stopped.set())
     log.info("starting with %s", config.model_dump(exclude={"max_jobs"}))  # resolved: at ready
-    manager.serve()
+    try:
+        manager.serve()
+    except Busy as exc:
+        log.error("another worker manager (at %s) holds the data dir %s; stopping",
+                  exc or "an unknown endpoint", config.data_dir)
+        return 1
     return 0
 
 

@@ -24,22 +24,20 @@ from pathlib import Path
 
 import zmq
 
-from state.db import Database, db_path
-from state.files import FileStore
 from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerReport
+from wire.store import StoreCommand
 from workers.manager.admission import Admission
 from workers.manager.capacity import default_max_jobs
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
-from workers.manager.job_ledger import JobLedger
-from workers.manager.job_store import JobStore
 from workers.manager.jobs import JobScheduler
 from workers.manager.links import Links
 from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key
 from workers.manager.preload import preload
+from workers.manager.records import Records, answer
 from workers.manager.requests import Requests
 from workers.manager.spawner_client import SpawnerProcess
 from workers.manager.specs import trainer_spec, worker_spec
@@ -68,15 +66,15 @@ class Manager:
         self.probe = ExecutorProbe(config.executor, self.ctx)
 
     def serve(self) -> None:
+        self.records = self.jobs = None
+        if self.config.data_dir:  # first: a second manager on the data dir stops here (Busy)
+            self.records = Records(Path(self.config.data_dir), self.config.model, self.config.bind)
         self.links = Links(self.ctx, prepare(self.config.bind), self.worker_bind)
         self.spawner = SpawnerProcess.start(self.config.model)
-        self.jobs = None
-        if self.config.data_dir:
-            data_dir = Path(self.config.data_dir)
-            db = Database(db_path(data_dir))
-            files = FileStore(db, data_dir)
-            self.jobs = JobScheduler(JobLedger(JobStore(db), files, data_dir), self.spawner.spawn,
-                                     partial(trainer_spec, self.config, self.worker_bind, files),
+        if self.records is not None:
+            self.jobs = JobScheduler(self.records.ledger, self.spawner.spawn,
+                                     partial(trainer_spec, self.config, self.worker_bind,
+                                             self.records.files),
                                      self.links.reply, self.links.to_trainer,
                                      max_jobs=self.config.max_jobs or
                                      default_max_jobs(self.config.model))
@@ -113,6 +111,8 @@ class Manager:
             self.links.close()
             self.probe.close()
             self.ctx.term()
+            if self.records is not None:
+                self.records.close()
             if self._own_dir is not None:
                 shutil.rmtree(self._own_dir, ignore_errors=True)
 
@@ -132,16 +132,19 @@ class Manager:
                     handle.pending = [r for r in handle.pending if r.id != message.id]
         elif isinstance(message, W.Status):
             self.links.reply(gateway, self._status())
-        elif isinstance(message, W.Evict):  # a version deleted or withdrawn: its worker lets go
-            handle = self.pool.workers.get(self.pool.key_of(message.tenant))
-            if handle is not None and message.model in handle.models:
-                handle.models.discard(message.model)
-                self.links.to_worker(handle.key, W.Unload(message.model))
         elif isinstance(message, W.Prefetch):  # to a worker that is up; none is started for it
             handle = self.pool.workers.get(self.pool.key_of(message.tenant))
             if handle is not None and handle.state == "ready":
                 handle.models.add(message.model)
                 self.links.to_worker(handle.key, message)
+        elif isinstance(message, StoreCommand):  # what it deleted, its worker lets go
+            done = answer(self.records, message)
+            handle = self.pool.workers.get(self.pool.key_of(message.tenant))
+            for model in done.deleted if handle is not None else ():
+                if model in handle.models:
+                    handle.models.discard(model)
+                    self.links.to_worker(handle.key, W.Unload(model))
+            self.links.reply(gateway, done)
         elif isinstance(message, JobCommand):
             if self.jobs is None:
                 self.links.reply(gateway, JobState(message.id, message.job_id,
@@ -293,6 +296,7 @@ class Manager:
             if handle.state == "stopping" and handle.pid and \
                     time.monotonic() - handle.last_used > STOP_GRACE_S:
                 _kill(handle.pid)
+
 
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):

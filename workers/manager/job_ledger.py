@@ -11,8 +11,6 @@ import sqlite3
 from pathlib import Path
 
 from catalogue.paths import local_path
-from state.adapters import AdapterError, AdapterRegistry
-from state.files import FileStore
 from state.jobs import JobRecord
 from wire.jobs import (
     JobAction,
@@ -25,6 +23,8 @@ from wire.jobs import (
     TrainerStarted,
     TrainerStopped,
 )
+from workers.manager.adapter_store import AdapterError, AdapterRegistry
+from workers.manager.file_store import FileStore
 from workers.manager.job_store import JobStore
 
 log = logging.getLogger("workers.jobs")

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from state.adapters import AdapterRegistry
+from state.adapters import AdapterReader
 from state.db import Database, db_path
 from wire import manager as W
 from workers.manager.config import ManagerConfig
@@ -20,8 +20,8 @@ def pinned_requests(config: ManagerConfig) -> list[W.Generate]:
     """For each pinned TENANT|MODEL that exists, the request a first client would send."""
     registry = None
     if config.data_dir:
-        registry = AdapterRegistry(Database(db_path(Path(config.data_dir))),
-                                   Path(config.data_dir), config.model)
+        registry = AdapterReader(Database(db_path(Path(config.data_dir))),
+                                 Path(config.data_dir), config.model)
     requests = []
     for key in sorted(config.pinned):
         tenant, _, model = key.partition("|")

@@ -3,7 +3,7 @@ or a trainer for a job; everything else it reads from the manager's config."""
 
 from __future__ import annotations
 
-from state.files import FileStore
+from state.files import FileReader
 from state.jobs import JobRecord
 from wire import spawner as S
 from wire.jobs import TrainerJob
@@ -21,7 +21,7 @@ def worker_spec(config: ManagerConfig, manager: str, handle: WorkerHandle) -> S.
         tenant_adapter_bytes=int(config.tenant_adapter_cache_mb * 2**20))
 
 
-def trainer_job(job: JobRecord, files: FileStore) -> TrainerJob:
+def trainer_job(job: JobRecord, files: FileReader) -> TrainerJob:
     """The job as its trainer runs it: the stored record, its files resolved to paths (a file
     deleted meanwhile leaves an empty path, which the trainer reports as an invalid file)."""
     def path(file_id: str | None) -> str | None:
@@ -35,7 +35,7 @@ def trainer_job(job: JobRecord, files: FileStore) -> TrainerJob:
                       validation_path=path(job.validation_file))
 
 
-def trainer_spec(config: ManagerConfig, manager: str, files: FileStore,
+def trainer_spec(config: ManagerConfig, manager: str, files: FileReader,
                  job: JobRecord) -> S.TrainerSpec:
     return S.TrainerSpec(job=trainer_job(job, files), data_dir=str(config.data_dir),
                          base=config.model, executor=config.executor, manager=manager,

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from gateway.job_spec import JobSpec, PeftSpec
-from state.adapters import AdapterRegistry
 from state.db import Database
-from state.files import FileStore
 from state.jobs import new_id
 from tests.e2e.adapters import save_adapter
 from wire.jobs import JobStatus, NewJob, TrainerCheckpoint, TrainerFinished, TrainerStarted
+from workers.manager.adapter_store import AdapterRegistry
+from workers.manager.file_store import FileStore
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
 

@@ -7,7 +7,6 @@ import pytest
 
 from gateway.job_spec import JobSpec, PeftSpec
 from state.db import Database
-from state.files import FileStore
 from state.jobs import new_id
 from wire.jobs import (
     JobAction,
@@ -19,6 +18,7 @@ from wire.jobs import (
     TrainerControl,
     TrainerStopped,
 )
+from workers.manager.file_store import FileStore
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
 from workers.manager.jobs import JobScheduler

@@ -10,10 +10,10 @@ from pathlib import Path
 import zmq
 
 from state.db import Database, db_path
-from state.files import FileStore
 from wire import manager as W
 from wire.jobs import TrainerAck, TrainerReport
 from wire.spawner import TrainerSpec
+from workers.manager.file_store import FileStore
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
 from workers.manager.specs import trainer_job

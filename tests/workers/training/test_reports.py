@@ -13,10 +13,10 @@ import pytest
 
 from gateway.job_spec import resolve
 from openapi.fine_tuning import Hyperparameters
-from state.adapters import AdapterRegistry
 from state.jobs import new_id
 from tests.workers.training.manager_stand_in import ManagerStandIn
 from wire.jobs import NewJob, TrainerCheckpoint, TrainerEvent, TrainerFinished, TrainerStarted
+from workers.manager.adapter_store import AdapterRegistry
 
 MODEL = "tiny-llama"
 DATA = Path(__file__).parents[2] / "data" / "gsm8k_train_prompt_completion_1000.jsonl"

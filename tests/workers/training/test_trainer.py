@@ -18,12 +18,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedul
 from catalogue.resolve import resolve_model
 from gateway.job_spec import JobSpec, PeftSpec, resolve
 from openapi.fine_tuning import Hyperparameters
-from state.adapters import AdapterRegistry
 from state.db import Database
 from state.jobs import new_id
 from state.training_file import parse
 from tests.workers.training.manager_stand_in import ManagerStandIn
 from wire.jobs import NewJob
+from workers.manager.adapter_store import AdapterRegistry
 from workers.manager.job_store import JobStore
 from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example

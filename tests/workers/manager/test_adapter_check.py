@@ -16,9 +16,9 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
-from state.adapters import AdapterError, validate
-from state.tensorfile import TensorFileError, model_shapes, read_shapes
 from tests.peft_reference import peft_config
+from workers.manager.adapter_store import AdapterError, validate
+from workers.manager.tensorfile import TensorFileError, model_shapes, read_shapes
 
 METHODS = ["lora", "ia3", "adalora", "prefix_tuning", "prompt_tuning"]
 

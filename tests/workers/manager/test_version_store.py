@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from state.adapters import AdapterError, AdapterRegistry
 from state.db import MIGRATIONS, Database
-from state.versions import VersionError, choose, split_id, weights
+from state.versions import choose, split_id, weights
 from tests.e2e.adapters import MODEL, save_adapter
+from workers.manager.adapter_store import AdapterError, AdapterRegistry
+from workers.manager.version_store import VersionError
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from state.tensorfile import Shapes
+from workers.manager.tensorfile import Shapes
 
 PREFIX = "base_model.model."
 LORA = re.compile(r"(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_A|lora_embedding_B"

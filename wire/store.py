@@ -1,0 +1,56 @@
+"""The data dir's records (uploaded files, adapters and their versions): gateway -> worker manager.
+
+The manager is the one writer of the data dir's records, as it is of jobs (`wire.jobs`). The
+gateway reads them and asks for every change with a `StoreCommand`: an upload is first staged by
+the gateway (a file beside the files, a directory under `staging/`) and named in the command by
+its staging name, never by a path. The manager answers each command once it took effect, or with
+the HTTP status, code and message of why not (then nothing changed): `StoreAnswer`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class StoreAction(enum.StrEnum):
+    ADD_FILE = "add_file"  # the staged upload `staged` becomes the tenant's file
+    DELETE_FILE = "delete_file"  # the tenant's file `file_id`
+    ADD_ADAPTER = "add_adapter"  # the staged directory `staged`: the next version of `name`
+    PROMOTE = "promote"  # `number` (None: the latest) serves all of `model`'s traffic
+    ROLLBACK = "rollback"  # what served `model` before its last change serves again
+    SPLIT = "split"  # `split` serves `model`
+    WITHDRAW = "withdraw"  # version `number` of `model` that never served goes
+    DELETE_VERSION = "delete_version"  # version `number` of `model`, not serving
+    DELETE_MODEL = "delete_model"  # `model` with every version
+
+
+class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only=True):
+    id: str  # the request's, for its answer
+    action: StoreAction
+    tenant: str  # whose record; the manager acts only on the tenant's own
+    model: str = ""
+    number: int | None = None
+    split: list[list[int]] | None = None  # [[version, weight], ...]
+    name: str = ""  # ADD_ADAPTER: the adapter's name; ADD_FILE: the client's filename
+    staged: str = ""  # a staging name (`state.files.STAGED`, `state.adapters.STAGED`)
+    serve: bool = True  # ADD_ADAPTER: meant to serve (False: a candidate, as promote=false)
+    hold: bool = False  # ADD_ADAPTER: meant to serve, but only once promoted
+    purpose: str = ""  # ADD_FILE
+    examples: int = 0  # ADD_FILE: the examples its validation counted
+    format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
+    file_id: str = ""  # DELETE_FILE
+
+
+class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=True):
+    id: str
+    status: int = 200  # an HTTP status: 200 done; else why not, and nothing changed
+    code: str = ""  # the OpenAI-shaped error's code when not done
+    message: str = ""
+    made: str = ""  # the id of what was made: a file id, a version id (`model@number`)
+    deleted: list[str] = []  # the ids of what was deleted (version ids, a file id)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200

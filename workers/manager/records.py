@@ -1,0 +1,85 @@
+"""The worker manager's hold on its data dir: the lock that makes it the records' one writer, and
+the stores it writes through.
+
+While a manager runs it holds an exclusive lock on DATA_DIR/manager.lock, which names the
+endpoint it answers on: a tool that wants to change records (`symbiosis adapters register`)
+asks the manager there, or, with no manager running, takes the lock itself for the time of its
+change (`writing`). Either way one process writes at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from catalogue.paths import local_path
+from state.db import Database, db_path
+from wire.store import StoreAnswer, StoreCommand
+from workers.manager.adapter_store import AdapterRegistry
+from workers.manager.file_store import FileStore
+from workers.manager.job_ledger import JobLedger
+from workers.manager.job_store import JobStore
+from workers.manager.store_desk import StoreDesk
+
+LOCK = "manager.lock"
+
+
+class Busy(Exception):
+    """Another process holds the data dir: its endpoint (empty if it named none)."""
+
+
+class Records:
+    def __init__(self, data_dir: Path, base: str, endpoint: str) -> None:
+        self.lock = _take(data_dir, endpoint)
+        self.db = Database(db_path(data_dir))
+        self.files = FileStore(self.db, data_dir)
+        self.jobs = JobStore(self.db)
+        self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
+        self.desk = StoreDesk(self.registry, self.files, self.jobs)
+        self.ledger = JobLedger(self.jobs, self.files, data_dir)
+
+    def close(self) -> None:
+        self.db.close()
+        os.close(self.lock)
+
+
+def answer(records: Records | None, command: StoreCommand) -> StoreAnswer:
+    if records is None:
+        return StoreAnswer(id=command.id, status=503, code="no_data_dir",
+                           message="this worker manager keeps no records (no --data-dir)")
+    return records.desk.command(command)
+
+
+@contextlib.contextmanager
+def writing(data_dir: Path) -> Iterator[None]:
+    """Hold the data dir while no manager runs (Busy with its endpoint while one does)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = _take(data_dir, "")
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def _take(data_dir: Path, endpoint: str) -> int:
+    fd = os.open(data_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held = os.read(fd, 4096).decode(errors="replace").strip()
+        os.close(fd)
+        raise Busy(held) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, _reachable(endpoint).encode(), 0)
+    return fd
+
+
+def _reachable(endpoint: str) -> str:
+    """An endpoint a local client can connect to (a wildcard bind becomes the loopback)."""
+    for wildcard in ("tcp://*:", "tcp://0.0.0.0:"):
+        if endpoint.startswith(wildcard):
+            return "tcp://127.0.0.1:" + endpoint[len(wildcard):]
+    return endpoint

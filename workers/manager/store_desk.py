@@ -1,0 +1,145 @@
+"""The gateway's changes to the data dir's records, carried out by their one writer.
+
+Each `StoreCommand` acts on the commanding tenant's own records only, and is answered once done
+or with why not (nothing changed then). A file or model that an unfinished job still reads is
+refused here, in the process that also creates jobs, so no job can slip in between the check and
+the delete. Staged uploads are found by their staging name in the manager's own directories.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+
+from state.jobs import JobReader
+from state.storage import out_of_space
+from wire.store import StoreAction, StoreAnswer, StoreCommand
+from workers.manager.adapter_store import AdapterError, AdapterRegistry
+from workers.manager.file_store import FileStore
+from workers.manager.version_store import VersionError
+
+log = logging.getLogger("workers.manager.store")
+Act = Callable[[StoreCommand], StoreAnswer]
+
+
+class Refused(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+class StoreDesk:
+    def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader) -> None:
+        self.registry = registry
+        self.files = files
+        self.jobs = jobs
+        self.acts: dict[StoreAction, Act] = {
+            StoreAction.ADD_FILE: self._add_file, StoreAction.DELETE_FILE: self._delete_file,
+            StoreAction.ADD_ADAPTER: self._add_adapter, StoreAction.PROMOTE: self._promote,
+            StoreAction.ROLLBACK: self._rollback, StoreAction.SPLIT: self._split,
+            StoreAction.WITHDRAW: self._withdraw,
+            StoreAction.DELETE_VERSION: self._delete_version,
+            StoreAction.DELETE_MODEL: self._delete_model}
+
+    def command(self, command: StoreCommand) -> StoreAnswer:
+        try:
+            return self.acts[command.action](command)
+        except Refused as exc:
+            return _answer(command, exc.status, exc.code, str(exc))
+        except AdapterError as exc:
+            return _answer(command, 400, "invalid_adapter", str(exc))
+        except VersionError as exc:
+            code = "model_not_found" if exc.status == 404 else "invalid_version"
+            return _answer(command, exc.status, code, str(exc))
+        except (OSError, sqlite3.Error) as exc:
+            if out_of_space(exc):
+                log.error("out of disk space: %s", exc)
+                return _answer(command, 507, "insufficient_storage", "out of disk space")
+            log.exception("store command %s failed", command.action)
+            return _answer(command, 503, "store_failed", f"the data dir refused: {exc}")
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _add_file(self, command: StoreCommand) -> StoreAnswer:
+        staged = self.files.staged(command.staged)
+        if staged is None or not staged.is_file():
+            raise Refused(400, "invalid_file", f"no staged upload {command.staged!r}")
+        record = self.files.create(command.tenant, command.name, command.purpose, staged,
+                                   examples=command.examples, format=command.format)
+        return StoreAnswer(id=command.id, made=record.id)
+
+    def _delete_file(self, command: StoreCommand) -> StoreAnswer:
+        record = self.files.get(command.file_id, command.tenant)
+        if record is None:
+            raise Refused(404, "file_not_found", f"No such File object: {command.file_id}")
+        users = self.jobs.using_file(record.id, command.tenant)
+        if users:
+            raise Refused(409, "file_in_use", f"File {record.id} is used by fine-tuning job(s) "
+                          f"that have not finished: {', '.join(users)}. Cancel them or wait "
+                          "for them to finish.")
+        self.files.delete(record)
+        return StoreAnswer(id=command.id, deleted=[record.id])
+
+    # -- adapters and versions -------------------------------------------------------------
+
+    def _add_adapter(self, command: StoreCommand) -> StoreAnswer:
+        staged = self.registry.staged(command.staged)
+        if staged is None or not staged.is_dir():
+            raise Refused(400, "invalid_adapter", f"no staged upload {command.staged!r}")
+        version = self.registry.register(command.tenant, command.name, staged,
+                                         in_service=command.serve, hold=command.hold,
+                                         move=True)
+        return StoreAnswer(id=command.id, made=version.id)
+
+    def _promote(self, command: StoreCommand) -> StoreAnswer:
+        self._owned(command)
+        self.registry.promote(command.model, command.number)
+        return StoreAnswer(id=command.id)
+
+    def _rollback(self, command: StoreCommand) -> StoreAnswer:
+        self._owned(command)
+        self.registry.versions.rollback(command.model)
+        return StoreAnswer(id=command.id)
+
+    def _split(self, command: StoreCommand) -> StoreAnswer:
+        self._owned(command)
+        self.registry.versions.split(command.model, command.split or [])
+        return StoreAnswer(id=command.id)
+
+    def _withdraw(self, command: StoreCommand) -> StoreAnswer:
+        self._owned(command)
+        version = self.registry.versions.get(command.model, command.number or 0)
+        if version is None:
+            raise VersionError(f"{command.model} has no version {command.number}", 404)
+        self.registry.withdraw(version)
+        return StoreAnswer(id=command.id, deleted=[version.id])
+
+    def _delete_version(self, command: StoreCommand) -> StoreAnswer:
+        self._owned(command)
+        self._refuse_if_training(command, f"{command.model}@{command.number}")
+        version = self.registry.versions.delete(command.model, command.number or 0)
+        return StoreAnswer(id=command.id, deleted=[version.id])
+
+    def _delete_model(self, command: StoreCommand) -> StoreAnswer:
+        self._owned(command)
+        self._refuse_if_training(command, command.model)
+        return StoreAnswer(id=command.id, deleted=self.registry.delete(command.model))
+
+    def _owned(self, command: StoreCommand) -> None:
+        if self.registry.visible(command.model, command.tenant) is None:
+            raise Refused(404, "model_not_found", f"The model `{command.model}` does not exist "
+                          "or you do not have access to it.")
+
+    def _refuse_if_training(self, command: StoreCommand, model_id: str) -> None:
+        """A 409 while unfinished jobs continue training `model_id` (they will read its
+        adapter)."""
+        users = self.jobs.using_model(model_id, command.tenant)
+        if users:
+            raise Refused(409, "model_in_use", f"{model_id} is being trained further by "
+                          f"fine-tuning job(s) that have not finished: {', '.join(users)}. "
+                          "Cancel them or wait for them to finish.")
+
+
+def _answer(command: StoreCommand, status: int, code: str, message: str) -> StoreAnswer:
+    return StoreAnswer(id=command.id, status=status, code=code, message=message)
