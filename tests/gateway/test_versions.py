@@ -3,6 +3,7 @@ isolation, and OpenAI-shaped errors for what cannot be done."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,41 @@ def test_a_candidate_version_is_not_served_until_promoted(managed, bot) -> None:
     body = {"model": f"{bot}@4", "prompt": "Hi", "max_tokens": 1}
     error = assert_openai_error(client.post("/v1/completions", json=body, headers=KEY), 409)
     assert error["code"] == "model_not_in_service" and "promote" in error["message"]
+
+
+def test_the_gateway_writes_no_record_and_the_manager_makes_each_change(managed, tmp_path) -> None:
+    """The gateway's connection refuses every write; uploads, promote, split, rollback and
+    deletes all work, each made by the manager's desk."""
+    client, manager = managed
+    with pytest.raises(sqlite3.OperationalError, match="readonly"), \
+            client.app.state.db.transaction() as conn:
+        conn.execute("DELETE FROM models")
+    assert not hasattr(client.app.state.registry, "register")
+    assert not hasattr(client.app.state.files, "create")
+    for seed in (1, 2):
+        adapter = save_adapter(tmp_path / f"a{seed}", "lora", seed)
+        files = {key: (name, (adapter / name).read_bytes()) for key, name in
+                 (("adapter_config", "adapter_config.json"),
+                  ("adapter_model", "adapter_model.safetensors"))}
+        response = client.post("/v1/adapters", headers=KEY, files=files,
+                               data={"name": "bot", "promote": "false"})
+        assert response.status_code == 201, response.text
+    assert [v.number for v in manager.registry.versions.list("acme/bot")] == [1, 2]
+    assert versions(client, "acme/bot")["serving"] == []  # candidates, until promoted
+    assert client.post("/v1/adapters/acme/bot/promote", headers=KEY).status_code == 200
+    split = client.post("/v1/adapters/acme/bot/split", headers=KEY, json={"weights": [
+        {"version": 1, "weight": 1}, {"version": 2, "weight": 3}]})
+    assert split.json()["serving"] == [{"version": 1, "weight": 1}, {"version": 2, "weight": 3}]
+    rolled = client.post("/v1/adapters/acme/bot/rollback", headers=KEY).json()
+    assert rolled["serving"] == [{"version": 2, "weight": 100}]
+    assert client.delete("/v1/adapters/acme/bot/versions/1", headers=KEY).json() == {
+        "id": "acme/bot@1", "object": "adapter.version", "deleted": True}
+    upload = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"}, files={
+        "file": ("t.jsonl", b'{"prompt": "a", "completion": "b"}\n')})
+    assert upload.status_code == 200, upload.text
+    file_id = upload.json()["id"]
+    assert manager.records.files.get(file_id, "acme").examples == 1
+    assert client.delete(f"/v1/files/{file_id}", headers=KEY).json()["deleted"] is True
+    assert client.delete("/v1/models/acme/bot", headers=KEY).json()["deleted"] is True
+    assert manager.registry.list("acme") == []
+    assert manager.records.files.get(file_id, "acme") is None

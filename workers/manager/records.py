@@ -56,7 +56,6 @@ def answer(records: Records | None, command: StoreCommand) -> StoreAnswer:
 @contextlib.contextmanager
 def writing(data_dir: Path) -> Iterator[None]:
     """Hold the data dir while no manager runs (Busy with its endpoint while one does)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
     fd = _take(data_dir, "")
     try:
         yield
@@ -65,6 +64,7 @@ def writing(data_dir: Path) -> Iterator[None]:
 
 
 def _take(data_dir: Path, endpoint: str) -> int:
+    data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,135 @@
+"""The manager's desk for record changes, with its real stores on a data dir: each command acts
+on the commanding tenant's own records only, takes staged uploads by name only, refuses what a
+job still reads, and changes nothing when it refuses; the data dir has one writer at a time."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.job_spec import JobSpec, PeftSpec
+from state.db import Database
+from state.jobs import new_id
+from tests.e2e.adapters import save_adapter
+from wire.jobs import NewJob
+from wire.store import StoreAction, StoreAnswer, StoreCommand
+from workers.manager.records import Busy, Records, writing
+
+MODEL = "tiny-llama"
+
+
+@pytest.fixture()
+def records(tmp_path) -> Iterator[Records]:
+    held = Records(tmp_path / "data", MODEL, "tcp://*:5999")
+    yield held
+    held.close()
+
+
+def act(records: Records, action: StoreAction, tenant: str = "acme", **fields) -> StoreAnswer:
+    return records.desk.command(StoreCommand(id=uuid.uuid4().hex, action=action, tenant=tenant,
+                                             **fields))
+
+
+def staged_adapter(records: Records, source: Path) -> str:
+    staged = records.registry.staging()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copyfile(source / name, staged / name)
+    return staged.name
+
+
+def test_an_adapter_upload_is_added_promoted_split_rolled_back_and_deleted(records,
+                                                                          tmp_path) -> None:
+    sources = [save_adapter(tmp_path / f"a{seed}", "lora", seed) for seed in (1, 2)]
+    first = act(records, StoreAction.ADD_ADAPTER, name="bot",
+                staged=staged_adapter(records, sources[0]))
+    assert first.ok and first.made == "acme/bot@1"
+    held = act(records, StoreAction.ADD_ADAPTER, name="bot", hold=True,
+               staged=staged_adapter(records, sources[1]))
+    assert held.made == "acme/bot@2" and records.registry.get("acme/bot").serving == "[[1, 100]]"
+    assert list((records.registry.data_dir / "staging").iterdir()) == []  # moved, not copied
+    assert act(records, StoreAction.PROMOTE, model="acme/bot", number=2).ok
+    assert act(records, StoreAction.SPLIT, model="acme/bot", split=[[1, 30], [2, 70]]).ok
+    assert records.registry.get("acme/bot").serving == "[[1, 30], [2, 70]]"
+    assert act(records, StoreAction.ROLLBACK, model="acme/bot").ok
+    assert records.registry.get("acme/bot").serving == "[[2, 100]]"
+    refused = act(records, StoreAction.DELETE_VERSION, model="acme/bot", number=2)
+    assert (refused.status, refused.code) == (409, "invalid_version")
+    deleted = act(records, StoreAction.DELETE_VERSION, model="acme/bot", number=1)
+    assert deleted.deleted == ["acme/bot@1"]
+    assert act(records, StoreAction.DELETE_MODEL, model="acme/bot").deleted == ["acme/bot@2"]
+    assert records.registry.get("acme/bot") is None
+
+
+def test_another_tenants_model_or_file_is_not_found_and_stays(records, tmp_path) -> None:
+    source = save_adapter(tmp_path / "a", "lora", 1)
+    act(records, StoreAction.ADD_ADAPTER, name="bot", staged=staged_adapter(records, source))
+    file_id = records.files.create("acme", "t.jsonl", "fine-tune", b"{}\n").id
+    for action in (StoreAction.PROMOTE, StoreAction.ROLLBACK, StoreAction.DELETE_MODEL,
+                   StoreAction.DELETE_VERSION, StoreAction.WITHDRAW):
+        answer = act(records, action, tenant="beta", model="acme/bot", number=1)
+        assert (answer.status, answer.code) == (404, "model_not_found"), action
+    answer = act(records, StoreAction.DELETE_FILE, tenant="beta", file_id=file_id)
+    assert (answer.status, answer.code) == (404, "file_not_found")
+    assert records.registry.get("acme/bot") is not None
+    assert records.files.get(file_id, "acme") is not None
+
+
+@pytest.mark.parametrize("name", ["../../etc", "/etc/passwd", "upload-x.tmp", "adapter-..",
+                                  "staging/adapter-0123456789abcdef01234567", ""])
+def test_a_staged_upload_is_named_never_a_path(records, name) -> None:
+    for action, code in ((StoreAction.ADD_FILE, "invalid_file"),
+                         (StoreAction.ADD_ADAPTER, "invalid_adapter")):
+        answer = act(records, action, name="x", staged=name, purpose="fine-tune")
+        assert (answer.status, answer.code) == (400, code)
+    assert records.files.list("acme", purpose=None, after=None, limit=10, order="asc")[0] == []
+    assert records.registry.list("acme") == []
+
+
+def test_a_bad_adapter_is_400_and_nothing_is_stored(records, tmp_path) -> None:
+    staged = records.registry.staging()
+    (staged / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (staged / "adapter_model.safetensors").write_bytes(b"\x08" + b"\x00" * 7 + b"{garbage")
+    answer = act(records, StoreAction.ADD_ADAPTER, name="bot", staged=staged.name)
+    assert (answer.status, answer.code) == (400, "invalid_adapter")
+    assert records.registry.list("acme") == [] and not (records.registry.root / "acme").exists()
+
+
+def test_what_an_unfinished_job_reads_is_refused_409(records, tmp_path) -> None:
+    source = save_adapter(tmp_path / "a", "lora", 1)
+    act(records, StoreAction.ADD_ADAPTER, name="bot", staged=staged_adapter(records, source))
+    file_id = records.files.create("acme", "t.jsonl", "fine-tune", b"{}\n").id
+    spec = JobSpec(1, 2, 1.0, PeftSpec(init_model="acme/bot@1"))
+    job = records.ledger.create(new_id("ftjob"), NewJob(
+        tenant="acme", model=MODEL, training_file=file_id, suffix="s", seed=1, spec=spec))
+    answer = act(records, StoreAction.DELETE_FILE, file_id=file_id)
+    assert (answer.status, answer.code) == (409, "file_in_use") and job.id in answer.message
+    answer = act(records, StoreAction.DELETE_MODEL, model="acme/bot")
+    assert (answer.status, answer.code) == (409, "model_in_use") and job.id in answer.message
+    assert records.files.get(file_id, "acme") is not None
+    assert records.registry.get("acme/bot") is not None
+
+
+def test_one_writer_holds_the_data_dir_and_names_where_it_answers(tmp_path) -> None:
+    manager = Records(tmp_path, MODEL, "tcp://*:5999")
+    with pytest.raises(Busy) as second:
+        Records(tmp_path, MODEL, "ipc:///elsewhere")
+    assert str(second.value) == "tcp://127.0.0.1:5999"  # a wildcard bind, made reachable
+    with pytest.raises(Busy), writing(tmp_path):
+        pass
+    manager.close()
+    with writing(tmp_path), pytest.raises(Busy):  # no manager: a tool holds it for its change
+        Records(tmp_path, MODEL, "ipc:///x")
+    Records(tmp_path, MODEL, "ipc:///x").close()  # and lets go
+
+
+def test_the_gateways_connection_refuses_every_write(tmp_path) -> None:
+    reader = Database(tmp_path / "state.db", read_only=True)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"), \
+            reader.transaction() as conn:
+        conn.execute("DELETE FROM files")
+    assert reader.query("SELECT COUNT(*) FROM models")[0][0] == 0  # reading works
