@@ -1,4 +1,6 @@
-"""Persistent state in SQLite (WAL) under the data dir: adapters, files, fine-tuning jobs.
+"""The data dir's records in SQLite (WAL): files, adapters and their versions, fine-tuning jobs.
 
-Torch-free; shared by the gateway, the worker manager and trainer processes.
+Torch-free. Read here by the gateway, the worker manager and trainers; written only by the worker
+manager (`workers/manager/*_store.py`), which the others ask by typed messages (`wire.store`,
+`wire.jobs`).
 """

@@ -33,11 +33,13 @@ def register(data_dir: Path, paths: list[Path], tenants: int) -> list[str]:
     id of each."""
     from state.db import Database, db_path
     from workers.manager.adapter_store import AdapterRegistry
+    from workers.manager.records import writing
 
     data_dir.mkdir(parents=True)
-    registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, MODEL)
-    return [registry.register(f"t{k % tenants}", f"a{k}", path).model
-            for k, path in enumerate(paths)]
+    with writing(data_dir):  # before the stack starts: as the data dir's writer
+        registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, MODEL)
+        return [registry.register(f"t{k % tenants}", f"a{k}", path).model
+                for k, path in enumerate(paths)]
 
 
 async def traffic(base_url: str, models: list[str], order: list[int]) -> dict:

@@ -105,10 +105,12 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
 def _register(data_dir: Path, model: str, adapters: list[Path]) -> None:
     from state.db import Database, db_path
     from workers.manager.adapter_store import AdapterRegistry
+    from workers.manager.records import writing
 
-    registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, model)
-    for tenant, directory in enumerate(adapters):
-        registry.register(f"t{tenant}", "adapter", directory)
+    with writing(data_dir):  # before the stack starts: as the data dir's writer
+        registry = AdapterRegistry(Database(db_path(data_dir)), data_dir, model)
+        for tenant, directory in enumerate(adapters):
+            registry.register(f"t{tenant}", "adapter", directory)
 
 
 def policies(settings: Settings) -> tuple[list[Record], dict]:
