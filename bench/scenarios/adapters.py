@@ -11,102 +11,34 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import torch
-from peft import PeftModel, get_peft_model
-from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from peft import PeftModel
+from transformers import AutoTokenizer
 
-from bench.models import adapter
 from bench.records import Record
+from bench.scenarios.adapter_sides import (
+    IN_FLIGHT,
+    MODEL,
+    RESIDENT,
+    TOKENS,
+    Ours,
+    best_speeds,
+    make_adapters,
+    plain_holding,
+    resident_bytes,
+    uss,
+)
 from bench.scenarios.common import Settings
 from bench.scenarios.other_methods import method_records
 from catalogue.resolve import resolve_model
-from wire import manager as W
-
-MODEL = "tiny-llama"
-RANK = 8
-RESIDENT = 32
-TOKENS = 8
-IN_FLIGHT = 4
-
-
-def make_adapters(root: Path, n: int, method: str = "lora") -> list[Path]:
-    """n adapters (LoRA r8, or IA3): one made by peft (its config and tensor names), the others
-    seeded random tensors of the same shapes (as many files as a thousand fine-tuning jobs would
-    leave)."""
-    torch.manual_seed(0)
-    first = root / "a0"
-    get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
-                   adapter(method, RANK)).save_pretrained(first)
-    around = 1.0 if method == "ia3" else 0.0  # IA3 scales: near one
-    shapes = {k: v.shape for k, v in load_file(first / "adapter_model.safetensors").items()}
-    paths = [first]
-    for i in range(1, n):
-        path = root / f"a{i}"
-        path.mkdir()
-        shutil.copy(first / "adapter_config.json", path)
-        generator = torch.Generator().manual_seed(i)
-        save_file({k: around + 0.05 * torch.randn(s, generator=generator)
-                   for k, s in shapes.items()},
-                  path / "adapter_model.safetensors")
-        paths.append(path)
-    return paths
 
 
 def zipf(n: int, count: int, seed: int = 0, s: float = 1.1) -> list[int]:
     weights = torch.tensor([1 / (k + 1) ** s for k in range(n)])
     return torch.multinomial(weights, count, replacement=True,
                              generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-class Ours:
-    """One worker's adapters and engines, served in a closed loop of `IN_FLIGHT` requests."""
-
-    def __init__(self, endpoint: str, tokenizer, capacity: int = RESIDENT) -> None:
-        from workers.inference.adapters import Adapters
-        from workers.inference.budget import Budget
-        from workers.inference.engine import InferenceEngine
-        from workers.remote.build import remote_model
-
-        def engine(model):
-            return InferenceEngine(model, tokenizer, max_context=2048, eos_ids=(), max_batch=32)
-
-        def base():
-            return remote_model(MODEL, endpoint, client_name="bench-adapters")
-
-        self.adapters = Adapters(base(), engine, base, budget=Budget(capacity))
-        self.cold_ms: list[float] = []
-
-    def add(self, request_id: str, path: Path, prompt: list[int], tokens: int = TOKENS) -> None:
-        from workers.inference.engine import Request
-
-        cold = str(path) not in self.adapters.loaded
-        started = time.perf_counter()
-        engine, name = self.adapters.route(str(path), W.AdapterRef(str(path), "LORA"))
-        if cold:
-            self.cold_ms.append(1e3 * (time.perf_counter() - started))
-        params = W.SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
-        assert engine.add(Request(request_id, prompt, params, adapter=name,
-                                  prefill=self.adapters.prefill_of(str(path)))) == []
-
-    def step(self) -> list[str]:
-        """One step of each engine; the requests that finished (a failure raises)."""
-        done = []
-        for engine in self.adapters.engines():
-            for event in engine.step() if engine.has_work() else []:
-                assert not isinstance(event, W.Failed), event
-                if isinstance(event, W.Done):
-                    done.append(event.id)
-        self.adapters.settle()
-        return done
-
-    def drain(self) -> None:
-        while any(engine.has_work() for engine in self.adapters.engines()):
-            self.step()
 
 
 def serve_ours(ours: Ours, paths: list[Path], order: list[int], prompt: list[int]) -> dict:
@@ -137,20 +69,8 @@ def serve_plain(model: PeftModel, order: list[int], prompt: list[int]) -> dict:
     return {"elapsed": time.perf_counter() - begin, "latencies": latencies}
 
 
-def plain_holding(paths: list[Path]) -> PeftModel:
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
-                                      paths[0], adapter_name="a0")
-    for k, path in enumerate(paths[1:], start=1):
-        model.load_adapter(path, adapter_name=f"a{k}", low_cpu_mem_usage=True)
-    return model.eval()
-
-
 def p95(latencies: list[float]) -> float:
     return statistics.quantiles(latencies, n=20)[-1] * 1e3
-
-
-def uss() -> int:
-    return psutil.Process().memory_full_info().uss
 
 
 def many_adapters(settings: Settings) -> list[Record]:
@@ -222,36 +142,3 @@ def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int],
     return best_speeds(ours, paths, prompt, plain_round, tokens)
 
 
-def best_speeds(ours: Ours, paths: list[Path], prompt: list[int],
-                plain_round: Callable[[], None], tokens: int, rounds: int = 3) -> dict[str, float]:
-    """Tokens/s of len(paths) requests, each with its own adapter, in ours and in
-    `plain_round` (the same tokens): the best of `rounds` for each side."""
-    for k, path in enumerate(paths):  # resident first: this measures decode, not loading
-        ours.add(f"warm{k}", path, prompt, tokens=1)
-    ours.drain()
-    best = {"ours": 0.0, "plain": 0.0}
-    for r in range(rounds):
-        started = time.perf_counter()
-        for k, path in enumerate(paths):
-            ours.add(f"round{r}-{k}", path, prompt, tokens=tokens)
-        left = len(paths)
-        while left:
-            left -= len(ours.step())
-        best["ours"] = max(best["ours"], len(paths) * tokens / (time.perf_counter() - started))
-        started = time.perf_counter()
-        with torch.no_grad():
-            plain_round()
-        best["plain"] = max(best["plain"], len(paths) * tokens / (time.perf_counter() - started))
-    return best
-
-
-def resident_bytes(ours: Ours, paths: list[Path]) -> float:
-    """Memory each adapter adds once resident (loading `paths`, at most the capacity)."""
-    import gc
-
-    gc.collect()
-    before = uss()
-    for path in paths:
-        ours.adapters.route(str(path), W.AdapterRef(str(path), "LORA"))
-    gc.collect()
-    return (uss() - before) / len(paths)

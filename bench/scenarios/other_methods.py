@@ -11,16 +11,15 @@ from pathlib import Path
 import torch
 
 from bench.records import Record
+from bench.scenarios.adapter_sides import best_speeds, plain_holding, resident_bytes
 
 BATCH = 8
 LABEL = {"ia3": "IA3", "prompt_tuning": "prompt tuning"}
 
 
 def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> list[Record]:
-    """`ours`: a fresh `adapters.Ours`; `paths`: adapters of `method`, one config, more than
+    """`ours`: a fresh `adapter_sides.Ours`; `paths`: adapters of `method`, one config, more than
     BATCH."""
-    from bench.scenarios.adapters import resident_bytes
-
     speed = batch_speed(ours, paths[:BATCH], prompt)
     file_mib = (paths[1] / "adapter_model.safetensors").stat().st_size / 2**20
     per_adapter = resident_bytes(ours, paths[BATCH:]) / 2**20
@@ -38,8 +37,6 @@ def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> l
 def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16) -> dict[str, float]:
     """Tokens/s of len(paths) requests, each with its own adapter, against one peft process
     serving them one adapter a `generate`."""
-    from bench.scenarios.adapters import best_speeds, plain_holding
-
     plain = plain_holding(paths)
     ids = torch.tensor([prompt])
 

@@ -19,7 +19,8 @@ import httpx
 
 from bench.measure import PeakPss, tree_pss
 from bench.records import Record
-from bench.scenarios.adapters import MODEL, make_adapters, p95, zipf
+from bench.scenarios.adapter_sides import MODEL, make_adapters
+from bench.scenarios.adapters import p95, zipf
 from bench.scenarios.common import Settings
 
 TENANTS, PER_TENANT = 100, 10
