@@ -20,7 +20,8 @@ def engine_rounds(model, tokenizer, context: int, tokens: int, until: float,
     """Engine rounds until the window closes: the per-step gaps after the prefill step, when
     the last step ended, and the most rows its offloaded batch held (0: it never offloaded)."""
     from wire import manager as W
-    from workers.inference.engine import InferenceEngine, Request
+    from workers.inference.engine import InferenceEngine
+    from workers.inference.request import Request
 
     engine = InferenceEngine(model.eval(), tokenizer, max_context=context + tokens, eos_ids=(),
                              max_batch=1, kv_budget_bytes=kv_budget_bytes)

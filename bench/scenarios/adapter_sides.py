@@ -68,7 +68,7 @@ class Ours:
         self.cold_ms: list[float] = []
 
     def add(self, request_id: str, path: Path, prompt: list[int], tokens: int = TOKENS) -> None:
-        from workers.inference.engine import Request
+        from workers.inference.request import Request
 
         cold = str(path) not in self.adapters.loaded
         started = time.perf_counter()

@@ -11,7 +11,7 @@ from wire import manager as W
 from workers.inference.grammar import GrammarError, Grammars
 
 if TYPE_CHECKING:
-    from workers.inference.engine import Request
+    from workers.inference.request import Request
 
 
 def refusal(request: Request, limit: int, vocab_size: int, max_batch: int,

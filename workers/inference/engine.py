@@ -24,22 +24,12 @@ from workers.inference.checks import refusal
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
+from workers.inference.request import Request
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
-
-
-@dataclass
-class Request:
-    id: str
-    prompt_ids: list[int]
-    params: W.SamplingParams
-    fallback: bool = False
-    grammar: Any = None  # the request's compiled llguidance matcher; each sequence copies it
-    adapter: str | None = None  # its adapter's name in a mixed engine (None: the base model)
-    prefill: Any = None  # prompt or prefix tuning over this engine's base: its prompt's model
 
 
 @dataclass

@@ -23,7 +23,7 @@ from workers.inference.rows import RowAdapters
 from workers.remote.handle import ExecutorUnavailable
 
 if TYPE_CHECKING:
-    from workers.inference.engine import Request
+    from workers.inference.request import Request
 
 log = logging.getLogger("workers.engine")
 

@@ -21,7 +21,8 @@ from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
-from workers.inference.engine import InferenceEngine, Request
+from workers.inference.engine import InferenceEngine
+from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.worker")

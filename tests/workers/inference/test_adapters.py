@@ -18,7 +18,8 @@ from tests.peft_reference import peft_config
 from wire import manager as W
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
-from workers.inference.engine import InferenceEngine, Request
+from workers.inference.engine import InferenceEngine
+from workers.inference.request import Request
 from workers.remote.build import remote_model
 
 MODEL = "tiny-llama"

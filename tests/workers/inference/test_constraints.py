@@ -22,7 +22,8 @@ from openapi.chat import Tool
 from tests.peft_reference import build_pair
 from tests.workers.inference.test_engine import prompts, run, text
 from wire import manager as W
-from workers.inference.engine import InferenceEngine, Request
+from workers.inference.engine import InferenceEngine
+from workers.inference.request import Request
 
 MODEL = "tiny-llama"
 

@@ -13,7 +13,8 @@ from executor.local import LocalExecutor
 from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, build_pair
 from wire import manager as W
-from workers.inference.engine import InferenceEngine, Request
+from workers.inference.engine import InferenceEngine
+from workers.inference.request import Request
 from workers.remote.handle import ExecutorUnavailable
 
 MODEL = "tiny-llama"

@@ -1,0 +1,19 @@
+"""One generation request as an engine holds it (what a worker made of a `Generate`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from wire import manager as W
+
+
+@dataclass
+class Request:
+    id: str
+    prompt_ids: list[int]
+    params: W.SamplingParams
+    fallback: bool = False
+    grammar: Any = None  # the request's compiled llguidance matcher; each sequence copies it
+    adapter: str | None = None  # its adapter's name in a mixed engine (None: the base model)
+    prefill: Any = None  # prompt or prefix tuning over this engine's base: its prompt's model
