@@ -122,8 +122,9 @@ def policies(settings: Settings) -> tuple[list[Record], dict]:
     keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
     summaries = {}
     adapters = _adapters(Path(tempfile.mkdtemp(prefix="symb-trace-")), settings.model, tenants)
-    # lockstep collapses (0.3x in every full run); --quick leaves out its long replay
-    names = ("eager", "opportunistic") if settings.quick else ("eager", "lockstep", "opportunistic")
+    # lockstep collapses (0.3x in every full run); --quick (and --toy) leave out its long replay
+    short = settings.quick or settings.toy
+    names = ("eager", "opportunistic") if short else ("eager", "lockstep", "opportunistic")
     for policy in names:
         root = Path(tempfile.mkdtemp(prefix=f"symb-trace-{policy}-"))
         _register(root / "data", settings.model, adapters)
