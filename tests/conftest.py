@@ -49,6 +49,9 @@ def executors(ipc_dir: Path) -> Iterator[dict[str, ExecutorProcess]]:
     """Executor processes by model name, started on first use, stopped at the end."""
     started: dict[str, ExecutorProcess] = {}
     yield started
+    for proc in started.values():  # all asked at once, then waited for
+        if proc.alive():
+            proc.proc.terminate()
     for proc in started.values():
         proc.stop()
 
