@@ -5,8 +5,8 @@ A broker between the gateway (front ROUTER) and inference workers and trainers (
 tenant), started on first use by the preloaded spawner; requests wait in the handle until the
 worker is Ready. Replies go back to the gateway that asked. A worker that dies fails its
 in-flight requests (the gateway ends those streams with an error) and is started afresh on the
-next request. Fine-tuning jobs are run by
-the `JobScheduler`, driven by the job messages of `wire.jobs`. Never imports torch.
+next request. Jobs run by the `JobScheduler` (`wire.jobs`); the data dir's records change by
+the `StoreDesk` (`wire.store`), this process being their one writer. Never imports torch.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerReport
 from wire.store import StoreCommand
 from workers.manager.admission import Admission
-from workers.manager.capacity import default_max_jobs
+from workers.manager.capacity import job_capacity
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
@@ -72,12 +72,12 @@ class Manager:
         self.links = Links(self.ctx, prepare(self.config.bind), self.worker_bind)
         self.spawner = SpawnerProcess.start(self.config.model)
         if self.records is not None:
+            max_jobs, budget = job_capacity(self.config.max_jobs, self.config.model)
             self.jobs = JobScheduler(self.records.ledger, self.spawner.spawn,
                                      partial(trainer_spec, self.config, self.worker_bind,
                                              self.records.files),
                                      self.links.reply, self.links.to_trainer,
-                                     max_jobs=self.config.max_jobs or
-                                     default_max_jobs(self.config.model))
+                                     max_jobs=max_jobs, budget=budget)
             self.jobs.recover()
         preload(self.config, self.pool, self._start)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",
@@ -133,24 +133,21 @@ class Manager:
         elif isinstance(message, W.Status):
             self.links.reply(gateway, self._status())
         elif isinstance(message, W.Prefetch):  # to a worker that is up; none is started for it
-            handle = self.pool.workers.get(self.pool.key_of(message.tenant))
+            handle = self.pool.of_tenant(message.tenant)
             if handle is not None and handle.state == "ready":
                 handle.models.add(message.model)
                 self.links.to_worker(handle.key, message)
         elif isinstance(message, StoreCommand):  # what it deleted, its worker lets go
-            done = answer(self.records, message)
-            handle = self.pool.workers.get(self.pool.key_of(message.tenant))
-            for model in done.deleted if handle is not None else ():
-                if model in handle.models:
-                    handle.models.discard(model)
-                    self.links.to_worker(handle.key, W.Unload(model))
+            done, handle = answer(self.records, message), self.pool.of_tenant(message.tenant)
+            for model in set(done.deleted) & (handle.models if handle else set()):
+                handle.models.discard(model)
+                self.links.to_worker(handle.key, W.Unload(model))
             self.links.reply(gateway, done)
-        elif isinstance(message, JobCommand):
-            if self.jobs is None:
-                self.links.reply(gateway, JobState(message.id, message.job_id,
-                                                   JobStatus.UNKNOWN, False))
-            else:
-                self.jobs.command(gateway, message)
+        elif isinstance(message, JobCommand) and self.jobs is not None:
+            self.jobs.command(gateway, message)
+        elif isinstance(message, JobCommand):  # no job queue (no data dir)
+            self.links.reply(gateway, JobState(message.id, message.job_id, JobStatus.UNKNOWN,
+                                               False))
 
     def _generate(self, gateway: bytes, request: W.Generate, tries: int = 1,
                   since: float | None = None) -> None:

@@ -1,15 +1,17 @@
 """How many fine-tuning jobs run at once by default (`--max-jobs 0`): as many as the machine's
-cores and its memory allow, whichever is fewer.
+cores allow, while their memory fits.
 
 Cores: half of them (at least 2); each trainer computes attention, backward and the optimizer
-on a core beside the executor and the inference workers. Memory: half of what is available when
-the manager starts (the rest stays for inference workers and the executor), divided by what one
-job may take at most: its process (`TRAINER_PROCESS_BYTES`, a forked trainer's private memory
-measured on a tiny model) plus the activations a full micro-batch keeps for the backward pass
-(34 values per token, layer and hidden unit; Korthikanti et al., "Reducing Activation
-Recomputation in Large Transformer Models", 2022) and its fp32 logits three times over (the
-logits, their softmax, its gradient). The base weights are not counted: the executor holds them
-once for every job. Torch-free: the model's shape comes from its config.json or the catalogue.
+on a core beside the executor and the inference workers. Memory (`JobBudget`): half of what is
+available when the manager starts (the rest stays for inference workers and the executor); a
+queued job starts while what the running jobs may take, with its own, fits. What a job may take
+at most: its process (`TRAINER_PROCESS_BYTES`, a forked trainer's private memory measured on a
+tiny model) plus the activations a full micro-batch keeps for the backward pass (34 values per
+token, layer and hidden unit; Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models", 2022; a job that recomputes its layers keeps each layer's input and one
+layer's activations at a time) and its fp32 logits three times over (the logits, their softmax,
+its gradient). The base weights are not counted: the executor holds them once for every job.
+Torch-free: the model's shape comes from its config.json or the catalogue.
 """
 
 from __future__ import annotations
@@ -55,26 +57,48 @@ def model_shape(model: str) -> Shape | None:
     return None
 
 
-def job_bytes(shape: Shape, dtype_bytes: int = 4) -> int:
-    """The most one job's trainer may take: its process, a full micro-batch's activations."""
+def job_bytes(shape: Shape, dtype_bytes: int = 4, *, recompute: bool = False) -> int:
+    """The most one job's trainer may take: its process, a full micro-batch's activations (all
+    layers', or with `recompute` each layer's input and one layer's), its logits."""
     tokens = MICRO_BATCH_TOKENS
-    activations = 34 * tokens * shape.hidden * shape.layers * dtype_bytes // 2
+    value = tokens * shape.hidden * dtype_bytes // 2  # the paper counts 2-byte values
+    kept = 34 + 2 * shape.layers if recompute else 34 * shape.layers
     logits = 3 * tokens * shape.vocab * 4
-    return TRAINER_PROCESS_BYTES + activations + logits
+    return TRAINER_PROCESS_BYTES + kept * value + logits
 
 
-def default_max_jobs(model: str, *, cores: int | None = None,
-                     available_bytes: int | None = None) -> int:
+@dataclass(frozen=True)
+class JobBudget:
+    """What running jobs may take together; each job counted by `job_bytes` for its model."""
+
+    bytes: int
+    shape: Shape
+
+    def cost(self, recompute: bool) -> int:
+        return job_bytes(self.shape, recompute=recompute)
+
+
+def default_capacity(model: str, *, cores: int | None = None,
+                     available_bytes: int | None = None) -> tuple[int, JobBudget | None]:
+    """How many jobs at once by the cores, and the memory budget they share (None: the model's
+    shape is unknown, and the cores alone decide)."""
     by_cores = max(2, (cores or os.cpu_count() or 2) // 2)
     shape = model_shape(model)
-    if shape is None:  # an unknown shape: the cores decide
+    if shape is None:
         log.info("max_jobs %d (half the cores; the model's shape is unknown)", by_cores)
-        return by_cores
+        return by_cores, None
     available = available_bytes if available_bytes is not None else \
         psutil.virtual_memory().available
-    each = job_bytes(shape)
-    by_memory = int(available * MEMORY_SHARE // each)
-    chosen = max(1, min(by_cores, by_memory))
-    log.info("max_jobs %d: %d by the cores, %d by memory (%.1f GiB available, up to %.2f GiB "
-             "a job)", chosen, by_cores, by_memory, available / 2**30, each / 2**30)
-    return chosen
+    budget = JobBudget(int(available * MEMORY_SHARE), shape)
+    log.info("max_jobs %d by the cores, while their memory fits in %.1f GiB (half of %.1f GiB "
+             "available): %d jobs of up to %.2f GiB, or %d recomputing their layers (%.2f GiB)",
+             by_cores, budget.bytes / 2**30, available / 2**30,
+             budget.bytes // budget.cost(False), budget.cost(False) / 2**30,
+             budget.bytes // budget.cost(True), budget.cost(True) / 2**30)
+    return by_cores, budget
+
+
+def job_capacity(max_jobs: int, model: str) -> tuple[int, JobBudget | None]:
+    """An operator's `--max-jobs` count alone, or by default the cores' count and the memory
+    budget."""
+    return (max_jobs, None) if max_jobs else default_capacity(model)

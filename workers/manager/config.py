@@ -70,9 +70,9 @@ class ManagerConfig(BaseSettings):
                           "executor (float32 only)")
     data_dir: str | None = Field(None, description="run the fine-tuning jobs recorded in this "
                                  "data dir")
-    max_jobs: int = Field(0, ge=0, description="fine-tuning jobs running at once (0: as many "
-                          "as half the cores and half the available memory allow, for this "
-                          "model)")
+    max_jobs: int = Field(0, ge=0, description="fine-tuning jobs running at once (0: up to "
+                          "half the cores, while their memory for this model fits in half the "
+                          "available memory)")
 
     @property
     def shared_tenant_ids(self) -> frozenset[str]:

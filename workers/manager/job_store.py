@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from state.jobs import TERMINAL, JobReader, JobRecord, new_id
 from wire.jobs import NewJob
@@ -59,10 +60,12 @@ class JobStore(JobReader):
         with self.db.transaction() as conn:
             return conn.execute(sql, params).rowcount > 0
 
-    def claim(self, max_running: int, slots: int | None = None) -> list[JobRecord]:
+    def claim(self, max_running: int, slots: int | None = None,
+              fits: Callable[[JobRecord], bool] | None = None) -> list[JobRecord]:
         """Mark queued jobs running, up to `max_running` in all and `slots` now: the highest
         priority first, then fairly across tenants (the tenant with the fewest running jobs
-        first, then the longest waiting)."""
+        first, then the longest waiting); the first that does not `fits` and every one after
+        it wait (none overtakes it)."""
         claimed = []
         with self.db.transaction() as conn:
             running: dict[str, int] = {}
@@ -74,6 +77,8 @@ class JobStore(JobReader):
                     (slots is None or len(claimed) < slots):
                 job = min(queued, key=lambda j: (-j.priority, running.get(j.tenant, 0),
                                                  j.queued_at or 0))
+                if fits is not None and not fits(job):
+                    break
                 queued.remove(job)
                 running[job.tenant] = running.get(job.tenant, 0) + 1
                 conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "

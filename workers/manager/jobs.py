@@ -18,6 +18,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import msgspec
 
@@ -32,6 +33,7 @@ from wire.jobs import (
     TrainerReport,
 )
 from wire.spawner import TrainerSpec
+from workers.manager.capacity import JobBudget
 from workers.manager.job_ledger import JobLedger
 
 log = logging.getLogger("workers.jobs")
@@ -48,19 +50,22 @@ class Trainer:
     asked: JobAction | None = None  # pause or cancel, sent or to send once it says hello
     waiting: list[tuple[bytes, str]] = field(default_factory=list)  # (gateway, request id)
     resume: tuple[bytes, str] | None = None  # a resume that came before it exited: after it
+    bytes: int = 0  # what its job may take at most (`capacity.JobBudget`)
 
 
 class JobScheduler:
     def __init__(self, ledger: JobLedger, start: Callable[[TrainerSpec], None],
                  trainer_spec: Callable[[JobRecord], TrainerSpec], answer: Answer,
-                 to_trainer: ToTrainer, *, max_jobs: int, max_attempts: int = 3) -> None:
+                 to_trainer: ToTrainer, *, max_jobs: int, budget: JobBudget | None = None,
+                 max_attempts: int = 3) -> None:
         self.ledger = ledger
         self.jobs = ledger.jobs
         self.start = start  # asks the spawner for a trainer process
         self.trainer_spec = trainer_spec
         self.answer = answer
         self.to_trainer = to_trainer
-        self.max_jobs = max_jobs  # the config's, or `capacity.default_max_jobs`
+        self.max_jobs = max_jobs  # the config's, or `capacity.default_capacity`'s
+        self.budget = budget  # by default, the memory the running jobs share
         self.max_attempts = max_attempts
         self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
 
@@ -81,10 +86,25 @@ class JobScheduler:
         if free <= 0:
             self._preempt()
             return
-        for job in self.jobs.claim(self.max_jobs, slots=free):
+        costs: dict[str, int] = {}
+        for job in self.jobs.claim(self.max_jobs, slots=free, fits=partial(self._fits, costs)):
             log.info("starting trainer for job %s (tenant %s)", job.id, job.tenant)
-            self.trainers[job.id] = Trainer(job.id)
+            self.trainers[job.id] = Trainer(job.id, bytes=costs.get(job.id, 0))
             self.start(self.trainer_spec(job))
+
+    def _fits(self, costs: dict[str, int], job: JobRecord) -> bool:
+        """Whether the job's memory fits beside the running jobs' and those claimed with it
+        (`costs`); the first job always does, so that the queue moves."""
+        if self.budget is None:
+            return True
+        cost = self.budget.cost(bool(job.method.get("gradient_checkpointing")))
+        taken = sum(t.bytes for t in self.trainers.values()) + sum(costs.values())
+        if taken and taken + cost > self.budget.bytes:
+            log.info("job %s waits for memory: %.2f GiB of %.2f GiB taken, it may take %.2f GiB",
+                     job.id, taken / 2**30, self.budget.bytes / 2**30, cost / 2**30)
+            return False
+        costs[job.id] = cost
+        return True
 
     def _preempt(self) -> None:
         """Slots full and a queued job outranks a running one: the lowest-priority running job

@@ -80,6 +80,10 @@ class WorkerPool:
             return f"{SHARED}{zlib.crc32(tenant.encode()) % self.shared_workers}"
         return tenant
 
+
+    def of_tenant(self, tenant: str) -> WorkerHandle | None:
+        """The worker that serves the tenant, if one lives."""
+        return self.workers.get(self.key_of(tenant))
     def is_pinned(self, key: str) -> bool:
         """Pinning `tenant|model` (or `tenant`) pins the tenant's worker."""
         return any(self.key_of(pin.partition("|")[0]) == key for pin in self.pinned)

@@ -1,5 +1,5 @@
-"""The default number of jobs at once: the cores or the memory, whichever allows fewer; a job
-counted at its most for the model's shape."""
+"""The default jobs at once: a count by the cores, and a memory budget they share; a job counted
+at its most for the model's shape, less when it recomputes its layers."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import json
 from catalogue.builtin import BUILTINS
 from workers.manager.capacity import (
     TRAINER_PROCESS_BYTES,
+    JobBudget,
     Shape,
-    default_max_jobs,
+    default_capacity,
     job_bytes,
+    job_capacity,
     model_shape,
 )
 
@@ -35,10 +37,20 @@ def test_the_shape_is_read_from_a_config_or_the_catalogue(tmp_path) -> None:
     assert model_shape(str(tmp_path / "missing")) is None
 
 
-def test_the_cores_or_the_memory_whichever_allows_fewer() -> None:
+def test_recomputing_layers_keeps_each_layers_input_and_one_layers_activations() -> None:
+    llama_1b = model_shape("llama-1b")
+    value = 4096 * 2048 * 2  # a token's hidden unit over the micro-batch, as the paper counts
+    assert job_bytes(llama_1b) - job_bytes(llama_1b, recompute=True) == \
+        (34 * 22 - (34 + 2 * 22)) * value
+    assert job_bytes(llama_1b, recompute=True) < 0.6 * job_bytes(llama_1b)
+
+
+def test_the_cores_count_the_jobs_and_half_the_memory_is_their_budget() -> None:
     each = job_bytes(model_shape("llama-1b"))
-    assert default_max_jobs("llama-1b", cores=16, available_bytes=100 * each) == 8  # cores
-    assert default_max_jobs("llama-1b", cores=16, available_bytes=6 * each) == 3  # memory
-    assert default_max_jobs("llama-1b", cores=64, available_bytes=each) == 1  # at least one
-    assert default_max_jobs("no-such-model", cores=6, available_bytes=0) == 3  # shape unknown
-    assert default_max_jobs("tiny-llama", cores=2, available_bytes=64 * GIB) == 2
+    count, budget = default_capacity("llama-1b", cores=16, available_bytes=6 * each)
+    assert count == 8 and budget == JobBudget(3 * each, model_shape("llama-1b"))
+    assert budget.cost(False) == each and budget.cost(True) < each
+    assert default_capacity("no-such-model", cores=6, available_bytes=0) == (3, None)
+    assert default_capacity("tiny-llama", cores=2, available_bytes=64 * GIB)[0] == 2
+    assert job_capacity(5, "llama-1b") == (5, None)  # an operator's count alone
+    assert job_capacity(0, "llama-1b")[1] is not None

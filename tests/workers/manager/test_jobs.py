@@ -18,6 +18,7 @@ from wire.jobs import (
     TrainerControl,
     TrainerStopped,
 )
+from workers.manager.capacity import JobBudget, model_shape
 from workers.manager.file_store import FileStore
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
@@ -39,7 +40,8 @@ class Recorder:
             self.controls.append((job_id, message))
 
 
-def scheduler_with(tmp_path, max_jobs: int) -> tuple[JobStore, JobScheduler, Recorder]:
+def scheduler_with(tmp_path, max_jobs: int,
+                   budget: JobBudget | None = None) -> tuple[JobStore, JobScheduler, Recorder]:
     db = Database(tmp_path / "state.db")
     store, files = JobStore(db), FileStore(db, tmp_path)
     seen = Recorder()
@@ -47,7 +49,7 @@ def scheduler_with(tmp_path, max_jobs: int) -> tuple[JobStore, JobScheduler, Rec
         JobLedger(store, files, tmp_path), lambda spec: seen.started.append(spec.id),
         lambda job: trainer_job(job, files),  # the spec's job is all these tests look at
         lambda gateway, state: seen.answers.append((gateway, state)),
-        seen.to_trainer, max_jobs=max_jobs)
+        seen.to_trainer, max_jobs=max_jobs, budget=budget)
     return store, scheduler, seen
 
 
@@ -56,16 +58,19 @@ def setup(tmp_path):
     return scheduler_with(tmp_path, max_jobs=1)
 
 
-def new_job(tenant: str = "acme", priority: int = 0, problem: str | None = None) -> NewJob:
+def new_job(tenant: str = "acme", priority: int = 0, problem: str | None = None,
+            recompute: bool = False) -> NewJob:
     return NewJob(tenant=tenant, model="m", training_file="file", seed=1,
-                  spec=JobSpec(1, 1, 1.0, PeftSpec()), priority=priority, problem=problem)
+                  spec=JobSpec(1, 1, 1.0, PeftSpec(gradient_checkpointing=recompute)),
+                  priority=priority, problem=problem)
 
 
-def create(scheduler: JobScheduler, tenant: str = "acme", priority: int = 0) -> str:
+def create(scheduler: JobScheduler, tenant: str = "acme", priority: int = 0,
+           recompute: bool = False) -> str:
     """A job as the gateway creates one: a command, answered once the job is stored."""
     job_id = new_id("ftjob")
     scheduler.command(b"gw", JobCommand(f"new-{job_id}", job_id, JobAction.CREATE,
-                                        new_job(tenant, priority)))
+                                        new_job(tenant, priority, recompute=recompute)))
     return job_id
 
 
@@ -234,3 +239,36 @@ def test_a_resume_before_the_paused_trainer_exited_waits_for_its_exit(setup) -> 
     assert scheduler.exited(51, 0)
     assert seen.answers == [(b"gw", JobState("r", job, JobStatus.RUNNING, True))]
     assert seen.started == [job, job] and store.get(job).attempts == 1
+
+
+def test_jobs_start_while_their_memory_fits_and_recomputing_ones_fit_more(tmp_path) -> None:
+    """A budget of two default jobs of the 1B model (the count allows eight): two run and a
+    third waits for memory; a job recomputing its layers takes under a third as much, so seven
+    fit where two did; the queue keeps its order (none overtakes a job that waits)."""
+    shape = model_shape("llama-1b")
+    budget = JobBudget(int(2.2 * JobBudget(0, shape).cost(False)), shape)
+    assert budget.bytes // budget.cost(False) == 2 and budget.bytes // budget.cost(True) == 7
+    store, scheduler, seen = scheduler_with(tmp_path, max_jobs=8, budget=budget)
+    first, second, third = (create(scheduler) for _ in range(3))
+    light = create(scheduler, recompute=True)
+    assert seen.started == [first, second]  # the third waits for memory, the light one too
+    assert store.get(third).status == "queued" and store.get(light).status == "queued"
+    for pid, job in ((11, first), (12, second)):
+        scheduler.spawned(job, pid)
+        store.move(job, "succeeded")
+        assert scheduler.exited(pid, 0)
+    assert seen.started[2:] == [third, light]  # room for both now
+    more = [create(scheduler, recompute=True) for _ in range(6)]
+    assert seen.started[4:] == more[:3]  # beside a default job and a light one: three more
+    scheduler.spawned(third, 13)
+    store.move(third, "succeeded")
+    assert scheduler.exited(13, 0)
+    assert seen.started[7:] == more[3:]  # light jobs only: seven at once
+    assert scheduler.running == 7
+
+
+def test_a_job_larger_than_the_budget_still_runs_alone(tmp_path) -> None:
+    shape = model_shape("llama-1b")
+    store, scheduler, seen = scheduler_with(tmp_path, max_jobs=4, budget=JobBudget(1, shape))
+    first, second = create(scheduler), create(scheduler)
+    assert seen.started == [first] and store.get(second).status == "queued"
