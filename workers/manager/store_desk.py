@@ -58,6 +58,9 @@ class StoreDesk:
                 return _answer(command, 507, "insufficient_storage", "out of disk space")
             log.exception("store command %s failed", command.action)
             return _answer(command, 503, "store_failed", f"the data dir refused: {exc}")
+        except Exception:  # a bug here must not take the manager, and every tenant, down
+            log.exception("store command %s failed", command.action)
+            return _answer(command, 500, "internal_error", "the change could not be made")
 
     # -- files -----------------------------------------------------------------------------
 
