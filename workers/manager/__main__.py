@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manager.serve()
     except Busy as exc:
-        log.error("another worker manager (at %s) holds the data dir %s; stopping",
-                  exc or "an unknown endpoint", config.data_dir)
+        holder = f"a worker manager at {exc}" if str(exc) else "a tool changing its records"
+        log.error("%s holds the data dir %s; stopping", holder, config.data_dir)
         return 1
     return 0
 
