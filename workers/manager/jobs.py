@@ -68,6 +68,7 @@ class JobScheduler:
         self.budget = budget  # by default, the memory the running jobs share
         self.max_attempts = max_attempts
         self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
+        self.told_to_wait: set[str] = set()  # jobs whose events say they wait for memory
 
     @property
     def running(self) -> int:
@@ -87,22 +88,31 @@ class JobScheduler:
             self._preempt()
             return
         costs: dict[str, int] = {}
-        for job in self.jobs.claim(self.max_jobs, slots=free, fits=partial(self._fits, costs)):
+        told: list[tuple[str, str]] = []  # (job id, its event): written after the claim
+        for job in self.jobs.claim(self.max_jobs, slots=free,
+                                   fits=partial(self._fits, costs, told)):
             log.info("starting trainer for job %s (tenant %s)", job.id, job.tenant)
             self.trainers[job.id] = Trainer(job.id, bytes=costs.get(job.id, 0))
             self.start(self.trainer_spec(job))
+        for job_id, message in told:
+            self.jobs.event(job_id, message)
 
-    def _fits(self, costs: dict[str, int], job: JobRecord) -> bool:
+    def _fits(self, costs: dict[str, int], told: list[tuple[str, str]], job: JobRecord) -> bool:
         """Whether the job's memory fits beside the running jobs' and those claimed with it
-        (`costs`); the first job always does, so that the queue moves."""
+        (`costs`); the first job always does, so that the queue moves. A job that waits is told
+        so once, in its events (`told`)."""
         if self.budget is None:
             return True
         cost = self.budget.cost(bool(job.method.get("gradient_checkpointing")))
         taken = sum(t.bytes for t in self.trainers.values()) + sum(costs.values())
         if taken and taken + cost > self.budget.bytes:
-            log.info("job %s waits for memory: %.2f GiB of %.2f GiB taken, it may take %.2f GiB",
-                     job.id, taken / 2**30, self.budget.bytes / 2**30, cost / 2**30)
+            if job.id not in self.told_to_wait:
+                self.told_to_wait.add(job.id)
+                told.append((job.id, f"Waiting for memory: running jobs may take "
+                             f"{taken / 2**30:.1f} GiB of the {self.budget.bytes / 2**30:.1f} GiB "
+                             f"for jobs, and this one up to {cost / 2**30:.1f} GiB"))
             return False
+        self.told_to_wait.discard(job.id)
         costs[job.id] = cost
         return True
 

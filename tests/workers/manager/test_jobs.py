@@ -253,6 +253,11 @@ def test_jobs_start_while_their_memory_fits_and_recomputing_ones_fit_more(tmp_pa
     light = create(scheduler, recompute=True)
     assert seen.started == [first, second]  # the third waits for memory, the light one too
     assert store.get(third).status == "queued" and store.get(light).status == "queued"
+    scheduler.schedule()  # again: the third is told once
+    waiting = [e["message"] for e in store.events(third, after=None, limit=10)[0]
+               if e["message"].startswith("Waiting for memory")]
+    assert waiting == ["Waiting for memory: running jobs may take 29.5 GiB of the 32.4 GiB for "
+                       "jobs, and this one up to 14.7 GiB"]
     for pid, job in ((11, first), (12, second)):
         scheduler.spawned(job, pid)
         store.move(job, "succeeded")
