@@ -19,7 +19,9 @@ from state.storage import DIR_MODE
 from state.versions import VersionReader
 
 FILES = ("adapter_config.json", "adapter_model.safetensors")
-STAGED = re.compile(r"^adapter-[0-9a-f]{24}$")  # a staged upload's name
+STAGED = re.compile(r"adapter-[0-9a-f]{24}")  # a staged upload's name, whole
+
+
 @dataclass(frozen=True)
 class AdapterRecord:
     """A model name (what /v1/models lists) and what it serves now."""
@@ -55,7 +57,7 @@ class AdapterReader:
 
     def staged(self, name: str) -> Path | None:
         """The staged upload of this name, or None when the name is not one `staging` gives."""
-        return self.data_dir / "staging" / name if STAGED.match(name) else None
+        return self.data_dir / "staging" / name if STAGED.fullmatch(name) else None
 
     def get(self, model_id: str) -> AdapterRecord | None:
         rows = self.db.query("SELECT * FROM models WHERE id = ?", (model_id,))

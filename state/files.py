@@ -13,7 +13,7 @@ from state.db import Database
 from state.storage import DIR_MODE
 
 PURPOSES = {"fine-tune", "fine-tune-results"}
-STAGED = re.compile(r"^upload-[0-9a-f]{24}\.tmp$")  # a staged upload's name
+STAGED = re.compile(r"upload-[0-9a-f]{24}\.tmp")  # a staged upload's name, whole
 
 
 def new_id(prefix: str) -> str:
@@ -52,7 +52,7 @@ class FileReader:
 
     def staged(self, name: str) -> Path | None:
         """The staged upload of this name, or None when the name is not one `staging` gives."""
-        return self.root / name if STAGED.match(name) else None
+        return self.root / name if STAGED.fullmatch(name) else None
 
     def get(self, file_id: str, tenant: str) -> FileRecord | None:
         rows = self.db.query("SELECT * FROM files WHERE id = ? AND tenant = ?", (file_id, tenant))

@@ -80,7 +80,9 @@ def test_another_tenants_model_or_file_is_not_found_and_stays(records, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["../../etc", "/etc/passwd", "upload-x.tmp", "adapter-..",
-                                  "staging/adapter-0123456789abcdef01234567", ""])
+                                  "staging/adapter-0123456789abcdef01234567", "",
+                                  "adapter-0123456789abcdef01234567\n",
+                                  "upload-0123456789abcdef01234567.tmp\n"])
 def test_a_staged_upload_is_named_never_a_path(records, name) -> None:
     for action, code in ((StoreAction.ADD_FILE, "invalid_file"),
                          (StoreAction.ADD_ADAPTER, "invalid_adapter")):
