@@ -34,7 +34,15 @@ from wire.manager import AdapterCache, AdapterRef
 from workers.inference.budget import Budget, Holding, tensor_bytes
 from workers.inference.engine import InferenceEngine
 from workers.inference.groups import Groups, batch_family, read_adapter
-from workers.inference.slots import WEIGHTS, Place, fill, place_of, read_fitting, shape_of
+from workers.inference.slots import (
+    WEIGHTS,
+    Place,
+    clone,
+    fill,
+    place_of,
+    read_fitting,
+    shape_of,
+)
 
 log = logging.getLogger("workers.adapters")
 
@@ -160,7 +168,8 @@ class Adapters:
                                 bytes=tensor_bytes(prompt.prompt_encoder.parameters()),
                                 prefill=prompt)
             elif family == "lora":
-                loaded = self._take_place(model, path, tenant)
+                loaded = self._take_place(model, path, tenant) or \
+                    self._copy_place(model, name, path, tenant)
                 if loaded is None:
                     self._load_shared(name, path)
                     size = tensor_bytes(place_of(self.peft, name).values()) or \
@@ -215,6 +224,31 @@ class Adapters:
         log.info("adapter %s let go for %s, loaded in its place", other.model, model)
         return Loaded(model, other.name, other.engine, shared=True, tenant=tenant,
                       bytes=other.bytes, shape=shape, place=other.place, group=other.group)
+
+    def _copy_place(self, model: str, name: str, path: Path, tenant: str) -> Loaded | None:
+        """`model` loaded into a copy of a resident LoRA adapter's modules of its shape (peft's
+        loader walks the whole model, longer with every adapter resident); None when none is
+        resident or its file does not fit."""
+        shape = shape_of(path)
+        source = next((a for a in self.loaded.values()
+                       if a.shared and a.group is None and a.shape == shape), None)
+        if source is None or self.peft is None:
+            return None
+        if source.place is None:
+            source.place = place_of(self.peft, source.name)
+        tensors = read_fitting(path, source.place)
+        place = None if tensors is None else \
+            clone(self.peft, source.name, source.place, name, PeftConfig.from_pretrained(path))
+        if place is None:
+            return None
+        try:
+            fill(place, tensors)
+        except Exception:
+            self._delete(name)
+            raise
+        log.info("adapter %s made as a copy of %s's modules", model, source.model)
+        return Loaded(model, name, self.engine, shared=True, tenant=tenant, bytes=source.bytes,
+                      shape=shape, place=place)
 
     def _load_shared(self, name: str, path: Path) -> None:
         if self.peft is None:

@@ -1,4 +1,5 @@
-"""A LoRA (or IA3) adapter loaded into the place of an idle one of the same shape.
+"""A LoRA (or IA3) adapter loaded into the place of an idle one of the same shape, or (LoRA, while
+there is room for one more) into a copy of a resident one's modules (`clone`).
 
 Its tensors are copied over the other's: the LoRA modules, the name rows carry and the scaling
 stay as they are, and nothing walks the model. peft's `load_adapter` walks the whole model
@@ -11,11 +12,12 @@ place for the next one of its shape.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import torch
-from peft import PeftModel
+from peft import PeftConfig, PeftModel
 from peft.tuners.ia3 import IA3Layer
 from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
@@ -26,6 +28,7 @@ METADATA = frozenset({"base_model_name_or_path", "revision", "inference_mode", "
                       "auto_mapping"})
 
 Place = dict[str, torch.Tensor]  # an adapter's tensors in the model, by their names in its file
+PER_ADAPTER = frozenset(LoraLayer.adapter_layer_names + LoraLayer.other_param_names)
 
 
 def shape_of(path: Path) -> str:
@@ -70,3 +73,30 @@ def fill(place: Place, tensors: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for key, tensor in tensors.items():
             place[key].copy_(tensor)
+
+
+def clone(model: PeftModel, source: str, place: Place, name: str,
+          config: PeftConfig) -> Place | None:
+    """Adapter `name` (of `config`) made in `model` as a copy of the modules of adapter
+    `source`, of the same shape, whose tensors `place` holds: each of its LoRA layers is found
+    by its path, not by a walk of the model. The new adapter's place, to `fill`; None, and
+    nothing changed, when a layer keeps state of `source` this does not know to copy (peft's own
+    loader takes the adapter then)."""
+    paths = sorted({key.rsplit(".lora_", 1)[0] for key in place})
+    layers = [model.get_submodule(path) for path in paths]
+    for layer in layers:
+        held = {key for key, value in (*vars(layer).items(), *layer._modules.items())
+                if hasattr(value, "keys") and source in value}
+        if not isinstance(layer, LoraLayer) or held - PER_ADAPTER:
+            return None
+    for layer in layers:
+        for key in PER_ADAPTER:
+            container = getattr(layer, key, None)
+            if container is not None and source in container:
+                value = container[source]
+                container[name] = copy.deepcopy(value) if isinstance(value, torch.nn.Module) \
+                    else value
+    model.peft_config[name] = config
+    return {f"{path}.{matrix}.{kind}": tensor.detach()
+            for path, layer in zip(paths, layers, strict=True) for matrix in ("lora_A", "lora_B")
+            for kind, tensor in getattr(layer, matrix)[name].named_parameters()}

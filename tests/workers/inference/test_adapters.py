@@ -5,6 +5,7 @@ request's tokens equal plain transformers + peft with that adapter alone."""
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,30 @@ def test_prompt_and_prefix_tuning_decode_as_base_rows_once_prefilled(saved, toke
         expected = tokenizer.encode(tokenizer.decode(plain_tokens(
             path, tokenizer.encode(f"request {request_id} says"))))
         assert got[request_id] == expected, request_id
+
+
+def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_shape(
+        saved, tokenizer, caplog) -> None:
+    """With room for more, an adapter of a resident one's shape is made as a copy of its modules
+    (peft's loader walks the whole model, longer with every adapter resident); every row stays
+    exact, also once the adapter it was copied from is gone."""
+    held = adapters(tokenizer)
+    first, second, third = "t/lora-a@1", "t/lora-b@1", "t/lora-a@2"  # one shape
+    with caplog.at_level(logging.INFO, logger="workers.adapters"):
+        got = serve(held, [(m, m, saved[m]) for m in (first, second, third)], tokenizer)
+    copied = [r.getMessage() for r in caplog.records if "as a copy of" in r.getMessage()]
+    assert copied == [f"adapter {second} made as a copy of {first}'s modules",
+                      f"adapter {third} made as a copy of {first}'s modules"]
+    held.unload(first)
+    held.settle()
+    assert first not in held.loaded and sorted(held.peft.peft_config) == sorted(
+        held.loaded[m].name for m in (second, third))
+    again = serve(held, [(f"{m}-again", m, saved[m]) for m in (second, third)], tokenizer)
+    for model in (first, second, third):
+        prompt = tokenizer.encode(f"request {model} says")
+        assert got[model] == tokenizer.encode(tokenizer.decode(plain_tokens(saved[model],
+                                                                            prompt)))
+    for model in (second, third):
+        prompt = tokenizer.encode(f"request {model}-again says")
+        assert again[f"{model}-again"] == tokenizer.encode(tokenizer.decode(
+            plain_tokens(saved[model], prompt)))
