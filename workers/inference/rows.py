@@ -21,6 +21,7 @@ from typing import Any
 from peft.tuners.ia3 import IA3Layer
 from peft.tuners.lora import LoraLayer
 from peft.utils import AuxiliaryTrainingWrapper
+from torch import nn
 
 from workers.inference import ia3_rows
 from workers.inference.lora_rows import RowPlan, Stacks, forward_rows
@@ -81,9 +82,8 @@ class RowAdapters:
                                                               strict=True)):
             return
         self.stacks.clear()  # an adapter left or came back under its name: nothing stale stays
-        for module in self.model.modules():
-            if isinstance(module, (LoraLayer, IA3Layer, AuxiliaryTrainingWrapper)) and \
-                    module not in self._wrapped:
+        for module in tuner_layers(self.model):
+            if module not in self._wrapped:
                 forward = self._rows_forward(module)
                 self._wrapped[module] = (forward, module.__dict__.get("forward"))
                 module.forward = forward
@@ -109,3 +109,15 @@ class RowAdapters:
             factor = stacks.factor(stacked, plan) if stacked.layout else None
             return forward_rows(module, x, stacked, factor, *args)
         return forward
+
+
+def tuner_layers(module: nn.Module) -> Iterator[nn.Module]:
+    """The tuner layers under `module` (LoRA, IA3, modules to save), found without entering a
+    LoRA or IA3 layer: what those hold grows with every adapter resident, the layers do not."""
+    for child in module.children():
+        if isinstance(child, (LoraLayer, IA3Layer)):
+            yield child
+            continue
+        if isinstance(child, AuxiliaryTrainingWrapper):
+            yield child
+        yield from tuner_layers(child)
