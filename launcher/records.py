@@ -36,6 +36,8 @@ def register(data_dir: Path, model: str, tenant: str, name: str, directory: Path
         raise Refused(str(exc)) from None
     except Busy as exc:
         endpoint = str(exc)
+    if not endpoint:
+        raise Refused("another tool is changing this data dir's records; try again")
     reader = AdapterReader(Database(db_path(data_dir), read_only=True), data_dir, model)
     staged = reader.staging()
     try:

@@ -8,6 +8,7 @@ import pytest
 from launcher.records import Refused, register
 from tests.e2e.adapters import save_adapter
 from tests.gateway.manager_stand_in import ManagerStandIn
+from workers.manager.records import writing
 
 MODEL = "tiny-llama"
 
@@ -27,3 +28,10 @@ def test_an_adapter_is_registered_through_the_running_manager_or_as_the_writer(t
         manager.close()
     assert list((data_dir / "staging").iterdir()) == []
     assert register(data_dir, MODEL, "acme", "bot", source) == "acme/bot@3"  # it stopped
+
+
+def test_while_another_tool_changes_the_records_a_registration_is_refused(tmp_path) -> None:
+    source = save_adapter(tmp_path / "a", "lora", 1)
+    with writing(tmp_path / "data"), pytest.raises(Refused, match="another tool"):
+        register(tmp_path / "data", MODEL, "acme", "bot", source)
+    assert register(tmp_path / "data", MODEL, "acme", "bot", source) == "acme/bot@1"

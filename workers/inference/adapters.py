@@ -237,8 +237,10 @@ class Adapters:
         if source.place is None:
             source.place = place_of(self.peft, source.name)
         tensors = read_fitting(path, source.place)
+        config = PeftConfig.from_pretrained(path)
+        config.inference_mode = True  # as peft's loader marks an adapter loaded to serve
         place = None if tensors is None else \
-            clone(self.peft, source.name, source.place, name, PeftConfig.from_pretrained(path))
+            clone(self.peft, source.name, source.place, name, config)
         if place is None:
             return None
         try:
