@@ -64,3 +64,8 @@ def executor_for(executors: dict[str, ExecutorProcess], ipc_dir: Path):
             executors[key] = ExecutorProcess.start(model, ipc_dir / f"{key}.sock", **options)
         return executors[key]
     return get
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one test process per core, at most four (each test starts processes of its own)."""
+    return max(1, min(os.cpu_count() or 1, 4))
