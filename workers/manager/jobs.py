@@ -168,7 +168,10 @@ class JobScheduler:
             self.ledger.create(command.job_id, command.new)
             return True
         if command.action in (JobAction.PAUSE, JobAction.CANCEL):
-            return self.ledger.stop_idle(command.job_id, command.action)
+            stopped = self.ledger.stop_idle(command.job_id, command.action)
+            if stopped:  # no longer waiting: once resumed, a wait is told anew
+                self.told_to_wait.discard(command.job_id)
+            return stopped
         if command.action == JobAction.RESUME:
             return self.ledger.resume(command.job_id)
         return False

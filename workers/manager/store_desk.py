@@ -12,6 +12,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 
+from state.files import PURPOSES
 from state.jobs import JobReader
 from state.storage import out_of_space
 from wire.store import StoreAction, StoreAnswer, StoreCommand
@@ -68,6 +69,9 @@ class StoreDesk:
         staged = self.files.staged(command.staged)
         if staged is None or not staged.is_file():
             raise Refused(400, "invalid_file", f"no staged upload {command.staged!r}")
+        if command.purpose not in PURPOSES:
+            raise Refused(400, "invalid_purpose", f"purpose {command.purpose!r} is not one of "
+                          f"{', '.join(sorted(PURPOSES))}")
         record = self.files.create(command.tenant, command.name, command.purpose, staged,
                                    examples=command.examples, format=command.format)
         return StoreAnswer(id=command.id, made=record.id)

@@ -272,6 +272,24 @@ def test_jobs_start_while_their_memory_fits_and_recomputing_ones_fit_more(tmp_pa
     assert scheduler.running == 7
 
 
+def test_a_waiting_job_paused_or_cancelled_is_forgotten_and_told_again_once_resumed(
+        tmp_path) -> None:
+    shape = model_shape("llama-1b")
+    budget = JobBudget(int(1.5 * JobBudget(0, shape).cost(False)), shape)
+    store, scheduler, seen = scheduler_with(tmp_path, max_jobs=8, budget=budget)
+    first, cancelled, paused = (create(scheduler) for _ in range(3))
+    assert seen.started == [first] and scheduler.told_to_wait == {cancelled}  # the queue's head
+    scheduler.command(b"gw", JobCommand("c", cancelled, JobAction.CANCEL))
+    assert scheduler.told_to_wait == {paused}  # now the head
+    scheduler.command(b"gw", JobCommand("p", paused, JobAction.PAUSE))
+    assert scheduler.told_to_wait == set()
+    assert [store.get(j).status for j in (cancelled, paused)] == ["cancelled", "paused"]
+    scheduler.command(b"gw", JobCommand("r", paused, JobAction.RESUME))
+    waiting = [e["message"] for e in store.events(paused, after=None, limit=20)[0]
+               if e["message"].startswith("Waiting for memory")]
+    assert len(waiting) == 2 and scheduler.told_to_wait == {paused}
+
+
 def test_a_job_larger_than_the_budget_still_runs_alone(tmp_path) -> None:
     shape = model_shape("llama-1b")
     store, scheduler, seen = scheduler_with(tmp_path, max_jobs=4, budget=JobBudget(1, shape))

@@ -92,6 +92,18 @@ def test_a_staged_upload_is_named_never_a_path(records, name) -> None:
     assert records.registry.list("acme") == []
 
 
+def test_a_file_of_no_known_purpose_is_400_and_stays_staged(records) -> None:
+    staged = records.files.staging()
+    staged.write_bytes(b'{"prompt": "a", "completion": "b"}\n')
+    answer = act(records, StoreAction.ADD_FILE, name="t.jsonl", staged=staged.name,
+                 purpose="../batch")
+    assert (answer.status, answer.code) == (400, "invalid_purpose")
+    assert records.files.list("acme", purpose=None, after=None, limit=10, order="asc")[0] == []
+    made = act(records, StoreAction.ADD_FILE, name="t.jsonl", staged=staged.name,
+               purpose="fine-tune", examples=1, format="prompt-completion")
+    assert made.ok and records.files.get(made.made, "acme").purpose == "fine-tune"
+
+
 def test_a_bad_adapter_is_400_and_nothing_is_stored(records, tmp_path) -> None:
     staged = records.registry.staging()
     (staged / "adapter_config.json").write_text('{"peft_type": "LORA"}')
