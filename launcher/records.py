@@ -11,7 +11,7 @@ from pathlib import Path
 import zmq
 
 from catalogue.paths import local_path
-from state.adapters import FILES, AdapterReader
+from state.adapters import FILES, staging
 from state.db import Database, db_path
 from wire import manager as W
 from wire.store import StoreAction, StoreAnswer, StoreCommand
@@ -38,8 +38,7 @@ def register(data_dir: Path, model: str, tenant: str, name: str, directory: Path
         endpoint = str(exc)
     if not endpoint:
         raise Refused("another tool is changing this data dir's records; try again")
-    reader = AdapterReader(Database(db_path(data_dir), read_only=True), data_dir, model)
-    staged = reader.staging()
+    staged = staging(data_dir)
     try:
         for filename in FILES:
             if not (directory / filename).is_file():

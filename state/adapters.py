@@ -48,12 +48,7 @@ class AdapterReader:
         self.versions = VersionReader(db)
 
     def staging(self) -> Path:
-        """A fresh private directory for an adapter upload on its way in (the manager's
-        `AdapterRegistry.register` takes it by name; the caller removes it otherwise)."""
-        directory = self.data_dir / "staging" / f"adapter-{secrets.token_hex(12)}"
-        directory.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        directory.mkdir(mode=DIR_MODE)
-        return directory
+        return staging(self.data_dir)
 
     def staged(self, name: str) -> Path | None:
         """The staged upload of this name, or None when the name is not one `staging` gives."""
@@ -71,3 +66,12 @@ class AdapterReader:
         rows = self.db.query("SELECT * FROM models WHERE tenant = ? ORDER BY created, id",
                              (tenant,))
         return [AdapterRecord(**dict(r)) for r in rows]
+
+
+def staging(data_dir: Path) -> Path:
+    """A fresh private directory under `data_dir` for an adapter upload on its way in (the
+    manager's `AdapterRegistry.register` takes it by name; the caller removes it otherwise)."""
+    directory = data_dir / "staging" / f"adapter-{secrets.token_hex(12)}"
+    directory.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    directory.mkdir(mode=DIR_MODE)
+    return directory
