@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import psutil
 import pytest
 
 from launcher.stack import Stack, free_port
-from wire.endpoints import runtime_dir
+from tests.helpers import short_tmp
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,8 @@ def banner(proc: subprocess.Popen) -> str:
 
 
 def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path) -> None:
-    port = free_port()
-    workers_dirs = set(runtime_dir().glob("workers-*"))
-    proc = serve(tmp_path / "data", "--port", str(port))
+    port, run = free_port(), short_tmp()  # a runtime dir of its own: no other test's in it
+    proc = serve(tmp_path / "data", "--port", str(port), env={"XDG_RUNTIME_DIR": str(run)})
     try:
         output = banner(proc)
         key = re.search(r"API key: (\S+)", output).group(1)
@@ -66,7 +66,8 @@ def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path) -> None:
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
     assert not Stack(tmp_path / "data").run_dir.exists()  # no sockets left behind
-    assert set(runtime_dir().glob("workers-*")) <= workers_dirs  # the manager's, removed
+    assert list((run / "symbiosis").iterdir()) == []  # the manager's workers dir, removed
+    shutil.rmtree(run)
 
 
 def test_serve_refuses_a_port_in_use_before_printing_anything(tmp_path) -> None:
