@@ -56,6 +56,8 @@ class ManagerStandIn:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
+            for identity, done in self.records.finished():  # uploads read off this loop
+                self._send(identity, done)
             if not self._sock.poll(20):
                 continue
             identity, data = self._sock.recv_multipart()
@@ -65,7 +67,9 @@ class ManagerStandIn:
             elif isinstance(message, JobCommand):
                 self.scheduler.command(identity, message)
             elif isinstance(message, StoreCommand):
-                self._send(identity, self.records.desk.command(message))
+                done = self.records.take(identity, message)
+                if done is not None:
+                    self._send(identity, done)
             elif isinstance(message, W.Generate):
                 self._send(identity, W.Failed(message.id, 503, "worker_unavailable",
                                               "no workers behind this stand-in manager"))

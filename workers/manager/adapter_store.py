@@ -11,6 +11,7 @@ import re
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from state.adapters import FILES, AdapterReader, AdapterRecord
@@ -35,6 +36,15 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 class AdapterError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """What reading an adapter directory found: its PEFT type and its lineage (config and the
+    digest of its tensors, which reads every byte of them)."""
+
+    peft_type: str
+    lineage: dict
 
 
 class AdapterRegistry(AdapterReader):
@@ -62,19 +72,21 @@ class AdapterRegistry(AdapterReader):
     def register(self, tenant: str, name: str, source: Path, *, model_id: str | None = None,
                  origin: str = "registered", job_id: str | None = None,
                  in_service: bool = True, lineage: dict | None = None,
-                 hold: bool = False, move: bool = False) -> VersionRecord:
+                 hold: bool = False, move: bool = False,
+                 inspected: Inspected | None = None) -> VersionRecord:
         """Store `source` as a new immutable version: version 1 of a new model, or the next
         version of the tenant's model `name` (serving at once when `in_service`, unless `hold`:
         then it waits for `promote`, e.g. until a worker has loaded it). A `model_id` (a job's
         `ft:` model or checkpoint) names a model that has exactly one version. `move`: take
-        `source` itself (a staged upload on this file system) instead of a copy."""
+        `source` itself (a staged upload on this file system) instead of a copy. `inspected`:
+        what `inspect` found in `source` already (off the manager's loop)."""
         named = model_id is None
         if named:
             if not NAME.match(name):
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
                                    "(at most 64)")
             model_id = f"{tenant}/{name}"
-        peft_type = validate(source, self.base_shapes)
+        inspected = inspected or self.inspect(source)
         existing = self.get(model_id)
         if existing is not None and not named:
             raise AdapterError(f"a model with id {model_id!r} already exists")
@@ -88,16 +100,16 @@ class AdapterRegistry(AdapterReader):
                     with (source / filename).open("rb") as f:
                         write_new(staging / filename, iter(lambda f=f: f.read(1 << 20), b""))
         try:
-            return self._record(tenant, model_id, existing, target, peft_type, origin, job_id,
-                                in_service, lineage, hold)
+            return self._record(tenant, model_id, existing, target, inspected.peft_type, origin,
+                                job_id, in_service, {**inspected.lineage, **(lineage or {})},
+                                hold)
         except BaseException:  # no version without its files, no files without a version
             shutil.rmtree(target, ignore_errors=True)
             raise
 
     def _record(self, tenant: str, model_id: str, existing: AdapterRecord | None, target: Path,
                 peft_type: str, origin: str, job_id: str | None, in_service: bool,
-                lineage: dict | None, hold: bool = False) -> VersionRecord:
-        lineage = {**_lineage(target), **(lineage or {})}
+                lineage: dict, hold: bool = False) -> VersionRecord:
         created = int(time.time())
         with self.db.transaction() as conn:
             if existing is None:
@@ -116,6 +128,11 @@ class AdapterRegistry(AdapterReader):
             if in_service and not hold:
                 self.versions.serve(conn, model_id, [[number, 100]])
         return self.versions.get(model_id, number)
+
+    def inspect(self, source: Path) -> Inspected:
+        """`source` checked (AdapterError saying what is wrong) and digested; reads no record,
+        so it may run on a thread of its own."""
+        return Inspected(validate(source, self.base_shapes), _lineage(source))
 
     def withdraw(self, version: VersionRecord) -> None:
         """Forget a version that never served: the whole model if it was its only one."""
@@ -158,8 +175,9 @@ def _lineage(directory: Path) -> dict:
 
 def validate(directory: Path, base: Shapes | None = None) -> str:
     """The PEFT type of an adapter directory, or AdapterError saying what is wrong: its config,
-    its safetensors file read whole, and its tensors against the config and the `base` model's
-    weight shapes."""
+    its safetensors file's table of tensors (the header only: the data is never read, so a
+    large upload costs the manager's loop no more than a small one), and its tensors against
+    the config and the `base` model's weight shapes."""
     for filename in FILES:
         if not (directory / filename).is_file():
             raise AdapterError(f"an adapter directory needs {filename}")

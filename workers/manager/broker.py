@@ -1,12 +1,11 @@
 """The worker manager: `python -m workers.manager --executor E --model BASE --bind ENDPOINT`.
 
 A broker between the gateway (front ROUTER) and inference workers and trainers (back ROUTER). A
-`Generate` goes to its tenant's worker (which serves the base model and every adapter of the
-tenant), started on first use by the preloaded spawner; requests wait in the handle until the
-worker is Ready. Replies go back to the gateway that asked. A worker that dies fails its
-in-flight requests (the gateway ends those streams with an error) and is started afresh on the
-next request. Jobs run by the `JobScheduler` (`wire.jobs`); the data dir's records change by
-the `StoreDesk` (`wire.store`), this process being their one writer. Never imports torch.
+`Generate` goes to its tenant's worker (serving the base model and the tenant's adapters),
+started by the preloaded spawner on first use; requests wait in the handle until it is Ready. A
+worker that dies fails its in-flight requests and is started afresh on the next one. Jobs run by
+the `JobScheduler` (`wire.jobs`); records change by the `StoreDesk` (`wire.store`): this process
+is their one writer. Never imports torch.
 """
 
 from __future__ import annotations
@@ -87,7 +86,9 @@ class Manager:
         self.links.register(poller)
         poller.register(self.spawner.stdout, zmq.POLLIN)
         poller.register(self.probe.socket, zmq.POLLIN)
-        self.probe.ask()
+        if self.records is not None:  # an adapter upload read off the loop is done
+            poller.register(self.records.inspector.fileno(), zmq.POLLIN)
+        self.probe.ask(poller)
         next_sweep = time.monotonic() + 1
         try:
             while not self.stopped.is_set():
@@ -98,14 +99,13 @@ class Manager:
                         self._from_spawner(event)
                 if self.probe.socket in events:
                     self.probe.receive()
+                if self.records is not None and self.records.inspector.fileno() in events:
+                    for gateway, done in self.records.finished():
+                        self.links.reply(gateway, done)
                 if time.monotonic() > next_sweep:
                     next_sweep = time.monotonic() + 1
                     self._sweep()
-                    stale = self.probe.ask()
-                    if stale is not None:
-                        poller.unregister(stale)
-                        stale.close(0)
-                        poller.register(self.probe.socket, zmq.POLLIN)
+                    self.probe.ask(poller)
         finally:
             self.spawner.stop()
             self.links.close()
@@ -126,10 +126,7 @@ class Manager:
             route = self.requests.drop(message.id)
             if route is not None:
                 self.links.to_worker(route[1], message)
-                handle = self.pool.workers.get(route[1])
-                if handle is not None:
-                    handle.inflight.pop(message.id, None)
-                    handle.pending = [r for r in handle.pending if r.id != message.id]
+                self.pool.forget(route[1], message.id)
         elif isinstance(message, W.Status):
             self.links.reply(gateway, self._status())
         elif isinstance(message, W.Prefetch):  # to a worker that is up; none is started for it
@@ -138,7 +135,10 @@ class Manager:
                 handle.models.add(message.model)
                 self.links.to_worker(handle.key, message)
         elif isinstance(message, StoreCommand):  # what it deleted, its worker lets go
-            done, handle = answer(self.records, message), self.pool.of_tenant(message.tenant)
+            done, handle = answer(self.records, gateway, message), \
+                self.pool.of_tenant(message.tenant)
+            if done is None:  # an upload, read off the loop: answered once done
+                return
             for model in set(done.deleted) & (handle.models if handle else set()):
                 handle.models.discard(model)
                 self.links.to_worker(handle.key, W.Unload(model))

@@ -32,16 +32,17 @@ class ExecutorProbe:
     def alive(self) -> bool:
         return time.monotonic() - self.last_answer < self.stale_s
 
-    def ask(self) -> zmq.Socket | None:
-        """Send a stats request. Returns the old socket when it was replaced: the owner stops
-        polling it, closes it and polls `socket` instead."""
-        replaced = None
+    def ask(self, poller: zmq.Poller) -> None:
+        """Send a stats request, first replacing a socket that went unanswered (in `poller`
+        too, the owner's, which watches `socket`)."""
         if self._asked > self.last_answer and time.monotonic() - self._asked > self.stale_s:
-            replaced, self.socket = self.socket, self._connect()
+            poller.unregister(self.socket)
+            self.socket.close(0)
+            self.socket = self._connect()
+            poller.register(self.socket, zmq.POLLIN)
         self._asked = time.monotonic()
         with contextlib.suppress(zmq.Again):  # the executor is not taking messages: it is down
             self.socket.send(P.encode(P.StatsRequest()), zmq.NOBLOCK)
-        return replaced
 
     def receive(self) -> None:
         while True:

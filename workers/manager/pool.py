@@ -133,6 +133,13 @@ class WorkerPool:
             self.counters["worker_evictions"] += 1
         return stale
 
+    def forget(self, key: str, request_id: str) -> None:
+        """A request no longer waits for, or runs in, worker `key` (it was aborted)."""
+        handle = self.workers.get(key)
+        if handle is not None:
+            handle.inflight.pop(request_id, None)
+            handle.pending = [r for r in handle.pending if r.id != request_id]
+
     def remove(self, key: str) -> WorkerHandle | None:
         return self.workers.pop(key, None)
 

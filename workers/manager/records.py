@@ -17,9 +17,10 @@ from pathlib import Path
 
 from catalogue.paths import local_path
 from state.db import Database, db_path
-from wire.store import StoreAnswer, StoreCommand
+from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterRegistry
 from workers.manager.file_store import FileStore
+from workers.manager.inspector import Inspector
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
 from workers.manager.store_desk import StoreDesk
@@ -40,17 +41,36 @@ class Records:
         self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
         self.desk = StoreDesk(self.registry, self.files, self.jobs)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
+        self.inspector = Inspector(self.registry.inspect)
+
+    def take(self, to: bytes, command: StoreCommand) -> StoreAnswer | None:
+        """The answer to `command`, or None while its upload is read off the loop (its answer
+        then comes from `finished`)."""
+        if command.action != StoreAction.ADD_ADAPTER:
+            return self.desk.command(command)
+        staged = self.desk.upload(command)
+        if isinstance(staged, StoreAnswer):
+            return staged
+        self.inspector.submit(to, command, staged)
+        return None
+
+    def finished(self) -> Iterator[tuple[bytes, StoreAnswer]]:
+        """The answers of the uploads read since last asked, their records written now."""
+        for to, command, inspected in self.inspector.ready():
+            yield to, self.desk.command(command, inspected)
 
     def close(self) -> None:
+        self.inspector.close()
         self.db.close()
         os.close(self.lock)
 
 
-def answer(records: Records | None, command: StoreCommand) -> StoreAnswer:
+def answer(records: Records | None, to: bytes, command: StoreCommand) -> StoreAnswer | None:
+    """`Records.take`, or a 503 without records."""
     if records is None:
         return StoreAnswer(id=command.id, status=503, code="no_data_dir",
                            message="this worker manager keeps no records (no --data-dir)")
-    return records.desk.command(command)
+    return records.take(to, command)
 
 
 @contextlib.contextmanager

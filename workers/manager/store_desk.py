@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 from state.files import PURPOSES
 from state.jobs import JobReader
 from state.storage import out_of_space
 from wire.store import StoreAction, StoreAnswer, StoreCommand
-from workers.manager.adapter_store import AdapterError, AdapterRegistry
+from workers.manager.adapter_store import AdapterError, AdapterRegistry, Inspected
 from workers.manager.file_store import FileStore
+from workers.manager.inspector import Outcome
 from workers.manager.version_store import VersionError
 
 log = logging.getLogger("workers.manager.store")
@@ -43,8 +45,14 @@ class StoreDesk:
             StoreAction.DELETE_VERSION: self._delete_version,
             StoreAction.DELETE_MODEL: self._delete_model}
 
-    def command(self, command: StoreCommand) -> StoreAnswer:
+    def command(self, command: StoreCommand, inspected: Outcome | None = None) -> StoreAnswer:
+        """`command` carried out (an ADD_ADAPTER with its upload's `inspected` outcome when
+        it was read already, off the loop) or refused, with nothing changed."""
         try:
+            if isinstance(inspected, Exception):
+                raise inspected
+            if inspected is not None:
+                return self._add_adapter(command, inspected)
             return self.acts[command.action](command)
         except Refused as exc:
             return _answer(command, exc.status, exc.code, str(exc))
@@ -90,13 +98,22 @@ class StoreDesk:
 
     # -- adapters and versions -------------------------------------------------------------
 
-    def _add_adapter(self, command: StoreCommand) -> StoreAnswer:
+    def upload(self, command: StoreCommand) -> Path | StoreAnswer:
+        """An ADD_ADAPTER's staged directory, to inspect; or the answer saying there is none."""
         staged = self.registry.staged(command.staged)
         if staged is None or not staged.is_dir():
-            raise Refused(400, "invalid_adapter", f"no staged upload {command.staged!r}")
+            return _answer(command, 400, "invalid_adapter", f"no staged upload "
+                           f"{command.staged!r}")
+        return staged
+
+    def _add_adapter(self, command: StoreCommand,
+                     inspected: Inspected | None = None) -> StoreAnswer:
+        staged = self.upload(command)
+        if isinstance(staged, StoreAnswer):
+            return staged
         version = self.registry.register(command.tenant, command.name, staged,
                                          in_service=command.serve, hold=command.hold,
-                                         move=True)
+                                         move=True, inspected=inspected)
         return StoreAnswer(id=command.id, made=version.id)
 
     def _promote(self, command: StoreCommand) -> StoreAnswer:

@@ -4,8 +4,12 @@ job still reads, and changes nothing when it refuses; the data dir has one write
 
 from __future__ import annotations
 
+import hashlib
+import json
+import select
 import shutil
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +22,7 @@ from state.jobs import new_id
 from tests.e2e.adapters import save_adapter
 from wire.jobs import NewJob
 from wire.store import StoreAction, StoreAnswer, StoreCommand
+from workers.manager.inspector import Inspector
 from workers.manager.records import Busy, Records, writing
 
 MODEL = "tiny-llama"
@@ -111,6 +116,53 @@ def test_a_bad_adapter_is_400_and_nothing_is_stored(records, tmp_path) -> None:
     answer = act(records, StoreAction.ADD_ADAPTER, name="bot", staged=staged.name)
     assert (answer.status, answer.code) == (400, "invalid_adapter")
     assert records.registry.list("acme") == [] and not (records.registry.root / "acme").exists()
+
+
+def test_uploads_are_read_off_the_loop_which_answers_others_meanwhile(records,
+                                                                      tmp_path) -> None:
+    """While an upload is read (held here until released), other commands are answered; once
+    read, the loop's pipe is readable and the uploads are recorded in the order they came, a
+    bad one refused with nothing stored."""
+    release = threading.Event()
+
+    def held(source: Path):
+        assert release.wait(30)
+        return records.registry.inspect(source)
+
+    records.inspector.close()
+    records.inspector = Inspector(held)
+    sources = [save_adapter(tmp_path / f"a{seed}", "lora", seed) for seed in (1, 2)]
+    bad = records.registry.staging()
+    (bad / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (bad / "adapter_model.safetensors").write_bytes(b"\x08" + b"\x00" * 7 + b"{garbage")
+    uploads = [StoreCommand(id=f"u{i}", action=StoreAction.ADD_ADAPTER, tenant="acme",
+                            name=name, staged=staged)
+               for i, (name, staged) in enumerate((
+                   ("bot", staged_adapter(records, sources[0])),
+                   ("bot", staged_adapter(records, sources[1])), ("bad", bad.name)))]
+    assert [records.take(b"gw", u) for u in uploads] == [None, None, None]
+    nowhere = StoreCommand(id="n", action=StoreAction.ADD_ADAPTER, tenant="acme", name="x",
+                           staged="../../etc")
+    assert records.take(b"gw", nowhere).code == "invalid_adapter"  # at once, no path read
+    staged_file = records.files.staging()
+    staged_file.write_bytes(b'{"prompt": "a", "completion": "b"}\n')
+    added = records.take(b"gw", StoreCommand(id="f", action=StoreAction.ADD_FILE,
+                                             tenant="acme", name="t.jsonl", purpose="fine-tune",
+                                             staged=staged_file.name, examples=1))
+    assert added.ok and list(records.finished()) == []  # answered while the uploads wait
+    assert select.select([records.inspector], [], [], 0.2)[0] == []
+    release.set()
+    answers: list[tuple[bytes, StoreAnswer]] = []
+    while len(answers) < 3:
+        assert select.select([records.inspector], [], [], 30)[0], "no upload was done"
+        answers += records.finished()
+    assert [(to, a.id, a.status, a.made) for to, a in answers] == [
+        (b"gw", "u0", 200, "acme/bot@1"), (b"gw", "u1", 200, "acme/bot@2"),
+        (b"gw", "u2", 400, "")]
+    assert answers[2][1].code == "invalid_adapter" and records.registry.get("acme/bad") is None
+    lineage = records.registry.versions.get("acme/bot", 2).lineage
+    assert json.loads(lineage)["adapter_sha256"] == hashlib.sha256(
+        (sources[1] / "adapter_model.safetensors").read_bytes()).hexdigest()
 
 
 def test_what_an_unfinished_job_reads_is_refused_409(records, tmp_path) -> None:
