@@ -131,12 +131,15 @@ def best_speeds(ours: Ours, paths: list[Path], prompt: list[int],
 
 
 def resident_bytes(ours: Ours, paths: list[Path]) -> float:
-    """Memory each adapter adds once resident (loading `paths`, at most the capacity)."""
+    """Memory each adapter adds once resident (loading `paths`, at most the capacity; each
+    load's time goes to `ours.cold_ms`)."""
     import gc
 
     gc.collect()
     before = uss()
     for path in paths:
+        started = time.perf_counter()
         ours.adapters.route(str(path), W.AdapterRef(str(path), "LORA"))
+        ours.cold_ms.append(1e3 * (time.perf_counter() - started))
     gc.collect()
     return (uss() - before) / len(paths)

@@ -88,6 +88,7 @@ def many_adapters(settings: Settings) -> list[Record]:
         mixed = mixed_batch(ours, paths[:8], prompt)
         file_mib = (paths[1] / "adapter_model.safetensors").stat().st_size / 2**20
         per_adapter = resident_bytes(ours, paths[8:RESIDENT]) / 2**20  # none let go
+        with_room = statistics.median(ours.cold_ms)  # each a copy of a resident one's modules
         ours.cold_ms.clear()
         few = serve_ours(ours, paths, [k for k in zipf(10, requests, seed=1)], prompt)
         middle = min(100, many)
@@ -118,7 +119,9 @@ def many_adapters(settings: Settings) -> list[Record]:
                p95(hundred["latencies"]), p95(few["latencies"]), "ms", higher_is_better=False),
         Record(name, f"Zipf over {many} adapters: requests/s vs one peft process holding all",
                requests / spread["elapsed"], requests / plain_spread["elapsed"], "req/s"),
-        Record(name, "a cold adapter's load (LoRA r8), median", cold, None, "ms", "<= 100 ms"),
+        Record(name, "a cold adapter's load at a full worker (LoRA r8), median", cold, None, "ms", "<= 100 ms"),
+        Record(name, f"a cold adapter's load with room (LoRA r8, up to {RESIDENT} resident), "
+               "median", with_room, None, "ms", "<= 100 ms"),
         Record(name, "memory per resident adapter vs its file size (+0.05 MiB: the goal's 0.1 "
                "MiB bookkeeping at 2x)", per_adapter, file_mib + 0.05, "MiB", "<= 2.0x",
                higher_is_better=False),
