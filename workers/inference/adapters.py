@@ -155,7 +155,8 @@ class Adapters:
         try:
             family = batch_family(path)
             if family == "ia3":
-                loaded = self._take_place(model, path, tenant)
+                loaded = self._take_place(model, path, tenant) or \
+                    self._copy_place(model, name, path, tenant)
                 if loaded is None:
                     engine, group, size = self.groups.load(name, path)
                     loaded = Loaded(model, name, engine, shared=True, tenant=tenant, bytes=size,
@@ -226,31 +227,33 @@ class Adapters:
                       bytes=other.bytes, shape=shape, place=other.place, group=other.group)
 
     def _copy_place(self, model: str, name: str, path: Path, tenant: str) -> Loaded | None:
-        """`model` loaded into a copy of a resident LoRA adapter's modules of its shape (peft's
-        loader walks the whole model, longer with every adapter resident); None when none is
-        resident or its file does not fit."""
+        """`model` loaded into a copy of a resident adapter's modules of its shape (LoRA, or IA3
+        in its group: peft's loader walks the whole model, longer with every adapter resident);
+        None when none is resident or its file does not fit."""
         shape = shape_of(path)
-        source = next((a for a in self.loaded.values()
-                       if a.shared and a.group is None and a.shape == shape), None)
-        if source is None or self.peft is None:
+        source = next((a for a in self.loaded.values() if a.shared and a.shape == shape), None)
+        holder = None if source is None else \
+            self.peft if source.group is None else self.groups.model(source.group)
+        if holder is None:
             return None
         if source.place is None:
-            source.place = place_of(self.peft, source.name)
+            source.place = place_of(holder, source.name)
         tensors = read_fitting(path, source.place)
         config = PeftConfig.from_pretrained(path)
         config.inference_mode = True  # as peft's loader marks an adapter loaded to serve
-        place = None if tensors is None else \
-            clone(self.peft, source.name, source.place, name, config)
+        place = None if tensors is None else clone(holder, source.name, source.place, name,
+                                                   config)
         if place is None:
             return None
+        loaded = Loaded(model, name, source.engine, shared=True, tenant=tenant,
+                        bytes=source.bytes, shape=shape, place=place, group=source.group)
         try:
             fill(place, tensors)
         except Exception:
-            self._delete(name)
+            self._delete_from_model(loaded)
             raise
         log.info("adapter %s made as a copy of %s's modules", model, source.model)
-        return Loaded(model, name, self.engine, shared=True, tenant=tenant, bytes=source.bytes,
-                      shape=shape, place=place)
+        return loaded
 
     def _load_shared(self, name: str, path: Path) -> None:
         if self.peft is None:

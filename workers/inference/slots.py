@@ -1,4 +1,4 @@
-"""A LoRA (or IA3) adapter loaded into the place of an idle one of the same shape, or (LoRA, while
+"""A LoRA (or IA3) adapter loaded into the place of an idle one of the same shape, or (while
 there is room for one more) into a copy of a resident one's modules (`clone`).
 
 Its tensors are copied over the other's: the LoRA modules, the name rows carry and the scaling
@@ -29,6 +29,7 @@ METADATA = frozenset({"base_model_name_or_path", "revision", "inference_mode", "
 
 Place = dict[str, torch.Tensor]  # an adapter's tensors in the model, by their names in its file
 PER_ADAPTER = frozenset(LoraLayer.adapter_layer_names + LoraLayer.other_param_names)
+IA3_PER_ADAPTER = frozenset(IA3Layer.adapter_layer_names + IA3Layer.other_param_names)
 
 
 def shape_of(path: Path) -> str:
@@ -78,25 +79,43 @@ def fill(place: Place, tensors: dict[str, torch.Tensor]) -> None:
 def clone(model: PeftModel, source: str, place: Place, name: str,
           config: PeftConfig) -> Place | None:
     """Adapter `name` (of `config`) made in `model` as a copy of the modules of adapter
-    `source`, of the same shape, whose tensors `place` holds: each of its LoRA layers is found
-    by its path, not by a walk of the model. The new adapter's place, to `fill`; None, and
+    `source`, of the same shape, whose tensors `place` holds: each of its LoRA (or IA3) layers is
+    found by its path, not by a walk of the model. The new adapter's place, to `fill`; None, and
     nothing changed, when a layer keeps state of `source` this does not know to copy (peft's own
     loader takes the adapter then)."""
-    paths = sorted({key.rsplit(".lora_", 1)[0] for key in place})
+    paths = sorted({_layer_path(key) for key in place})
     layers = [model.get_submodule(path) for path in paths]
     for layer in layers:
         held = {key for key, value in (*vars(layer).items(), *layer._modules.items())
                 if hasattr(value, "keys") and source in value}
-        if not isinstance(layer, LoraLayer) or held - PER_ADAPTER:
+        if not isinstance(layer, (LoraLayer, IA3Layer)) or held - _per_adapter(layer):
             return None
     for layer in layers:
-        for key in PER_ADAPTER:
+        for key in _per_adapter(layer):
             container = getattr(layer, key, None)
             if container is not None and source in container:
                 value = container[source]
-                container[name] = copy.deepcopy(value) if isinstance(value, torch.nn.Module) \
-                    else value
+                container[name] = copy.deepcopy(value) \
+                    if isinstance(value, (torch.nn.Module, torch.Tensor)) else value
     model.peft_config[name] = config
-    return {f"{path}.{matrix}.{kind}": tensor.detach()
-            for path, layer in zip(paths, layers, strict=True) for matrix in ("lora_A", "lora_B")
-            for kind, tensor in getattr(layer, matrix)[name].named_parameters()}
+    return _place(paths, layers, name)
+
+
+def _place(paths: list[str], layers: list[torch.nn.Module], name: str) -> Place:
+    place = {}
+    for path, layer in zip(paths, layers, strict=True):
+        if isinstance(layer, IA3Layer):
+            place[f"{path}.ia3_l"] = layer.ia3_l[name].detach()
+            continue
+        for matrix in ("lora_A", "lora_B"):
+            for kind, tensor in getattr(layer, matrix)[name].named_parameters():
+                place[f"{path}.{matrix}.{kind}"] = tensor.detach()
+    return place
+
+
+def _layer_path(key: str) -> str:
+    return key.removesuffix(".ia3_l") if key.endswith(".ia3_l") else key.rsplit(".lora_", 1)[0]
+
+
+def _per_adapter(layer: torch.nn.Module) -> frozenset[str]:
+    return PER_ADAPTER if isinstance(layer, LoraLayer) else IA3_PER_ADAPTER

@@ -261,13 +261,15 @@ def test_prompt_and_prefix_tuning_decode_as_base_rows_once_prefilled(saved, toke
         assert got[request_id] == expected, request_id
 
 
+@pytest.mark.parametrize("first, second, third", [("t/lora-a@1", "t/lora-b@1", "t/lora-a@2"),
+                                                  ("t/ia3@1", "t/ia3@2", "t/ia3@3")])
 def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_shape(
-        saved, tokenizer, caplog) -> None:
-    """With room for more, an adapter of a resident one's shape is made as a copy of its modules
-    (peft's loader walks the whole model, longer with every adapter resident); every row stays
-    exact, also once the adapter it was copied from is gone."""
+        saved, tokenizer, caplog, first, second, third) -> None:
+    """With room for more, an adapter of a resident one's shape (LoRA, or IA3 in its group) is
+    made as a copy of its modules (peft's loader walks the whole model, longer with every
+    adapter resident); every row stays exact, also once the adapter it was copied from is
+    gone."""
     held = adapters(tokenizer)
-    first, second, third = "t/lora-a@1", "t/lora-b@1", "t/lora-a@2"  # one shape
     with caplog.at_level(logging.INFO, logger="workers.adapters"):
         got = serve(held, [(m, m, saved[m]) for m in (first, second, third)], tokenizer)
     copied = [r.getMessage() for r in caplog.records if "as a copy of" in r.getMessage()]
@@ -275,7 +277,9 @@ def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_sh
                       f"adapter {third} made as a copy of {first}'s modules"]
     held.unload(first)
     held.settle()
-    assert first not in held.loaded and sorted(held.peft.peft_config) == sorted(
+    group = held.loaded[second].group
+    holder = held.peft if group is None else held.groups.model(group)
+    assert first not in held.loaded and sorted(holder.peft_config) == sorted(
         held.loaded[m].name for m in (second, third))
     again = serve(held, [(f"{m}-again", m, saved[m]) for m in (second, third)], tokenizer)
     for model in (first, second, third):
