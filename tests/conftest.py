@@ -67,5 +67,5 @@ def executor_for(executors: dict[str, ExecutorProcess], ipc_dir: Path):
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: one test process per core, at most four (each test starts processes of its own)."""
+    """`-n auto`: one test process per core, at most four (tests start processes of their own)."""
     return max(1, min(os.cpu_count() or 1, 4))

@@ -119,7 +119,8 @@ def many_adapters(settings: Settings) -> list[Record]:
                p95(hundred["latencies"]), p95(few["latencies"]), "ms", higher_is_better=False),
         Record(name, f"Zipf over {many} adapters: requests/s vs one peft process holding all",
                requests / spread["elapsed"], requests / plain_spread["elapsed"], "req/s"),
-        Record(name, "a cold adapter's load at a full worker (LoRA r8), median", cold, None, "ms", "<= 100 ms"),
+        Record(name, "a cold adapter's load at a full worker (LoRA r8), median", cold, None,
+               "ms", "<= 100 ms"),
         Record(name, f"a cold adapter's load with room (LoRA r8, up to {RESIDENT} resident), "
                "median", with_room, None, "ms", "<= 100 ms"),
         Record(name, "memory per resident adapter vs its file size (+0.05 MiB: the goal's 0.1 "
