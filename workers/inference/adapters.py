@@ -209,8 +209,7 @@ class Adapters:
                 return None
         other = min(idle, key=lambda a: a.last_used)
         if other.place is None:
-            holder = self.peft if other.group is None else self.groups.model(other.group)
-            other.place = place_of(holder, other.name)
+            other.place = place_of(self._model_of(other), other.name)
         tensors = read_fitting(path, other.place)
         if tensors is None:
             return None
@@ -232,8 +231,7 @@ class Adapters:
         None when none is resident or its file does not fit."""
         shape = shape_of(path)
         source = next((a for a in self.loaded.values() if a.shared and a.shape == shape), None)
-        holder = None if source is None else \
-            self.peft if source.group is None else self.groups.model(source.group)
+        holder = None if source is None else self._model_of(source)
         if holder is None:
             return None
         if source.place is None:
@@ -254,6 +252,10 @@ class Adapters:
             raise
         log.info("adapter %s made as a copy of %s's modules", model, source.model)
         return loaded
+
+    def _model_of(self, adapter: Loaded) -> PeftModel | None:
+        """The model holding a shared adapter: the LoRA one, or its IA3 group's."""
+        return self.peft if adapter.group is None else self.groups.model(adapter.group)
 
     def _load_shared(self, name: str, path: Path) -> None:
         if self.peft is None:

@@ -28,7 +28,7 @@ METADATA = frozenset({"base_model_name_or_path", "revision", "inference_mode", "
                       "auto_mapping"})
 
 Place = dict[str, torch.Tensor]  # an adapter's tensors in the model, by their names in its file
-PER_ADAPTER = frozenset(LoraLayer.adapter_layer_names + LoraLayer.other_param_names)
+LORA_PER_ADAPTER = frozenset(LoraLayer.adapter_layer_names + LoraLayer.other_param_names)
 IA3_PER_ADAPTER = frozenset(IA3Layer.adapter_layer_names + IA3Layer.other_param_names)
 
 
@@ -118,4 +118,4 @@ def _layer_path(key: str) -> str:
 
 
 def _per_adapter(layer: torch.nn.Module) -> frozenset[str]:
-    return PER_ADAPTER if isinstance(layer, LoraLayer) else IA3_PER_ADAPTER
+    return LORA_PER_ADAPTER if isinstance(layer, LoraLayer) else IA3_PER_ADAPTER

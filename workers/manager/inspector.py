@@ -55,5 +55,5 @@ class Inspector:
 
     def _finished(self, to: bytes, command: StoreCommand, future: Future) -> None:
         self._done.put((to, command, future))  # first, so that a wake-up always finds it
-        with contextlib.suppress(BlockingIOError, OSError):
+        with contextlib.suppress(OSError):  # a full pipe wakes the loop already
             os.write(self._wake_w, b"!")
