@@ -38,7 +38,8 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
           device: str = "cpu", dtype: torch.dtype = torch.float32, recompute: bool = False):
     """`device`/`dtype`: where the client runs its part; plain loads its whole model there,
     ours takes the executor's dtype (which `dtype` must match). `recompute`: gradient
-    checkpointing, as a job's `gradient_checkpointing` sets it, on either side."""
+    checkpointing, as a job's `gradient_checkpointing` sets it, on either side; ours otherwise
+    trains with `lean.keep_less`, as a trainer does."""
     if free_base and side != "plain":
         raise ValueError("free_base measures the plain side only")
     if side == "plain":
@@ -58,10 +59,10 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
         from bench.ceiling import free_base as make_free
 
         make_free(tuned)
-    if recompute:
-        from workers.training.methods import recompute_layers
+    if recompute or (training and side != "plain"):  # as a trainer's model keeps activations
+        from workers.training.methods import keep_for_backward
 
-        recompute_layers(tuned)
+        keep_for_backward(tuned, recompute)
     return tuned
 
 

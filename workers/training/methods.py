@@ -1,5 +1,5 @@
-"""A job's PEFT settings (the `peft` block of its spec) -> a peft config, and the recompute
-transform its gradient_checkpointing asks for."""
+"""A job's PEFT settings (the `peft` block of its spec) -> a peft config, and how its model keeps
+activations for the backward (its gradient_checkpointing)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from peft import (
 from torch import nn
 
 from wire.jobs import PeftSpec
+from workers.training.lean import keep_less
 
 
 def peft_config(peft: PeftSpec, total_steps: int) -> PeftConfig:
@@ -49,3 +50,13 @@ def recompute_layers(model: nn.Module) -> None:
         base.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
     else:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+
+
+def keep_for_backward(model: nn.Module, recompute: bool) -> None:
+    """What a trainer's model keeps for the backward: with `recompute`, each decoder layer's
+    input only (`recompute_layers`); otherwise all but what elementwise work on kept tensors
+    makes again (`lean.keep_less`). Gradients are the same either way."""
+    if recompute:
+        recompute_layers(model)
+    else:
+        keep_less(model)

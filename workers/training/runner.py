@@ -39,7 +39,7 @@ from workers.training import checkpoint, gates
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
-from workers.training.methods import peft_config, recompute_layers
+from workers.training.methods import keep_for_backward, peft_config
 from workers.training.priority import yield_to_inference
 
 log = logging.getLogger("workers.trainer")
@@ -93,8 +93,7 @@ class Trainer:
                                               torch_device=str(device))
         else:
             model = get_peft_model(model, peft_config(spec.peft, total))
-        if spec.peft.gradient_checkpointing:
-            recompute_layers(model)
+        keep_for_backward(model, spec.peft.gradient_checkpointing)
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
