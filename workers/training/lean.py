@@ -53,8 +53,7 @@ class Recipes:
 
     def record(self, out: torch.Tensor, make: Callable[..., torch.Tensor],
                *inputs: torch.Tensor) -> None:
-        if self._depth and torch.is_grad_enabled() and out.requires_grad \
-                and out.is_contiguous():
+        if self._depth and torch.is_grad_enabled() and out.is_contiguous():
             self._made[out.untyped_storage().data_ptr()] = (
                 weakref.ref(out), out._version, make,
                 [(weakref.ref(t), t._version) for t in inputs])
