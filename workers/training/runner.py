@@ -36,6 +36,7 @@ from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
 from workers.remote.privacy import PrivacyConfig
 from workers.training import checkpoint, gates
+from workers.training.allocator import give_back_large_frees
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
@@ -256,6 +257,7 @@ def run(config: TrainerSpec, tokenizer: Any) -> int:
     """Process entry point. Returns non-zero when the job should be retried (it stays running
     at the manager, which requeues it)."""
     yield_to_inference()
+    give_back_large_frees()
     control = ControlChannel(config.manager, config.job_id)
     trainer = Trainer(config, tokenizer, control)
     try:
