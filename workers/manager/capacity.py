@@ -6,12 +6,17 @@ on a core beside the executor and the inference workers. Memory (`JobBudget`): h
 available when the manager starts (the rest stays for inference workers and the executor); a
 queued job starts while what the running jobs may take, with its own, fits. What a job may take
 at most: its process (`TRAINER_PROCESS_BYTES`, a forked trainer's private memory measured on a
-tiny model) plus the activations a full micro-batch keeps for the backward pass (34 values per
-token, layer and hidden unit; Korthikanti et al., "Reducing Activation Recomputation in Large
-Transformer Models", 2022; a job that recomputes its layers keeps each layer's input and one
-layer's activations at a time) and its fp32 logits three times over (the logits, their softmax,
-its gradient). The base weights are not counted: the executor holds them once for every job.
-Torch-free: the model's shape comes from its config.json or the catalogue.
+tiny model) plus the activations a full micro-batch keeps for the backward pass and its fp32
+logits three times over (the logits, their softmax, its gradient). Activations are counted as
+Korthikanti et al. count them ("Reducing Activation Recomputation in Large Transformer Models",
+2022: 16-bit values per token, layer and hidden unit; an fp32 tensor of tokens x hidden is 2),
+for what a trainer keeps (`workers.training.lean`): per layer the residual stream at both norms'
+inputs (4), attention's q, k, v, output and the output projection's input (at most 10), the
+MLP's two inner outputs (4 x intermediate / hidden); with LoRA dropout also each adapted layer's
+dropped input and mask (2.5 x (6 + intermediate / hidden)). A job that recomputes its layers
+keeps each layer's input and one layer's activations at a time. The base weights are not
+counted: the executor holds them once for every job. Torch-free: the model's shape comes from
+its config.json or the catalogue.
 """
 
 from __future__ import annotations
@@ -37,11 +42,14 @@ class Shape:
     hidden: int
     layers: int
     vocab: int
+    intermediate: int  # the MLP's inner width
 
     @classmethod
     def of(cls, config: dict) -> Shape:
-        return cls(config.get("hidden_size") or config["n_embd"],
-                   config.get("num_hidden_layers") or config["n_layer"], config["vocab_size"])
+        hidden = config.get("hidden_size") or config["n_embd"]
+        return cls(hidden, config.get("num_hidden_layers") or config["n_layer"],
+                   config["vocab_size"],
+                   config.get("intermediate_size") or config.get("n_inner") or 4 * hidden)
 
 
 def model_shape(model: str) -> Shape | None:
@@ -57,14 +65,23 @@ def model_shape(model: str) -> Shape | None:
     return None
 
 
-def job_bytes(shape: Shape, dtype_bytes: int = 4, *, recompute: bool = False) -> int:
+def layer_values(shape: Shape, dropout: bool = False) -> float:
+    """What one decoder layer keeps for the backward, in 16-bit values per token and hidden
+    unit (the module's docstring says of what)."""
+    widths = shape.intermediate / shape.hidden
+    return 14 + 4 * widths + (2.5 * (6 + widths) if dropout else 0)
+
+
+def job_bytes(shape: Shape, dtype_bytes: int = 4, *, recompute: bool = False,
+              dropout: bool = False) -> int:
     """The most one job's trainer may take: its process, a full micro-batch's activations (all
     layers', or with `recompute` each layer's input and one layer's), its logits."""
     tokens = MICRO_BATCH_TOKENS
     value = tokens * shape.hidden * dtype_bytes // 2  # the paper counts 2-byte values
-    kept = 34 + 2 * shape.layers if recompute else 34 * shape.layers
+    layer = layer_values(shape, dropout)
+    kept = layer + 2 * shape.layers if recompute else layer * shape.layers
     logits = 3 * tokens * shape.vocab * 4
-    return TRAINER_PROCESS_BYTES + kept * value + logits
+    return TRAINER_PROCESS_BYTES + int(kept * value) + logits
 
 
 @dataclass(frozen=True)
@@ -74,8 +91,8 @@ class JobBudget:
     bytes: int
     shape: Shape
 
-    def cost(self, recompute: bool) -> int:
-        return job_bytes(self.shape, recompute=recompute)
+    def cost(self, recompute: bool, dropout: bool = False) -> int:
+        return job_bytes(self.shape, recompute=recompute, dropout=dropout)
 
 
 def default_capacity(model: str, *, cores: int | None = None,

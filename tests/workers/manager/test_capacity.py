@@ -1,5 +1,5 @@
 """The default jobs at once: a count by the cores, and a memory budget they share; a job counted
-at its most for the model's shape, less when it recomputes its layers."""
+at its most for the model's shape, less when it recomputes its layers, more with LoRA dropout."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from workers.manager.capacity import (
     default_capacity,
     job_bytes,
     job_capacity,
+    layer_values,
     model_shape,
 )
 
@@ -21,19 +22,31 @@ GIB = 2**30
 
 def test_a_jobs_most_is_its_process_a_micro_batchs_activations_and_its_logits() -> None:
     llama_1b = model_shape("llama-1b")
-    assert llama_1b == Shape(2048, 22, BUILTINS["llama-1b"].config["vocab_size"])
-    # 4096 tokens: 34 x 2048 x 22 values a token at 2 bytes each (16-bit count, fp32 here x2)
-    activations = 4096 * 34 * 2048 * 22 * 2
+    assert llama_1b == Shape(2048, 22, BUILTINS["llama-1b"].config["vocab_size"], 5632)
+    # a layer keeps 2 norm inputs, q, k, v, attention's output and o_proj's input (7 tensors of
+    # tokens x hidden at most) and the MLP's gate and up outputs (2 of tokens x 5632), in fp32:
+    # (7 + 2 x 5632 / 2048) x 2 = 25 of the paper's 16-bit values a token and hidden unit
+    assert layer_values(llama_1b) == 25
+    activations = 4096 * 25 * 2048 * 22 * 2
     logits = 3 * 4096 * llama_1b.vocab * 4
     assert job_bytes(llama_1b) == TRAINER_PROCESS_BYTES + activations + logits
-    assert 14 * GIB < job_bytes(llama_1b) < 15 * GIB  # the 1B model's micro-batch dominates
+    assert 11 * GIB < job_bytes(llama_1b) < 12 * GIB  # the 1B model's micro-batch dominates
+
+
+def test_lora_dropout_keeps_each_adapted_layers_dropped_input_and_its_mask() -> None:
+    llama_1b = model_shape("llama-1b")
+    # q, k, v, o, gate, up take hidden-wide inputs, down an intermediate-wide one: each kept
+    # dropped (fp32: 2 values) with its mask (1 byte: 0.5)
+    assert layer_values(llama_1b, dropout=True) - layer_values(llama_1b) == 2.5 * (6 + 2.75)
+    assert job_bytes(llama_1b, dropout=True) > job_bytes(llama_1b)
 
 
 def test_the_shape_is_read_from_a_config_or_the_catalogue(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"n_embd": 768, "n_layer": 12,
                                                       "vocab_size": 50257}))
-    assert model_shape(str(tmp_path)) == Shape(768, 12, 50257)
-    assert model_shape("tiny-gpt2") == Shape(64, 2, BUILTINS["tiny-gpt2"].config["vocab_size"])
+    assert model_shape(str(tmp_path)) == Shape(768, 12, 50257, 4 * 768)
+    assert model_shape("tiny-gpt2") == Shape(64, 2, BUILTINS["tiny-gpt2"].config["vocab_size"],
+                                             4 * 64)
     assert model_shape(str(tmp_path / "missing")) is None
 
 
@@ -41,7 +54,7 @@ def test_recomputing_layers_keeps_each_layers_input_and_one_layers_activations()
     llama_1b = model_shape("llama-1b")
     value = 4096 * 2048 * 2  # a token's hidden unit over the micro-batch, as the paper counts
     assert job_bytes(llama_1b) - job_bytes(llama_1b, recompute=True) == \
-        (34 * 22 - (34 + 2 * 22)) * value
+        (25 * 22 - (25 + 2 * 22)) * value
     assert job_bytes(llama_1b, recompute=True) < 0.6 * job_bytes(llama_1b)
 
 
@@ -49,7 +62,7 @@ def test_the_cores_count_the_jobs_and_half_the_memory_is_their_budget() -> None:
     each = job_bytes(model_shape("llama-1b"))
     count, budget = default_capacity("llama-1b", cores=16, available_bytes=6 * each)
     assert count == 8 and budget == JobBudget(3 * each, model_shape("llama-1b"))
-    assert budget.cost(False) == each and budget.cost(True) < each
+    assert budget.cost(False) == each and budget.cost(True) < each < budget.cost(False, True)
     assert default_capacity("no-such-model", cores=6, available_bytes=0) == (3, None)
     assert default_capacity("tiny-llama", cores=2, available_bytes=64 * GIB)[0] == 2
     assert job_capacity(5, "llama-1b") == (5, None)  # an operator's count alone
