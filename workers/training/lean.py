@@ -28,15 +28,20 @@ GATED = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2ML
 
 
 class Recipe:
-    """How to make a saved tensor again: `make(*inputs)` in `shape`, without autograd."""
+    """How to make a saved tensor again: `make(*inputs)` in `shape`, without autograd. Like a
+    saved tensor, it refuses to be used once an input was changed in place."""
 
-    __slots__ = ("inputs", "make", "shape")
+    __slots__ = ("inputs", "make", "shape", "versions")
 
     def __init__(self, make: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
                  shape: torch.Size) -> None:
         self.make, self.inputs, self.shape = make, inputs, shape
+        self.versions = [t._version for t in inputs]
 
     def __call__(self) -> torch.Tensor:
+        if [t._version for t in self.inputs] != self.versions:
+            raise RuntimeError("one of the variables needed for gradient computation has been "
+                               "modified by an inplace operation (an input of a kept recipe)")
         with torch.no_grad():
             return self.make(*self.inputs).view(self.shape)
 
@@ -97,9 +102,10 @@ def _recorded(module: nn.Module, recipes: Recipes) -> None:
     forward = module.forward
 
     @functools.wraps(forward)
-    def recording(x: torch.Tensor) -> torch.Tensor:
-        out = forward(x)
-        recipes.record(out, forward, x)
+    def recording(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        if len(args) == 1 and not kwargs and isinstance(out, torch.Tensor):
+            recipes.record(out, forward, args[0])
         return out
 
     module.forward = recording
@@ -126,7 +132,8 @@ def keep_less(model: nn.Module) -> Recipes:
     recipes = Recipes()
     for name, module in base.named_modules():
         leaf = name.rsplit(".", 1)[-1]
-        if _is_norm(module) or (leaf in ACTIVATIONS and not any(module.parameters())):
+        stateless = next(module.parameters(), None) is None
+        if _is_norm(module) or (leaf in ACTIVATIONS and stateless):
             _recorded(module, recipes)
         elif type(module).__name__ in GATED:
             module.lean_recipes = recipes

@@ -120,3 +120,12 @@ def test_a_training_forward_holds_less_memory() -> None:
     saved = SHAPE["num_hidden_layers"] * per_layer  # 31 MB; plain holds ~75 MB
     assert plain - lean >= 0.8 * saved, (plain, lean, saved)
     assert lean > 0.2 * plain  # what stays (attention's, the residual stream's) is still held
+
+
+def test_a_recipe_whose_input_changed_in_place_refuses_as_a_saved_tensor_would() -> None:
+    gate, up = torch.randn(3, 4), torch.randn(3, 4)
+    recipe = Recipe(lambda g, u: torch.nn.functional.silu(g) * u, (gate, up), torch.Size([12]))
+    assert torch.equal(recipe(), (torch.nn.functional.silu(gate) * up).view(12))
+    up.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        recipe()
