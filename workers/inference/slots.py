@@ -46,14 +46,11 @@ def place_of(model: PeftModel, name: str) -> Place:
     them by (detached: they share the parameters' storage and versions). An adapter with other
     tensors (embedding LoRA, modules to save) has a place no file fits: peft's own loader takes
     those."""
-    place = {}
+    place: Place = {}
     for path, module in model.named_modules():
-        if isinstance(module, LoraLayer) and name in module.lora_A:
-            for matrix in ("lora_A", "lora_B"):
-                for kind, tensor in getattr(module, matrix)[name].named_parameters():
-                    place[f"{path}.{matrix}.{kind}"] = tensor.detach()
-        elif isinstance(module, IA3Layer) and name in module.ia3_l:
-            place[f"{path}.ia3_l"] = module.ia3_l[name].detach()
+        if (isinstance(module, LoraLayer) and name in module.lora_A) or \
+                (isinstance(module, IA3Layer) and name in module.ia3_l):
+            place.update(_layer_place(path, module, name))
     return place
 
 
@@ -98,19 +95,16 @@ def clone(model: PeftModel, source: str, place: Place, name: str,
                 container[name] = copy.deepcopy(value) \
                     if isinstance(value, (torch.nn.Module, torch.Tensor)) else value
     model.peft_config[name] = config
-    return _place(paths, layers, name)
+    return {key: tensor for path, layer in zip(paths, layers, strict=True)
+            for key, tensor in _layer_place(path, layer, name).items()}
 
 
-def _place(paths: list[str], layers: list[torch.nn.Module], name: str) -> Place:
-    place = {}
-    for path, layer in zip(paths, layers, strict=True):
-        if isinstance(layer, IA3Layer):
-            place[f"{path}.ia3_l"] = layer.ia3_l[name].detach()
-            continue
-        for matrix in ("lora_A", "lora_B"):
-            for kind, tensor in getattr(layer, matrix)[name].named_parameters():
-                place[f"{path}.{matrix}.{kind}"] = tensor.detach()
-    return place
+def _layer_place(path: str, layer: torch.nn.Module, name: str) -> Place:
+    """Adapter `name`'s tensors in one LoRA or IA3 layer at `path`, as `place_of` names them."""
+    if isinstance(layer, IA3Layer):
+        return {f"{path}.ia3_l": layer.ia3_l[name].detach()}
+    return {f"{path}.{matrix}.{kind}": tensor.detach() for matrix in ("lora_A", "lora_B")
+            for kind, tensor in getattr(layer, matrix)[name].named_parameters()}
 
 
 def _layer_path(key: str) -> str:

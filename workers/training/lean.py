@@ -116,7 +116,7 @@ def _gated_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     the product recorded as made from the gate's and up's outputs."""
     gate = self.gate_proj(x)
     up = self.up_proj(x)
-    product = self.act_fn(gate) * up
+    product = self.lean_product(gate, up)
     self.lean_recipes.record(product, self.lean_product, gate, up)
     return self.down_proj(product)
 
