@@ -31,7 +31,7 @@ class BaseLayer:
     weight: torch.Tensor  # linear: [out, in] (a transposed view for Conv1D); embedding: table
     bias: torch.Tensor | None = None
     embedding: nn.Module | None = None  # run as is: some models scale inside the embedding
-    stretch: stretches.Stretch | None = None
+    stretch: stretches.Stretch | stretches.Lead | None = None
 
 
 class UnsupportedOp(ValueError):
@@ -92,8 +92,12 @@ class LayerRegistry:
             layers.append(_fuse(len(layers), [by_name[m] for m in members]))
             fused[tuple(members)] = layers[-1]
         if stretch:
-            layers += [BaseLayer(spec, stretch.o.weight, stretch=stretch)
-                       for spec, stretch in stretches.build(model, by_name, fused, len(layers))]
+            embedding = next((layer for layer in layers
+                              if layer.spec.kind == LayerKind.EMBEDDING), None)
+            lookup = None if embedding is None else _lookup(embedding)
+            for spec, layer in stretches.build(model, by_name, fused, len(layers), lookup):
+                weight = embedding.weight if isinstance(layer, stretches.Lead) else layer.o.weight
+                layers.append(BaseLayer(spec, weight, stretch=layer))
         return cls(layers, model_name, dtype)
 
     def get(self, index: int) -> BaseLayer:
@@ -106,13 +110,14 @@ class LayerRegistry:
         `run` decides per call, decided once)."""
         table = []
         for layer in self.layers:
+            if layer.spec.kind == LayerKind.LEAD:
+                table.append({Op.FORWARD: layer.stretch})
+                continue
             if layer.stretch is not None:
                 table.append({Op.FORWARD: layer.stretch, Op.BACKWARD: layer.stretch.backward})
                 continue
             if layer.spec.kind == LayerKind.EMBEDDING:
-                plain = type(layer.embedding) is nn.Embedding and layer.embedding.max_norm is None
-                table.append({Op.FORWARD: (lambda ids, w=layer.weight: F.embedding(ids, w))
-                              if plain else layer.embedding})
+                table.append({Op.FORWARD: _lookup(layer)})
                 continue
             weight, bias, weight_t = layer.weight, layer.bias, layer.weight.t()
             table.append({
@@ -124,6 +129,10 @@ class LayerRegistry:
 
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
         """Run one operation over a flat batch of rows: x [rows, in] (ids [rows] for lookups)."""
+        if layer.spec.kind == LayerKind.LEAD:
+            if op != Op.FORWARD:
+                raise UnsupportedOp(f"{layer.spec.name} is a lead: forward only")
+            return layer.stretch(x)
         if layer.stretch is not None:
             if op == Op.FORWARD:
                 return layer.stretch(x)
@@ -147,6 +156,15 @@ class LayerRegistry:
                     seen.add(t.untyped_storage().data_ptr())
                     total += t.untyped_storage().nbytes()
         return total
+
+
+def _lookup(layer: BaseLayer) -> Callable[[torch.Tensor], torch.Tensor]:
+    """An embedding's forward: the table lookup itself where the module is a plain one, else the
+    module (some models scale inside the embedding)."""
+    module = layer.embedding
+    if type(module) is nn.Embedding and module.max_norm is None:
+        return lambda ids, w=layer.weight: F.embedding(ids, w)
+    return module
 
 
 def _own_memory(model: nn.Module) -> None:

@@ -10,6 +10,9 @@ instead of four. Results equal the per-projection path: the same modules and wei
 The last layer has a second stretch, `<layer>.stretch+<head>`, that goes on through the final
 norm and the output head: [residual stream | logits], for decode steps (one position per
 sequence, every row's logits wanted), which so save the head's own call.
+Before the first layer, the lead (`<embedding>.lead`, where the first layer takes the token
+embedding as it is): token ids -> [embedding | the first layer's q/k/v], so that a step's first
+call brings its first q/k/v too.
 
 Supported where the decoder layer is known to be exactly that sequence (`catalogue.stretches`);
 other models keep per-projection calls.
@@ -76,6 +79,20 @@ class Stretch:
         return torch.cat([d, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
 
 
+class Lead:
+    """Forward only: ids [rows] -> [rows, hidden + the first layer's q/k/v widths], the lookup,
+    the first layer's input norm and its q/k/v (each as the model computes them)."""
+
+    def __init__(self, lookup: Callable[[torch.Tensor], torch.Tensor], in_norm: nn.Module,
+                 targets: list) -> None:
+        self.lookup, self.in_norm, self.targets = lookup, norm_function(in_norm), targets
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.lookup(ids)
+        n = self.in_norm(h)
+        return torch.cat([h, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
+
+
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
 
 
@@ -107,23 +124,27 @@ def activation_function(module: Callable) -> Callable[[torch.Tensor], torch.Tens
 
 
 def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],
-          first_index: int) -> list[tuple[LayerSpec, Stretch]]:
-    """The stretches of `model` with their layer specs, [] if its architecture has no recipe.
-    `by_name`: the registry's layers; `groups`: fused groups by their members (the next q/k/v
-    go out in the group's layout when there is one)."""
+          first_index: int, lookup: Callable[[torch.Tensor], torch.Tensor] | None = None
+          ) -> list[tuple[LayerSpec, Stretch | Lead]]:
+    """The stretches of `model` with their layer specs, [] if its architecture has no recipe;
+    with `lookup` (the embedding's forward) the lead too. `by_name`: the registry's layers;
+    `groups`: fused groups by their members (q/k/v go out in the group's layout when there is
+    one)."""
     recipe = RECIPES.get(getattr(model.config, "model_type", ""))
     if recipe is None:
         return []
     decoder = model.get_submodule(recipe.layers)
-    stretches = []
+
+    def qkv(i: int) -> list:
+        names = tuple(f"{recipe.layers}.{i}.{name}" for name in recipe.qkv)
+        group = groups.get(names)
+        return [group] if group is not None else [by_name[n] for n in names]
+
+    stretches: list[tuple[LayerSpec, Stretch | Lead]] = []
     for i in range(len(decoder)):
         in_norm, targets = None, []
         if i + 1 < len(decoder):
-            following = f"{recipe.layers}.{i + 1}"
-            in_norm = decoder[i + 1].get_submodule(recipe.in_norm)
-            names = tuple(f"{following}.{name}" for name in recipe.qkv)
-            group = groups.get(names)
-            targets = [group] if group is not None else [by_name[n] for n in names]
+            in_norm, targets = decoder[i + 1].get_submodule(recipe.in_norm), qkv(i + 1)
         stretches.append(_stretch(first_index + i, decoder[i], f"{recipe.layers}.{i}", recipe,
                                   by_name, groups, in_norm, targets))
     if recipe.head in by_name:  # the last layer again, through the final norm and the head
@@ -131,7 +152,22 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
                                   f"{recipe.layers}.{len(decoder) - 1}", recipe, by_name, groups,
                                   model.get_submodule(recipe.final_norm), [by_name[recipe.head]],
                                   f"+{recipe.head}"))
+    if lookup is not None and recipe.embed in by_name:
+        stretches.append(_lead(first_index + len(stretches), by_name[recipe.embed], lookup,
+                               decoder[0].get_submodule(recipe.in_norm), qkv(0)))
     return stretches
+
+
+def _lead(index: int, embedding, lookup: Callable[[torch.Tensor], torch.Tensor],
+          in_norm: nn.Module, targets: list) -> tuple[LayerSpec, Lead]:
+    in_norm.requires_grad_(False)
+    rows, hidden = embedding.spec.in_features, embedding.spec.out_features
+    widths = tuple(t.spec.out_features for t in targets)
+    spec = LayerSpec(index, f"{embedding.spec.name}.lead", LayerKind.LEAD, rows,
+                     hidden + sum(widths), False,
+                     members=(embedding.spec.name, *(t.spec.name for t in targets)),
+                     splits=(hidden, *widths))
+    return spec, Lead(lookup, in_norm, targets)
 
 
 def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name: dict,
@@ -155,6 +191,8 @@ def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name:
     return spec, stretch
 
 
-def macs_per_row(stretch: Stretch) -> int:
+def macs_per_row(stretch: Stretch | Lead) -> int:
+    if isinstance(stretch, Lead):
+        return sum(t.spec.in_features * t.spec.out_features for t in stretch.targets)
     parts = [stretch.o, *stretch.mlp_in, stretch.down, *stretch.targets]
     return sum(p.spec.in_features * p.spec.out_features for p in parts)

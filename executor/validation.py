@@ -42,7 +42,7 @@ class CallTable:
     def __init__(self, specs: list[P.LayerSpec]) -> None:
         self.layers: list[LayerShape] = []
         for s in specs:
-            if s.kind == P.LayerKind.EMBEDDING:
+            if s.kind in (P.LayerKind.EMBEDDING, P.LayerKind.LEAD):
                 self.layers.append(LayerShape(s.name, s.in_features,
                                               {P.Op.FORWARD: (0, s.out_features)}))
             elif s.kind == P.LayerKind.STRETCH:  # backward: [inputs | output grads] -> grads

@@ -45,6 +45,10 @@ def peft_config(model: str, method: str, rank: int = 4):
         return LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank,
                           target_modules=(["c_attn"] if gpt2 else ["q_proj", "v_proj"])
                           + ["lm_head"])
+    if method == "lora_embed":  # the same and the token embedding: no lead
+        return LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank,
+                          target_modules=(["c_attn", "wte"] if gpt2 else
+                                          ["q_proj", "v_proj", "embed_tokens"]))
     if method == "ia3":
         targets, ff = (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]) if gpt2 else \
             (["k_proj", "v_proj", "down_proj"], ["down_proj"])

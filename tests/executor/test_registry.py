@@ -24,12 +24,12 @@ def test_every_weight_bearing_layer_is_served_exactly(name: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(resolve_model(name))
     registry = LayerRegistry.load(resolve_model(name))
     modules = dict(model.named_modules())
-    assert [s.name for s in registry.specs if s.kind not in (LayerKind.GROUP, LayerKind.STRETCH)] \
-        == base_layer_names(model)
+    fused = (LayerKind.GROUP, LayerKind.STRETCH, LayerKind.LEAD)
+    assert [s.name for s in registry.specs if s.kind not in fused] == base_layer_names(model)
     torch.manual_seed(0)
     for layer in registry.layers:
         spec = layer.spec
-        if spec.kind == LayerKind.STRETCH:
+        if spec.kind in (LayerKind.STRETCH, LayerKind.LEAD):
             continue  # test_stretches_equal_the_decoder_layers_they_stand_for
         if spec.kind == LayerKind.GROUP:
             members = [modules[m] for m in spec.members]
@@ -154,3 +154,16 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
         torch.testing.assert_close(got, grads)
         with pytest.raises(UnsupportedOp):
             registry.run(Op.FORWARD_NOBIAS, layer, inputs)
+    leads = [layer for layer in registry.layers if layer.spec.kind == LayerKind.LEAD]
+    assert len(leads) == (recipe.embed != "")  # GPT-2 adds positions before its first norm
+    for lead in leads:  # the embedding, then the first layer's input norm and q/k/v
+        assert lead.spec.name == f"{recipe.embed}.lead"
+        ids = torch.randint(0, lead.spec.in_features, (7,))
+        h = model.get_submodule(recipe.embed)(ids)
+        n = decoder[0].get_submodule(recipe.in_norm)(h)
+        expected = torch.cat([h, *(decoder[0].get_submodule(q)(n) for q in recipe.qkv)], dim=1)
+        torch.testing.assert_close(registry.run(Op.FORWARD, lead, ids), expected.detach())
+        widths = [decoder[0].get_submodule(q).out_features for q in recipe.qkv]
+        assert lead.spec.splits == (h.shape[1], sum(widths))  # q/k/v as their fused group
+        with pytest.raises(UnsupportedOp):
+            registry.run(Op.BACKWARD, lead, ids)

@@ -35,6 +35,8 @@ class LayerKind(enum.IntEnum):
     GROUP = 2  # several linear layers that share one input, run as one matmul
     STRETCH = 3  # the frozen part of a decoder layer between two attentions (backward: from
     #             [inputs | output gradients] to input gradients)
+    LEAD = 4  # token ids -> [embedding | the first layer's q/k/v]: forward only, ids as an
+    #          embedding's (in_features: the table's rows)
 
 
 class ErrorCode(enum.StrEnum):

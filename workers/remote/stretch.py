@@ -1,5 +1,6 @@
 """Stretch calls on the worker: a decoder layer whose frozen part after attention is untouched
-by adapters makes one executor call for it (`executor.stretches`) instead of four.
+by adapters makes one executor call for it (`executor.stretches`) instead of four (and the first
+layer's q/k/v come with the embedding: `workers.remote.lead`).
 
 `enable_stretches` gives each decoder layer of a supported model a `StretchControl` and a
 forward of its own (module swap: names and submodules stay, so adapters load as usual). Per call
@@ -28,6 +29,7 @@ from catalogue.stretches import RECIPES, Recipe
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
+from workers.remote.lead import enable_lead
 from workers.remote.places import places, untouched
 from workers.remote.tail import Tail, enable_tail
 
@@ -188,6 +190,7 @@ def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtyp
                                        train_rows))
     forward = _llama_forward if recipe.style == "llama" else _gpt2_forward
     controls[-1].tail = enable_tail(model, recipe, specs, controls[-1])
+    enable_lead(model, recipe, handle)
     for i, control in enumerate(controls):
         control.previous = controls[i - 1] if i else None
         control.layer.symbiosis_stretch = control

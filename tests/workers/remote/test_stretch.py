@@ -1,7 +1,8 @@
 """Stretch calls (a decoder layer's frozen part after attention as one executor call) against
 plain transformers + peft, through a real executor process: exact whichever adapter decides
 whether they apply, and one call per layer instead of four when they do; a decode step's logits
-come with the last stretch unless an adapter touches the head."""
+come with the last stretch unless an adapter touches the head, and (Llama-style models) the first
+layer's q/k/v come with the embedding (the lead) unless an adapter touches the embedding."""
 
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ def per_token_calls(model, client: ExecutorClient, tokens: int = 6) -> float:
     return (after - before - prefill) / tokens
 
 
-@pytest.mark.parametrize(("model", "method", "stretched", "tail"), [
-    ("tiny-llama", "lora_qv", True, True), ("tiny-qwen2", "lora_qv", True, True),
-    ("tiny-gpt2", "lora_qv", True, True), ("tiny-llama", "lora_qv_head", True, False),
-    ("tiny-gpt2", "ia3", False, False), ("tiny-llama", "lora", False, False),
-    ("tiny-llama", "ia3", False, False),
+@pytest.mark.parametrize(("model", "method", "stretched", "tail", "lead"), [
+    ("tiny-llama", "lora_qv", True, True, True), ("tiny-qwen2", "lora_qv", True, True, True),
+    ("tiny-gpt2", "lora_qv", True, True, False), ("tiny-llama", "lora_qv_head", True, False, True),
+    ("tiny-gpt2", "ia3", False, False, False), ("tiny-llama", "lora", False, False, True),
+    ("tiny-llama", "ia3", False, False, True), ("tiny-llama", "lora_embed", True, True, False),
 ])
 def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, method: str,
                                                                   stretched: bool, tail: bool,
+                                                                  lead: bool,
                                                                   executor_for) -> None:
     client = ExecutorClient(executor_for(model).endpoint, name=f"stretch-{model}-{method}")
     try:
@@ -56,8 +58,9 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         embeddings = 2 if model == "tiny-gpt2" else 1  # GPT-2: token and position tables
         per_projection = embeddings + 4 * LAYERS + 1
         expected = embeddings + 1 + LAYERS + 1 if stretched else per_projection
-        assert forward_calls == expected  # a prompt: the head is called for itself
-        assert per_token_calls(ours, client) == expected - tail  # the last stretch's logits
+        # a prompt: the head is called for itself; the lead brings the first q/k/v
+        assert forward_calls == expected - lead
+        assert per_token_calls(ours, client) == expected - lead - tail
         with torch.no_grad():  # every decode step's logits, not only the greedy choice
             steps = [m.generate(input_ids=ids, max_new_tokens=5, min_new_tokens=5,
                                 do_sample=False, output_logits=True,
@@ -68,8 +71,8 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         before = client.calls
         ours(input_ids=ids, labels=ids).loss.backward()
         # backward: lm_head, then each stretch (or each layer's 4 projections but the first
-        # q/k/v, whose input, the embeddings, needs no gradient)
-        backward = 1 + LAYERS if stretched else 4 * LAYERS
+        # q/k/v, whose input, the embeddings, needs no gradient unless an adapter trains them)
+        backward = (1 + LAYERS if stretched else 4 * LAYERS) + (method == "lora_embed")
         assert client.calls - before == expected + backward
     finally:
         client.close()
@@ -88,11 +91,11 @@ def test_a_stretch_stays_out_of_the_way_of_an_adapter_added_later(executor_for) 
         with torch.no_grad():
             before = client.calls
             base = model(input_ids=ids).logits
-            assert client.calls - before == 5
+            assert client.calls - before == 4  # lead, 2 stretches, head
             wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["o_proj"])).eval()
             before = client.calls
             same = wrapped(input_ids=ids).logits  # LoRA B is zero: the same logits
-            assert client.calls - before == 10
+            assert client.calls - before == 9  # lead, then per projection but q/k/v 0
         torch.testing.assert_close(same, base, rtol=0, atol=TOLERANCE)
     finally:
         client.close()

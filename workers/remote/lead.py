@@ -1,0 +1,91 @@
+"""The lead, for the first call of a forward: the token embedding comes back with the first
+layer's base q/k/v, so that a decode step makes one call fewer.
+
+The executor offers it as `<embedding>.lead` (`executor.stretches.Lead`) where the first decoder
+layer takes the token embedding as it is. The embedding (its forward swapped per instance) uses
+it when nothing needs gradients and neither the embedding nor the first layer's input norm is
+wrapped or hooked by an adapter; otherwise it makes its plain lookup. The q/k/v wait: the first
+layer's input norm (swapped per instance, as the final norm is for the tail) hands them to their
+remote layers' stages with its output, and each layer takes its own when it is called with that
+output, so adapters on q/k/v (LoRA, IA3) still apply and any other input is computed as usual.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+
+from catalogue.stretches import Recipe
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
+from workers.remote.handle import ExecutorHandle
+from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
+from workers.remote.places import places, untouched
+
+
+class Lead:
+    """The lead call, and the q/k/v it brought until the first layer's input norm takes them."""
+
+    def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec, handle: ExecutorHandle,
+                 targets: list[RemoteLayer]) -> None:
+        self.spec, self.handle, self.targets = spec, handle, targets
+        self.splits = [spec.splits[0], *(t.spec.out_features for t in targets)]
+        self.places = places(model, [recipe.embed, f"{recipe.layers}.0.{recipe.in_norm}"])
+        self.waiting: tuple[torch.Tensor, tuple[torch.Tensor, ...]] | None = None
+
+    def usable(self) -> bool:
+        return not torch.is_grad_enabled() and untouched(self.places)
+
+    def run(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The embedding of `ids`; the q/k/v wait for the first layer's normed input."""
+        spec = self.spec
+        y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
+                        spec.out_features, dtype)
+        hidden, *qkv = y.split_with_sizes(self.splits, dim=-1)
+        self.waiting = (hidden, tuple(qkv))
+        return hidden
+
+    def deliver(self, hidden_states: torch.Tensor, normed: torch.Tensor) -> None:
+        waiting, self.waiting = self.waiting, None
+        if waiting is not None and waiting[0] is hidden_states:
+            for target, output in zip(self.targets, waiting[1], strict=True):
+                target.stage.put(normed, output)
+
+
+def enable_lead(model: nn.Module, recipe: Recipe, handle: ExecutorHandle) -> Lead | None:
+    """The lead for `model` where the executor offers one and the embedding is a remote one."""
+    specs = {s.name: s for s in handle.layers}
+    spec = specs.get(f"{recipe.embed}.lead") if recipe.embed else None
+    if spec is None or spec.kind != LayerKind.LEAD:
+        return None
+    embedding = model.get_submodule(recipe.embed)
+    if not isinstance(embedding, RemoteEmbedding) or spec.members[0] != embedding.spec.name:
+        return None
+    modules = dict(model.named_modules())
+    targets = []
+    for name in spec.members[1:]:  # a group of the first q/k/v, or the layers themselves
+        target = specs[name]
+        targets += [modules[n] for n in (target.members or (target.name,))]
+    if not all(isinstance(t, RemoteLayer) for t in targets):
+        return None
+    lead = Lead(model, recipe, spec, handle, targets)
+    embedding.symbiosis_lead = lead
+    embedding.forward = types.MethodType(_embedding_forward, embedding)
+    norm = model.get_submodule(f"{recipe.layers}.0.{recipe.in_norm}")
+    norm.symbiosis_lead = lead
+    norm.forward = types.MethodType(_first_norm_forward, norm)
+    return lead
+
+
+def _embedding_forward(self: RemoteEmbedding, ids: torch.Tensor) -> torch.Tensor:
+    lead: Lead = self.symbiosis_lead
+    if not lead.usable():
+        return type(self).forward(self, ids)
+    return lead.run(ids, self.weight.dtype)
+
+
+def _first_norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    normed = type(self).forward(self, hidden_states)
+    self.symbiosis_lead.deliver(hidden_states, normed)
+    return normed
