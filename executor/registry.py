@@ -92,11 +92,11 @@ class LayerRegistry:
             layers.append(_fuse(len(layers), [by_name[m] for m in members]))
             fused[tuple(members)] = layers[-1]
         if stretch:
-            embedding = next((layer for layer in layers
-                              if layer.spec.kind == LayerKind.EMBEDDING), None)
-            lookup = None if embedding is None else _lookup(embedding)
-            for spec, layer in stretches.build(model, by_name, fused, len(layers), lookup):
-                weight = embedding.weight if isinstance(layer, stretches.Lead) else layer.o.weight
+            lookups = {layer.spec.name: _lookup(layer) for layer in layers
+                       if layer.spec.kind == LayerKind.EMBEDDING}
+            for spec, layer in stretches.build(model, by_name, fused, len(layers), lookups):
+                weight = by_name[spec.members[0]].weight if isinstance(layer, stretches.Lead) \
+                    else layer.o.weight
                 layers.append(BaseLayer(spec, weight, stretch=layer))
         return cls(layers, model_name, dtype)
 

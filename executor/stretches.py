@@ -124,12 +124,12 @@ def activation_function(module: Callable) -> Callable[[torch.Tensor], torch.Tens
 
 
 def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],
-          first_index: int, lookup: Callable[[torch.Tensor], torch.Tensor] | None = None
-          ) -> list[tuple[LayerSpec, Stretch | Lead]]:
+          first_index: int, lookups: dict[str, Callable[[torch.Tensor], torch.Tensor]]
+          | None = None) -> list[tuple[LayerSpec, Stretch | Lead]]:
     """The stretches of `model` with their layer specs, [] if its architecture has no recipe;
-    with `lookup` (the embedding's forward) the lead too. `by_name`: the registry's layers;
-    `groups`: fused groups by their members (q/k/v go out in the group's layout when there is
-    one)."""
+    with `lookups` (each embedding's forward, by name) the lead too. `by_name`: the registry's
+    layers; `groups`: fused groups by their members (q/k/v go out in the group's layout when
+    there is one)."""
     recipe = RECIPES.get(getattr(model.config, "model_type", ""))
     if recipe is None:
         return []
@@ -152,9 +152,10 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
                                   f"{recipe.layers}.{len(decoder) - 1}", recipe, by_name, groups,
                                   model.get_submodule(recipe.final_norm), [by_name[recipe.head]],
                                   f"+{recipe.head}"))
-    if lookup is not None and recipe.embed in by_name:
-        stretches.append(_lead(first_index + len(stretches), by_name[recipe.embed], lookup,
-                               decoder[0].get_submodule(recipe.in_norm), qkv(0)))
+    if recipe.embed and recipe.embed in (lookups or {}):
+        stretches.append(_lead(first_index + len(stretches), by_name[recipe.embed],
+                               lookups[recipe.embed], decoder[0].get_submodule(recipe.in_norm),
+                               qkv(0)))
     return stretches
 
 
