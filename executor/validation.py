@@ -63,7 +63,7 @@ class CallTable:
         entry = self.layers[layer]
         widths = entry.widths.get(op)
         if widths is None:
-            kind = "an embedding: forward only" if entry.table_rows else \
+            kind = "a lookup: forward only" if entry.table_rows else \
                 "a stretch: forward or backward"
             raise CallRejected(call_id, P.ErrorCode.UNSUPPORTED, f"{entry.name} is {kind}")
         width_in, width_out = widths

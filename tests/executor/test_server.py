@@ -72,6 +72,7 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
     bad = RawClient(llama.endpoint)
     q = layer_index(bad, "model.layers.0.self_attn.q_proj")
     emb = layer_index(bad, "model.embed_tokens")
+    lead = layer_index(bad, "model.embed_tokens.lead")
     x = torch.randn(3, 64)
     expected = good.call(P.Op.FORWARD, q, x, P.CallKind.INFERENCE).clone()
     cases = {
@@ -87,6 +88,11 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
                                P.ErrorCode.BAD_TENSOR),
         "backward of a table": (call(emb, torch.tensor([1]), P.Op.BACKWARD),
                                 P.ErrorCode.UNSUPPORTED),
+        "ids out of the lead's range": (call(lead, torch.tensor([10**6])),
+                                        P.ErrorCode.BAD_TENSOR),
+        "rows to the lead": (call(lead, torch.randn(2, 64)), P.ErrorCode.BAD_TENSOR),
+        "backward of the lead": (call(lead, torch.tensor([1]), P.Op.BACKWARD),
+                                 P.ErrorCode.UNSUPPORTED),
         "unknown message type": ([msgspec.msgpack.encode(["fly", 1])], P.ErrorCode.BAD_MESSAGE),
         "garbage": ([b"\xff\x00garbage"], P.ErrorCode.BAD_MESSAGE),
         "empty": ([b""], P.ErrorCode.BAD_MESSAGE),
