@@ -14,8 +14,8 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 5  # 2: binary doorbell headers, stretches; 3: device call buffers;
-# 4: device buffers name their GPU by UUID; 5: stats answered as typed figures
+PROTOCOL_VERSION = 6  # 2: binary doorbell headers, stretches; 3: device call buffers;
+# 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead
 
 
 class Op(enum.IntEnum):
