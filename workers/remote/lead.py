@@ -8,10 +8,13 @@ wrapped or hooked by an adapter; otherwise it makes its plain lookup. The q/k/v 
 layer's input norm (swapped per instance, as the final norm is for the tail) hands them to their
 remote layers' stages with its output, and each layer takes its own when it is called with that
 output, so adapters on q/k/v (LoRA, IA3) still apply and any other input is computed as usual.
+Where the first layer keeps getting something else (prompt tuning puts its virtual tokens before
+the embeddings), the q/k/v brought are wasted: after a few such misses the lead stays off.
 """
 
 from __future__ import annotations
 
+import logging
 import types
 
 import torch
@@ -23,6 +26,9 @@ from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
 from workers.remote.places import places, untouched
 
+log = logging.getLogger("workers.remote.lead")
+MAX_MISSES = 3
+
 
 class Lead:
     """The lead call, and the q/k/v it brought until the first layer's input norm takes them."""
@@ -33,13 +39,17 @@ class Lead:
         self.splits = [spec.splits[0], *(t.spec.out_features for t in targets)]
         self.places = places(model, [recipe.embed, f"{recipe.layers}.0.{recipe.in_norm}"])
         self.waiting: tuple[torch.Tensor, tuple[torch.Tensor, ...]] | None = None
+        self.enabled = True
+        self.misses = 0
 
     def usable(self) -> bool:
-        return not torch.is_grad_enabled() and untouched(self.places)
+        return self.enabled and not torch.is_grad_enabled() and untouched(self.places)
 
     def run(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The embedding of `ids`; the q/k/v wait for the first layer's normed input."""
         spec = self.spec
+        if self.waiting is not None:  # the last lead's q/k/v were never handed over
+            self._miss()
         y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
                         spec.out_features, dtype)
         hidden, *qkv = y.split_with_sizes(self.splits, dim=-1)
@@ -48,9 +58,19 @@ class Lead:
 
     def deliver(self, hidden_states: torch.Tensor, normed: torch.Tensor) -> None:
         waiting, self.waiting = self.waiting, None
-        if waiting is not None and waiting[0] is hidden_states:
-            for target, output in zip(self.targets, waiting[1], strict=True):
-                target.stage.put(normed, output)
+        if waiting is None:
+            return
+        if waiting[0] is not hidden_states:
+            self._miss()
+            return
+        for target, output in zip(self.targets, waiting[1], strict=True):
+            target.stage.put(normed, output)
+
+    def _miss(self) -> None:
+        self.misses += 1
+        if self.misses >= MAX_MISSES:
+            self.enabled = False
+            log.info("the first layer's input is not the embedding the lead brought: lead off")
 
 
 def enable_lead(model: nn.Module, recipe: Recipe, handle: ExecutorHandle) -> Lead | None:

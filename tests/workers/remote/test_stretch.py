@@ -118,3 +118,30 @@ def test_a_staged_result_goes_only_to_its_input_or_a_view_of_all_of_it() -> None
     stage.put(x, y)
     x.add_(1)
     assert stage.take(x) is None  # changed since
+
+
+def test_the_lead_turns_itself_off_where_the_first_layer_never_takes_its_q_k_v(
+        executor_for) -> None:
+    """Prompt tuning puts virtual tokens before the embeddings, so the first layer's input is
+    never the embedding the lead brought: after a few wasted leads it stays off, exact
+    throughout (a model whose first layer takes them keeps it: the call counts above)."""
+    from workers.remote.lead import MAX_MISSES
+
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="lead-prompt-tuning")
+    try:
+        plain, ours = build_pair("tiny-llama", "prompt_tuning", client, seed=4)
+        plain.eval()
+        ours.eval()
+        lead = ours.get_base_model().model.embed_tokens.symbiosis_lead
+        ids = batch(6)
+        with torch.no_grad():
+            for _ in range(MAX_MISSES + 1):
+                torch.testing.assert_close(ours(input_ids=ids).logits,
+                                           plain(input_ids=ids).logits, rtol=0, atol=TOLERANCE)
+        assert not lead.enabled and lead.misses == MAX_MISSES
+        calls = client.calls
+        with torch.no_grad():
+            ours(input_ids=ids)
+        assert client.calls - calls == 1 + 1 + LAYERS + 1  # embedding, q/k/v 0, stretches, head
+    finally:
+        client.close()
