@@ -75,8 +75,7 @@ class Stretch:
         d += h
         if self.in_norm is None:
             return d
-        n = self.in_norm(d)
-        return torch.cat([d, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
+        return with_qkv(d, self.in_norm, self.targets)
 
 
 class Lead:
@@ -88,9 +87,15 @@ class Lead:
         self.lookup, self.in_norm, self.targets = lookup, norm_function(in_norm), targets
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.lookup(ids)
-        n = self.in_norm(h)
-        return torch.cat([h, *(linear(n, t.weight, t.bias) for t in self.targets)], dim=1)
+        return with_qkv(self.lookup(ids), self.in_norm, self.targets)
+
+
+def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],
+             targets: list) -> torch.Tensor:
+    """[h | each target's product with the normed h]: the residual stream and the q/k/v of the
+    layer it goes into."""
+    n = in_norm(h)
+    return torch.cat([h, *(linear(n, t.weight, t.bias) for t in targets)], dim=1)
 
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked

@@ -24,7 +24,7 @@ from catalogue.stretches import Recipe
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
-from workers.remote.places import places, untouched
+from workers.remote.places import places, staged_targets, untouched
 
 log = logging.getLogger("workers.remote.lead")
 MAX_MISSES = 3
@@ -82,11 +82,7 @@ def enable_lead(model: nn.Module, recipe: Recipe, handle: ExecutorHandle) -> Lea
     embedding = model.get_submodule(recipe.embed)
     if not isinstance(embedding, RemoteEmbedding) or spec.members[0] != embedding.spec.name:
         return None
-    modules = dict(model.named_modules())
-    targets = []
-    for name in spec.members[1:]:  # a group of the first q/k/v, or the layers themselves
-        target = specs[name]
-        targets += [modules[n] for n in (target.members or (target.name,))]
+    targets = staged_targets(spec, specs, dict(model.named_modules()))  # the first q/k/v
     if not all(isinstance(t, RemoteLayer) for t in targets):
         return None
     lead = Lead(model, recipe, spec, handle, targets)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from wire.call.messages import LayerSpec
+
 Place = tuple[dict, str, nn.Module, bool]  # a parent's _modules, the name, the module, a leaf
 
 
@@ -29,3 +31,11 @@ def untouched(where: list[Place]) -> bool:
         if hooked or modules.get(name) is not module:
             return False
     return True
+
+
+def staged_targets(spec: LayerSpec, specs: dict[str, LayerSpec],
+                   modules: dict[str, nn.Module]) -> list[nn.Module]:
+    """The modules that take what a stretch or the lead `spec` computes ahead, in its output's
+    order: its members after the first, each a fused group (its layers) or a layer itself."""
+    return [modules[name] for member in spec.members[1:]
+            for name in (specs[member].members or (member,))]

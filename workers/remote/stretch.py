@@ -30,7 +30,7 @@ from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
 from workers.remote.lead import enable_lead
-from workers.remote.places import places, untouched
+from workers.remote.places import places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
 
 # A stretch's backward recomputes its forward: worth it while calls, not matmuls, dominate. On a
@@ -181,10 +181,7 @@ def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtyp
     controls: list[StretchControl] = []
     for i, layer in enumerate(decoder):
         spec = specs[names[i]]
-        targets = []
-        for name in spec.members[1:]:  # a group of the next q/k/v, or the layers themselves
-            target = specs[name]
-            targets += [modules[n] for n in (target.members or (target.name,))]
+        targets = staged_targets(spec, specs, modules)  # the next q/k/v
         following = decoder[i + 1] if i + 1 < len(decoder) else None
         controls.append(StretchControl(layer, recipe, spec, handle, targets, following, dtype,
                                        train_rows))
