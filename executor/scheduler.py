@@ -140,11 +140,13 @@ class Scheduler:
 
     def between_slices(self) -> list[PendingCall] | None:
         """After a slice of a training batch: pop the ready decode steps of one queue to run
-        now, if training keeps its share of batches (the rest of that queue stays queued)."""
+        now, if training keeps its share of batches (the rest of that queue stays queued). A
+        decode step waits for its convoy here too: run piecemeal between slices, a convoy of 6
+        tenants fell apart into batches of 2-3 calls, each reading the layer's weights again."""
         with self.lock:
             if self._training_share_of_recent() < self.training_share:
                 return None
-            for queue, wait in self._scan(self.clock(), convoy_s=0.0):  # the slice was the wait
+            for queue, wait in self._scan(self.clock()):
                 urgent = [c for c in queue if c.lane == Lane.DECODE] if wait <= 0 else []
                 if urgent:
                     rest = [c for c in queue if c.lane != Lane.DECODE]
@@ -190,11 +192,10 @@ class Scheduler:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _scan(self, now: float, convoy_s: float | None = None
-              ) -> Iterator[tuple[deque[PendingCall], float]]:
+    def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); decode
-        steps wait for their convoy up to `convoy_s` (the policy's by default)."""
-        convoy_s = self.policy.convoy_s if convoy_s is None else convoy_s
+        steps wait for their convoy up to the policy's `convoy_s`."""
+        convoy_s = self.policy.convoy_s
         active: set[bytes] | None = None  # clients seen lately, computed when first needed
         queued: set[bytes] = set()  # those of them with a call queued, likewise
         waits_for: tuple[list[tuple[bytes, int]], dict[Key, float]] | None = None  # likewise

@@ -219,13 +219,17 @@ def test_a_decode_step_waits_for_an_idle_client_due_within_twice_its_gap(clock) 
     assert clients_of(s.next_batch()) == ["a"]  # b never came: a runs without it
 
 
-def test_between_slices_decode_steps_do_not_wait_for_their_convoy(clock) -> None:
+def test_between_slices_decode_steps_keep_their_convoy(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     call(s, "trainer", 0, rows=256, kind=TRAIN)
     assert s.next_batch()[0].kind == TRAIN
     call(s, "a", 2)
-    call(s, "b", 1)  # behind a: a regular batch of a would wait for it
-    assert clients_of(s.between_slices()) == ["a"]  # the slice was a's wait
+    call(s, "b", 1)  # behind a: a waits for it, between slices as anywhere
+    assert clients_of(s.between_slices()) == ["b"]
+    call(s, "b", 2)
+    assert clients_of(s.between_slices()) == ["a", "b"]  # one batch for both
+    call(s, "a", 3)  # nobody is behind a now: it runs alone at once
+    assert clients_of(s.between_slices()) == ["a"]
 
 
 def test_departed_clients_are_not_waited_for(clock) -> None:
