@@ -228,7 +228,9 @@ def test_between_slices_decode_steps_keep_their_convoy(clock) -> None:
     assert clients_of(s.between_slices()) == ["b"]
     call(s, "b", 2)
     assert clients_of(s.between_slices()) == ["a", "b"]  # one batch for both
-    call(s, "a", 3)  # nobody is behind a now: it runs alone at once
+    call(s, "a", 3)
+    assert s.between_slices() is None  # b, free now, may still join a
+    clock.advance(BUDGETS.max_wait_s)  # it never comes: a waits no longer than the cap
     assert clients_of(s.between_slices()) == ["a"]
 
 
