@@ -3,8 +3,9 @@
 Rows of all calls in a batch are concatenated (no padding), run through one base layer, and the
 result is split back by row counts. A doorbell call's result goes straight into its client's
 shared memory and the client's doorbell rings; socket calls get reply frames, which the caller
-sends. A batch the scheduler slices runs as several matmuls over consecutive rows, with `between`
-called after each slice but the last (the server runs ready decode steps there).
+sends. A batch the scheduler slices runs as several matmuls, each over a band of the output's
+columns (or of rows where the op is no single matmul: `executor.columns`), with `between` called
+after each slice but the last (the server runs ready decode steps there).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from executor.calls import PendingCall
 from executor.clients import ClientTable
+from executor.columns import Columns, row_bands
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.sharding import ShardsBroken
@@ -40,6 +42,7 @@ class Engine:
         self.stats = stats
         self.device = torch.device(device)
         self._runners = registry.runners()
+        self._columns = registry.columns()
         self._result_code = CODE_OF[registry.dtype]
 
     def execute(self, batch: list[PendingCall],
@@ -48,14 +51,16 @@ class Engine:
         started = self.scheduler.clock()
         first = batch[0]
         run = self._runners[first.layer][first.op]
-        size = self.scheduler.slice_rows(batch) \
+        count = self.scheduler.slices(batch) \
             if between is not None and first.kind == CallKind.TRAINING else None
         try:
             x = self._inputs(batch)
-            if size is None:  # an empty call runs once too: it gets an empty result
+            if count is None:  # an empty call runs once too: it gets an empty result
                 y, elapsed = D.timed(run, x, self.device)
+            elif (columns := self._columns[first.layer].get(first.op)) is not None:
+                y, elapsed = self._by_columns(columns, x, count, between)
             else:
-                y, elapsed = self._sliced(run, x, size, between)
+                y, elapsed = self._by_rows(run, x, count, between)
         except ShardsBroken as exc:  # the group is going down: the caller may go elsewhere
             self.stats.record_error()
             return self._fail(batch, str(exc), P.ErrorCode.UNAVAILABLE)
@@ -68,18 +73,31 @@ class Engine:
         self.stats.record_batch(batch, started, elapsed)
         return self._deliver(batch, y)
 
-    def _sliced(self, run, x: torch.Tensor, size: int,
-                between: Callable[[], None]) -> tuple[torch.Tensor, float]:
-        """Run `x` in slices of `size` rows, with `between` after each slice but the last."""
+    def _by_columns(self, columns: Columns, x: torch.Tensor, count: int,
+                    between: Callable[[], None]) -> tuple[torch.Tensor, float]:
+        """`x` through `columns` a band at a time, with `between` after each band but the last."""
+        y, elapsed = columns.empty(x), 0.0
+        for i, band in enumerate(columns.bands(count)):
+            if i:
+                self._between(between)
+            elapsed += D.timed(lambda x, band=band: columns.run(x, band, y), x, self.device)[1]
+        return y, elapsed
+
+    def _by_rows(self, run, x: torch.Tensor, count: int,
+                 between: Callable[[], None]) -> tuple[torch.Tensor, float]:
+        """`x` in bands of rows, with `between` after each band but the last."""
         parts, elapsed = [], 0.0
-        for start in range(0, x.shape[0], size):
+        for start, stop in row_bands(x.shape[0], count):
             if parts:
-                self.scheduler.training_ran()  # the decode steps run now waited behind it
-                between()
-            y, seconds = D.timed(run, x[start:start + size], self.device)
+                self._between(between)
+            y, seconds = D.timed(run, x[start:stop], self.device)
             parts.append(y)
             elapsed += seconds
         return torch.cat(parts), elapsed
+
+    def _between(self, between: Callable[[], None]) -> None:
+        self.scheduler.training_ran()  # the decode steps run now waited behind a slice
+        between()
 
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
         """Rows from host memory and from clients' device buffers alike, on this device."""

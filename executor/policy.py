@@ -9,13 +9,15 @@
   Decode steps wait longer (up to `max_wait`) for decode clients behind them in the pass or due
   soon (`Scheduler`): every decoding tenant then shares one batch per layer.
   Among ready queues, decode steps run before prefills and large batches; and a training batch
-  runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`),
+  runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`;
+  cut into bands of output columns where it is one matmul, `executor.columns`),
   with the decode steps that became ready run between slices (training keeps its share of
   batches), so a token never waits behind a whole 256-row training matmul.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -78,8 +80,9 @@ class Policy:
         `settled`: the clients that cannot come before it runs (queued here or elsewhere)."""
         return True
 
-    def slice_rows(self, per_row_s: float) -> int | None:
-        """Rows per slice of a training batch, between which decode steps may run; None: whole."""
+    def slices(self, compute_s: float) -> int | None:
+        """How many slices a training batch of `compute_s` runs in, between which decode steps
+        may run; None: whole."""
         return None
 
 
@@ -93,7 +96,6 @@ class Opportunistic(Policy):
     # training batches run in slices of the tuner's size (None: whole)
     tuner: SliceTuner | None = field(
         default_factory=lambda: SliceTuner(LatencyTargets().decode_s))
-    min_slice_rows: int = 64  # a matmul of fewer rows runs well below the CPU's peak
     name = "opportunistic"
 
     @property
@@ -119,10 +121,10 @@ class Opportunistic(Policy):
     def slice_s(self) -> float | None:
         return self.tuner.slice_s if self.tuner is not None else None
 
-    def slice_rows(self, per_row_s: float) -> int | None:
+    def slices(self, compute_s: float) -> int | None:
         if self.tuner is None:
             return None
-        return max(self.min_slice_rows, int(self.tuner.slice_s / max(per_row_s, 1e-9)))
+        return math.ceil(compute_s / self.tuner.slice_s)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from transformers.pytorch_utils import Conv1D
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
 from executor import stretches
+from executor.columns import Columns
 from executor.kernels import linear
 from wire.call.messages import LayerKind, LayerSpec, Op
 
@@ -125,6 +126,19 @@ class LayerRegistry:
                 Op.FORWARD_NOBIAS: lambda x, w=weight: linear(x, w),
                 Op.BACKWARD: lambda x, w=weight_t: linear(x, w),
             })
+        return table
+
+    def columns(self) -> list[dict[int, Columns]]:
+        """Per layer index, per op: the op by bands of output columns, where it is one matmul
+        (a linear layer or a group; a training batch's slices are cut this way)."""
+        table: list[dict[int, Columns]] = []
+        for layer in self.layers:
+            if layer.stretch is not None or layer.spec.kind == LayerKind.EMBEDDING:
+                table.append({})
+                continue
+            table.append({Op.FORWARD: Columns(layer.weight, layer.bias),
+                          Op.FORWARD_NOBIAS: Columns(layer.weight),
+                          Op.BACKWARD: Columns(layer.weight.t())})
         return table
 
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ training, but training keeps at least `training_share` of the batches while it h
 policy's order (first come first served; or for opportunistic batching decode steps first, then the
 queue farthest behind in the model: a layer's position in forward order, reversed for backward).
 Decode steps, prefills and training calls for one layer share its queue, so they can share a batch
-(one matmul for every tenant). A training batch may run in slices (`slice_rows`, as the policy
+(one matmul for every tenant). A training batch may run in slices (`slices`, as the policy
 says, sized by the waits of decode steps queued behind training: `observe_waits`); between slices
 the ready decode steps run as long as training keeps `training_share` of the batches, each slice
 counting as one. Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a
@@ -121,9 +121,9 @@ class Scheduler:
         """The training slice now (None: batches run whole)."""
         return getattr(self.policy, "slice_s", None)
 
-    def slice_rows(self, batch: list[PendingCall]) -> int | None:
-        """Rows per slice for a training batch under the policy; None when it runs whole (also
-        when no inference client is active: slices only cost throughput then)."""
+    def slices(self, batch: list[PendingCall]) -> int | None:
+        """How many slices a training batch runs in under the policy; None when it runs whole
+        (also when no inference client is active: slices only cost throughput then)."""
         if any(c.kind != CallKind.TRAINING for c in batch):
             return None
         rows = sum(c.rows for c in batch)
@@ -133,10 +133,10 @@ class Scheduler:
                        for p in self.presence.values()):
                 return None
             key = batch[0].key
-            per_row = (self.cost.estimate(key, rows, self.widths.get(key[0], 0))
-                       - self.cost.overhead_s) / rows
-        size = self.policy.slice_rows(per_row)
-        return size if size is not None and size < rows else None
+            compute_s = self.cost.estimate(key, rows, self.widths.get(key[0], 0)) \
+                - self.cost.overhead_s
+        count = self.policy.slices(compute_s)
+        return count if count is not None and count > 1 else None
 
     def between_slices(self) -> list[PendingCall] | None:
         """After a slice of a training batch: pop the ready decode steps of one queue to run

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from executor.columns import Columns
 from executor.kernels import linear
 from executor.registry import BaseLayer, LayerRegistry
 from wire.call.messages import LayerKind, LayerSpec, Op
@@ -237,6 +238,9 @@ class ShardedRegistry(LayerRegistry):
             table.append({op: (lambda x, i=layer.spec.index, o=op: self.leader.run(i, o, x))
                           for op in ops})
         return table
+
+    def columns(self) -> list[dict[int, Columns]]:
+        return [{} for _ in self.layers]  # an op drives the whole group: sliced by rows
 
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
         return self.leader.run(layer.spec.index, op, x)

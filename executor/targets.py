@@ -10,8 +10,8 @@ slice is sized from the decode target and what the waits measure (`SliceTuner`):
 the target; over each window of decode calls queued while a training slice ran (the waits that
 are the slices' doing: on a busy host most of a wait can be the OS's), if more than `MISS_SHARE`
 missed the target the slice shrinks, if none came within half the target it grows back (never
-above the target, never below `floor_s`; the policy's `min_slice_rows` still bounds a slice's
-rows from below, so training keeps an efficient matmul).
+above the target, never below `floor_s`; `executor.columns` cuts a slice as a band of the
+matmul's output columns, none narrower than its floor, so training keeps an efficient matmul).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The compute loop on a real registry: a sliced training batch gives the same rows as one matmul,
-and decode steps run between its slices."""
+"""The compute loop on a real registry: a sliced training batch gives the same rows as one matmul
+(cut into bands of columns where it is one, of rows elsewhere), and decode steps run between its
+slices."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from executor.engine import Engine
 from executor.policy import Budgets, Opportunistic
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from executor.scheduling import macs_per_row
 from executor.stats import ExecutorStats
 from executor.targets import SliceTuner
 from wire.call import messages as P
@@ -31,31 +33,72 @@ def _rows(reply: list) -> torch.Tensor:
     return from_bytes(reply[1], dtype_of(header.dtype), tuple(header.shape)).clone()
 
 
-def test_sliced_training_batch_is_exact_and_lets_decode_steps_through() -> None:
-    registry = LayerRegistry.load(resolve_model("tiny-llama"))
-    scheduler = Scheduler(Opportunistic(Budgets(), tuner=SliceTuner(1e-9), min_slice_rows=64))
-    engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
-    linear = next(s for s in registry.specs if s.kind == P.LayerKind.LINEAR)
-    torch.manual_seed(0)
-    grad = torch.randn(200, linear.out_features)
-    _pending(scheduler, "trainer", P.Op.BACKWARD, linear.index, P.CallKind.TRAINING, grad)
+def _slicing(registry: LayerRegistry) -> tuple[Scheduler, Engine]:
+    """An engine whose training batches run in slices as small as they come."""
+    scheduler = Scheduler(Opportunistic(Budgets(), tuner=SliceTuner(1e-9)),
+                          widths=dict(enumerate(macs_per_row(registry))))
+    return scheduler, Engine(registry, scheduler, ClientTable(), ExecutorStats())
+
+
+def _train_beside_a_decode_step(scheduler: Scheduler, engine: Engine, op: P.Op, index: int,
+                                x: torch.Tensor, step: torch.Tensor
+                                ) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+    """A training batch of `x` with a decode step of `step` queued: (its result, what the decode
+    steps got between its slices, how many gaps there were)."""
+    _pending(scheduler, "trainer", op, index, P.CallKind.TRAINING, x)
     training = scheduler.next_batch()
-    step = torch.randn(1, linear.in_features)
-    _pending(scheduler, "decoder", P.Op.FORWARD, linear.index, P.CallKind.INFERENCE, step)
+    _pending(scheduler, "decoder", P.Op.FORWARD, index, P.CallKind.INFERENCE, step)
     between: list[torch.Tensor] = []
+    gaps = 0
 
     def run_decode_steps() -> None:
+        nonlocal gaps
+        gaps += 1
         scheduler.count_slice()
         while (batch := scheduler.between_slices()) is not None:
             between.extend(_rows(frames) for _, frames in engine.execute(batch))
 
     [(client, frames)] = engine.execute(training, between=run_decode_steps)
-    weight = registry.get(linear.index).weight
     assert client == b"trainer"
-    torch.testing.assert_close(_rows(frames), grad @ weight, rtol=0, atol=1e-5)
-    assert len(between) == 1  # after the first of four slices
-    torch.testing.assert_close(between[0], torch.nn.functional.linear(
-        step, weight, registry.get(linear.index).bias), rtol=0, atol=1e-6)
+    return _rows(frames), between, gaps
+
+
+def test_a_training_matmul_runs_in_bands_of_columns_equal_to_the_whole() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    scheduler, engine = _slicing(registry)
+    group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP and s.out_features
+                 == 256)  # gate and up: 4 bands of 64 columns
+    weight = registry.get(group.index).weight
+    torch.manual_seed(0)
+    x, step = torch.randn(200, group.in_features), torch.randn(1, group.in_features)
+    y, between, gaps = _train_beside_a_decode_step(scheduler, engine, P.Op.FORWARD, group.index,
+                                                   x, step)
+    assert gaps == 3
+    torch.testing.assert_close(y, torch.mm(x, weight.t()), rtol=0, atol=1e-6)
+    assert len(between) == 1  # after the first band
+    torch.testing.assert_close(between[0], step @ weight.t(), rtol=0, atol=1e-6)
+    down = next(s for s in registry.specs if s.name.endswith("0.mlp.down_proj"))
+    grad = torch.randn(200, down.out_features)  # backward: bands of its 128 input columns
+    y, _, gaps = _train_beside_a_decode_step(*_slicing(registry), P.Op.BACKWARD, down.index, grad,
+                                             torch.randn(1, down.in_features))
+    assert gaps == 1
+    torch.testing.assert_close(y, torch.mm(grad, registry.get(down.index).weight), rtol=0,
+                               atol=1e-6)
+
+
+def test_a_training_op_that_is_no_single_matmul_runs_in_bands_of_rows() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    scheduler, engine = _slicing(registry)
+    spec = next(s for s in registry.specs if s.kind == P.LayerKind.STRETCH)
+    stretch = registry.get(spec.index).stretch
+    torch.manual_seed(0)
+    x = torch.randn(200, spec.in_features + spec.out_features)  # [inputs | output gradients]
+    step = torch.randn(1, spec.in_features)
+    y, between, gaps = _train_beside_a_decode_step(scheduler, engine, P.Op.BACKWARD, spec.index,
+                                                   x, step)
+    assert gaps == 3  # 200 rows: 64, 64, 64, 8
+    torch.testing.assert_close(y, stretch.backward(x), rtol=0, atol=1e-6)
+    torch.testing.assert_close(between[0], stretch(step), rtol=0, atol=1e-6)
 
 
 def test_an_empty_call_gets_an_empty_result() -> None:

@@ -260,14 +260,17 @@ def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock
 
 
 def test_training_batches_are_sliced_under_opportunistic_only(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(1e-9), min_slice_rows=64), clock)
-    training = [call(s, "trainer", 0, rows=200, kind=TRAIN, op=Op.BACKWARD)]
-    assert s.slice_rows(training) is None  # nobody decodes: slices would only cost throughput
-    assert s.slice_rows([call(s, "prefill", 1, rows=200)]) is None  # inference runs whole
-    assert s.slice_rows(training) == 64  # an inference client is active now
-    assert s.slice_rows([call(s, "small", 2, rows=64, kind=TRAIN)]) is None  # one slice anyway
-    assert scheduler(Eager(), clock).slice_rows(training) is None
-    assert scheduler(Opportunistic(BUDGETS, tuner=None), clock).slice_rows(training) is None
+    s = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(0.001)), clock)
+    rows = 200
+    training = [call(s, "trainer", 0, rows=rows, kind=TRAIN, op=Op.BACKWARD)]
+    assert s.slices(training) is None  # nobody decodes: slices would only cost throughput
+    assert s.slices([call(s, "prefill", 1, rows=200)]) is None  # inference runs whole
+    assert s.slices(training) is None  # by the prior, 200 x 64 x 64 is one slice's work
+    s.cost.observe((0, Op.BACKWARD), rows, 0.0045 + s.cost.overhead_s)  # measured: 4.5 ms
+    assert s.slices(training) == 5  # an inference client is here: slices of the tuner's 1 ms
+    assert s.slices([call(s, "small", 2, rows=1, kind=TRAIN)]) is None  # one slice anyway
+    assert scheduler(Eager(), clock).slices(training) is None
+    assert scheduler(Opportunistic(BUDGETS, tuner=None), clock).slices(training) is None
 
 
 def test_decode_steps_run_between_slices_while_training_keeps_its_share(clock) -> None:
