@@ -23,6 +23,7 @@ from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
+from workers.priority import below_executor
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.worker")
@@ -116,6 +117,7 @@ def load_failed(key: str, exc: Exception) -> W.LoadFailed:
 
 def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     started = time.perf_counter()
+    below_executor()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 1000)
