@@ -140,9 +140,8 @@ class Scheduler:
 
     def between_slices(self) -> list[PendingCall] | None:
         """After a slice of a training batch: pop the ready decode steps of one queue to run
-        now, if training keeps its share of batches (the rest of that queue stays queued). A
-        decode step waits for its convoy here too: run piecemeal between slices, a convoy of 6
-        tenants fell apart into batches of 2-3 calls, each reading the layer's weights again."""
+        now, if training keeps its share of batches (the rest of that queue stays queued); they
+        wait for their convoy here too (run piecemeal, 6 tenants fell into batches of 2-3)."""
         with self.lock:
             if self._training_share_of_recent() < self.training_share:
                 return None
