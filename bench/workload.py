@@ -182,15 +182,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.kind == "train" and args.side == "ours":
-        from workers.priority import yield_to_inference
         from workers.training.allocator import give_back_large_frees
+        from workers.training.priority import yield_to_inference
 
         yield_to_inference()  # as the spawner's trainers do
         give_back_large_frees()
-    elif args.side == "ours":
-        from workers.priority import below_executor
-
-        below_executor()  # as the spawner's inference workers do
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     if args.kind == "calls":

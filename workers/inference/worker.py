@@ -23,7 +23,6 @@ from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
-from workers.priority import below_executor
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.worker")
@@ -117,7 +116,6 @@ def load_failed(key: str, exc: Exception) -> W.LoadFailed:
 
 def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     started = time.perf_counter()
-    below_executor()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 1000)

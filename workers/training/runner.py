@@ -32,7 +32,6 @@ from wire.jobs import (
 )
 from wire.spawner import TrainerSpec
 from workers.device import DeviceUnavailable, claim_device
-from workers.priority import yield_to_inference
 from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
 from workers.remote.privacy import PrivacyConfig
@@ -42,6 +41,7 @@ from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
 from workers.training.methods import keep_for_backward, peft_config
+from workers.training.priority import yield_to_inference
 
 log = logging.getLogger("workers.trainer")
 RECOMPUTED = ", layers recomputed in the backward"
