@@ -54,6 +54,6 @@ class Columns:
 
 def row_bands(rows: int, count: int) -> list[tuple[int, int]]:
     """About `count` bands of rows (none shorter than MIN_ROWS) for an op that is not one
-    matmul (a stretch's backward, a lookup)."""
+    matmul here (a stretch's backward, a layer sharded over a group)."""
     size = max(MIN_ROWS, math.ceil(rows / max(count, 1)))
     return [(start, min(start + size, rows)) for start in range(0, rows, size)]
