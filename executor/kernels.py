@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 
@@ -34,13 +37,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     rows, (out_features, in_features) = x.shape[0], weight.shape
     if rows * in_features * out_features < SINGLE_THREAD_MACS:
-        threads = torch.get_num_threads()
-        if threads > 1:
-            torch.set_num_threads(1)
-            try:
-                return F.linear(x, weight, bias)
-            finally:
-                torch.set_num_threads(threads)
+        with one_thread():
+            return F.linear(x, weight, bias)
     if (_onednn_linear is not None and rows <= ONEDNN_MAX_ROWS
             and in_features * out_features >= ONEDNN_MIN_WEIGHT and weight.is_contiguous()
             and (in_features >= ONEDNN_MIN_WIDTH or torch.get_num_threads() > 1)
@@ -51,3 +49,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         except RuntimeError:
             pass
     return F.linear(x, weight, bias)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch's CPU threads down to one for the block, and back."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -9,6 +9,7 @@ import torch
 from catalogue.resolve import resolve_model
 from executor.calls import PendingCall
 from executor.clients import ClientTable
+from executor.columns import Columns
 from executor.engine import Engine
 from executor.policy import Budgets, Opportunistic
 from executor.registry import LayerRegistry
@@ -69,11 +70,25 @@ def test_a_training_matmul_runs_in_bands_of_columns_equal_to_the_whole() -> None
     group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP and s.out_features
                  == 256)  # gate and up: 4 bands of 64 columns
     weight = registry.get(group.index).weight
+    threads_during: list[int] = []
+
+    class Watched(Columns):
+        def run(self, x, band, out) -> None:
+            threads_during.append(torch.get_num_threads())
+            super().run(x, band, out)
+
+    engine._columns[group.index][P.Op.FORWARD] = Watched(weight)
     torch.manual_seed(0)
-    x, step = torch.randn(200, group.in_features), torch.randn(1, group.in_features)
-    y, between, gaps = _train_beside_a_decode_step(scheduler, engine, P.Op.FORWARD, group.index,
-                                                   x, step)
-    assert gaps == 3
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x, step = torch.randn(200, group.in_features), torch.randn(1, group.in_features)
+        y, between, gaps = _train_beside_a_decode_step(scheduler, engine, P.Op.FORWARD,
+                                                       group.index, x, step)
+        assert torch.get_num_threads() == 2  # each band ran on one thread, then back
+    finally:
+        torch.set_num_threads(threads)
+    assert gaps == 3 and threads_during == [1, 1, 1, 1]
     torch.testing.assert_close(y, torch.mm(x, weight.t()), rtol=0, atol=1e-6)
     assert len(between) == 1  # after the first band
     torch.testing.assert_close(between[0], step @ weight.t(), rtol=0, atol=1e-6)
