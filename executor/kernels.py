@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 import torch.nn.functional as F
 
@@ -51,15 +48,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """torch's CPU threads down to one for the block, and back."""
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+class one_thread:  # lower case: used as a function, `with one_thread():`
+    """torch's CPU threads down to one inside the block, and back. A class, not a generator: it
+    sits on the tiny-product path of every decode step (0.5-0.8 against 1.4-1.7 us a use)."""
+
+    __slots__ = ("threads",)
+
+    def __enter__(self) -> None:
+        self.threads = torch.get_num_threads()
+        if self.threads > 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.threads > 1:
+            torch.set_num_threads(self.threads)
