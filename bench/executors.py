@@ -12,16 +12,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+PROFILED_STOP_S = 300  # a profiled executor sums its events on stopping
+
+
 class ExecutorProcess:
+    """`python -m executor`; with `profile`, under torch.profiler (`bench.profiled`), which
+    writes its top operators there on stopping."""
+
     def __init__(self, model: str, policy: str, threads: int | None, dtype: str,
-                 device: str = "cpu", extra: tuple[str, ...] = ()) -> None:
+                 device: str = "cpu", extra: tuple[str, ...] = (),
+                 profile: Path | None = None) -> None:
         path = Path(tempfile.mkdtemp(prefix="symb-bench-")) / "executor.sock"
         self.endpoint = f"ipc://{path}"
-        args = [sys.executable, "-m", "executor", "--model", model, "--bind", self.endpoint,
-                "--policy", policy, "--dtype", dtype, "--device", device]
+        self.profile = profile
+        args = ["--model", model, "--bind", self.endpoint, "--policy", policy, "--dtype", dtype,
+                "--device", device]
         if threads:
             args += ["--threads", str(threads)]
         args += list(extra)
+        launcher = ["bench.profiled", "--out", str(profile), "--"] if profile else ["executor"]
+        args = [sys.executable, "-m", *launcher, *args]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
         ready, log = threading.Event(), []
@@ -47,7 +57,7 @@ class ExecutorProcess:
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(20)
+            self.proc.wait(PROFILED_STOP_S if self.profile else 20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
 
@@ -74,9 +84,10 @@ class ExecutorPool:
 
 @contextmanager
 def executor(model: str, *, policy: str = "opportunistic", threads: int | None = None,
-             dtype: str = "float32", device: str = "cpu"):
-    """A private executor for one measurement: yields (endpoint, pid)."""
-    process = ExecutorProcess(model, policy, threads, dtype, device)
+             dtype: str = "float32", device: str = "cpu", profile: Path | None = None):
+    """A private executor for one measurement: yields (endpoint, pid). With `profile`, it runs
+    under torch.profiler and writes its top operators there when stopped."""
+    process = ExecutorProcess(model, policy, threads, dtype, device, profile=profile)
     try:
         yield process.endpoint, process.pid
     finally:

@@ -7,7 +7,8 @@ is split into the time spent inside executor calls as the client sees them (`cal
 which the executor's compute for them (`executor_ms`, its own statistics) and the rest
 (`overhead_ms`: transfer, waiting, synchronization), and the client's own work (`client_ms`:
 attention, norms, the adapter, backward glue, optimizer). One profiled step of ours adds
-torch.profiler's top operators by self CPU time (by CUDA time on a GPU).
+torch.profiler's top operators by self CPU time (by CUDA time on a GPU); `--executor-profile`
+runs the executor itself under the profiler too (`bench.profiled`), for the other side of a call.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _trainable(model):
 def measure(args: argparse.Namespace) -> dict:
     """Each side in its own process, as the bench's clients are: two models' attention
     backward in one CUDA process failed in cuDNN on an H100 (bench/NOTES.md)."""
-    with executor(args.model, dtype=args.dtype, device=args.device) as (endpoint, _):
+    with executor(args.model, dtype=args.dtype, device=args.device,
+                  profile=args.executor_profile) as (endpoint, _):
         sides = {side: _side_process(args, side, endpoint) for side in ("plain", "ours")}
     ours, plain = sides["ours"], sides["plain"]
     return {"model": args.model, "device": args.device, "dtype": args.dtype,
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--executor-profile", type=Path,
+                        help="the executor's own top operators over both sides' steps, written "
+                             "here (`bench.profiled`; its timings then are not results)")
     parser.add_argument("--side", choices=["ours", "plain"], help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
