@@ -11,7 +11,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-
 PROFILED_STOP_S = 300  # a profiled executor sums its events on stopping
 
 
