@@ -107,6 +107,34 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
                  gpu=settings.on_gpu).run()
 
 
+
+def watched(settings: Settings, clients: list[dict], policy: str = "opportunistic", *,
+            model: str | None = None) -> tuple[GroupResult, dict]:
+    """`run_ours`, and what the executor's decode lane did meanwhile: its target, the share of
+    decode calls that met it, calls per batch, their mean wait, the executor's compute per
+    batch, the training slice at the end."""
+    from workers.remote.client import ExecutorClient
+
+    process = settings.executors.get(model or settings.model, policy=policy,
+                                     threads=settings.threads, dtype=settings.dtype,
+                                     device=settings.device)
+    probe = ExecutorClient(process.endpoint, name="bench-probe")
+    try:
+        before = probe.stats().lanes["decode"]
+        result = run_ours(settings, clients, policy=policy, model=model)
+        after = probe.stats()
+    finally:
+        probe.close()
+    lane = after.lanes["decode"]
+    calls, batches = lane.calls - before.calls, lane.batches - before.batches
+    computed = lane.compute_s - before.compute_s
+    return result, {"target_ms": lane.target_ms or 0.0,
+                    "met_percent": 100 * (lane.met - before.met) / calls if calls else 0.0,
+                    "calls_per_batch": calls / batches if batches else 0.0,
+                    "mean_wait_ms": 1e3 * (lane.wait_s - before.wait_s) / calls if calls else 0.0,
+                    "compute_ms_per_batch": 1e3 * computed / batches if batches else 0.0,
+                    "slice_ms": after.training_slice_ms or 0.0}
+
 def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None,
               fresh: bool = False) -> GroupResult:
     """Separate processes, each loading its own copy of the model; the threads are shared out.

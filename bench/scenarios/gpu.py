@@ -15,7 +15,7 @@ from __future__ import annotations
 from bench.gpu import idle_used_mb
 from bench.group import GroupResult
 from bench.records import Record
-from bench.scenarios.common import Settings, gb, run_ours, run_plain
+from bench.scenarios.common import Settings, gb, run_ours, run_plain, watched
 
 GPU_MODEL = "llama-1b"
 STEP = {"batch": 2, "length": 512}
@@ -113,7 +113,7 @@ def decode(settings: Settings) -> list[Record]:
     eight, many = (2, 3) if settings.toy else (8, 32)
     ours_side = Side(settings)
     ours8 = run_ours(settings, tenants(eight), model=model)
-    ours_many = run_ours(settings, tenants(many), model=model)
+    ours_many, lane = watched(settings, tenants(many), model=model)
     plain_side = Side(settings)
     plain8 = run_plain(settings, tenants(eight), model=model)
     mixed8 = run_plain(settings, [{**shape, "adapters": eight}], model=model)
@@ -130,6 +130,11 @@ def decode(settings: Settings) -> list[Record]:
                note=f"{many} plain processes would hold {many} copies of the model"),
         Record(scenario, f"{many} tenants vs one peft process, mixed batch of {many}: tokens/s",
                ours_many.tokens_per_s(), mixed_many.tokens_per_s(), "tok/s", ">= 10x"),
+        Record(scenario, f"{many} tenants: decode calls per executor batch",
+               lane["calls_per_batch"], None, "calls", note=f"of {many} that could batch"),
+        Record(scenario, f"{many} tenants: executor compute per decode batch",
+               lane["compute_ms_per_batch"], None, "ms", higher_is_better=False,
+               note="until its kernels finished"),
         _memory(settings, scenario, f"{eight} tenants vs {eight} processes: peak memory",
                 ours_side.memory_gb(ours8), plain_side.memory_gb(plain8)),
         _memory(settings, scenario, f"{many} tenants vs mixed batch of {many}: peak memory",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from bench.group import Group, GroupResult
+from bench.group import Group
 from bench.records import Record
-from bench.scenarios.common import Settings, client, run_ours, run_plain
-from workers.remote.client import ExecutorClient
+from bench.scenarios.common import Settings, client, run_ours, run_plain, watched
 
 RANKS = (8, 16, 32, 64)
 MIXED_WINDOW_S = 20.0
@@ -113,25 +112,3 @@ def together(settings: Settings) -> list[Record]:
         Record(name, "mean wait of a decode call in the executor, opp. vs eager",
                o_lane["mean_wait_ms"], e_lane["mean_wait_ms"], "ms", higher_is_better=False),
     ]
-
-
-def watched(settings: Settings, clients: list[dict],
-            policy: str = "opportunistic") -> tuple[GroupResult, dict]:
-    """`run_ours`, and what the executor's decode lane did meanwhile: its target, the share of
-    decode calls that met it, calls per batch, their mean wait, the training slice at the end."""
-    process = settings.executors.get(settings.model, policy=policy, threads=settings.threads,
-                                     dtype=settings.dtype, device=settings.device)
-    probe = ExecutorClient(process.endpoint, name="bench-probe")
-    try:
-        before = probe.stats().lanes["decode"]
-        result = run_ours(settings, clients, policy=policy)
-        after = probe.stats()
-    finally:
-        probe.close()
-    lane = after.lanes["decode"]
-    calls, batches = lane.calls - before.calls, lane.batches - before.batches
-    return result, {"target_ms": lane.target_ms or 0.0,
-                    "met_percent": 100 * (lane.met - before.met) / calls if calls else 0.0,
-                    "calls_per_batch": calls / batches if batches else 0.0,
-                    "mean_wait_ms": 1e3 * (lane.wait_s - before.wait_s) / calls if calls else 0.0,
-                    "slice_ms": after.training_slice_ms or 0.0}

@@ -132,6 +132,9 @@ def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
         memory = [r for r in stage["records"] if r["metric"].endswith("peak memory")]
         assert memory and all(r["note"] == "host PSS (no GPU in this run)" for r in memory)
         assert not [r for r in stage["records"] if "GPU busy" in r["metric"]]
+        batching = [r["ours"] for r in stage["records"]
+                    if r["metric"].endswith("decode calls per executor batch")]
+        assert len(batching) == 1 and batching[0] >= 1  # the executor's decode lane, watched
     assert [c["args"] for c in calls(tmp_path)] == [["-d"], []]  # started and quit once
     assert "verdict: harness check passed (no GPU)" in run.stdout
 
