@@ -29,7 +29,16 @@ from bench.gpu import mps
 from bench.machine import describe
 from bench.measure import matmul_peak_gflops
 from bench.records import Record, table, write_json
-from bench.scenarios import adapters, inference, overhead, sharding, tenants, trace, training
+from bench.scenarios import (
+    adapters,
+    inference,
+    overhead,
+    sharding,
+    tenants,
+    trace,
+    trace_mixed,
+    training,
+)
 from bench.scenarios.common import Settings
 from bench.scenarios.gpu import GPU_SCENARIOS
 
@@ -51,6 +60,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "policies": trace.policy_records,
     "together": inference.together,
     "mixed": inference.mixed,
+    "mixed-trace": trace_mixed.mixed_trace,
     "privacy": inference.privacy,
     "overhead": overhead.per_call,
     "rate": overhead.executor_rate,

@@ -84,7 +84,7 @@ def summarize(results: list[dict]) -> dict:
             "requests": len(results)}
 
 
-def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
+def tenant_adapters(root: Path, model: str, tenants: int) -> list[Path]:
     """One LoRA adapter per tenant (ranks 8 to 64), in PEFT format."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
@@ -102,7 +102,7 @@ def _adapters(root: Path, model: str, tenants: int) -> list[Path]:
     return directories
 
 
-def _register(data_dir: Path, model: str, adapters: list[Path]) -> None:
+def register_adapters(data_dir: Path, model: str, adapters: list[Path]) -> None:
     from state.db import Database, db_path
     from workers.manager.adapter_store import AdapterRegistry
     from workers.manager.records import writing
@@ -121,13 +121,14 @@ def policies(settings: Settings) -> tuple[list[Record], dict]:
     tenants = settings.n(TENANTS)
     keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
     summaries = {}
-    adapters = _adapters(Path(tempfile.mkdtemp(prefix="symb-trace-")), settings.model, tenants)
+    adapters = tenant_adapters(Path(tempfile.mkdtemp(prefix="symb-trace-")), settings.model,
+                               tenants)
     # lockstep collapses (0.3x in every full run); --quick (and --toy) leave out its long replay
     short = settings.quick or settings.toy
     names = ("eager", "opportunistic") if short else ("eager", "lockstep", "opportunistic")
     for policy in names:
         root = Path(tempfile.mkdtemp(prefix=f"symb-trace-{policy}-"))
-        _register(root / "data", settings.model, adapters)
+        register_adapters(root / "data", settings.model, adapters)
         stack = Stack(root / "data", settings.model, port=free_port(),
                       env={"SYMBIOSIS_API_KEYS": keys},
                       executor_args=("--policy", policy, "--threads", str(settings.threads)))

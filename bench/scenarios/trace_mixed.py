@@ -1,0 +1,160 @@
+"""Inference beside fine-tuning on the Azure trace (6b), through the whole stack.
+
+One stack, the default policy: the trace's replay (`bench.scenarios.trace`: 8 tenants, each
+with its own LoRA adapter, streaming completions over HTTP) alone; then again while two tenants'
+fine-tuning jobs run, submitted through the fine-tuning API; then the jobs alone for as long as
+that replay took. The tenants' time to first token and per-token latency with the jobs against
+the replay alone, and the jobs' training tokens/s during the replay against the jobs alone,
+read from their metrics events (`trained_tokens` at each step, sampled as the steps end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.records import Record
+from bench.scenarios.common import Settings
+from bench.scenarios.trace import (
+    TENANTS,
+    load_trace,
+    register_adapters,
+    replay,
+    summarize,
+    tenant_adapters,
+)
+
+SCENARIO = "6b mixed on the Azure trace"
+JOBS = 2  # owned by tenants t0 and t1, who also send their share of the trace
+EXAMPLES = 64
+SAMPLE_S = 0.2
+
+
+def training_file() -> bytes:
+    """Chat examples of ~70 tokens each (the same sentence set, varied by topic)."""
+    rows = [{"messages": [
+        {"role": "user", "content": f"Describe item {i} of the inventory in a few sentences."},
+        {"role": "assistant", "content": f"Item {i} is a brass lantern with a green glass "
+         "shade, kept on the third shelf beside the maps; it was last cleaned in spring, its "
+         "wick is new, and it burns for about six hours on one filling of oil."}]}
+        for i in range(EXAMPLES)]
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+def submit(http: httpx.Client, tenant: int, model: str) -> str:
+    auth = {"Authorization": f"Bearer sk-t{tenant}"}
+    upload = http.post("/v1/files", headers=auth, data={"purpose": "fine-tune"},
+                       files={"file": ("inventory.jsonl", training_file())})
+    upload.raise_for_status()
+    job = http.post("/v1/fine_tuning/jobs", headers=auth, json={
+        "model": model, "training_file": upload.json()["id"], "suffix": "bench", "seed": 7,
+        "method": {"type": "supervised", "supervised": {"hyperparameters": {
+            "n_epochs": 50, "batch_size": 2}}},
+        "peft": {"method": "lora", "r": 8}})
+    job.raise_for_status()
+    return job.json()["id"]
+
+
+class StepClock:
+    """Samples each job's `trained_tokens` from its newest metrics events: (when a step's end
+    was seen, tokens so far) per job."""
+
+    def __init__(self, http: httpx.Client, jobs: dict[str, int]) -> None:
+        self.http, self.jobs = http, jobs
+        self.seen: dict[str, list[tuple[float, int]]] = {job: [] for job in jobs}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> StepClock:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            for job, tenant in self.jobs.items():
+                tokens = self.tokens(job, tenant)
+                marks = self.seen[job]
+                if tokens and (not marks or tokens > marks[-1][1]):
+                    marks.append((time.monotonic(), tokens))
+
+    def tokens(self, job: str, tenant: int) -> int:
+        response = self.http.get(f"/v1/fine_tuning/jobs/{job}/events", params={"limit": 5},
+                                 headers={"Authorization": f"Bearer sk-t{tenant}"})
+        events = response.json().get("data", []) if response.is_success else []
+        return max((e["data"]["trained_tokens"] for e in events
+                    if e.get("type") == "metrics" and "trained_tokens" in (e.get("data") or {})),
+                   default=0)
+
+    def wait_steps(self, steps: int, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while min(len(marks) for marks in self.seen.values()) < steps:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the jobs did not reach step {steps}: {self.seen}")
+            time.sleep(SAMPLE_S)
+
+    def rate(self, start: float, end: float) -> float:
+        """Tokens per second of all jobs together between `start` and `end`: each job's tokens
+        from its first step end in the window to its last, over that time."""
+        total = 0.0
+        for marks in self.seen.values():
+            inside = [m for m in marks if start <= m[0] <= end]
+            if len(inside) < 2:
+                raise RuntimeError(f"fewer than two steps of a job in the window: {marks}")
+            total += (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+        return total
+
+
+def mixed_trace(settings: Settings) -> list[Record]:
+    from launcher.stack import Stack, free_port
+
+    n, stretch = (8, 2.0) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
+    trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
+    tenants = settings.n(TENANTS)
+    root = Path(tempfile.mkdtemp(prefix="symb-trace-mixed-"))
+    register_adapters(root / "data", settings.model, tenant_adapters(root, settings.model, tenants))
+    keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
+    stack = Stack(root / "data", settings.model, port=free_port(),
+                  env={"SYMBIOSIS_API_KEYS": keys}, manager_args=("--max-jobs", str(JOBS)),
+                  executor_args=("--threads", str(settings.threads)))
+    stack.start()
+    try:
+        asyncio.run(replay(stack.base_url, [(0.0, 8, 2)] * tenants, tenants))  # adapters in
+        alone = summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
+        with httpx.Client(base_url=stack.base_url, timeout=60) as http:
+            jobs = {submit(http, tenant, settings.model): tenant for tenant in range(JOBS)}
+            clock = StepClock(http, jobs).start()
+            try:
+                clock.wait_steps(1)
+                started = time.monotonic()
+                together = summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
+                ended = time.monotonic()
+                time.sleep(ended - started)
+                beside = clock.rate(started, ended)
+                by_themselves = clock.rate(ended, time.monotonic())
+            finally:
+                clock.stop()
+                for job, tenant in jobs.items():
+                    http.post(f"/v1/fine_tuning/jobs/{job}/cancel",
+                              headers={"Authorization": f"Bearer sk-t{tenant}"})
+    finally:
+        stack.stop()
+    note = f"{n} requests, {tenants} tenants, arrivals x{stretch:g}; {JOBS} LoRA jobs, batch 2"
+    records = [Record(SCENARIO, f"{label}, trace + {JOBS} jobs vs the trace alone",
+                      together[key], alone[key], "ms", goal, higher_is_better=False)
+               for key, label, goal in (("ttft_p50_ms", "time to first token p50", ""),
+                                        ("ttft_p99_ms", "time to first token p99", "<= 1.3x"),
+                                        ("token_p50_ms", "per-token latency p50", "<= 1.2x"),
+                                        ("token_p99_ms", "per-token latency p99", ""))]
+    records.append(Record(SCENARIO, f"training tokens/s during the replay vs the {JOBS} jobs "
+                          "alone", beside, by_themselves, "tok/s", ">= 0.5x", note=note))
+    return records
