@@ -107,7 +107,6 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
                  gpu=settings.on_gpu).run()
 
 
-
 def watched(settings: Settings, clients: list[dict], policy: str = "opportunistic", *,
             model: str | None = None) -> tuple[GroupResult, dict]:
     """`run_ours`, and what the executor's decode lane did meanwhile: its target, the share of
@@ -134,6 +133,7 @@ def watched(settings: Settings, clients: list[dict], policy: str = "opportunisti
                     "mean_wait_ms": 1e3 * (lane.wait_s - before.wait_s) / calls if calls else 0.0,
                     "compute_ms_per_batch": 1e3 * computed / batches if batches else 0.0,
                     "slice_ms": after.training_slice_ms or 0.0}
+
 
 def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None,
               fresh: bool = False) -> GroupResult:
