@@ -32,7 +32,7 @@ class ExecutorConfig(BaseSettings):
     training_wait_ms: float = Field(2.0, ge=0, description="base wait budget of a training call")
     wait_fraction: float = Field(0.25, ge=0, le=1, description="a call also waits this share of "
                                  "its own estimated compute")
-    decode_target_ms: float = Field(5.0, gt=0, description="latency target: the longest a "
+    decode_target_ms: float = Field(1.0, gt=0, description="latency target: the longest a "
                                     "decode step should wait before its batch runs; training "
                                     "slices are sized to keep it")
     prefill_target_ms: float = Field(50.0, gt=0, description="latency target: the longest a "
