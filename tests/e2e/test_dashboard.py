@@ -120,7 +120,7 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
     lanes = {row[0]: row[1:]
              for row in page.eval_on_selector_all("#lanes-table tr[data-lane]", cells)}
     calls, _, target, met = lanes["decode"]
-    assert int(calls) > 0 and float(target) == 5.0 and 0 <= float(met) <= 100  # the defaults
+    assert int(calls) > 0 and float(target) == 1.0 and 0 <= float(met) <= 100  # the defaults
     assert lanes["training"][2:] == ["", ""]  # training has no target
     assert float(page.text_content("#training-slice")) > 0
     assert page.is_hidden("#jobs") and page.text_content("#who") == "operator"

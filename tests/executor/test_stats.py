@@ -36,7 +36,7 @@ def test_waits_and_compute_are_counted_per_lane() -> None:
     figures = stats.snapshot()
     lanes = figures.lanes
     assert lanes["decode"] == LaneFigures(calls=2, batches=1, compute_s=0.25, wait_s=1.5,
-                                          mean_wait_ms=750.0, target_ms=5.0, met=0)
+                                          mean_wait_ms=750.0, target_ms=1.0, met=0)
     assert lanes["prefill"].calls == 1 and lanes["prefill"].compute_s == 0.5
     assert lanes["prefill"].wait_s == pytest.approx(0.5)
     assert lanes["training"] == LaneFigures(calls=1, batches=0, compute_s=0.0, wait_s=2.0,
