@@ -37,7 +37,7 @@ SAMPLE_S = 0.2
 
 
 def training_file() -> bytes:
-    """Chat examples of ~70 tokens each (the same sentence set, varied by topic)."""
+    """Chat examples of ~70 tokens each (one answer, varied by the item's number)."""
     rows = [{"messages": [
         {"role": "user", "content": f"Describe item {i} of the inventory in a few sentences."},
         {"role": "assistant", "content": f"Item {i} is a brass lantern with a green glass "
