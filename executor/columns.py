@@ -1,6 +1,6 @@
 """Slices of a training batch: bands of output columns where the op is one matmul, else rows.
 
-A training batch runs in slices so that inference calls get through between them (`Scheduler`).
+A training batch runs in slices so that decode steps get through between them (`Scheduler`).
 Cut by rows, each slice is a short matmul that runs well below the CPU's peak; cut by output
 columns, each is a full-height matmul through a narrow band of the weight, which keeps it. 512
 rows on a 2-core AMD EPYC (fp32, torch 2.13, GFLOP/s of each way of cutting a batch into slices

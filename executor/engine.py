@@ -5,7 +5,7 @@ result is split back by row counts. A doorbell call's result goes straight into 
 shared memory and the client's doorbell rings; socket calls get reply frames, which the caller
 sends. A batch the scheduler slices runs as several matmuls, each over a band of the output's
 columns (or of rows where the op is no single matmul: `executor.columns`), with `between` called
-after each slice but the last (the server runs ready inference calls there).
+after each slice but the last (the server runs ready decode steps there).
 """
 
 from __future__ import annotations

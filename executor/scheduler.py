@@ -15,7 +15,7 @@ queue farthest behind in the model: a layer's position in forward order, reverse
 Decode steps, prefills and training calls for one layer share its queue, so they can share a batch
 (one matmul for every tenant). A training batch may run in slices (`slices`, as the policy
 says, sized by the waits of decode steps queued behind training: `observe_waits`); between slices
-the ready inference calls run as long as training keeps `training_share` of the batches, each slice
+the ready decode steps run as long as training keeps `training_share` of the batches, each slice
 counting as one. Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a
 client flooding one layer cannot crowd others out.
 """

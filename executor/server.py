@@ -191,7 +191,7 @@ class ExecutorServer:
             while (batch := self.scheduler.between_slices()) is not None:
                 self._reply(self.engine.execute(batch))
         except Exception:  # the training batch goes on regardless
-            log.exception("inference calls between slices")
+            log.exception("decode steps between slices")
 
     def _reply(self, replies: list) -> None:
         """Send the socket calls' replies (doorbell calls were answered by the engine). A send
