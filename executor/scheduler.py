@@ -139,16 +139,16 @@ class Scheduler:
         return count if count is not None and count > 1 else None
 
     def between_slices(self) -> list[PendingCall] | None:
-        """After a slice of a training batch: pop one queue's ready inference calls (decode
-        steps, prefills) to run now if training keeps its share of batches (its own calls stay
-        queued); decode steps wait for their convoy here too (6 tenants fell into 2-3s)."""
+        """After a slice of a training batch: pop the ready decode steps of one queue to run
+        now, if training keeps its share of batches (the rest of that queue stays queued); they
+        wait for their convoy here too (run piecemeal, 6 tenants fell into batches of 2-3)."""
         with self.lock:
             if self._training_share_of_recent() < self.training_share:
                 return None
             for queue, wait in self._scan(self.clock()):
-                urgent = [c for c in queue if c.lane != Lane.TRAINING] if wait <= 0 else []
+                urgent = [c for c in queue if c.lane == Lane.DECODE] if wait <= 0 else []
                 if urgent:
-                    rest = [c for c in queue if c.lane == Lane.TRAINING]
+                    rest = [c for c in queue if c.lane != Lane.DECODE]
                     queue.clear()
                     queue.extend(rest)
                     if not queue:
