@@ -41,6 +41,14 @@ def load_trace(n: int, stretch: float, prompt_scale: float, output_scale: float)
              max(2, min(64, round(int(r["GeneratedTokens"]) / output_scale)))) for r in rows]
 
 
+
+def api_keys(tenants: int) -> str:
+    """SYMBIOSIS_API_KEYS for tenants t0, t1, ... with keys sk-t0, sk-t1, ..."""
+    return ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
+
+
+def auth(tenant: int) -> dict[str, str]:
+    return {"Authorization": f"Bearer sk-t{tenant}"}
 async def _request(client: httpx.AsyncClient, tenant: int, prompt: int, output: int,
                    at: float, t0: float, out: list) -> None:
     await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
@@ -50,7 +58,7 @@ async def _request(client: httpx.AsyncClient, tenant: int, prompt: int, output: 
     sent = time.monotonic()
     stamps = []
     async with client.stream("POST", "/v1/completions", json=body,
-                             headers={"Authorization": f"Bearer sk-t{tenant}"}) as response:
+                             headers=auth(tenant)) as response:
         async for line in response.aiter_lines():
             if line.startswith("data: {") and '"text"' in line and \
                     json.loads(line[6:])["choices"][0]["text"]:
@@ -119,7 +127,7 @@ def policies(settings: Settings) -> tuple[list[Record], dict]:
     n, stretch = (8, 0.5) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
     tenants = settings.n(TENANTS)
-    keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
+    keys = api_keys(tenants)
     summaries = {}
     adapters = tenant_adapters(Path(tempfile.mkdtemp(prefix="symb-trace-")), settings.model,
                                tenants)

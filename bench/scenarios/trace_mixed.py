@@ -23,6 +23,8 @@ from bench.records import Record
 from bench.scenarios.common import Settings
 from bench.scenarios.trace import (
     TENANTS,
+    api_keys,
+    auth,
     load_trace,
     register_adapters,
     replay,
@@ -48,11 +50,10 @@ def training_file() -> bytes:
 
 
 def submit(http: httpx.Client, tenant: int, model: str) -> str:
-    auth = {"Authorization": f"Bearer sk-t{tenant}"}
-    upload = http.post("/v1/files", headers=auth, data={"purpose": "fine-tune"},
+    upload = http.post("/v1/files", headers=auth(tenant), data={"purpose": "fine-tune"},
                        files={"file": ("inventory.jsonl", training_file())})
     upload.raise_for_status()
-    job = http.post("/v1/fine_tuning/jobs", headers=auth, json={
+    job = http.post("/v1/fine_tuning/jobs", headers=auth(tenant), json={
         "model": model, "training_file": upload.json()["id"], "suffix": "bench", "seed": 7,
         "method": {"type": "supervised", "supervised": {"hyperparameters": {
             "n_epochs": 50, "batch_size": 2}}},
@@ -89,7 +90,7 @@ class StepClock:
 
     def tokens(self, job: str, tenant: int) -> int:
         response = self.http.get(f"/v1/fine_tuning/jobs/{job}/events", params={"limit": 5},
-                                 headers={"Authorization": f"Bearer sk-t{tenant}"})
+                                 headers=auth(tenant))
         events = response.json().get("data", []) if response.is_success else []
         return max((e["data"]["trained_tokens"] for e in events
                     if e.get("type") == "metrics" and "trained_tokens" in (e.get("data") or {})),
@@ -122,9 +123,9 @@ def mixed_trace(settings: Settings) -> list[Record]:
     tenants = settings.n(TENANTS)
     root = Path(tempfile.mkdtemp(prefix="symb-trace-mixed-"))
     register_adapters(root / "data", settings.model, tenant_adapters(root, settings.model, tenants))
-    keys = ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
     stack = Stack(root / "data", settings.model, port=free_port(),
-                  env={"SYMBIOSIS_API_KEYS": keys}, manager_args=("--max-jobs", str(JOBS)),
+                  env={"SYMBIOSIS_API_KEYS": api_keys(tenants)},
+                  manager_args=("--max-jobs", str(JOBS)),
                   executor_args=("--threads", str(settings.threads)))
     stack.start()
     try:
@@ -144,8 +145,7 @@ def mixed_trace(settings: Settings) -> list[Record]:
             finally:
                 clock.stop()
                 for job, tenant in jobs.items():
-                    http.post(f"/v1/fine_tuning/jobs/{job}/cancel",
-                              headers={"Authorization": f"Bearer sk-t{tenant}"})
+                    http.post(f"/v1/fine_tuning/jobs/{job}/cancel", headers=auth(tenant))
     finally:
         stack.stop()
     note = f"{n} requests, {tenants} tenants, arrivals x{stretch:g}; {JOBS} LoRA jobs, batch 2"
