@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("executor")
     path = resolve_model(config.model)
     registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,
-                                  fuse=config.fuse, stretch=config.stretch)
+                                  fuse=config.fuse, stretch=config.stretch,
+                                  huge_pages=config.huge_pages)
     server = ExecutorServer(registry, config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -51,6 +51,10 @@ class ExecutorConfig(BaseSettings):
                        "as one matmul")
     stretch: bool = Field(True, description="offer stretches: a decoder layer's frozen part as "
                           "one call")
+    huge_pages: bool = Field(True, description="keep the weights on 2 MiB pages where Linux "
+                             "allows (transparent_hugepage: always or madvise): a decode step "
+                             "reads every weight once, and on 4 KiB pages pays a page walk for "
+                             "each 4 KiB")
     shards: int = Field(1, ge=1, description="run as this many ranks of one torch.distributed "
                         "group, each holding a slice of every base layer")
     rank: int = Field(0, ge=0, description="this process's rank (0 serves clients)")

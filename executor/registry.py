@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
-from executor import stretches
+from executor import pages, stretches
 from executor.columns import Columns
 from executor.kernels import linear
 from wire.call.messages import LayerKind, LayerSpec, Op
@@ -52,21 +52,24 @@ class LayerRegistry:
 
     @classmethod
     def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-             device: str = "cpu", fuse: bool = True, stretch: bool = True) -> LayerRegistry:
+             device: str = "cpu", fuse: bool = True, stretch: bool = True,
+             huge_pages: bool = True) -> LayerRegistry:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         model.eval()
         groups = trace_shared_inputs(model) if fuse else []
         model.to(device)
         if device == "cpu":
-            _own_memory(model)
-        registry = cls.from_model(model, groups, model_name=Path(path).name, stretch=stretch)
+            _own_memory(model, huge_pages)
+        registry = cls.from_model(model, groups, model_name=Path(path).name, stretch=stretch,
+                                  huge_pages=huge_pages)
         del model
         gc.collect()
         return registry
 
     @classmethod
     def from_model(cls, model: nn.Module, groups: list[list[str]], *,
-                   model_name: str, stretch: bool = False) -> LayerRegistry:
+                   model_name: str, stretch: bool = False,
+                   huge_pages: bool = False) -> LayerRegistry:
         layers: list[BaseLayer] = []
         dtype = next(model.parameters()).dtype
         for name, module in model.named_modules():
@@ -90,7 +93,7 @@ class LayerRegistry:
         by_name = {layer.spec.name: layer for layer in layers}
         fused = {}
         for members in groups:
-            layers.append(_fuse(len(layers), [by_name[m] for m in members]))
+            layers.append(_fuse(len(layers), [by_name[m] for m in members], huge_pages))
             fused[tuple(members)] = layers[-1]
         if stretch:
             lookups = {layer.spec.name: _lookup(layer) for layer in layers
@@ -181,17 +184,22 @@ def _lookup(layer: BaseLayer) -> Callable[[torch.Tensor], torch.Tensor]:
     return module
 
 
-def _own_memory(model: nn.Module) -> None:
+def _own_memory(model: nn.Module, huge_pages: bool) -> None:
     """Copy the weights out of the checkpoint's memory map, so the map can go. Otherwise every
     page read while loading (all of them) stays resident in the executor next to the fused
     copies of q/k/v and gate/up: 1.7x the weights for a Llama. Tied weights stay tied."""
     for param in model.parameters():  # each shared parameter once
-        param.data = param.data.clone()
+        param.data = pages.own_copy(param.data, huge_pages)
 
 
-def _fuse(index: int, members: list[BaseLayer]) -> BaseLayer:
+def _fuse(index: int, members: list[BaseLayer], huge_pages: bool) -> BaseLayer:
     """One concatenated weight for layers sharing an input; the members become views into it."""
-    weight = torch.cat([m.weight for m in members])
+    parts = [m.weight for m in members]
+    out = None
+    if parts[0].device.type == "cpu":
+        rows = sum(p.shape[0] for p in parts)
+        out = pages.empty((rows, *parts[0].shape[1:]), parts[0].dtype, huge_pages)
+    weight = torch.cat(parts, out=out)
     has_bias = any(m.bias is not None for m in members)
     bias = None
     if has_bias:

@@ -32,6 +32,7 @@ from torch import nn
 
 from executor.columns import Columns
 from executor.kernels import linear
+from executor.pages import own_copy
 from executor.registry import BaseLayer, LayerRegistry
 from wire.call.messages import LayerKind, LayerSpec, Op
 
@@ -67,7 +68,8 @@ def split_sizes(n: int, world: int) -> list[int]:
     return [base + (r < extra) for r in range(world)]
 
 
-def shard_layer(layer: BaseLayer, rank: int, world: int, device: torch.device) -> Shard:
+def shard_layer(layer: BaseLayer, rank: int, world: int, device: torch.device,
+                huge_pages: bool = True) -> Shard:
     spec = layer.spec
     if spec.kind not in (LayerKind.LINEAR, LayerKind.EMBEDDING):
         raise ValueError(f"{spec.name}: only linear layers and embeddings are sharded "
@@ -80,7 +82,7 @@ def shard_layer(layer: BaseLayer, rank: int, world: int, device: torch.device) -
                          [], 0, module.to(device) if keep else None)
         sizes = split_sizes(spec.in_features, world)  # in_features: the vocabulary
         start = sum(sizes[:rank])
-        weight = layer.weight[start:start + sizes[rank]].to(device).clone()
+        weight = own_copy(layer.weight[start:start + sizes[rank]].to(device), huge_pages)
         return Shard(spec, "vocab", weight, None, sizes, start)
     row = spec.name.rsplit(".", 1)[-1] in ROW_PARALLEL
     sizes = split_sizes(spec.in_features if row else spec.out_features, world)
@@ -91,13 +93,13 @@ def shard_layer(layer: BaseLayer, rank: int, world: int, device: torch.device) -
     else:
         weight = layer.weight[start:stop]
         bias = None if layer.bias is None else layer.bias[start:stop]
-    return Shard(spec, "row" if row else "column", weight.to(device).contiguous().clone(),
+    return Shard(spec, "row" if row else "column", own_copy(weight.to(device), huge_pages),
                  None if bias is None else bias.to(device).clone(), sizes, start)
 
 
-def shard_registry(registry: LayerRegistry, rank: int, world: int,
-                   device: torch.device) -> list[Shard]:
-    shards = [shard_layer(layer, rank, world, device) for layer in registry.layers]
+def shard_registry(registry: LayerRegistry, rank: int, world: int, device: torch.device,
+                   huge_pages: bool = True) -> list[Shard]:
+    shards = [shard_layer(layer, rank, world, device, huge_pages) for layer in registry.layers]
     registry.layers.clear()  # the whole weights go; only this rank's slices stay
     registry.by_name.clear()
     return shards

@@ -1,0 +1,103 @@
+"""The executor's weights in memory of their own, advised for 2 MiB pages (executor.pages)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from catalogue.resolve import resolve_model
+from executor import pages
+from executor.registry import LayerRegistry
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
+
+
+def mapping_of(address: int) -> tuple[tuple[int, int], set[str]] | None:
+    """(start, end) and VmFlags of this process's mapping that holds `address`."""
+    found = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            found = (start, end) if start <= address < end else None
+        elif found is not None and line.startswith("VmFlags:"):
+            return found, set(line.split()[1:])
+    return None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_large_copy_is_equal_aligned_and_advised_for_huge_pages(dtype):
+    source = torch.randn(3000, 700).to(dtype)  # 8.4 / 4.2 MB: more than one 2 MiB page
+    copy = pages.own_copy(source)
+    assert torch.equal(copy, source) and copy.dtype == dtype and copy.is_contiguous()
+    assert copy.data_ptr() != source.data_ptr()
+    assert copy.data_ptr() % pages.HUGE_PAGE == 0
+    (start, end), flags = mapping_of(copy.data_ptr())
+    assert "hg" in flags  # MADV_HUGEPAGE
+    assert "sh" not in flags  # private: a shared anonymous mapping would be shmem
+    assert end - start >= source.numel() * source.element_size()
+    source.zero_()
+    assert copy.abs().sum() > 0  # its own memory
+
+
+def test_small_tensors_and_the_switch_off_get_plain_copies():
+    for source, huge in ((torch.randn(64, 64), True), (torch.randn(3000, 700), False)):
+        copy = pages.own_copy(source, huge)
+        assert torch.equal(copy, source) and copy.data_ptr() != source.data_ptr()
+        _, flags = mapping_of(copy.data_ptr())
+        assert "hg" not in flags
+
+
+def test_a_copys_mapping_goes_with_the_tensor():
+    copy = pages.own_copy(torch.randn(3000, 700))
+    address = copy.data_ptr()
+    assert mapping_of(address) is not None
+    del copy
+    gc.collect()
+    assert mapping_of(address) is None
+
+
+def test_a_transposed_source_is_copied_contiguous():
+    source = torch.randn(700, 3000).t()
+    copy = pages.own_copy(source)
+    assert copy.is_contiguous() and torch.equal(copy, source)
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_the_registrys_head_is_advised_and_computes_what_the_plain_model_does(huge):
+    path = resolve_model("tiny-llama")
+    registry = LayerRegistry.load(path, huge_pages=huge)
+    plain = AutoModelForCausalLM.from_pretrained(path).eval()
+    head = registry.by_name["lm_head"]  # 12.8 MB, copied whole out of the checkpoint's map
+    _, flags = mapping_of(head.weight.data_ptr())
+    assert ("hg" in flags) == huge
+    x = torch.randn(3, head.spec.in_features)
+    assert torch.equal(F.linear(x, head.weight), F.linear(x, plain.lm_head.weight))
+
+
+class TwoProjections(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(700, 1500, bias=False)  # 4.2 MB each: a group over 2 MiB pages
+        self.up = nn.Linear(700, 1500, bias=False)
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_a_fused_group_is_concatenated_into_advised_memory(huge):
+    model = TwoProjections()
+    registry = LayerRegistry.from_model(model, [["gate", "up"]], model_name="two",
+                                        huge_pages=huge)
+    group = registry.by_name["gate+up"]
+    assert torch.equal(group.weight, torch.cat([model.gate.weight, model.up.weight]))
+    _, flags = mapping_of(group.weight.data_ptr())
+    assert ("hg" in flags) == huge
+    gate = registry.by_name["gate"]  # a member: a view into the group's weight
+    assert gate.weight.data_ptr() == group.weight.data_ptr()
+    assert torch.equal(gate.weight, model.gate.weight)
