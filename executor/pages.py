@@ -1,16 +1,19 @@
 """The executor's own copies of the frozen weights, on 2 MiB pages where Linux allows.
 
 A decode step reads each weight it uses once, end to end, so on 4 KiB pages every 4 KiB costs a
-TLB miss and a page walk. tiny-llama's 12.8 MB head, one row at a time after 4 ms of other work
-(the gap between two decode steps): 1.36-1.47 ms on 4 KiB pages, 0.92 ms on 2 MiB pages, 0.87-0.97
-ms for the plain model's own weights (mapped from the checkpoint file, which the kernel backs
-with large folios); one tenant's greedy decode through a private executor went from 1.43x to
-1.26-1.30x of the plain model's time per token (bench NOTES, "per-call overhead").
+TLB miss and a page walk. tiny-llama's 12.8 MB head, one row, after 4 ms of other work (the gap
+between two decode steps): 1.36-1.47 ms on 4 KiB pages, 0.92 ms on 2 MiB pages, 0.87-0.97 ms on
+the plain model's own weights (mapped from the checkpoint file: 4 KiB pages in smaps, yet as
+fast here; why was not found out). One tenant's greedy decode through a private executor:
+1.42-1.62x of the plain model's time per token before, 1.25-1.41x after (bench NOTES,
+"per-call overhead").
 
-The copy goes into an anonymous mapping aligned to 2 MiB and advised MADV_HUGEPAGE before it is
-first written, so the kernel backs it with huge pages when its `transparent_hugepage` setting is
-`always` or `madvise`; elsewhere (`never`, no madvise, another device, small tensors) it is a
-plain copy. The mapping lives as long as the tensor: torch holds the buffer.
+The copy goes into an anonymous private mapping, its whole 2 MiB pages advised MADV_HUGEPAGE
+before anything is written, so the kernel backs them with huge pages where its
+`transparent_hugepage` setting is `always` or `madvise`; the tail (under 2 MiB) is advised
+MADV_NOHUGEPAGE, so that no weight holds most of a huge page it does not fill. Elsewhere (`never`,
+no madvise, another device, tensors under 2 MiB) it is a plain copy. The mapping lives as long as
+the tensor: torch holds the buffer.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype,
     nbytes = math.prod(shape) * dtype.itemsize
     if not (huge_pages and nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE")):
         return torch.empty(shape, dtype=dtype)
-    size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    whole = nbytes // HUGE_PAGE * HUGE_PAGE  # the tail stays on small pages: no 2 MiB for it
     # private: a shared anonymous mapping is shmem, whose huge pages another setting governs
-    mapping = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    start = -_address(mapping) % HUGE_PAGE  # room above to start at a 2 MiB boundary
-    mapping.madvise(mmap.MADV_HUGEPAGE, start, size)  # before the first write faults pages in
+    mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    start = -_address(mapping) % HUGE_PAGE  # the slack below starts it at a 2 MiB boundary
+    mapping.madvise(mmap.MADV_HUGEPAGE, start, whole)  # before the first write faults pages in
+    mapping.madvise(mmap.MADV_NOHUGEPAGE, start + whole)  # under `always` too
     flat = torch.frombuffer(mapping, dtype=torch.uint8, count=nbytes, offset=start)
     return flat.view(dtype).view(shape)
 

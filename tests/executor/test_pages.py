@@ -39,10 +39,13 @@ def test_a_large_copy_is_equal_aligned_and_advised_for_huge_pages(dtype):
     assert torch.equal(copy, source) and copy.dtype == dtype and copy.is_contiguous()
     assert copy.data_ptr() != source.data_ptr()
     assert copy.data_ptr() % pages.HUGE_PAGE == 0
+    nbytes = source.numel() * source.element_size()
     (start, end), flags = mapping_of(copy.data_ptr())
     assert "hg" in flags  # MADV_HUGEPAGE
     assert "sh" not in flags  # private: a shared anonymous mapping would be shmem
-    assert end - start >= source.numel() * source.element_size()
+    assert end - start == nbytes // pages.HUGE_PAGE * pages.HUGE_PAGE  # whole huge pages
+    _, tail = mapping_of(copy.data_ptr() + nbytes - 1)
+    assert "nh" in tail  # the rest on small pages, even where the kernel's default is always
     source.zero_()
     assert copy.abs().sum() > 0  # its own memory
 
