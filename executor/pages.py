@@ -45,10 +45,21 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype,
     # private: a shared anonymous mapping is shmem, whose huge pages another setting governs
     mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     start = -_address(mapping) % HUGE_PAGE  # the slack below starts it at a 2 MiB boundary
-    mapping.madvise(mmap.MADV_HUGEPAGE, start, whole)  # before the first write faults pages in
-    mapping.madvise(mmap.MADV_NOHUGEPAGE, start + whole)  # under `always` too
+    advise(mapping, start, whole)  # before the first write faults pages in
     flat = torch.frombuffer(mapping, dtype=torch.uint8, count=nbytes, offset=start)
     return flat.view(dtype).view(shape)
+
+
+def advise(mapping: mmap.mmap, start: int, length: int) -> bool:
+    """2 MiB pages for `length` bytes from `start` (a multiple of the page size), none for the
+    rest of the mapping (under `always` too); False where the kernel refuses the advice (built
+    without transparent huge pages: EINVAL), which leaves small pages and a working mapping."""
+    try:
+        mapping.madvise(mmap.MADV_HUGEPAGE, start, length)
+        mapping.madvise(mmap.MADV_NOHUGEPAGE, start + length)
+    except OSError:
+        return False
+    return True
 
 
 def _address(mapping: mmap.mmap) -> int:

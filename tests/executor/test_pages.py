@@ -67,6 +67,23 @@ def test_a_copys_mapping_goes_with_the_tensor():
     assert mapping_of(address) is None
 
 
+def test_advice_the_kernel_refuses_leaves_a_working_mapping():
+    import mmap
+
+    mapping = mmap.mmap(-1, 2 * pages.HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    # a start off a page boundary gets EINVAL, the answer of a kernel built without THP
+    assert not pages.advise(mapping, 1, pages.HUGE_PAGE)
+    mapping[:4] = b"abcd"
+    assert mapping[:4] == b"abcd"
+    assert pages.advise(mapping, 0, pages.HUGE_PAGE)
+
+
+def test_a_tensor_off_the_host_is_cloned_where_it_is():
+    source = torch.empty(3000, 700, device="meta")  # stands for a GPU's: no host pages
+    copy = pages.own_copy(source.t())
+    assert copy.device.type == "meta" and copy.is_contiguous() and copy.shape == (700, 3000)
+
+
 def test_a_transposed_source_is_copied_contiguous():
     source = torch.randn(700, 3000).t()
     copy = pages.own_copy(source)
