@@ -121,3 +121,23 @@ def test_a_fused_group_is_concatenated_into_advised_memory(huge):
     gate = registry.by_name["gate"]  # a member: a view into the group's weight
     assert gate.weight.data_ptr() == group.weight.data_ptr()
     assert torch.equal(gate.weight, model.gate.weight)
+
+
+def advised_bytes(pid: int) -> int:
+    """Bytes of the process's mappings advised MADV_HUGEPAGE."""
+    total, size = 0, 0
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            size = end - start
+        elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
+            total += size
+    return total
+
+
+def test_the_executor_process_keeps_its_weights_as_its_flag_says(executor_for):
+    advised = advised_bytes(executor_for("tiny-llama").proc.pid)
+    assert advised >= 12 << 20  # the 12.8 MB head and the embedding table, in whole 2 MiB pages
+    small = executor_for("tiny-llama", no_huge_pages="")
+    assert advised_bytes(small.proc.pid) == 0
