@@ -1,7 +1,7 @@
 """Latency targets per lane, and the training slice that keeps the decode target.
 
 A target is how long a call of its lane may wait in the executor before its batch runs: a
-decode step's wait adds straight to a token's latency (a token is ~14 calls of llama-160m with
+decode step's wait adds straight to a token's latency (a token is 13 calls of llama-160m with
 stretches, ~3.5 ms each on 2 cores: 5 ms a call let training add 33-72 % to a lightly loaded
 trace's tokens, 1 ms 9-43 %, bench NOTES "mixed on the Azure trace"), a prefill's to the time to
 first token. Training has none: it fills the gaps. The stats count, per lane, the calls
