@@ -185,15 +185,17 @@ def _lookup(layer: BaseLayer) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _own_memory(model: nn.Module, huge_pages: bool) -> None:
-    """Copy the weights out of the checkpoint's memory map, so the map can go. Otherwise every
-    page read while loading (all of them) stays resident in the executor next to the fused
-    copies of q/k/v and gate/up: 1.7x the weights for a Llama. Tied weights stay tied."""
+    """Copy the weights out of the checkpoint's memory map, so the map can go (onto 2 MiB pages
+    with `huge_pages`: `executor.pages`). Otherwise every page read while loading (all of them)
+    stays resident in the executor next to the fused copies of q/k/v and gate/up: 1.7x the
+    weights for a Llama. Tied weights stay tied."""
     for param in model.parameters():  # each shared parameter once
         param.data = pages.own_copy(param.data, huge_pages)
 
 
 def _fuse(index: int, members: list[BaseLayer], huge_pages: bool) -> BaseLayer:
-    """One concatenated weight for layers sharing an input; the members become views into it."""
+    """One concatenated weight for layers sharing an input (on the host: written straight into
+    memory of its own, on 2 MiB pages with `huge_pages`); the members become views into it."""
     parts = [m.weight for m in members]
     out = None
     if parts[0].device.type == "cpu":
