@@ -123,6 +123,14 @@ def test_a_fused_group_is_concatenated_into_advised_memory(huge):
     assert torch.equal(gate.weight, model.gate.weight)
 
 
+def test_a_group_off_the_host_is_concatenated_where_it_is():
+    model = TwoProjections().to("meta")  # stands for a GPU's: no host pages
+    registry = LayerRegistry.from_model(model, [["gate", "up"]], model_name="two",
+                                        huge_pages=True)
+    group = registry.by_name["gate+up"]
+    assert group.weight.device.type == "meta" and group.weight.shape == (3000, 700)
+
+
 def advised_bytes(pid: int) -> int:
     """Bytes of the process's mappings advised MADV_HUGEPAGE."""
     total, size = 0, 0
