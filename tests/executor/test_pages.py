@@ -64,7 +64,8 @@ def test_a_copys_mapping_goes_with_the_tensor():
     assert mapping_of(address) is not None
     del copy
     gc.collect()
-    assert mapping_of(address) is None
+    after = mapping_of(address)  # gone, or a later allocation of ours (never advised) took it
+    assert after is None or "hg" not in after[1]
 
 
 def test_advice_the_kernel_refuses_leaves_a_working_mapping():
