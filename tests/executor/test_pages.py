@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +20,21 @@ from executor.registry import LayerRegistry
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
 
 
-def mapping_of(address: int) -> tuple[tuple[int, int], set[str]] | None:
-    """(start, end) and VmFlags of this process's mapping that holds `address`."""
-    found = None
-    for line in Path("/proc/self/smaps").read_text().splitlines():
+def mappings(pid: int | str = "self") -> Iterator[tuple[tuple[int, int], set[str]]]:
+    """(start, end) and VmFlags of each of the process's mappings, from its smaps."""
+    span = None
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split(maxsplit=1)[0]
         if "-" in head and not head.endswith(":"):
-            start, end = (int(part, 16) for part in head.split("-"))
-            found = (start, end) if start <= address < end else None
-        elif found is not None and line.startswith("VmFlags:"):
-            return found, set(line.split()[1:])
-    return None
+            span = tuple(int(part, 16) for part in head.split("-"))
+        elif line.startswith("VmFlags:"):
+            yield span, set(line.split()[1:])
+
+
+def mapping_of(address: int) -> tuple[tuple[int, int], set[str]] | None:
+    """(start, end) and VmFlags of this process's mapping that holds `address`."""
+    return next(((span, flags) for span, flags in mappings()
+                 if span[0] <= address < span[1]), None)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -134,15 +139,7 @@ def test_a_group_off_the_host_is_concatenated_where_it_is():
 
 def advised_bytes(pid: int) -> int:
     """Bytes of the process's mappings advised MADV_HUGEPAGE."""
-    total, size = 0, 0
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        head = line.split(maxsplit=1)[0]
-        if "-" in head and not head.endswith(":"):
-            start, end = (int(part, 16) for part in head.split("-"))
-            size = end - start
-        elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
-            total += size
-    return total
+    return sum(end - start for (start, end), flags in mappings(pid) if "hg" in flags)
 
 
 def test_the_executor_process_keeps_its_weights_as_its_flag_says(executor_for):
