@@ -4,15 +4,17 @@ For a tenant whose adapters leave it untouched (LoRA on q/v, the most common cas
 from a layer's attention output to the next layer's q/k/v is frozen: the output projection, the
 residual add, the post-attention norm, the whole MLP, the second residual add, the next layer's
 input norm and its q/k/v projections. The executor runs that as one call (`Stretch`): it takes
-[attention output | residual stream] rows and returns [new residual stream | next q/k/v] (the last
-layer's stretch returns the residual stream alone). A decode step then makes one call per layer
-instead of four. Results equal the per-projection path: the same modules and weights, in order.
+[attention output | residual stream] rows and returns [new residual stream | its norm | next
+q/k/v] (the last layer's stretch returns the residual stream alone). The norm comes back because
+the worker's adapters on q/k/v take it as their input: the worker need not compute it again. A
+decode step then makes one call per layer instead of four. Results equal the per-projection path:
+the same modules and weights, in order.
 The last layer has a second stretch, `<layer>.stretch+<head>`, that goes on through the final
-norm and the output head: [residual stream | logits], for decode steps (one position per
-sequence, every row's logits wanted), which so save the head's own call.
+norm and the output head: [residual stream | its final norm | logits], for decode steps (one
+position per sequence, every row's logits wanted), which so save the head's own call.
 Before the first layer, the lead (`<embedding>.lead`, where the first layer takes the token
-embedding as it is): token ids -> [embedding | the first layer's q/k/v], so that a step's first
-call brings its first q/k/v too.
+embedding as it is): token ids -> [embedding | its norm | the first layer's q/k/v], so that a
+step's first call brings its first q/k/v too.
 
 Supported where the decoder layer is known to be exactly that sequence (`catalogue.stretches`);
 other models keep per-projection calls.
@@ -32,7 +34,8 @@ from wire.call.messages import LayerKind, LayerSpec
 
 
 class Stretch:
-    """Forward: x [rows, attention width + hidden] -> [rows, hidden (+ next q/k/v widths)].
+    """Forward: x [rows, attention width + hidden] -> [rows, hidden (+ hidden + next q/k/v
+    widths)]: the residual stream (and its norm and the next q/k/v)).
     Backward (training): [inputs | output gradients] -> input gradients, by running the forward
     again with autograd, so nothing is kept in the executor between forward and backward."""
 
@@ -79,8 +82,8 @@ class Stretch:
 
 
 class Lead:
-    """Forward only: ids [rows] -> [rows, hidden + the first layer's q/k/v widths], the lookup,
-    the first layer's input norm and its q/k/v (each as the model computes them)."""
+    """Forward only: ids [rows] -> [rows, 2 hidden + the first layer's q/k/v widths], the
+    lookup, the first layer's input norm and its q/k/v (each as the model computes them)."""
 
     def __init__(self, lookup: Callable[[torch.Tensor], torch.Tensor], in_norm: nn.Module,
                  targets: list) -> None:
@@ -92,10 +95,11 @@ class Lead:
 
 def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],
              targets: list) -> torch.Tensor:
-    """[h | each target's product with the normed h]: the residual stream and the q/k/v of the
-    layer it goes into."""
+    """[h | the normed h | each target's product with it]: the residual stream, the input of
+    the adapters on the q/k/v of the layer it goes into (the worker's norm would compute the
+    same again), and those q/k/v."""
     n = in_norm(h)
-    return torch.cat([h, *(linear(n, t.weight, t.bias) for t in targets)], dim=1)
+    return torch.cat([h, n, *(linear(n, t.weight, t.bias) for t in targets)], dim=1)
 
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
@@ -170,9 +174,9 @@ def _lead(index: int, embedding, lookup: Callable[[torch.Tensor], torch.Tensor],
     rows, hidden = embedding.spec.in_features, embedding.spec.out_features
     widths = tuple(t.spec.out_features for t in targets)
     spec = LayerSpec(index, f"{embedding.spec.name}.lead", LayerKind.LEAD, rows,
-                     hidden + sum(widths), False,
+                     2 * hidden + sum(widths), False,
                      members=(embedding.spec.name, *(t.spec.name for t in targets)),
-                     splits=(hidden, *widths))
+                     splits=(hidden, hidden, *widths))
     return spec, Lead(lookup, in_norm, targets)
 
 
@@ -189,11 +193,11 @@ def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name:
             module.requires_grad_(False)  # a backward computes input gradients only
     stretch = Stretch(o, layer.get_submodule(recipe.post_norm), mlp_in, len(recipe.mlp_in) == 2,
                       layer.get_submodule(recipe.act), down, in_norm, targets)
+    splits = (hidden, hidden, *(t.spec.out_features for t in targets)) if in_norm is not None \
+        else (hidden,)
     spec = LayerSpec(index, f"{prefix}.stretch{suffix}", LayerKind.STRETCH,
-                     o.spec.in_features + hidden,
-                     hidden + sum(t.spec.out_features for t in targets), False,
-                     members=(o.spec.name, *(t.spec.name for t in targets)),
-                     splits=(hidden, *(t.spec.out_features for t in targets)))
+                     o.spec.in_features + hidden, sum(splits), False,
+                     members=(o.spec.name, *(t.spec.name for t in targets)), splits=splits)
     return spec, stretch
 
 

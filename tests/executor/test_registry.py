@@ -139,12 +139,13 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
         mlp = block.get_submodule(recipe.mlp_in[0].rsplit(".", 1)[0])
         h = h + mlp(n)
         expected = [h]
-        if i + 1 < len(decoder):
+        if i + 1 < len(decoder):  # the stream, its norm for the next layer, the next q/k/v
             following = decoder[i + 1]
             n = following.get_submodule(recipe.in_norm)(h)
-            expected += [following.get_submodule(q)(n) for q in recipe.qkv]
+            expected += [n, *(following.get_submodule(q)(n) for q in recipe.qkv)]
         elif i == len(decoder):
-            expected.append(model.lm_head(model.get_submodule(recipe.final_norm)(h)))
+            n = model.get_submodule(recipe.final_norm)(h)
+            expected += [n, model.lm_head(n)]
         expected = torch.cat(expected, dim=1)
         inputs = torch.cat([attn, residual], dim=1).detach()
         torch.testing.assert_close(registry.run(Op.FORWARD, layer, inputs), expected.detach())
@@ -161,9 +162,11 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
         ids = torch.randint(0, lead.spec.in_features, (7,))
         h = model.get_submodule(recipe.embed)(ids)
         n = decoder[0].get_submodule(recipe.in_norm)(h)
-        expected = torch.cat([h, *(decoder[0].get_submodule(q)(n) for q in recipe.qkv)], dim=1)
+        expected = torch.cat([h, n, *(decoder[0].get_submodule(q)(n) for q in recipe.qkv)],
+                             dim=1)
         torch.testing.assert_close(registry.run(Op.FORWARD, lead, ids), expected.detach())
         widths = [decoder[0].get_submodule(q).out_features for q in recipe.qkv]
-        assert lead.spec.splits == (h.shape[1], sum(widths))  # q/k/v as their fused group
+        # the embedding, its norm, q/k/v as their fused group
+        assert lead.spec.splits == (h.shape[1], h.shape[1], sum(widths))
         with pytest.raises(UnsupportedOp):
             registry.run(Op.BACKWARD, lead, ids)

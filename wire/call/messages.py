@@ -14,8 +14,9 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 6  # 2: binary doorbell headers, stretches; 3: device call buffers;
-# 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead
+PROTOCOL_VERSION = 7  # 2: binary doorbell headers, stretches; 3: device call buffers;
+# 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
+# 7: stretches and the lead return the normed residual stream before the next q/k/v
 
 
 class Op(enum.IntEnum):
@@ -35,8 +36,8 @@ class LayerKind(enum.IntEnum):
     GROUP = 2  # several linear layers that share one input, run as one matmul
     STRETCH = 3  # the frozen part of a decoder layer between two attentions (backward: from
     #             [inputs | output gradients] to input gradients)
-    LEAD = 4  # token ids -> [embedding | the first layer's q/k/v]: forward only, ids as an
-    #          embedding's (in_features: the table's rows)
+    LEAD = 4  # token ids -> [embedding | its norm | the first layer's q/k/v]: forward only,
+    #          ids as an embedding's (in_features: the table's rows)
 
 
 class ErrorCode(enum.StrEnum):
@@ -58,8 +59,9 @@ class LayerSpec(msgspec.Struct, frozen=True, array_like=True):
     has_bias: bool
     members: tuple[str, ...] = ()  # groups: member layer names, in output order; stretches:
     #                                the output projection, then where the next q/k/v go
-    splits: tuple[int, ...] = ()  # groups: out_features of each member; stretches: the hidden
-    #                               width, then each next q/k/v target's
+    splits: tuple[int, ...] = ()  # groups: out_features of each member; stretches and the
+    #                               lead: the hidden width (twice, the stream and its norm, where
+    #                               q/k/v or a head follow), then each next target's
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):

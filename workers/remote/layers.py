@@ -104,8 +104,10 @@ class Stage:
 
 
 def _all_of(view: torch.Tensor, base: torch.Tensor) -> bool:
-    """`view` is a view of all of `base`, element for element."""
-    return (view._base is base and view.shape == base.shape and view.stride() == base.stride()
+    """`view` is a view of all of `base` (itself maybe a view: of a stretch's result), element
+    for element."""
+    root = base if base._base is None else base._base
+    return (view._base is root and view.shape == base.shape and view.stride() == base.stride()
             and view.storage_offset() == base.storage_offset())
 
 

@@ -4,10 +4,11 @@ layer's base q/k/v, so that a decode step makes one call fewer.
 The executor offers it as `<embedding>.lead` (`executor.stretches.Lead`) where the first decoder
 layer takes the token embedding as it is. The embedding (its forward swapped per instance) uses
 it when nothing needs gradients and neither the embedding nor the first layer's input norm is
-wrapped or hooked by an adapter; otherwise it makes its plain lookup. The q/k/v wait: the first
-layer's input norm (swapped per instance, as the final norm is for the tail) hands them to their
-remote layers' stages with its output, and each layer takes its own when it is called with that
-output, so adapters on q/k/v (LoRA, IA3) still apply and any other input is computed as usual.
+wrapped or hooked by an adapter; otherwise it makes its plain lookup. The embedding's norm by the
+first layer's input norm comes too: that norm (swapped per instance, as the final norm is for the
+tail) returns it instead of computing it again and hands the q/k/v to their remote layers'
+stages with it; each layer takes its own when it is called with that output, so adapters on
+q/k/v (LoRA, IA3) still apply and any other input is computed as usual.
 Where the first layer keeps getting something else (prompt tuning puts its virtual tokens before
 the embeddings), the q/k/v brought are wasted: after a few such misses the lead stays off.
 """
@@ -36,9 +37,10 @@ class Lead:
     def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec, handle: ExecutorHandle,
                  targets: list[RemoteLayer]) -> None:
         self.spec, self.handle, self.targets = spec, handle, targets
-        self.splits = [spec.splits[0], *(t.spec.out_features for t in targets)]
+        hidden = spec.splits[0]  # the embedding, its norm, then the first q/k/v
+        self.splits = [hidden, hidden, *(t.spec.out_features for t in targets)]
         self.places = places(model, [recipe.embed, f"{recipe.layers}.0.{recipe.in_norm}"])
-        self.waiting: tuple[torch.Tensor, tuple[torch.Tensor, ...]] | None = None
+        self.waiting: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]] | None = None
         self.enabled = True
         self.misses = 0
 
@@ -52,19 +54,22 @@ class Lead:
             self._miss()
         y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
                         spec.out_features, dtype)
-        hidden, *qkv = y.split_with_sizes(self.splits, dim=-1)
-        self.waiting = (hidden, tuple(qkv))
+        hidden, normed, *qkv = y.split_with_sizes(self.splits, dim=-1)
+        self.waiting = (hidden, normed, tuple(qkv))
         return hidden
 
-    def deliver(self, hidden_states: torch.Tensor, normed: torch.Tensor) -> None:
+    def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """The first layer's norm of `hidden_states` if this lead brought it (the embedding it
+        returned), with the q/k/v staged on their layers; None otherwise."""
         waiting, self.waiting = self.waiting, None
         if waiting is None:
-            return
+            return None
         if waiting[0] is not hidden_states:
             self._miss()
-            return
-        for target, output in zip(self.targets, waiting[1], strict=True):
-            target.stage.put(normed, output)
+            return None
+        for target, output in zip(self.targets, waiting[2], strict=True):
+            target.stage.put(waiting[1], output)
+        return waiting[1]
 
     def _miss(self) -> None:
         self.misses += 1
@@ -102,6 +107,5 @@ def _embedding_forward(self: RemoteEmbedding, ids: torch.Tensor) -> torch.Tensor
 
 
 def _first_norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    normed = type(self).forward(self, hidden_states)
-    self.symbiosis_lead.deliver(hidden_states, normed)
-    return normed
+    normed = self.symbiosis_lead.take(hidden_states)
+    return normed if normed is not None else type(self).forward(self, hidden_states)

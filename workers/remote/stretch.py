@@ -7,10 +7,11 @@ forward of its own (module swap: names and submodules stay, so adapters load as 
 that forward checks, cheaply, that the stretch may be used: no autograd (inference), eval mode,
 the executor's dtype, and the layer's output projection, norms and MLP (and the next layer's
 input norm) not wrapped or hooked by an adapter, and, while training, no dropout inside it.
-Then it runs the input norm and the attention locally, with the output projection passing its
-input through, sends [attention output | residual] to the executor and gets [residual after the
-MLP | next layer's base q/k/v]; the next q/k/v wait on their remote layers (`Stage`) for the next
-layer's normed input, so adapters on q/k/v (LoRA, IA3) still apply. In training, for batches
+Then it runs the attention locally, with the output projection passing its input through, sends
+[attention output | residual] to the executor and gets [residual after the MLP | its norm by the
+next layer's input norm | next layer's base q/k/v]. The next layer takes that norm as its normed
+input (no second computation of it here) and the q/k/v wait on their remote layers (`Stage`) for
+it, so adapters on q/k/v (LoRA, IA3) still apply. In training, for batches
 small enough (`TRAIN_MAX_ROWS`, by the executor's device), the call is one autograd node whose
 backward is one call too (the executor recomputes the stretch to get the input gradients).
 Otherwise the layer runs its own forward, per projection.
@@ -55,14 +56,16 @@ class StretchControl:
         self.targets = targets  # the next layer's q/k/v remote layers, in the stretch's order
         self.widths = [t.spec.out_features for t in targets]
         self.hidden = spec.splits[0]
-        self.splits = [self.hidden, *self.widths]
+        # the residual stream, then (where a layer follows) its norm and the next q/k/v
+        self.splits = [self.hidden, self.hidden, *self.widths] if targets else [self.hidden]
         self.train_rows = train_rows  # the largest training batch (rows) that uses the stretch
         self.train_ok = not any(isinstance(m, nn.Dropout) and m.p > 0
                                 for name in frozen for m in layer.get_submodule(name).modules()) \
             and not _dropout_after(layer, recipe)
         self.previous: StretchControl | None = None
         self.tail: Tail | None = None  # the last layer's: on through the head, for decode steps
-        self.waiting: tuple[torch.Tensor, list[RemoteLayer], list[torch.Tensor]] | None = None
+        self.waiting: tuple[torch.Tensor, torch.Tensor, list[RemoteLayer],
+                            list[torch.Tensor]] | None = None
         self.calls = 0
 
     def usable(self, hidden_states: torch.Tensor) -> bool:
@@ -74,20 +77,25 @@ class StretchControl:
             return False
         return untouched(self.places)
 
-    def deliver(self, hidden_states: torch.Tensor, normed: torch.Tensor) -> None:
-        """What this stretch computed ahead (the next q/k/v, or the logits), for the next layer
-        (or the final norm) whose input is `hidden_states` and whose normed input is `normed`."""
+    def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """The norm this stretch computed of `hidden_states` (its own output), for the next layer
+        or the final norm, with what it computed ahead from it (the next q/k/v, or the logits)
+        staged on the layers that take it; None if `hidden_states` is not that output."""
         waiting, self.waiting = self.waiting, None
-        if waiting is not None and waiting[0] is hidden_states:
-            for target, output in zip(waiting[1], waiting[2], strict=True):
-                target.stage.put(normed, output)
+        if waiting is None or waiting[0] is not hidden_states:
+            return None
+        _, normed, targets, outputs = waiting
+        for target, output in zip(targets, outputs, strict=True):
+            target.stage.put(normed, output)
+        return normed
 
-    def around_attention(self, hidden: torch.Tensor, normed: torch.Tensor,
+    def around_attention(self, hidden: torch.Tensor, norm: Callable[[torch.Tensor], torch.Tensor],
                          attend: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """A decoder layer's forward with a stretch: hand the previous stretch's prefetched
-        q/k/v over, run attention with o_proj passed through, then the stretch."""
-        if self.previous is not None:
-            self.previous.deliver(hidden, normed)
+        """A decoder layer's forward with a stretch: the input norm the previous stretch brought
+        (with its q/k/v), or `norm`'s; attention with o_proj passed through; then the stretch."""
+        normed = self.previous.take(hidden) if self.previous is not None else None
+        if normed is None:
+            normed = norm(hidden)
         self.o.stage.passthrough = True
         try:
             attn = attend(normed)
@@ -112,14 +120,15 @@ class StretchControl:
         h = outs[0].view(residual.shape)
         if targets:
             lead = residual.shape[:-1]
-            self.waiting = (h, targets, [out.view(*lead, out.shape[1]) for out in outs[1:]])
+            self.waiting = (h, outs[1].view(residual.shape), targets,
+                            [out.view(*lead, out.shape[1]) for out in outs[2:]])
         return h
 
     def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,
                      tail: Tail | None = None) -> tuple[torch.Tensor, ...]:
-        """[rows, attention + hidden] -> (new residual rows, each next q/k/v's rows, or the
-        logits with `tail`), each a tensor of its own (`own`, as autograd wants of a Function's
-        outputs) or a view of one fresh result."""
+        """[rows, attention + hidden] -> (new residual rows, and where a layer follows their
+        norm and each next q/k/v's rows, or the logits with `tail`), each a tensor of its own
+        (`own`, as autograd wants of a Function's outputs) or a view of one fresh result."""
         spec, splits = (self.spec, self.splits) if tail is None else (tail.spec, tail.splits)
         y = remote_rows(self.handle, Op.FORWARD, spec.index, rows, kind, spec.out_features,
                         self.dtype, fresh=not own)
@@ -144,13 +153,13 @@ class _StretchFn(torch.autograd.Function):
     def backward(ctx, *grads: torch.Tensor):
         (rows,) = ctx.saved_tensors
         control: StretchControl = ctx.control
-        outs = control.spec.splits[:1] + tuple(control.widths)
         grads = [g if g is not None else rows.new_zeros(rows.shape[0], width)
-                 for g, width in zip(grads, outs, strict=True)]
+                 for g, width in zip(grads, control.splits, strict=True)]
         x = torch.cat([rows, *grads], dim=1)
         g = remote_rows(control.handle, Op.BACKWARD, control.spec.index, x, CallKind.TRAINING,
                         control.spec.in_features, rows.dtype)
-        grad_attn, grad_residual = g.split([rows.shape[1] - outs[0], outs[0]], dim=1)
+        hidden = control.hidden
+        grad_attn, grad_residual = g.split([rows.shape[1] - hidden, hidden], dim=1)
         return grad_attn, grad_residual, None
 
 
@@ -208,7 +217,7 @@ def _llama_forward(self: nn.Module, hidden_states: torch.Tensor,
                                 use_cache=use_cache, position_embeddings=position_embeddings,
                                 **kwargs)
     return control.around_attention(
-        hidden_states, self.input_layernorm(hidden_states),
+        hidden_states, self.input_layernorm,
         lambda normed: self.self_attn(hidden_states=normed, attention_mask=attention_mask,
                                       position_ids=position_ids,
                                       past_key_values=past_key_values, use_cache=use_cache,
@@ -228,7 +237,7 @@ def _gpt2_forward(self: nn.Module, hidden_states: torch.Tensor, past_key_values:
                                 encoder_attention_mask=encoder_attention_mask,
                                 use_cache=use_cache, **kwargs)
     return control.around_attention(
-        hidden_states, self.ln_1(hidden_states),
+        hidden_states, self.ln_1,
         lambda normed: self.attn(normed, past_key_values=past_key_values,
                                  attention_mask=attention_mask, use_cache=use_cache,
                                  **kwargs)[0])

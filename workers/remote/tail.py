@@ -1,12 +1,14 @@
 """The last layer's stretch on through the final norm and the output head, for decode steps: the
-logits come back with the residual stream, so a step saves the head's own executor call.
+logits come back with the residual stream (and its final norm), so a step saves the head's own
+executor call (and the norm's computation here).
 
 The executor offers it as `<last layer>.stretch+<head>` (`executor.stretches`). The last layer's
 `StretchControl` uses it instead of its plain stretch when the call is a decode step (one
 position per sequence: every row's logits are wanted), nothing needs gradients, and the final
 norm and the head are untouched by adapters (LoRA on the head keeps the plain stretch and its
 own head call). The logits wait on the head's stage; the final norm's forward (swapped per
-instance, as the decoder layers' are) hands them over with its output, and the head takes them
+instance, as the decoder layers' are) returns the norm that came back and hands the logits over
+with it (or computes its own where its input is not that stream), and the head takes them
 when it is called with that output (or a view of all of it, as `hidden[:, -1:]` of one
 position is).
 """
@@ -55,6 +57,5 @@ def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
 
 
 def _final_norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    normed = type(self).forward(self, hidden_states)
-    self.symbiosis_tail.deliver(hidden_states, normed)
-    return normed
+    normed = self.symbiosis_tail.take(hidden_states)
+    return normed if normed is not None else type(self).forward(self, hidden_states)

@@ -118,6 +118,12 @@ def test_a_staged_result_goes_only_to_its_input_or_a_view_of_all_of_it() -> None
     stage.put(x, y)
     x.add_(1)
     assert stage.take(x) is None  # changed since
+    result = torch.randn(2, 1, 10)  # a stretch's result: the norm staged is a part of it
+    normed = result[..., 3:7]
+    stage.put(normed, y)
+    assert stage.take(normed[:, -1:, :]) is y
+    stage.put(normed, y)
+    assert stage.take(result[..., 2:6]) is None  # another part of the same result
 
 
 def test_the_lead_turns_itself_off_where_the_first_layer_never_takes_its_q_k_v(
