@@ -21,7 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from bench.models import build, build_mixed
+from bench.models import FIXED_LENGTH, build, build_mixed
 
 
 def settle(device: torch.device) -> None:
@@ -54,7 +54,7 @@ class TokenClock(StoppingCriteria):
         self.stamps = [time.monotonic()]
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=tokens, min_new_tokens=tokens,
+                           max_new_tokens=tokens, **FIXED_LENGTH,
                            stopping_criteria=StoppingCriteriaList([self]), **kwargs)
         return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
 

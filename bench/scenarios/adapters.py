@@ -17,6 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoTokenizer
 
+from bench.models import FIXED_LENGTH
 from bench.records import Record
 from bench.scenarios.adapter_sides import (
     IN_FLIGHT,
@@ -64,7 +65,7 @@ def serve_plain(model: PeftModel, order: list[int], prompt: list[int]) -> dict:
         with torch.no_grad():
             model.generate(input_ids=ids[:len(names)], attention_mask=torch.ones_like(
                 ids[:len(names)]), adapter_names=names, max_new_tokens=TOKENS,
-                min_new_tokens=TOKENS, do_sample=False)
+                **FIXED_LENGTH, do_sample=False)
         latencies += [time.perf_counter() - started] * len(names)
     return {"elapsed": time.perf_counter() - begin, "latencies": latencies}
 
@@ -142,7 +143,7 @@ def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int],
 
     def plain_round() -> None:
         plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), adapter_names=names,
-                       max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+                       max_new_tokens=tokens, **FIXED_LENGTH, do_sample=False)
     return best_speeds(ours, paths, prompt, plain_round, tokens)
 
 

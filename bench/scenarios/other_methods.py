@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from bench.models import FIXED_LENGTH
 from bench.records import Record
 from bench.scenarios.adapter_sides import best_speeds, plain_holding, resident_bytes
 
@@ -44,5 +45,5 @@ def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16) ->
         for k in range(len(paths)):
             plain.set_adapter(f"a{k}")
             plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                           max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+                           max_new_tokens=tokens, **FIXED_LENGTH, do_sample=False)
     return best_speeds(ours, paths, prompt, plain_round, tokens)

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from bench.callpath import pipe_floor
 from bench.executors import executor
+from bench.models import FIXED_LENGTH
 from bench.records import Record
 from bench.scenarios.common import Settings, run_ours
 from catalogue.resolve import resolve_model
@@ -30,7 +31,7 @@ def _generate_s(model, ids: torch.Tensor, tokens: int, repeats: int) -> float:
         started = time.perf_counter()
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=tokens, min_new_tokens=tokens)
+                           max_new_tokens=tokens, **FIXED_LENGTH)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -84,7 +85,8 @@ def per_call(settings: Settings) -> list[Record]:
         Record("8 per-call overhead", "decode time per token vs the plain model in-process",
                1e3 * remote_s / tokens, 1e3 * local_s / tokens, "ms", "<= 1.2x",
                higher_is_better=False,
-               note=f"greedy, {MODEL}, 1 thread each side, {tokens} tokens; medians of "
+               note=f"greedy, {MODEL}, 1 thread each side, {tokens} tokens (no end-of-sequence "
+                    f"stop, else generate's defaults); medians of "
                     f"{repeats} generations, alternately"),
         Record("8 per-call overhead", "round trip of a 1-row call", rtt_us, local_us, "us",
                "<= 100 us", higher_is_better=False, note="baseline: the same matmul locally"),
