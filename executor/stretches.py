@@ -35,7 +35,7 @@ from wire.call.messages import LayerKind, LayerSpec
 
 class Stretch:
     """Forward: x [rows, attention width + hidden] -> [rows, hidden (+ hidden + next q/k/v
-    widths)]: the residual stream (and its norm and the next q/k/v)).
+    widths)]: the residual stream (and its norm and the next q/k/v).
     Backward (training): [inputs | output gradients] -> input gradients, by running the forward
     again with autograd, so nothing is kept in the executor between forward and backward."""
 

@@ -40,7 +40,8 @@ class Lead:
         hidden = spec.splits[0]  # the embedding, its norm, then the first q/k/v
         self.splits = [hidden, hidden, *(t.spec.out_features for t in targets)]
         self.places = places(model, [recipe.embed, f"{recipe.layers}.0.{recipe.in_norm}"])
-        self.waiting: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]] | None = None
+        self.waiting: tuple[torch.Tensor, int, torch.Tensor, tuple[torch.Tensor, ...]] | None = \
+            None
         self.enabled = True
         self.misses = 0
 
@@ -55,21 +56,22 @@ class Lead:
         y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
                         spec.out_features, dtype)
         hidden, normed, *qkv = y.split_with_sizes(self.splits, dim=-1)
-        self.waiting = (hidden, normed, tuple(qkv))
+        self.waiting = (hidden, hidden._version, normed, tuple(qkv))
         return hidden
 
     def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """The first layer's norm of `hidden_states` if this lead brought it (the embedding it
-        returned), with the q/k/v staged on their layers; None otherwise."""
+        returned, unchanged since), with the q/k/v staged on their layers; None otherwise."""
         waiting, self.waiting = self.waiting, None
         if waiting is None:
             return None
-        if waiting[0] is not hidden_states:
+        hidden, version, normed, qkv = waiting
+        if hidden is not hidden_states or version != hidden_states._version:
             self._miss()
             return None
-        for target, output in zip(self.targets, waiting[2], strict=True):
-            target.stage.put(waiting[1], output)
-        return waiting[1]
+        for target, output in zip(self.targets, qkv, strict=True):
+            target.stage.put(normed, output)
+        return normed
 
     def _miss(self) -> None:
         self.misses += 1

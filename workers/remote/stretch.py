@@ -64,7 +64,7 @@ class StretchControl:
             and not _dropout_after(layer, recipe)
         self.previous: StretchControl | None = None
         self.tail: Tail | None = None  # the last layer's: on through the head, for decode steps
-        self.waiting: tuple[torch.Tensor, torch.Tensor, list[RemoteLayer],
+        self.waiting: tuple[torch.Tensor, int, torch.Tensor, list[RemoteLayer],
                             list[torch.Tensor]] | None = None
         self.calls = 0
 
@@ -80,11 +80,13 @@ class StretchControl:
     def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """The norm this stretch computed of `hidden_states` (its own output), for the next layer
         or the final norm, with what it computed ahead from it (the next q/k/v, or the logits)
-        staged on the layers that take it; None if `hidden_states` is not that output."""
+        staged on the layers that take it; None if `hidden_states` is not that output, or was
+        changed in place since (a hook's doing)."""
         waiting, self.waiting = self.waiting, None
-        if waiting is None or waiting[0] is not hidden_states:
+        if waiting is None or waiting[0] is not hidden_states \
+                or waiting[1] != hidden_states._version:
             return None
-        _, normed, targets, outputs = waiting
+        _, _, normed, targets, outputs = waiting
         for target, output in zip(targets, outputs, strict=True):
             target.stage.put(normed, output)
         return normed
@@ -120,7 +122,7 @@ class StretchControl:
         h = outs[0].view(residual.shape)
         if targets:
             lead = residual.shape[:-1]
-            self.waiting = (h, outs[1].view(residual.shape), targets,
+            self.waiting = (h, h._version, outs[1].view(residual.shape), targets,
                             [out.view(*lead, out.shape[1]) for out in outs[2:]])
         return h
 

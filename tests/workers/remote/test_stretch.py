@@ -101,6 +101,30 @@ def test_a_stretch_stays_out_of_the_way_of_an_adapter_added_later(executor_for) 
         client.close()
 
 
+def test_a_layer_output_changed_in_place_by_a_hook_is_normed_here_again(executor_for) -> None:
+    """A stretch brings the next layer's normed input and q/k/v for the output it returned; a
+    forward hook that changes that output in place makes both stale: the next layer computes
+    its own (as the plain model with the same hook does)."""
+    from transformers import AutoModelForCausalLM
+
+    from catalogue.resolve import resolve_model
+    from workers.remote.build import remote_model
+
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="stretch-hooked")
+    try:
+        ours = remote_model("tiny-llama", client).eval()
+        plain = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
+        for model in (ours, plain):  # the embedding (the lead's) and layer 0's output
+            model.model.layers[0].register_forward_pre_hook(lambda m, args: args[0].mul_(2.0))
+            model.model.layers[0].register_forward_hook(lambda m, args, out: out.mul_(1.5))
+        ids = batch(6)
+        with torch.no_grad():
+            mine, theirs = ours(input_ids=ids).logits, plain(input_ids=ids).logits
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=TOLERANCE)
+    finally:
+        client.close()
+
+
 def test_a_staged_result_goes_only_to_its_input_or_a_view_of_all_of_it() -> None:
     from workers.remote.layers import Stage
 
