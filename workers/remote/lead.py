@@ -25,7 +25,7 @@ from catalogue.stretches import Recipe
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
-from workers.remote.places import places, staged_targets, untouched
+from workers.remote.places import own_norm, places, staged_targets, untouched
 
 log = logging.getLogger("workers.remote.lead")
 MAX_MISSES = 3
@@ -56,7 +56,7 @@ class Lead:
         y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
                         spec.out_features, dtype)
         hidden, normed, *qkv = y.split_with_sizes(self.splits, dim=-1)
-        self.waiting = (hidden, hidden._version, normed, tuple(qkv))
+        self.waiting = (hidden, hidden._version, own_norm(normed, False), tuple(qkv))
         return hidden
 
     def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:

@@ -1,8 +1,10 @@
 """Where a stretch's modules sit in a model, and a per-call check that adapters left them alone
-(what `workers.remote.stretch` and `workers.remote.tail` check before each call)."""
+(what `workers.remote.stretch` and `workers.remote.tail` check before each call); where what a
+stretch or the lead computes ahead goes."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from wire.call.messages import LayerSpec
@@ -39,3 +41,10 @@ def staged_targets(spec: LayerSpec, specs: dict[str, LayerSpec],
     order: its members after the first, each a fused group (its layers) or a layer itself."""
     return [modules[name] for member in spec.members[1:]
             for name in (specs[member].members or (member,))]
+
+
+def own_norm(normed: torch.Tensor, owned: bool) -> torch.Tensor:
+    """The norm that came back, as a tensor of its own unless it is one (`owned`): a view of
+    the call's result shares its version counter with the q/k/v beside it, so an adapter adding
+    to q in place (peft's mixed-adapter batches do) would make the staged k and v look stale."""
+    return normed if owned else normed.clone()

@@ -31,7 +31,7 @@ from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
 from workers.remote.lead import enable_lead
-from workers.remote.places import places, staged_targets, untouched
+from workers.remote.places import own_norm, places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
 
 # A stretch's backward recomputes its forward: worth it while calls, not matmuls, dominate. On a
@@ -111,7 +111,8 @@ class StretchControl:
         residual_rows = residual.reshape(-1, residual.shape[-1])
         self.calls += 1
         targets = self.targets
-        if torch.is_grad_enabled() and (attn.requires_grad or residual.requires_grad):
+        training = torch.is_grad_enabled() and (attn.requires_grad or residual.requires_grad)
+        if training:
             outs = _StretchFn.apply(attn_rows, residual_rows, self)
         else:  # views of one fresh result: nothing holds them but this forward
             tail = self.tail if self.tail is not None and self.tail.usable(residual) else None
@@ -122,8 +123,8 @@ class StretchControl:
         h = outs[0].view(residual.shape)
         if targets:
             lead = residual.shape[:-1]
-            self.waiting = (h, h._version, outs[1].view(residual.shape), targets,
-                            [out.view(*lead, out.shape[1]) for out in outs[2:]])
+            self.waiting = (h, h._version, own_norm(outs[1].view(residual.shape), training),
+                            targets, [out.view(*lead, out.shape[1]) for out in outs[2:]])
         return h
 
     def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,

@@ -125,6 +125,22 @@ def test_a_layer_output_changed_in_place_by_a_hook_is_normed_here_again(executor
         client.close()
 
 
+def test_q_changed_in_place_leaves_the_staged_k_and_v_usable(executor_for) -> None:
+    """peft's mixed-adapter batches add to q in place; q, k, v and the norm that keys them came
+    in one result, and the k and v must still go to their layers without calls of their own."""
+    from workers.remote.build import remote_model
+
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="stretch-inplace")
+    try:
+        model = remote_model("tiny-llama", client).eval()
+        plain_calls = per_token_calls(model, client)
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.register_forward_hook(lambda m, args, out: out.mul_(1.0))
+        assert per_token_calls(model, client) == plain_calls == LAYERS + 1
+    finally:
+        client.close()
+
+
 def test_a_staged_result_goes_only_to_its_input_or_a_view_of_all_of_it() -> None:
     from workers.remote.layers import Stage
 
