@@ -25,7 +25,7 @@ from catalogue.stretches import Recipe
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
-from workers.remote.places import own_norm, places, staged_targets, untouched
+from workers.remote.places import Ahead, places, staged_targets, untouched
 
 log = logging.getLogger("workers.remote.lead")
 MAX_MISSES = 3
@@ -40,8 +40,7 @@ class Lead:
         hidden = spec.splits[0]  # the embedding, its norm, then the first q/k/v
         self.splits = [hidden, hidden, *(t.spec.out_features for t in targets)]
         self.places = places(model, [recipe.embed, f"{recipe.layers}.0.{recipe.in_norm}"])
-        self.waiting: tuple[torch.Tensor, int, torch.Tensor, tuple[torch.Tensor, ...]] | None = \
-            None
+        self.waiting: Ahead | None = None
         self.enabled = True
         self.misses = 0
 
@@ -56,7 +55,7 @@ class Lead:
         y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
                         spec.out_features, dtype)
         hidden, normed, *qkv = y.split_with_sizes(self.splits, dim=-1)
-        self.waiting = (hidden, hidden._version, own_norm(normed, False), tuple(qkv))
+        self.waiting = Ahead.of(hidden, normed, self.targets, qkv)
         return hidden
 
     def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
@@ -65,12 +64,9 @@ class Lead:
         waiting, self.waiting = self.waiting, None
         if waiting is None:
             return None
-        hidden, version, normed, qkv = waiting
-        if hidden is not hidden_states or version != hidden_states._version:
+        normed = waiting.hand_over(hidden_states)
+        if normed is None:
             self._miss()
-            return None
-        for target, output in zip(self.targets, qkv, strict=True):
-            target.stage.put(normed, output)
         return normed
 
     def _miss(self) -> None:

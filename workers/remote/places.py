@@ -4,6 +4,9 @@ stretch or the lead computes ahead goes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -43,8 +46,31 @@ def staged_targets(spec: LayerSpec, specs: dict[str, LayerSpec],
             for name in (specs[member].members or (member,))]
 
 
-def own_norm(normed: torch.Tensor, owned: bool) -> torch.Tensor:
-    """The norm that came back, as a tensor of its own unless it is one (`owned`): a view of
-    the call's result shares its version counter with the q/k/v beside it, so an adapter adding
-    to q in place (peft's mixed-adapter batches do) would make the staged k and v look stale."""
-    return normed if owned else normed.clone()
+@dataclass(slots=True)
+class Ahead:
+    """What a stretch or the lead computed ahead from the output it returned: that output's norm
+    and what the layers after it (`targets`) take from the norm (q/k/v, or the logits)."""
+
+    output: torch.Tensor
+    version: int
+    normed: torch.Tensor
+    targets: Sequence[nn.Module]
+    results: Sequence[torch.Tensor]
+
+    @classmethod
+    def of(cls, output: torch.Tensor, normed: torch.Tensor, targets: Sequence[nn.Module],
+           results: Sequence[torch.Tensor], owned: bool = False) -> Ahead:
+        """`normed` as a tensor of its own unless it is one (`owned`): a view of the call's
+        result shares its version counter with the q/k/v beside it, so an adapter adding to q
+        in place (peft's mixed-adapter batches do) would make the staged k and v look stale."""
+        return cls(output, output._version, normed if owned else normed.clone(), targets,
+                   results)
+
+    def hand_over(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """The norm, with the results staged on their layers, if `hidden_states` is the output
+        it was computed from, unchanged since (a hook may change it in place); else None."""
+        if hidden_states is not self.output or hidden_states._version != self.version:
+            return None
+        for target, result in zip(self.targets, self.results, strict=True):
+            target.stage.put(self.normed, result)
+        return self.normed

@@ -31,7 +31,7 @@ from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
 from workers.remote.lead import enable_lead
-from workers.remote.places import own_norm, places, staged_targets, untouched
+from workers.remote.places import Ahead, places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
 
 # A stretch's backward recomputes its forward: worth it while calls, not matmuls, dominate. On a
@@ -64,8 +64,7 @@ class StretchControl:
             and not _dropout_after(layer, recipe)
         self.previous: StretchControl | None = None
         self.tail: Tail | None = None  # the last layer's: on through the head, for decode steps
-        self.waiting: tuple[torch.Tensor, int, torch.Tensor, list[RemoteLayer],
-                            list[torch.Tensor]] | None = None
+        self.waiting: Ahead | None = None
         self.calls = 0
 
     def usable(self, hidden_states: torch.Tensor) -> bool:
@@ -83,13 +82,7 @@ class StretchControl:
         staged on the layers that take it; None if `hidden_states` is not that output, or was
         changed in place since (a hook's doing)."""
         waiting, self.waiting = self.waiting, None
-        if waiting is None or waiting[0] is not hidden_states \
-                or waiting[1] != hidden_states._version:
-            return None
-        _, _, normed, targets, outputs = waiting
-        for target, output in zip(targets, outputs, strict=True):
-            target.stage.put(normed, output)
-        return normed
+        return None if waiting is None else waiting.hand_over(hidden_states)
 
     def around_attention(self, hidden: torch.Tensor, norm: Callable[[torch.Tensor], torch.Tensor],
                          attend: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -123,8 +116,9 @@ class StretchControl:
         h = outs[0].view(residual.shape)
         if targets:
             lead = residual.shape[:-1]
-            self.waiting = (h, h._version, own_norm(outs[1].view(residual.shape), training),
-                            targets, [out.view(*lead, out.shape[1]) for out in outs[2:]])
+            self.waiting = Ahead.of(h, outs[1].view(residual.shape), targets,
+                                    [out.view(*lead, out.shape[1]) for out in outs[2:]],
+                                    owned=training)
         return h
 
     def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,
