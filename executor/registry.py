@@ -32,11 +32,14 @@ class BaseLayer:
     weight: torch.Tensor  # linear: [out, in] (a transposed view for Conv1D); embedding: table
     bias: torch.Tensor | None = None
     embedding: nn.Module | None = None  # run as is: some models scale inside the embedding
-    stretch: stretches.Stretch | stretches.Lead | None = None
+    stretch: stretches.Stretch | stretches.Lead | stretches.Greedy | None = None
 
 
 class UnsupportedOp(ValueError):
     pass
+
+
+FORWARD_ONLY = (LayerKind.LEAD, LayerKind.GREEDY)
 
 
 class LayerRegistry:
@@ -99,9 +102,7 @@ class LayerRegistry:
             lookups = {layer.spec.name: _lookup(layer) for layer in layers
                        if layer.spec.kind == LayerKind.EMBEDDING}
             for spec, layer in stretches.build(model, by_name, fused, len(layers), lookups):
-                weight = by_name[spec.members[0]].weight if isinstance(layer, stretches.Lead) \
-                    else layer.o.weight
-                layers.append(BaseLayer(spec, weight, stretch=layer))
+                layers.append(BaseLayer(spec, by_name[spec.members[0]].weight, stretch=layer))
         return cls(layers, model_name, dtype)
 
     def get(self, index: int) -> BaseLayer:
@@ -114,7 +115,7 @@ class LayerRegistry:
         `run` decides per call, decided once)."""
         table = []
         for layer in self.layers:
-            if layer.spec.kind == LayerKind.LEAD:
+            if layer.spec.kind in FORWARD_ONLY:
                 table.append({Op.FORWARD: layer.stretch})
                 continue
             if layer.stretch is not None:
@@ -146,9 +147,9 @@ class LayerRegistry:
 
     def run(self, op: Op, layer: BaseLayer, x: torch.Tensor) -> torch.Tensor:
         """Run one operation over a flat batch of rows: x [rows, in] (ids [rows] for lookups)."""
-        if layer.spec.kind == LayerKind.LEAD:
+        if layer.spec.kind in FORWARD_ONLY:
             if op != Op.FORWARD:
-                raise UnsupportedOp(f"{layer.spec.name} is a lead: forward only")
+                raise UnsupportedOp(f"{layer.spec.name} is forward only")
             return layer.stretch(x)
         if layer.stretch is not None:
             if op == Op.FORWARD:

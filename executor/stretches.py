@@ -14,7 +14,9 @@ norm and the output head: [residual stream | its final norm | logits], for decod
 position per sequence, every row's logits wanted), which so save the head's own call.
 Before the first layer, the lead (`<embedding>.lead`, where the first layer takes the token
 embedding as it is): token ids -> [embedding | its norm | the first layer's q/k/v], so that a
-step's first call brings its first q/k/v too.
+step's first call brings its first q/k/v too. With both, `<layer>.stretch+<head>+lead` (greedy
+decode steps) goes through the head and on to the lead of each row's greedy choice, so that a
+greedy step makes one call per layer and none more.
 
 Supported where the decoder layer is known to be exactly that sequence (`catalogue.stretches`);
 other models keep per-projection calls.
@@ -24,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from catalogue.stretches import RECIPES, Recipe
 from executor.kernels import linear
+from wire.call.digits import DIGITS, as_digits
 from wire.call.messages import LayerKind, LayerSpec
 
 
@@ -47,8 +51,7 @@ class Stretch:
         self.widths = [o.spec.in_features, o.spec.out_features]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        width = self.widths[0]
-        return self._forward(x[:, :width], x[:, width:])
+        return _joined(self.parts(x))
 
     def backward(self, x: torch.Tensor) -> torch.Tensor:
         width_in = sum(self.widths)
@@ -56,11 +59,11 @@ class Stretch:
         with torch.enable_grad():
             inputs = inputs.detach().requires_grad_(True)
             attn, residual = inputs.split(self.widths, dim=1)
-            out = self._forward(attn, residual)
+            out = _joined(self._parts(attn, residual))
             (grad_in,) = torch.autograd.grad(out, inputs, grad)
         return grad_in
 
-    def _forward(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def _parts(self, attn: torch.Tensor, residual: torch.Tensor) -> list[torch.Tensor]:
         """The decoder layer's own arithmetic in its order (so results are bit for bit those
         of its modules), with the fewest tensor ops: each costs 2-5 us of dispatch on a small
         CPU, which is most of a narrow stretch's time (tiny-llama: 180 -> 140 us). Adding in
@@ -77,8 +80,13 @@ class Stretch:
         d = linear(m, self.down.weight, self.down.bias)
         d += h
         if self.in_norm is None:
-            return d
+            return [d]
         return with_qkv(d, self.in_norm, self.targets)
+
+    def parts(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The forward's result in its parts, before they are joined."""
+        width = self.widths[0]
+        return self._parts(x[:, :width], x[:, width:])
 
 
 class Lead:
@@ -90,16 +98,62 @@ class Lead:
         self.lookup, self.in_norm, self.targets = lookup, norm_function(in_norm), targets
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        return _joined(self.parts(ids))
+
+    def parts(self, ids: torch.Tensor) -> list[torch.Tensor]:
         return with_qkv(self.lookup(ids), self.in_norm, self.targets)
 
 
+class Greedy:
+    """Forward only, for greedy decode steps: the last stretch on through the head (`tail`),
+    then the lead (`lead`) for each row's greedy choice (the first of its largest logits):
+    [rows, attention width + hidden] -> [tail's output | the choice | the lead's output], the
+    choice as base-256 digits (`wire.call.digits`). A worker whose next token is that choice has its
+    embedding and first q/k/v without a call of their own."""
+
+    def __init__(self, tail: Stretch, lead: Lead) -> None:
+        self.tail, self.lead = tail, lead
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        parts = self.tail.parts(x)
+        ids = greedy_choices(parts[-1])  # the logits
+        return _joined([*parts, as_digits(ids, parts[0].dtype), *self.lead.parts(ids)])
+
+
+BLOCK = 256
+_OFFSETS = torch.arange(BLOCK)
+
+
+def greedy_choices(logits: torch.Tensor) -> torch.Tensor:
+    """logits [rows, vocabulary] -> each row's argmax (its first largest). On a CPU torch's
+    argmax is a scalar loop (100 us a row of 50k): numpy's (vectorized, 8 us) where it has the
+    dtype, else in blocks: the blocks' maxima (amax, vectorized), then argmax over those and
+    over one block."""
+    if logits.device.type != "cpu":
+        return logits.argmax(dim=1)
+    if logits.dtype in (torch.float32, torch.float16):
+        return torch.from_numpy(numpy.argmax(logits.numpy(), axis=1))
+    rows, vocabulary = logits.shape
+    whole = vocabulary // BLOCK * BLOCK
+    tops = logits[:, :whole].reshape(rows, -1, BLOCK).amax(dim=2)
+    if whole < vocabulary:
+        tops = torch.cat([tops, logits[:, whole:].amax(dim=1, keepdim=True)], dim=1)
+    starts = tops.argmax(dim=1).mul_(BLOCK)
+    block = logits.gather(1, (starts[:, None] + _OFFSETS).clamp_(max=vocabulary - 1))
+    return block.argmax(dim=1).add_(starts)
+
+
 def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],
-             targets: list) -> torch.Tensor:
-    """[h | the normed h | each target's product with it]: the residual stream, the input of
+             targets: list) -> list[torch.Tensor]:
+    """[h, the normed h, each target's product with it]: the residual stream, the input of
     the adapters on the q/k/v of the layer it goes into (the worker's norm would compute the
     same again), and those q/k/v."""
     n = in_norm(h)
-    return torch.cat([h, n, *(linear(n, t.weight, t.bias) for t in targets)], dim=1)
+    return [h, n, *(linear(n, t.weight, t.bias) for t in targets)]
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
@@ -134,11 +188,11 @@ def activation_function(module: Callable) -> Callable[[torch.Tensor], torch.Tens
 
 def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],
           first_index: int, lookups: dict[str, Callable[[torch.Tensor], torch.Tensor]]
-          | None = None) -> list[tuple[LayerSpec, Stretch | Lead]]:
+          | None = None) -> list[tuple[LayerSpec, Stretch | Lead | Greedy]]:
     """The stretches of `model` with their layer specs, [] if its architecture has no recipe;
-    with `lookups` (each embedding's forward, by name) the lead too. `by_name`: the registry's
-    layers; `groups`: fused groups by their members (q/k/v go out in the group's layout when
-    there is one)."""
+    with `lookups` (each embedding's forward, by name) the lead and greedy too. `by_name`: the
+    registry's layers; `groups`: fused groups by their members (q/k/v go out in the group's
+    layout when there is one)."""
     recipe = RECIPES.get(getattr(model.config, "model_type", ""))
     if recipe is None:
         return []
@@ -149,7 +203,7 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
         group = groups.get(names)
         return [group] if group is not None else [by_name[n] for n in names]
 
-    stretches: list[tuple[LayerSpec, Stretch | Lead]] = []
+    stretches: list[tuple[LayerSpec, Stretch | Lead | Greedy]] = []
     for i in range(len(decoder)):
         in_norm, targets = None, []
         if i + 1 < len(decoder):
@@ -165,7 +219,19 @@ def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object]
         stretches.append(_lead(first_index + len(stretches), by_name[recipe.embed],
                                lookups[recipe.embed], decoder[0].get_submodule(recipe.in_norm),
                                qkv(0)))
+        if recipe.head in by_name:  # the last stretch through the head, then the lead
+            stretches.append(_greedy(first_index + len(stretches), *stretches[-2:]))
     return stretches
+
+
+def _greedy(index: int, tail: tuple[LayerSpec, Stretch],
+            lead: tuple[LayerSpec, Lead]) -> tuple[LayerSpec, Greedy]:
+    (tail_spec, tail_stretch), (lead_spec, lead_stretch) = tail, lead
+    splits = (*tail_spec.splits, DIGITS, *lead_spec.splits)
+    spec = LayerSpec(index, f"{tail_spec.name}+lead", LayerKind.GREEDY, tail_spec.in_features,
+                     sum(splits), False, members=(*tail_spec.members, *lead_spec.members),
+                     splits=splits)
+    return spec, Greedy(tail_stretch, lead_stretch)
 
 
 def _lead(index: int, embedding, lookup: Callable[[torch.Tensor], torch.Tensor],
@@ -201,7 +267,9 @@ def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name:
     return spec, stretch
 
 
-def macs_per_row(stretch: Stretch | Lead) -> int:
+def macs_per_row(stretch: Stretch | Lead | Greedy) -> int:
+    if isinstance(stretch, Greedy):
+        return macs_per_row(stretch.tail) + macs_per_row(stretch.lead)
     if isinstance(stretch, Lead):
         return sum(t.spec.in_features * t.spec.out_features for t in stretch.targets)
     parts = [stretch.o, *stretch.mlp_in, stretch.down, *stretch.targets]

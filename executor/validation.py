@@ -45,6 +45,9 @@ class CallTable:
             if s.kind in (P.LayerKind.EMBEDDING, P.LayerKind.LEAD):
                 self.layers.append(LayerShape(s.name, s.in_features,
                                               {P.Op.FORWARD: (0, s.out_features)}))
+            elif s.kind == P.LayerKind.GREEDY:
+                self.layers.append(LayerShape(s.name, 0, {
+                    P.Op.FORWARD: (s.in_features, s.out_features)}))
             elif s.kind == P.LayerKind.STRETCH:  # backward: [inputs | output grads] -> grads
                 self.layers.append(LayerShape(s.name, 0, {
                     P.Op.FORWARD: (s.in_features, s.out_features),
@@ -63,9 +66,9 @@ class CallTable:
         entry = self.layers[layer]
         widths = entry.widths.get(op)
         if widths is None:
-            kind = "a lookup: forward only" if entry.table_rows else \
-                "a stretch: forward or backward"
-            raise CallRejected(call_id, P.ErrorCode.UNSUPPORTED, f"{entry.name} is {kind}")
+            ops = " or ".join(P.Op(o).name.lower() for o in entry.widths)
+            raise CallRejected(call_id, P.ErrorCode.UNSUPPORTED,
+                               f"{entry.name} takes only {ops}")
         width_in, width_out = widths
         if entry.table_rows:
             if dtype not in INDICES or len(shape) != 1:

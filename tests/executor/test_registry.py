@@ -24,12 +24,12 @@ def test_every_weight_bearing_layer_is_served_exactly(name: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(resolve_model(name))
     registry = LayerRegistry.load(resolve_model(name))
     modules = dict(model.named_modules())
-    fused = (LayerKind.GROUP, LayerKind.STRETCH, LayerKind.LEAD)
+    fused = (LayerKind.GROUP, LayerKind.STRETCH, LayerKind.LEAD, LayerKind.GREEDY)
     assert [s.name for s in registry.specs if s.kind not in fused] == base_layer_names(model)
     torch.manual_seed(0)
     for layer in registry.layers:
         spec = layer.spec
-        if spec.kind in (LayerKind.STRETCH, LayerKind.LEAD):
+        if spec.kind in (LayerKind.STRETCH, LayerKind.LEAD, LayerKind.GREEDY):
             continue  # test_stretches_equal_the_decoder_layers_they_stand_for
         if spec.kind == LayerKind.GROUP:
             members = [modules[m] for m in spec.members]
@@ -118,7 +118,8 @@ def test_loaded_registry_keeps_no_map_of_the_checkpoint() -> None:
 def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
     """A stretch = output projection, residual, norm, MLP, residual, the next layer's input norm
     and q/k/v, computed here with the model's own modules; the last layer's second one goes on
-    through the final norm and the output head."""
+    through the final norm and the output head; greedy goes on from there to the lead of each
+    row's greedy choice."""
     from catalogue.stretches import RECIPES
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
@@ -157,16 +158,35 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
             registry.run(Op.FORWARD_NOBIAS, layer, inputs)
     leads = [layer for layer in registry.layers if layer.spec.kind == LayerKind.LEAD]
     assert len(leads) == (recipe.embed != "")  # GPT-2 adds positions before its first norm
+    def lead_of(ids: torch.Tensor) -> torch.Tensor:
+        h = model.get_submodule(recipe.embed)(ids)
+        n = decoder[0].get_submodule(recipe.in_norm)(h)
+        return torch.cat([h, n, *(decoder[0].get_submodule(q)(n) for q in recipe.qkv)], dim=1)
+
     for lead in leads:  # the embedding, then the first layer's input norm and q/k/v
         assert lead.spec.name == f"{recipe.embed}.lead"
         ids = torch.randint(0, lead.spec.in_features, (7,))
         h = model.get_submodule(recipe.embed)(ids)
-        n = decoder[0].get_submodule(recipe.in_norm)(h)
-        expected = torch.cat([h, n, *(decoder[0].get_submodule(q)(n) for q in recipe.qkv)],
-                             dim=1)
-        torch.testing.assert_close(registry.run(Op.FORWARD, lead, ids), expected.detach())
+        torch.testing.assert_close(registry.run(Op.FORWARD, lead, ids), lead_of(ids).detach())
         widths = [decoder[0].get_submodule(q).out_features for q in recipe.qkv]
         # the embedding, its norm, q/k/v as their fused group
         assert lead.spec.splits == (h.shape[1], h.shape[1], sum(widths))
         with pytest.raises(UnsupportedOp):
             registry.run(Op.BACKWARD, lead, ids)
+    greedy = [layer for layer in registry.layers if layer.spec.kind == LayerKind.GREEDY]
+    assert len(greedy) == len(leads)
+    tail = stretches[-1]
+    for layer in greedy:  # tail, the choice in base-256 digits, the lead of the choice
+        assert layer.spec.name == f"{tail.spec.name}+lead"
+        assert layer.spec.splits == (*tail.spec.splits, 3, *leads[0].spec.splits)
+        inputs = torch.randn(4, layer.spec.in_features)
+        with torch.no_grad():
+            head = registry.run(Op.FORWARD, tail, inputs)
+            choices = head[:, -model.lm_head.out_features:].argmax(dim=1)
+            digits = torch.tensor([[i // 65536, i // 256 % 256, i % 256]
+                                   for i in choices.tolist()], dtype=torch.float32)
+            expected = torch.cat([head, digits, lead_of(choices)], dim=1)
+        assert len(set(choices.tolist())) > 1  # each row's own choice
+        torch.testing.assert_close(registry.run(Op.FORWARD, layer, inputs), expected)
+        with pytest.raises(UnsupportedOp):
+            registry.run(Op.BACKWARD, layer, torch.cat([inputs, expected], dim=1))

@@ -73,6 +73,7 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
     q = layer_index(bad, "model.layers.0.self_attn.q_proj")
     emb = layer_index(bad, "model.embed_tokens")
     lead = layer_index(bad, "model.embed_tokens.lead")
+    greedy = layer_index(bad, "model.layers.1.stretch+lm_head+lead")
     x = torch.randn(3, 64)
     expected = good.call(P.Op.FORWARD, q, x, P.CallKind.INFERENCE).clone()
     cases = {
@@ -93,6 +94,9 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
         "rows to the lead": (call(lead, torch.randn(2, 64)), P.ErrorCode.BAD_TENSOR),
         "backward of the lead": (call(lead, torch.tensor([1]), P.Op.BACKWARD),
                                  P.ErrorCode.UNSUPPORTED),
+        "ids to greedy": (call(greedy, torch.tensor([1])), P.ErrorCode.BAD_TENSOR),
+        "backward of greedy": (call(greedy, torch.randn(2, 128), P.Op.BACKWARD),
+                               P.ErrorCode.UNSUPPORTED),
         "unknown message type": ([msgspec.msgpack.encode(["fly", 1])], P.ErrorCode.BAD_MESSAGE),
         "garbage": ([b"\xff\x00garbage"], P.ErrorCode.BAD_MESSAGE),
         "empty": ([b""], P.ErrorCode.BAD_MESSAGE),

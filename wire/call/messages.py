@@ -14,9 +14,9 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 7  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 8  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
-# 7: stretches and the lead return the normed residual stream before the next q/k/v
+# 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy
 
 
 class Op(enum.IntEnum):
@@ -38,6 +38,8 @@ class LayerKind(enum.IntEnum):
     #             [inputs | output gradients] to input gradients)
     LEAD = 4  # token ids -> [embedding | its norm | the first layer's q/k/v]: forward only,
     #          ids as an embedding's (in_features: the table's rows)
+    GREEDY = 5  # the last stretch through the head, then the lead of each row's greedy choice:
+    #            [tail's output | the choice (wire.call.digits) | the lead's]: forward only
 
 
 class ErrorCode(enum.StrEnum):

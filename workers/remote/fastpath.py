@@ -155,7 +155,7 @@ def _limit(given: float | None, configured_us: float) -> float:
 
 
 def _widths(spec: LayerSpec) -> dict[int, int]:
-    if spec.kind in (LayerKind.EMBEDDING, LayerKind.LEAD):
+    if spec.kind in (LayerKind.EMBEDDING, LayerKind.LEAD, LayerKind.GREEDY):
         return {Op.FORWARD: spec.out_features}
     if spec.kind == LayerKind.STRETCH:
         return {Op.FORWARD: spec.out_features, Op.BACKWARD: spec.in_features}

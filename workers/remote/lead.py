@@ -11,24 +11,41 @@ stages with it; each layer takes its own when it is called with that output, so 
 q/k/v (LoRA, IA3) still apply and any other input is computed as usual.
 Where the first layer keeps getting something else (prompt tuning puts its virtual tokens before
 the embeddings), the q/k/v brought are wasted: after a few such misses the lead stays off.
+A greedy decode step's last call (`workers.remote.tail`) may bring the lead's output for each
+row's greedy choice (`foresee`): where the next ids are those choices, the lead makes no call.
+Where they are not (sampling chose otherwise), the greedy calls pause for a while, longer after
+each such miss: the executor's work for a choice not taken is wasted. Whether greedy calls pay
+at all where they run is measured (`workers.remote.trial`).
 """
 
 from __future__ import annotations
 
 import logging
 import types
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from catalogue.stretches import Recipe
+from wire.call.digits import from_digits
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
 from workers.remote.places import Ahead, places, staged_targets, untouched
+from workers.remote.trial import Trial
 
 log = logging.getLogger("workers.remote.lead")
 MAX_MISSES = 3
+MAX_PAUSE = 64  # steps without greedy calls after missed choices (doubling from 1)
+
+
+@dataclass(slots=True)
+class Foreseen:
+    """The lead's output for the greedy choices of a step, brought by its last call."""
+
+    ids: list[int]
+    parts: tuple[torch.Tensor, ...]  # [rows, width] each: the embedding, its norm, the q/k/v
 
 
 class Lead:
@@ -43,20 +60,58 @@ class Lead:
         self.waiting: Ahead | None = None
         self.enabled = True
         self.misses = 0
+        self.foreseen: Foreseen | None = None
+        self.pause = self.paused = 0  # greedy calls: after missed choices, and steps left
+        self.choices = [0, 0]  # foreseen choices taken, missed
+        self.trial = Trial()
 
     def usable(self) -> bool:
         return self.enabled and not torch.is_grad_enabled() and untouched(self.places)
+
+    def wants_choice(self) -> bool:
+        """Whether this step's last call should bring the lead for its greedy choices."""
+        if self.paused or not self.usable():
+            self.paused = max(0, self.paused - 1)
+            self.trial.interrupt()
+            return False
+        return self.trial.step()
+
+    def foresee(self, digits: torch.Tensor, output: torch.Tensor) -> None:
+        """Keep the lead's `output` [rows, width] for the choices `digits` [rows, DIGITS]."""
+        self.foreseen = Foreseen(from_digits(digits), output.split_with_sizes(self.splits, 1))
 
     def run(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The embedding of `ids`; the q/k/v wait for the first layer's normed input."""
         spec = self.spec
         if self.waiting is not None:  # the last lead's q/k/v were never handed over
             self._miss()
-        y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
-                        spec.out_features, dtype)
-        hidden, normed, *qkv = y.split_with_sizes(self.splits, dim=-1)
+        parts = self._foreseen(ids)
+        if parts is None:
+            y = remote_rows(self.handle, Op.FORWARD, spec.index, ids, CallKind.INFERENCE,
+                            spec.out_features, dtype)
+            parts = y.split_with_sizes(self.splits, dim=-1)
+        hidden, normed, *qkv = (part.view(*ids.shape, part.shape[-1]) for part in parts)
         self.waiting = Ahead.of(hidden, normed, self.targets, qkv)
         return hidden
+
+    def _foreseen(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """The foreseen parts if `ids` are the choices they were computed for; a step of
+        other ids (the same rows) pauses the greedy calls."""
+        foreseen, self.foreseen = self.foreseen, None
+        if foreseen is None or len(foreseen.ids) != ids.numel():
+            if foreseen is not None:  # other rows (a new batch): no choice was missed
+                self.trial.interrupt()
+            return None
+        if ids.view(-1).tolist() == foreseen.ids:
+            self.choices[0] += 1
+            self.pause = 0
+            return foreseen.parts
+        self.choices[1] += 1
+        self.pause = self.paused = min(MAX_PAUSE, 2 * self.pause or 1)
+        return None
+
+    def drop_foreseen(self) -> None:
+        self.foreseen = None
 
     def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """The first layer's norm of `hidden_states` if this lead brought it (the embedding it
@@ -100,6 +155,7 @@ def enable_lead(model: nn.Module, recipe: Recipe, handle: ExecutorHandle) -> Lea
 def _embedding_forward(self: RemoteEmbedding, ids: torch.Tensor) -> torch.Tensor:
     lead: Lead = self.symbiosis_lead
     if not lead.usable():
+        lead.drop_foreseen()
         return type(self).forward(self, ids)
     return lead.run(ids, self.weight.dtype)
 

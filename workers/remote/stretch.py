@@ -108,11 +108,12 @@ class StretchControl:
         if training:
             outs = _StretchFn.apply(attn_rows, residual_rows, self)
         else:  # views of one fresh result: nothing holds them but this forward
-            tail = self.tail if self.tail is not None and self.tail.usable(residual) else None
-            if tail is not None:
-                targets = tail.targets
-            outs = self.forward_rows(torch.cat([attn_rows, residual_rows], dim=1),
-                                     CallKind.INFERENCE, own=False, tail=tail)
+            rows = torch.cat([attn_rows, residual_rows], dim=1)
+            if self.tail is not None and self.tail.usable(residual):
+                targets = self.tail.targets
+                outs = self.tail.run(self, rows)
+            else:
+                outs = self.forward_rows(rows, CallKind.INFERENCE, own=False)
         h = outs[0].view(residual.shape)
         if targets:
             lead = residual.shape[:-1]
@@ -121,15 +122,14 @@ class StretchControl:
                                     owned=training)
         return h
 
-    def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,
-                     tail: Tail | None = None) -> tuple[torch.Tensor, ...]:
+    def forward_rows(self, rows: torch.Tensor, kind: CallKind,
+                     own: bool = True) -> tuple[torch.Tensor, ...]:
         """[rows, attention + hidden] -> (new residual rows, and where a layer follows their
-        norm and each next q/k/v's rows, or the logits with `tail`), each a tensor of its own
-        (`own`, as autograd wants of a Function's outputs) or a view of one fresh result."""
-        spec, splits = (self.spec, self.splits) if tail is None else (tail.spec, tail.splits)
-        y = remote_rows(self.handle, Op.FORWARD, spec.index, rows, kind, spec.out_features,
-                        self.dtype, fresh=not own)
-        parts = y.split_with_sizes(splits, dim=1)  # Tensor.split: +4 us of Python
+        norm and each next q/k/v's rows), each a tensor of its own (`own`, as autograd wants
+        of a Function's outputs) or a view of one fresh result."""
+        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, rows, kind,
+                        self.spec.out_features, self.dtype, fresh=not own)
+        parts = y.split_with_sizes(self.splits, dim=1)  # Tensor.split: +4 us of Python
         if not own:
             return parts
         # straight out of the call's memory: one copy of the result, not two
@@ -192,8 +192,8 @@ def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtyp
         controls.append(StretchControl(layer, recipe, spec, handle, targets, following, dtype,
                                        train_rows))
     forward = _llama_forward if recipe.style == "llama" else _gpt2_forward
-    controls[-1].tail = enable_tail(model, recipe, specs, controls[-1])
-    enable_lead(model, recipe, handle)
+    lead = enable_lead(model, recipe, handle)
+    controls[-1].tail = enable_tail(model, recipe, specs, controls[-1], lead)
     for i, control in enumerate(controls):
         control.previous = controls[i - 1] if i else None
         control.layer.symbiosis_stretch = control

@@ -11,6 +11,9 @@ instance, as the decoder layers' are) returns the norm that came back and hands 
 with it (or computes its own where its input is not that stream), and the head takes them
 when it is called with that output (or a view of all of it, as `hidden[:, -1:]` of one
 position is).
+Where the lead is on (`workers.remote.lead`), the executor also offers
+`<last layer>.stretch+<head>+lead`, which goes on to the lead of each row's greedy choice: the
+step's last call brings the next step's first (used when the next token is that choice).
 """
 
 from __future__ import annotations
@@ -22,30 +25,48 @@ import torch
 from torch import nn
 
 from catalogue.stretches import Recipe
-from wire.call.messages import LayerSpec
-from workers.remote.layers import RemoteLayer
+from wire.call.digits import DIGITS
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
+from workers.remote.layers import RemoteLayer, remote_rows
+from workers.remote.lead import Lead
 from workers.remote.places import places, untouched
 
 
 class Tail:
     """Where the last stretch may go on to: its spec, the head it computes ahead, and the
-    modules that must stay untouched for that."""
+    modules that must stay untouched for that; and the greedy call, with the lead it feeds."""
 
-    def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec,
-                 head: RemoteLayer) -> None:
+    def __init__(self, model: nn.Module, recipe: Recipe, spec: LayerSpec, head: RemoteLayer,
+                 greedy: LayerSpec | None, lead: Lead | None) -> None:
         self.spec = spec
         self.targets = [head]
         self.splits = list(spec.splits)
         self.places = places(model, [recipe.final_norm, recipe.head])
+        self.greedy, self.lead = (greedy, lead) if greedy is not None else (None, None)
+        if lead is not None:  # the tail's parts, the choices, the lead's output
+            self.greedy_splits = [*self.splits, DIGITS, lead.spec.out_features]
 
     def usable(self, residual: torch.Tensor) -> bool:
         return residual.dim() == 3 and residual.shape[1] == 1 and untouched(self.places)
 
+    def run(self, last: Any, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The last stretch's call on through the head (and, where the lead wants them, on to
+        the lead of the greedy choices): [residual stream, its final norm, logits]."""
+        greedy = self.lead is not None and self.lead.wants_choice()
+        spec, splits = (self.greedy, self.greedy_splits) if greedy else (self.spec, self.splits)
+        y = remote_rows(last.handle, Op.FORWARD, spec.index, rows, CallKind.INFERENCE,
+                        spec.out_features, last.dtype)
+        parts = y.split_with_sizes(splits, dim=1)
+        if greedy:
+            self.lead.foresee(parts[3], parts[4])
+        return parts[:3]
+
 
 def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
-                last: Any) -> Tail | None:
+                last: Any, lead: Lead | None) -> Tail | None:
     """The tail for `last` (the last layer's StretchControl) where the executor offers one and
-    the head is a remote layer; the final norm then hands the logits over."""
+    the head is a remote layer; the final norm then hands the logits over. With `lead`, the
+    greedy call too where the executor offers it."""
     spec = specs.get(f"{last.spec.name}+{recipe.head}")
     head = model.get_submodule(recipe.head)
     if spec is None or not isinstance(head, RemoteLayer) or spec.members[-1] != head.spec.name:
@@ -53,7 +74,11 @@ def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
     norm = model.get_submodule(recipe.final_norm)
     norm.symbiosis_tail = last
     norm.forward = types.MethodType(_final_norm_forward, norm)
-    return Tail(model, recipe, spec, head)
+    greedy = specs.get(f"{spec.name}+lead")
+    if lead is None or greedy is None or greedy.kind != LayerKind.GREEDY \
+            or greedy.splits[len(spec.splits) + 1:] != lead.spec.splits:
+        greedy = None
+    return Tail(model, recipe, spec, head, greedy, lead)
 
 
 def _final_norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
