@@ -11,11 +11,11 @@ stages with it; each layer takes its own when it is called with that output, so 
 q/k/v (LoRA, IA3) still apply and any other input is computed as usual.
 Where the first layer keeps getting something else (prompt tuning puts its virtual tokens before
 the embeddings), the q/k/v brought are wasted: after a few such misses the lead stays off.
-A greedy decode step's last call (`workers.remote.tail`) may bring the lead's output for each
-row's greedy choice (`foresee`): where the next ids are those choices, the lead makes no call.
-Where they are not (sampling chose otherwise), the greedy calls pause for a while, longer after
-each such miss: the executor's work for a choice not taken is wasted. Whether greedy calls pay
-at all where they run is measured (`workers.remote.trial`).
+A decode step's last call (`workers.remote.tail`) brings the lead's output for each row's
+greedy choice (`foresee`): where the next ids are those choices, the lead makes no call. Where
+they are not (sampling chose otherwise), the executor's work for them is wasted (a lookup, a
+norm and the q/k/v of a row, small next to the head): every decode step makes that call, so
+that greedy and sampling tenants' last calls share one batch (the head's weight read once).
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteEmbedding, RemoteLayer, remote_rows
 from workers.remote.places import Ahead, places, staged_targets, untouched
-from workers.remote.trial import Trial
 
 log = logging.getLogger("workers.remote.lead")
 MAX_MISSES = 3
-MAX_PAUSE = 64  # steps without greedy calls after missed choices (doubling from 1)
 
 
 @dataclass(slots=True)
@@ -61,20 +59,10 @@ class Lead:
         self.enabled = True
         self.misses = 0
         self.foreseen: Foreseen | None = None
-        self.pause = self.paused = 0  # greedy calls: after missed choices, and steps left
-        self.choices = [0, 0]  # foreseen choices taken, missed
-        self.trial = Trial()
+        self.choices = [0, 0]  # foreseen choices taken, not taken
 
     def usable(self) -> bool:
         return self.enabled and not torch.is_grad_enabled() and untouched(self.places)
-
-    def wants_choice(self) -> bool:
-        """Whether this step's last call should bring the lead for its greedy choices."""
-        if self.paused or not self.usable():
-            self.paused = max(0, self.paused - 1)
-            self.trial.interrupt()
-            return False
-        return self.trial.step()
 
     def foresee(self, digits: torch.Tensor, output: torch.Tensor) -> None:
         """Keep the lead's `output` [rows, width] for the choices `digits` [rows, DIGITS]."""
@@ -95,20 +83,13 @@ class Lead:
         return hidden
 
     def _foreseen(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-        """The foreseen parts if `ids` are the choices they were computed for; a step of
-        other ids (the same rows) pauses the greedy calls."""
+        """The foreseen parts if `ids` are the choices they were computed for."""
         foreseen, self.foreseen = self.foreseen, None
         if foreseen is None or len(foreseen.ids) != ids.numel():
-            if foreseen is not None:  # other rows (a new batch): no choice was missed
-                self.trial.interrupt()
-            return None
-        if ids.view(-1).tolist() == foreseen.ids:
-            self.choices[0] += 1
-            self.pause = 0
-            return foreseen.parts
-        self.choices[1] += 1
-        self.pause = self.paused = min(MAX_PAUSE, 2 * self.pause or 1)
-        return None
+            return None  # none, or other rows (a new batch)
+        taken = ids.view(-1).tolist() == foreseen.ids
+        self.choices[not taken] += 1
+        return foreseen.parts if taken else None
 
     def drop_foreseen(self) -> None:
         self.foreseen = None

@@ -13,7 +13,8 @@ when it is called with that output (or a view of all of it, as `hidden[:, -1:]` 
 position is).
 Where the lead is on (`workers.remote.lead`), the executor also offers
 `<last layer>.stretch+<head>+lead`, which goes on to the lead of each row's greedy choice: the
-step's last call brings the next step's first (used when the next token is that choice).
+step's last call brings the next step's first (used when the next token is that choice). The
+tail makes that call whenever the lead is usable.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Tail:
     def run(self, last: Any, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The last stretch's call on through the head (and, where the lead wants them, on to
         the lead of the greedy choices): [residual stream, its final norm, logits]."""
-        greedy = self.lead is not None and self.lead.wants_choice()
+        greedy = self.lead is not None and self.lead.usable()
         spec, splits = (self.greedy, self.greedy_splits) if greedy else (self.spec, self.splits)
         y = remote_rows(last.handle, Op.FORWARD, spec.index, rows, CallKind.INFERENCE,
                         spec.out_features, last.dtype)
@@ -76,7 +77,7 @@ def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
     norm.forward = types.MethodType(_final_norm_forward, norm)
     greedy = specs.get(f"{spec.name}+lead")
     if lead is None or greedy is None or greedy.kind != LayerKind.GREEDY \
-            or greedy.splits[len(spec.splits) + 1:] != lead.spec.splits:
+            or greedy.splits != (*spec.splits, DIGITS, *lead.spec.splits):
         greedy = None
     return Tail(model, recipe, spec, head, greedy, lead)
 

@@ -19,13 +19,6 @@ LAYERS = 2  # every tiny model has two decoder layers
 GREEDY = {"do_sample": False, "eos_token_id": None}  # exactly max_new_tokens, no processors
 
 
-def always_greedy(model) -> None:
-    """Greedy calls on every step, not where they measure faster (`workers.remote.trial`)."""
-    for module in model.modules():
-        if (lead := getattr(module, "symbiosis_lead", None)) is not None:
-            lead.trial.fixed = True
-
-
 def per_token_calls(model, client: ExecutorClient, tokens: int = 6) -> float:
     """Calls a greedy decode step makes, after the first (which follows the prompt's head)."""
     ids = batch(1)[:1]
@@ -59,7 +52,6 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         plain, ours = build_pair(model, method, client, seed=3, train_stretch_rows=64)
         plain.eval()
         ours.eval()
-        always_greedy(ours)
         ids = batch(4)
         with torch.no_grad():
             before = client.calls
@@ -146,7 +138,6 @@ def test_q_changed_in_place_leaves_the_staged_k_and_v_usable(executor_for) -> No
     client = ExecutorClient(executor_for("tiny-llama").endpoint, name="stretch-inplace")
     try:
         model = remote_model("tiny-llama", client).eval()
-        always_greedy(model)
         plain_calls = per_token_calls(model, client)
         for layer in model.model.layers:
             layer.self_attn.q_proj.register_forward_hook(lambda m, args, out: out.mul_(1.0))
@@ -209,8 +200,8 @@ def test_the_lead_turns_itself_off_where_the_first_layer_never_takes_its_q_k_v(
 
 def test_a_sampled_token_other_than_the_greedy_choice_gets_its_own_lead(executor_for) -> None:
     """Sampling rarely takes the greedy choice: the lead the last call brought for it goes
-    unused, the lead is called for the token taken (exact against the plain model with the same
-    random draws), and the greedy calls pause for 1, 2, 4, ... steps after each such miss."""
+    unused and the lead is called for the token taken, exact against the plain model with the
+    same random draws."""
     from transformers import AutoModelForCausalLM
 
     from catalogue.resolve import resolve_model
@@ -221,52 +212,20 @@ def test_a_sampled_token_other_than_the_greedy_choice_gets_its_own_lead(executor
         ours = remote_model("tiny-llama", client).eval()
         plain = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
         lead = ours.model.embed_tokens.symbiosis_lead
-        always_greedy(ours)
         sample = {"do_sample": True, "temperature": 5.0, "top_k": 0, "eos_token_id": None,
                   "max_new_tokens": 24, "output_logits": True, "return_dict_in_generate": True}
         runs = []
         with torch.no_grad():
             for model in (plain, ours):
                 torch.manual_seed(11)
+                before = client.calls
                 runs.append(model.generate(input_ids=batch(1)[:1], **sample))
+        calls = client.calls - before
         assert torch.equal(runs[0].sequences, runs[1].sequences)
         for theirs, mine in zip(runs[0].logits, runs[1].logits, strict=True):
             torch.testing.assert_close(mine, theirs, rtol=0, atol=TOLERANCE)
-        # 23 decode steps; greedy calls at steps 1, 3, 6, 11, 20, each missed at the next
-        assert lead.choices == [0, 5] and lead.pause == 16
-    finally:
-        client.close()
-
-
-def test_by_default_greedy_calls_are_tried_then_kept_or_dropped_as_measured(
-        executor_for) -> None:
-    """Unfixed, the decode steps alternate between greedy calls and plain ones while the trial
-    probes (each greedy step's choice taken by the next), then keep the way measured faster;
-    the tokens are the plain model's throughout."""
-    from transformers import AutoModelForCausalLM
-
-    from catalogue.resolve import resolve_model
-    from workers.remote.build import remote_model
-    from workers.remote.trial import PROBE
-
-    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="greedy-trial")
-    try:
-        ours = remote_model("tiny-llama", client).eval()
-        plain = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
-        lead = ours.model.embed_tokens.symbiosis_lead
-        ids = batch(1)[:1]
-        steps = PROBE + 8
-        with torch.no_grad():
-            before = client.calls
-            mine = ours.generate(input_ids=ids, max_new_tokens=steps + 1, **GREEDY)
-            calls = client.calls - before
-            theirs = plain.generate(input_ids=ids, max_new_tokens=steps + 1, **GREEDY)
-        assert torch.equal(mine, theirs)
-        assert not lead.trial.probing and lead.choices[1] == 0
-        kept = 8 if lead.trial.chosen else 0  # the steps after probing, greedy or not
-        assert lead.choices[0] == PROBE // 2 + kept - (kept > 0)  # the last step's is unused
-        # the prompt (lead, stretches, head), then LAYERS a step and a lead call where the
-        # step before made no greedy call
-        assert calls == 1 + LAYERS + 1 + steps * LAYERS + (steps - lead.choices[0])
+        # 23 decode steps, each choice brought and not taken (the last one's never looked at)
+        assert lead.choices == [0, 22]
+        assert calls == 1 + LAYERS + 1 + 23 * (1 + LAYERS)  # the prompt, then the steps
     finally:
         client.close()
