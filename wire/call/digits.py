@@ -3,16 +3,21 @@ digits, most significant first, exact in any float dtype (bfloat16 holds the int
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 DIGITS = 3  # ids below 2**24
-_PLACES = torch.tensor([256 ** (DIGITS - 1 - i) for i in range(DIGITS)])
+
+
+@functools.cache
+def _places(device: torch.device) -> torch.Tensor:
+    return torch.tensor([256 ** (DIGITS - 1 - i) for i in range(DIGITS)], device=device)
 
 
 def as_digits(ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """ids [rows] -> [rows, DIGITS] of `dtype`."""
-    places = _PLACES if ids.device.type == "cpu" else _PLACES.to(ids.device)
-    return ids[:, None].div(places, rounding_mode="floor").remainder_(256).to(dtype)
+    return ids[:, None].div(_places(ids.device), rounding_mode="floor").remainder_(256).to(dtype)
 
 
 def from_digits(digits: torch.Tensor) -> list[int]:

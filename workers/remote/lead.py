@@ -65,8 +65,11 @@ class Lead:
         return self.enabled and not torch.is_grad_enabled() and untouched(self.places)
 
     def foresee(self, digits: torch.Tensor, output: torch.Tensor) -> None:
-        """Keep the lead's `output` [rows, width] for the choices `digits` [rows, DIGITS]."""
-        self.foreseen = Foreseen(from_digits(digits), output.split_with_sizes(self.splits, 1))
+        """Keep the lead's `output` [rows, width] for the choices `digits` [rows, DIGITS]: a
+        copy, so that the call's result (the logits, most of it) goes when the model's caller
+        lets it go."""
+        parts = output.clone().split_with_sizes(self.splits, 1)
+        self.foreseen = Foreseen(from_digits(digits), parts)
 
     def run(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The embedding of `ids`; the q/k/v wait for the first layer's normed input."""

@@ -44,15 +44,16 @@ class Tail:
         self.splits = list(spec.splits)
         self.places = places(model, [recipe.final_norm, recipe.head])
         self.greedy, self.lead = (greedy, lead) if greedy is not None else (None, None)
-        if lead is not None:  # the tail's parts, the choices, the lead's output
-            self.greedy_splits = [*self.splits, DIGITS, lead.spec.out_features]
+        if self.lead is not None:  # the tail's parts, the choices, the lead's output
+            self.greedy_splits = [*self.splits, DIGITS, self.lead.spec.out_features]
 
     def usable(self, residual: torch.Tensor) -> bool:
         return residual.dim() == 3 and residual.shape[1] == 1 and untouched(self.places)
 
     def run(self, last: Any, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The last stretch's call on through the head (and, where the lead wants them, on to
-        the lead of the greedy choices): [residual stream, its final norm, logits]."""
+        """The last stretch's call on through the head (and, where the lead is usable, on to
+        the lead of the greedy choices, which it keeps): [residual stream, its final norm,
+        logits]."""
         greedy = self.lead is not None and self.lead.usable()
         spec, splits = (self.greedy, self.greedy_splits) if greedy else (self.spec, self.splits)
         y = remote_rows(last.handle, Op.FORWARD, spec.index, rows, CallKind.INFERENCE,

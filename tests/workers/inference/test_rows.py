@@ -41,11 +41,14 @@ def test_rows_go_through_their_own_adapters_exactly_as_peft_names_them() -> None
         with torch.no_grad():
             return model(input_ids=ids[:len(names)], adapter_names=names).logits
 
-    assert torch.equal(ours(["qv", None]), peft(["qv", "__base__"]))
+    # mixed rows: each row's delta as peft's up to the order of float additions (lora_rows.py;
+    # bit for bit on some CPUs, not on an AVX-512 Xeon, whose matmuls block by shape)
+    torch.testing.assert_close(ours(["qv", None]), peft(["qv", "__base__"]), rtol=1e-5,
+                               atol=1e-5)
     model.add_adapter("all", peft_config(MODEL, "lora"))  # wraps modules "qv" left alone
     _perturbed(model, "all", 2)
     mixed = ours(["all", "qv", None])
-    assert torch.equal(mixed, peft(["all", "qv", "__base__"]))
+    torch.testing.assert_close(mixed, peft(["all", "qv", "__base__"]), rtol=1e-5, atol=1e-5)
     assert not torch.equal(mixed[0], mixed[1]) and not torch.equal(mixed[1], mixed[2])
     hooks = sum(len(m._forward_pre_hooks) for m in model.modules())
     ours(["qv", "all"])
