@@ -134,6 +134,8 @@ def greedy_choices(logits: torch.Tensor) -> torch.Tensor:
     if logits.dtype in (torch.float32, torch.float16):
         return torch.from_numpy(numpy.argmax(logits.numpy(), axis=1))
     rows, vocabulary = logits.shape
+    if rows == 0:  # an empty call
+        return logits.argmax(dim=1)
     whole = vocabulary // BLOCK * BLOCK
     tops = logits[:, :whole].reshape(rows, -1, BLOCK).amax(dim=2)
     if whole < vocabulary:

@@ -158,6 +158,7 @@ def test_stretches_equal_the_decoder_layers_they_stand_for(name: str) -> None:
             registry.run(Op.FORWARD_NOBIAS, layer, inputs)
     leads = [layer for layer in registry.layers if layer.spec.kind == LayerKind.LEAD]
     assert len(leads) == (recipe.embed != "")  # GPT-2 adds positions before its first norm
+
     def lead_of(ids: torch.Tensor) -> torch.Tensor:
         h = model.get_submodule(recipe.embed)(ids)
         n = decoder[0].get_submodule(recipe.in_norm)(h)

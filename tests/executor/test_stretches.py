@@ -76,3 +76,4 @@ def test_greedy_choices_are_each_rows_first_largest_logit(vocabulary: int) -> No
     assert choices[:5].tolist() == [int(logits[0].argmax()), 3, last, last - 1, 0]
     for dtype in (torch.bfloat16, torch.float16):
         assert torch.equal(greedy_choices(logits.to(dtype)), logits.to(dtype).argmax(dim=1))
+        assert greedy_choices(logits[:0].to(dtype)).shape == (0,)  # an empty call

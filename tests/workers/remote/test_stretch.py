@@ -66,12 +66,17 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         # step's last call the next step's lead (with a tail and a lead: greedy calls)
         assert forward_calls == expected - lead
         assert per_token_calls(ours, client) == expected - lead - tail - (tail and lead)
+        greedy = ours.get_base_model().model.embed_tokens.symbiosis_lead if tail and lead \
+            else None
+        before = list(greedy.choices) if greedy is not None else []
         with torch.no_grad():  # every decode step's logits, not only the greedy choice
             steps = [m.generate(input_ids=ids, max_new_tokens=5, min_new_tokens=5,
                                 do_sample=False, output_logits=True,
                                 return_dict_in_generate=True).logits for m in (plain, ours)]
         for theirs, mine in zip(*steps, strict=True):
             torch.testing.assert_close(mine, theirs, rtol=0, atol=TOLERANCE)
+        if greedy is not None:  # 4 decode steps: the last 3 began with what the one before
+            assert greedy.choices == [before[0] + 3, before[1]]  # brought (exact, above)
         ours.train()
         before = client.calls
         ours(input_ids=ids, labels=ids).loss.backward()
