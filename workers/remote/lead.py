@@ -90,7 +90,7 @@ class Lead:
         foreseen, self.foreseen = self.foreseen, None
         if foreseen is None or len(foreseen.ids) != ids.numel():
             return None  # none, or other rows (a new batch)
-        taken = ids.view(-1).tolist() == foreseen.ids
+        taken = ids.reshape(-1).tolist() == foreseen.ids
         self.choices[not taken] += 1
         return foreseen.parts if taken else None
 
