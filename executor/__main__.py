@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     log.info("executor stopping")
     server.stop()
+    log.info("executor stopped")
     return 0
 
 

@@ -9,6 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ os.environ["SYMBIOSIS_MODEL_CACHE"] = str(_CACHE)
 from tests.helpers import ExecutorProcess, short_tmp  # noqa: E402
 from tests.stand_in import stand_in, stand_in_library  # noqa: E402, F401  (fixtures)
 
+STOP_ALL_S = 60
 TINY_MODELS = ["tiny-llama", "tiny-gpt2", "tiny-gemma2", "tiny-starcoder", "tiny-qwen2",
                "tiny-mistral"]
 
@@ -52,8 +54,11 @@ def executors(ipc_dir: Path) -> Iterator[dict[str, ExecutorProcess]]:
     for proc in started.values():  # all asked at once, then waited for
         if proc.alive():
             proc.proc.terminate()
+    # One deadline for all: exiting costs each ~0.7 s of CPU (mostly the interpreter's own
+    # teardown of torch), and a worker's ten-odd executors exit together on two busy cores.
+    deadline = time.monotonic() + STOP_ALL_S
     for proc in started.values():
-        proc.stop()
+        proc.stop(timeout=max(0.1, deadline - time.monotonic()))
 
 
 @pytest.fixture(scope="session")

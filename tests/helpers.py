@@ -55,6 +55,13 @@ class ExecutorProcess:
         return self.proc.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
+        """The exit status once it exits; an error with its last log lines (and the process
+        killed) where it outlives `timeout`."""
         if self.alive():
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise RuntimeError(f"executor still running {timeout:.1f} s after signal {sig}:\n"
+                               + "".join(self.log[-20:])) from None
