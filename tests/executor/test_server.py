@@ -165,6 +165,7 @@ def test_sigterm_exits_cleanly_and_clients_see_it(ipc_dir) -> None:
     assert proc.stop(signal.SIGTERM) == 0
     assert time.monotonic() - started < 5
     assert any("executor stopping" in line for line in proc.log)
+    assert any("executor stopped" in line for line in proc.log)
     with pytest.raises(ExecutorUnavailable):
         client.call(P.Op.FORWARD, 1, torch.randn(1, 64), P.CallKind.INFERENCE)
     client.close()
