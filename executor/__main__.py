@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 from executor.config import ExecutorConfig
 from wire.flags import add_flags, given
@@ -28,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from catalogue.resolve import resolve_model
     from executor.registry import LayerRegistry
     from executor.server import ExecutorServer
+    from executor.stopping import StopSignal
 
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -41,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                                   fuse=config.fuse, stretch=config.stretch,
                                   huge_pages=config.huge_pages)
     server = ExecutorServer(registry, config)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignal()
     server.start()
     log.info("executor ready: model=%s layers=%d weights=%.1f MiB dtype=%s device=%s "
              "policy=%s bind=%s", path.name, len(registry.layers),

@@ -21,11 +21,11 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -35,6 +35,7 @@ from catalogue.resolve import resolve_model
 from executor.config import ExecutorConfig
 from executor.registry import LayerRegistry
 from executor.sharding import Leader, ShardedRegistry, follow, shard_registry
+from executor.stopping import StopSignal
 
 log = logging.getLogger("executor.group")
 BEAT_S = 5.0
@@ -118,7 +119,7 @@ def _lead(config: ExecutorConfig, shards, device: torch.device, registry: LayerR
           children: list[subprocess.Popen]) -> int:
     from executor.server import ExecutorServer
 
-    stop, failed = threading.Event(), threading.Event()
+    stop, failed = StopSignal(), threading.Event()
 
     def broken() -> None:
         failed.set()
@@ -127,11 +128,12 @@ def _lead(config: ExecutorConfig, shards, device: torch.device, registry: LayerR
     leader = Leader(shards, device, on_broken=broken)
     server = ExecutorServer(ShardedRegistry(shards, leader, registry.model_name,
                                             registry.dtype), config)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
 
     def watch() -> None:
-        while not stop.wait(0.2):
+        while True:
+            time.sleep(0.2)
+            if stop.is_set():
+                return
             dead = [c for c in children if c.poll() is not None]
             if dead:
                 log.error("a rank exited (code %s): the group stops", dead[0].returncode)

@@ -55,13 +55,15 @@ class ExecutorProcess:
         return self.proc.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
-        """The exit status once it exits; an error with its last log lines (and the process
-        killed) where it outlives `timeout`."""
+        """The exit status once it exits; where it outlives `timeout`, an error with its last
+        log lines and its threads' stacks (`executor.stopping`), the process killed."""
         if self.alive():
             self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # its threads' stacks into the log
+            time.sleep(1)
             self.proc.kill()
             raise RuntimeError(f"executor still running {timeout:.1f} s after signal {sig}:\n"
-                               + "".join(self.log[-20:])) from None
+                               + "".join(self.log[-60:])) from None

@@ -1,0 +1,53 @@
+"""The executor's main thread waiting to stop: on SIGTERM or SIGINT, or when told to.
+
+CPython runs signal handlers on the main thread only, and a main thread asleep in a lock
+(`threading.Event.wait()`) wakes only for a signal the kernel delivered to it; one delivered to
+any other thread (the serving threads, torch's, ZeroMQ's) sets a flag nobody looks at, and the
+process sleeps through it (an executor in CI outlived its SIGTERM by a minute). Here the main
+thread sleeps in select() on a pipe that CPython's own C-level handler writes to
+(`signal.set_wakeup_fd`), whichever thread the signal reached; the Python handler then runs on
+the main thread as soon as it wakes. A stuck executor tells where its threads are on SIGUSR1
+(`faulthandler`, written from the C handler: it needs neither the main thread nor the GIL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import select
+import signal
+
+RECHECK_S = 1.0  # a signal noticed by the handler but not by select() waits at most this long
+
+
+class StopSignal:
+    """`wait()` (main thread only) returns once SIGTERM or SIGINT came or `set()` was called
+    (from any thread)."""
+
+    def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._stopped = False
+        self.signal: int | None = None
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        for sig in signals:
+            signal.signal(sig, self._on_signal)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.signal = signum
+        self._stopped = True
+
+    def set(self) -> None:
+        self._stopped = True
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write, b"\0")
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def wait(self) -> None:
+        while not self._stopped:
+            select.select([self._read], [], [], RECHECK_S)
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._read, 512)

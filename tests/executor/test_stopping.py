@@ -1,0 +1,86 @@
+"""The executor's stop signal, in child processes of their own (signal handlers and the wakeup fd
+belong to a process's main thread)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+# The child: a thread that sleeps, SIGTERM delivered to that thread (not the main one), and the
+# main thread waiting the way the executor does (`stop`) or the way it did (`event`).
+CHILD = """
+import signal, sys, threading, time
+from executor.stopping import StopSignal
+
+sleeper = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+sleeper.start()
+if sys.argv[1] == "event":
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+else:
+    stop = StopSignal()
+how = sys.argv[2]
+if how == "thread-signal":
+    threading.Timer(0.3, signal.pthread_kill, (sleeper.ident, signal.SIGTERM)).start()
+elif how == "set":
+    threading.Timer(0.3, stop.set).start()
+print("waiting", flush=True)
+stop.wait()
+print("stopped", getattr(stop, "signal", None), flush=True)
+"""
+
+
+def child(waiter: str, how: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, waiter, how], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "waiting\n"
+    return proc
+
+
+def test_a_signal_that_reaches_another_thread_stops_the_wait() -> None:
+    proc = child("stop", "thread-signal")
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert out == f"stopped {int(signal.SIGTERM)}\n"
+
+
+def test_an_event_wait_sleeps_through_that_signal() -> None:
+    """Why: the executor's main thread used to wait on an Event, which this signal never
+    wakes (CPython runs handlers on the main thread only, when it wakes)."""
+    proc = child("event", "thread-signal")
+    time.sleep(3)
+    try:
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_set_from_another_thread_stops_the_wait() -> None:
+    proc = child("stop", "set")
+    out, _ = proc.communicate(timeout=20)
+    assert (proc.returncode, out) == (0, "stopped None\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_process_stops_the_wait(sig: int) -> None:
+    proc = child("stop", "signal")
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=20)
+    assert (proc.returncode, out) == (0, f"stopped {int(sig)}\n")
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_wait_goes_on() -> None:
+    proc = child("stop", "signal")
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(1)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert out == f"stopped {int(signal.SIGTERM)}\n"
+    assert "Current thread" in err and "in wait" in err  # the main thread, in StopSignal.wait
+    assert err.lower().count("thread 0x") >= 2  # the sleeper too
