@@ -10,6 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,12 @@ from tests.helpers import ExecutorProcess, short_tmp  # noqa: E402
 from tests.stand_in import stand_in, stand_in_library  # noqa: E402, F401  (fixtures)
 
 STOP_ALL_S = 60
+
+
+class StuckExecutor(UserWarning):
+    """An executor outlived SIGTERM by STOP_ALL_S at the end of a test session."""
+
+
 TINY_MODELS = ["tiny-llama", "tiny-gpt2", "tiny-gemma2", "tiny-starcoder", "tiny-qwen2",
                "tiny-mistral"]
 
@@ -56,9 +63,15 @@ def executors(ipc_dir: Path) -> Iterator[dict[str, ExecutorProcess]]:
             proc.proc.terminate()
     # One deadline for all: exiting costs each ~0.7 s of CPU (mostly the interpreter's own
     # teardown of torch), and a worker's ten-odd executors exit together on two busy cores.
+    # This is cleanup, not a check (tests/executor/test_stopping.py and test_server.py check
+    # stopping): one that outlives it is killed, and its log and threads' stacks come back as a
+    # warning in the run's summary, for whoever looks into it.
     deadline = time.monotonic() + STOP_ALL_S
     for proc in started.values():
-        proc.stop(timeout=max(0.1, deadline - time.monotonic()))
+        try:
+            proc.stop(timeout=max(0.1, deadline - time.monotonic()))
+        except RuntimeError as exc:
+            warnings.warn(StuckExecutor(str(exc)), stacklevel=1)
 
 
 @pytest.fixture(scope="session")
