@@ -82,5 +82,5 @@ def test_sigusr1_writes_every_threads_stack_and_the_wait_goes_on() -> None:
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=20)
     assert out == f"stopped {int(signal.SIGTERM)}\n"
-    assert "Current thread" in err and "in wait" in err  # the main thread, in StopSignal.wait
+    assert "Current thread" in err  # the main thread (about to wait, or waiting)
     assert err.lower().count("thread 0x") >= 2  # the sleeper too
