@@ -5,8 +5,9 @@ running on a small VM (its idle virtual CPU must be scheduled again), more under
 of the doorbell link watch for up to `limit_s` when most answers lately came within it, and sleep
 at once otherwise: a distant peer gets no watcher, and an idle system has none. Nobody watches
 on a crowded host (more threads ready to run than CPUs, `crowded`): a watcher there would take
-its fair share of a core from one that has work. And whoever watches yields the core on each
-look and stops as soon as a yield let another thread run (a look took longer than `GAVE_WAY_S`).
+its fair share of a core from one that has work (crowded at two readings in a row: one thread
+waking for a moment is no crowd). And whoever watches yields the core on each look and stops as
+soon as a yield let another thread run for a time slice (a look took longer than `GAVE_WAY_S`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
-GAVE_WAY_S = 50e-6  # a look (a check and a yield) alone on its core takes ~1-2 us
+# A look (a check and a yield) alone on its core takes ~1-2 us; an interrupt or the hypervisor
+# makes one take 50-70 us now and then (a 2-core Xeon VM: a greedy decode call's ~830 us watch
+# was cut short in 4 of 10 calls at the 50 us this was, each cut costing a 40-70 us wake-up);
+# another thread given the core by the yield keeps it for its slice, 0.75 ms or more.
+GAVE_WAY_S = 300e-6
 CROWD_EVERY = 32  # looks between two readings of the run queue (one costs ~2 us)
 
 
@@ -71,16 +76,22 @@ def watch(look: Callable[[], T], budget_s: float,
           busy: Callable[[], bool] = crowded) -> T | None:
     """`look()` until it returns something, for at most `budget_s`, yielding the core between
     looks; None when the budget ran out, the host is `busy` (checked after the first look, then
-    every `CROWD_EVERY`) or a yield let another thread run: then sleep."""
+    every `CROWD_EVERY`, stopping at the second busy reading in a row) or a yield let another
+    thread run for its slice: then sleep."""
     now = clock()
     until = now + budget_s
-    looks = 0
+    looks, was_busy = 0, False
     while True:
         found = look()
         if found:
             return found
-        if looks % CROWD_EVERY == 0 and busy():
-            return None
+        if looks % CROWD_EVERY == 0:
+            if busy():
+                if was_busy:
+                    return None
+                was_busy = True
+            else:
+                was_busy = False
         looks += 1
         os.sched_yield()
         looked, now = now, clock()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from wire.call.spin import GAVE_WAY_S, AdaptiveSpin, RunQueue, watch
+from wire.call.spin import CROWD_EVERY, GAVE_WAY_S, AdaptiveSpin, RunQueue, watch
 
 
 def test_a_peer_that_answers_in_time_is_watched_for_the_limit() -> None:
@@ -73,9 +73,34 @@ def test_watch_stops_after_a_look_that_took_long() -> None:
 
 
 def test_watch_does_not_watch_on_a_crowded_host() -> None:
+    """Crowded at two readings in a row: the watch stops at the second."""
     looks = []
     assert watch(lambda: looks.append(1), 1.0, Clock(1e-6), busy=lambda: True) is None
-    assert len(looks) == 1
+    assert len(looks) == CROWD_EVERY + 1
+
+
+def test_one_crowded_reading_alone_does_not_stop_the_watch() -> None:
+    """A thread that woke for a moment: the next reading finds the host as before."""
+    readings = iter([False, True, False])
+    looks = []
+    found = watch(lambda: len(looks) == 3 * CROWD_EVERY or looks.append(1), 1.0, Clock(1e-6),
+                  busy=lambda: next(readings, False))
+    assert found is True
+    assert len(looks) == 3 * CROWD_EVERY
+
+
+def test_watch_goes_on_after_a_look_an_interrupt_made_long() -> None:
+    """A look of 50-70 us (an interrupt, the hypervisor) is not another thread's time slice."""
+    looks = []
+    clock = Clock(1e-6)
+
+    def look() -> None:
+        looks.append(1)
+        if len(looks) == 5:
+            clock.now += 70e-6  # this look's yield came back late
+
+    assert watch(look, 200 * 1e-6, clock, busy=lambda: False) is None
+    assert len(looks) > 50  # it went on to the end of its budget
 
 
 def test_run_queue_counts_runnable_threads_against_cpus(tmp_path) -> None:
