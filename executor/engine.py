@@ -19,7 +19,6 @@ import torch
 from executor.calls import PendingCall
 from executor.clients import ClientTable
 from executor.columns import Columns, row_bands
-from executor.kernels import one_thread
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.sharding import ShardsBroken
@@ -29,6 +28,7 @@ from wire.call import messages as P
 from wire.call.header import CODE_OF
 from wire.call.messages import CallKind
 from wire.call.tensors import as_bytes, name_of
+from wire.call.threads import copy_threads, one_thread
 
 log = logging.getLogger("executor.engine")
 
@@ -73,7 +73,8 @@ class Engine:
         self.scheduler.observe(batch, elapsed)
         self.scheduler.observe_waits(batch, started)
         self.stats.record_batch(batch, started, elapsed)
-        return self._deliver(batch, y)
+        with copy_threads(y):
+            return self._deliver(batch, y)
 
     def _by_columns(self, columns: Columns, x: torch.Tensor, count: int,
                     between: Callable[[], None]) -> tuple[torch.Tensor, float]:

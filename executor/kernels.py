@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from wire.call.threads import one_thread
+
 ONEDNN_MAX_ROWS = 512
 ONEDNN_MIN_WEIGHT = 1 << 19  # in * out: 2 MB of fp32, more than a core's L2
 ONEDNN_MIN_WIDTH = 256  # on one thread, MKL wins for narrow inputs (64 x 50k: 650 vs 733 us)
@@ -46,19 +48,3 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         except RuntimeError:
             pass
     return F.linear(x, weight, bias)
-
-
-class one_thread:  # lower case: used as a function, `with one_thread():`
-    """torch's CPU threads down to one inside the block, and back. A class, not a generator: it
-    sits on the tiny-product path of every decode step (0.5-0.8 against 1.4-1.7 us a use)."""
-
-    __slots__ = ("threads",)
-
-    def __enter__(self) -> None:
-        self.threads = torch.get_num_threads()
-        if self.threads > 1:
-            torch.set_num_threads(1)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.threads > 1:
-            torch.set_num_threads(self.threads)

@@ -24,6 +24,7 @@ from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from wire.call.shm import ShmBuffer
 from wire.call.spin import AdaptiveSpin, watch
 from wire.call.tensors import aligned, nbytes
+from wire.call.threads import copy_threads
 from wire.host import host
 
 
@@ -94,7 +95,8 @@ class FastPath:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(layer, op, x)
-        plan.x.copy_(x)
+        with copy_threads(x):
+            plan.x.copy_(x)
         synchronize(plan.x.device)  # on a GPU the executor reads it from another process
         self.seq += 1
         seq = self.seq

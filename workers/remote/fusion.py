@@ -14,6 +14,7 @@ import logging
 import torch
 
 from wire.call.messages import CallKind, LayerSpec, Op
+from wire.call.threads import copy_threads
 from workers.remote.layers import RemoteLinear, remote_rows
 
 log = logging.getLogger("workers.remote.fusion")
@@ -65,7 +66,8 @@ class FusedGroup:
         y = remote_rows(self.members[0].executor, Op.FORWARD, self.spec.index, x, kind,
                         self.spec.out_features, x.dtype, fresh=False)
         parts = y.split_with_sizes(self.spec.splits, dim=-1)  # Tensor.split: +4 us of Python
-        return tuple(p.clone(memory_format=torch.contiguous_format) for p in parts)
+        with copy_threads(y):
+            return tuple(p.clone(memory_format=torch.contiguous_format) for p in parts)
 
 
 class _RemoteGroupFn(torch.autograd.Function):

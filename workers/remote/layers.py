@@ -15,6 +15,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from wire.call.messages import CallKind, LayerSpec, Op
+from wire.call.threads import copy_threads
 from workers.remote.handle import ExecutorHandle
 
 
@@ -155,8 +156,12 @@ def remote_rows(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor, k
     if flat.shape[0] * row_bytes <= MAX_CALL_BYTES:
         y = executor.call(op, index, flat, kind).view(*lead, width)
         if y.dtype == dtype and y.device == x.device:
-            return y.clone() if fresh else y  # a clone: 1 us less than .to
-        return y.to(device=x.device, dtype=dtype, copy=True)
+            if not fresh:
+                return y
+            with copy_threads(y):
+                return y.clone()  # a clone: 1 us less than .to
+        with copy_threads(y):
+            return y.to(device=x.device, dtype=dtype, copy=True)
     out = torch.empty(*lead, width, dtype=dtype, device=x.device)
     flat_out = out.view(-1, width)
     for start, stop, y in chunked_calls(executor, op, index, flat, kind, width):
