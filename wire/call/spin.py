@@ -86,12 +86,10 @@ def watch(look: Callable[[], T], budget_s: float,
         if found:
             return found
         if looks % CROWD_EVERY == 0:
-            if busy():
-                if was_busy:
-                    return None
-                was_busy = True
-            else:
-                was_busy = False
+            busy_now = busy()
+            if busy_now and was_busy:
+                return None
+            was_busy = busy_now
         looks += 1
         os.sched_yield()
         looked, now = now, clock()

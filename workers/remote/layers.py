@@ -155,13 +155,11 @@ def remote_rows(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor, k
     row_bytes = 4 * max(width, flat.shape[1] if flat.dim() == 2 else 1)
     if flat.shape[0] * row_bytes <= MAX_CALL_BYTES:
         y = executor.call(op, index, flat, kind).view(*lead, width)
-        if y.dtype == dtype and y.device == x.device:
-            if not fresh:
-                return y
-            with copy_threads(y):
-                return y.clone()  # a clone: 1 us less than .to
-        with copy_threads(y):
-            return y.to(device=x.device, dtype=dtype, copy=True)
+        same = y.dtype == dtype and y.device == x.device
+        if same and not fresh:
+            return y
+        with copy_threads(y):  # a clone: 1 us less than .to
+            return y.clone() if same else y.to(device=x.device, dtype=dtype, copy=True)
     out = torch.empty(*lead, width, dtype=dtype, device=x.device)
     flat_out = out.view(-1, width)
     for start, stop, y in chunked_calls(executor, op, index, flat, kind, width):

@@ -23,6 +23,8 @@ def test_a_mid_sized_host_copy_runs_on_one_thread_and_the_threads_come_back() ->
         assert threads_inside(torch.empty(SPLIT_MIN - 1)) == 2
         assert threads_inside(torch.empty(SPLIT_PAYS)) == 2
         assert threads_inside(torch.empty(512, 6144)) == 2  # 12.6 MB: two threads pay
+        # off the host (a GPU's tensors; the meta device stands in here): threads as they are
+        assert threads_inside(torch.empty(32, 6144, device="meta")) == 2
     finally:
         torch.set_num_threads(before)
 
