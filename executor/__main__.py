@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from catalogue.resolve import resolve_model
     from executor.registry import LayerRegistry
     from executor.server import ExecutorServer
-    from executor.stopping import StopSignal
+    from wire.stopping import StopSignal
 
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -35,7 +35,7 @@ from catalogue.resolve import resolve_model
 from executor.config import ExecutorConfig
 from executor.registry import LayerRegistry
 from executor.sharding import Leader, ShardedRegistry, follow, shard_registry
-from executor.stopping import StopSignal
+from wire.stopping import StopSignal
 
 log = logging.getLogger("executor.group")
 BEAT_S = 5.0

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +22,7 @@ from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
 from gateway.tenants import create_tenant, revoke_tenant
 from launcher import serve_flags
+from wire.stopping import StopSignal
 
 DEV_TENANT = "dev"
 
@@ -53,9 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     known = json.loads(tenants.read_text()).get("tenants", []) if tenants.exists() else []
     if any(t.get("id") == DEV_TENANT for t in known):
         link, env["SYMBIOSIS_DASHBOARD_LINK"] = new_link(DEV_TENANT)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignal()
     try:
         stack.start()
     except RuntimeError as exc:

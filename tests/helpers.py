@@ -56,7 +56,7 @@ class ExecutorProcess:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         """The exit status once it exits; where it outlives `timeout`, an error with its last
-        log lines and its threads' stacks (`executor.stopping`), the process killed."""
+        log lines and its threads' stacks (`wire.stopping`), the process killed."""
         if self.alive():
             self.proc.send_signal(sig)
         try:

@@ -63,6 +63,7 @@ def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     assert time.monotonic() - started < 30
+    assert proc.returncode == 0
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
     assert not Stack(tmp_path / "data").run_dir.exists()  # no sockets left behind

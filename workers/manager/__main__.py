@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 
 from state.storage import private_files
+from wire.stopping import StopSignal
 from workers.manager.broker import Manager
 from workers.manager.config import parse_config
 from workers.manager.records import Busy
@@ -19,9 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = parse_config(argv)
-    manager = Manager(config)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: manager.stopped.set())
+    manager = Manager(config, StopSignal())
     log.info("starting with %s", config.model_dump(exclude={"max_jobs"}))  # resolved: at ready
     try:
         manager.serve()

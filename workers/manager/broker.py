@@ -27,6 +27,7 @@ from wire import manager as W
 from wire import spawner as S
 from wire.endpoints import prepare, private_dir, runtime_dir
 from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerReport
+from wire.stopping import StopSignal
 from wire.store import StoreCommand
 from workers.manager.admission import Admission
 from workers.manager.capacity import job_capacity
@@ -46,7 +47,7 @@ STOP_GRACE_S = 10.0
 
 
 class Manager:
-    def __init__(self, config: ManagerConfig) -> None:
+    def __init__(self, config: ManagerConfig, stopped: StopSignal | None = None) -> None:
         self.config = config
         self.pool = WorkerPool(max_workers=config.max_workers, idle_s=config.idle_s,
                                pinned=set(config.pinned), min_residency_s=config.min_residency_s,
@@ -55,7 +56,8 @@ class Manager:
                                shared_tenants=config.shared_tenant_ids)
         self.admission = Admission(config)
         self.requests = Requests()
-        self.stopped = threading.Event()
+        # the main thread's (signals set it) or, where none is given, any thread's to set
+        self.stopped = stopped if stopped is not None else threading.Event()
         self.ctx = zmq.Context()
         self._own_dir: Path | None = None
         if not config.worker_bind:  # a private directory of ours, removed when we stop

@@ -11,10 +11,11 @@ import time
 import pytest
 
 # The child: a thread that sleeps, SIGTERM delivered to that thread (not the main one), and the
-# main thread waiting the way the executor does (`stop`) or the way it did (`event`).
+# main thread waiting the way the executor does (`stop`), the way it did (`event`) or the way the
+# launcher does (`timed`: a StopSignal with a timeout, in a loop).
 CHILD = """
 import signal, sys, threading, time
-from executor.stopping import StopSignal
+from wire.stopping import StopSignal
 
 sleeper = threading.Thread(target=time.sleep, args=(30,), daemon=True)
 sleeper.start()
@@ -29,7 +30,13 @@ if how == "thread-signal":
 elif how == "set":
     threading.Timer(0.3, stop.set).start()
 print("waiting", flush=True)
-stop.wait()
+if sys.argv[1] == "timed":  # as the launcher waits: a look around every 0.2 s
+    rounds = 1
+    while not stop.wait(0.2):
+        rounds += 1
+    print("rounds", rounds, flush=True)
+else:
+    stop.wait()
 print("stopped", getattr(stop, "signal", None), flush=True)
 """
 
@@ -84,3 +91,23 @@ def test_sigusr1_writes_every_threads_stack_and_the_wait_goes_on() -> None:
     assert out == f"stopped {int(signal.SIGTERM)}\n"
     assert "Current thread" in err  # the main thread (about to wait, or waiting)
     assert err.lower().count("thread 0x") >= 2  # the sleeper too
+
+
+def test_a_timed_wait_returns_at_its_timeout_and_stops_at_a_signal_to_another_thread() -> None:
+    proc = child("timed", "thread-signal")  # the signal comes 0.3 s in: after a round or two
+    out, _ = proc.communicate(timeout=20)
+    lines = out.splitlines()
+    assert proc.returncode == 0
+    assert lines[1] == f"stopped {int(signal.SIGTERM)}"
+    assert int(lines[0].split()[1]) >= 2  # a timed wait ended at 0.2 s, unstopped, first
+
+
+def test_a_timed_wait_without_a_stop_returns_false_after_the_timeout() -> None:
+    code = ("import time; from wire.stopping import StopSignal; s = StopSignal(); "
+            "t = time.monotonic(); r = s.wait(0.3); print(r, round(time.monotonic() - t, 1)); "
+            "s.set(); print(s.wait(5), s.wait(0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=20, check=True).stdout
+    first, second = out.splitlines()
+    assert first.split()[0] == "False" and 0.3 <= float(first.split()[1]) < 3.0
+    assert second == "True True"
