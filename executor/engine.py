@@ -19,6 +19,7 @@ import torch
 from executor.calls import PendingCall
 from executor.clients import ClientTable
 from executor.columns import Columns, row_bands
+from executor.ports import DoorbellPort
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.sharding import ShardsBroken
@@ -55,9 +56,13 @@ class Engine:
         run = self._runners[first.layer][first.op]
         count = self.scheduler.slices(batch) \
             if between is not None and first.kind == CallKind.TRAINING else None
+        in_place = self._in_place(batch, run) if count is None else None
         try:
             x = self._inputs(batch)
-            if count is None:  # an empty call runs once too: it gets an empty result
+            if in_place is not None:
+                y, elapsed = D.timed(lambda x: run.into(x, in_place[0]), x, self.device)
+                y = in_place[0]
+            elif count is None:  # an empty call runs once too: it gets an empty result
                 y, elapsed = D.timed(run, x, self.device)
             elif (columns := self._columns[first.layer].get(first.op)) is not None:
                 y, elapsed = self._by_columns(columns, x, count, between)
@@ -74,7 +79,25 @@ class Engine:
         self.scheduler.observe_waits(batch, started)
         self.stats.record_batch(batch, started, elapsed)
         with copy_threads(y):
-            return self._deliver(batch, y)
+            return self._deliver(batch, y, in_place[1] if in_place is not None else None)
+
+    def _in_place(self, batch: list[PendingCall], run) -> tuple[torch.Tensor, DoorbellPort] | None:
+        """(the client's result region, its port) where the op writes its result there itself:
+        a lone doorbell call on the host, an op that can (`into`: stretches, leads, greedy
+        calls, whose last step joins parts). Else None: the result is written after."""
+        call = batch[0]
+        if len(batch) > 1 or call.reply_seq < 0 or self.device.type != "cpu" \
+                or not hasattr(run, "into"):
+            return None
+        client = self.clients.get(call.client)
+        port = client.port if client is not None else None
+        if port is None or port.device_buffer is not None:
+            return None
+        width = self.registry.layers[call.layer].spec.out_features  # a forward's
+        try:
+            return port.view(call.header.shm_out, self.registry.dtype, call.rows, width), port
+        except ValueError:  # checked when the call came; its memory is gone since
+            return None
 
     def _by_columns(self, columns: Columns, x: torch.Tensor, count: int,
                     between: Callable[[], None]) -> tuple[torch.Tensor, float]:
@@ -116,11 +139,13 @@ class Engine:
             x = x.to(self.registry.dtype)
         return x
 
-    def _deliver(self, batch: list[PendingCall], y: torch.Tensor) -> list[Reply]:
+    def _deliver(self, batch: list[PendingCall], y: torch.Tensor,
+                 written_to: DoorbellPort | None = None) -> list[Reply]:
         """Each call's rows to its client: doorbell results are written first, then (after one
         wait for the device) published; socket calls' replies are returned. A batch of several
         calls on the host sends each its rows as bytes of the batch's result (no tensor op per
-        call); a lone call copies its whole result, which costs less than taking bytes."""
+        call); a lone call copies its whole result, which costs less than taking bytes, unless
+        the op wrote it into `written_to` (that call's port) itself."""
         replies: list[Reply] = []
         written = []
         ndim, cols = y.dim(), (y.shape[1] if y.dim() == 2 else 0)
@@ -142,6 +167,9 @@ class Engine:
             port = client.port if client is not None else None
             if port is None:
                 continue  # it left while its call ran
+            if port is written_to:
+                written.append((call, port))
+                continue
             try:
                 if host and port.device_buffer is None:
                     port.write_bytes(call.header.shm_out,

@@ -35,6 +35,7 @@ from catalogue.stretches import RECIPES, Recipe
 from executor.kernels import linear
 from wire.call.digits import DIGITS, as_digits
 from wire.call.messages import LayerKind, LayerSpec
+from wire.call.threads import copy_threads
 
 
 class Stretch:
@@ -52,6 +53,9 @@ class Stretch:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return _joined(self.parts(x))
+
+    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        _join_into(self.parts(x), out)
 
     def backward(self, x: torch.Tensor) -> torch.Tensor:
         width_in = sum(self.widths)
@@ -100,6 +104,9 @@ class Lead:
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         return _joined(self.parts(ids))
 
+    def into(self, ids: torch.Tensor, out: torch.Tensor) -> None:
+        _join_into(self.parts(ids), out)
+
     def parts(self, ids: torch.Tensor) -> list[torch.Tensor]:
         return with_qkv(self.lookup(ids), self.in_norm, self.targets)
 
@@ -115,9 +122,15 @@ class Greedy:
         self.tail, self.lead = tail, lead
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return _joined(self.parts(x))
+
+    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        _join_into(self.parts(x), out)
+
+    def parts(self, x: torch.Tensor) -> list[torch.Tensor]:
         parts = self.tail.parts(x)
         ids = greedy_choices(parts[-1])  # the logits
-        return _joined([*parts, as_digits(ids, parts[0].dtype), *self.lead.parts(ids)])
+        return [*parts, as_digits(ids, parts[0].dtype), *self.lead.parts(ids)]
 
 
 def greedy_choices(logits: torch.Tensor) -> torch.Tensor:
@@ -142,6 +155,16 @@ def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],
 
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def _join_into(parts: list[torch.Tensor], out: torch.Tensor) -> None:
+    """The parts joined straight into `out` (a client's memory: no result of our own to copy
+    there afterwards; one pass over the bytes instead of two)."""
+    with copy_threads(out):
+        if len(parts) == 1:
+            out.copy_(parts[0])
+        else:
+            torch.cat(parts, dim=1, out=out)
 
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked

@@ -4,6 +4,8 @@ slices."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from catalogue.resolve import resolve_model
@@ -17,7 +19,10 @@ from executor.scheduler import Scheduler
 from executor.scheduling import macs_per_row
 from executor.stats import ExecutorStats
 from executor.targets import SliceTuner
+from wire.call import header as H
 from wire.call import messages as P
+from wire.call.doorbell import WorkerDoorbell
+from wire.call.shm import SHM_DIR, ShmBuffer
 from wire.call.tensors import dtype_of, from_bytes
 
 
@@ -125,3 +130,50 @@ def test_an_empty_call_gets_an_empty_result() -> None:
              torch.empty(0, linear.in_features))
     [(_, frames)] = engine.execute(scheduler.next_batch(), between=lambda: None)
     assert _rows(frames).shape == (0, linear.out_features)
+
+
+def test_a_lone_call_through_a_stretch_writes_its_result_into_the_clients_memory_itself(
+        ) -> None:
+    """A stretch's, a lead's and a greedy call's last step joins parts: for a lone doorbell call
+    it joins them straight into the client's result region (no write after); a plain linear
+    layer's result is written after, as before. Either way the client reads what the op
+    computes by itself."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    table = ClientTable("cpu")
+    engine = Engine(registry, Scheduler(), table, ExecutorStats())
+    segment = ShmBuffer.create(1 << 20)
+    doorbell = WorkerDoorbell.create_if_possible(SHM_DIR)
+    assert doorbell is not None
+    hello = P.Hello("client", os.getpid(), shm_name=segment.name, shm_size=segment.size,
+                    shm_token=segment.write_token(), doorbell=str(doorbell.prefix))
+    port = table.admit(b"identity", hello, os.geteuid()).port
+    writes: list[int] = []
+    for name in ("write", "write_bytes"):
+        real = getattr(port, name)
+        setattr(port, name, lambda offset, y, real=real: (writes.append(offset), real(offset, y)))
+    kinds = (P.LayerKind.STRETCH, P.LayerKind.LEAD, P.LayerKind.GREEDY, P.LayerKind.LINEAR)
+    specs = [next(s for s in registry.specs if s.kind == kind) for kind in kinds]
+    shm_in, shm_out = H.DATA_AT, H.DATA_AT + (64 << 10)
+    try:
+        for seq, spec in enumerate(specs, start=1):
+            rows = 3
+            x = torch.randint(0, 100, (rows,)) if spec.kind == P.LayerKind.LEAD \
+                else torch.randn(rows, spec.in_features)
+            view = segment.view(shm_in, x.dtype, tuple(x.shape))
+            view.copy_(x)
+            header = P.Call(seq, P.Op.FORWARD, spec.index, P.CallKind.INFERENCE, "", (), shm_in,
+                            shm_out)
+            before = len(writes)
+            assert engine.execute([PendingCall(b"identity", header, view, 0.0,
+                                               reply_seq=seq)]) == []
+            reply = H.read_reply(segment.raw, seq)
+            assert reply is not None and reply[1] == H.OK and reply[4:6] == (rows,
+                                                                            spec.out_features)
+            result = segment.view(shm_out, torch.float32, (rows, spec.out_features))
+            assert torch.equal(result, registry.run(P.Op.FORWARD, registry.get(spec.index), x))
+            assert len(writes) - before == (1 if spec.kind == P.LayerKind.LINEAR else 0), spec
+    finally:
+        table.remove(b"identity")
+        doorbell.close()
+        segment.close()
+        segment.unlink()
