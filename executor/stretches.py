@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from catalogue.stretches import RECIPES, Recipe
 from executor.kernels import linear
-from wire.call.digits import DIGITS, as_digits
+from wire.call.digits import DIGITS, as_digits, greedy_choices
 from wire.call.messages import LayerKind, LayerSpec
 from wire.call.threads import copy_threads
 
@@ -131,17 +130,6 @@ class Greedy:
         parts = self.tail.parts(x)
         ids = greedy_choices(parts[-1])  # the logits
         return [*parts, as_digits(ids, parts[0].dtype), *self.lead.parts(ids)]
-
-
-def greedy_choices(logits: torch.Tensor) -> torch.Tensor:
-    """logits [rows, vocabulary] -> each row's argmax (its first largest). On a CPU by numpy:
-    torch's argmax there is a scalar loop (100 us a row of 50k), numpy's is vectorized (8 us);
-    bfloat16, which numpy lacks, widens to float32 first (exactly, ties kept)."""
-    if logits.device.type != "cpu":
-        return logits.argmax(dim=1)
-    if logits.dtype not in (torch.float32, torch.float16):
-        logits = logits.float()
-    return torch.from_numpy(numpy.argmax(logits.numpy(), axis=1))
 
 
 def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],

@@ -54,25 +54,3 @@ def test_every_matmul_route_has_a_gradient_when_autograd_asks(shape: tuple[int, 
     grad = torch.randn(3, shape[0])
     (got,) = torch.autograd.grad(linear(x, weight), x, grad)
     torch.testing.assert_close(got, grad @ weight)
-
-
-@pytest.mark.parametrize("vocabulary", [50259, 512, 100])
-def test_greedy_choices_are_each_rows_first_largest_logit(vocabulary: int) -> None:
-    """Greedy's choices (on a CPU by numpy: torch's argmax is a scalar loop there; bfloat16
-    widened first) equal argmax, ties included: the first largest, wherever it lies."""
-    from executor.stretches import greedy_choices
-
-    torch.manual_seed(0)
-    logits = torch.randn(7, vocabulary)
-    last = vocabulary - 1
-    logits[1, 3] = logits[1, last] = 50.0  # a tie far apart: the first
-    logits[2, last] = 60.0  # at the very end
-    logits[3, last - 1] = logits[3, last] = 70.0  # a tie side by side at the end
-    logits[4, 0] = 80.0
-    logits[5, 256 % vocabulary] = logits[5, 257 % vocabulary] = 90.0
-    choices = greedy_choices(logits)
-    assert torch.equal(choices, logits.argmax(dim=1))
-    assert choices[:5].tolist() == [int(logits[0].argmax()), 3, last, last - 1, 0]
-    for dtype in (torch.bfloat16, torch.float16):
-        assert torch.equal(greedy_choices(logits.to(dtype)), logits.to(dtype).argmax(dim=1))
-        assert greedy_choices(logits[:0].to(dtype)).shape == (0,)  # an empty call

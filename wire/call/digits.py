@@ -1,10 +1,13 @@
 """Token ids inside a float result (the greedy choice a `LayerKind.GREEDY` call brings): base-256
-digits, most significant first, exact in any float dtype (bfloat16 holds the integers to 256)."""
+digits, most significant first, exact in any float dtype (bfloat16 holds the integers to 256);
+and the greedy choice itself, computed alike by the executor for that call and by a worker
+choosing its rows' next tokens."""
 
 from __future__ import annotations
 
 import functools
 
+import numpy
 import torch
 
 DIGITS = 3  # ids below 2**24
@@ -29,3 +32,14 @@ def from_digits(digits: torch.Tensor) -> list[int]:
             value = value * 256 + int(digit)
         ids.append(value)
     return ids
+
+
+def greedy_choices(logits: torch.Tensor) -> torch.Tensor:
+    """logits [rows, vocabulary] -> each row's argmax (its first largest). On a CPU by numpy:
+    torch's argmax there is a scalar loop (100 us a row of 50k), numpy's is vectorized (8 us);
+    bfloat16, which numpy lacks, widens to float32 first (exactly, ties kept)."""
+    if logits.device.type != "cpu":
+        return logits.argmax(dim=1)
+    if logits.dtype not in (torch.float32, torch.float16):
+        logits = logits.float()
+    return torch.from_numpy(numpy.argmax(logits.detach().numpy(), axis=1))

@@ -19,6 +19,7 @@ import torch
 from peft import PeftModel
 
 from wire import manager as W
+from wire.call.digits import greedy_choices
 from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.detok import Detokenizer
@@ -226,7 +227,7 @@ class InferenceEngine:
             out = self.decode_model(input_ids=tokens, attention_mask=mask,
                                     position_ids=positions, past_key_values=cache, use_cache=True)
         logits = out.logits[:, -1].cpu()
-        best = logits.float().argmax(-1).tolist()  # what each plain greedy row takes
+        best = greedy_choices(logits).tolist()  # what each plain greedy row takes
         events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)
                                else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]

@@ -1,12 +1,13 @@
 """A greedy call's choices travel as base-256 digits in its float result: exact in every float
-dtype the executor computes in, for every id below 2**24."""
+dtype the executor computes in, for every id below 2**24. The choice itself (the executor's for
+that call, a worker's for its greedy rows) is torch's argmax, computed faster."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from wire.call.digits import as_digits, from_digits
+from wire.call.digits import as_digits, from_digits, greedy_choices
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -18,3 +19,29 @@ def test_ids_come_back_exactly(dtype: torch.dtype) -> None:
     assert from_digits(digits) == ids.tolist()
     as_plain_float = digits.float() @ torch.tensor([65536.0, 256.0, 1.0])
     assert as_plain_float.long().tolist() == ids.tolist()
+
+
+@pytest.mark.parametrize("vocabulary", [50259, 512, 100])
+def test_greedy_choices_are_each_rows_first_largest_logit(vocabulary: int) -> None:
+    """Greedy's choices (on a CPU by numpy: torch's argmax is a scalar loop there; bfloat16
+    widened first) equal argmax, ties included: the first largest, wherever it lies."""
+    torch.manual_seed(0)
+    logits = torch.randn(7, vocabulary)
+    last = vocabulary - 1
+    logits[1, 3] = logits[1, last] = 50.0  # a tie far apart: the first
+    logits[2, last] = 60.0  # at the very end
+    logits[3, last - 1] = logits[3, last] = 70.0  # a tie side by side at the end
+    logits[4, 0] = 80.0
+    logits[5, 256 % vocabulary] = logits[5, 257 % vocabulary] = 90.0
+    choices = greedy_choices(logits)
+    assert torch.equal(choices, logits.argmax(dim=1))
+    assert choices[:5].tolist() == [int(logits[0].argmax()), 3, last, last - 1, 0]
+    for dtype in (torch.bfloat16, torch.float16):
+        assert torch.equal(greedy_choices(logits.to(dtype)), logits.to(dtype).argmax(dim=1))
+        assert greedy_choices(logits[:0].to(dtype)).shape == (0,)  # an empty call
+    strided = torch.cat([logits, torch.randn(7, 5)], dim=1)[:, :vocabulary]  # a part's view
+    assert not strided.is_contiguous()
+    assert torch.equal(greedy_choices(strided), logits.argmax(dim=1))
+    with_nan = logits.clone()
+    with_nan[6, 2] = float("nan")  # a NaN wins, as in torch's argmax
+    assert greedy_choices(with_nan)[6] == with_nan.argmax(dim=1)[6] == 2
