@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from wire.call.digits import greedy_choices
 from wire.manager import SamplingParams
 
 
@@ -53,7 +54,7 @@ def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
     if allowed is not None:
         scores[~allowed] = float("-inf")
     if params.temperature <= 0:
-        token = int(scores.argmax())
+        token = int(greedy_choices(scores[None])[0])
     else:
         scaled = scores / params.temperature
         if not bool(torch.isfinite(scaled.max())):  # a tiny temperature overflows: from the
