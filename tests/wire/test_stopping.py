@@ -1,5 +1,5 @@
-"""The executor's stop signal, in child processes of their own (signal handlers and the wakeup fd
-belong to a process's main thread)."""
+"""The stop signal of the executor, the manager and the launcher, in child processes of their own
+(signal handlers and the wakeup fd belong to a process's main thread)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ if sys.argv[1] == "event":
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 else:
     stop = StopSignal()
-how = sys.argv[2]
+how, delay = sys.argv[2], float(sys.argv[3])
 if how == "thread-signal":
-    threading.Timer(0.3, signal.pthread_kill, (sleeper.ident, signal.SIGTERM)).start()
+    threading.Timer(delay, signal.pthread_kill, (sleeper.ident, signal.SIGTERM)).start()
 elif how == "set":
-    threading.Timer(0.3, stop.set).start()
+    threading.Timer(delay, stop.set).start()
 print("waiting", flush=True)
 if sys.argv[1] == "timed":  # as the launcher waits: a look around every 0.2 s
     rounds = 1
@@ -41,9 +41,9 @@ print("stopped", getattr(stop, "signal", None), flush=True)
 """
 
 
-def child(waiter: str, how: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, waiter, how], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def child(waiter: str, how: str, delay: float = 0.3) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, waiter, how, str(delay)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "waiting\n"
     return proc
 
@@ -94,7 +94,7 @@ def test_sigusr1_writes_every_threads_stack_and_the_wait_goes_on() -> None:
 
 
 def test_a_timed_wait_returns_at_its_timeout_and_stops_at_a_signal_to_another_thread() -> None:
-    proc = child("timed", "thread-signal")  # the signal comes 0.3 s in: after a round or two
+    proc = child("timed", "thread-signal", 1.5)  # after several rounds of 0.2 s
     out, _ = proc.communicate(timeout=20)
     lines = out.splitlines()
     assert proc.returncode == 0
