@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy
 import torch
 
 from wire.call.digits import greedy_choices
@@ -64,16 +65,11 @@ def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
             kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
             scores[scores < kth] = float("-inf")
         if params.top_p < 1.0:
-            ordered, order = torch.sort(scores, descending=True)
-            cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
-            drop = cumulative - torch.softmax(ordered, dim=-1) >= params.top_p
-            drop[0] = False  # the best token always stays (a top_p under float32's range)
-            scores[order[drop]] = float("-inf")
-        probs = torch.softmax(scores, dim=-1)
-        if not bool(torch.isfinite(probs).all()):  # nothing left to draw from: the best one
+            scores[nucleus_drop(scores, params.top_p)] = float("-inf")
+        if not bool(torch.isfinite(scores.max())):  # nothing left to draw from: the best one
             token = int(scores.argmax())
         else:
-            token = int(torch.multinomial(probs, 1, generator=generator))
+            token = draw(torch.softmax(scores, dim=-1), generator)
     if params.logprobs is None:
         return Choice(token)
     logprobs = torch.log_softmax(raw, dim=-1)
@@ -82,6 +78,30 @@ def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],
         values, ids = torch.topk(logprobs, params.logprobs)
         top = list(zip(ids.tolist(), values.tolist(), strict=True))
     return Choice(token, float(logprobs[token]), top)
+
+
+def nucleus_drop(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The tokens outside the nucleus (bool [vocab]): those below the smallest probability of
+    the most probable tokens whose mass before each is under `top_p` (the best always stays;
+    tokens tied with the last one kept stay too). By numpy's sort of the probabilities, not
+    torch's of the scores: 0.14 against 3.5-4.3 ms for 50k on a CPU."""
+    probs = torch.softmax(scores, dim=-1)
+    ordered = torch.from_numpy(numpy.sort(probs.numpy())).flip(0).double()
+    before = ordered.cumsum(0) - ordered
+    kept = max(1, int(torch.searchsorted(before, top_p)))  # the first whose mass before >= top_p
+    return probs < ordered[kept - 1].float()
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """A token drawn with probability `probs` (>= 0, finite, not all 0): one uniform number
+    against the cumulative sum (in float64), where torch.multinomial draws an exponential number
+    per token (1.2 ms for 50k on a CPU, this 0.06 ms). A token of probability 0 is never drawn."""
+    cumulative = probs.double().cumsum(0)
+    u = torch.rand(1, dtype=torch.float64, generator=generator) * cumulative[-1]
+    token = int(torch.searchsorted(cumulative, u, right=True))
+    if token >= len(probs):  # u rounded up to the total: the last token that can be drawn
+        token = int(torch.nonzero(probs).max())
+    return token
 
 
 def prompt_logprobs(logits: torch.Tensor, ids: list[int], k: int) -> list[Choice]:

@@ -47,7 +47,8 @@ def test_rows_said_to_need_only_the_argmax_choose_the_argmax_and_no_other_row_is
         -> None:
     """The decode step gives such rows one argmax over the batch: for every combination of what
     changes a greedy choice, `argmax_only` is true exactly where `choose` returns the raw row's
-    argmax with nothing else (this row's best token is EOS, 0, and gets a bias, a penalty)."""
+    argmax with nothing else (this row's best token is EOS, 0, and gets a bias, a penalty), and
+    never for a sampled row."""
     from workers.inference.sampling import argmax_only
 
     logits = _logits()
@@ -68,6 +69,44 @@ def test_rows_said_to_need_only_the_argmax_choose_the_argmax_and_no_other_row_is
                             choice = choose(logits, params, counts, make_generator(params, 0),
                                             allow_eos, (0,), mask)
                             plain = choice.token == 0 and choice.logprob is None
-                            assert only == plain, (params, counts, allow_eos, mask is not None)
+                            case = (params, counts, allow_eos, mask is not None)
+                            if temperature > 0:  # a draw may take the best token too
+                                assert not only, case
+                            else:
+                                assert only == plain, case
                             said += only
     assert said == 2  # greedy, untouched: with or without a penalty that has nothing to count
+
+
+def test_draws_follow_the_probabilities_and_never_take_a_token_of_probability_zero() -> None:
+    from workers.inference.sampling import draw
+
+    probs = torch.tensor([0.5, 0.25, 0.125, 0.0, 0.125, 0.0])
+    generator = torch.Generator().manual_seed(3)
+    counts = torch.bincount(torch.tensor([draw(probs, generator) for _ in range(40_000)]),
+                            minlength=6)
+    assert counts[3] == counts[5] == 0
+    assert torch.allclose(counts / 40_000, probs, atol=0.01)
+    first, second = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    assert [draw(probs, first) for _ in range(50)] == [draw(probs, second) for _ in range(50)]
+
+
+def test_the_nucleus_keeps_the_most_probable_tokens_until_their_mass_reaches_top_p() -> None:
+    from workers.inference.sampling import nucleus_drop
+
+    def reference(probs: list[float], top_p: float) -> list[bool]:
+        order = sorted(range(len(probs)), key=lambda i: -probs[i])
+        kept, mass = [], 0.0
+        for i in order:
+            if kept and mass >= top_p:
+                break
+            kept.append(i)
+            mass += probs[i]
+        last = probs[kept[-1]]
+        return [p < last for p in probs]  # ties with the last one kept stay
+
+    for probs, top_p in (([0.15, 0.5, 0.05, 0.3], 0.8), ([0.15, 0.5, 0.05, 0.3], 0.81),
+                         ([0.15, 0.5, 0.05, 0.3], 0.5), ([0.3, 0.4, 0.3], 0.5),
+                         ([0.25] * 4, 0.3), ([0.7, 0.2, 0.1], TINY)):
+        drop = nucleus_drop(torch.tensor(probs).log(), top_p).tolist()
+        assert drop == reference(probs, top_p), (probs, top_p)
