@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -47,7 +46,7 @@ STOP_GRACE_S = 10.0
 
 
 class Manager:
-    def __init__(self, config: ManagerConfig, stopped: StopSignal | None = None) -> None:
+    def __init__(self, config: ManagerConfig, stopped: StopSignal) -> None:
         self.config = config
         self.pool = WorkerPool(max_workers=config.max_workers, idle_s=config.idle_s,
                                pinned=set(config.pinned), min_residency_s=config.min_residency_s,
@@ -56,8 +55,7 @@ class Manager:
                                shared_tenants=config.shared_tenant_ids)
         self.admission = Admission(config)
         self.requests = Requests()
-        # the main thread's (signals set it) or, where none is given, any thread's to set
-        self.stopped = stopped if stopped is not None else threading.Event()
+        self.stopped = stopped  # set by SIGTERM or SIGINT (made in the main thread)
         self.ctx = zmq.Context()
         self._own_dir: Path | None = None
         if not config.worker_bind:  # a private directory of ours, removed when we stop
