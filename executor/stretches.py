@@ -37,7 +37,28 @@ from wire.call.messages import LayerKind, LayerSpec
 from wire.call.threads import copy_threads
 
 
-class Stretch:
+class Joined:
+    """An op whose result is its parts side by side (`parts`, defined by each): joined into a
+    tensor of its own, or `into` one given (the client's memory: `Engine._in_place`)."""
+
+    def parts(self, x: torch.Tensor) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return _joined(self.parts(x))
+
+    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """The parts joined straight into `out`: no result of our own to copy there after,
+        one pass over the bytes instead of two."""
+        parts = self.parts(x)
+        with copy_threads(out):
+            if len(parts) == 1:
+                out.copy_(parts[0])
+            else:
+                torch.cat(parts, dim=1, out=out)
+
+
+class Stretch(Joined):
     """Forward: x [rows, attention width + hidden] -> [rows, hidden (+ hidden + next q/k/v
     widths)]: the residual stream (and its norm and the next q/k/v).
     Backward (training): [inputs | output gradients] -> input gradients, by running the forward
@@ -49,12 +70,6 @@ class Stretch:
         self.post_norm, self.act = norm_function(post_norm), activation_function(act)
         self.in_norm = None if in_norm is None else norm_function(in_norm)
         self.widths = [o.spec.in_features, o.spec.out_features]
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return _joined(self.parts(x))
-
-    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        _join_into(self.parts(x), out)
 
     def backward(self, x: torch.Tensor) -> torch.Tensor:
         width_in = sum(self.widths)
@@ -92,7 +107,7 @@ class Stretch:
         return self._parts(x[:, :width], x[:, width:])
 
 
-class Lead:
+class Lead(Joined):
     """Forward only: ids [rows] -> [rows, 2 hidden + the first layer's q/k/v widths], the
     lookup, the first layer's input norm and its q/k/v (each as the model computes them)."""
 
@@ -100,17 +115,11 @@ class Lead:
                  targets: list) -> None:
         self.lookup, self.in_norm, self.targets = lookup, norm_function(in_norm), targets
 
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        return _joined(self.parts(ids))
-
-    def into(self, ids: torch.Tensor, out: torch.Tensor) -> None:
-        _join_into(self.parts(ids), out)
-
     def parts(self, ids: torch.Tensor) -> list[torch.Tensor]:
         return with_qkv(self.lookup(ids), self.in_norm, self.targets)
 
 
-class Greedy:
+class Greedy(Joined):
     """Forward only, for greedy decode steps: the last stretch on through the head (`tail`),
     then the lead (`lead`) for each row's greedy choice (the first of its largest logits):
     [rows, attention width + hidden] -> [tail's output | the choice | the lead's output], the
@@ -119,12 +128,6 @@ class Greedy:
 
     def __init__(self, tail: Stretch, lead: Lead) -> None:
         self.tail, self.lead = tail, lead
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return _joined(self.parts(x))
-
-    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        _join_into(self.parts(x), out)
 
     def parts(self, x: torch.Tensor) -> list[torch.Tensor]:
         parts = self.tail.parts(x)
@@ -143,16 +146,6 @@ def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],
 
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-
-
-def _join_into(parts: list[torch.Tensor], out: torch.Tensor) -> None:
-    """The parts joined straight into `out` (a client's memory: no result of our own to copy
-    there afterwards; one pass over the bytes instead of two)."""
-    with copy_threads(out):
-        if len(parts) == 1:
-            out.copy_(parts[0])
-        else:
-            torch.cat(parts, dim=1, out=out)
 
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
