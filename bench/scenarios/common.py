@@ -94,14 +94,22 @@ def client(kind: str, *, side: str, model: str, endpoint: str | None = None, thr
     return argv
 
 
+def worker_threads() -> int:
+    """The torch threads of each of our clients: what the worker manager gives its inference
+    workers and trainers (`ManagerConfig.worker_threads`, 1 by default), whatever the baseline's
+    processes get. The executor has the machine's threads for the base layers."""
+    from workers.manager.config import ManagerConfig
+
+    return ManagerConfig().worker_threads
+
+
 def run_ours(settings: Settings, clients: list[dict], *, model: str | None = None,
              policy: str = "opportunistic") -> GroupResult:
     """Clients forked from a preloaded parent, against a fresh executor (counted in memory)."""
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
                                      dtype=settings.dtype, device=settings.device)
-    threads = max(1, settings.threads // len(clients))  # what each baseline process gets
-    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads,
+    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=worker_threads(),
                     device=settings.client_device, dtype=settings.dtype, **c) for c in clients]
     return Group(argvs, forked=True, extra_pids=[process.pid], zygote=settings.preloaded(),
                  gpu=settings.on_gpu).run()
