@@ -16,7 +16,6 @@ import os
 import sys
 import traceback
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() creates no context
 
 import peft  # noqa: F401

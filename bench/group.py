@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -21,9 +20,8 @@ from pathlib import Path
 
 from bench.gpu import GpuReading, GpuSampler
 from bench.measure import PeakPss
+from bench.sides import environment
 from bench.zygote import Zygote
-
-ENV = {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
 
 
 @dataclass
@@ -67,12 +65,13 @@ class Group:
     extra_pids: list[int] = field(default_factory=list)  # e.g. the executor, for memory
     zygote: Zygote | None = None  # the run's preloaded parent; else one just for this group
     gpu: bool = False  # sample the GPU's memory and utilization through the window
+    side: str = "ours"  # whose environment the clients get (`bench.sides`)
 
     def run(self, timeout_s: float = 1800) -> GroupResult:
         sync = Path(tempfile.mkdtemp(prefix="symb-bench-"))
         argvs = [[*a, "--sync-dir", str(sync), "--index", str(i)]
                  for i, a in enumerate(self.argvs)]
-        env = {**os.environ, **ENV}
+        env = environment(self.side)
         started = time.monotonic()
         zygote = (self.zygote or Zygote(env)) if self.forked else None
         clients = zygote.launch(argvs) if zygote else \

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.models import FIXED_LENGTH, build, build_mixed
+from bench.sides import wait_policy
 
 
 def settle(device: torch.device) -> None:
@@ -217,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
               "latencies": latencies, "tokens_per_unit": per_unit,
               "executor_calls": None if made is None else made - calls_before,
               "elapsed": done - started,  # to the last completed unit of work
-              "cpu_s": time.process_time() - cpu_started, **extra}
+              "cpu_s": time.process_time() - cpu_started,
+              "omp_wait_policy": wait_policy(),  # as torch loaded it (None: the default)
+              **extra}
     (sync / f"{args.index}.json").write_text(json.dumps(result))
     return 0
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.executors import ExecutorPool
-from bench.group import ENV, Group, GroupResult
+from bench.group import Group, GroupResult
+from bench.sides import environment
 from bench.zygote import Zygote
 
 SPEED_MODEL = "llama-160m"
@@ -41,7 +42,7 @@ class Settings:
     worker_device: str | None = None  # where our clients run their part (default: `device`)
     window_s: float | None = None  # each measured window (default: by quick/toy)
     executors: ExecutorPool = field(default_factory=ExecutorPool)
-    _zygote: Zygote | None = None
+    _zygotes: dict[str, Zygote] = field(default_factory=dict)
 
     @property
     def on_gpu(self) -> bool:
@@ -51,16 +52,19 @@ class Settings:
     def client_device(self) -> str:
         return self.worker_device or self.device
 
-    def preloaded(self) -> Zygote:
-        """The run's preloaded parent that forks clients (started on first use)."""
-        if self._zygote is None or self._zygote.proc.poll() is not None:
-            self._zygote = Zygote({**os.environ, **ENV})
-        return self._zygote
+    def preloaded(self, side: str = "ours") -> Zygote:
+        """The run's preloaded parent that forks `side`'s clients (started on first use; each
+        side's has its environment, `bench.sides`)."""
+        zygote = self._zygotes.get(side)
+        if zygote is None or zygote.proc.poll() is not None:
+            zygote = self._zygotes[side] = Zygote(environment(side))
+        return zygote
 
     def close(self) -> None:
         self.executors.close()
-        if self._zygote is not None:
-            self._zygote.close()
+        for zygote in self._zygotes.values():
+            zygote.close()
+        self._zygotes.clear()
 
     @property
     def model(self) -> str:
@@ -155,7 +159,8 @@ def run_plain(settings: Settings, clients: list[dict], *, model: str | None = No
     threads = max(1, settings.threads // len(clients))
     argvs = [client(side="plain", model=model, threads=threads, device=settings.device,
                     dtype=settings.dtype, **c) for c in clients]
-    return Group(argvs, forked=not fresh, zygote=None if fresh else settings.preloaded(),
+    return Group(argvs, forked=not fresh, side="plain",
+                 zygote=None if fresh else settings.preloaded("plain"),
                  gpu=settings.on_gpu).run()
 
 

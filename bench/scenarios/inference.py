@@ -21,7 +21,8 @@ def decode(settings: Settings) -> list[Record]:
     ours = run_ours(settings, tenants(n, settings.duration))
     plain = run_plain(settings, tenants(n, settings.duration), fresh=True)  # memory too
     mixed = Group([client("decode", side="plain", model=settings.model, threads=settings.threads,
-                          adapters=n, duration=settings.duration)], forked=False).run()
+                          adapters=n, duration=settings.duration)], forked=False,
+                  side="plain").run()
     return [
         Record("4 decode", "8 tenants vs 8 processes: tokens/s", ours.tokens_per_s(),
                plain.tokens_per_s(), "tok/s", ">= 1.5x"),
