@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -16,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from bench.models import adapter
+from bench.peft_process import PeftProcess, holding
 from catalogue.resolve import resolve_model
 from wire import manager as W
 
@@ -96,38 +96,42 @@ class Ours:
 
 
 def plain_holding(paths: list[Path]) -> PeftModel:
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
-                                      paths[0], adapter_name="a0")
-    for k, path in enumerate(paths[1:], start=1):
-        model.load_adapter(path, adapter_name=f"a{k}", low_cpu_mem_usage=True)
-    return model.eval()
+    """One peft model holding every adapter, in this process (the Zipf and memory rows)."""
+    return holding(str(resolve_model(MODEL)), [str(p) for p in paths])
 
 
 def uss() -> int:
     return psutil.Process().memory_full_info().uss
 
 
-def best_speeds(ours: Ours, paths: list[Path], prompt: list[int],
-                plain_round: Callable[[], None], tokens: int, rounds: int = 3) -> dict[str, float]:
-    """Tokens/s of len(paths) requests, each with its own adapter, in ours and in
-    `plain_round` (the same tokens): the best of `rounds` for each side."""
+def best_speeds(ours: Ours, paths: list[Path], prompt: list[int], tokens: int,
+                mixed: bool, rounds: int = 3) -> dict[str, float]:
+    """Tokens/s of len(paths) requests, each with its own adapter, in ours and in one peft
+    process holding them (`bench.peft_process`, in a process of its own at OpenMP's defaults;
+    `mixed`: one batch with `adapter_names`, else one generate an adapter), the same tokens,
+    rounds in turn: the best of `rounds` for each side."""
     for k, path in enumerate(paths):  # resident first: this measures decode, not loading
         ours.add(f"warm{k}", path, prompt, tokens=1)
     ours.drain()
     best = {"ours": 0.0, "plain": 0.0}
-    for r in range(rounds):
-        started = time.perf_counter()
-        for k, path in enumerate(paths):
-            ours.add(f"round{r}-{k}", path, prompt, tokens=tokens)
-        left = len(paths)
-        while left:
-            left -= len(ours.step())
-        best["ours"] = max(best["ours"], len(paths) * tokens / (time.perf_counter() - started))
-        started = time.perf_counter()
-        with torch.no_grad():
-            plain_round()
-        best["plain"] = max(best["plain"], len(paths) * tokens / (time.perf_counter() - started))
+    plain = PeftProcess(resolve_model(MODEL), paths, prompt, tokens, torch.get_num_threads(),
+                        mixed)
+    with plain:
+        for r in range(rounds):
+            best["ours"] = max(best["ours"], _ours_round(ours, paths, prompt, tokens, r))
+            best["plain"] = max(best["plain"], len(paths) * tokens / plain.round())
     return best
+
+
+def _ours_round(ours: Ours, paths: list[Path], prompt: list[int], tokens: int, r: int) -> float:
+    """Tokens/s of one round of ours: a request an adapter, decoded together."""
+    started = time.perf_counter()
+    for k, path in enumerate(paths):
+        ours.add(f"round{r}-{k}", path, prompt, tokens=tokens)
+    left = len(paths)
+    while left:
+        left -= len(ours.step())
+    return len(paths) * tokens / (time.perf_counter() - started)
 
 
 def resident_bytes(ours: Ours, paths: list[Path]) -> float:

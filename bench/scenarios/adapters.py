@@ -137,13 +137,4 @@ def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int],
                 tokens: int = 16) -> dict[str, float]:
     """Tokens/s of one batch of len(paths) requests, each with its own adapter, against one
     peft process's mixed batch (`adapter_names`)."""
-    plain = plain_holding(paths)
-    ids = torch.tensor([prompt] * len(paths))
-    names = [f"a{k}" for k in range(len(paths))]
-
-    def plain_round() -> None:
-        plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), adapter_names=names,
-                       max_new_tokens=tokens, **FIXED_LENGTH, do_sample=False)
-    return best_speeds(ours, paths, prompt, plain_round, tokens)
-
-
+    return best_speeds(ours, paths, prompt, tokens, mixed=True)

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from bench.models import FIXED_LENGTH
 from bench.records import Record
-from bench.scenarios.adapter_sides import best_speeds, plain_holding, resident_bytes
+from bench.scenarios.adapter_sides import best_speeds, resident_bytes
 
 BATCH = 8
 LABEL = {"ia3": "IA3", "prompt_tuning": "prompt tuning"}
@@ -38,12 +35,4 @@ def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> l
 def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16) -> dict[str, float]:
     """Tokens/s of len(paths) requests, each with its own adapter, against one peft process
     serving them one adapter a `generate`."""
-    plain = plain_holding(paths)
-    ids = torch.tensor([prompt])
-
-    def plain_round() -> None:
-        for k in range(len(paths)):
-            plain.set_adapter(f"a{k}")
-            plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                           max_new_tokens=tokens, **FIXED_LENGTH, do_sample=False)
-    return best_speeds(ours, paths, prompt, plain_round, tokens)
+    return best_speeds(ours, paths, prompt, tokens, mixed=False)
