@@ -65,11 +65,13 @@ class PeftProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.peft_process"], text=True,
                                      env=environment("plain"), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
-        self._say({"model": str(model), "paths": [str(p) for p in paths], "prompt": prompt,
-                   "tokens": tokens, "threads": threads, "mixed": mixed})
-        ready = self._hear()
-        if not ready.get("ready"):
-            raise RuntimeError("the peft process did not get ready")
+        try:
+            self._say({"model": str(model), "paths": [str(p) for p in paths], "prompt": prompt,
+                       "tokens": tokens, "threads": threads, "mixed": mixed})
+            ready = self._hear()
+        except BaseException:
+            self.proc.kill()
+            raise
         self.wait_policy: str | None = ready["omp_wait_policy"]  # None: OpenMP's default
 
     def round(self) -> float:
