@@ -25,6 +25,7 @@ import torch
 
 from bench.executors import executor
 from bench.models import build
+from bench.sides import environment
 from bench.workload import train_step
 
 TOP_OPS = 25
@@ -78,7 +79,8 @@ def _side_process(args: argparse.Namespace, side: str, endpoint: str) -> dict:
                "--model", args.model, "--device", args.device, "--dtype", args.dtype,
                "--batch", str(args.batch), "--length", str(args.length),
                "--warmup", str(args.warmup), "--steps", str(args.steps)]
-    run = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+    run = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
+                         env=environment(side))  # each side at its defaults (`bench.sides`)
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
