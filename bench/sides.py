@@ -3,7 +3,7 @@
 Ours as the stack runs its workers and trainers (launcher/stack.py, the spawner): OpenMP's idle
 threads sleep (`OMP_WAIT_POLICY=PASSIVE`). Plain transformers + peft as a user runs it: OpenMP at
 its defaults, where idle threads spin a while before they sleep. A single plain process on
-2 threads ran small fine-tuning steps 18-24 % slower under PASSIVE (bench NOTES), so forcing
+2 threads ran fine-tuning steps 14-19 % slower under PASSIVE (bench NOTES), so forcing
 ours' setting on it would flatter every ratio against one multi-threaded plain process.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 SIDE = "SYMBIOSIS_BENCH_SIDE"  # tells a client process (or a preloaded parent) its side
-_loaded_with: list[str | None] = []  # OMP_WAIT_POLICY as this process set it, before torch
+_loaded_with: str | None = None  # OMP_WAIT_POLICY as set_openmp left it, before torch loaded
 
 
 def environment(side: str) -> dict[str, str]:
@@ -29,12 +29,13 @@ def set_openmp() -> None:
     """Before torch loads (`bench/__init__.py` calls it): ours' idle OpenMP threads sleep, in
     the bench's own process too; a plain client's (or its preloaded parent's) are left at
     OpenMP's defaults."""
+    global _loaded_with
     if os.environ.get(SIDE) != "plain":
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    _loaded_with[:] = [os.environ.get("OMP_WAIT_POLICY")]
+    _loaded_with = os.environ.get("OMP_WAIT_POLICY")
 
 
 def wait_policy() -> str | None:
     """OMP_WAIT_POLICY as it was when torch loaded here (None: OpenMP's default), whatever a
     module imported since (`workers.remote`) put into the environment."""
-    return _loaded_with[0] if _loaded_with else os.environ.get("OMP_WAIT_POLICY")
+    return _loaded_with

@@ -36,7 +36,7 @@ def test_forked_and_fresh_clients_measure_the_same_workload(zygote) -> None:
 def test_plain_clients_run_at_openmps_defaults_and_ours_as_the_stack_sets_it(zygote) -> None:
     """Plain processes as a user runs them (OpenMP's idle threads spin a while), ours as the
     stack runs its workers (they sleep): forced on one 2-thread plain process, ours' setting
-    made it 18-24 % slower (bench NOTES)."""
+    made it 14-19 % slower (bench NOTES)."""
     forked = Group([_decode()], forked=True, zygote=zygote, side="plain").run()
     fresh = Group([_decode()], forked=False, side="plain").run()
     ours_env = Group([_decode()], forked=False, side="ours").run()
