@@ -17,6 +17,7 @@ from peft import (
 # peft asks transformers 5 about gradient checkpointing by its deprecated name, once per model
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
 LORA_TARGETS = ["q_proj", "v_proj"]  # peft's default for Llama: the most common adapter
+RANKS = (8, 16, 32, 64)  # the decode scenarios' tenants' LoRA ranks, in turn
 # generate() makes exactly max_new_tokens when no end-of-sequence token stops it: what either
 # side's decode is timed with. Not min_new_tokens, whose two logits processors mask the EOS
 # across the vocabulary every step (arange + isin + where over 50k: 2.5 of tiny-llama's 5.0 ms a

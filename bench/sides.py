@@ -20,6 +20,7 @@ def environment(side: str) -> dict[str, str]:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", SIDE: side}
     if side == "plain":
         env.pop("OMP_WAIT_POLICY", None)
+        env.pop("GOMP_SPINCOUNT", None)
     else:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from bench.models import FIXED_LENGTH, build, build_mixed
+from bench.models import FIXED_LENGTH, RANKS, build, build_mixed
 from bench.sides import wait_policy
 
 
@@ -160,7 +160,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute", action="store_true",
                    help="train: recompute each decoder layer in the backward (either side)")
     p.add_argument("--adapters", type=int, default=0,
-                   help="plain only: one model with this many LoRA adapters, mixed batches")
+                   help="decode: this many LoRA adapters in one process, a request each at "
+                        "once (plain: one peft model's mixed batches; ours: a shared worker)")
     p.add_argument("--sync-dir", type=Path, required=True)
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--duration", type=float, default=20)
@@ -190,8 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     if args.kind == "calls":
         model = None
+    elif args.adapters and args.side == "ours":
+        from bench.shared_worker import SharedWorker
+
+        model = SharedWorker(args.model, args.endpoint, args.adapters,
+                             args.sync_dir / f"adapters-{args.index}", args.device)
     elif args.adapters:
-        ranks = [(8, 16, 32, 64)[i % 4] for i in range(args.adapters)]
+        ranks = [RANKS[i % len(RANKS)] for i in range(args.adapters)]
         model = build_mixed(args.model, ranks, args.device, dtype)
     else:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
@@ -230,6 +236,8 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float,
     if args.kind == "calls":
         latencies, done, per_unit = calls(args.endpoint, args.layer, until)
         return latencies, done, per_unit, {}
+    if args.kind == "decode" and args.adapters and args.side == "ours":
+        return (*model.decode(args.prompt, args.tokens, until, rng), 1, {})
     if args.kind == "decode" and args.adapters:
         return (*decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng), 1, {})
     if args.kind == "decode":

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from bench.group import Group
+from bench.models import RANKS
 from bench.records import Record
 from bench.scenarios.common import Settings, client, run_ours, run_plain, watched
 
-RANKS = (8, 16, 32, 64)
 MIXED_WINDOW_S = 20.0
 
 
@@ -16,19 +16,27 @@ def tenants(n: int, duration: float, kind: str = "decode", methods=("lora",), **
 
 
 def decode(settings: Settings) -> list[Record]:
-    """8 tenants, each with its own LoRA adapter (ranks 8-64), greedy decode of 32 tokens."""
+    """8 tenants, each with its own LoRA adapter (ranks 8-64), greedy decode of 32 tokens: each
+    in a worker of its own (ours) against 8 processes and against one peft process with
+    mixed-adapter batches; and all in one worker of the shared pool against the latter."""
     n = settings.n(8)
     ours = run_ours(settings, tenants(n, settings.duration))
     plain = run_plain(settings, tenants(n, settings.duration), fresh=True)  # memory too
     mixed = Group([client("decode", side="plain", model=settings.model, threads=settings.threads,
                           adapters=n, duration=settings.duration)], forked=False,
                   side="plain").run()
+    shared = run_ours(settings, [{"kind": "decode", "adapters": n, "duration": settings.duration}])
     return [
         Record("4 decode", "8 tenants vs 8 processes: tokens/s", ours.tokens_per_s(),
                plain.tokens_per_s(), "tok/s", ">= 1.5x"),
         Record("4 decode", "8 tenants vs one peft process with mixed-adapter batches: tokens/s",
                ours.tokens_per_s(), mixed.tokens_per_s(), "tok/s", ">= 1.0x",
                note="ours keeps each tenant in its own process"),
+        Record("4 decode", "8 tenants in one shared worker vs one peft process with "
+               "mixed-adapter batches: tokens/s", shared.tokens_per_s(), mixed.tokens_per_s(),
+               "tok/s", ">= 1.0x", note="the shared pool (--shared-tenants): a batch's rows "
+               "each with its tenant's adapter, no isolation between them, as in the peft "
+               "process"),
         Record("4 decode", "executor calls per generated token (prefill included)",
                ours.calls_per_token(), None, "calls",
                note="LoRA on q/v leaves every stretch untouched: one call per layer"),
