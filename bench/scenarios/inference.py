@@ -22,14 +22,14 @@ def decode(settings: Settings) -> list[Record]:
     in a worker of its own (ours) against 8 processes and against one peft process with
     mixed-adapter batches; and all in one worker of the shared pool against the latter. Every
     client decodes for DECODE_WARMUP_S before the window opens."""
-    n, warm = settings.n(8), DECODE_WARMUP_S * (0.25 if settings.toy else 1)
-    ours = run_ours(settings, tenants(n, settings.duration, warmup=warm))
-    plain = run_plain(settings, tenants(n, settings.duration, warmup=warm), fresh=True)  # memory
+    n = settings.n(8)
+    window = {"duration": settings.duration,
+              "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
+    ours = run_ours(settings, tenants(n, **window))
+    plain = run_plain(settings, tenants(n, **window), fresh=True)  # memory too
     mixed = Group([client("decode", side="plain", model=settings.model, threads=settings.threads,
-                          adapters=n, duration=settings.duration, warmup=warm)], forked=False,
-                  side="plain").run()
-    shared = run_ours(settings, [{"kind": "decode", "adapters": n, "duration": settings.duration,
-                                  "warmup": warm}])
+                          adapters=n, **window)], forked=False, side="plain").run()
+    shared = run_ours(settings, [{"kind": "decode", "adapters": n, **window}])
     return [
         Record("4 decode", "8 tenants vs 8 processes: tokens/s", ours.tokens_per_s(),
                plain.tokens_per_s(), "tok/s", ">= 1.5x"),
