@@ -1,6 +1,7 @@
-"""Slices of a training batch: bands of output columns where the op is one matmul, else rows.
+"""Slices of a long batch: bands of output columns where the op is one matmul, else rows.
 
-A training batch runs in slices so that decode steps get through between them (`Scheduler`).
+A training batch or a prefill runs in slices so that decode steps get through between them
+(`Scheduler`).
 Cut by rows, each slice is a short matmul that runs well below the CPU's peak; cut by output
 columns, each is a full-height matmul through a narrow band of the weight, which keeps it. 512
 rows on a 2-core AMD EPYC (fp32, torch 2.13, GFLOP/s of each way of cutting a batch into slices
@@ -53,7 +54,8 @@ class Columns:
 
 
 def row_bands(rows: int, count: int) -> list[tuple[int, int]]:
-    """About `count` bands of rows (none shorter than MIN_ROWS) for an op that is not one
-    matmul here (a stretch's backward, a layer sharded over a group)."""
-    size = max(MIN_ROWS, math.ceil(rows / max(count, 1)))
+    """About `count` bands of rows of equal height, none shorter than MIN_ROWS (fewer than twice
+    that: one band), for an op that is not one matmul here (a stretch, a layer sharded over a
+    group)."""
+    size = max(1, math.ceil(rows / max(1, min(count, rows // MIN_ROWS))))
     return [(start, min(start + size, rows)) for start in range(0, rows, size)]

@@ -3,9 +3,10 @@
 Rows of all calls in a batch are concatenated (no padding), run through one base layer, and the
 result is split back by row counts. A doorbell call's result goes straight into its client's
 shared memory and the client's doorbell rings; socket calls get reply frames, which the caller
-sends. A batch the scheduler slices runs as several matmuls, each over a band of the output's
-columns (or of rows where the op is no single matmul: `executor.columns`), with `between` called
-after each slice but the last (the server runs ready decode steps there).
+sends. A batch the scheduler slices (training, or a prefill beside decoding tenants) runs as
+several matmuls, each over a band of the output's columns (or of rows where the op is no single
+matmul: `executor.columns`), with `between` called after each slice but the last (what runs there:
+`executor.interleave`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from executor.stats import ExecutorStats
 from wire.call import device as D
 from wire.call import messages as P
 from wire.call.header import CODE_OF
-from wire.call.messages import CallKind
 from wire.call.tensors import as_bytes, name_of
 from wire.call.threads import copy_threads, one_thread
 
@@ -54,8 +54,7 @@ class Engine:
         started = self.scheduler.clock()
         first = batch[0]
         run = self._runners[first.layer][first.op]
-        count = self.scheduler.slices(batch) \
-            if between is not None and first.kind == CallKind.TRAINING else None
+        count = self.scheduler.slices(batch) if between is not None else None
         in_place = self._in_place(batch, run) if count is None else None
         try:
             x = self._inputs(batch)
@@ -126,10 +125,10 @@ class Engine:
             y, seconds = D.timed(run, x[start:stop], self.device)
             parts.append(y)
             elapsed += seconds
-        return torch.cat(parts), elapsed
+        return (parts[0] if len(parts) == 1 else torch.cat(parts)), elapsed
 
     def _between(self, between: Callable[[], None]) -> None:
-        self.scheduler.training_ran()  # the decode steps run now waited behind a slice
+        self.scheduler.slice_ran()  # the calls run now waited behind a slice
         between()
 
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:

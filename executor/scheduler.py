@@ -13,11 +13,13 @@ training, but training keeps at least `training_share` of the batches while it h
 policy's order (first come first served; or for opportunistic batching decode steps first, then the
 queue farthest behind in the model: a layer's position in forward order, reversed for backward).
 Decode steps, prefills and training calls for one layer share its queue, so they can share a batch
-(one matmul for every tenant). A training batch may run in slices (`slices`, as the policy
-says, sized by the waits of decode steps queued behind training: `observe_waits`); between slices
-the ready decode steps run as long as training keeps `training_share` of the batches, each slice
-counting as one. Within a batch that exceeds `max_batch_rows`, clients are taken round-robin, so a
-client flooding one layer cannot crowd others out.
+(one matmul for every tenant). A training batch, and a prefill beside decoding tenants, may run in
+slices (`slices`, as the policy says, sized by the waits of decode steps queued behind a slice:
+`observe_waits`). Between a training batch's slices the ready decode steps run, then the ready
+prefills, as long as training keeps `training_share` of the batches, each slice counting as one;
+between a prefill's slices, the ready decode steps (`between_slices`). Within a batch that exceeds
+`max_batch_rows`, clients are taken round-robin, so a client flooding one layer cannot crowd others
+out.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class Scheduler:
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
         self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
-        self._training_done = float("-inf")  # when the last training batch or slice ended
+        self._long_done = float("-inf")  # when the last training batch or slice (of one or of a
+        #                                  prefill) ended: decode steps that came before it waited
         self._seq = 0
         self._next_forget = 0.0
 
@@ -103,34 +106,39 @@ class Scheduler:
             return batch
 
     def observe_waits(self, batch: list[PendingCall], started: float) -> None:
-        """The waits of decode steps that were queued while a training batch (or slice) ran
-        size the next training slices; other waits are not the slices' doing."""
+        """The waits of decode steps that were queued while a training batch or a slice ran
+        size the next slices; other waits are not the slices' doing."""
         tuner = getattr(self.policy, "tuner", None)
         if tuner is None:
             return
         for call in batch:
-            if call.lane == Lane.DECODE and call.arrived < self._training_done:
+            if call.lane == Lane.DECODE and call.arrived < self._long_done:
                 tuner.observe(started - call.arrived)
 
-    def training_ran(self) -> None:
-        """A training slice just ended (the batch goes on after the decode steps ready)."""
+    def slice_ran(self) -> None:
+        """A slice of a training batch or a prefill just ended (the batch goes on after what
+        `between_slices` gives)."""
         with self.lock:
-            self._training_done = self.clock()
+            self._long_done = self.clock()
 
     def training_slice_s(self) -> float | None:
         """The training slice now (None: batches run whole)."""
         return getattr(self.policy, "slice_s", None)
 
     def slices(self, batch: list[PendingCall]) -> int | None:
-        """How many slices a training batch runs in under the policy; None when it runs whole
-        (also when no inference client is active: slices only cost throughput then)."""
-        if any(c.kind != CallKind.TRAINING for c in batch):
+        """How many slices a batch runs in under the policy; None when it runs whole: a batch
+        with a decode step; a training batch while no inference client is active, a prefill
+        while no other client decodes (slices only cost throughput then)."""
+        if any(c.lane == Lane.DECODE for c in batch):
             return None
+        training = all(c.kind == CallKind.TRAINING for c in batch)
+        own = {c.client for c in batch}
         rows = sum(c.rows for c in batch)
         with self.lock:
             now = self.clock()
-            if not any(p.inference and now - p.last_seen <= self.active_window_s
-                       for p in self.presence.values()):
+            if not any((p.inference if training else p.decode) and client not in own
+                       and now - p.last_seen <= self.active_window_s
+                       for client, p in self.presence.items()):
                 return None
             key = batch[0].key
             compute_s = self.cost.estimate(key, rows, self.widths.get(key[0], 0)) \
@@ -138,26 +146,37 @@ class Scheduler:
         count = self.policy.slices(compute_s)
         return count if count is not None and count > 1 else None
 
-    def between_slices(self) -> list[PendingCall] | None:
-        """After a slice of a training batch: pop the ready decode steps of one queue to run
-        now, if training keeps its share of batches (the rest of that queue stays queued); they
-        wait for their convoy here too (run piecemeal, 6 tenants fell into batches of 2-3)."""
+    def between_slices(self, training: bool = True) -> list[PendingCall] | None:
+        """After a slice of a training batch (`training`) or of a prefill: pop the batch to run
+        now, if any: the ready decode steps of one queue (they wait for their convoy here too:
+        run piecemeal, 6 tenants fell into batches of 2-3), else, after a training slice, the
+        ready prefills of one queue (which run in slices themselves). The rest of the queue
+        stays queued. After a training slice only while training keeps its share of batches."""
         with self.lock:
-            if self._training_share_of_recent() < self.training_share:
+            if training and self._training_share_of_recent() < self.training_share:
                 return None
+            prefills = None
             for queue, wait in self._scan(self.clock()):
-                urgent = [c for c in queue if c.lane == Lane.DECODE] if wait <= 0 else []
-                if urgent:
-                    rest = [c for c in queue if c.lane != Lane.DECODE]
-                    queue.clear()
-                    queue.extend(rest)
-                    if not queue:
-                        del self._busy[urgent[0].key]
-                    self._recent.append(False)
-                    for call in urgent:
-                        self.presence[call.client].queued -= 1
-                    return urgent
-            return None
+                if wait > 0:
+                    continue
+                if any(c.lane == Lane.DECODE for c in queue):
+                    return self._pop(queue, Lane.DECODE)
+                if training and prefills is None and any(c.lane == Lane.PREFILL for c in queue):
+                    prefills = queue
+            return self._pop(prefills, Lane.PREFILL) if prefills is not None else None
+
+    def _pop(self, queue: deque[PendingCall], lane: Lane) -> list[PendingCall]:
+        """The calls of `lane` out of `queue` (the others stay queued), as a batch run now."""
+        taken = [c for c in queue if c.lane == lane]
+        rest = [c for c in queue if c.lane != lane]
+        queue.clear()
+        queue.extend(rest)
+        if not queue:
+            del self._busy[taken[0].key]
+        self._recent.append(False)
+        for call in taken:
+            self.presence[call.client].queued -= 1
+        return taken
 
     def count_slice(self) -> None:
         """A slice of a training batch counts as one training batch for the share."""
@@ -177,7 +196,7 @@ class Scheduler:
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds)
             now = self.clock()
             if batch[0].kind == CallKind.TRAINING:
-                self._training_done = now
+                self._long_done = now
             for call in batch:
                 if (me := self.presence.get(call.client)) is not None:
                     me.served = now

@@ -28,6 +28,7 @@ from executor.calls import PendingCall
 from executor.clients import ClientState, ClientTable
 from executor.config import ExecutorConfig
 from executor.engine import Engine
+from executor.interleave import Interleave
 from executor.registry import LayerRegistry
 from executor.requests import Requests, Tap
 from executor.scheduler import Scheduler
@@ -55,6 +56,7 @@ class ExecutorServer:
         self.clients = ClientTable(config.device)
         self.stats = ExecutorStats(self.scheduler.targets, self.scheduler.training_slice_s)
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
+        self._interleave = Interleave(self.scheduler, self.engine, self._reply)
         self.tap = tap
         self.stopped = threading.Event()
         self._ctx = zmq.Context()
@@ -174,7 +176,8 @@ class ExecutorServer:
                     if sum(c.rows for c in batch) * self._macs_per_row[batch[0].layer] \
                             >= LONG_BATCH_MACS:
                         self._baton.pass_on()
-                    self._reply(self.engine.execute(batch, between=self._between_slices))
+                    self._reply(self.engine.execute(batch,
+                                                    between=self._interleave.between(batch)))
                 self.clients.settle()
             finally:
                 self._compute_slot.release()
@@ -183,15 +186,6 @@ class ExecutorServer:
                     with contextlib.suppress(BlockingIOError):
                         os.write(self._nudge_w, b"\0")
                 return
-
-    def _between_slices(self) -> None:
-        """Between the slices of a training batch: the decode steps that are ready."""
-        self.scheduler.count_slice()
-        try:
-            while (batch := self.scheduler.between_slices()) is not None:
-                self._reply(self.engine.execute(batch))
-        except Exception:  # the training batch goes on regardless
-            log.exception("decode steps between slices")
 
     def _reply(self, replies: list) -> None:
         """Send the socket calls' replies (doorbell calls were answered by the engine). A send

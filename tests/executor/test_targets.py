@@ -64,7 +64,7 @@ def test_the_scheduler_feeds_the_tuner_the_waits_of_decode_steps_queued_behind_t
     scheduler.observe_waits(after, started=1.05)  # queued after training ended: not fed
     assert tuner.slice_s == 0.004 * 0.7
     now[0] = 1.1
-    scheduler.training_ran()  # a slice of a longer training batch ended
+    scheduler.slice_ran()  # a slice of a longer training batch (or a prefill) ended
     scheduler.observe_waits(after, started=1.11)
     assert tuner.slice_s == 0.004 * 0.7 * 0.7
     assert Scheduler(Opportunistic(Budgets(), tuner=None)).training_slice_s() is None

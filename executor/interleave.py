@@ -1,0 +1,50 @@
+"""What runs between the slices of a long batch (`Engine.execute`'s `between`).
+
+Between a training batch's slices: the ready decode steps, then the ready prefills, while training
+keeps its share of batches (`Scheduler.between_slices`). A prefill beside decoding tenants runs in
+slices itself, with only the ready decode steps between them. So neither a decode step nor a
+prefill waits behind a whole training batch, and a decode step waits behind no whole prefill: at
+most one slice of either (the slice is sized to the decode target, `executor.targets`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from executor.calls import PendingCall
+from executor.engine import Engine, Reply
+from executor.lanes import Lane
+from executor.scheduler import Scheduler
+from wire.call.messages import CallKind
+
+log = logging.getLogger("executor.interleave")
+
+
+class Interleave:
+    def __init__(self, scheduler: Scheduler, engine: Engine,
+                 reply: Callable[[list[Reply]], None]) -> None:
+        self.scheduler = scheduler
+        self.engine = engine
+        self.reply = reply  # sends the socket calls' replies
+
+    def between(self, batch: list[PendingCall]) -> Callable[[], None]:
+        """What runs between `batch`'s slices, if the scheduler slices it."""
+        if all(c.kind == CallKind.TRAINING for c in batch):
+            return self._after_training_slice
+        return self._after_prefill_slice
+
+    def _after_training_slice(self) -> None:
+        self.scheduler.count_slice()
+        self._run(training=True)
+
+    def _after_prefill_slice(self) -> None:
+        self._run(training=False)
+
+    def _run(self, training: bool) -> None:
+        try:
+            while (batch := self.scheduler.between_slices(training)) is not None:
+                between = self._after_prefill_slice if batch[0].lane == Lane.PREFILL else None
+                self.reply(self.engine.execute(batch, between=between))
+        except Exception:  # the sliced batch goes on regardless
+            log.exception("batches between slices")

@@ -1,0 +1,90 @@
+"""What runs between slices, on a real registry: after a training slice the ready decode steps,
+then the ready prefills, each prefill itself in slices with the decode steps that come meanwhile
+between them; every result the rows of one whole computation."""
+
+from __future__ import annotations
+
+import torch
+
+from catalogue.resolve import resolve_model
+from executor.calls import PendingCall
+from executor.clients import ClientTable
+from executor.engine import Engine
+from executor.interleave import Interleave
+from executor.policy import Budgets, Opportunistic
+from executor.registry import LayerRegistry
+from executor.scheduler import Scheduler
+from executor.scheduling import macs_per_row
+from executor.stats import ExecutorStats
+from executor.targets import SliceTuner
+from wire.call import messages as P
+from wire.call.tensors import dtype_of, from_bytes
+
+INFERENCE, TRAINING = P.CallKind.INFERENCE, P.CallKind.TRAINING
+
+
+def _setup() -> tuple[LayerRegistry, Scheduler, Engine, Interleave, list]:
+    """Slices as small as they come; the replies sent between slices land in the list."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    scheduler = Scheduler(Opportunistic(Budgets(), tuner=SliceTuner(1e-9)),
+                          widths=dict(enumerate(macs_per_row(registry))))
+    engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
+    sent: list = []
+    return registry, scheduler, engine, Interleave(scheduler, engine, sent.extend), sent
+
+
+def _queue(s: Scheduler, client: str, index: int, kind: P.CallKind, x: torch.Tensor) -> None:
+    s.add(PendingCall(client.encode(), P.Call(0, P.Op.FORWARD, index, kind, "float32",
+                                              tuple(x.shape)), x, s.clock()))
+
+
+def _rows(replies: list) -> dict[str, torch.Tensor]:
+    out = {}
+    for client, frames in replies:
+        header = P.decode_reply(frames[0])
+        out[client.decode()] = from_bytes(frames[1], dtype_of(header.dtype),
+                                          tuple(header.shape)).clone()
+    return out
+
+
+def _stretch(registry: LayerRegistry):
+    spec = next(s for s in registry.specs if s.kind == P.LayerKind.STRETCH)
+    return spec, registry.get(spec.index).stretch
+
+
+def test_a_prefill_runs_in_slices_with_a_decode_step_that_came_meanwhile_between() -> None:
+    registry, scheduler, engine, interleave, sent = _setup()
+    spec, stretch = _stretch(registry)
+    torch.manual_seed(0)
+    prompt, step = torch.randn(200, spec.in_features), torch.randn(1, spec.in_features)
+    _queue(scheduler, "prefiller", spec.index, INFERENCE, prompt)
+    prefill = scheduler.next_batch()
+    _queue(scheduler, "decoder", spec.index, INFERENCE, step)  # arrives while it runs
+    ran: list[int] = []
+    whole = engine._runners[spec.index][P.Op.FORWARD]
+    engine._runners[spec.index][P.Op.FORWARD] = lambda x: ran.append(x.shape[0]) or whole(x)
+    got = _rows(engine.execute(prefill, between=interleave.between(prefill)))
+    assert ran == [67, 1, 67, 66]  # three bands of rows (a stretch is no one matmul)
+    assert list(_rows(sent)) == ["decoder"]  # answered between the first two
+    torch.testing.assert_close(got["prefiller"], stretch(prompt), rtol=0, atol=1e-6)
+    torch.testing.assert_close(_rows(sent)["decoder"], stretch(step), rtol=0, atol=1e-6)
+
+
+def test_after_a_training_slice_decode_steps_run_then_prefills_then_training_goes_on() -> None:
+    registry, scheduler, engine, interleave, sent = _setup()
+    spec, stretch = _stretch(registry)
+    group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP)
+    weight = registry.get(group.index).weight
+    torch.manual_seed(1)
+    batch = torch.randn(200, group.in_features)
+    prompt, step = torch.randn(150, spec.in_features), torch.randn(1, spec.in_features)
+    _queue(scheduler, "trainer", group.index, TRAINING, batch)
+    training = scheduler.next_batch()
+    _queue(scheduler, "prefiller", spec.index, INFERENCE, prompt)
+    _queue(scheduler, "decoder", spec.index, INFERENCE, step)
+    got = _rows(engine.execute(training, between=interleave.between(training)))
+    assert [client.decode() for client, _ in sent] == ["decoder", "prefiller"]
+    between = _rows(sent)
+    torch.testing.assert_close(got["trainer"], batch @ weight.t(), rtol=0, atol=1e-5)
+    torch.testing.assert_close(between["decoder"], stretch(step), rtol=0, atol=1e-6)
+    torch.testing.assert_close(between["prefiller"], stretch(prompt), rtol=0, atol=1e-6)
