@@ -1,6 +1,8 @@
-"""A call waiting in the executor: who asked, what to run, and its rows."""
+"""A call waiting in the executor: who asked, what to run, and its rows; a batch of them."""
 
 from __future__ import annotations
+
+from collections import deque
 
 import torch
 
@@ -57,3 +59,33 @@ def lane_for(kind: int, rows: int) -> int:
     if kind == CallKind.TRAINING:
         return 2
     return 0 if rows <= DECODE_ROWS else 1
+
+
+def take(queue: deque[PendingCall], max_rows: int) -> list[PendingCall]:
+    """A batch out of `queue`: all of it, or past `max_rows` rows its clients' calls taken
+    round-robin (a client flooding one layer cannot crowd others out); the rest stays queued."""
+    if len(queue) == 1:
+        return [queue.popleft()]
+    if sum(c.rows for c in queue) <= max_rows:
+        batch = list(queue)
+        queue.clear()
+        return batch
+    by_client: dict[bytes, deque[PendingCall]] = {}
+    for call in queue:
+        by_client.setdefault(call.client, deque()).append(call)
+    batch, rows = [], 0
+    while any(by_client.values()):
+        progressed = False
+        for calls in by_client.values():
+            if calls and (not batch or rows + calls[0].rows <= max_rows):
+                call = calls.popleft()
+                batch.append(call)
+                rows += call.rows
+                progressed = True
+        if not progressed:
+            break
+    taken = set(map(id, batch))
+    remaining = [c for c in queue if id(c) not in taken]
+    queue.clear()
+    queue.extend(remaining)
+    return batch

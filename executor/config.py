@@ -37,9 +37,10 @@ class ExecutorConfig(BaseSettings):
                                     "slices are sized to keep it")
     prefill_target_ms: float = Field(50.0, gt=0, description="latency target: the longest a "
                                      "prefill call should wait before its batch runs")
-    slice_ms: float | None = Field(None, ge=0, description="opportunistic: the training slice to "
-                                   "start from (default: the decode target); it then adapts to "
-                                   "the decode waits measured (0: never slice)")
+    slice_ms: float | None = Field(None, ge=0, description="opportunistic: the slice of a "
+                                   "training batch or a prefill to start from (default: the "
+                                   "decode target); it then adapts to the decode waits measured "
+                                   "(0: never slice)")
     max_batch_rows: int = Field(8192, ge=1, description="rows in one batch at most")
     training_share: float = Field(0.25, gt=0, lt=1, description="the least share of batches "
                                   "training keeps under load")

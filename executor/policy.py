@@ -11,8 +11,9 @@
   Among ready queues, decode steps run before prefills and large batches; and a training batch
   runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`;
   cut into bands of output columns where it is one matmul, `executor.columns`),
-  with the decode steps that became ready run between slices (training keeps its share of
-  batches), so a token never waits behind a whole 256-row training matmul.
+  with the decode steps, then the prefills that became ready run between slices (training keeps
+  its share of batches), so a token never waits behind a whole 256-row training matmul; a
+  prefill beside decoding tenants runs in slices too (`executor.interleave`).
 """
 
 from __future__ import annotations

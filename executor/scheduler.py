@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from executor.calls import PendingCall
+from executor.calls import PendingCall, take
 from executor.lanes import Lane
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, convoy
@@ -95,7 +95,7 @@ class Scheduler:
             if not ready:
                 return None
             queue = ready[0] if len(ready) == 1 else self._choose(ready, now)
-            batch = self._take(queue)
+            batch = take(queue, self.max_batch_rows)
             if not queue:
                 del self._busy[batch[0].key]
             training = True
@@ -285,33 +285,6 @@ class Scheduler:
         if op == Op.BACKWARD:
             return 2 * len(self.positions) - position
         return position
-
-    def _take(self, queue: deque[PendingCall]) -> list[PendingCall]:
-        if len(queue) == 1:
-            return [queue.popleft()]
-        if sum(c.rows for c in queue) <= self.max_batch_rows:
-            batch = list(queue)
-            queue.clear()
-            return batch
-        by_client: dict[bytes, deque[PendingCall]] = {}
-        for call in queue:
-            by_client.setdefault(call.client, deque()).append(call)
-        batch, rows = [], 0
-        while any(by_client.values()):
-            progressed = False
-            for calls in by_client.values():
-                if calls and (not batch or rows + calls[0].rows <= self.max_batch_rows):
-                    call = calls.popleft()
-                    batch.append(call)
-                    rows += call.rows
-                    progressed = True
-            if not progressed:
-                break
-        taken = set(map(id, batch))
-        remaining = [c for c in queue if id(c) not in taken]
-        queue.clear()
-        queue.extend(remaining)
-        return batch
 
     def _forget_departed(self, now: float, idle_s: float = 60.0) -> None:
         for client in [c for c, p in self.presence.items()

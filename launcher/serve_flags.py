@@ -41,9 +41,9 @@ SETTINGS = [
             "step should wait in the executor; training slices are sized to keep it", float),
     Setting("--prefill-target-ms", "SYMBIOSIS_EXECUTOR_PREFILL_TARGET_MS", "the longest a "
             "prefill call should wait in the executor", float),
-    Setting("--slice-ms", "SYMBIOSIS_EXECUTOR_SLICE_MS", "the training slice to start from "
-            "(default: the decode target; it adapts), decode steps between slices (0: whole)",
-            float),
+    Setting("--slice-ms", "SYMBIOSIS_EXECUTOR_SLICE_MS", "the slice of a training batch or a "
+            "prefill to start from (default: the decode target; it adapts), decode steps between "
+            "slices (0: whole)", float),
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
             "batches training keeps under load", float),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
