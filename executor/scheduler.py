@@ -60,8 +60,9 @@ class Scheduler:
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
         self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
-        self._long_done = float("-inf")  # when the last training batch or slice (of one or of a
-        #                                  prefill) ended: decode steps that came before it waited
+        # when the last training batch, or slice of one or of a prefill, ended: decode steps
+        # queued before then waited behind it
+        self._long_done = float("-inf")
         self._seq = 0
         self._next_forget = 0.0
 
