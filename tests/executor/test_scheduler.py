@@ -281,6 +281,11 @@ def test_a_prefill_is_sliced_only_beside_decoding_tenants(clock) -> None:
     decode = call(s, "decoder", 2)
     assert s.slices(prefill) == 5  # a decoding tenant: slices of the tuner's 1 ms
     assert s.slices([*prefill, decode]) is None  # a decode step is in the batch: whole
+    shared = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(0.001)), clock)
+    own = [call(shared, "worker", 1, rows=200)]
+    shared.cost.observe((1, Op.FORWARD), 200, 0.0045 + shared.cost.overhead_s)
+    call(shared, "worker", 2)  # a tenant of the same worker decodes: it waits for the prefill
+    assert shared.slices(own) is None  # anyway, slices would not let it through sooner
     eager = scheduler(Eager(), clock)
     call(eager, "decoder", 2)
     assert eager.slices(prefill) is None
