@@ -3,49 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
-from executor.calls import PendingCall
-from executor.policy import Budgets, Eager, Lockstep, Opportunistic
+from executor.policy import Eager, Lockstep, Opportunistic
 from executor.scheduler import Scheduler
-from executor.targets import SliceTuner
-from wire.call.messages import Call, CallKind, Op
-
-INF, TRAIN = CallKind.INFERENCE, CallKind.TRAINING
-BUDGETS = Budgets(max_wait_s=0.020, decode_wait_s=0.0003, training_wait_s=0.002,
-                  wait_fraction=0.25)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture()
-def clock() -> Clock:
-    return Clock()
-
-
-def scheduler(policy, clock: Clock, **kw) -> Scheduler:
-    return Scheduler(policy, clock=clock, widths={0: 64 * 64, 1: 64 * 64, 2: 64 * 64}, **kw)
-
-
-def call(s: Scheduler, client: str, layer: int, rows: int = 1, kind: CallKind = INF,
-         op: Op = Op.FORWARD) -> PendingCall:
-    pending = PendingCall(client.encode(), Call(0, op, layer, kind, "float32", (rows, 1)),
-                          torch.empty(rows, 1), s.clock())
-    s.add(pending)
-    return pending
-
-
-def clients_of(batch) -> list[str]:
-    return [c.client.decode() for c in batch]
+from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
+from wire.call.messages import Op
 
 
 def teach_layer_order(s: Scheduler, clients: list[str]) -> None:
@@ -217,21 +179,6 @@ def test_a_decode_step_waits_for_an_idle_client_due_within_twice_its_gap(clock) 
     assert clients_of(s.next_batch()) == ["a"]  # b never came: a runs without it
 
 
-def test_between_slices_decode_steps_keep_their_convoy(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS), clock)
-    call(s, "trainer", 0, rows=256, kind=TRAIN)
-    assert s.next_batch()[0].kind == TRAIN
-    call(s, "a", 2)
-    call(s, "b", 1)  # behind a: a waits for it, between slices as anywhere
-    assert clients_of(s.between_slices()) == ["b"]
-    call(s, "b", 2)
-    assert clients_of(s.between_slices()) == ["a", "b"]  # one batch for both
-    call(s, "a", 3)
-    assert s.between_slices() is None  # b, free now, may still join a
-    clock.advance(BUDGETS.max_wait_s)  # it never comes: a waits no longer than the cap
-    assert clients_of(s.between_slices()) == ["a"]
-
-
 def test_departed_clients_are_not_waited_for(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     teach_layer_order(s, ["a", "b"])
@@ -255,72 +202,3 @@ def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock
     first = call(eager, "prefill", 0, rows=128)
     call(eager, "decoder", 1, rows=1)
     assert eager.next_batch() == [first]  # eager: first come, first served
-
-
-def test_training_batches_are_sliced_under_opportunistic_only(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(0.001)), clock)
-    rows = 200
-    training = [call(s, "trainer", 0, rows=rows, kind=TRAIN, op=Op.BACKWARD)]
-    assert s.slices(training) is None  # nobody decodes: slices would only cost throughput
-    assert s.slices([call(s, "prefill", 1, rows=200)]) is None  # nobody else decodes
-    assert s.slices(training) is None  # by the prior, 200 x 64 x 64 is one slice's work
-    s.cost.observe((0, Op.BACKWARD), rows, 0.0045 + s.cost.overhead_s)  # measured: 4.5 ms
-    assert s.slices(training) == 5  # an inference client is here: slices of the tuner's 1 ms
-    assert s.slices([call(s, "small", 2, rows=1, kind=TRAIN)]) is None  # one slice anyway
-    assert scheduler(Eager(), clock).slices(training) is None
-    assert scheduler(Opportunistic(BUDGETS, tuner=None), clock).slices(training) is None
-
-
-def test_a_prefill_is_sliced_only_beside_decoding_tenants(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(0.001)), clock)
-    prefill = [call(s, "prefill", 1, rows=200)]
-    s.cost.observe((1, Op.FORWARD), 200, 0.0045 + s.cost.overhead_s)  # measured: 4.5 ms
-    assert s.slices(prefill) is None  # nobody decodes: slices would only cost time
-    call(s, "trainer", 0, rows=8, kind=TRAIN)
-    assert s.slices(prefill) is None  # training does not cut a prefill
-    decode = call(s, "decoder", 2)
-    assert s.slices(prefill) == 5  # a decoding tenant: slices of the tuner's 1 ms
-    assert s.slices([*prefill, decode]) is None  # a decode step is in the batch: whole
-    shared = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(0.001)), clock)
-    own = [call(shared, "worker", 1, rows=200)]
-    shared.cost.observe((1, Op.FORWARD), 200, 0.0045 + shared.cost.overhead_s)
-    call(shared, "worker", 2)  # a tenant of the same worker decodes: it waits for the prefill
-    assert shared.slices(own) is None  # anyway, slices would not let it through sooner
-    eager = scheduler(Eager(), clock)
-    call(eager, "decoder", 2)
-    assert eager.slices(prefill) is None
-
-
-def test_decode_steps_then_prefills_run_between_slices_while_training_keeps_its_share(
-        clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
-    call(s, "trainer", 0, rows=256, kind=TRAIN)
-    assert s.next_batch()[0].kind == TRAIN  # the training batch starts; counts as one
-    decoders = [call(s, f"decoder-{i}", 1 + i % 2) for i in range(8)]
-    prefill = call(s, "prefill", 1, rows=128)
-    run = []
-    while (batch := s.between_slices()) is not None:
-        run.append(batch)
-    assert len(run) == 3  # one batch per layer, then the prefill: training at 1 in 4 >= 25%
-    assert sorted(c.client for b in run[:2] for c in b) == sorted(c.client for c in decoders)
-    assert run[2] == [prefill]  # it waits behind no whole training batch
-    assert (1, Op.FORWARD) not in s.queues or not s.queues[(1, Op.FORWARD)]
-    s.count_slice()
-    assert s.between_slices() is None  # nothing left
-    interjected = 0
-    while call(s, "decoder-0", 1) and s.between_slices() is not None:
-        interjected += 1
-    assert interjected == 4  # 2 of the last 5 batches were training: then 2/6 ... 2/9 >= 25%
-    assert len(s.queues[(1, Op.FORWARD)]) == 1  # the refused decode step waits
-
-
-def test_only_decode_steps_run_between_a_prefills_slices_whatever_the_share(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
-    for _ in range(8):  # the recent batches were all training: its share is full
-        call(s, "trainer", 0, rows=256, kind=TRAIN)
-        s.next_batch()
-    waiting = call(s, "other-prefill", 2, rows=128)
-    decode = call(s, "decoder", 1)
-    assert s.between_slices(training=False) == [decode]
-    assert s.between_slices(training=False) is None  # a prefill never runs inside another
-    assert s.between_slices(training=True) == [waiting]

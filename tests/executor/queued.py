@@ -1,0 +1,41 @@
+"""A scheduler driven by a fake clock, and calls queued on it, for the scheduling tests."""
+
+from __future__ import annotations
+
+import torch
+
+from executor.calls import PendingCall
+from executor.policy import Budgets
+from executor.scheduler import Scheduler
+from wire.call.messages import Call, CallKind, Op
+
+INF, TRAIN = CallKind.INFERENCE, CallKind.TRAINING
+BUDGETS = Budgets(max_wait_s=0.020, decode_wait_s=0.0003, training_wait_s=0.002,
+                  wait_fraction=0.25)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def scheduler(policy, clock: Clock, **kw) -> Scheduler:
+    return Scheduler(policy, clock=clock, widths={0: 64 * 64, 1: 64 * 64, 2: 64 * 64}, **kw)
+
+
+def call(s: Scheduler, client: str, layer: int, rows: int = 1, kind: CallKind = INF,
+         op: Op = Op.FORWARD) -> PendingCall:
+    pending = PendingCall(client.encode(), Call(0, op, layer, kind, "float32", (rows, 1)),
+                          torch.empty(rows, 1), s.clock())
+    s.add(pending)
+    return pending
+
+
+def clients_of(batch) -> list[str]:
+    return [c.client.decode() for c in batch]
