@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 from executor.calls import PendingCall
 from executor.engine import Engine, Reply
-from executor.lanes import Lane
+from executor.lanes import Lane, lane_of_batch
 from executor.scheduler import Scheduler
-from wire.call.messages import CallKind
 
 log = logging.getLogger("executor.interleave")
 
@@ -30,7 +29,7 @@ class Interleave:
 
     def between(self, batch: list[PendingCall]) -> Callable[[], None]:
         """What runs between `batch`'s slices, if the scheduler slices it."""
-        if all(c.kind == CallKind.TRAINING for c in batch):
+        if lane_of_batch(batch) == Lane.TRAINING:
             return self._after_training_slice
         return self._after_prefill_slice
 

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from executor.calls import PendingCall, take
-from executor.lanes import Lane
+from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, convoy
 from executor.targets import LatencyTargets
@@ -132,7 +132,7 @@ class Scheduler:
         while no other client decodes (slices only cost throughput then)."""
         if any(c.lane == Lane.DECODE for c in batch):
             return None
-        training = all(c.kind == CallKind.TRAINING for c in batch)
+        training = lane_of_batch(batch) == Lane.TRAINING
         own = {c.client for c in batch}
         rows = sum(c.rows for c in batch)
         with self.lock:
