@@ -106,12 +106,12 @@ class Engine:
         band (6 tenants + 2 jobs, 2 cores, 20 s: training 23.6 -> 46.8 tok/s, the tenants' per-
         token latency 1.00x -> 1.13x of 8 tenants alone; bench NOTES)."""
         y, elapsed = columns.empty(x), 0.0
-        cpu = self.device.type == "cpu"
+        cpu, inner = self.device.type == "cpu", columns.inner(count)
         for i, band in enumerate(columns.bands(count)):
             if i:
                 self._between(between)
             with one_thread() if cpu else contextlib.nullcontext():
-                elapsed += D.timed(lambda x, band=band: columns.run(x, band, y), x,
+                elapsed += D.timed(lambda x, band=band: columns.run(x, band, y, inner), x,
                                    self.device)[1]
         return y, elapsed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from executor.columns import MIN_COLUMNS, MIN_ROWS, Columns, row_bands
+from executor.columns import MIN_COLUMNS, MIN_DEPTH, MIN_ROWS, Columns, row_bands
 
 
 def test_bands_cover_the_output_once_and_none_is_narrower_than_the_floor() -> None:
@@ -34,3 +34,27 @@ def test_each_band_computes_its_columns_as_the_whole_matmul_does() -> None:
         for band in columns.bands(9):
             columns.run(inputs, band, out)
         torch.testing.assert_close(out, whole, rtol=0, atol=1e-4)  # bit for bit here
+
+
+def test_a_narrow_output_over_a_deep_sum_is_cut_along_the_sum() -> None:
+    head = Columns(torch.empty(32000, 768).t())  # an LM head's backward: 768 wide, 32,000 deep
+    assert not head.inner(768 // MIN_COLUMNS) and head.inner(768 // MIN_COLUMNS + 1)
+    assert head.bands(100) == [(i, min(i + 320, 32000)) for i in range(0, 32000, 320)]
+    assert head.bands(1000) == [(i, min(i + MIN_DEPTH, 32000)) for i in range(0, 32000, MIN_DEPTH)]
+    assert not Columns(torch.empty(3072, 768)).inner(1000)  # wide output: its columns
+    assert not Columns(torch.empty(768, 2048)).inner(1000)  # deeper, but under 4x: columns
+
+
+def test_bands_of_the_sum_add_up_to_the_whole_matmul() -> None:
+    torch.manual_seed(1)
+    weight, bias = torch.randn(96, 4096), torch.randn(96)
+    x = torch.randn(57, 4096)
+    for columns, whole in ((Columns(weight, bias), torch.addmm(bias, x, weight.t())),
+                           (Columns(weight), torch.mm(x, weight.t()))):
+        assert columns.inner(3)
+        out = columns.empty(x).fill_(float("nan"))  # the first band writes, the rest add
+        bands = columns.bands(7)
+        assert len(bands) == 7 and bands[-1][1] == 4096
+        for band in bands:
+            columns.run(x, band, out, inner=True)
+        torch.testing.assert_close(out, whole, rtol=1e-5, atol=1e-4)  # to rounding

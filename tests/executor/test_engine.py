@@ -78,9 +78,9 @@ def test_a_training_matmul_runs_in_bands_of_columns_equal_to_the_whole() -> None
     threads_during: list[int] = []
 
     class Watched(Columns):
-        def run(self, x, band, out) -> None:
+        def run(self, x, band, out, inner=False) -> None:
             threads_during.append(torch.get_num_threads())
-            super().run(x, band, out)
+            super().run(x, band, out, inner)
 
     engine._columns[group.index][P.Op.FORWARD] = Watched(weight)
     torch.manual_seed(0)

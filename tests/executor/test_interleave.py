@@ -9,6 +9,7 @@ import torch
 from catalogue.resolve import resolve_model
 from executor.calls import PendingCall
 from executor.clients import ClientTable
+from executor.columns import MIN_DEPTH
 from executor.engine import Engine
 from executor.interleave import Interleave
 from executor.policy import Budgets, Opportunistic
@@ -88,3 +89,25 @@ def test_after_a_training_slice_decode_steps_run_then_prefills_then_training_goe
     torch.testing.assert_close(got["trainer"], batch @ weight.t(), rtol=0, atol=1e-5)
     torch.testing.assert_close(between["decoder"], stretch(step), rtol=0, atol=1e-6)
     torch.testing.assert_close(between["prefiller"], stretch(prompt), rtol=0, atol=1e-6)
+
+
+def test_an_lm_heads_backward_runs_in_bands_of_its_sum_with_decode_steps_between() -> None:
+    """64 output columns over a 50,259-deep sum: cut along the sum, not into one band."""
+    registry, scheduler, engine, interleave, sent = _setup()
+    spec, stretch = _stretch(registry)
+    head = next(s for s in registry.specs if s.name == "lm_head")
+    weight = registry.get(head.index).weight
+    torch.manual_seed(2)
+    grad, step = torch.randn(40, head.out_features), torch.randn(1, spec.in_features)
+    scheduler.add(PendingCall(b"trainer", P.Call(0, P.Op.BACKWARD, head.index, TRAINING,
+                                                 "float32", tuple(grad.shape)), grad,
+                              scheduler.clock()))
+    training = scheduler.next_batch()
+    _queue(scheduler, "decoder", spec.index, INFERENCE, step)
+    slices = []
+    between = interleave.between(training)
+    got = _rows(engine.execute(training, between=lambda: slices.append(1) or between()))
+    assert len(slices) + 1 == -(-head.out_features // MIN_DEPTH)  # bands of MIN_DEPTH
+    assert list(_rows(sent)) == ["decoder"]  # answered after the first band
+    torch.testing.assert_close(got["trainer"], grad @ weight, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(_rows(sent)["decoder"], stretch(step), rtol=0, atol=1e-6)
