@@ -4,8 +4,9 @@ Rows of all calls in a batch are concatenated (no padding), run through one base
 result is split back by row counts. A doorbell call's result goes straight into its client's
 shared memory and the client's doorbell rings; socket calls get reply frames, which the caller
 sends. A batch the scheduler slices (training, or a prefill beside decoding tenants) runs as
-several matmuls, each over a band of the output's columns (or of rows where the op is no single
-matmul: `executor.columns`), with `between` called after each slice but the last (what runs there:
+several matmuls, each over a band of the output's columns (or of the sum inside the matmul
+where the output is narrow and the sum deep, or of rows where the op is no single matmul:
+`executor.columns`), with `between` called after each slice but the last (what runs there:
 `executor.interleave`).
 """
 
