@@ -48,10 +48,12 @@ class CallTable:
             elif s.kind == P.LayerKind.GREEDY:
                 self.layers.append(LayerShape(s.name, 0, {
                     P.Op.FORWARD: (s.in_features, s.out_features)}))
-            elif s.kind == P.LayerKind.STRETCH:  # backward: [inputs | output grads] -> grads
+            elif s.kind == P.LayerKind.STRETCH:  # backward: [inputs | residual output |
+                # output grads] -> grads
                 self.layers.append(LayerShape(s.name, 0, {
                     P.Op.FORWARD: (s.in_features, s.out_features),
-                    P.Op.BACKWARD: (s.in_features + s.out_features, s.in_features)}))
+                    P.Op.BACKWARD: (s.in_features + s.splits[0] + s.out_features,
+                                    s.in_features)}))
             else:
                 forward = (s.in_features, s.out_features)
                 self.layers.append(LayerShape(s.name, 0, {

@@ -112,7 +112,8 @@ def test_a_training_op_that_is_no_single_matmul_runs_in_bands_of_rows() -> None:
     spec = next(s for s in registry.specs if s.kind == P.LayerKind.STRETCH)
     stretch = registry.get(spec.index).stretch
     torch.manual_seed(0)
-    x = torch.randn(200, spec.in_features + spec.out_features)  # [inputs | output gradients]
+    # [inputs | residual output | output gradients]
+    x = torch.randn(200, spec.in_features + spec.splits[0] + spec.out_features)
     step = torch.randn(1, spec.in_features)
     y, between, gaps = _train_beside_a_decode_step(scheduler, engine, P.Op.BACKWARD, spec.index,
                                                    x, step)

@@ -14,9 +14,10 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 8  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 9  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
-# 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy
+# 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy;
+# 9: a stretch's backward takes its forward's residual output too
 
 
 class Op(enum.IntEnum):
@@ -35,7 +36,7 @@ class LayerKind(enum.IntEnum):
     EMBEDDING = 1
     GROUP = 2  # several linear layers that share one input, run as one matmul
     STRETCH = 3  # the frozen part of a decoder layer between two attentions (backward: from
-    #             [inputs | output gradients] to input gradients)
+    #             [inputs | the forward's residual output | output gradients] to input gradients)
     LEAD = 4  # token ids -> [embedding | its norm | the first layer's q/k/v]: forward only,
     #          ids as an embedding's (in_features: the table's rows)
     GREEDY = 5  # the last stretch through the head, then the lead of each row's greedy choice:

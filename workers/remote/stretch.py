@@ -13,7 +13,8 @@ next layer's input norm | next layer's base q/k/v]. The next layer takes that no
 input (no second computation of it here) and the q/k/v wait on their remote layers (`Stage`) for
 it, so adapters on q/k/v (LoRA, IA3) still apply. In training, for batches
 small enough (`TRAIN_MAX_ROWS`, by the executor's device), the call is one autograd node whose
-backward is one call too (the executor recomputes the stretch to get the input gradients).
+backward is one call too (the executor recomputes the part of the stretch the input gradients
+need).
 Otherwise the layer runs its own forward, per projection.
 """
 
@@ -137,22 +138,24 @@ class StretchControl:
 
 
 class _StretchFn(torch.autograd.Function):
-    """A stretch in training: one call forward, one call backward (input gradients only)."""
+    """A stretch in training: one call forward, one call backward (input gradients only), which
+    brings the forward's residual output so the executor need not recompute it."""
 
     @staticmethod
     def forward(ctx, attn: torch.Tensor, residual: torch.Tensor, control: StretchControl):
         rows = torch.cat([attn, residual], dim=1)
-        ctx.save_for_backward(rows)
+        outs = control.forward_rows(rows, CallKind.TRAINING)
+        ctx.save_for_backward(rows, outs[0])
         ctx.control = control
-        return control.forward_rows(rows, CallKind.TRAINING)
+        return outs
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
-        (rows,) = ctx.saved_tensors
+        rows, out = ctx.saved_tensors
         control: StretchControl = ctx.control
         grads = [g if g is not None else rows.new_zeros(rows.shape[0], width)
                  for g, width in zip(grads, control.splits, strict=True)]
-        x = torch.cat([rows, *grads], dim=1)
+        x = torch.cat([rows, out, *grads], dim=1)
         g = remote_rows(control.handle, Op.BACKWARD, control.spec.index, x, CallKind.TRAINING,
                         control.spec.in_features, rows.dtype)
         hidden = control.hidden
