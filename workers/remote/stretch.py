@@ -35,9 +35,13 @@ from workers.remote.lead import enable_lead
 from workers.remote.places import Ahead, places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
 
-# A stretch's backward recomputes its forward: worth it while calls, not matmuls, dominate. On a
-# GPU executor they do for batches of some thousand rows; on a CPU one not even for 1 x 32 tokens
-# of a 160M model (102-107 tokens/s per projection against 96 with stretches, 2-core VM).
+# A stretch's backward recomputes part of its forward (the output projection and the MLP's input
+# products: `executor.stretches.Stretch.backward`): worth it while calls, not matmuls, dominate.
+# On a GPU executor they do for batches of some thousand rows; on a CPU one not clearly, so not
+# there: llama-160m, 2-core VM, one process alternating steps (best / median of 10-12):
+# 1 x 32 tokens 632 / 745 ms per projection against 702 / 748 with stretches, 1 x 128 1494 /
+# 1602 against 1301 / 1557, 2 x 256 3936 / 4510 against 4063 / 4219 (with the whole forward
+# recomputed, stretches were 0.99-1.11x slower: 1 x 32, 102-107 tokens/s against 96).
 TRAIN_MAX_ROWS = {"cpu": 0, "cuda": 4096}
 
 
