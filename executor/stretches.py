@@ -82,7 +82,7 @@ class Stretch(Joined):
         width_in, hidden = sum(self.widths), self.widths[1]
         inputs, out, grad = x.split([width_in, hidden, x.shape[1] - width_in - hidden], dim=1)
         grad_h = self._grad_output(out, grad)
-        grad_m = torch.mm(grad_h, self.down.weight)  # d = down(m) + h
+        grad_m = linear(grad_h, self.down.weight.t())  # d = down(m) + h: grad_m = grad_h W
         with torch.enable_grad():
             inputs = inputs.detach().requires_grad_(True)
             h, m = self._mlp(*inputs.split(self.widths, dim=1))
@@ -99,7 +99,7 @@ class Stretch(Joined):
                                                    dim=1)
         widths = [t.spec.out_features for t in self.targets]
         for target, g in zip(self.targets, grad_qkv.split(widths, dim=1), strict=True):
-            grad_norm = grad_norm + torch.mm(g, target.weight)  # q/k/v = norm W^T
+            grad_norm = grad_norm + linear(g, target.weight.t())  # q/k/v = norm W^T
         with torch.enable_grad():
             out = out.detach().requires_grad_(True)
             (grad_through,) = torch.autograd.grad(self.in_norm(out), out, grad_norm)
