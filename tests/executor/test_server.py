@@ -74,6 +74,7 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
     emb = layer_index(bad, "model.embed_tokens")
     lead = layer_index(bad, "model.embed_tokens.lead")
     greedy = layer_index(bad, "model.layers.1.stretch+lm_head+lead")
+    stretch = layer_index(bad, "model.layers.0.stretch")
     x = torch.randn(3, 64)
     expected = good.call(P.Op.FORWARD, q, x, P.CallKind.INFERENCE).clone()
     cases = {
@@ -97,6 +98,9 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
         "ids to greedy": (call(greedy, torch.tensor([1])), P.ErrorCode.BAD_TENSOR),
         "backward of greedy": (call(greedy, torch.randn(2, 128), P.Op.BACKWARD),
                                P.ErrorCode.UNSUPPORTED),
+        # [inputs 128 | output gradients 256] without the residual output (64) between them
+        "a stretch backward without its output": (call(stretch, torch.randn(2, 384), P.Op.BACKWARD),
+                                                  P.ErrorCode.BAD_TENSOR),
         "unknown message type": ([msgspec.msgpack.encode(["fly", 1])], P.ErrorCode.BAD_MESSAGE),
         "garbage": ([b"\xff\x00garbage"], P.ErrorCode.BAD_MESSAGE),
         "empty": ([b""], P.ErrorCode.BAD_MESSAGE),
