@@ -4,12 +4,16 @@ Between a training batch's slices: the ready decode steps, then the ready prefil
 keeps its share of batches (`Scheduler.between_slices`). A prefill beside decoding tenants runs in
 slices itself, with only the ready decode steps between them. So neither a decode step nor a
 prefill waits behind a whole training batch, and a decode step waits behind no whole prefill: at
-most one slice of either (the slice is sized to the decode target, `executor.targets`).
+most one slice of either (the slice is sized to the decode target, `executor.targets`). While
+training has more than its share, a training batch then waits for a decode step about to come
+before its next slice (`Scheduler.hold_training`; counted in the stats), so a token's next call
+does not find a slice begun in the gap before it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from executor.calls import PendingCall
@@ -42,8 +46,16 @@ class Interleave:
 
     def _run(self, training: bool) -> None:
         try:
-            while (batch := self.scheduler.between_slices(training)) is not None:
-                between = self._after_prefill_slice if batch[0].lane == Lane.PREFILL else None
-                self.reply(self.engine.execute(batch, between=between))
+            while True:
+                while (batch := self.scheduler.between_slices(training)) is not None:
+                    between = self._after_prefill_slice if batch[0].lane == Lane.PREFILL \
+                        else None
+                    self.reply(self.engine.execute(batch, between=between))
+                if not training:
+                    return
+                held = time.perf_counter()
+                if not self.scheduler.hold_training():
+                    return
+                self.engine.stats.record_hold(time.perf_counter() - held)
         except Exception:  # the sliced batch goes on regardless
             log.exception("batches between slices")

@@ -7,17 +7,20 @@ join it. Decode steps travel as a convoy (opportunistic): a decode step waits, u
 `convoy_s`, while a decode client is queued earlier in the pass (served first, it comes here next)
 or an idle one is due here (within twice its usual gap from a reply to this layer). Each batch then
 carries every decoding tenant: on a skinny matmul one weight read serves 8 rows for about the cost
-of 4 (llama-160m, 8 tenants, 2 cores: 3.9 -> 7.7 calls per batch, 42 -> 54 tokens/s). Choosing
-among ready queues: any call waiting past `starvation_s` goes first; then inference before
-training, but training keeps at least `training_share` of the batches while it has work; then the
-policy's order (first come first served; or for opportunistic batching decode steps first, then the
-queue farthest behind in the model: a layer's position in forward order, reversed for backward).
+of 4 (llama-160m, 8 tenants, 2 cores: 3.9 -> 7.7 calls per batch, 42 -> 54 tokens/s). Choosing among
+ready queues: any call waiting past `starvation_s` goes first; then inference before training, but
+training keeps at least `training_share` of the batches while it has work (`executor.share`); then
+the policy's order (first come first served; or for opportunistic batching decode steps first, then
+the queue farthest behind in the model: a layer's position in forward order, reversed for backward).
 Decode steps, prefills and training calls for one layer share its queue, so they can share a batch
 (one matmul for every tenant). A training batch, and a prefill beside decoding tenants, may run in
 slices (`slices`, as the policy says, sized by the waits of decode steps queued behind a slice:
 `observe_waits`). Between a training batch's slices the ready decode steps run, then the ready
 prefills, as long as training keeps `training_share` of the batches, each slice counting as one;
-between a prefill's slices, the ready decode steps (`between_slices`). Within a batch that exceeds
+between a prefill's slices, the ready decode steps (`between_slices`). While training has more than
+its share, a training batch, before it starts and between its slices, leaves the executor idle for a
+decode step about to come (queued for its convoy, or due: `hold_training`), so a token's calls do
+not each wait for a slice begun in the gap before them. Within a batch that exceeds
 `max_batch_rows`, clients are taken round-robin, so a client flooding one layer cannot crowd others
 out.
 """
@@ -33,6 +36,8 @@ from executor.calls import PendingCall, take
 from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, convoy
+from executor.readiness import queue_waits
+from executor.share import TrainingShare
 from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
 
@@ -55,11 +60,12 @@ class Scheduler:
         self.clock = clock
         self.cost = CostModel()
         self.lock = threading.Lock()
+        self.decode_came = threading.Condition(self.lock)  # notified as a decode step is queued
         self.queues: dict[Key, deque[PendingCall]] = {}
-        self._busy: dict[Key, deque[PendingCall]] = {}  # the non-empty queues, oldest first
+        self.busy: dict[Key, deque[PendingCall]] = {}  # the non-empty queues, oldest first
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
-        self._recent: deque[bool] = deque(maxlen=64)  # was each recent batch training?
+        self.share = TrainingShare(training_share)
         # when the last training batch, or slice of one or of a prefill, ended: decode steps
         # queued before then waited behind it
         self._long_done = float("-inf")
@@ -78,18 +84,22 @@ class Scheduler:
             if queue is None:
                 queue = self.queues[call.key] = deque()
             queue.append(call)
-            self._busy[call.key] = queue
+            self.busy[call.key] = queue
             me = self.presence.get(call.client)
             if me is None:
                 me = self.presence[call.client] = Presence(call.arrived)
             me.arrive(call, self.successor)
+            if call.lane == Lane.DECODE:
+                self.decode_came.notify_all()
+            elif call.kind == CallKind.TRAINING:
+                self.share.queued += 1
 
     # -- called by the compute side --------------------------------------------------------------
 
     def next_batch(self) -> list[PendingCall] | None:
         """Pop the batch to run now, if any."""
         with self.lock:
-            if not self._busy:
+            if not self.busy:
                 return None
             now = self.clock()
             ready = [q for q, wait in self._scan(now) if wait <= 0]
@@ -98,12 +108,13 @@ class Scheduler:
             queue = ready[0] if len(ready) == 1 else self._choose(ready, now)
             batch = take(queue, self.max_batch_rows)
             if not queue:
-                del self._busy[batch[0].key]
-            training = True
+                del self.busy[batch[0].key]
+            trained = 0
             for call in batch:
                 self.presence[call.client].queued -= 1
-                training = training and call.kind == CallKind.TRAINING
-            self._recent.append(training)
+                trained += call.kind == CallKind.TRAINING
+            self.share.queued -= trained
+            self.share.record(trained == len(batch))
             return batch
 
     def observe_waits(self, batch: list[PendingCall], started: float) -> None:
@@ -154,27 +165,28 @@ class Scheduler:
         ready prefills of one queue (which run in slices themselves). The rest of the queue
         stays queued. After a training slice only while training keeps its share of batches."""
         with self.lock:
-            if training and self._training_share_of_recent() < self.training_share:
+            if training and not self.share.kept():
                 return None
             prefills = None
             for queue, wait in self._scan(self.clock()):
                 if wait > 0:
                     continue
                 if any(c.lane == Lane.DECODE for c in queue):
-                    return self._pop(queue, Lane.DECODE)
+                    return self._pop(queue, Lane.DECODE, training)
                 if training and prefills is None and any(c.lane == Lane.PREFILL for c in queue):
                     prefills = queue
-            return self._pop(prefills, Lane.PREFILL) if prefills is not None else None
+            return self._pop(prefills, Lane.PREFILL, training) if prefills is not None else None
 
-    def _pop(self, queue: deque[PendingCall], lane: Lane) -> list[PendingCall]:
-        """The calls of `lane` out of `queue` (the others stay queued), as a batch run now."""
+    def _pop(self, queue: deque[PendingCall], lane: Lane, training: bool) -> list[PendingCall]:
+        """The calls of `lane` out of `queue` (the others stay queued), as a batch run now
+        between the slices of a training batch (`training`) or of a prefill."""
         taken = [c for c in queue if c.lane == lane]
         rest = [c for c in queue if c.lane != lane]
         queue.clear()
         queue.extend(rest)
         if not queue:
-            del self._busy[taken[0].key]
-        self._recent.append(False)
+            del self.busy[taken[0].key]
+        self.share.record(False, has_work=training)
         for call in taken:
             self.presence[call.client].queued -= 1
         return taken
@@ -182,11 +194,11 @@ class Scheduler:
     def count_slice(self) -> None:
         """A slice of a training batch counts as one training batch for the share."""
         with self.lock:
-            self._recent.append(True)
+            self.share.record(True)
 
     def ready_in(self) -> float | None:
         """Seconds until a batch may be ready (0: now); None when nothing is queued."""
-        if not self._busy:
+        if not self.busy:
             return None
         with self.lock:
             waits = [wait for _, wait in self._scan(self.clock())]
@@ -212,58 +224,49 @@ class Scheduler:
     # -- internals -----------------------------------------------------------------------------
 
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
-        """Each non-empty queue with the seconds it should still wait (<= 0: ready); decode
-        steps wait for their convoy up to the policy's `convoy_s`."""
-        convoy_s = self.policy.convoy_s
-        active: set[bytes] | None = None  # clients seen lately, computed when first needed
-        queued: set[bytes] = set()  # those of them with a call queued, likewise
-        waits_for: tuple[list[tuple[bytes, int]], dict[Key, float]] | None = None  # likewise
-        for key, queue in self._busy.items():
-            if len(queue) == 1:
-                call = queue[0]
-                calls, deadline, rows = [call], call.deadline, call.rows
-            else:
-                calls = list(queue)
-                deadline = min(c.deadline for c in calls)
-                rows = sum(c.rows for c in calls)
-            if rows >= self.max_batch_rows:
-                yield queue, 0.0
+        """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
+        training queue waits while decode steps are due (`_training_holds`)."""
+        held: list[tuple[deque[PendingCall], float]] = []
+        convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
+        for queue, wait in queue_waits(self, now):
+            lane = lane_of_batch(queue)
+            if lane == Lane.TRAINING:
+                held.append((queue, wait))
                 continue
-            convoy_until = calls[0].arrived + convoy_s
-            if now < convoy_until and key[1] != Op.BACKWARD \
-                    and all(c.lane == Lane.DECODE for c in calls):
-                if waits_for is None:
-                    waits_for = convoy(self.presence, self.successor, self.positions, now,
-                                       self.active_window_s, convoy_s)
-                behind, due = waits_for
-                position = self.positions.get(key[0], key[0])
-                here = {c.client for c in calls}
-                if any(at < position and client not in here for client, at in behind):
-                    yield queue, convoy_until - now
-                    continue
-                if due.get(key, 0.0) > now:
-                    yield queue, min(due[key], convoy_until) - now
-                    continue
-            if now >= deadline:  # past its deadline: ready
-                yield queue, 0.0
-                continue
-            if active is None:
-                active = {c for c, p in self.presence.items()
-                          if now - p.last_seen <= self.active_window_s}
-                queued = {c for c in active if self.presence[c].queued}
-            settled = {c.client for c in calls} | queued
-            if self.policy.ready(calls, now, deadline, self._joiners(key, active), settled,
-                                 active):
-                yield queue, 0.0
-            else:
-                yield queue, deadline - now
+            if lane == Lane.DECODE and wait > 0:
+                convoy_until = max(convoy_until, now + wait)
+            yield queue, wait
+        if held:
+            hold = self._training_holds(now, convoy_until)
+            for queue, wait in held:
+                yield queue, max(wait, hold)
 
-    def _joiners(self, key: Key, active: set[bytes]) -> Iterator[bytes]:
-        """Active clients with nothing queued whose next call is expected at `key`."""
-        for client in active:
-            p = self.presence[client]
-            if p.queued == 0 and p.last_key is not None and self.successor.get(p.last_key) == key:
-                yield client
+    def _training_holds(self, now: float, convoy_until: float) -> float:
+        """Seconds a training batch (or its next slice) should leave the executor idle for a
+        decode step about to come: one queued for its convoy, or an idle decode client due soon
+        (`presence.convoy`); never longer than `convoy_s`, and only while training keeps its
+        share of batches. A slice started in such a gap is what a decode step waited for."""
+        convoy_s = self.policy.convoy_s
+        if convoy_s <= 0 or not self.share.kept():
+            return 0.0
+        _, due = convoy(self.presence, self.successor, self.positions, now,
+                        self.active_window_s, convoy_s)
+        return min(max(convoy_until, *due.values()) - now, convoy_s) if due \
+            else min(convoy_until - now, convoy_s)
+
+    def hold_training(self) -> bool:
+        """Between a training batch's slices: wait while a decode step is about to come
+        (`_training_holds`), until one is queued; whether it waited."""
+        with self.lock:
+            now = self.clock()
+            convoy_until = max((now + wait for queue, wait in queue_waits(self, now)
+                                if wait > 0 and lane_of_batch(queue) == Lane.DECODE),
+                               default=now)
+            hold = self._training_holds(now, convoy_until)
+            if hold <= 0:
+                return False
+            self.decode_came.wait(hold)
+            return True
 
     def _choose(self, ready: list[deque[PendingCall]], now: float) -> deque[PendingCall]:
         oldest = min(ready, key=lambda q: q[0].seq)
@@ -271,13 +274,8 @@ class Scheduler:
             return oldest
         inference = [q for q in ready if any(c.kind == CallKind.INFERENCE for c in q)]
         training = [q for q in ready if q not in inference]
-        share = self._training_share_of_recent()
-        pool = training if training and (not inference or share < self.training_share) \
-            else inference
+        pool = training if training and (not inference or not self.share.kept()) else inference
         return min(pool, key=lambda q: self.policy.order(q, self._progress(q[0].key)))
-
-    def _training_share_of_recent(self) -> float:
-        return sum(self._recent) / len(self._recent) if self._recent else 0.0
 
     def _progress(self, key: Key) -> int:
         """How far through a pass a call at `key` is: forward in layer order, then backward."""

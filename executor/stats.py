@@ -82,6 +82,8 @@ class ExecutorStats:
         self.lanes = {lane: LaneStats(target_s=targets.of(lane)) for lane in Lane}
         self.training_slice_s = training_slice_s
         self.mixed_batches = 0  # batches with both inference and training calls
+        self.training_holds = 0  # a training batch waited between slices for a decode step
+        self.training_held_s = 0.0
         self.errors = 0
         self.queue_depth = 0
         self.clients = 0
@@ -121,6 +123,11 @@ class ExecutorStats:
                 stats.wait_ms.observe((started - call.arrived) * 1e3)
                 self.lanes[call.lane].waited(started - call.arrived)
 
+    def record_hold(self, seconds: float) -> None:
+        with self.lock:
+            self.training_holds += 1
+            self.training_held_s += seconds
+
     def record_error(self) -> None:
         with self.lock:
             self.errors += 1
@@ -145,4 +152,6 @@ class ExecutorStats:
             return ExecutorFigures(uptime_s=uptime, queue_depth=self.queue_depth,
                                    clients=self.clients, mixed_batches=self.mixed_batches,
                                    errors=self.errors, kinds=kinds, lanes=lanes,
-                                   training_slice_ms=None if slice_s is None else 1e3 * slice_s)
+                                   training_slice_ms=None if slice_s is None else 1e3 * slice_s,
+                                   training_holds=self.training_holds,
+                                   training_held_s=self.training_held_s)

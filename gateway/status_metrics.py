@@ -102,6 +102,12 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
         yield GaugeMetricFamily("symbiosis_executor_training_slice_seconds", "Compute of one "
                                 "training slice, sized to the decode target",
                                 value=figures.training_slice_ms / 1e3)
+    yield CounterMetricFamily("symbiosis_executor_training_holds", "Waits of a training batch, "
+                              "between its slices, for a decode step about to come",
+                              value=figures.training_holds)
+    yield CounterMetricFamily("symbiosis_executor_training_held_seconds", "Time training "
+                              "batches waited between their slices for decode steps",
+                              value=figures.training_held_s)
     for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
                                                             "milliseconds")):
         family = HistogramMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",

@@ -48,3 +48,5 @@ class ExecutorFigures(msgspec.Struct):
     kinds: dict[str, KindFigures]
     lanes: dict[str, LaneFigures]
     training_slice_ms: float | None = None  # sized to the decode target (None: whole batches)
+    training_holds: int = 0  # waits of a training batch, between its slices, for a decode step
+    training_held_s: float = 0.0  # summed

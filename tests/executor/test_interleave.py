@@ -4,6 +4,9 @@ between them; every result the rows of one whole computation."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import torch
 
 from catalogue.resolve import resolve_model
@@ -18,6 +21,7 @@ from executor.scheduler import Scheduler
 from executor.scheduling import macs_per_row
 from executor.stats import ExecutorStats
 from executor.targets import SliceTuner
+from tests.executor.queued import Clock
 from wire.call import messages as P
 from wire.call.tensors import dtype_of, from_bytes
 
@@ -111,3 +115,49 @@ def test_an_lm_heads_backward_runs_in_bands_of_its_sum_with_decode_steps_between
     assert list(_rows(sent)) == ["decoder"]  # answered after the first band
     torch.testing.assert_close(got["trainer"], grad @ weight, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(_rows(sent)["decoder"], stretch(step), rtol=0, atol=1e-6)
+
+
+
+def test_a_training_batch_waits_between_slices_for_a_due_decode_step_and_answers_it() -> None:
+    """A decoder calls 1 ms after each reply: while it is due, the batch waits between its
+    slices; the step that comes runs there; once no step is due, the batch goes on."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    clock = Clock()
+    scheduler = Scheduler(Opportunistic(Budgets(), tuner=SliceTuner(1e-9)), clock=clock,
+                          widths=dict(enumerate(macs_per_row(registry))))
+    engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
+    sent: list = []
+    interleave = Interleave(scheduler, engine, sent.extend)
+    spec, _ = _stretch(registry)
+    group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP)
+    torch.manual_seed(3)
+    batch, step = torch.randn(200, group.in_features), torch.randn(1, group.in_features)
+    for _ in range(8):  # training has had its share of batches
+        _queue(scheduler, "trainer", group.index, TRAINING, batch)
+        scheduler.next_batch()
+    _queue(scheduler, "trainer", group.index, TRAINING, batch)
+    training = scheduler.next_batch()
+    for index in (spec.index, group.index) * 3 + (spec.index,):  # meanwhile, a decoder's steps
+        clock.advance(0.001)  # 1 ms after its reply
+        _queue(scheduler, "decoder", index, INFERENCE, torch.zeros(1, 1))  # never run
+        clock.advance(0.001)  # past its budget
+        scheduler.observe(scheduler.next_batch(), 0.001)
+
+    def decoder() -> None:  # comes at the group (real time) 50 ms later, then stops
+        time.sleep(0.05)
+        _queue(scheduler, "decoder", group.index, INFERENCE, step)
+        deadline = time.monotonic() + 10
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.001)
+        clock.advance(1.0)
+
+    thread = threading.Thread(target=decoder)
+    thread.start()
+    got = _rows(engine.execute(training, between=interleave.between(training)))
+    thread.join()
+    weight = registry.get(group.index).weight
+    assert list(_rows(sent)) == ["decoder"]  # answered between slices, not after the batch
+    figures = engine.stats.snapshot()
+    assert figures.training_holds >= 1 and figures.training_held_s >= 0.025  # most of the 50 ms
+    torch.testing.assert_close(got["trainer"], batch @ weight.t(), rtol=0, atol=1e-5)
+    torch.testing.assert_close(_rows(sent)["decoder"], step @ weight.t(), rtol=0, atol=1e-6)

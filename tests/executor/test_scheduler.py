@@ -94,6 +94,21 @@ def test_inference_first_but_training_keeps_its_share(clock) -> None:
     assert served[1] == INF
 
 
+def test_decode_batches_run_while_training_had_nothing_queued_do_not_count_against_it(
+        clock) -> None:
+    s = scheduler(Eager(), clock, training_share=0.25)
+    call(s, "trainer", 0, rows=64, kind=TRAIN)
+    assert s.next_batch()[0].kind == TRAIN
+    for _ in range(20):  # the trainer computes its own part meanwhile
+        call(s, "decoder", 1)
+        assert s.next_batch()[0].kind == INF
+    call(s, "trainer", 0, rows=64, kind=TRAIN)
+    clock.advance(0.001)
+    call(s, "decoder", 1)
+    assert s.next_batch()[0].kind == INF  # training still has its share: inference first
+    assert s.share.of_recent() == 0.5
+
+
 def test_a_starving_call_goes_first(clock) -> None:
     s = scheduler(Eager(), clock, training_share=0.0001, starvation_s=0.2)
     old = call(s, "trainer", 0, rows=64, kind=TRAIN)

@@ -4,6 +4,11 @@ convoy, then prefills, while training keeps its share)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import pytest
+
 from executor.policy import Eager, Opportunistic
 from executor.targets import SliceTuner
 from tests.executor.queued import BUDGETS, TRAIN, call, clients_of, scheduler
@@ -92,3 +97,84 @@ def test_only_decode_steps_run_between_a_prefills_slices_whatever_the_share(cloc
     assert s.between_slices(training=False) == [decode]
     assert s.between_slices(training=False) is None  # a prefill never runs inside another
     assert s.between_slices(training=True) == [waiting]
+
+
+def _train(s, batches: int) -> None:
+    """`batches` training batches ran: training has had its share."""
+    for _ in range(batches):
+        call(s, "trainer", 2, rows=64, kind=TRAIN)
+        s.next_batch()
+
+
+def _decode_every(s, clock, gap_s: float) -> None:
+    """'decoder' walks layers 0 -> 1 three times, calling `gap_s` after each reply, then is
+    served at layer 0: due at layer 1 until 2 x `gap_s` + 0.2 ms after."""
+    for _ in range(3):
+        for layer in (0, 1):
+            batch = [call(s, "decoder", layer)]
+            assert s.next_batch() == batch
+            s.observe(batch, 0.001)
+            clock.advance(gap_s)
+    batch = [call(s, "decoder", 0)]
+    assert s.next_batch() == batch
+    s.observe(batch, 0.001)
+
+
+def test_training_leaves_the_executor_to_a_decode_step_due_while_it_keeps_its_share(
+        clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
+    _train(s, 8)
+    _decode_every(s, clock, 0.002)  # 8 of the last 15 batches were training
+    call(s, "trainer", 2, rows=64, kind=TRAIN)
+    clock.advance(0.003)
+    assert s.next_batch() is None  # the decoder is due at layer 1 for 1.2 ms more
+    assert s.ready_in() == pytest.approx(0.0012)
+    decode = call(s, "decoder", 1)
+    assert s.next_batch() == [decode]
+    s.observe([decode], 0.001)
+    assert s.next_batch() is None  # next due at layer 0, the token after
+    clock.advance(0.0043)  # it never came
+    assert s.next_batch()[0].kind == TRAIN
+
+
+def test_training_waits_for_no_decode_step_below_its_share_nor_under_eager(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
+    _decode_every(s, clock, 0.002)  # 7 decode batches, none of training
+    call(s, "trainer", 2, rows=64, kind=TRAIN)
+    assert s.next_batch()[0].kind == TRAIN
+    eager = scheduler(Eager(), clock)
+    _train(eager, 8)
+    _decode_every(eager, clock, 0.002)
+    call(eager, "trainer", 2, rows=64, kind=TRAIN)
+    assert eager.next_batch()[0].kind == TRAIN
+
+
+def test_between_slices_training_waits_for_a_due_decode_step_no_longer_than_it_is_due(
+        clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
+    assert s.hold_training() is False  # nobody decodes
+    _train(s, 8)
+    _decode_every(s, clock, 0.002)
+    started = time.monotonic()
+    assert s.hold_training() is True  # up to 4.2 ms (the fake clock stands still meanwhile)
+    assert time.monotonic() - started >= 0.0035
+    clock.advance(0.0043)
+    assert s.hold_training() is False  # no longer due
+    assert s.between_slices() is None
+
+
+def test_a_queued_decode_step_wakes_a_held_training_batch(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    waiting, woke = threading.Event(), []
+
+    def hold() -> None:
+        with s.decode_came:
+            waiting.set()
+            woke.append(s.decode_came.wait(30))
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    waiting.wait(30)
+    call(s, "decoder", 1)  # queued once `hold` waits (it holds the lock until then)
+    thread.join(30)
+    assert woke == [True]

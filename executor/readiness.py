@@ -1,0 +1,76 @@
+"""How long each queue of calls should still wait before its batch may run (the scheduler's
+scan, before training yields to decode steps about to come: `Scheduler.hold_training`).
+
+A queue at `max_batch_rows` is ready; a queue of decode steps waits for its convoy (up to the
+policy's `convoy_s`) while a decode client is queued earlier in the pass or an idle one is due
+here (`executor.presence.convoy`); else the policy decides, up to the queue's deadline, from the
+clients that may still join it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from executor.calls import PendingCall
+from executor.lanes import Lane
+from executor.presence import Key, convoy
+from wire.call.messages import Op
+
+if TYPE_CHECKING:
+    from executor.scheduler import Scheduler
+
+
+def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
+    """Each non-empty queue of `s` with the seconds it should still wait (<= 0: ready)."""
+    convoy_s = s.policy.convoy_s
+    active: set[bytes] | None = None  # clients seen lately, computed when first needed
+    queued: set[bytes] = set()  # those of them with a call queued, likewise
+    waits_for: tuple[list[tuple[bytes, int]], dict[Key, float]] | None = None  # likewise
+    for key, queue in s.busy.items():
+        if len(queue) == 1:
+            call = queue[0]
+            calls, deadline, rows = [call], call.deadline, call.rows
+        else:
+            calls = list(queue)
+            deadline = min(c.deadline for c in calls)
+            rows = sum(c.rows for c in calls)
+        if rows >= s.max_batch_rows:
+            yield queue, 0.0
+            continue
+        convoy_until = calls[0].arrived + convoy_s
+        if now < convoy_until and key[1] != Op.BACKWARD \
+                and all(c.lane == Lane.DECODE for c in calls):
+            if waits_for is None:
+                waits_for = convoy(s.presence, s.successor, s.positions, now,
+                                   s.active_window_s, convoy_s)
+            behind, due = waits_for
+            position = s.positions.get(key[0], key[0])
+            here = {c.client for c in calls}
+            if any(at < position and client not in here for client, at in behind):
+                yield queue, convoy_until - now
+                continue
+            if due.get(key, 0.0) > now:
+                yield queue, min(due[key], convoy_until) - now
+                continue
+        if now >= deadline:  # past its deadline: ready
+            yield queue, 0.0
+            continue
+        if active is None:
+            active = {c for c, p in s.presence.items()
+                      if now - p.last_seen <= s.active_window_s}
+            queued = {c for c in active if s.presence[c].queued}
+        settled = {c.client for c in calls} | queued
+        if s.policy.ready(calls, now, deadline, _joiners(s, key, active), settled, active):
+            yield queue, 0.0
+        else:
+            yield queue, deadline - now
+
+
+def _joiners(s: Scheduler, key: Key, active: set[bytes]) -> Iterator[bytes]:
+    """Active clients with nothing queued whose next call is expected at `key`."""
+    for client in active:
+        p = s.presence[client]
+        if p.queued == 0 and p.last_key is not None and s.successor.get(p.last_key) == key:
+            yield client
