@@ -26,10 +26,13 @@ log = logging.getLogger("executor.interleave")
 
 class Interleave:
     def __init__(self, scheduler: Scheduler, engine: Engine,
-                 reply: Callable[[list[Reply]], None]) -> None:
+                 reply: Callable[[list[Reply]], None],
+                 let_receive: Callable[[], None] = lambda: None) -> None:
         self.scheduler = scheduler
         self.engine = engine
         self.reply = reply  # sends the socket calls' replies
+        # before a wait for a decode step: the other serving thread must be the one receiving
+        self.let_receive = let_receive
 
     def between(self, batch: list[PendingCall]) -> Callable[[], None]:
         """What runs between `batch`'s slices, if the scheduler slices it."""
@@ -53,6 +56,7 @@ class Interleave:
                     self.reply(self.engine.execute(batch, between=between))
                 if not training:
                     return
+                self.let_receive()
                 held = time.perf_counter()
                 if not self.scheduler.hold_training():
                     return

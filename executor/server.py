@@ -56,13 +56,14 @@ class ExecutorServer:
         self.clients = ClientTable(config.device)
         self.stats = ExecutorStats(self.scheduler.targets, self.scheduler.training_slice_s)
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
-        self._interleave = Interleave(self.scheduler, self.engine, self._reply)
         self.tap = tap
         self.stopped = threading.Event()
         self._ctx = zmq.Context()
         self._socket_lock = threading.Lock()
         self._compute_slot = threading.Lock()
         self._baton = Baton()
+        self._interleave = Interleave(self.scheduler, self.engine, self._reply,
+                                      self._baton.pass_on)
         self._nudge_r, self._nudge_w = os.pipe2(os.O_NONBLOCK)  # wakes the baton holder
         self._macs_per_row = macs_per_row(registry)
         self._next_expiry = time.monotonic() + 60

@@ -127,7 +127,8 @@ def test_a_training_batch_waits_between_slices_for_a_due_decode_step_and_answers
                           widths=dict(enumerate(macs_per_row(registry))))
     engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
     sent: list = []
-    interleave = Interleave(scheduler, engine, sent.extend)
+    handed: list = []  # the IO side was let receive before each wait
+    interleave = Interleave(scheduler, engine, sent.extend, lambda: handed.append(1))
     spec, _ = _stretch(registry)
     group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP)
     torch.manual_seed(3)
@@ -159,5 +160,6 @@ def test_a_training_batch_waits_between_slices_for_a_due_decode_step_and_answers
     assert list(_rows(sent)) == ["decoder"]  # answered between slices, not after the batch
     figures = engine.stats.snapshot()
     assert figures.training_holds >= 1 and figures.training_held_s >= 0.025  # most of the 50 ms
+    assert len(handed) >= figures.training_holds
     torch.testing.assert_close(got["trainer"], batch @ weight.t(), rtol=0, atol=1e-5)
     torch.testing.assert_close(_rows(sent)["decoder"], step @ weight.t(), rtol=0, atol=1e-6)
