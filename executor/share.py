@@ -7,8 +7,8 @@ their own part of a step, or no job at all) count for neither side: training bui
 so it never takes a burst of the executor back from decoding tenants. The window is long, so what
 training ran while inference was idle (between requests) is credit: while its share stays above
 the floor, a training batch leaves the executor to decode steps about to come
-(`Scheduler.hold_training`) instead of slicing into a token (Azure trace + 2 jobs, 2 cores: a
-64-batch window spent the credit within ~4 tokens; bench NOTES).
+(`Scheduler.hold_training`) instead of slicing into a token (a 64-batch window held at most 48
+decode batches of credit, ~4 tokens of llama-160m; Azure trace + 2 jobs, 2 cores, bench NOTES).
 """
 
 from __future__ import annotations
