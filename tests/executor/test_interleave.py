@@ -117,7 +117,6 @@ def test_an_lm_heads_backward_runs_in_bands_of_its_sum_with_decode_steps_between
     torch.testing.assert_close(_rows(sent)["decoder"], stretch(step), rtol=0, atol=1e-6)
 
 
-
 def test_a_training_batch_waits_between_slices_for_a_due_decode_step_and_answers_it() -> None:
     """A decoder calls 1 ms after each reply: while it is due, the batch waits between its
     slices; the step that comes runs there; once no step is due, the batch goes on."""
@@ -127,7 +126,7 @@ def test_a_training_batch_waits_between_slices_for_a_due_decode_step_and_answers
                           widths=dict(enumerate(macs_per_row(registry))))
     engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
     sent: list = []
-    handed: list = []  # the IO side was let receive before each wait
+    handed: list = []  # before each wait, the other serving thread was let receive
     interleave = Interleave(scheduler, engine, sent.extend, lambda: handed.append(1))
     spec, _ = _stretch(registry)
     group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP)

@@ -124,7 +124,7 @@ def test_training_leaves_the_executor_to_a_decode_step_due_while_it_keeps_its_sh
         clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
     _train(s, 8)
-    _decode_every(s, clock, 0.002)  # 8 of the last 15 batches were training
+    _decode_every(s, clock, 0.002)  # run while training had nothing queued: not counted
     call(s, "trainer", 2, rows=64, kind=TRAIN)
     clock.advance(0.003)
     assert s.next_batch() is None  # the decoder is due at layer 1 for 1.2 ms more
@@ -139,7 +139,7 @@ def test_training_leaves_the_executor_to_a_decode_step_due_while_it_keeps_its_sh
 
 def test_training_waits_for_no_decode_step_below_its_share_nor_under_eager(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
-    _decode_every(s, clock, 0.002)  # 7 decode batches, none of training
+    _decode_every(s, clock, 0.002)  # training has not run yet: below its share
     call(s, "trainer", 2, rows=64, kind=TRAIN)
     assert s.next_batch()[0].kind == TRAIN
     eager = scheduler(Eager(), clock)
