@@ -52,7 +52,6 @@ class Scheduler:
         self.policy = policy or Eager()
         self.targets = targets or LatencyTargets()
         self.max_batch_rows = max_batch_rows
-        self.training_share = training_share
         self.active_window_s = active_window_s
         self.starvation_s = starvation_s
         self.widths = widths or {}
@@ -71,6 +70,10 @@ class Scheduler:
         self._long_done = float("-inf")
         self._seq = 0
         self._next_forget = 0.0
+
+    @property
+    def training_share(self) -> float:
+        return self.share.floor
 
     # -- called by the IO side -------------------------------------------------------------------
 
