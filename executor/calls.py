@@ -26,6 +26,7 @@ class PendingCall:
         "reply_seq",
         "rows",
         "seq",
+        "target_s",
         "x",
     )
 
@@ -46,6 +47,7 @@ class PendingCall:
         self.key: tuple[int, Op] = (self.layer, self.op)
         self.rows: int = x.shape[0]
         self.lane = lane_for(self.kind, self.rows)
+        self.target_s = own_target_s(header, self.lane)
 
     def __repr__(self) -> str:
         return f"PendingCall(layer={self.layer}, op={self.op}, rows={self.rows})"
@@ -59,6 +61,13 @@ def lane_for(kind: int, rows: int) -> int:
     if kind == CallKind.TRAINING:
         return 2
     return 0 if rows <= DECODE_ROWS else 1
+
+
+def own_target_s(header: Call, lane: int) -> float | None:
+    """The wait the call's tenants allow it in its lane, in seconds; None: the executor's own
+    target for the lane (training has none)."""
+    us = header.decode_target_us if lane == 0 else header.prefill_target_us if lane == 1 else 0
+    return us * 1e-6 if us > 0 else None
 
 
 def take(queue: deque[PendingCall], max_rows: int) -> list[PendingCall]:

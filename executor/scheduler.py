@@ -128,7 +128,7 @@ class Scheduler:
             return
         for call in batch:
             if call.lane == Lane.DECODE and call.arrived < self._long_done:
-                tuner.observe(started - call.arrived)
+                tuner.observe(started - call.arrived, call.target_s)
 
     def slice_ran(self) -> None:
         """A slice of a training batch or a prefill just ended (the batch goes on after what

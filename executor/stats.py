@@ -62,13 +62,14 @@ class LaneStats:
     batches: int = 0  # batches whose most urgent call is in this lane
     compute_s: float = 0.0  # of those batches
     wait_s: float = 0.0  # summed over this lane's calls
-    target_s: float | None = None
-    met: int = 0  # calls that waited no longer than the target
+    target_s: float | None = None  # the executor's own; a call may carry its tenants'
+    met: int = 0  # calls that waited no longer than their target
 
-    def waited(self, seconds: float) -> None:
+    def waited(self, seconds: float, own_target_s: float | None = None) -> None:
         self.calls += 1
         self.wait_s += seconds
-        if self.target_s is not None and seconds <= self.target_s:
+        target = self.target_s if own_target_s is None else own_target_s
+        if target is not None and seconds <= target:
             self.met += 1
 
 
@@ -103,7 +104,7 @@ class ExecutorStats:
                 lane = self.lanes[first.lane]
                 lane.batches += 1
                 lane.compute_s += compute_s
-                lane.waited(wait)
+                lane.waited(wait, first.target_s)
                 return
             kinds = {call.kind for call in batch}
             if len(kinds) > 1:
@@ -121,7 +122,7 @@ class ExecutorStats:
                 stats.calls += 1
                 stats.rows += call.rows
                 stats.wait_ms.observe((started - call.arrived) * 1e3)
-                self.lanes[call.lane].waited(started - call.arrived)
+                self.lanes[call.lane].waited(started - call.arrived, call.target_s)
 
     def record_hold(self, seconds: float) -> None:
         with self.lock:

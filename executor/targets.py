@@ -4,16 +4,20 @@ A target is how long a call of its lane may wait in the executor before its batc
 decode step's wait adds straight to a token's latency (a token is 13 calls of llama-160m with
 stretches, ~3.5 ms each on 2 cores: 5 ms a call let training add 33-72 % to a lightly loaded
 trace's tokens, 1 ms 9-43 %, bench NOTES "mixed on the Azure trace"), a prefill's to the time to
-first token. Training has none: it fills the gaps. The stats count, per lane, the calls
-that met their target (`/metrics`, the dashboard).
+first token. Training has none: it fills the gaps. These are the executor's own; a tenant may
+ask for its own (the tenants file's `decode_target_ms`, `prefill_target_ms`), which each of its
+calls carries (`wire.call.messages.CallTargets`: a worker batching several tenants sends the
+tightest). The stats count, per lane, the calls that met their own target (`/metrics`, the
+dashboard).
 
 A decode step that arrives while a training batch runs waits for the slice in progress, so the
 slice is sized from the decode target and what the waits measure (`SliceTuner`): it starts at
 the target; over each window of decode calls queued while a training slice ran (the waits that
 are the slices' doing: on a busy host most of a wait can be the OS's), if more than `MISS_SHARE`
-missed the target the slice shrinks, if none came within half the target it grows back (never
-above the target, never below `floor_s`; `executor.columns` cuts a slice as a band of the
-matmul's output columns, none narrower than its floor, so training keeps an efficient matmul).
+missed their target the slice shrinks, if none came within half of it the slice grows back
+(never above the tightest target of the window, never below `floor_s`, which a tenant's target
+cannot lower; `executor.columns` cuts a slice as a band of the matmul's output columns, none
+narrower than its floor, so training keeps an efficient matmul).
 """
 
 from __future__ import annotations
@@ -43,16 +47,21 @@ class SliceTuner:
         self.slice_s = target_s if initial_s is None else initial_s
         self.window = window
         self._seen = self._missed = self._slow = 0
+        self._tightest = target_s  # the tightest target among the window's calls
 
-    def observe(self, wait_s: float) -> None:
-        """One decode call's wait behind training; adjusts `slice_s` per window."""
+    def observe(self, wait_s: float, own_target_s: float | None = None) -> None:
+        """One decode call's wait behind training, against the target its tenants asked for
+        (None: the executor's); adjusts `slice_s` per window."""
+        target = self.target_s if own_target_s is None else own_target_s
         self._seen += 1
-        self._missed += wait_s > self.target_s
-        self._slow += wait_s > 0.5 * self.target_s
+        self._missed += wait_s > target
+        self._slow += wait_s > 0.5 * target
+        self._tightest = min(self._tightest, target)
         if self._seen < self.window:
             return
         if self._missed > MISS_SHARE * self._seen:
             self.slice_s = max(self.floor_s, self.slice_s * SHRINK)
         elif self._slow == 0:
-            self.slice_s = min(self.target_s, self.slice_s * GROW)
+            self.slice_s = max(self.floor_s, min(self._tightest, self.slice_s * GROW))
         self._seen = self._missed = self._slow = 0
+        self._tightest = self.target_s

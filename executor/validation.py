@@ -103,7 +103,7 @@ class CallTable:
 def check_doorbell(table: CallTable, port: DoorbellPort, header: Header,
                    result_dtype: torch.dtype) -> torch.Tensor:
     """A doorbell call's input, a view of the client's memory; or CallRejected."""
-    _, call_id, op, _, dtype_code, ndim, layer, rows, cols, shm_in, shm_out = header
+    _, call_id, op, _, dtype_code, ndim, layer, rows, cols, shm_in, shm_out, *_ = header
     if dtype_code >= len(DTYPE_CODES) or ndim not in (1, 2) or (ndim == 1) != (cols == 0):
         raise CallRejected(call_id, P.ErrorCode.BAD_TENSOR, "bad dtype or rank in the header")
     dtype = DTYPE_CODES[dtype_code]
@@ -134,6 +134,9 @@ def check_call(call: P.Call, table: CallTable, shm: ShmBuffer | None, frames: li
         raise reject(P.ErrorCode.BAD_TENSOR, f"unsupported dtype {call.dtype!r}")
     if any(d < 0 for d in call.shape):
         raise reject(P.ErrorCode.BAD_TENSOR, f"negative dimension in {list(call.shape)}")
+    if not (0 <= call.decode_target_us <= P.TARGET_MAX_US
+            and 0 <= call.prefill_target_us <= P.TARGET_MAX_US):
+        raise reject(P.ErrorCode.BAD_MESSAGE, f"latency targets are 0..{P.TARGET_MAX_US} us")
     width_out = table.width_out(call.id, call.layer, call.op, dtype, tuple(call.shape))
     x = _input(call, dtype, shm, frames, reject)
     if call.shm_out >= 0:

@@ -3,7 +3,8 @@
 The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
                   "max_context": 2048, "max_kv_tokens": 65536, "fallback": false,
-                  "admin": false, "job_priority": 0}]}
+                  "admin": false, "job_priority": 0, "decode_target_ms": 0,
+                  "prefill_target_ms": 0}]}
 Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
 operator keys (for /metrics) from SYMBIOSIS_ADMIN_KEYS="sk-...,sk-...".
 """
@@ -22,8 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wire.call.messages import CallTargets
+
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 log = logging.getLogger("gateway.tenants")
+TARGET_MAX_MS = 60_000  # a latency target longer than a minute is no target
 OPERATOR = "~operator"  # the keys of SYMBIOSIS_ADMIN_KEYS (no tenant id can look like this)
 
 
@@ -41,6 +45,14 @@ class Tenant:
     fallback: bool = False
     admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
     job_priority: int = 0  # its tier: the priority of its jobs that do not set one (-100..100)
+    # how long its requests' calls may wait in the executor before their batch runs, a decode
+    # step's and a prefill's (0: the executor's own targets, SYMBIOSIS_EXECUTOR_*_TARGET_MS)
+    decode_target_ms: float = 0.0
+    prefill_target_ms: float = 0.0
+
+    def call_targets(self) -> CallTargets:
+        return CallTargets(round(self.decode_target_ms * 1000),
+                           round(self.prefill_target_ms * 1000))
 
 
 class TenantDirectory:
@@ -158,6 +170,12 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
                 raise ValueError(f"invalid tenant id {tenant.id!r}")
             if not -100 <= tenant.job_priority <= 100:
                 raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
+            for name in ("decode_target_ms", "prefill_target_ms"):
+                value = getattr(tenant, name)
+                if isinstance(value, bool) or not isinstance(value, int | float) \
+                        or not 0 <= value <= TARGET_MAX_MS:
+                    raise ValueError(f"tenant {tenant.id}: {name} is 0..{TARGET_MAX_MS} "
+                                     "(0: the executor's own)")
             tenants[tenant.id] = tenant
     for pair in filter(None, (p.strip() for p in env_keys.split(","))):
         tenant_id, _, key = pair.partition("=")

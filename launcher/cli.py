@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import create_tenant, revoke_tenant
+from gateway.tenants import TARGET_MAX_MS, create_tenant, revoke_tenant
 from launcher import serve_flags
 from wire.stopping import StopSignal
 
@@ -102,9 +102,19 @@ def tenants_create(args: argparse.Namespace) -> int:
         limits["fallback"] = True
     if args.job_priority is not None:
         limits["job_priority"] = args.job_priority
+    for name in ("decode_target_ms", "prefill_target_ms"):
+        if (value := getattr(args, name)) is not None:
+            limits[name] = value
     key = create_tenant(path, args.name, **limits)
     sys.stdout.write(f"tenant {args.name}: API key (shown once) {key}\n")
     return 0
+
+
+def _target_ms(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= TARGET_MAX_MS:
+        raise argparse.ArgumentTypeError(f"a latency target is 0..{TARGET_MAX_MS} ms")
+    return value
 
 
 def tenants_revoke(args: argparse.Namespace) -> int:
@@ -167,6 +177,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the tenant's tier: the priority of its jobs that do not set one")
     p.add_argument("--fallback", action="store_true",
                    help="serve the base model when the tenant's adapter cannot be loaded")
+    for lane, default in (("decode", 1), ("prefill", 50)):
+        p.add_argument(f"--{lane}-target-ms", type=_target_ms, metavar="MS",
+                       help=f"how long the tenant's {lane} calls may wait in the executor before "
+                       f"their batch runs (0: the executor's own, {default} ms by default)")
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_create)
     p = tenants.add_parser("revoke", help="remove a tenant and all its keys (live: a serving "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
+from wire.call.messages import NO_TARGETS, CallTargets
 from wire.figures import ExecutorFigures
 from wire.jobs import (
     JobCommand,
@@ -66,6 +67,7 @@ class Generate(msgspec.Struct, tag="generate", array_like=True):
     messages: list[ChatMessage] | None = None
     max_context: int = 0  # 0: the model's own limit
     fallback: bool = False  # serve with the base model if the adapter cannot be loaded
+    targets: CallTargets = NO_TARGETS  # the tenant's latency targets in the executor
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):

@@ -9,15 +9,44 @@ Both ends import this module; it imports nothing from the rest of the executor.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 9  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 10  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
 # 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy;
-# 9: a stretch's backward takes its forward's residual output too
+# 9: a stretch's backward takes its forward's residual output too; 10: calls carry their
+# tenants' latency targets
+
+
+TARGET_MAX_US = 2**32 - 1  # a target travels as an unsigned 32-bit count of microseconds
+
+
+class CallTargets(msgspec.Struct, frozen=True, array_like=True):
+    """How long a call may wait in the executor before its batch runs, as its tenants ask (the
+    tightest of the tenants whose rows it carries), for each lane it may fall in: the executor
+    tells a decode step from a prefill by its rows. 0: the executor's own target for the lane."""
+
+    decode_us: int = 0
+    prefill_us: int = 0
+
+
+NO_TARGETS = CallTargets()
+
+
+def tightest(targets: Iterable[CallTargets]) -> CallTargets:
+    """The targets of a call that carries the rows of several tenants: per lane the smallest one
+    asked for (0, the executor's own, where none asked)."""
+    decode = prefill = 0
+    for t in targets:
+        if t.decode_us and (not decode or t.decode_us < decode):
+            decode = t.decode_us
+        if t.prefill_us and (not prefill or t.prefill_us < prefill):
+            prefill = t.prefill_us
+    return CallTargets(decode, prefill) if decode or prefill else NO_TARGETS
 
 
 class Op(enum.IntEnum):
@@ -123,6 +152,9 @@ class Call(msgspec.Struct, tag="call", array_like=True):
     shape: tuple[int, ...]
     shm_in: int = -1  # byte offset of the input in the client's shared memory; -1: next frame
     shm_out: int = -1  # byte offset for the result in shared memory; -1: reply with a frame
+    # the wait the call's tenants allow it in the executor (`CallTargets`), per lane it may fall in
+    decode_target_us: int = 0
+    prefill_target_us: int = 0
 
 
 class Result(msgspec.Struct, tag="result", array_like=True):

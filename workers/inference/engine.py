@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from peft import PeftModel
 
 from wire import manager as W
 from wire.call.digits import greedy_choices
+from wire.call.messages import CallTargets, tightest
 from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.detok import Detokenizer
@@ -48,7 +50,8 @@ class Sequence:
 
 class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
-                 max_batch: int = 32, kv_budget_bytes: int = 0) -> None:
+                 max_batch: int = 32, kv_budget_bytes: int = 0,
+                 pace: Callable[[CallTargets], None] | None = None) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
         self.tokenizer = tokenizer
@@ -66,6 +69,8 @@ class InferenceEngine:
         self._pending: dict[str, int] = {}  # request id -> sequences still running
         self._generated: dict[str, int] = {}  # request id -> tokens generated so far
         self.rows = RowAdapters()  # which adapter each row goes through
+        # sets the latency targets that the executor calls of a step carry (its requests' tightest)
+        self.pace = pace
 
     def use(self, model: Any, mixed: bool) -> None:
         """From now on, run every phase through `model`: a PeftModel of LoRA adapters wrapping
@@ -127,6 +132,9 @@ class InferenceEngine:
         while self.waiting and len(self.running) + sum(r.params.n for r in admitted) + \
                 self.waiting[0].params.n <= self.max_batch:
             admitted.append(self.waiting.popleft())
+        if self.pace is not None:
+            self.pace(tightest([*(r.targets for r in admitted),
+                                *(s.request.targets for s in self.running)]))
         try:
             events = self._prefill_all(admitted)
         except ExecutorUnavailable:

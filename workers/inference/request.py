@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wire import manager as W
+from wire.call.messages import NO_TARGETS, CallTargets
 
 
 @dataclass
@@ -17,3 +18,4 @@ class Request:
     grammar: Any = None  # the request's compiled llguidance matcher; each sequence copies it
     adapter: str | None = None  # its adapter's name in a mixed engine (None: the base model)
     prefill: Any = None  # prompt or prefix tuning over this engine's base: its prompt's model
+    targets: CallTargets = NO_TARGETS  # its tenant's latency targets in the executor

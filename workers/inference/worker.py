@@ -18,6 +18,7 @@ import msgspec
 import zmq
 
 from wire import manager as W
+from wire.call.messages import CallTargets
 from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
@@ -85,7 +86,10 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
     def make_engine(model: Any) -> InferenceEngine:
         return InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
                                eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
-                               kv_budget_bytes=config.kv_budget_bytes)
+                               kv_budget_bytes=config.kv_budget_bytes, pace=pace)
+
+    def pace(targets: CallTargets) -> None:
+        client.targets = targets
 
     budget = Budget(config.max_adapters, config.adapter_bytes, config.tenant_adapter_bytes)
     return Adapters(build_base(), make_engine, build_base, device=device, budget=budget)
@@ -192,7 +196,7 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
         (engine, adapter), fallback = adapters.route(message.model, None), True
     prefill = None if fallback else adapters.prefill_of(message.model)
     request = Request(message.id, ids, message.params, fallback, adapter=adapter,
-                      prefill=prefill)
+                      prefill=prefill, targets=message.targets)
     return engine.add(request, message.max_context or None)
 def _step(engine: InferenceEngine) -> list[W.Message]:
     try:

@@ -60,6 +60,8 @@ class ExecutorClient:
         self._fast: FastPath | None = None
         self._next_id = 0
         self.calls = 0
+        # what the next calls' tenants ask of their waits (an inference worker sets it per step)
+        self.targets: P.CallTargets = P.NO_TARGETS
         self._connect()
 
     # -- public -------------------------------------------------------------------------------
@@ -248,7 +250,9 @@ class ExecutorClient:
         rows = x.shape[0]
         in_bytes = nbytes(wire_dtype, tuple(x.shape))
         out_bytes = nbytes(self.dtype, (rows, width))
-        call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape))
+        targets = self.targets
+        call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape),
+                      decode_target_us=targets.decode_us, prefill_target_us=targets.prefill_us)
         self._ensure_capacity(aligned(in_bytes) + out_bytes)
         if self._shm is not None:
             call.shm_in, call.shm_out = 0, aligned(in_bytes)
@@ -275,13 +279,13 @@ class ExecutorClient:
             time.monotonic() + self.call_timeout_s
         try:
             return self._fast.call(op, layer, x, kind, self._next_id,
-                                   self._channel.check_alive, deadline)
+                                   self._channel.check_alive, deadline, self.targets)
         except NeedsCapacity as needed:
             self._ensure_capacity(needed.size)
             if self._fast is None:  # the executor could not map the larger memory
                 return self._call(op, layer, x, kind)
             return self._fast.call(op, layer, x, kind, self._next_id,
-                                   self._channel.check_alive, deadline)
+                                   self._channel.check_alive, deadline, self.targets)
         except CallFailed as failed:
             if failed.code == P.ErrorCode.UNKNOWN_CLIENT:
                 raise Reconnect from None

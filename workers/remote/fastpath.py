@@ -20,7 +20,7 @@ from wire.call import header as H
 from wire.call.cuda_ipc import DeviceBuffer
 from wire.call.device import synchronize
 from wire.call.doorbell import WorkerDoorbell
-from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
+from wire.call.messages import NO_TARGETS, CallKind, CallTargets, LayerKind, LayerSpec, Op
 from wire.call.shm import ShmBuffer
 from wire.call.spin import AdaptiveSpin, watch
 from wire.call.tensors import aligned, nbytes
@@ -88,7 +88,8 @@ class FastPath:
         self._plans.clear()
 
     def call(self, op: int, layer: int, x: torch.Tensor, kind: int, call_id: int,
-             check_alive: Callable[[], None], deadline: float | None) -> torch.Tensor:
+             check_alive: Callable[[], None], deadline: float | None,
+             targets: CallTargets = NO_TARGETS) -> torch.Tensor:
         """The result, a view of shared memory (or of the device buffer) valid until the next
         call."""
         key = (layer, op, x.shape[0], x.dtype)
@@ -101,7 +102,8 @@ class FastPath:
         self.seq += 1
         seq = self.seq
         H.publish_call(self.mapped, seq, call_id, op, kind, plan.dtype_code, plan.ndim, layer,
-                       x.shape[0], plan.cols, plan.shm_in, plan.shm_out)
+                       x.shape[0], plan.cols, plan.shm_in, plan.shm_out, targets.decode_us,
+                       targets.prefill_us)
         self.doorbell.ring()
         reply = self._await(seq, check_alive, deadline, self._spins[kind][layer])
         if reply[1] != H.OK:

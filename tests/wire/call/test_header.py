@@ -5,19 +5,24 @@ from __future__ import annotations
 import mmap
 
 from wire.call import header as H
-from wire.call.messages import CallKind, ErrorCode, Op
+from wire.call.messages import TARGET_MAX_US, CallKind, ErrorCode, Op
 
 
 def test_a_call_is_read_only_once_published_and_round_trips() -> None:
     mapped = mmap.mmap(-1, H.DATA_AT)
     H.REQUEST_BODY.pack_into(mapped, H.REQUEST_AT + 8, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2,
-                             300, 5, 64, H.DATA_AT, H.DATA_AT + 1024)
+                             300, 5, 64, H.DATA_AT, H.DATA_AT + 1024, 0, 0)
     assert H.read_call(mapped, 1) is None  # the body alone: not published yet
     H.publish_call(mapped, 1, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2, 300, 5, 64, H.DATA_AT,
                    H.DATA_AT + 1024)
     assert H.read_call(mapped, 1) == (1, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2, 300, 5, 64,
-                                      H.DATA_AT, H.DATA_AT + 1024)
+                                      H.DATA_AT, H.DATA_AT + 1024, 0, 0)  # no targets asked
     assert H.read_call(mapped, 2) is None  # the executor waits for the next seq only
+    # the tenants' latency targets, up to the largest a u32 of microseconds holds
+    H.publish_call(mapped, 2, 10, Op.FORWARD, CallKind.INFERENCE, 0, 2, 3, 1, 64, H.DATA_AT,
+                   H.DATA_AT + 1024, 250, TARGET_MAX_US)
+    assert H.read_call(mapped, 2)[-2:] == (250, TARGET_MAX_US)
+    assert H.REQUEST_AT + 8 + H.REQUEST_BODY.size <= H.REPLY_AT  # the request fits its slot
 
 
 def test_replies_and_errors_round_trip() -> None:

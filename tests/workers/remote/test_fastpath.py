@@ -31,7 +31,7 @@ def _serve(port: bell.ExecutorDoorbell, mapped, stop: threading.Event) -> None:
             time.sleep(0.0005)
             continue
         seq += 1
-        _, call_id, _, kind, _, _, layer, rows, cols, shm_in, shm_out = H.read_call(mapped, seq)
+        _, call_id, _, kind, _, _, layer, rows, cols, shm_in, shm_out, *_ = H.read_call(mapped, seq)
         x = torch.frombuffer(mapped, dtype=torch.float32, count=rows * cols, offset=shm_in)
         out = torch.frombuffer(mapped, dtype=torch.float32, count=rows * cols, offset=shm_out)
         out.copy_(2 * x)
