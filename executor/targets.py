@@ -15,9 +15,10 @@ slice is sized from the decode target and what the waits measure (`SliceTuner`):
 the target; over each window of decode calls queued while a training slice ran (the waits that
 are the slices' doing: on a busy host most of a wait can be the OS's), if more than `MISS_SHARE`
 missed their target the slice shrinks, if none came within half of it the slice grows back
-(never above the tightest target of the window, never below `floor_s`, which a tenant's target
-cannot lower; `executor.columns` cuts a slice as a band of the matmul's output columns, none
-narrower than its floor, so training keeps an efficient matmul).
+(never above the decode target, nor above a tighter one that the window's calls carried, never
+below `floor_s`, which a tenant's target cannot lower; `executor.columns` cuts a slice as a band
+of the matmul's output columns, none narrower than its floor, so training keeps an efficient
+matmul).
 """
 
 from __future__ import annotations

@@ -91,9 +91,11 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
         ("calls", "calls", "Calls"),
         ("compute_seconds", "compute_s", "Compute time of the batches this lane led"),
         ("wait_seconds", "wait_s", "Time calls waited"),
-        ("target_met", "met", "Calls that waited no longer than the lane's latency target")))
+        ("target_met", "met", "Calls that waited no longer than their latency target (their "
+         "tenant's, else the lane's)")))
     target = GaugeMetricFamily("symbiosis_executor_lane_wait_target_seconds", "Latency target: "
-                               "the longest a call of the lane should wait", labels=["lane"])
+                               "the longest a call of the lane should wait, where its tenant "
+                               "asks for no other", labels=["lane"])
     for lane, figure in figures.lanes.items():
         if figure.target_ms is not None:
             target.add_metric([lane], figure.target_ms / 1e3)

@@ -36,7 +36,7 @@ class LaneFigures(msgspec.Struct):
     wait_s: float  # summed over this lane's calls
     mean_wait_ms: float
     target_ms: float | None = None  # the lane's latency target (none for training)
-    met: int = 0  # calls that waited no longer than the target
+    met: int = 0  # calls that waited no longer than their target (their tenant's, else the lane's)
 
 
 class ExecutorFigures(msgspec.Struct):

@@ -104,6 +104,12 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
         "unknown message type": ([msgspec.msgpack.encode(["fly", 1])], P.ErrorCode.BAD_MESSAGE),
         "garbage": ([b"\xff\x00garbage"], P.ErrorCode.BAD_MESSAGE),
         "empty": ([b""], P.ErrorCode.BAD_MESSAGE),
+        "a negative latency target": ([P.encode(P.Call(1, P.Op.FORWARD, q, P.CallKind.INFERENCE,
+                                                       "float32", (3, 64), decode_target_us=-1)),
+                                        bytes(as_bytes(x))], P.ErrorCode.BAD_MESSAGE),
+        "a latency target past 32 bits": ([P.encode(P.Call(
+            1, P.Op.FORWARD, q, P.CallKind.INFERENCE, "float32", (3, 64),
+            prefill_target_us=P.TARGET_MAX_US + 1)), bytes(as_bytes(x))], P.ErrorCode.BAD_MESSAGE),
         "shm without shm": ([P.encode(P.Call(1, P.Op.FORWARD, q, P.CallKind.INFERENCE,
                                              "float32", (3, 64), 0, 1024))],
                             P.ErrorCode.BAD_TENSOR),

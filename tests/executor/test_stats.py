@@ -60,3 +60,24 @@ def test_each_lane_counts_the_calls_that_met_its_target() -> None:
     stats.record_hold(0.001)
     figures = stats.snapshot()
     assert figures.training_holds == 2 and figures.training_held_s == pytest.approx(0.003)
+
+
+def test_a_call_is_counted_against_the_target_its_tenants_asked_for() -> None:
+    def asking(rows: int, arrived: float, decode_us: int, prefill_us: int) -> PendingCall:
+        return PendingCall(b"c", Call(0, Op.FORWARD, 0, CallKind.INFERENCE, "float32", (rows, 8),
+                                      decode_target_us=decode_us, prefill_target_us=prefill_us),
+                           torch.empty(rows, 8), arrived)
+
+    stats = ExecutorStats(LatencyTargets(decode_s=0.001, prefill_s=0.05))
+    # each waits 2 ms: over the executor's decode target, within these tenants' own
+    stats.record_batch([asking(1, 9.998, 3000, 0)], started=10.0, compute_s=0.001)
+    stats.record_batch([asking(1, 9.998, 0, 0), asking(2, 9.998, 2500, 1)], started=10.0,
+                       compute_s=0.001)
+    # 30 ms: within the executor's prefill target, over this tenant's 20 ms; the decode
+    # target it also carries is not a prefill's
+    stats.record_batch([asking(128, 9.97, 1, 20_000)], started=10.0, compute_s=0.01)
+    stats.record_batch([asking(128, 9.97, 1, 0)], started=10.0, compute_s=0.01)
+    lanes = stats.snapshot().lanes
+    assert (lanes["decode"].calls, lanes["decode"].met) == (3, 2)
+    assert (lanes["prefill"].calls, lanes["prefill"].met) == (2, 1)
+    assert lanes["decode"].target_ms == 1.0  # the executor's own, as before

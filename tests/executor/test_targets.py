@@ -3,6 +3,7 @@ while decode steps miss the target behind training, grows back when they have ro
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from executor.calls import PendingCall
@@ -68,3 +69,38 @@ def test_the_scheduler_feeds_the_tuner_the_waits_of_decode_steps_queued_behind_t
     scheduler.observe_waits(after, started=1.11)
     assert tuner.slice_s == 0.004 * 0.7 * 0.7
     assert Scheduler(Opportunistic(Budgets(), tuner=None)).training_slice_s() is None
+
+
+def test_the_slice_follows_the_tightest_target_its_tenants_ask_for() -> None:
+    tuner = SliceTuner(target_s=0.004, window=10)
+    for _ in range(10):  # 1.5 ms waits: within the executor's target, over a tenant's 1 ms
+        tuner.observe(0.0015, 0.001)
+    assert tuner.slice_s == 0.004 * 0.7  # they missed their own target: it shrinks
+    for _ in range(10):
+        tuner.observe(0.0003, 0.001)  # room within half of 1 ms: it grows, up to 1 ms only
+    assert tuner.slice_s == 0.001
+    for _ in range(10):
+        tuner.observe(0.0003)  # a window of only the executor's target: it grows past it again
+    assert tuner.slice_s == 0.00125
+    for _ in range(10):
+        tuner.observe(0.00001, 0.0001)  # a 0.1 ms target cannot take it below the floor
+    assert tuner.slice_s == tuner.floor_s == 0.0005
+    for _ in range(10):
+        tuner.observe(0.0003, 0.01)  # a looser one than the executor's: capped by its own
+    assert tuner.slice_s == 0.0005 * 1.25
+    for _ in range(40):
+        for _ in range(10):
+            tuner.observe(0.0003, 0.01)
+    assert tuner.slice_s == 0.004
+
+
+def test_a_call_carries_its_own_target_for_its_lane() -> None:
+    def target(rows: int, kind: CallKind, decode_us: int, prefill_us: int) -> float | None:
+        return PendingCall(b"c", Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8),
+                                      decode_target_us=decode_us, prefill_target_us=prefill_us),
+                           torch.empty(rows, 8), 0.0).target_s
+
+    assert target(1, CallKind.INFERENCE, 250, 40_000) == pytest.approx(0.00025)
+    assert target(64, CallKind.INFERENCE, 250, 40_000) == pytest.approx(0.04)
+    assert target(1, CallKind.INFERENCE, 0, 40_000) is None  # the executor's own
+    assert target(1, CallKind.TRAINING, 250, 40_000) is None  # training has none

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 import zmq
 import zmq.asyncio
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from wire import manager as W
+from wire.call import messages as P
 
 
 class StandInManager:
@@ -24,6 +26,7 @@ class StandInManager:
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.aborted: list[str] = []
+        self.generates: list[W.Generate] = []
         self.streaming: dict[str, asyncio.Task] = {}
 
     async def serve(self) -> None:
@@ -33,6 +36,7 @@ class StandInManager:
             if isinstance(message, W.Status):
                 await self._send(peer, W.StatusReply([], True, {}))
             elif isinstance(message, W.Generate):
+                self.generates.append(message)
                 await self._send(peer, W.Started(message.id, 1, False))
                 self.streaming[message.id] = asyncio.create_task(self._stream(peer, message.id))
             elif isinstance(message, W.Abort):
@@ -52,9 +56,10 @@ class StandInManager:
         self.ctx.term()
 
 
-async def _client_leaves(data_dir) -> tuple[list[dict], list[str]]:
+async def _client_leaves(data_dir, manager: StandInManager | None = None
+                         ) -> tuple[list[dict], list[str]]:
     """POST a completion through the whole app; the client leaves 0.2 s after sending it."""
-    manager = StandInManager()
+    manager = manager or StandInManager()
     server = asyncio.create_task(manager.serve())
     app = create_app(GatewaySettings(data_dir=data_dir, api_keys="acme=sk-acme",
                                      manager=manager.endpoint))
@@ -101,3 +106,13 @@ def test_a_request_whose_client_left_is_aborted_at_the_manager(tmp_path) -> None
     sent, aborted = asyncio.run(_client_leaves(tmp_path))
     assert sent[0]["status"] == 499
     assert len(aborted) == 1 and aborted[0].endswith("-0")
+
+
+@pytest.mark.parametrize("asked", [{}, {"decode_target_ms": 0.25, "prefill_target_ms": 30}],
+                         ids=["none", "tight"])
+def test_a_request_carries_its_tenants_latency_targets_to_the_manager(tmp_path, asked) -> None:
+    (tmp_path / "tenants.json").write_text(json.dumps({"tenants": [{"id": "acme", **asked}]}))
+    manager = StandInManager()
+    asyncio.run(_client_leaves(tmp_path, manager))
+    expected = P.CallTargets(250, 30_000) if asked else P.NO_TARGETS
+    assert [g.targets for g in manager.generates] == [expected]

@@ -1,12 +1,17 @@
-"""The operator CLI: a tenant created with a tier is loaded with it and its key works."""
+"""The operator CLI: a tenant created with a tier or latency targets is loaded with them and its
+key works."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 
+import pytest
+
 from gateway.tenants import TenantDirectory
+from wire.call.messages import NO_TARGETS, CallTargets
 
 
 def test_tenants_create_stores_the_tier_and_a_working_key(tmp_path) -> None:
@@ -21,3 +26,30 @@ def test_tenants_create_stores_the_tier_and_a_working_key(tmp_path) -> None:
                               "--job-priority", "500", "--data-dir", str(tmp_path)],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and "job-priority" in refused.stderr
+
+
+def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path) -> None:
+    def create(name: str, *flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", name,
+                               *flags, "--data-dir", str(tmp_path)], capture_output=True,
+                              text=True)
+
+    made = create("swift", "--decode-target-ms", "0.5", "--prefill-target-ms", "40")
+    assert made.returncode == 0, made.stderr
+    create("steady")
+    tenants = TenantDirectory.load(tmp_path / "tenants.json").tenants
+    assert tenants["swift"].call_targets() == CallTargets(decode_us=500, prefill_us=40_000)
+    assert tenants["steady"].call_targets() == NO_TARGETS  # the executor's own
+    for flag, value in (("--decode-target-ms", "-1"), ("--prefill-target-ms", "nan"),
+                        ("--decode-target-ms", "61000")):
+        refused = create("odd", flag, value)
+        assert refused.returncode == 2 and "latency target" in refused.stderr, (flag, value)
+
+
+@pytest.mark.parametrize("entry", [{"decode_target_ms": -0.5}, {"prefill_target_ms": "50"},
+                                   {"decode_target_ms": True}, {"prefill_target_ms": 1e9}])
+def test_a_tenants_file_with_a_target_out_of_range_is_refused(tmp_path, entry) -> None:
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": [{"id": "odd", **entry}]}))
+    with pytest.raises(ValueError, match=r"target_ms is 0\.\.60000"):
+        TenantDirectory.load(path)

@@ -17,6 +17,7 @@ TO_EXECUTOR = [
     P.Hello("w", 12, shm_name="symbiosis-1", shm_size=4096, shm_token=b"\x01" * 16),
     P.Remap("symbiosis-2", 8192, b"\x02" * 16),
     P.Call(7, P.Op.BACKWARD, 3, P.CallKind.TRAINING, "bfloat16", (5, 256), 0, 2560),
+    P.Call(8, P.Op.FORWARD, 3, P.CallKind.INFERENCE, "float32", (1, 64), 0, 4096, 500, 20_000),
     P.StatsRequest(),
     P.Ping(),
     P.Bye(),
@@ -59,3 +60,11 @@ def test_truncated_tensor_frame_is_rejected() -> None:
     data = bytes(as_bytes(torch.randn(3, 5)))
     with pytest.raises(ValueError, match="bytes"):
         from_bytes(data[:-4], torch.float32, (3, 5))
+
+
+def test_a_call_of_several_tenants_carries_the_tightest_target_asked_for_per_lane() -> None:
+    assert P.tightest([]) == P.NO_TARGETS
+    assert P.tightest([P.NO_TARGETS, P.NO_TARGETS]) == P.NO_TARGETS
+    assert P.tightest([P.CallTargets(800, 0), P.NO_TARGETS, P.CallTargets(500, 90_000),
+                       P.CallTargets(0, 40_000)]) == P.CallTargets(500, 40_000)
+    assert P.tightest([P.CallTargets(0, 30_000)]) == P.CallTargets(0, 30_000)

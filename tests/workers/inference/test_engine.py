@@ -13,6 +13,7 @@ from executor.local import LocalExecutor
 from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, build_pair
 from wire import manager as W
+from wire.call import messages as P
 from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorUnavailable
@@ -123,6 +124,40 @@ def test_a_prefill_that_fails_is_reported_not_lost(tokenizer) -> None:
         engine.step()
     failed = engine.fail_all(503, "executor_unavailable", "down")
     assert [(f.id, f.status) for f in failed] == [("lost?", 503)]
+
+
+def test_a_steps_calls_carry_the_tightest_targets_of_its_requests(tokenizer) -> None:
+    """What the worker's client would send with each executor call (`pace` sets it per step):
+    while a request that asks for tighter targets runs beside one that asks for none, its;
+    after it finished, none again."""
+    carried: list[P.CallTargets] = []
+    now = [P.NO_TARGETS]
+
+    class Recording(LocalExecutor):
+        def call(self, *args, **kwargs):
+            carried.append(now[0])
+            return super().call(*args, **kwargs)
+
+    executor = LocalExecutor.load(MODEL)
+    executor.__class__ = Recording
+    _, ours = build_pair(MODEL, "lora", executor)
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                             pace=lambda targets: now.__setitem__(0, targets))
+    tight = P.CallTargets(decode_us=300, prefill_us=20_000)
+    engine.add(Request("plain", prompts()[0], W.SamplingParams(max_tokens=8, temperature=0)))
+    engine.step()
+    assert set(carried) == {P.NO_TARGETS}
+    carried.clear()
+    engine.add(Request("tight", prompts()[1], W.SamplingParams(max_tokens=2, temperature=0),
+                       targets=tight))
+    engine.add(Request("loose", prompts()[2], W.SamplingParams(max_tokens=2, temperature=0),
+                       targets=P.CallTargets(decode_us=900)))
+    engine.step()  # their prefills and everyone's decode step
+    assert carried and set(carried) == {tight}
+    while engine.has_work():
+        carried.clear()
+        engine.step()
+    assert set(carried) == {P.NO_TARGETS}  # "plain" alone decodes on
 
 
 def test_one_bad_request_fails_alone(tokenizer) -> None:

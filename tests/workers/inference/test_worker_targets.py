@@ -1,0 +1,59 @@
+"""An inference worker (its adapters, engine and executor client, in this process) against a real
+executor process: a request's latency targets, from its `Generate`, ride on every executor call
+of the steps it runs in, and the executor counts those calls against them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import ExecutorProcess
+from wire import manager as W
+from wire.call import messages as P
+from wire.spawner import WorkerSpec
+from workers.inference.worker import _generate, build_adapters, preload
+from workers.remote.client import ExecutorClient
+
+MODEL = "tiny-llama"
+
+
+@pytest.fixture()
+def llama(executor_for) -> ExecutorProcess:
+    return executor_for(MODEL)
+
+
+def _decode_lane(endpoint: str) -> tuple[int, int]:
+    watcher = ExecutorClient(endpoint, name="watcher")
+    try:
+        lane = watcher.stats().lanes["decode"]
+        return lane.calls, lane.met
+    finally:
+        watcher.close()
+
+
+def test_a_requests_targets_reach_the_executor_with_its_calls(llama: ExecutorProcess) -> None:
+    preloaded = preload(MODEL)
+    spec = WorkerSpec(key="targets-worker", tenant="acme", base=MODEL, executor=llama.endpoint,
+                      manager="inproc://unused")
+    adapters = build_adapters(spec, preloaded)
+    params = W.SamplingParams(max_tokens=6, temperature=0)
+
+    def generate(targets: P.CallTargets) -> tuple[int, int]:
+        """The decode lane's calls and those that met their target, over one request."""
+        before = _decode_lane(llama.endpoint)
+        refused = _generate(W.Generate(f"r{targets.decode_us}", "acme", MODEL, params,
+                                       prompt_ids=[5, 6, 7, 8], targets=targets),
+                            adapters, preloaded)
+        assert refused == []
+        engine = adapters.engine
+        events: list[W.Message] = []
+        while engine.has_work():
+            events += engine.step()
+        assert isinstance(events[-1], W.Done) and events[-1].completion_tokens == 6
+        after = _decode_lane(llama.endpoint)
+        return after[0] - before[0], after[1] - before[1]
+
+    # a microsecond: no call is queued and picked that fast, so each one misses
+    calls, met = generate(P.CallTargets(decode_us=1, prefill_us=1))
+    assert calls > 0 and met == 0
+    calls, met = generate(P.CallTargets(decode_us=P.TARGET_MAX_US, prefill_us=P.TARGET_MAX_US))
+    assert calls > 0 and met == calls
