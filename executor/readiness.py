@@ -2,9 +2,10 @@
 scan, before training yields to decode steps about to come: `Scheduler.hold_training`).
 
 A queue at `max_batch_rows` is ready; a queue of decode steps waits for its convoy (up to the
-policy's `convoy_s`) while a decode client is queued earlier in the pass or an idle one is due
-here (`executor.presence.convoy`); else the policy decides, up to the queue's deadline, from the
-clients that may still join it.
+policy's `convoy_s`, or the shortest wait a call's tenants allow) while a decode client is queued
+earlier in the pass or an idle one is due here (`executor.presence.convoy`); else the policy
+decides, up to the queue's deadline (which a call's target caps too), from the clients that may
+still join it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
         if rows >= s.max_batch_rows:
             yield queue, 0.0
             continue
-        convoy_until = calls[0].arrived + convoy_s
-        if now < convoy_until and key[1] != Op.BACKWARD \
-                and all(c.lane == Lane.DECODE for c in calls):
+        if key[1] != Op.BACKWARD and all(c.lane == Lane.DECODE for c in calls) \
+                and now < (convoy_until := _convoy_until(calls, convoy_s)):
             if waits_for is None:
                 waits_for = convoy(s.presence, s.successor, s.positions, now,
                                    s.active_window_s, convoy_s)
@@ -66,6 +66,16 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             yield queue, 0.0
         else:
             yield queue, deadline - now
+
+
+def _convoy_until(calls: list[PendingCall], convoy_s: float) -> float:
+    """Until when decode steps wait for their convoy: `convoy_s` after the first came, or sooner
+    where a call's tenants asked for a shorter wait (`PendingCall.target_s`)."""
+    until = calls[0].arrived + convoy_s
+    for c in calls:
+        if c.target_s is not None and c.arrived + c.target_s < until:
+            until = c.arrived + c.target_s
+    return until
 
 
 def _joiners(s: Scheduler, key: Key, active: set[bytes]) -> Iterator[bytes]:

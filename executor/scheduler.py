@@ -83,6 +83,8 @@ class Scheduler:
             call.seq = self._seq
             estimate = self.cost.estimate(call.key, call.rows, self.widths.get(call.layer, 0))
             call.deadline = self.policy.deadline(call, estimate)
+            if call.target_s is not None:  # no company is worth a wait its tenants did not allow
+                call.deadline = min(call.deadline, call.arrived + call.target_s)
             queue = self.queues.get(call.key)
             if queue is None:
                 queue = self.queues[call.key] = deque()
