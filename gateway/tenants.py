@@ -51,8 +51,13 @@ class Tenant:
     prefill_target_ms: float = 0.0
 
     def call_targets(self) -> CallTargets:
-        return CallTargets(round(self.decode_target_ms * 1000),
-                           round(self.prefill_target_ms * 1000))
+        return CallTargets(_microseconds(self.decode_target_ms),
+                           _microseconds(self.prefill_target_ms))
+
+
+def _microseconds(ms: float) -> int:
+    """A target as calls carry it: whole microseconds, none shorter than one (0: none asked)."""
+    return max(round(ms * 1000), 1) if ms > 0 else 0
 
 
 class TenantDirectory:

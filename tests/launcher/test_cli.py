@@ -37,8 +37,10 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
     made = create("swift", "--decode-target-ms", "0.5", "--prefill-target-ms", "40")
     assert made.returncode == 0, made.stderr
     create("steady")
+    create("instant", "--decode-target-ms", "0.0001")
     tenants = TenantDirectory.load(tmp_path / "tenants.json").tenants
     assert tenants["swift"].call_targets() == CallTargets(decode_us=500, prefill_us=40_000)
+    assert tenants["instant"].call_targets() == CallTargets(decode_us=1)  # not 0, "none asked"
     assert tenants["steady"].call_targets() == NO_TARGETS  # the executor's own
     for flag, value in (("--decode-target-ms", "-1"), ("--prefill-target-ms", "nan"),
                         ("--decode-target-ms", "61000")):
