@@ -39,3 +39,14 @@ def call(s: Scheduler, client: str, layer: int, rows: int = 1, kind: CallKind = 
 
 def clients_of(batch) -> list[str]:
     return [c.client.decode() for c in batch]
+
+
+def walk_with_gaps(s: Scheduler, clock: Clock, rounds: int = 3) -> None:
+    """Clients a and b walk layers 0 -> 1 together, each calling 2 ms after its reply (1 ms of
+    compute a batch): the scheduler learns their gaps, so each is due 2 x 2 ms + slack after."""
+    for _ in range(rounds):
+        for layer in (0, 1):
+            batch = [call(s, "a", layer), call(s, "b", layer)]
+            assert s.next_batch() == batch
+            s.observe(batch, 0.001)
+            clock.advance(0.002)

@@ -6,7 +6,7 @@ import pytest
 
 from executor.policy import Eager, Lockstep, Opportunistic
 from executor.scheduler import Scheduler
-from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
+from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler, walk_with_gaps
 from wire.call.messages import Op
 
 
@@ -173,12 +173,7 @@ def test_a_decode_step_waits_for_a_decode_client_queued_behind_it(clock) -> None
 
 def test_a_decode_step_waits_for_an_idle_client_due_within_twice_its_gap(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
-    for _ in range(3):  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
-        for layer in (0, 1):
-            batch = [call(s, "a", layer), call(s, "b", layer)]
-            assert s.next_batch() == batch
-            s.observe(batch, 0.001)
-            clock.advance(0.002)
+    walk_with_gaps(s, clock)  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
     call(s, "a", 0)  # b is due at layer 0 until 2 x 2 ms + 0.2 ms after its last reply
     clock.advance(0.0015)  # far past a's own budget (0.3 ms + a tiny matmul)
     assert s.next_batch() is None

@@ -9,7 +9,7 @@ import torch
 from executor.calls import PendingCall
 from executor.policy import Lockstep, Opportunistic
 from executor.scheduler import Scheduler
-from tests.executor.queued import BUDGETS, INF, call, clients_of, scheduler
+from tests.executor.queued import BUDGETS, INF, clients_of, scheduler, walk_with_gaps
 from tests.executor.test_scheduler import teach_layer_order
 from wire.call.messages import Call, Op
 
@@ -37,12 +37,7 @@ def test_a_call_waits_for_a_joiner_no_longer_than_its_target(clock) -> None:
 
 def test_a_decode_step_waits_for_its_convoy_no_longer_than_its_target(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
-    for _ in range(3):  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
-        for layer in (0, 1):
-            batch = [call(s, "a", layer), call(s, "b", layer)]
-            assert s.next_batch() == batch
-            s.observe(batch, 0.001)
-            clock.advance(0.002)
+    walk_with_gaps(s, clock)  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
     asking(s, "a", 0, decode_us=1000)  # b is due at layer 0 for 2.2 ms more (the convoy)
     assert s.next_batch() is None
     assert s.ready_in() == pytest.approx(0.001)  # a waits for b only as long as it asked
