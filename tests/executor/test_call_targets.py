@@ -48,4 +48,3 @@ def test_each_call_is_counted_against_its_own_target(llama: ExecutorProcess,
         assert (lanes["decode"].target_ms, lanes["prefill"].target_ms) == (1.0, 50.0)
     finally:
         client.close()
-

@@ -3,12 +3,9 @@ key works."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-
-import pytest
 
 from gateway.tenants import TenantDirectory
 from wire.call.messages import NO_TARGETS, CallTargets
@@ -47,11 +44,3 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
         refused = create("odd", flag, value)
         assert refused.returncode == 2 and "latency target" in refused.stderr, (flag, value)
 
-
-@pytest.mark.parametrize("entry", [{"decode_target_ms": -0.5}, {"prefill_target_ms": "50"},
-                                   {"decode_target_ms": True}, {"prefill_target_ms": 1e9}])
-def test_a_tenants_file_with_a_target_out_of_range_is_refused(tmp_path, entry) -> None:
-    path = tmp_path / "tenants.json"
-    path.write_text(json.dumps({"tenants": [{"id": "odd", **entry}]}))
-    with pytest.raises(ValueError, match=r"target_ms is 0\.\.60000"):
-        TenantDirectory.load(path)
