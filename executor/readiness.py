@@ -40,7 +40,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
         if rows >= s.max_batch_rows:
             yield queue, 0.0
             continue
-        if key[1] != Op.BACKWARD and all(c.lane == Lane.DECODE for c in calls) \
+        if now < calls[0].arrived + convoy_s and key[1] != Op.BACKWARD \
+                and all(c.lane == Lane.DECODE for c in calls) \
                 and now < (convoy_until := _convoy_until(calls, convoy_s)):
             if waits_for is None:
                 waits_for = convoy(s.presence, s.successor, s.positions, now,

@@ -55,6 +55,12 @@ class Tenant:
                            _microseconds(self.prefill_target_ms))
 
 
+def valid_target_ms(value: object) -> bool:
+    """A latency target as a tenant may ask for it: a number of milliseconds, 0..TARGET_MAX_MS."""
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and 0 <= value <= TARGET_MAX_MS
+
+
 def _microseconds(ms: float) -> int:
     """A target as calls carry it: whole microseconds, none shorter than one (0: none asked)."""
     return max(round(ms * 1000), 1) if ms > 0 else 0
@@ -176,9 +182,7 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
             if not -100 <= tenant.job_priority <= 100:
                 raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
             for name in ("decode_target_ms", "prefill_target_ms"):
-                value = getattr(tenant, name)
-                if isinstance(value, bool) or not isinstance(value, int | float) \
-                        or not 0 <= value <= TARGET_MAX_MS:
+                if not valid_target_ms(getattr(tenant, name)):
                     raise ValueError(f"tenant {tenant.id}: {name} is 0..{TARGET_MAX_MS} "
                                      "(0: the executor's own)")
             tenants[tenant.id] = tenant

@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import TARGET_MAX_MS, create_tenant, revoke_tenant
+from gateway.tenants import TARGET_MAX_MS, create_tenant, revoke_tenant, valid_target_ms
 from launcher import serve_flags
 from wire.stopping import StopSignal
 
@@ -112,7 +112,7 @@ def tenants_create(args: argparse.Namespace) -> int:
 
 def _target_ms(text: str) -> float:
     value = float(text)
-    if not 0 <= value <= TARGET_MAX_MS:
+    if not valid_target_ms(value):
         raise argparse.ArgumentTypeError(f"a latency target is 0..{TARGET_MAX_MS} ms")
     return value
 

@@ -30,8 +30,10 @@ def scheduler(policy, clock: Clock, **kw) -> Scheduler:
 
 
 def call(s: Scheduler, client: str, layer: int, rows: int = 1, kind: CallKind = INF,
-         op: Op = Op.FORWARD) -> PendingCall:
-    pending = PendingCall(client.encode(), Call(0, op, layer, kind, "float32", (rows, 1)),
+         op: Op = Op.FORWARD, decode_us: int = 0) -> PendingCall:
+    """A call queued now; `decode_us`: the decode target its tenants ask for (0: none)."""
+    pending = PendingCall(client.encode(), Call(0, op, layer, kind, "float32", (rows, 1),
+                                                decode_target_us=decode_us),
                           torch.empty(rows, 1), s.clock())
     s.add(pending)
     return pending

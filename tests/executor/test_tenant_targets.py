@@ -4,46 +4,34 @@ for a joiner within the policy's budget, not for its convoy (fake clock, in-proc
 from __future__ import annotations
 
 import pytest
-import torch
 
-from executor.calls import PendingCall
 from executor.policy import Lockstep, Opportunistic
-from executor.scheduler import Scheduler
-from tests.executor.queued import BUDGETS, INF, clients_of, scheduler, walk_with_gaps
+from tests.executor.queued import BUDGETS, call, clients_of, scheduler, walk_with_gaps
 from tests.executor.test_scheduler import teach_layer_order
-from wire.call.messages import Call, Op
-
-
-def asking(s: Scheduler, client: str, layer: int, decode_us: int) -> PendingCall:
-    pending = PendingCall(client.encode(), Call(0, Op.FORWARD, layer, INF, "float32", (1, 1),
-                                                decode_target_us=decode_us),
-                          torch.empty(1, 1), s.clock())
-    s.add(pending)
-    return pending
 
 
 def test_a_call_waits_for_a_joiner_no_longer_than_its_target(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     teach_layer_order(s, ["a", "b"])  # b sits after layer 0: expected at layer 1
-    first = asking(s, "a", 1, decode_us=100)
+    first = call(s, "a", 1, decode_us=100)
     assert s.next_batch() is None
     assert s.ready_in() == pytest.approx(0.0001)  # not the 0.3 ms and more of its budget
     assert first.deadline == pytest.approx(clock.now + 0.0001)
     clock.advance(0.00011)
     assert clients_of(s.next_batch()) == ["a"]
-    loose = asking(s, "a", 1, decode_us=50_000)  # a looser target than the budget: the budget
+    loose = call(s, "a", 1, decode_us=50_000)  # a looser target than the budget: the budget
     assert 0.0003 <= loose.deadline - clock.now < 0.001
 
 
 def test_a_decode_step_waits_for_its_convoy_no_longer_than_its_target(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     walk_with_gaps(s, clock)  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
-    asking(s, "a", 0, decode_us=1000)  # b is due at layer 0 for 2.2 ms more (the convoy)
+    call(s, "a", 0, decode_us=1000)  # b is due at layer 0 for 2.2 ms more (the convoy)
     assert s.next_batch() is None
     assert s.ready_in() == pytest.approx(0.001)  # a waits for b only as long as it asked
     clock.advance(0.00101)
     assert clients_of(s.next_batch()) == ["a"]
-    asking(s, "a", 0, decode_us=0)  # none of its own: it waits for b as before, until b's due
+    call(s, "a", 0, decode_us=0)  # none of its own: it waits for b as before, until b's due
     assert s.next_batch() is None
     assert s.ready_in() == pytest.approx(0.0022 - 0.00101)
 
@@ -51,7 +39,7 @@ def test_a_decode_step_waits_for_its_convoy_no_longer_than_its_target(clock) -> 
 def test_every_policy_keeps_the_target(clock) -> None:
     s = scheduler(Lockstep(cap_s=0.1), clock)
     teach_layer_order(s, ["a", "b"])
-    asking(s, "a", 1, decode_us=500)  # lockstep would wait for b up to its 100 ms cap
+    call(s, "a", 1, decode_us=500)  # lockstep would wait for b up to its 100 ms cap
     clock.advance(0.0004)
     assert s.next_batch() is None
     clock.advance(0.00011)
