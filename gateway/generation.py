@@ -18,6 +18,7 @@ from gateway.errors import APIError
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
+from gateway.token_clock import TokenClock
 from wire import manager as W
 
 log = logging.getLogger("gateway.generation")
@@ -81,17 +82,19 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     except BaseException:
         release()
         raise
+    clock = TokenClock(state.metrics, tenant.id, call.started_at, params)
     call.answered = state.settings.model if run.fallback else target.model
     headers = {VERSION_HEADER: call.answered}
     if run.fallback:
         headers[FALLBACK_HEADER] = "base-model"
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
-        return StreamingResponse(_stream(call, run, chunks, include_usage, usage_chunk, release),
+        return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
+                                         release),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
-        task = asyncio.ensure_future(run.collect())
+        task = asyncio.ensure_future(run.collect(clock.tick))
         watcher = asyncio.ensure_future(watch_disconnect(request, task))
         try:
             results = await task
@@ -106,19 +109,14 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         release()
 
 
-async def _stream(call: Call, run: Run, chunks: ChunkMaker, include_usage: bool,
-                  usage_chunk, release) -> AsyncIterator[bytes]:
-    state = call.request.app.state
-    first = True
+async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
+                  include_usage: bool, usage_chunk, release) -> AsyncIterator[bytes]:
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
                 yield sse(chunk)
         async for result, event in run.events():
-            if first and isinstance(event, W.Delta):
-                first = False
-                state.metrics.first_token.labels(call.tenant.id).observe(
-                    time.monotonic() - call.started_at)
+            clock.tick(result, event)
             for chunk in chunks(call, result, event):
                 yield sse(chunk)
         _count(call, run.results)

@@ -23,8 +23,15 @@ class Metrics:
                                  "version that answered", ["tenant", "model", "version"],
                                  registry=r)
         self.first_token = Histogram("symbiosis_time_to_first_token_seconds",
-                                     "Time to the first generated token", ["tenant"], registry=r,
+                                     "Time from a request's arrival to its first generated "
+                                     "token reaching the gateway, streamed or not", ["tenant"],
+                                     registry=r,
                                      buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.inter_token = Histogram("symbiosis_inter_token_seconds",
+                                     "Time between two consecutive generated tokens of one "
+                                     "sequence reaching the gateway", ["tenant"], registry=r,
+                                     buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
+                                              2.5))
         self.fallbacks = Counter("symbiosis_fallbacks", "Responses served by the base model "
                                  "because the adapter could not be loaded", ["tenant"], registry=r)
         self.inflight = Gauge("symbiosis_inflight_requests", "Requests in progress", ["tenant"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -72,9 +72,12 @@ class Run:
     def fallback(self) -> bool:
         return any(r.started.fallback for r in self.results)
 
-    async def collect(self) -> list[PromptResult]:
-        async for _ in self.events():
-            pass
+    async def collect(self, watch: Callable[[PromptResult, W.Message], None] | None = None
+                      ) -> list[PromptResult]:
+        """Every prompt's result, whole; `watch` sees each event as it comes."""
+        async for result, event in self.events():
+            if watch is not None:
+                watch(result, event)
         return self.results
 
     async def events(self) -> AsyncIterator[tuple[PromptResult, W.Message]]:

@@ -56,9 +56,10 @@ async def sign_out(request: Request) -> JSONResponse:
 
 @router.get("/dashboard/api/usage")
 async def usage(request: Request, tenant: TenantDep) -> dict:
-    """This tenant's requests by route and status, tokens, and time to first token."""
+    """This tenant's requests by route and status, tokens, and the mean time to its first token
+    and between its tokens (as the gateway received them)."""
     metrics = request.app.state.metrics
-    requests, tokens, first = [], {}, {"count": 0, "sum": 0.0}
+    requests, tokens, timed = [], {}, {}
     for family in metrics.registry.collect():
         for sample in family.samples:
             if sample.labels.get("tenant") != tenant.id:
@@ -69,13 +70,16 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
             elif sample.name == "symbiosis_tokens_total":
                 kind = sample.labels["kind"]
                 tokens[kind] = tokens.get(kind, 0) + int(sample.value)
-            elif sample.name == "symbiosis_time_to_first_token_seconds_count":
-                first["count"] = int(sample.value)
-            elif sample.name == "symbiosis_time_to_first_token_seconds_sum":
-                first["sum"] = sample.value
-    mean_ttft = first["sum"] / first["count"] if first["count"] else None
+            elif sample.name.endswith(("_seconds_sum", "_seconds_count")):
+                timed[sample.name] = sample.value
+
+    def mean(histogram: str) -> float | None:
+        count = timed.get(f"{histogram}_count", 0)
+        return timed[f"{histogram}_sum"] / count if count else None
+
     return {"tenant": tenant.id, "requests": requests, "tokens": tokens,
-            "mean_time_to_first_token_s": mean_ttft}
+            "mean_time_to_first_token_s": mean("symbiosis_time_to_first_token_seconds"),
+            "mean_inter_token_s": mean("symbiosis_inter_token_seconds")}
 
 
 @router.get("/dashboard/api/operator")

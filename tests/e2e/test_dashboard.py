@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.adapters import MODEL
@@ -67,7 +68,17 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
                       if e.type == "metrics" and e.data and series in e.data)
 
     assert len(points("train_loss")) >= 3 and points("valid_loss")
+    client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, temperature=0)
+    usage = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
+                      headers={"Authorization": f"Bearer {KEYS['gamma']}"}).json()
     page = sign_in(browser, deployment, KEYS["gamma"])
+    page.wait_for_selector("#mean-inter-token")
+    shown = {name: float(page.text_content(f"#{name}")) for name in ("mean-ttft",
+                                                                      "mean-inter-token")}
+    assert shown["mean-ttft"] == pytest.approx(1e3 * usage["mean_time_to_first_token_s"],
+                                               abs=0.51)
+    assert shown["mean-inter-token"] == pytest.approx(1e3 * usage["mean_inter_token_s"],
+                                                      abs=0.051)
     page.click(f'tr.job[data-job="{finished_job}"]')
     page.wait_for_selector("#loss-chart circle[data-series=train]")
     page.wait_for_function("document.getElementById('job-status').textContent === 'succeeded'")

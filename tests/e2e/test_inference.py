@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import OPERATOR, Deployment
+from tests.e2e.conftest import KEYS, OPERATOR, Deployment
 
 pytestmark = pytest.mark.slow
 PROMPT = "The quick brown fox"
@@ -261,8 +261,10 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
     before = sample()
+    asked = time.monotonic()
     deployment.client("acme").completions.create(model="acme/lora-a", prompt=PROMPT,
                                                  max_tokens=5, temperature=0)
+    answered = time.monotonic() - asked
     after = sample()
 
     def moved(name: str, **labels: str) -> float:
@@ -282,6 +284,17 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert moved("symbiosis_responses_total", tenant="acme", model="acme/lora-a",
                  version="1") == 1
     assert moved("symbiosis_request_seconds_count", route="/v1/completions") == 1
+    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
+    assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == 4  # 5 tokens, 1 row
+    waited = (moved("symbiosis_time_to_first_token_seconds_sum", tenant="acme")
+              + moved("symbiosis_inter_token_seconds_sum", tenant="acme"))
+    assert 0 < waited <= answered  # arrival to last token, within the client's own wait
+    usage = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
+                      headers={"Authorization": f"Bearer {KEYS['acme']}"}).json()
+    between = ("symbiosis_inter_token_seconds_sum", (("tenant", "acme"),))
+    assert usage["mean_inter_token_s"] == pytest.approx(
+        after[between] / after[("symbiosis_inter_token_seconds_count", (("tenant", "acme"),))])
+
     assert moved("symbiosis_executor_calls_total", kind="inference") > 0
     assert after[("symbiosis_executor_up", ())] == 1
     assert after[("symbiosis_workers", (("state", "ready"),))] >= 1
@@ -292,6 +305,15 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert ("symbiosis_manager_worker_starts_total", ()) in after
     assert ("symbiosis_jobs", (("status", "running"),)) in after
     assert ("symbiosis_executor_queue_depth", ()) in after
+
+    before = sample()  # streamed, two sequences: each one's gaps
+    chunks = list(deployment.client("acme").completions.create(
+        model="acme/lora-a", prompt=PROMPT, max_tokens=4, n=2, seed=3, stream=True,
+        stream_options={"include_usage": True}))
+    after = sample()
+    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
+    assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == \
+        chunks[-1].usage.completion_tokens - 2
 
 
 def test_an_empty_prompt_starts_a_new_document(deployment: Deployment) -> None:

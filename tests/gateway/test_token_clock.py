@@ -1,0 +1,59 @@
+"""A request's token times as the gateway records them (a fake clock; the histograms read back
+from the metrics' registry)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.metrics import Metrics
+from gateway.serving import PromptResult
+from gateway.token_clock import TokenClock
+from wire import manager as W
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def histogram(metrics: Metrics, name: str, tenant: str = "acme") -> tuple[float, float]:
+    """(count, sum) of one tenant's histogram."""
+    get = metrics.registry.get_sample_value
+    return (get(f"{name}_count", {"tenant": tenant}) or 0.0,
+            get(f"{name}_sum", {"tenant": tenant}) or 0.0)
+
+
+def result(index: int) -> PromptResult:
+    return PromptResult(index, W.Started(f"r-{index}", 3))
+
+
+def test_first_token_and_the_gaps_of_each_sequence() -> None:
+    metrics, clock = Metrics(), Clock()
+    timer = TokenClock(metrics, "acme", 99.5, W.SamplingParams(n=2, max_tokens=3), clock)
+    prompts = [result(0), result(1)]  # two prompts of one request, two sequences each
+    arrivals = [(100.25, 0, 0), (100.25, 0, 1), (100.5, 1, 0), (100.5, 1, 1),
+                (101.0, 0, 0), (101.5, 0, 1), (101.5, 1, 0), (103.5, 1, 1)]
+    for at, prompt, sequence in arrivals:
+        clock.now = at
+        timer.tick(prompts[prompt], W.Delta(prompts[prompt].started.id, sequence, "x"))
+    clock.now = 200.0  # what is not a token is not timed
+    timer.tick(prompts[0], W.Done("r-0", 3, 4))
+    timer.tick(prompts[1], prompts[1].started)
+    assert histogram(metrics, "symbiosis_time_to_first_token_seconds") == (1, 0.75)
+    assert histogram(metrics, "symbiosis_inter_token_seconds") == (4, 0.75 + 1.25 + 1.0 + 3.0)
+    get = metrics.registry.get_sample_value
+    assert get("symbiosis_inter_token_seconds_bucket", {"tenant": "acme", "le": "1.0"}) == 2
+    assert histogram(metrics, "symbiosis_inter_token_seconds", "beta") == (0, 0)
+
+
+@pytest.mark.parametrize("max_tokens", [None, 0])
+def test_a_request_without_tokens_is_not_timed(max_tokens: int | None) -> None:
+    metrics, clock = Metrics(), Clock()
+    timer = TokenClock(metrics, "acme", 99.0, W.SamplingParams(max_tokens=max_tokens), clock)
+    timer.tick(result(0), W.Delta("r-0", 0, "", None, "length"))
+    expected = (1, 1.0) if max_tokens is None else (0, 0)  # None: as many as fit, so a token
+    assert histogram(metrics, "symbiosis_time_to_first_token_seconds") == expected
+    assert histogram(metrics, "symbiosis_inter_token_seconds") == (0, 0)
