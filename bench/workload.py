@@ -174,6 +174,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--warmup", type=float, default=0,
                    help="seconds of the same work before the barrier (kernels, allocator)")
+    p.add_argument("--decode-target-ms", type=float, default=0,
+                   help="ours: this client's decode steps' target in the executor, as a "
+                        "tenant's `decode_target_ms` (0: the executor's own)")
     p.add_argument("--kv-budget-mb", type=float, default=0,
                    help="long, ours: the KV cache kept on the device (0: no limit)")
     return p
@@ -203,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
                       args.privacy, training=args.kind == "train", free_base=args.free_base,
                       device=args.device, dtype=dtype, recompute=args.recompute)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    handle = getattr(base, "symbiosis_executor", None)
+    if args.decode_target_ms:
+        from wire.call.messages import CallTargets
+
+        handle.targets = CallTargets.from_ms(args.decode_target_ms)  # as a worker's engine sets
     tokenizer = _tokenizer(args.model) if args.kind == "long" and args.side == "ours" else None
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
@@ -211,8 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
         time.sleep(0.01)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    handle = getattr(base, "symbiosis_executor", None)
     calls_before = getattr(handle, "calls", 0)  # the warm-up's are not the window's
     started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
@@ -223,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
               "executor_calls": None if made is None else made - calls_before,
               "elapsed": done - started,  # to the last completed unit of work
               "cpu_s": time.process_time() - cpu_started,
+              "decode_target_ms": args.decode_target_ms,
               "omp_wait_policy": wait_policy(),  # as torch loaded it (None: the default)
               **extra}
     (sync / f"{args.index}.json").write_text(json.dumps(result))

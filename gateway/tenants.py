@@ -51,19 +51,13 @@ class Tenant:
     prefill_target_ms: float = 0.0
 
     def call_targets(self) -> CallTargets:
-        return CallTargets(_microseconds(self.decode_target_ms),
-                           _microseconds(self.prefill_target_ms))
+        return CallTargets.from_ms(self.decode_target_ms, self.prefill_target_ms)
 
 
 def valid_target_ms(value: object) -> bool:
     """A latency target as a tenant may ask for it: a number of milliseconds, 0..TARGET_MAX_MS."""
     return isinstance(value, int | float) and not isinstance(value, bool) \
         and 0 <= value <= TARGET_MAX_MS
-
-
-def _microseconds(ms: float) -> int:
-    """A target as calls carry it: whole microseconds, none shorter than one (0: none asked)."""
-    return max(round(ms * 1000), 1) if ms > 0 else 0
 
 
 class TenantDirectory:

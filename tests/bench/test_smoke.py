@@ -13,7 +13,7 @@ from bench.__main__ import SCENARIOS
 
 # Three toy runs side by side, of about equal length: the harness is checked, not the speed.
 PARTS = (["capacity", "sharding", "privacy", "mixed", "rate"],
-         ["policies", "memory", "decode", "methods", "mixed-trace"],
+         ["policies", "memory", "decode", "methods", "mixed-trace", "targets"],
          ["throughput", "adapters", "tenants", "coldstart", "together", "overhead"])
 
 

@@ -98,3 +98,31 @@ def test_a_forked_client_that_fails_says_why_before_it_exits(tmp_path) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.splitlines()[-1]) == {"failed": 1}
     assert "Traceback (most recent call last)" in run.stderr and "no-such-model" in run.stderr
+
+
+@pytest.mark.parametrize(("target_ms", "all_met"), [(0.001, False), (60_000, True)])
+def test_a_client_asking_a_decode_target_carries_it_to_the_executor(
+        executor_for, tmp_path, target_ms: float, all_met: bool) -> None:
+    """`--decode-target-ms` (the 6c scenario's tenant): the executor counts the client's decode
+    calls against it: a microsecond, none met; a minute, all."""
+    import subprocess
+    import sys
+
+    from workers.remote.client import ExecutorClient
+
+    llama = executor_for("tiny-llama")
+    probe = ExecutorClient(llama.endpoint, name="targets-probe")
+    try:
+        before = probe.stats().lanes["decode"]
+        (tmp_path / "go").touch()
+        run = subprocess.run(
+            [sys.executable, "-m", "bench.workload", "--side", "ours", "--model", "tiny-llama",
+             "--endpoint", llama.endpoint, "--kind", "decode", "--sync-dir", str(tmp_path),
+             "--index", "0", "--duration", "0.5", "--tokens", "4", "--decode-target-ms",
+             str(target_ms)], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        after = probe.stats().lanes["decode"]
+    finally:
+        probe.close()
+    calls, met = after.calls - before.calls, after.met - before.met
+    assert calls >= 5 and met == (calls if all_met else 0)

@@ -33,6 +33,12 @@ class CallTargets(msgspec.Struct, frozen=True, array_like=True):
     decode_us: int = 0
     prefill_us: int = 0
 
+    @classmethod
+    def from_ms(cls, decode_ms: float = 0, prefill_ms: float = 0) -> CallTargets:
+        """Targets in milliseconds as calls carry them: whole microseconds, none shorter than
+        one (0: none asked)."""
+        return cls(*(max(round(ms * 1000), 1) if ms > 0 else 0 for ms in (decode_ms, prefill_ms)))
+
 
 NO_TARGETS = CallTargets()
 

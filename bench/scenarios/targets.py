@@ -1,0 +1,50 @@
+"""A tenant's own latency target (6c, issue 31): the mixed scenario's load (6 inference tenants
+and 2 fine-tuning jobs on one executor), once with the first tenant asking for a decode target
+tighter than the executor's own (its `decode_target_ms`), once without: what the target buys
+that tenant against its neighbours in the same run, and what it costs them and the jobs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bench.group import GroupResult
+from bench.records import Record
+from bench.scenarios.common import Settings, watched
+from bench.scenarios.inference import MIXED_WINDOW_S, tenants
+
+TIGHT_MS = 0.1  # a tenth of the executor's own decode target (1 ms)
+
+
+def own_target(settings: Settings) -> list[Record]:
+    window = settings.duration if settings.toy else max(settings.duration, MIXED_WINDOW_S)
+    jobs = [{"kind": "train", "method": "lora", "rank": 8, "batch": 2, "length": 128,
+             "duration": window}] * (1 if settings.toy else 2)
+    inference = tenants(2 if settings.toy else settings.n(8) - len(jobs), window)
+    tight, _ = watched(settings, [{**inference[0], "decode_target_ms": TIGHT_MS},
+                                  *inference[1:], *jobs])
+    plain, _ = watched(settings, inference + jobs)
+    name = "6c a tenant's own decode target (6 tenants + 2 jobs)"
+    rest = slice(1, len(inference))
+    return [
+        Record(name, f"per-token latency, the tenant asking {TIGHT_MS:g} ms vs the other "
+               "tenants of its run", _first(tight).latency_ms(), _tenants(tight, rest)
+               .latency_ms(), "ms", "<= 1.0x", higher_is_better=False),
+        Record(name, f"per-token latency of the other tenants, beside the one asking "
+               f"{TIGHT_MS:g} ms vs beside no target", _tenants(tight, rest).latency_ms(),
+               _tenants(plain, rest).latency_ms(), "ms", higher_is_better=False),
+        Record(name, f"per-token latency of the first tenant, asking {TIGHT_MS:g} ms vs not",
+               _first(tight).latency_ms(), _first(plain).latency_ms(), "ms",
+               higher_is_better=False),
+        Record(name, f"training tokens/s, beside the tenant asking {TIGHT_MS:g} ms vs beside "
+               "no target", tight.tokens_per_s(kind="train"), plain.tokens_per_s(kind="train"),
+               "tok/s"),
+    ]
+
+
+def _first(run: GroupResult) -> GroupResult:
+    return _tenants(run, slice(0, 1))
+
+
+def _tenants(run: GroupResult, chosen: slice) -> GroupResult:
+    """The run's inference tenants in `chosen` (clients are in the order they were given)."""
+    return replace(run, results=[r for r in run.results if r["kind"] == "decode"][chosen])
