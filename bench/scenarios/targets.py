@@ -20,9 +20,9 @@ def own_target(settings: Settings) -> list[Record]:
     jobs = [{"kind": "train", "method": "lora", "rank": 8, "batch": 2, "length": 128,
              "duration": window}] * (1 if settings.toy else 2)
     inference = tenants(2 if settings.toy else settings.n(8) - len(jobs), window)
-    tight, _ = watched(settings, [{**inference[0], "decode_target_ms": TIGHT_MS},
-                                  *inference[1:], *jobs])
-    plain, _ = watched(settings, inference + jobs)
+    tight, tight_lane = watched(settings, [{**inference[0], "decode_target_ms": TIGHT_MS},
+                                            *inference[1:], *jobs])
+    plain, plain_lane = watched(settings, inference + jobs)
     name = "6c a tenant's own decode target (6 tenants + 2 jobs)"
     rest = slice(1, len(inference))
     return [
@@ -38,6 +38,14 @@ def own_target(settings: Settings) -> list[Record]:
         Record(name, f"training tokens/s, beside the tenant asking {TIGHT_MS:g} ms vs beside "
                "no target", tight.tokens_per_s(kind="train"), plain.tokens_per_s(kind="train"),
                "tok/s"),
+        Record(name, f"decode calls per executor batch, a tenant asking {TIGHT_MS:g} ms vs none",
+               tight_lane["calls_per_batch"], plain_lane["calls_per_batch"], "calls"),
+        Record(name, f"mean wait of a decode call in the executor, a tenant asking {TIGHT_MS:g} "
+               "ms vs none", tight_lane["mean_wait_ms"], plain_lane["mean_wait_ms"], "ms",
+               higher_is_better=False),
+        Record(name, f"executor compute per decode batch, a tenant asking {TIGHT_MS:g} ms vs "
+               "none", tight_lane["compute_ms_per_batch"], plain_lane["compute_ms_per_batch"],
+               "ms", higher_is_better=False),
     ]
 
 
