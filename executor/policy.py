@@ -38,6 +38,7 @@ class CostModel:
     overhead_s: float = 30e-6
     smoothing: float = 0.2
     _per_row: dict[tuple[int, Op], float] = field(default_factory=dict)
+    _decode_batch: dict[tuple[int, Op], float] = field(default_factory=dict)
 
     def estimate(self, key: tuple[int, Op], rows: int, width_product: int) -> float:
         per_row = self._per_row.get(key)
@@ -45,12 +46,23 @@ class CostModel:
             per_row = 2 * width_product / self.flops_per_s
         return self.overhead_s + rows * per_row
 
-    def observe(self, key: tuple[int, Op], rows: int, seconds: float) -> None:
+    def observe(self, key: tuple[int, Op], rows: int, seconds: float,
+                decode: bool = False) -> None:
+        """`decode`: a batch of decode steps only (also learned whole: `decode_batch_s`)."""
         if rows <= 0:
             return
         per_row = max(seconds - self.overhead_s, 0.0) / rows
-        old = self._per_row.get(key)
-        self._per_row[key] = per_row if old is None else old + self.smoothing * (per_row - old)
+        self._per_row[key] = self._smooth(self._per_row.get(key), per_row)
+        if decode:
+            self._decode_batch[key] = self._smooth(self._decode_batch.get(key), seconds)
+
+    def decode_batch_s(self, key: tuple[int, Op]) -> float:
+        """What one more batch of decode steps at `key` costs, as the last ones took (0 before
+        any): skinny matmuls cost about the same for one row as for eight (the weights' reads)."""
+        return self._decode_batch.get(key, 0.0)
+
+    def _smooth(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.smoothing * (new - old)
 
 
 @dataclass(frozen=True)

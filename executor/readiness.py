@@ -42,7 +42,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             continue
         if now < calls[0].arrived + convoy_s and key[1] != Op.BACKWARD \
                 and all(c.lane == Lane.DECODE for c in calls) \
-                and now < (convoy_until := _convoy_until(calls, convoy_s)):
+                and now < (convoy_until := _convoy_until(calls, convoy_s,
+                                                         s.cost.decode_batch_s(key))):
             if waits_for is None:
                 waits_for = convoy(s.presence, s.successor, s.positions, now,
                                    s.active_window_s, convoy_s)
@@ -69,13 +70,16 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             yield queue, deadline - now
 
 
-def _convoy_until(calls: list[PendingCall], convoy_s: float) -> float:
+def _convoy_until(calls: list[PendingCall], convoy_s: float, apart_s: float) -> float:
     """Until when decode steps wait for their convoy: `convoy_s` after the first came, or sooner
-    where a call's tenants asked for a shorter wait (`PendingCall.target_s`)."""
+    where a call's tenants asked for a shorter wait (`PendingCall.target_s`), but never shorter
+    than `apart_s`, what a batch of its own would cost: run apart, a step makes the executor,
+    which every step (its own next ones too) waits for, read the layer's weights once more; on
+    a busy host that cost everyone more than the convoy's wait (bench 6c)."""
     until = calls[0].arrived + convoy_s
     for c in calls:
-        if c.target_s is not None and c.arrived + c.target_s < until:
-            until = c.arrived + c.target_s
+        if c.target_s is not None and c.arrived + max(c.target_s, apart_s) < until:
+            until = c.arrived + max(c.target_s, apart_s)
     return until
 
 

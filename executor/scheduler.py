@@ -211,7 +211,8 @@ class Scheduler:
 
     def observe(self, batch: list[PendingCall], seconds: float) -> None:
         with self.lock:
-            self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds)
+            self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds,
+                              decode=all(c.lane == Lane.DECODE for c in batch))
             now = self.clock()
             if batch[0].kind == CallKind.TRAINING:
                 self._long_done = now
