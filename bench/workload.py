@@ -210,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     handle = getattr(base, "symbiosis_executor", None)
     if args.decode_target_ms:
         from wire.call.messages import CallTargets
+        from workers.remote.client import ExecutorClient
 
+        if not isinstance(handle, ExecutorClient):
+            raise SystemExit("--decode-target-ms: ours only, without --privacy")
         handle.targets = CallTargets.from_ms(args.decode_target_ms)  # as a worker's engine sets
     tokenizer = _tokenizer(args.model) if args.kind == "long" and args.side == "ours" else None
     rng = torch.Generator().manual_seed(args.index)
