@@ -28,14 +28,14 @@ def test_a_call_waits_for_a_joiner_no_longer_than_its_target(clock) -> None:
 def test_a_decode_step_waits_for_its_convoy_no_longer_than_its_target(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     walk_with_gaps(s, clock)  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
-    call(s, "a", 0, decode_us=1000)  # b is due at layer 0 for 2.2 ms more (the convoy)
+    call(s, "a", 0, decode_us=1500)  # b is due at layer 0 for 2.2 ms more (the convoy)
     assert s.next_batch() is None
-    assert s.ready_in() == pytest.approx(0.001)  # a waits for b only as long as it asked
-    clock.advance(0.00101)
+    assert s.ready_in() == pytest.approx(0.0015)  # a waits for b only as long as it asked
+    clock.advance(0.00151)
     assert clients_of(s.next_batch()) == ["a"]
     call(s, "a", 0, decode_us=0)  # none of its own: it waits for b as before, until b's due
     assert s.next_batch() is None
-    assert s.ready_in() == pytest.approx(0.0022 - 0.00101)
+    assert s.ready_in() == pytest.approx(0.0022 - 0.00151)
 
 
 def test_a_convoy_waits_as_long_as_a_batch_apart_would_cost(clock) -> None:
