@@ -1,0 +1,79 @@
+"""/metrics through real processes: the gateway's counters and token times, the manager's and
+the executor's figures, parsed with prometheus_client's own parser; the dashboard's usage view
+agrees with them."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import KEYS, OPERATOR, Deployment
+
+pytestmark = pytest.mark.slow
+PROMPT = "The quick brown fox"
+
+
+def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def sample() -> dict:
+        text = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    before = sample()
+    asked = time.monotonic()
+    deployment.client("acme").completions.create(model="acme/lora-a", prompt=PROMPT,
+                                                 max_tokens=5, temperature=0)
+    answered = time.monotonic() - asked
+    after = sample()
+
+    def moved(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    deadline = time.monotonic() + 10  # the executor's metrics come via the manager's 1 s probe
+    while not moved("symbiosis_executor_calls_total", kind="inference") and \
+            time.monotonic() < deadline:
+        time.sleep(0.5)
+        after = sample()
+
+    assert moved("symbiosis_requests_total", route="/v1/completions", status="200",
+                 tenant="acme") == 1
+    assert moved("symbiosis_tokens_total", tenant="acme", model="acme/lora-a", version="1",
+                 kind="completion") == 5
+    assert moved("symbiosis_responses_total", tenant="acme", model="acme/lora-a",
+                 version="1") == 1
+    assert moved("symbiosis_request_seconds_count", route="/v1/completions") == 1
+    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
+    assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == 4  # 5 tokens, 1 row
+    waited = (moved("symbiosis_time_to_first_token_seconds_sum", tenant="acme")
+              + moved("symbiosis_inter_token_seconds_sum", tenant="acme"))
+    assert 0 < waited <= answered  # arrival to last token, within the client's own wait
+    usage = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
+                      headers={"Authorization": f"Bearer {KEYS['acme']}"}).json()
+    between = ("symbiosis_inter_token_seconds_sum", (("tenant", "acme"),))
+    assert usage["mean_inter_token_s"] == pytest.approx(
+        after[between] / after[("symbiosis_inter_token_seconds_count", (("tenant", "acme"),))])
+
+    assert moved("symbiosis_executor_calls_total", kind="inference") > 0
+    assert after[("symbiosis_executor_up", ())] == 1
+    assert after[("symbiosis_workers", (("state", "ready"),))] >= 1
+    acme = (("worker", "acme"),)  # its adapter cache, as the worker reported it
+    assert after[("symbiosis_worker_resident_adapters", acme)] >= 1
+    assert after[("symbiosis_worker_adapter_bytes", acme)] > 0
+    assert after[("symbiosis_worker_adapter_loads_total", acme)] >= 1
+    assert ("symbiosis_manager_worker_starts_total", ()) in after
+    assert ("symbiosis_jobs", (("status", "running"),)) in after
+    assert ("symbiosis_executor_queue_depth", ()) in after
+
+    before = sample()  # streamed, two sequences: each one's gaps
+    chunks = list(deployment.client("acme").completions.create(
+        model="acme/lora-a", prompt=PROMPT, max_tokens=4, n=2, seed=3, stream=True,
+        stream_options={"include_usage": True}))
+    after = sample()
+    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
+    assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == \
+        chunks[-1].usage.completion_tokens - 2
