@@ -78,8 +78,8 @@ def _convoy_until(calls: list[PendingCall], convoy_s: float, apart_s: float) -> 
     a busy host that cost everyone more than the convoy's wait (bench 6c)."""
     until = calls[0].arrived + convoy_s
     for c in calls:
-        if c.target_s is not None and c.arrived + max(c.target_s, apart_s) < until:
-            until = c.arrived + max(c.target_s, apart_s)
+        if c.target_s is not None:
+            until = min(until, c.arrived + max(c.target_s, apart_s))
     return until
 
 

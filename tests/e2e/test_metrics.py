@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import KEYS, OPERATOR, Deployment
+from tests.e2e.test_inference import PROMPT
 
 pytestmark = pytest.mark.slow
-PROMPT = "The quick brown fox"
 
 
 def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
