@@ -81,7 +81,8 @@ class Requests:
         self.send(identity, P.Welcome(self.registry.model_name, str(self.registry.dtype)[6:],
                                       self.registry.specs, client.shm is not None,
                                       doorbell=client.doorbell is not None,
-                                      device=self.config.device))
+                                      device=self.config.device,
+                                      targets=self.scheduler.targets.carried()))
 
     def _known(self, identity: bytes, call_id: int) -> ClientState:
         client = self.clients.touch(identity)

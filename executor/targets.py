@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from executor.lanes import Lane
+from wire.call.messages import CallTargets
 
 MISS_SHARE = 0.05  # of a window's decode calls that may miss the target before slices shrink
 SHRINK, GROW = 0.7, 1.25
@@ -36,6 +37,10 @@ SHRINK, GROW = 0.7, 1.25
 class LatencyTargets:
     decode_s: float = 0.001
     prefill_s: float = 0.050
+
+    def carried(self) -> CallTargets:
+        """These targets as a call would carry them (`Welcome` tells them to each client)."""
+        return CallTargets.from_ms(self.decode_s * 1000, self.prefill_s * 1000)
 
     def of(self, lane: Lane | int) -> float | None:
         return {Lane.DECODE: self.decode_s, Lane.PREFILL: self.prefill_s}.get(Lane(lane))

@@ -82,7 +82,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     except BaseException:
         release()
         raise
-    clock = TokenClock(state.metrics, tenant.id, call.started_at, params)
+    clock = TokenClock(state.metrics, tenant.id, call.started_at, params,
+                       tenant.token_targets())
     call.answered = state.settings.model if run.fallback else target.model
     headers = {VERSION_HEADER: call.answered}
     if run.fallback:

@@ -32,6 +32,11 @@ class Metrics:
                                      "sequence reaching the gateway", ["tenant"], registry=r,
                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
                                               2.5))
+        self.token_targets = Counter("symbiosis_token_targets", "Generated tokens timed against "
+                                     "their tenant's own end-to-end target (the first token's "
+                                     "against ttft_target_ms, each other against "
+                                     "inter_token_target_ms), met or not",
+                                     ["tenant", "target", "met"], registry=r)
         self.fallbacks = Counter("symbiosis_fallbacks", "Responses served by the base model "
                                  "because the adapter could not be loaded", ["tenant"], registry=r)
         self.inflight = Gauge("symbiosis_inflight_requests", "Requests in progress", ["tenant"],

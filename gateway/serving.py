@@ -172,7 +172,8 @@ class Serving:
                     prompts: list[dict], params: W.SamplingParams) -> Run:
         requests = [W.Generate(f"{request_id}-{i}", tenant.id, target.model, params,
                                target.adapter, max_context=tenant.max_context,
-                               fallback=tenant.fallback, targets=tenant.call_targets(), **prompt)
+                               fallback=tenant.fallback, targets=tenant.call_targets(),
+                               token_targets=tenant.token_targets(), **prompt)
                     for i, prompt in enumerate(prompts)]
         if not self.manager.up:
             raise APIError(503, "The worker manager is not reachable; try again shortly.",

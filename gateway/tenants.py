@@ -4,7 +4,7 @@ The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
                   "max_context": 2048, "max_kv_tokens": 65536, "fallback": false,
                   "admin": false, "job_priority": 0, "decode_target_ms": 0,
-                  "prefill_target_ms": 0}]}
+                  "prefill_target_ms": 0, "ttft_target_ms": 0, "inter_token_target_ms": 0}]}
 Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
 operator keys (for /metrics) from SYMBIOSIS_ADMIN_KEYS="sk-...,sk-...".
 """
@@ -23,11 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wire.call.messages import CallTargets
+from wire.call.messages import CallTargets, TokenTargets
 
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 log = logging.getLogger("gateway.tenants")
 TARGET_MAX_MS = 60_000  # a latency target longer than a minute is no target
+TARGETS = ("decode_target_ms", "prefill_target_ms", "ttft_target_ms", "inter_token_target_ms")
 OPERATOR = "~operator"  # the keys of SYMBIOSIS_ADMIN_KEYS (no tenant id can look like this)
 
 
@@ -49,9 +50,16 @@ class Tenant:
     # step's and a prefill's (0: the executor's own targets, SYMBIOSIS_EXECUTOR_*_TARGET_MS)
     decode_target_ms: float = 0.0
     prefill_target_ms: float = 0.0
+    # what its clients should meet end to end: the time to a request's first token and between
+    # tokens (0: none); its calls' waits in a lane it did not set above follow from them
+    ttft_target_ms: float = 0.0
+    inter_token_target_ms: float = 0.0
 
     def call_targets(self) -> CallTargets:
         return CallTargets.from_ms(self.decode_target_ms, self.prefill_target_ms)
+
+    def token_targets(self) -> TokenTargets:
+        return TokenTargets.from_ms(self.ttft_target_ms, self.inter_token_target_ms)
 
 
 def valid_target_ms(value: object) -> bool:
@@ -175,10 +183,10 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
                 raise ValueError(f"invalid tenant id {tenant.id!r}")
             if not -100 <= tenant.job_priority <= 100:
                 raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
-            for name in ("decode_target_ms", "prefill_target_ms"):
+            for name in TARGETS:
                 if not valid_target_ms(getattr(tenant, name)):
                     raise ValueError(f"tenant {tenant.id}: {name} is 0..{TARGET_MAX_MS} "
-                                     "(0: the executor's own)")
+                                     "(0: none of its own)")
             tenants[tenant.id] = tenant
     for pair in filter(None, (p.strip() for p in env_keys.split(","))):
         tenant_id, _, key = pair.partition("=")

@@ -1,22 +1,28 @@
 """A request's tokens timed as its client meets them: the wait for the first generated token and
 each gap between one sequence's tokens, taken where the gateway receives them (a worker sends
-one `Delta` per generated token), for streamed and collected responses alike."""
+one `Delta` per generated token), for streamed and collected responses alike; each counted as
+met or missed against the tenant's own end-to-end targets, where it set them."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gateway.metrics import Metrics
 from gateway.serving import PromptResult
 from wire import manager as W
+from wire.call.messages import NO_TOKEN_TARGETS, TokenTargets
 
 
 class TokenClock:
     def __init__(self, metrics: Metrics, tenant: str, started_at: float,
-                 params: W.SamplingParams, clock: Callable[[], float] = time.monotonic) -> None:
-        self._first_token = metrics.first_token.labels(tenant)
-        self._between = metrics.inter_token.labels(tenant)
+                 params: W.SamplingParams, targets: TokenTargets = NO_TOKEN_TARGETS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._first_token = _Timed(metrics.first_token.labels(tenant), targets.ttft_us,
+                                   metrics, tenant, "time_to_first_token")
+        self._between = _Timed(metrics.inter_token.labels(tenant), targets.inter_token_us,
+                               metrics, tenant, "inter_token")
         self._started_at = started_at
         self._clock = clock
         self._first = True
@@ -35,3 +41,20 @@ class TokenClock:
         if last is not None:
             self._between.observe(now - last)
         self._last[sequence] = now
+
+
+class _Timed:
+    """One kind of token time of a tenant: its histogram, and its target's counts if it set one."""
+
+    def __init__(self, histogram: Any, target_us: int, metrics: Metrics, tenant: str,
+                 name: str) -> None:
+        self._histogram = histogram
+        self._target_s = target_us / 1e6
+        if target_us:
+            self._met = metrics.token_targets.labels(tenant, name, "true")
+            self._missed = metrics.token_targets.labels(tenant, name, "false")
+
+    def observe(self, seconds: float) -> None:
+        self._histogram.observe(seconds)
+        if self._target_s:
+            (self._met if seconds <= self._target_s else self._missed).inc()

@@ -20,7 +20,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import TARGET_MAX_MS, create_tenant, revoke_tenant, valid_target_ms
+from gateway.tenants import (
+    TARGET_MAX_MS,
+    TARGETS,
+    create_tenant,
+    revoke_tenant,
+    valid_target_ms,
+)
 from launcher import serve_flags
 from wire.stopping import StopSignal
 
@@ -102,7 +108,7 @@ def tenants_create(args: argparse.Namespace) -> int:
         limits["fallback"] = True
     if args.job_priority is not None:
         limits["job_priority"] = args.job_priority
-    for name in ("decode_target_ms", "prefill_target_ms"):
+    for name in TARGETS:
         if (value := getattr(args, name)) is not None:
             limits[name] = value
     key = create_tenant(path, args.name, **limits)
@@ -181,6 +187,12 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{lane}-target-ms", type=_target_ms, metavar="MS",
                        help=f"how long the tenant's {lane} calls may wait in the executor before "
                        f"their batch runs (0: the executor's own, {default} ms by default)")
+    for name, what in (("ttft", "time to a request's first token"),
+                       ("inter-token", "time between tokens")):
+        p.add_argument(f"--{name}-target-ms", type=_target_ms, metavar="MS",
+                       help=f"the {what} the tenant's clients should meet (counted per token on "
+                       "/metrics; its calls' waits in the executor follow it where no "
+                       "--decode/--prefill-target-ms is set; 0: none)")
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_create)
     p = tenants.add_parser("revoke", help="remove a tenant and all its keys (live: a serving "

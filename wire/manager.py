@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from wire.call.messages import NO_TARGETS, CallTargets
+from wire.call.messages import NO_TARGETS, NO_TOKEN_TARGETS, CallTargets, TokenTargets
 from wire.figures import ExecutorFigures
 from wire.jobs import (
     JobCommand,
@@ -68,6 +68,7 @@ class Generate(msgspec.Struct, tag="generate", array_like=True):
     max_context: int = 0  # 0: the model's own limit
     fallback: bool = False  # serve with the base model if the adapter cannot be loaded
     targets: CallTargets = NO_TARGETS  # the tenant's latency targets in the executor
+    token_targets: TokenTargets = NO_TOKEN_TARGETS  # and end to end (its calls' waits follow)
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):

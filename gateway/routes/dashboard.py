@@ -56,10 +56,12 @@ async def sign_out(request: Request) -> JSONResponse:
 
 @router.get("/dashboard/api/usage")
 async def usage(request: Request, tenant: TenantDep) -> dict:
-    """This tenant's requests by route and status, tokens, and the mean time to its first token
-    and between its tokens (as the gateway received them)."""
+    """This tenant's requests by route and status, tokens, the mean time to its first token
+    and between its tokens (as the gateway received them), and the share of those that met the
+    tenant's own targets (None: no target set, or nothing timed yet)."""
     metrics = request.app.state.metrics
     requests, tokens, timed = [], {}, {}
+    targets: dict[str, list[int]] = {}  # target -> [missed, met]
     for family in metrics.registry.collect():
         for sample in family.samples:
             if sample.labels.get("tenant") != tenant.id:
@@ -72,14 +74,23 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
                 tokens[kind] = tokens.get(kind, 0) + int(sample.value)
             elif sample.name.endswith(("_seconds_sum", "_seconds_count")):
                 timed[sample.name] = sample.value
+            elif sample.name == "symbiosis_token_targets_total":
+                counted = targets.setdefault(sample.labels["target"], [0, 0])
+                counted[sample.labels["met"] == "true"] += int(sample.value)
 
     def mean(histogram: str) -> float | None:
         count = timed.get(f"{histogram}_count", 0)
         return timed[f"{histogram}_sum"] / count if count else None
 
+    def met(target: str) -> float | None:
+        missed, hit = targets.get(target, (0, 0))
+        return hit / (hit + missed) if hit + missed else None
+
     return {"tenant": tenant.id, "requests": requests, "tokens": tokens,
             "mean_time_to_first_token_s": mean("symbiosis_time_to_first_token_seconds"),
-            "mean_inter_token_s": mean("symbiosis_inter_token_seconds")}
+            "mean_inter_token_s": mean("symbiosis_inter_token_seconds"),
+            "time_to_first_token_target_met": met("time_to_first_token"),
+            "inter_token_target_met": met("inter_token")}
 
 
 @router.get("/dashboard/api/operator")

@@ -79,6 +79,11 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
                                                abs=0.51)
     assert shown["mean-inter-token"] == pytest.approx(1e3 * usage["mean_inter_token_s"],
                                                       abs=0.051)
+    # gamma's targets (`GAMMA_TARGETS`): every first token met a minute, no gap met 1 us
+    assert (usage["time_to_first_token_target_met"], usage["inter_token_target_met"]) == (1, 0)
+    assert [page.text_content(f"#{name}") for name in ("ttft-target-met",
+                                                       "inter-token-target-met")] == \
+        ["100.0 %", "0.0 %"]
     page.click(f'tr.job[data-job="{finished_job}"]')
     page.wait_for_selector("#loss-chart circle[data-series=train]")
     page.wait_for_function("document.getElementById('job-status').textContent === 'succeeded'")

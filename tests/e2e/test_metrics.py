@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import KEYS, OPERATOR, Deployment
 from tests.e2e.test_inference import PROMPT
 
@@ -77,3 +78,36 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
     assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == \
         chunks[-1].usage.completion_tokens - 2
+
+
+def test_tokens_are_counted_against_the_tenants_own_targets(deployment: Deployment) -> None:
+    """gamma asks a minute to its first token and 1 us between tokens (`GAMMA_TARGETS`): its
+    first token meets its target, no gap does; acme, which set none, is counted against none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def counted() -> dict:
+        text = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
+        return {(s.labels["tenant"], s.labels["target"], s.labels["met"]): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples
+                if s.name == "symbiosis_token_targets_total"}
+
+    before = counted()
+    deployment.client("gamma").completions.create(model=MODEL, prompt=PROMPT, max_tokens=5,
+                                                  temperature=0, seed=1)
+    after = counted()
+
+    def moved(*key: str) -> float:
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert moved("gamma", "time_to_first_token", "true") == 1
+    assert moved("gamma", "time_to_first_token", "false") == 0
+    assert moved("gamma", "inter_token", "true") == 0
+    assert moved("gamma", "inter_token", "false") == 4
+    assert not any(tenant == "acme" for tenant, _, _ in after)
+    usage = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
+                      headers={"Authorization": f"Bearer {KEYS['gamma']}"}).json()
+    assert (usage["time_to_first_token_target_met"], usage["inter_token_target_met"]) == (1, 0)
+    acme = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
+                     headers={"Authorization": f"Bearer {KEYS['acme']}"}).json()
+    assert (acme["time_to_first_token_target_met"], acme["inter_token_target_met"]) == \
+        (None, None)

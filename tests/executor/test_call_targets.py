@@ -46,5 +46,6 @@ def test_each_call_is_counted_against_its_own_target(llama: ExecutorProcess,
         # the stats still name the executor's own targets
         lanes = client.stats().lanes
         assert (lanes["decode"].target_ms, lanes["prefill"].target_ms) == (1.0, 50.0)
+        assert client.own_targets == P.CallTargets(1000, 50_000)  # as its welcome names them
     finally:
         client.close()

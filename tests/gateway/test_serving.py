@@ -108,7 +108,8 @@ def test_a_request_whose_client_left_is_aborted_at_the_manager(tmp_path) -> None
     assert len(aborted) == 1 and aborted[0].endswith("-0")
 
 
-@pytest.mark.parametrize("asked", [{}, {"decode_target_ms": 0.25, "prefill_target_ms": 30}],
+@pytest.mark.parametrize("asked", [{}, {"decode_target_ms": 0.25, "prefill_target_ms": 30,
+                                        "ttft_target_ms": 900, "inter_token_target_ms": 45}],
                          ids=["none", "tight"])
 def test_a_request_carries_its_tenants_latency_targets_to_the_manager(tmp_path, asked) -> None:
     (tmp_path / "tenants.json").write_text(json.dumps({"tenants": [{"id": "acme", **asked}]}))
@@ -116,3 +117,5 @@ def test_a_request_carries_its_tenants_latency_targets_to_the_manager(tmp_path, 
     asyncio.run(_client_leaves(tmp_path, manager))
     expected = P.CallTargets(250, 30_000) if asked else P.NO_TARGETS
     assert [g.targets for g in manager.generates] == [expected]
+    end_to_end = P.TokenTargets(900_000, 45_000) if asked else P.NO_TOKEN_TARGETS
+    assert [g.token_targets for g in manager.generates] == [end_to_end]

@@ -10,7 +10,9 @@ from gateway.tenants import TenantDirectory
 
 
 @pytest.mark.parametrize("entry", [{"decode_target_ms": -0.5}, {"prefill_target_ms": "50"},
-                                   {"decode_target_ms": True}, {"prefill_target_ms": 1e9}])
+                                   {"decode_target_ms": True}, {"prefill_target_ms": 1e9},
+                                   {"ttft_target_ms": -1}, {"inter_token_target_ms": "5"},
+                                   {"inter_token_target_ms": 60_001}])
 def test_a_tenants_file_with_a_target_out_of_range_is_refused(tmp_path, entry) -> None:
     path = tmp_path / "tenants.json"
     path.write_text(json.dumps({"tenants": [{"id": "odd", **entry}]}))

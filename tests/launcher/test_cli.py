@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from gateway.tenants import TenantDirectory
-from wire.call.messages import NO_TARGETS, CallTargets
+from wire.call.messages import NO_TARGETS, NO_TOKEN_TARGETS, CallTargets, TokenTargets
 
 
 def test_tenants_create_stores_the_tier_and_a_working_key(tmp_path) -> None:
@@ -31,7 +31,8 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
                                *flags, "--data-dir", str(tmp_path)], capture_output=True,
                               text=True)
 
-    made = create("swift", "--decode-target-ms", "0.5", "--prefill-target-ms", "40")
+    made = create("swift", "--decode-target-ms", "0.5", "--prefill-target-ms", "40",
+                  "--ttft-target-ms", "800", "--inter-token-target-ms", "60")
     assert made.returncode == 0, made.stderr
     create("steady")
     create("instant", "--decode-target-ms", "0.0001")
@@ -39,8 +40,11 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
     assert tenants["swift"].call_targets() == CallTargets(decode_us=500, prefill_us=40_000)
     assert tenants["instant"].call_targets() == CallTargets(decode_us=1)  # not 0, "none asked"
     assert tenants["steady"].call_targets() == NO_TARGETS  # the executor's own
+    assert tenants["swift"].token_targets() == TokenTargets(ttft_us=800_000, inter_token_us=60_000)
+    assert tenants["steady"].token_targets() == NO_TOKEN_TARGETS
     for flag, value in (("--decode-target-ms", "-1"), ("--prefill-target-ms", "nan"),
-                        ("--decode-target-ms", "61000")):
+                        ("--decode-target-ms", "61000"), ("--ttft-target-ms", "-2"),
+                        ("--inter-token-target-ms", "inf")):
         refused = create("odd", flag, value)
         assert refused.returncode == 2 and "latency target" in refused.stderr, (flag, value)
 

@@ -15,14 +15,20 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 10  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 11  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
 # 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy;
 # 9: a stretch's backward takes its forward's residual output too; 10: calls carry their
-# tenants' latency targets
+# tenants' latency targets; 11: the welcome names the executor's own targets
 
 
 TARGET_MAX_US = 2**32 - 1  # a target travels as an unsigned 32-bit count of microseconds
+
+
+def target_us(ms: float) -> int:
+    """A target in milliseconds as messages carry it: whole microseconds, none shorter than one
+    (0: none asked)."""
+    return max(round(ms * 1000), 1) if ms > 0 else 0
 
 
 class CallTargets(msgspec.Struct, frozen=True, array_like=True):
@@ -35,12 +41,27 @@ class CallTargets(msgspec.Struct, frozen=True, array_like=True):
 
     @classmethod
     def from_ms(cls, decode_ms: float = 0, prefill_ms: float = 0) -> CallTargets:
-        """Targets in milliseconds as calls carry them: whole microseconds, none shorter than
-        one (0: none asked)."""
-        return cls(*(max(round(ms * 1000), 1) if ms > 0 else 0 for ms in (decode_ms, prefill_ms)))
+        return cls(target_us(decode_ms), target_us(prefill_ms))
 
 
 NO_TARGETS = CallTargets()
+
+
+class TokenTargets(msgspec.Struct, frozen=True, array_like=True):
+    """What a tenant's clients should meet end to end, in microseconds: the time to a request's
+    first token and between one sequence's tokens (0: none asked). A worker derives the waits
+    its calls carry (`CallTargets`) from them and what its steps measure
+    (`workers.inference.pacing`); the gateway counts each token against them."""
+
+    ttft_us: int = 0
+    inter_token_us: int = 0
+
+    @classmethod
+    def from_ms(cls, ttft_ms: float = 0, inter_token_ms: float = 0) -> TokenTargets:
+        return cls(target_us(ttft_ms), target_us(inter_token_ms))
+
+
+NO_TOKEN_TARGETS = TokenTargets()
 
 
 def tightest(targets: Iterable[CallTargets]) -> CallTargets:
@@ -120,6 +141,7 @@ class Welcome(msgspec.Struct, tag="welcome", array_like=True):
     version: int = PROTOCOL_VERSION
     doorbell: bool = False  # calls go through shared memory and the doorbell pipes
     device: str = "cpu"  # where the executor computes (a client weighs calls against compute)
+    targets: CallTargets = NO_TARGETS  # the executor's own waits per lane (what 0 stands for)
 
 
 class Remap(msgspec.Struct, tag="remap", array_like=True):

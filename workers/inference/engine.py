@@ -21,7 +21,6 @@ from peft import PeftModel
 
 from wire import manager as W
 from wire.call.digits import greedy_choices
-from wire.call.messages import CallTargets, tightest
 from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.detok import Detokenizer
@@ -51,7 +50,7 @@ class Sequence:
 class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
                  max_batch: int = 32, kv_budget_bytes: int = 0,
-                 pace: Callable[[CallTargets], None] | None = None) -> None:
+                 pace: Callable[[deque[Request], list[Request]], None] | None = None) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
         self.tokenizer = tokenizer
@@ -69,7 +68,8 @@ class InferenceEngine:
         self._pending: dict[str, int] = {}  # request id -> sequences still running
         self._generated: dict[str, int] = {}  # request id -> tokens generated so far
         self.rows = RowAdapters()  # which adapter each row goes through
-        # sets the latency targets that the executor calls of a step carry (its requests' tightest)
+        # before each step, with the requests it admits and those it decodes: sets the waits
+        # that the step's executor calls carry (`workers.inference.pacing.Pacer.pace`)
         self.pace = pace
 
     def use(self, model: Any, mixed: bool) -> None:
@@ -133,8 +133,7 @@ class InferenceEngine:
                 self.waiting[0].params.n <= self.max_batch:
             admitted.append(self.waiting.popleft())
         if self.pace is not None:
-            self.pace(tightest([*(r.targets for r in admitted),
-                                *(s.request.targets for s in self.running)]))
+            self.pace(admitted, [s.request for s in self.running])
         try:
             events = self._prefill_all(admitted)
         except ExecutorUnavailable:

@@ -23,6 +23,7 @@ from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine
+from workers.inference.pacing import Pacer
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
@@ -84,11 +85,12 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
         return remote_model(config.base, client, privacy=config.privacy, device=device)
 
     def make_engine(model: Any) -> InferenceEngine:
+        pacer = Pacer(carry, lambda: client.calls, client.own_targets)
         return InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
                                eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
-                               kv_budget_bytes=config.kv_budget_bytes, pace=pace)
+                               kv_budget_bytes=config.kv_budget_bytes, pace=pacer.pace)
 
-    def pace(targets: CallTargets) -> None:
+    def carry(targets: CallTargets) -> None:
         client.targets = targets
 
     budget = Budget(config.max_adapters, config.adapter_bytes, config.tenant_adapter_bytes)
@@ -196,7 +198,8 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
         (engine, adapter), fallback = adapters.route(message.model, None), True
     prefill = None if fallback else adapters.prefill_of(message.model)
     request = Request(message.id, ids, message.params, fallback, adapter=adapter,
-                      prefill=prefill, targets=message.targets)
+                      prefill=prefill, targets=message.targets,
+                      token_targets=message.token_targets)
     return engine.add(request, message.max_context or None)
 def _step(engine: InferenceEngine) -> list[W.Message]:
     try:

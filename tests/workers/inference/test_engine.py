@@ -15,6 +15,7 @@ from tests.peft_reference import METHODS, build_pair
 from wire import manager as W
 from wire.call import messages as P
 from workers.inference.engine import InferenceEngine
+from workers.inference.pacing import Pacer
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorUnavailable
 
@@ -141,8 +142,10 @@ def test_a_steps_calls_carry_the_tightest_targets_of_its_requests(tokenizer) -> 
     executor = LocalExecutor.load(MODEL)
     executor.__class__ = Recording
     _, ours = build_pair(MODEL, "lora", executor)
+    pacer = Pacer(lambda targets: now.__setitem__(0, targets), lambda: len(carried),
+                  P.CallTargets(1000, 50_000))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
-                             pace=lambda targets: now.__setitem__(0, targets))
+                             pace=pacer.pace)
     tight = P.CallTargets(decode_us=300, prefill_us=20_000)
     engine.add(Request("plain", prompts()[0], W.SamplingParams(max_tokens=8, temperature=0)))
     engine.step()

@@ -1,0 +1,88 @@
+"""The waits an engine's executor calls carry, per step, as its requests' tenants ask.
+
+A tenant may ask for waits per call (`CallTargets`: the tightest of a step's requests is sent
+as it is) or for what its clients meet end to end (`TokenTargets`: the time to first token and
+between tokens). From an end-to-end target the pacer derives the calls' waits in a lane the
+tenant did not set itself, from what the engine's steps measure: each step of running sequences
+gives each of them a token, so the time from one step's start to the next is the time between
+their tokens; the step a request was admitted in ends with its first token. After such a step,
+the lane's wait per call moves by half the step's slack (the target less what was measured,
+negative when missed) spread over the step's calls, within [1 us, target / calls]: a step that
+met its target with room lets its calls wait longer for company (fuller batches, which the
+executor takes only where company is due), one that missed cuts the waits, down to running as
+soon as the executor can. Until a step has been measured, the executor's own waits hold.
+A worker's engines share one executor client, so a step's time and calls, from its start to
+the engine's next, include the other engines' steps between: what its sequences wait for too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from wire.call.messages import CallTargets, tightest
+from workers.inference.request import Request
+
+GAIN = 0.5  # of a step's slack that moves the waits (the rest absorbs a step's noise)
+
+
+class LaneWait:
+    """One lane's wait per call, moved by what each measured step left of its target."""
+
+    def __init__(self, start_us: int) -> None:
+        self.us = float(max(start_us, 1))
+
+    def observe(self, target_us: int, measured_us: float, calls: int) -> None:
+        calls = max(calls, 1)
+        slack = target_us - measured_us
+        self.us = min(max(self.us + GAIN * slack / calls, 1.0), max(target_us / calls, 1.0))
+
+
+class Pacer:
+    def __init__(self, carry: Callable[[CallTargets], None], calls: Callable[[], int],
+                 own: CallTargets, clock: Callable[[], float] = time.monotonic) -> None:
+        self._carry = carry  # sets what the next calls carry
+        self._calls = calls  # how many calls the executor client has made so far
+        self._clock = clock
+        self.decode = LaneWait(own.decode_us)
+        self.prefill = LaneWait(own.prefill_us)
+        self._step: tuple[float, int, int, list[tuple[int, float]]] | None = None
+        # the step begun last: its start, the calls made by then, the tightest inter-token
+        # target of its running requests (0: none), each admitted request's ttft target and
+        # arrival (those that asked one)
+
+    def pace(self, admitted: Sequence[Request], running: Sequence[Request]) -> None:
+        """Before a step that admits `admitted` and decodes `running`: learn from the step
+        before, then set what this step's calls carry."""
+        now, calls = self._clock(), self._calls()
+        self._learn(now, calls)
+        requests = [*admitted, *running]
+        asked = tightest(r.targets for r in requests)
+        inter_token = _tightest(r.token_targets.inter_token_us for r in running)
+        first = [(r.token_targets.ttft_us, r.arrived) for r in admitted
+                 if r.token_targets.ttft_us]
+        self._step = (now, calls, inter_token, first)
+        decode, prefill = asked.decode_us, asked.prefill_us
+        if not decode and _tightest(r.token_targets.inter_token_us for r in requests):
+            decode = round(self.decode.us)
+        if not prefill and first:
+            prefill = round(self.prefill.us)
+        self._carry(CallTargets(decode, prefill))
+
+    def _learn(self, now: float, calls: int) -> None:
+        if self._step is None:
+            return
+        began, before, inter_token, first = self._step
+        made = calls - before
+        if made <= 0:  # nothing reached the executor (a step of refusals only)
+            return
+        if inter_token:
+            self.decode.observe(inter_token, (now - began) * 1e6, made)
+        if first:  # the admitted request that kept least of its target
+            target, waited = min(((t, (now - arrived) * 1e6) for t, arrived in first),
+                                 key=lambda pair: pair[0] - pair[1])
+            self.prefill.observe(target, waited, made)
+
+
+def _tightest(targets: Iterable[int]) -> int:
+    return min((t for t in targets if t), default=0)
