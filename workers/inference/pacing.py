@@ -7,10 +7,13 @@ tenant did not set itself, from what the engine's steps measure: each step of ru
 gives each of them a token, so the time from one step's start to the next is the time between
 their tokens; the step a request was admitted in ends with its first token. After such a step,
 the lane's wait per call moves by half the step's slack (the target less what was measured,
-negative when missed) spread over the step's calls, within [1 us, target / calls]: a step that
-met its target with room lets its calls wait longer for company (fuller batches, which the
-executor takes only where company is due), one that missed cuts the waits, down to running as
-soon as the executor can. Until a step has been measured, the executor's own waits hold.
+negative when missed) spread over the step's calls, within [1 us, the executor's own wait] and
+never above the whole target over the calls. A step that missed cuts the waits, down to running
+as soon as the executor can; steps that meet it with room let them back up to the executor's
+own. An end-to-end target thus only ever shortens what waiting adds: aimed at, a target would
+be missed by about every other token, and waiting longer than the executor's own for a fuller
+batch did not pay on the traces measured (bench NOTES, opportunistic vs eager). Until a step
+has been measured, the executor's own waits hold.
 A worker's engines share one executor client, so a step's time and calls, from its start to
 the engine's next, include the other engines' steps between: what its sequences wait for too.
 """
@@ -27,15 +30,17 @@ GAIN = 0.5  # of a step's slack that moves the waits (the rest absorbs a step's 
 
 
 class LaneWait:
-    """One lane's wait per call, moved by what each measured step left of its target."""
+    """One lane's wait per call, moved by what each measured step left of its target, from and
+    never above the executor's own (`own_us`)."""
 
-    def __init__(self, start_us: int) -> None:
-        self.us = float(max(start_us, 1))
+    def __init__(self, own_us: int) -> None:
+        self.ceiling = float(max(own_us, 1))
+        self.us = self.ceiling
 
     def observe(self, target_us: int, measured_us: float, calls: int) -> None:
         calls = max(calls, 1)
-        slack = target_us - measured_us
-        self.us = min(max(self.us + GAIN * slack / calls, 1.0), max(target_us / calls, 1.0))
+        highest = max(min(self.ceiling, target_us / calls), 1.0)
+        self.us = min(max(self.us + GAIN * (target_us - measured_us) / calls, 1.0), highest)
 
 
 class Pacer:

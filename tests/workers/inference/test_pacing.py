@@ -38,17 +38,21 @@ def request(name: str, *, inter_token_ms: float = 0, ttft_ms: float = 0,
 
 
 def test_a_lane_wait_moves_by_half_the_slack_per_call_within_its_bounds() -> None:
-    wait = LaneWait(1000)
-    wait.observe(target_us=100_000, measured_us=60_000, calls=10)  # 40 ms left: +2 ms a call
-    assert wait.us == 3000
+    wait = LaneWait(5000)  # the executor's own: where it starts, and its ceiling
+    assert wait.us == 5000
     wait.observe(target_us=100_000, measured_us=140_000, calls=10)  # 40 ms over: -2 ms a call
-    assert wait.us == 1000
+    assert wait.us == 3000
+    wait.observe(target_us=100_000, measured_us=60_000, calls=10)  # 40 ms left: +2 ms a call
+    assert wait.us == 5000
+    wait.observe(target_us=100_000, measured_us=60_000, calls=10)  # never above its own
+    assert wait.us == 5000
     wait.observe(target_us=100_000, measured_us=500_000, calls=10)  # far over: run at once
     assert wait.us == 1
-    for _ in range(50):  # met with room every time: never more than the whole target a call
-        wait.observe(target_us=100_000, measured_us=0, calls=10)
-    assert wait.us == 10_000
-    assert LaneWait(0).us == 1  # an executor that named none: start from the tightest
+    wait.observe(target_us=20_000, measured_us=0, calls=10)  # 20 ms left: +1 ms a call
+    assert wait.us == 1001
+    wait.observe(target_us=20_000, measured_us=0, calls=10)  # never above the target a call
+    assert wait.us == 2000
+    assert LaneWait(0).us == 1  # an executor that waits for nothing: neither does the pacer
 
 
 def test_steps_of_an_inter_token_target_carry_waits_derived_from_their_measured_time() -> None:
@@ -57,12 +61,12 @@ def test_steps_of_an_inter_token_target_carry_waits_derived_from_their_measured_
     # its first step admits it: nothing measured yet, so the executor's own decode wait
     assert steps.step([tenant], [], 0.05, 10) == CallTargets(1000, 0)
     # the step that admitted it prefilled too: only steps it decoded in are measured
-    assert steps.step([], [tenant], 0.06, 10) == CallTargets(1000, 0)
-    assert steps.step([], [tenant], 0.14, 10) == CallTargets(3000, 0)  # 40 ms to spare
-    assert steps.step([], [tenant], 0.05, 10) == CallTargets(1000, 0)  # 40 ms over
-    assert steps.step([], [], 0.0, 0) == NO_TARGETS  # it finished: 50 ms of room learned, but
-    # nothing asks for a derived wait any more
-    assert steps.pacer.decode.us == pytest.approx(3500)
+    assert steps.step([], [tenant], 0.14, 10) == CallTargets(1000, 0)
+    assert steps.step([], [tenant], 0.09, 10) == CallTargets(1, 0)  # 40 ms over
+    assert steps.step([], [tenant], 0.05, 10) == CallTargets(501, 0)  # 10 ms to spare
+    assert steps.step([], [], 0.0, 0) == NO_TARGETS  # it finished: 50 ms of room learned
+    # (back up to the executor's own), but nothing asks for a derived wait any more
+    assert steps.pacer.decode.us == 1000
 
 
 def test_a_lane_the_tenant_set_itself_is_not_derived() -> None:
@@ -77,17 +81,17 @@ def test_a_lane_the_tenant_set_itself_is_not_derived() -> None:
 
 def test_a_prefill_wait_follows_the_time_to_first_token_of_the_request_admitted() -> None:
     steps = Steps()
-    early = request("early", ttft_ms=4000, arrived=9.8)  # waited 0.2 s before its step began
-    assert steps.step([early], [], 0.1, 20) == CallTargets(0, 50_000)
-    # its first token came 0.3 s after it arrived: 3.7 s left, half of it over 20 calls
+    early = request("early", ttft_ms=1000, arrived=9.0)  # waited 1 s before its step began
+    assert steps.step([early], [], 0.2, 10) == CallTargets(0, 50_000)
+    # its first token came 1.2 s after it arrived: 0.2 s over, half of it over 10 calls
     assert steps.step([], [early], 0.05, 10) == NO_TARGETS
-    assert steps.pacer.prefill.us == pytest.approx(142_500)
-    late = request("late", ttft_ms=2000, arrived=steps.now - 2.19)
+    assert steps.pacer.prefill.us == pytest.approx(40_000)
+    late = request("late", ttft_ms=2000, arrived=steps.now - 1.7)
     lax = request("lax", ttft_ms=60_000, arrived=steps.now)
-    assert steps.step([late, lax], [early], 0.2, 10) == CallTargets(0, 142_500)
+    assert steps.step([late, lax], [early], 0.2, 10) == CallTargets(0, 40_000)
     steps.step([], [early, late, lax], 0.05, 10)
-    # the one that kept least of its target counts: "late" had its first token 0.39 s over
-    assert steps.pacer.prefill.us == pytest.approx(142_500 - 0.5 * 390_000 / 10)
+    # the one that kept least of its target counts: "late", 0.1 s to spare (not "lax")
+    assert steps.pacer.prefill.us == pytest.approx(45_000)
     for _ in range(20):  # each step over its target: down to running as soon as possible
         steps.step([request("over", ttft_ms=1, arrived=steps.now - 1)], [], 0.1, 10)
     assert steps.pacer.prefill.us == 1

@@ -63,28 +63,21 @@ def test_an_inter_token_target_sets_the_waits_of_the_calls_after_its_first_step(
         llama: ExecutorProcess) -> None:
     """A tenant that asks 1 us between tokens and no wait per call: its first step carries the
     executor's own waits (nothing measured yet); every step after it took far longer than 1 us,
-    so its calls carry 1 us and miss; asking a minute, each step left room, so its calls carry
-    a wait of seconds and meet it."""
+    so its calls carry 1 us and miss (the rule's figures: tests/workers/inference/test_pacing.py)."""
     preloaded = preload(MODEL)
     spec = WorkerSpec(key="pacing-worker", tenant="acme", base=MODEL, executor=llama.endpoint,
                       manager="inproc://unused")
     adapters = build_adapters(spec, preloaded)
     params = W.SamplingParams(max_tokens=10, temperature=0)
 
-    def steps(name: str, targets: P.TokenTargets) -> list[tuple[int, int]]:
-        """The decode lane's calls and those that met their target, per step of one request."""
-        assert _generate(W.Generate(name, "acme", MODEL, params, prompt_ids=[5, 6, 7, 8],
-                                    token_targets=targets), adapters, preloaded) == []
-        figures, last = [], _decode_lane(llama.endpoint)
-        while adapters.engine.has_work():
-            adapters.engine.step()
-            now = _decode_lane(llama.endpoint)
-            figures.append((now[0] - last[0], now[1] - last[1]))
-            last = now
-        return figures
-
-    paced = steps("paced", P.TokenTargets(inter_token_us=1))
+    assert _generate(W.Generate("paced", "acme", MODEL, params, prompt_ids=[5, 6, 7, 8],
+                                token_targets=P.TokenTargets(inter_token_us=1)),
+                     adapters, preloaded) == []
+    paced, last = [], _decode_lane(llama.endpoint)  # the decode lane's calls and met, per step
+    while adapters.engine.has_work():
+        adapters.engine.step()
+        now = _decode_lane(llama.endpoint)
+        paced.append((now[0] - last[0], now[1] - last[1]))
+        last = now
     assert len(paced) == 9 and all(calls > 0 for calls, _ in paced)  # 10 tokens
     assert all(met == 0 for _, met in paced[2:])  # the first two steps were not yet measured
-    lax = steps("lax", P.TokenTargets(inter_token_us=60_000_000))
-    assert len(lax) == 9 and all(met == calls > 0 for calls, met in lax[2:])
