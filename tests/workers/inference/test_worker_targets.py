@@ -63,7 +63,7 @@ def test_an_inter_token_target_sets_the_waits_of_the_calls_after_its_first_step(
         llama: ExecutorProcess) -> None:
     """A tenant that asks 1 us between tokens and no wait per call: its first step carries the
     executor's own waits (nothing measured yet); every step after it took far longer than 1 us,
-    so its calls carry 1 us and miss (the rule's figures: tests/workers/inference/test_pacing.py)."""
+    so its calls carry 1 us and miss (the rule's figures: test_pacing.py)."""
     preloaded = preload(MODEL)
     spec = WorkerSpec(key="pacing-worker", tenant="acme", base=MODEL, executor=llama.endpoint,
                       manager="inproc://unused")
