@@ -20,6 +20,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.models import FIXED_LENGTH, RANKS, build, build_mixed
+from bench.paced import PacedTokens
 from bench.sides import wait_policy
 
 
@@ -33,13 +34,16 @@ class TokenClock(StoppingCriteria):
     """Stamps each generated token and ends the generation when the window closes, so a
     client's last generate() does not run past the measured window."""
 
-    def __init__(self, until: float) -> None:
+    def __init__(self, until: float, paced: PacedTokens | None = None) -> None:
         self.until = until
         self.stamps: list[float] = []
+        self.paced = paced  # the client's end-to-end target between tokens, if it asks one
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         now = time.monotonic()
         self.stamps.append(now)
+        if self.paced is not None:
+            self.paced.token()
         return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool,
                           device=input_ids.device)  # transformers ands it with a tensor there
 
@@ -50,6 +54,8 @@ class TokenClock(StoppingCriteria):
 
     def generate(self, model, ids: torch.Tensor, tokens: int, **kwargs) -> list[float]:
         """One generate(); the gap before each of its tokens (the first: since the start)."""
+        if self.paced is not None:
+            self.paced.admit()
         self.stamps = [time.monotonic()]
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
@@ -59,12 +65,13 @@ class TokenClock(StoppingCriteria):
 
 
 def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator,
-           first: bool = True) -> tuple[list[float], float, list[float]]:
+           first: bool = True, paced: PacedTokens | None = None
+           ) -> tuple[list[float], float, list[float]]:
     """generate() calls until the window closes: each token's latency, when the last came, and
     each call's time to its first token. `first=False` leaves out each call's first token from
     the latencies (it also paid the prefill)."""
     model.eval()
-    clock, latencies, firsts = TokenClock(until), [], []
+    clock, latencies, firsts = TokenClock(until, paced), [], []
     while time.monotonic() < until:
         ids = torch.randint(0, 50000, (1, prompt), generator=rng).to(model.device)
         gaps = clock.generate(model, ids, tokens)
@@ -177,6 +184,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-target-ms", type=float, default=0,
                    help="ours: this client's decode steps' target in the executor, as a "
                         "tenant's `decode_target_ms` (0: the executor's own)")
+    p.add_argument("--inter-token-target-ms", type=float, default=0,
+                   help="decode, ours: this client's target between tokens, as a tenant's "
+                        "`inter_token_target_ms` (its decode waits follow, bench.paced)")
     p.add_argument("--kv-budget-mb", type=float, default=0,
                    help="long, ours: the KV cache kept on the device (0: no limit)")
     return p
@@ -208,17 +218,19 @@ def main(argv: list[str] | None = None) -> int:
                       device=args.device, dtype=dtype, recompute=args.recompute)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     handle = getattr(base, "symbiosis_executor", None)
-    if args.decode_target_ms:
+    if args.decode_target_ms or args.inter_token_target_ms:
         from wire.call.messages import CallTargets
         from workers.remote.client import ExecutorClient
 
         if not isinstance(handle, ExecutorClient):
-            raise SystemExit("--decode-target-ms: ours only, without --privacy")
+            raise SystemExit("latency targets: ours only, without --privacy")
         handle.targets = CallTargets.from_ms(args.decode_target_ms)  # as a worker's engine sets
+    paced = PacedTokens(handle, args.inter_token_target_ms) if args.inter_token_target_ms \
+        else None
     tokenizer = _tokenizer(args.model) if args.kind == "long" and args.side == "ours" else None
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
-        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng)
+        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced)
     sync: Path = args.sync_dir
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
@@ -226,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     calls_before = getattr(handle, "calls", 0)  # the warm-up's are not the window's
     started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
-    latencies, done, per_unit, extra = _work(args, model, tokenizer, until, rng)
+    latencies, done, per_unit, extra = _work(args, model, tokenizer, until, rng, paced)
     made = getattr(handle, "calls", None)
     result = {"kind": args.kind, "method": args.method, "rank": args.rank,
               "latencies": latencies, "tokens_per_unit": per_unit,
@@ -234,14 +246,15 @@ def main(argv: list[str] | None = None) -> int:
               "elapsed": done - started,  # to the last completed unit of work
               "cpu_s": time.process_time() - cpu_started,
               "decode_target_ms": args.decode_target_ms,
+              "inter_token_target_ms": args.inter_token_target_ms,
               "omp_wait_policy": wait_policy(),  # as torch loaded it (None: the default)
               **extra}
     (sync / f"{args.index}.json").write_text(json.dumps(result))
     return 0
 
 
-def _work(args: argparse.Namespace, model, tokenizer, until: float,
-          rng: torch.Generator) -> tuple[list[float], float, int, dict]:
+def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.Generator,
+          paced: PacedTokens | None = None) -> tuple[list[float], float, int, dict]:
     """Run the client's kind of work until the window closes: (each unit's latency, when the
     last unit ended, tokens per unit, what else the kind reports)."""
     if args.kind == "calls":
@@ -252,7 +265,8 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float,
     if args.kind == "decode" and args.adapters:
         return (*decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng), 1, {})
     if args.kind == "decode":
-        latencies, done, firsts = decode(model, args.prompt, args.tokens, until, rng)
+        latencies, done, firsts = decode(model, args.prompt, args.tokens, until, rng,
+                                         paced=paced)
         return latencies, done, 1, {"first_tokens": firsts}
     if args.kind == "prefill":
         return (*prefill(model, args.length, until, rng), args.length, {})

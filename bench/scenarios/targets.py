@@ -24,16 +24,15 @@ def own_target(settings: Settings) -> list[Record]:
                                             *inference[1:], *jobs])
     plain, plain_lane = watched(settings, inference + jobs)
     name = "6c a tenant's own decode target (6 tenants + 2 jobs)"
-    rest = slice(1, len(inference))
     return [
         Record(name, f"per-token latency, the tenant asking {TIGHT_MS:g} ms vs the other "
-               "tenants of its run", _first(tight).latency_ms(), _tenants(tight, rest)
+               "tenants of its run", first_tenant(tight).latency_ms(), other_tenants(tight)
                .latency_ms(), "ms", higher_is_better=False),
         Record(name, f"per-token latency of the other tenants, beside the one asking "
-               f"{TIGHT_MS:g} ms vs beside no target", _tenants(tight, rest).latency_ms(),
-               _tenants(plain, rest).latency_ms(), "ms", higher_is_better=False),
+               f"{TIGHT_MS:g} ms vs beside no target", other_tenants(tight).latency_ms(),
+               other_tenants(plain).latency_ms(), "ms", higher_is_better=False),
         Record(name, f"per-token latency of the first tenant, asking {TIGHT_MS:g} ms vs not",
-               _first(tight).latency_ms(), _first(plain).latency_ms(), "ms",
+               first_tenant(tight).latency_ms(), first_tenant(plain).latency_ms(), "ms",
                higher_is_better=False),
         Record(name, f"training tokens/s, beside the tenant asking {TIGHT_MS:g} ms vs beside "
                "no target", tight.tokens_per_s(kind="train"), plain.tokens_per_s(kind="train"),
@@ -49,8 +48,12 @@ def own_target(settings: Settings) -> list[Record]:
     ]
 
 
-def _first(run: GroupResult) -> GroupResult:
+def first_tenant(run: GroupResult) -> GroupResult:
     return _tenants(run, slice(0, 1))
+
+
+def other_tenants(run: GroupResult) -> GroupResult:
+    return _tenants(run, slice(1, None))
 
 
 def _tenants(run: GroupResult, chosen: slice) -> GroupResult:

@@ -1,6 +1,7 @@
 """The benchmark client's accounting: a decode client stops when its window closes and counts
 every token it generated; throughput is each client's work over its own window."""
 
+import json
 import time
 
 import pytest
@@ -126,3 +127,35 @@ def test_a_client_asking_a_decode_target_carries_it_to_the_executor(
         probe.close()
     calls, met = after.calls - before.calls, after.met - before.met
     assert calls >= 5 and met == (calls if all_met else 0)
+
+
+def test_a_client_asking_a_target_between_tokens_paces_its_decode_calls(executor_for,
+                                                                       tmp_path) -> None:
+    """`--inter-token-target-ms` (the 6d scenario's tenant), a microsecond: the client's first
+    two forwards carry the executor's own wait (nothing measured yet; tiny-llama's make 7
+    calls), every later call 1 us, which none meets; unpaced, a lone client's calls meet the
+    executor's own 1 ms but for a busy host's few."""
+    import subprocess
+    import sys
+
+    from workers.remote.client import ExecutorClient
+
+    llama = executor_for("tiny-llama")
+    probe = ExecutorClient(llama.endpoint, name="pacing-probe")
+    try:
+        before = probe.stats().lanes["decode"]
+        (tmp_path / "go").touch()
+        run = subprocess.run(
+            [sys.executable, "-m", "bench.workload", "--side", "ours", "--model", "tiny-llama",
+             "--endpoint", llama.endpoint, "--kind", "decode", "--sync-dir", str(tmp_path),
+             "--index", "0", "--duration", "3", "--tokens", "8",
+             "--inter-token-target-ms", "0.001"], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        after = probe.stats().lanes["decode"]
+    finally:
+        probe.close()
+    result = json.loads((tmp_path / "0.json").read_text())
+    assert result["inter_token_target_ms"] == 0.001
+    calls, met = after.calls - before.calls, after.met - before.met
+    assert len(result["latencies"]) >= 20 and calls >= 70  # a token is ~2.4 calls here
+    assert met * 10 <= calls  # the first two forwards' calls at most
