@@ -29,6 +29,9 @@ def inter_token_target(settings: Settings) -> list[Record]:
         Record(name, f"share of the first tenant's tokens within that time, {asked} vs not",
                _within(first_tenant(paced), target_ms), _within(first_tenant(plain), target_ms),
                "%"),
+        Record(name, "share of tokens within that time, the first tenant asking vs the other "
+               "tenants of its run", _within(first_tenant(paced), target_ms),
+               _within(other_tenants(paced), target_ms), "%"),
         Record(name, f"per-token latency of the first tenant, {asked} vs not",
                first_tenant(paced).latency_ms(), first_tenant(plain).latency_ms(), "ms",
                higher_is_better=False),
