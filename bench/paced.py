@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from wire import manager as W
-from wire.call.messages import TokenTargets
 from workers.inference.pacing import Pacer
 from workers.inference.request import Request
 
@@ -15,7 +14,7 @@ from workers.inference.request import Request
 class PacedTokens:
     def __init__(self, client: Any, inter_token_ms: float) -> None:
         self.request = Request("bench", [], W.SamplingParams(),
-                               token_targets=TokenTargets.from_ms(0, inter_token_ms))
+                               token_targets=W.TokenTargets.from_ms(0, inter_token_ms))
         self.pacer = Pacer(lambda targets: setattr(client, "targets", targets),
                            lambda: client.calls, client.own_targets)
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wire.call.messages import CallTargets, TokenTargets
+from wire.call.messages import CallTargets
+from wire.manager import TokenTargets
 
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 log = logging.getLogger("gateway.tenants")

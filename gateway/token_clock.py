@@ -12,12 +12,11 @@ from typing import Any
 from gateway.metrics import Metrics
 from gateway.serving import PromptResult
 from wire import manager as W
-from wire.call.messages import NO_TOKEN_TARGETS, TokenTargets
 
 
 class TokenClock:
     def __init__(self, metrics: Metrics, tenant: str, started_at: float,
-                 params: W.SamplingParams, targets: TokenTargets = NO_TOKEN_TARGETS,
+                 params: W.SamplingParams, targets: W.TokenTargets = W.NO_TOKEN_TARGETS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._first_token = _Timed(metrics.first_token.labels(tenant), targets.ttft_us,
                                    metrics, tenant, "time_to_first_token")

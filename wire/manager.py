@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from wire.call.messages import NO_TARGETS, NO_TOKEN_TARGETS, CallTargets, TokenTargets
+from wire.call.messages import NO_TARGETS, CallTargets, target_us
 from wire.figures import ExecutorFigures
 from wire.jobs import (
     JobCommand,
@@ -54,6 +54,23 @@ class ChatMessage(msgspec.Struct, array_like=True):
 class AdapterRef(msgspec.Struct, array_like=True):
     path: str  # a PEFT directory: adapter_config.json + adapter_model.safetensors
     peft_type: str
+
+
+class TokenTargets(msgspec.Struct, frozen=True, array_like=True):
+    """What a tenant's clients should meet end to end, in microseconds: the time to a request's
+    first token and between one sequence's tokens (0: none asked). A worker derives the waits
+    its executor calls carry (`CallTargets`) from them and what its steps measure
+    (`workers.inference.pacing`); the gateway counts each token against them."""
+
+    ttft_us: int = 0
+    inter_token_us: int = 0
+
+    @classmethod
+    def from_ms(cls, ttft_ms: float = 0, inter_token_ms: float = 0) -> TokenTargets:
+        return cls(target_us(ttft_ms), target_us(inter_token_ms))
+
+
+NO_TOKEN_TARGETS = TokenTargets()
 
 
 class Generate(msgspec.Struct, tag="generate", array_like=True):

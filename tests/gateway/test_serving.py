@@ -117,5 +117,5 @@ def test_a_request_carries_its_tenants_latency_targets_to_the_manager(tmp_path, 
     asyncio.run(_client_leaves(tmp_path, manager))
     expected = P.CallTargets(250, 30_000) if asked else P.NO_TARGETS
     assert [g.targets for g in manager.generates] == [expected]
-    end_to_end = P.TokenTargets(900_000, 45_000) if asked else P.NO_TOKEN_TARGETS
+    end_to_end = W.TokenTargets(900_000, 45_000) if asked else W.NO_TOKEN_TARGETS
     assert [g.token_targets for g in manager.generates] == [end_to_end]

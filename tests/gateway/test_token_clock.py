@@ -9,7 +9,6 @@ from gateway.metrics import Metrics
 from gateway.serving import PromptResult
 from gateway.token_clock import TokenClock
 from wire import manager as W
-from wire.call.messages import TokenTargets
 
 
 class Clock:
@@ -67,7 +66,7 @@ def test_each_token_is_counted_against_the_tenants_own_targets() -> None:
     two met (at the target counts as met), two missed; a tenant without targets: not counted."""
     metrics, clock = Metrics(), Clock()
     timer = TokenClock(metrics, "acme", 99.5, W.SamplingParams(n=2, max_tokens=3),
-                       TokenTargets.from_ms(500, 1000), clock=clock)
+                       W.TokenTargets.from_ms(500, 1000), clock=clock)
     plain = TokenClock(metrics, "beta", 99.5, W.SamplingParams(max_tokens=3), clock=clock)
     prompts = [result(0), result(1)]
     arrivals = [(100.25, 0, 0), (100.25, 0, 1), (100.5, 1, 0), (100.5, 1, 1),

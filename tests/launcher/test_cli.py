@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from gateway.tenants import TenantDirectory
-from wire.call.messages import NO_TARGETS, NO_TOKEN_TARGETS, CallTargets, TokenTargets
+from wire.call.messages import NO_TARGETS, CallTargets
+from wire.manager import NO_TOKEN_TARGETS, TokenTargets
 
 
 def test_tenants_create_stores_the_tier_and_a_working_key(tmp_path) -> None:
@@ -40,7 +41,7 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
     assert tenants["swift"].call_targets() == CallTargets(decode_us=500, prefill_us=40_000)
     assert tenants["instant"].call_targets() == CallTargets(decode_us=1)  # not 0, "none asked"
     assert tenants["steady"].call_targets() == NO_TARGETS  # the executor's own
-    assert tenants["swift"].token_targets() == TokenTargets(ttft_us=800_000, inter_token_us=60_000)
+    assert tenants["swift"].token_targets() == TokenTargets(800_000, 60_000)
     assert tenants["steady"].token_targets() == NO_TOKEN_TARGETS
     for flag, value in (("--decode-target-ms", "-1"), ("--prefill-target-ms", "nan"),
                         ("--decode-target-ms", "61000"), ("--ttft-target-ms", "-2"),

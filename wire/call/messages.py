@@ -47,23 +47,6 @@ class CallTargets(msgspec.Struct, frozen=True, array_like=True):
 NO_TARGETS = CallTargets()
 
 
-class TokenTargets(msgspec.Struct, frozen=True, array_like=True):
-    """What a tenant's clients should meet end to end, in microseconds: the time to a request's
-    first token and between one sequence's tokens (0: none asked). A worker derives the waits
-    its calls carry (`CallTargets`) from them and what its steps measure
-    (`workers.inference.pacing`); the gateway counts each token against them."""
-
-    ttft_us: int = 0
-    inter_token_us: int = 0
-
-    @classmethod
-    def from_ms(cls, ttft_ms: float = 0, inter_token_ms: float = 0) -> TokenTargets:
-        return cls(target_us(ttft_ms), target_us(inter_token_ms))
-
-
-NO_TOKEN_TARGETS = TokenTargets()
-
-
 def tightest(targets: Iterable[CallTargets]) -> CallTargets:
     """The targets of a call that carries the rows of several tenants: per lane the smallest one
     asked for (0, the executor's own, where none asked)."""

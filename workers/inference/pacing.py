@@ -1,19 +1,19 @@
 """The waits an engine's executor calls carry, per step, as its requests' tenants ask.
 
 A tenant may ask for waits per call (`CallTargets`: the tightest of a step's requests is sent
-as it is) or for what its clients meet end to end (`TokenTargets`: the time to first token and
-between tokens). From an end-to-end target the pacer derives the calls' waits in a lane the
-tenant did not set itself, from what the engine's steps measure: each step of running sequences
-gives each of them a token, so the time from one step's start to the next is the time between
-their tokens; the step a request was admitted in ends with its first token. After such a step,
-the lane's wait per call moves by half the step's slack (the target less what was measured,
-negative when missed) spread over the step's calls, within [1 us, the executor's own wait] and
-never above the whole target over the calls. A step that missed cuts the waits, down to running
-as soon as the executor can; steps that meet it with room let them back up to the executor's
-own. An end-to-end target thus only ever shortens what waiting adds: aimed at, a target would
-be missed by about every other token, and waiting longer than the executor's own for a fuller
-batch did not pay on the traces measured (bench NOTES, opportunistic vs eager). Until a step
-has been measured, the executor's own waits hold.
+as it is) or for what its clients meet end to end (`wire.manager.TokenTargets`: the time to
+first token and between tokens). From an end-to-end target the pacer derives the calls' waits
+in a lane the tenant did not set itself, from what the engine's steps measure: each step of
+running sequences gives each of them a token, so the time from one step's start to the next is
+the time between their tokens; the step a request was admitted in ends with its first token.
+After such a step, the lane's wait per call moves by half the step's slack (the target less
+what was measured, negative when missed) spread over the step's calls, within [1 us, the
+executor's own wait] and never above the whole target over the calls. A step that missed cuts
+the waits, down to running as soon as the executor can; steps that meet it with room let them
+back up to the executor's own. An end-to-end target thus only ever shortens what waiting adds:
+aimed at, a target would be missed by about every other token, and waiting longer than the
+executor's own for a fuller batch did not pay on the traces measured (bench NOTES,
+opportunistic vs eager). Until a step has been measured, the executor's own waits hold.
 A worker's engines share one executor client, so a step's time and calls, from its start to
 the engine's next, include the other engines' steps between: what its sequences wait for too.
 """

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wire import manager as W
-from wire.call.messages import NO_TARGETS, NO_TOKEN_TARGETS, CallTargets, TokenTargets
+from wire.call.messages import NO_TARGETS, CallTargets
 
 
 @dataclass
@@ -20,5 +20,5 @@ class Request:
     adapter: str | None = None  # its adapter's name in a mixed engine (None: the base model)
     prefill: Any = None  # prompt or prefix tuning over this engine's base: its prompt's model
     targets: CallTargets = NO_TARGETS  # its tenant's latency targets in the executor
-    token_targets: TokenTargets = NO_TOKEN_TARGETS  # and end to end (`pacing` derives waits)
+    token_targets: W.TokenTargets = W.NO_TOKEN_TARGETS  # and end to end (`pacing` derives waits)
     arrived: float = field(default_factory=time.monotonic)  # when the worker received it

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from wire import manager as W
-from wire.call.messages import NO_TARGETS, CallTargets, TokenTargets
+from wire.call.messages import NO_TARGETS, CallTargets
 from workers.inference.pacing import LaneWait, Pacer
 from workers.inference.request import Request
 
@@ -34,7 +34,7 @@ class Steps:
 def request(name: str, *, inter_token_ms: float = 0, ttft_ms: float = 0,
             targets: CallTargets = NO_TARGETS, arrived: float = 10.0) -> Request:
     return Request(name, [1, 2, 3], W.SamplingParams(max_tokens=8), targets=targets,
-                   token_targets=TokenTargets.from_ms(ttft_ms, inter_token_ms), arrived=arrived)
+                   token_targets=W.TokenTargets.from_ms(ttft_ms, inter_token_ms), arrived=arrived)
 
 
 def test_a_lane_wait_moves_by_half_the_slack_per_call_within_its_bounds() -> None:

@@ -71,7 +71,7 @@ def test_an_inter_token_target_sets_the_waits_of_the_calls_after_its_first_step(
     params = W.SamplingParams(max_tokens=10, temperature=0)
 
     assert _generate(W.Generate("paced", "acme", MODEL, params, prompt_ids=[5, 6, 7, 8],
-                                token_targets=P.TokenTargets(inter_token_us=1)),
+                                token_targets=W.TokenTargets(inter_token_us=1)),
                      adapters, preloaded) == []
     paced, last = [], _decode_lane(llama.endpoint)  # the decode lane's calls and met, per step
     while adapters.engine.has_work():
