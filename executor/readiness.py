@@ -5,8 +5,7 @@ A queue at `max_batch_rows` is ready; a queue of decode steps waits for its conv
 policy's `convoy_s`, or the shortest wait a call's tenants allow, but not shorter than a batch of
 its own would cost) while a decode client is queued earlier in the pass or an idle one is due
 here (`executor.presence.convoy`); else the policy decides, up to the queue's deadline (which a
-call's target caps too, a decode step's likewise no shorter than a batch of its own would cost:
-`Scheduler.add`), from the clients that may still join it.
+call's target caps too), from the clients that may still join it.
 """
 
 from __future__ import annotations

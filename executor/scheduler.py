@@ -84,9 +84,7 @@ class Scheduler:
             estimate = self.cost.estimate(call.key, call.rows, self.widths.get(call.layer, 0))
             call.deadline = self.policy.deadline(call, estimate)
             if call.target_s is not None:  # no company is worth a wait its tenants did not allow
-                allowed = call.target_s if call.lane != Lane.DECODE else max(  # a decode step's:
-                    call.target_s, self.cost.decode_batch_s(call.key))  # `_convoy_until`'s floor
-                call.deadline = min(call.deadline, call.arrived + allowed)
+                call.deadline = min(call.deadline, call.arrived + call.target_s)
             queue = self.queues.get(call.key)
             if queue is None:
                 queue = self.queues[call.key] = deque()

@@ -7,9 +7,8 @@ trace's tokens, 1 ms 9-43 %, bench NOTES "mixed on the Azure trace"), a prefill'
 first token. Training has none: it fills the gaps. These are the executor's own; a tenant may
 ask for its own (the tenants file's `decode_target_ms`, `prefill_target_ms`), which each of its
 calls carries (`wire.call.messages.CallTargets`: a worker batching several tenants sends the
-tightest). Such a call waits for company (a fuller batch, its convoy) no longer than its target,
-a decode step no shorter than a batch of its own would cost (`Scheduler.add`,
-`executor.readiness`). The stats count, per lane, the calls that met their own
+tightest). Such a call waits for company (a fuller batch, its convoy) no longer than its target
+(`Scheduler.add`, `executor.readiness`). The stats count, per lane, the calls that met their own
 target (`/metrics`, the dashboard).
 
 A decode step that arrives while a training batch runs waits for the slice in progress, so the

@@ -60,18 +60,3 @@ def test_every_policy_keeps_the_target(clock) -> None:
     clock.advance(0.00011)
     assert clients_of(s.next_batch()) == ["a"]
 
-
-def test_a_joiner_wait_is_cut_no_shorter_than_a_batch_apart_would_cost(clock) -> None:
-    s = scheduler(Opportunistic(BUDGETS), clock)
-    teach_layer_order(s, ["a", "b"])  # b sits after layer 0: expected at layer 1
-    lone = call(s, "c", 1, decode_us=1)  # nothing learned yet: it waits 1 us, no more
-    clock.advance(0.000002)
-    assert s.next_batch() == [lone]
-    s.observe([lone], 0.0002)  # a decode batch at layer 1 costs 0.2 ms
-    tight = call(s, "a", 1, decode_us=100)
-    assert tight.deadline - clock.now == pytest.approx(0.0002)  # not 0.1 ms: apart, 0.2 more
-    assert s.next_batch() is None
-    clock.advance(0.00021)
-    assert clients_of(s.next_batch()) == ["a"]
-    loose = call(s, "a", 1, decode_us=50_000)  # a looser target than the budget: the budget
-    assert 0.0003 <= loose.deadline - clock.now < 0.001
