@@ -101,31 +101,37 @@ def test_a_forked_client_that_fails_says_why_before_it_exits(tmp_path) -> None:
     assert "Traceback (most recent call last)" in run.stderr and "no-such-model" in run.stderr
 
 
-@pytest.mark.parametrize(("target_ms", "all_met"), [(0.001, False), (60_000, True)])
-def test_a_client_asking_a_decode_target_carries_it_to_the_executor(
-        executor_for, tmp_path, target_ms: float, all_met: bool) -> None:
-    """`--decode-target-ms` (the 6c scenario's tenant): the executor counts the client's decode
-    calls against it: a microsecond, none met; a minute, all."""
+def _decode_against(endpoint: str, sync_dir, *flags: str) -> tuple[int, int, dict]:
+    """One ours decode client run to its end with `flags`: the executor's decode lane's calls
+    and those that met their target meanwhile, and the client's result."""
     import subprocess
     import sys
 
     from workers.remote.client import ExecutorClient
 
-    llama = executor_for("tiny-llama")
-    probe = ExecutorClient(llama.endpoint, name="targets-probe")
+    probe = ExecutorClient(endpoint, name="targets-probe")
     try:
         before = probe.stats().lanes["decode"]
-        (tmp_path / "go").touch()
+        (sync_dir / "go").touch()
         run = subprocess.run(
             [sys.executable, "-m", "bench.workload", "--side", "ours", "--model", "tiny-llama",
-             "--endpoint", llama.endpoint, "--kind", "decode", "--sync-dir", str(tmp_path),
-             "--index", "0", "--duration", "0.5", "--tokens", "4", "--decode-target-ms",
-             str(target_ms)], capture_output=True, text=True, timeout=300)
+             "--endpoint", endpoint, "--kind", "decode", "--sync-dir", str(sync_dir),
+             "--index", "0", *flags], capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         after = probe.stats().lanes["decode"]
     finally:
         probe.close()
-    calls, met = after.calls - before.calls, after.met - before.met
+    result = json.loads((sync_dir / "0.json").read_text())
+    return after.calls - before.calls, after.met - before.met, result
+
+
+@pytest.mark.parametrize(("target_ms", "all_met"), [(0.001, False), (60_000, True)])
+def test_a_client_asking_a_decode_target_carries_it_to_the_executor(
+        executor_for, tmp_path, target_ms: float, all_met: bool) -> None:
+    """`--decode-target-ms` (the 6c scenario's tenant): the executor counts the client's decode
+    calls against it: a microsecond, none met; a minute, all."""
+    calls, met, _ = _decode_against(executor_for("tiny-llama").endpoint, tmp_path, "--duration",
+                                    "0.5", "--tokens", "4", "--decode-target-ms", str(target_ms))
     assert calls >= 5 and met == (calls if all_met else 0)
 
 
@@ -135,27 +141,9 @@ def test_a_client_asking_a_target_between_tokens_paces_its_decode_calls(executor
     two forwards carry the executor's own wait (nothing measured yet; tiny-llama's make 7
     calls), every later call 1 us, which none meets; unpaced, a lone client's calls meet the
     executor's own 1 ms but for a busy host's few."""
-    import subprocess
-    import sys
-
-    from workers.remote.client import ExecutorClient
-
-    llama = executor_for("tiny-llama")
-    probe = ExecutorClient(llama.endpoint, name="pacing-probe")
-    try:
-        before = probe.stats().lanes["decode"]
-        (tmp_path / "go").touch()
-        run = subprocess.run(
-            [sys.executable, "-m", "bench.workload", "--side", "ours", "--model", "tiny-llama",
-             "--endpoint", llama.endpoint, "--kind", "decode", "--sync-dir", str(tmp_path),
-             "--index", "0", "--duration", "3", "--tokens", "8",
-             "--inter-token-target-ms", "0.001"], capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stderr[-2000:]
-        after = probe.stats().lanes["decode"]
-    finally:
-        probe.close()
-    result = json.loads((tmp_path / "0.json").read_text())
+    calls, met, result = _decode_against(executor_for("tiny-llama").endpoint, tmp_path,
+                                         "--duration", "3", "--tokens", "8",
+                                         "--inter-token-target-ms", "0.001")
     assert result["inter_token_target_ms"] == 0.001
-    calls, met = after.calls - before.calls, after.met - before.met
     assert len(result["latencies"]) >= 20 and calls >= 70  # a token is ~2.4 calls here
     assert met * 10 <= calls  # the first two forwards' calls at most

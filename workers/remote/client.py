@@ -154,8 +154,7 @@ class ExecutorClient:
             self._reset()
             raise ExecutorError(P.ErrorCode.INTERNAL, f"executor {self.endpoint} offers other "
                                 "layers than the replica this client started on")
-        self.device: str = welcome.device
-        self.own_targets: P.CallTargets = welcome.targets  # the executor's own waits per lane
+        self.device, self.own_targets = welcome.device, welcome.targets  # its own waits a lane
         if self._doorbell is not None:
             if welcome.doorbell:
                 self._doorbell.open()
