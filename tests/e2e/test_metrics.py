@@ -16,20 +16,22 @@ from tests.e2e.test_inference import PROMPT
 pytestmark = pytest.mark.slow
 
 
-def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
+def scrape(deployment: Deployment) -> dict:
+    """/metrics as an operator reads it, parsed: (name, sorted labels) -> value."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    def sample() -> dict:
-        text = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
+    text = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
-    before = sample()
+
+def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
+    before = scrape(deployment)
     asked = time.monotonic()
     deployment.client("acme").completions.create(model="acme/lora-a", prompt=PROMPT,
                                                  max_tokens=5, temperature=0)
     answered = time.monotonic() - asked
-    after = sample()
+    after = scrape(deployment)
 
     def moved(name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())))
@@ -39,7 +41,7 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     while not moved("symbiosis_executor_calls_total", kind="inference") and \
             time.monotonic() < deadline:
         time.sleep(0.5)
-        after = sample()
+        after = scrape(deployment)
 
     assert moved("symbiosis_requests_total", route="/v1/completions", status="200",
                  tenant="acme") == 1
@@ -70,11 +72,11 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert ("symbiosis_jobs", (("status", "running"),)) in after
     assert ("symbiosis_executor_queue_depth", ()) in after
 
-    before = sample()  # streamed, two sequences: each one's gaps
+    before = scrape(deployment)  # streamed, two sequences: each one's gaps
     chunks = list(deployment.client("acme").completions.create(
         model="acme/lora-a", prompt=PROMPT, max_tokens=4, n=2, seed=3, stream=True,
         stream_options={"include_usage": True}))
-    after = sample()
+    after = scrape(deployment)
     assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
     assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == \
         chunks[-1].usage.completion_tokens - 2
@@ -83,13 +85,11 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
 def test_tokens_are_counted_against_the_tenants_own_targets(deployment: Deployment) -> None:
     """gamma asks a minute to its first token and 1 us between tokens (`GAMMA_TARGETS`): its
     first token meets its target, no gap does; acme, which set none, is counted against none."""
-    from prometheus_client.parser import text_string_to_metric_families
 
     def counted() -> dict:
-        text = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
-        return {(s.labels["tenant"], s.labels["target"], s.labels["met"]): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples
-                if s.name == "symbiosis_token_targets_total"}
+        return {tuple(dict(labels)[k] for k in ("tenant", "target", "met")): value
+                for (name, labels), value in scrape(deployment).items()
+                if name == "symbiosis_token_targets_total"}
 
     before = counted()
     deployment.client("gamma").completions.create(model=MODEL, prompt=PROMPT, max_tokens=5,

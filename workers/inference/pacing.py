@@ -68,7 +68,8 @@ class Pacer:
                  if r.token_targets.ttft_us]
         self._step = (now, calls, inter_token, first)
         decode, prefill = asked.decode_us, asked.prefill_us
-        if not decode and _tightest(r.token_targets.inter_token_us for r in requests):
+        if not decode and (inter_token or
+                           _tightest(r.token_targets.inter_token_us for r in admitted)):
             decode = round(self.decode.us)
         if not prefill and first:
             prefill = round(self.prefill.us)
