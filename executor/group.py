@@ -9,10 +9,11 @@ credentials). Every rank joins the group (gloo on CPUs, NCCL on GPUs: rank r on
 cuda:r mod the host's GPUs), loads the model, keeps its slices (`executor.sharding`) and frees
 the rest. Rank 0 serves clients as the unsharded executor does; the others follow its calls.
 
-If any rank dies the group is done: rank 0 notices (a child's exit, or a failed collective),
-fails the calls in flight, and exits non-zero, so the launcher restarts the whole group; the
-other ranks see rank 0 go and exit too. Idle, rank 0 sends a heartbeat every few seconds, so the
-others' wait for the next call never times out while it lives.
+If any rank dies the group is done: rank 0 notices (a child's exit, or a failed collective) and
+exits non-zero at once, without waiting on the calls in flight (their clients see it go), so the
+launcher restarts the whole group; the other ranks see rank 0 go and exit too. Idle, rank 0
+sends a heartbeat every few seconds, so the others' wait for the next call never times out while
+it lives.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def local_rendezvous() -> tuple[str, str]:
     return f"file://{directory}/rendezvous", directory
 
 
+class GroupBroken(Exception):
+    """A rank of the group is down: rank 0 leaves without an orderly teardown."""
+
+
 def run(config: ExecutorConfig) -> int:
     private = None
     rendezvous = config.rendezvous
@@ -77,6 +82,7 @@ def run(config: ExecutorConfig) -> int:
         rendezvous, private = local_rendezvous()
     children = start_local_ranks(config, rendezvous) if config.rank == 0 else []
     device = rank_device(config)
+    broken = False
     try:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 init_method=rendezvous, rank=config.rank,
@@ -92,17 +98,29 @@ def run(config: ExecutorConfig) -> int:
         if config.rank != 0:
             return _follow(shards, config.rank, device)
         return _lead(config, shards, device, registry, children)
+    except GroupBroken:
+        broken = True
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(5)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        _reap(children, at_once=broken)
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
+    # The calls in flight end with the process (their clients see the executor go). Neither
+    # the serving threads nor torch.distributed can be stopped in order: a thread may sit in a
+    # collective with the dead rank until the group's timeout.
+    os._exit(1)
+
+
+def _reap(children: list[subprocess.Popen], at_once: bool) -> None:
+    """Stop the local ranks: SIGTERM first, unless the group is broken (a rank blocked in a
+    collective runs no Python signal handler until the collective's timeout)."""
+    for child in children:
+        if child.poll() is None:
+            child.kill() if at_once else child.terminate()
+    for child in children:
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 def _follow(shards, rank: int, device: torch.device) -> int:
@@ -130,28 +148,30 @@ def _lead(config: ExecutorConfig, shards, device: torch.device, registry: LayerR
                                             registry.dtype), config)
 
     def watch() -> None:
-        while True:
+        while not stop.is_set():
             time.sleep(0.2)
-            if stop.is_set():
-                return
             dead = [c for c in children if c.poll() is not None]
             if dead:
                 log.error("a rank exited (code %s): the group stops", dead[0].returncode)
                 broken()
+
+    def beat() -> None:  # apart from `watch`: a beat can wait on a collective in flight
+        while not stop.is_set():
+            time.sleep(0.2)
             with contextlib.suppress(RuntimeError):  # if so, `broken` was called
                 leader.beat(BEAT_S)
 
     server.start()
-    threading.Thread(target=watch, name="group-watch", daemon=True).start()
+    for target in (watch, beat):
+        threading.Thread(target=target, name=f"group-{target.__name__}", daemon=True).start()
     log.info("executor ready: model=%s shards=%d dtype=%s device=%s bind=%s",
              registry.model_name, config.shards, config.dtype, config.device, config.bind)
     stop.wait()
-    log.info("executor stopping%s", " (a rank is down)" if failed.is_set() else "")
-    server.stop()
     if failed.is_set():
-        for child in children:
-            child.kill()
-        os._exit(1)  # collectives of a broken group can hang a teardown
+        log.info("executor stopping (a rank is down)")
+        raise GroupBroken
+    log.info("executor stopping")
+    server.stop()
     leader.stop()
     dist.destroy_process_group()
     return 0

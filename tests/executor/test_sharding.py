@@ -3,6 +3,7 @@ executor and plain transformers + peft; and a rank that dies takes its group dow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -119,5 +120,37 @@ def test_a_local_group_meets_through_a_private_file_and_listens_on_loopback_only
         directory = rendezvous.removeprefix("file://").rsplit("/", 1)[0]
         assert os.stat(directory).st_mode & 0o077 == 0
     finally:
+        client.close()
+        executor.stop()
+
+
+
+def test_a_dead_rank_is_noticed_while_a_collective_hangs_on_another() -> None:
+    """Of 3 ranks, one is frozen (SIGSTOP) while calls keep coming, so rank 0 sits in a
+    collective waiting on it, holding the group's lock; then another is killed. Rank 0 notices
+    the death on its own (the heartbeat, which waits on that lock, must not hold up the watch)
+    and leaves at once, not after the collective's timeout."""
+    executor = ExecutorProcess.start("tiny-llama", short_tmp() / "hung.sock", shards="3",
+                                     shard_timeout_s="300")
+    client = ExecutorClient(executor.endpoint, name="hung-load", call_timeout_s=300)
+    spec = client.layers[1]
+    x = layer_inputs(spec, P.Op.FORWARD, 4, seed=3)
+
+    def load() -> None:
+        with contextlib.suppress(ExecutorUnavailable):
+            while True:
+                client.call(P.Op.FORWARD, spec.index, x, P.CallKind.INFERENCE)
+
+    frozen, doomed = psutil.Process(executor.proc.pid).children()
+    try:
+        threading.Thread(target=load, daemon=True).start()
+        time.sleep(1.0)
+        frozen.suspend()
+        time.sleep(2.0)  # the calls' collective now waits on the frozen rank
+        doomed.kill()
+        assert executor.proc.wait(15) != 0
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            frozen.kill()
         client.close()
         executor.stop()
