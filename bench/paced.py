@@ -16,7 +16,7 @@ class PacedTokens:
         self.request = Request("bench", [], W.SamplingParams(),
                                token_targets=W.TokenTargets.from_ms(0, inter_token_ms))
         self.pacer = Pacer(lambda targets: setattr(client, "targets", targets),
-                           lambda: client.calls, client.own_targets)
+                           lambda: client.calls, lambda: client.own_targets)
 
     def admit(self) -> None:
         """Before a generate(): its prefill, which the pacer does not time as a gap."""

@@ -13,7 +13,9 @@ the waits, down to running as soon as the executor can; steps that meet it with 
 back up to the executor's own. An end-to-end target thus only ever shortens what waiting adds:
 aimed at, a target would be missed by about every other token, and waiting longer than the
 executor's own for a fuller batch did not pay on the traces measured (bench NOTES,
-opportunistic vs eager). Until a step has been measured, the executor's own waits hold.
+opportunistic vs eager). Until a step has been measured, the executor's own waits hold; so
+they do again after the client reconnected to an executor that names other waits of its own (a
+restarted one with other settings, another replica): what was learnt was about the old one.
 A worker's engines share one executor client, so a step's time and calls, from its start to
 the engine's next, include the other engines' steps between: what its sequences wait for too.
 """
@@ -34,8 +36,15 @@ class LaneWait:
     never above the executor's own (`own_us`)."""
 
     def __init__(self, own_us: int) -> None:
-        self.ceiling = float(max(own_us, 1))
-        self.us = self.ceiling
+        self.ceiling = self.us = float(max(own_us, 1))
+
+    def follow(self, own_us: int) -> bool:
+        """Start again from the executor's own wait if it is not the one this lane had."""
+        ceiling = float(max(own_us, 1))
+        if ceiling == self.ceiling:
+            return False
+        self.ceiling = self.us = ceiling
+        return True
 
     def observe(self, target_us: int, measured_us: float, calls: int) -> None:
         calls = max(calls, 1)
@@ -45,12 +54,14 @@ class LaneWait:
 
 class Pacer:
     def __init__(self, carry: Callable[[CallTargets], None], calls: Callable[[], int],
-                 own: CallTargets, clock: Callable[[], float] = time.monotonic) -> None:
+                 own: Callable[[], CallTargets],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._carry = carry  # sets what the next calls carry
         self._calls = calls  # how many calls the executor client has made so far
+        self._own = own  # the executor's own waits, as its last welcome named them
         self._clock = clock
-        self.decode = LaneWait(own.decode_us)
-        self.prefill = LaneWait(own.prefill_us)
+        self.decode = LaneWait(own().decode_us)
+        self.prefill = LaneWait(own().prefill_us)
         self._step: tuple[float, int, int, list[tuple[int, float]]] | None = None
         # the step begun last: its start, the calls made by then, the tightest inter-token
         # target of its running requests (0: none), each admitted request's ttft target and
@@ -59,8 +70,11 @@ class Pacer:
     def pace(self, admitted: Sequence[Request], running: Sequence[Request]) -> None:
         """Before a step that admits `admitted` and decodes `running`: learn from the step
         before, then set what this step's calls carry."""
-        now, calls = self._clock(), self._calls()
-        self._learn(now, calls)
+        now, calls, own = self._clock(), self._calls(), self._own()
+        moved = [lane.follow(us) for lane, us in ((self.decode, own.decode_us),
+                                                  (self.prefill, own.prefill_us))]
+        if not any(moved):  # a step across a reconnect measured the reconnect, too
+            self._learn(now, calls)
         requests = [*admitted, *running]
         asked = tightest(r.targets for r in requests)
         inter_token = _tightest(r.token_targets.inter_token_us for r in running)

@@ -85,7 +85,7 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
         return remote_model(config.base, client, privacy=config.privacy, device=device)
 
     def make_engine(model: Any) -> InferenceEngine:
-        pacer = Pacer(carry, lambda: client.calls, client.own_targets)
+        pacer = Pacer(carry, lambda: client.calls, lambda: client.own_targets)
         return InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
                                eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
                                kv_budget_bytes=config.kv_budget_bytes, pace=pacer.pace)

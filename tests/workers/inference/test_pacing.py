@@ -18,9 +18,10 @@ class Steps:
     """A pacer driven by hand: `now` in seconds, `calls` made so far; `carried` what it set."""
 
     def __init__(self) -> None:
-        self.now, self.calls = 10.0, 0
+        self.now, self.calls, self.own = 10.0, 0, OWN
         self.carried: list[CallTargets] = []
-        self.pacer = Pacer(self.carried.append, lambda: self.calls, OWN, clock=lambda: self.now)
+        self.pacer = Pacer(self.carried.append, lambda: self.calls, lambda: self.own,
+                           clock=lambda: self.now)
 
     def step(self, admitted: list[Request], running: list[Request], seconds: float,
              calls: int) -> CallTargets:
@@ -67,6 +68,21 @@ def test_steps_of_an_inter_token_target_carry_waits_derived_from_their_measured_
     assert steps.step([], [], 0.0, 0) == NO_TARGETS  # it finished: 50 ms of room learned
     # (back up to the executor's own), but nothing asks for a derived wait any more
     assert steps.pacer.decode.us == 1000
+
+
+def test_an_executor_with_other_waits_of_its_own_starts_the_lanes_again() -> None:
+    steps = Steps()
+    tenant = request("a", inter_token_ms=100, ttft_ms=500)
+    steps.step([tenant], [], 0.05, 10)
+    steps.step([], [tenant], 0.3, 10)
+    # 200 ms over: at once; this step then spans a reconnect (3 s)
+    assert steps.step([], [tenant], 3.0, 10) == CallTargets(1, 0)
+    steps.own = CallTargets(decode_us=4000, prefill_us=20_000)  # a reconnect's welcome
+    # the step across the reconnect teaches nothing: the new executor's own holds
+    assert steps.step([], [tenant], 0.3, 10) == CallTargets(4000, 0)
+    assert steps.pacer.prefill.us == 20_000
+    assert steps.step([], [tenant], 0.3, 10) == CallTargets(1, 0)  # measured again: 200 over
+    assert steps.pacer.decode.ceiling == 4000
 
 
 def test_a_lane_the_tenant_set_itself_is_not_derived() -> None:
