@@ -199,7 +199,8 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
     prefill = None if fallback else adapters.prefill_of(message.model)
     request = Request(message.id, ids, message.params, fallback, adapter=adapter,
                       prefill=prefill, targets=message.targets,
-                      token_targets=message.token_targets)
+                      token_targets=message.token_targets,
+                      arrived=message.arrived or time.monotonic())
     return engine.add(request, message.max_context or None)
 def _step(engine: InferenceEngine) -> list[W.Message]:
     try:

@@ -120,6 +120,7 @@ class Manager:
 
     def _from_gateway(self, gateway: bytes, message: W.Message) -> None:
         if isinstance(message, W.Generate):
+            message.arrived = time.monotonic()  # waits for a worker count against its TTFT
             self._generate(gateway, message)
         elif isinstance(message, W.Abort):
             self.admission.forget(message.id)

@@ -143,7 +143,7 @@ def test_a_steps_calls_carry_the_tightest_targets_of_its_requests(tokenizer) -> 
     executor.__class__ = Recording
     _, ours = build_pair(MODEL, "lora", executor)
     pacer = Pacer(lambda targets: now.__setitem__(0, targets), lambda: len(carried),
-                  P.CallTargets(1000, 50_000))
+                  lambda: P.CallTargets(1000, 50_000))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
                              pace=pacer.pace)
     tight = P.CallTargets(decode_us=300, prefill_us=20_000)

@@ -4,6 +4,8 @@ of the steps it runs in, and the executor counts those calls against them."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.helpers import ExecutorProcess
@@ -81,3 +83,43 @@ def test_an_inter_token_target_sets_the_waits_of_the_calls_after_its_first_step(
         last = now
     assert len(paced) == 9 and all(calls > 0 for calls, _ in paced)  # 10 tokens
     assert all(met == 0 for _, met in paced[2:])  # the first two steps were not yet measured
+
+
+def _prefill_lane(endpoint: str) -> tuple[int, int]:
+    watcher = ExecutorClient(endpoint, name="watcher")
+    try:
+        lane = watcher.stats().lanes["prefill"]
+        return lane.calls, lane.met
+    finally:
+        watcher.close()
+
+
+@pytest.mark.parametrize("waited_s", [0.0, 30.0])
+def test_the_time_to_first_token_counts_from_the_managers_receipt(llama: ExecutorProcess,
+                                                                   waited_s: float) -> None:
+    """A request that waited at the manager (for a worker to start, or a slot) 30 s against a
+    5 s TTFT target missed it: the pacer cuts the prefill waits to 1 us, so the next request's
+    prefill calls all miss. Without that wait, the first request met its target with room, and
+    the next one's prefill calls carry the executor's own wait (50 ms), which they meet."""
+    preloaded = preload(MODEL)
+    spec = WorkerSpec(key=f"ttft-worker-{waited_s:g}", tenant="acme", base=MODEL,
+                      executor=llama.endpoint, manager="inproc://unused")
+    adapters = build_adapters(spec, preloaded)
+    params = W.SamplingParams(max_tokens=2, temperature=0)
+    targets = W.TokenTargets.from_ms(5000, 0)
+
+    def serve(name: str, arrived: float) -> tuple[int, int]:
+        before = _prefill_lane(llama.endpoint)
+        prompt = list(range(5, 45))  # over 32 rows: the executor's prefill lane
+        assert _generate(W.Generate(name, "acme", MODEL, params, prompt_ids=prompt,
+                                    token_targets=targets, arrived=arrived),
+                         adapters, preloaded) == []
+        while adapters.engine.has_work():
+            adapters.engine.step()
+        after = _prefill_lane(llama.endpoint)
+        return after[0] - before[0], after[1] - before[1]
+
+    serve("first", time.monotonic() - waited_s)
+    calls, met = serve("next", 0.0)  # 0: not stamped, from the worker's own receipt
+    assert calls > 0
+    assert met == (0 if waited_s else calls)

@@ -1,0 +1,55 @@
+"""The manager stamps each `Generate` with when it received it, so that a worker's time to first
+token (and the waits paced from it) counts the wait for a worker too: the manager in this
+process, its sockets and spawner replaced by stand-ins that keep what it sends."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from wire import manager as W
+from workers.manager.broker import Manager
+from workers.manager.config import ManagerConfig
+
+
+class Links:
+    def __init__(self) -> None:
+        self.to_workers: list[tuple[str, W.Generate]] = []
+        self.replies: list[tuple[bytes, object]] = []
+
+    def to_worker(self, key: str, message: W.Generate) -> None:
+        self.to_workers.append((key, message))
+
+    def reply(self, gateway: bytes, message: object) -> None:
+        self.replies.append((gateway, message))
+
+
+class Spawner:
+    def __init__(self) -> None:
+        self.specs: list[object] = []
+
+    def spawn(self, spec: object) -> None:
+        self.specs.append(spec)
+
+
+def test_a_request_that_waited_for_its_worker_carries_when_the_manager_received_it() -> None:
+    manager = Manager(ManagerConfig(executor="ipc:///nonexistent/executor.sock",
+                                    worker_bind="ipc:///nonexistent/workers.sock"),
+                      threading.Event())
+    manager.links, manager.spawner = Links(), Spawner()
+    try:
+        before = time.monotonic()
+        manager._from_gateway(b"gateway", W.Generate("r-0", "acme", "tiny-llama",
+                                                     W.SamplingParams()))
+        after = time.monotonic()
+        assert len(manager.spawner.specs) == 1 and manager.links.to_workers == []  # starting
+        time.sleep(0.2)  # the worker starts
+        (key,) = manager.pool.workers
+        manager._from_worker(key.encode(), W.Ready(key, 1234, 0.2))
+        ((to, sent),) = manager.links.to_workers
+        assert to == key and sent.id == "r-0"
+        assert before <= sent.arrived <= after  # not when it was sent on, 0.2 s later
+        assert manager.links.replies == []
+    finally:
+        manager.probe.close()
+        manager.ctx.term()
