@@ -23,10 +23,11 @@ def llama(executor_for) -> ExecutorProcess:
     return executor_for(MODEL)
 
 
-def _decode_lane(endpoint: str) -> tuple[int, int]:
+def _lane(endpoint: str, name: str = "decode") -> tuple[int, int]:
+    """The executor's calls in lane `name` so far, and those that met their target."""
     watcher = ExecutorClient(endpoint, name="watcher")
     try:
-        lane = watcher.stats().lanes["decode"]
+        lane = watcher.stats().lanes[name]
         return lane.calls, lane.met
     finally:
         watcher.close()
@@ -41,7 +42,7 @@ def test_a_requests_targets_reach_the_executor_with_its_calls(llama: ExecutorPro
 
     def generate(targets: P.CallTargets) -> tuple[int, int]:
         """The decode lane's calls and those that met their target, over one request."""
-        before = _decode_lane(llama.endpoint)
+        before = _lane(llama.endpoint)
         refused = _generate(W.Generate(f"r{targets.decode_us}", "acme", MODEL, params,
                                        prompt_ids=[5, 6, 7, 8], targets=targets),
                             adapters, preloaded)
@@ -51,7 +52,7 @@ def test_a_requests_targets_reach_the_executor_with_its_calls(llama: ExecutorPro
         while engine.has_work():
             events += engine.step()
         assert isinstance(events[-1], W.Done) and events[-1].completion_tokens == 6
-        after = _decode_lane(llama.endpoint)
+        after = _lane(llama.endpoint)
         return after[0] - before[0], after[1] - before[1]
 
     # a microsecond: no call is queued and picked that fast, so each one misses
@@ -75,32 +76,25 @@ def test_an_inter_token_target_sets_the_waits_of_the_calls_after_its_first_step(
     assert _generate(W.Generate("paced", "acme", MODEL, params, prompt_ids=[5, 6, 7, 8],
                                 token_targets=W.TokenTargets(inter_token_us=1)),
                      adapters, preloaded) == []
-    paced, last = [], _decode_lane(llama.endpoint)  # the decode lane's calls and met, per step
+    paced, last = [], _lane(llama.endpoint)  # the decode lane's calls and met, per step
     while adapters.engine.has_work():
         adapters.engine.step()
-        now = _decode_lane(llama.endpoint)
+        now = _lane(llama.endpoint)
         paced.append((now[0] - last[0], now[1] - last[1]))
         last = now
     assert len(paced) == 9 and all(calls > 0 for calls, _ in paced)  # 10 tokens
     assert all(met == 0 for _, met in paced[2:])  # the first two steps were not yet measured
 
 
-def _prefill_lane(endpoint: str) -> tuple[int, int]:
-    watcher = ExecutorClient(endpoint, name="watcher")
-    try:
-        lane = watcher.stats().lanes["prefill"]
-        return lane.calls, lane.met
-    finally:
-        watcher.close()
-
-
 @pytest.mark.parametrize("waited_s", [0.0, 30.0])
-def test_the_time_to_first_token_counts_from_the_managers_receipt(llama: ExecutorProcess,
+def test_the_time_to_first_token_counts_from_the_managers_receipt(executor_for,
                                                                    waited_s: float) -> None:
     """A request that waited at the manager (for a worker to start, or a slot) 30 s against a
     5 s TTFT target missed it: the pacer cuts the prefill waits to 1 us, so the next request's
     prefill calls all miss. Without that wait, the first request met its target with room, and
-    the next one's prefill calls carry the executor's own wait (50 ms), which they meet."""
+    the next one's prefill calls carry the executor's own wait (1 s here), or the target over
+    their count if less: far more than a lone client's calls wait, so they meet it."""
+    llama = executor_for(MODEL, prefill_target_ms="1000")
     preloaded = preload(MODEL)
     spec = WorkerSpec(key=f"ttft-worker-{waited_s:g}", tenant="acme", base=MODEL,
                       executor=llama.endpoint, manager="inproc://unused")
@@ -109,14 +103,14 @@ def test_the_time_to_first_token_counts_from_the_managers_receipt(llama: Executo
     targets = W.TokenTargets.from_ms(5000, 0)
 
     def serve(name: str, arrived: float) -> tuple[int, int]:
-        before = _prefill_lane(llama.endpoint)
+        before = _lane(llama.endpoint, "prefill")
         prompt = list(range(5, 45))  # over 32 rows: the executor's prefill lane
         assert _generate(W.Generate(name, "acme", MODEL, params, prompt_ids=prompt,
                                     token_targets=targets, arrived=arrived),
                          adapters, preloaded) == []
         while adapters.engine.has_work():
             adapters.engine.step()
-        after = _prefill_lane(llama.endpoint)
+        after = _lane(llama.endpoint, "prefill")
         return after[0] - before[0], after[1] - before[1]
 
     serve("first", time.monotonic() - waited_s)
