@@ -91,6 +91,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         started = time.monotonic()
         try:
             await _check_utf8(request)
+            request.state.received = time.monotonic()  # all of it: a completion's TTFT starts
             response = await call_next(request)
         except APIError as exc:
             response = exc.response()

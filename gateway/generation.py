@@ -75,10 +75,10 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             state.metrics.inflight.labels(tenant.id).dec()
 
     call = Call(request, tenant, target, f"{prefix}-{uuid.uuid4().hex}", int(time.time()),
-                time.monotonic())
+                getattr(request.state, "received", None) or time.monotonic())
     try:
         run = await state.serving.start(tenant, target, request.state.request_id, prompts,
-                                        params)
+                                        params, received=call.started_at)
     except BaseException:
         release()
         raise

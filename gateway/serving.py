@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -169,11 +170,15 @@ class Serving:
         return Target(version.id, W.AdapterRef(version.path, version.peft_type))
 
     async def start(self, tenant: Tenant, target: Target, request_id: str,
-                    prompts: list[dict], params: W.SamplingParams) -> Run:
+                    prompts: list[dict], params: W.SamplingParams,
+                    received: float | None = None) -> Run:
+        """`received`: when the request reached the gateway (time.monotonic(); None: now)."""
+        waited_us = 0 if received is None else max(round((time.monotonic() - received) * 1e6), 0)
         requests = [W.Generate(f"{request_id}-{i}", tenant.id, target.model, params,
                                target.adapter, max_context=tenant.max_context,
                                fallback=tenant.fallback, targets=tenant.call_targets(),
-                               token_targets=tenant.token_targets(), **prompt)
+                               token_targets=tenant.token_targets(), waited_us=waited_us,
+                               **prompt)
                     for i, prompt in enumerate(prompts)]
         if not self.manager.up:
             raise APIError(503, "The worker manager is not reachable; try again shortly.",

@@ -86,8 +86,10 @@ class Generate(msgspec.Struct, tag="generate", array_like=True):
     fallback: bool = False  # serve with the base model if the adapter cannot be loaded
     targets: CallTargets = NO_TARGETS  # the tenant's latency targets in the executor
     token_targets: TokenTargets = NO_TOKEN_TARGETS  # and end to end (its calls' waits follow)
-    # when the manager received it: time.monotonic() of its host, which the workers it starts
-    # share; a worker's time to first token counts from it (0: from the worker's own receipt)
+    waited_us: int = 0  # how long the gateway held it before sending (its TTFT clock ran)
+    # when it reached the gateway, as the manager reckons it (its receipt less `waited_us`):
+    # time.monotonic() of the manager's host, which the workers it starts share; a worker's
+    # time to first token counts from it (0: from the worker's own receipt)
     arrived: float = 0.0
 
 

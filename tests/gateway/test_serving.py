@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 import zmq
 import zmq.asyncio
 
 from gateway.app import create_app
+from gateway.serving import Target
 from gateway.settings import GatewaySettings
 from wire import manager as W
 from wire.call import messages as P
@@ -56,9 +58,10 @@ class StandInManager:
         self.ctx.term()
 
 
-async def _client_leaves(data_dir, manager: StandInManager | None = None
+async def _client_leaves(data_dir, manager: StandInManager | None = None, body_after_s: float = 0
                          ) -> tuple[list[dict], list[str]]:
-    """POST a completion through the whole app; the client leaves 0.2 s after sending it."""
+    """POST a completion through the whole app, its body sent `body_after_s` after its headers;
+    the client leaves 0.2 s after sending it."""
     manager = manager or StandInManager()
     server = asyncio.create_task(manager.serve())
     app = create_app(GatewaySettings(data_dir=data_dir, api_keys="acme=sk-acme",
@@ -69,6 +72,7 @@ async def _client_leaves(data_dir, manager: StandInManager | None = None
 
     async def receive() -> dict:
         if incoming:
+            await asyncio.sleep(body_after_s)
             return incoming.pop(0)
         await asyncio.sleep(0.2)
         return {"type": "http.disconnect"}
@@ -119,3 +123,38 @@ def test_a_request_carries_its_tenants_latency_targets_to_the_manager(tmp_path, 
     assert [g.targets for g in manager.generates] == [expected]
     end_to_end = W.TokenTargets(900_000, 45_000) if asked else W.NO_TOKEN_TARGETS
     assert [g.token_targets for g in manager.generates] == [end_to_end]
+
+
+
+def test_a_late_body_is_the_clients_time_not_counted_in_what_the_gateway_held(tmp_path) -> None:
+    """The worker's time to first token counts from the gateway's receipt of the whole request
+    (`waited_us`: how long the gateway held it since); a body sent 2 s after its headers is
+    the client's time."""
+    manager = StandInManager()
+    asyncio.run(_client_leaves(tmp_path, manager, body_after_s=2.0))
+    (generate,) = manager.generates
+    assert 0 < generate.waited_us < 500_000
+
+
+def test_the_time_since_a_request_was_received_goes_with_it(tmp_path) -> None:
+    manager = StandInManager()
+
+    async def start() -> W.Generate:
+        server = asyncio.create_task(manager.serve())
+        app = create_app(GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                                         manager=manager.endpoint))
+        try:
+            async with app.router.lifespan_context(app):
+                while not app.state.manager.up:
+                    await asyncio.sleep(0.01)
+                run = await app.state.serving.start(
+                    app.state.tenants.get("acme"), Target("tiny-llama", None), "held",
+                    [{"prompt": "Hi"}], W.SamplingParams(), received=time.monotonic() - 2.0)
+                await run.close()
+                return manager.generates[0]
+        finally:
+            for task in [server, *manager.streaming.values()]:
+                task.cancel()
+            manager.close()
+
+    assert 2_000_000 <= asyncio.run(start()).waited_us < 2_500_000

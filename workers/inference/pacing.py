@@ -6,7 +6,8 @@ first token and between tokens). From an end-to-end target the pacer derives the
 in a lane the tenant did not set itself, from what the engine's steps measure: each step of
 running sequences gives each of them a token, so the time from one step's start to the next is
 the time between their tokens; the step a request was admitted in ends with its first token
-(timed from `Request.arrived`: when the worker manager received it, waits for a worker included).
+(timed from `Request.arrived`: when the gateway had the whole request, as the worker manager
+reckons it, so the gateway's handling and waits for a worker count, as in the gateway's count).
 After such a step, the lane's wait per call moves by half the step's slack (the target less
 what was measured, negative when missed) spread over the step's calls, within [1 us, the
 executor's own wait] and never above the whole target over the calls. A step that missed cuts

@@ -120,7 +120,8 @@ class Manager:
 
     def _from_gateway(self, gateway: bytes, message: W.Message) -> None:
         if isinstance(message, W.Generate):
-            message.arrived = time.monotonic()  # waits for a worker count against its TTFT
+            # waits in the gateway and for a worker count against its time to first token
+            message.arrived = time.monotonic() - message.waited_us * 1e-6
             self._generate(gateway, message)
         elif isinstance(message, W.Abort):
             self.admission.forget(message.id)
