@@ -30,6 +30,13 @@ class Admission:
         self.fell_back: set[str] = set()  # requests served by the base model: circuit open
         self.waiting: list[Waiting] = []
 
+    @staticmethod
+    def received(request: W.Generate) -> W.Generate:
+        """Stamped with when it reached the gateway (`arrived`: on this host's clock, which the
+        workers share): the gateway's handling and waits here count against its first token."""
+        request.arrived = time.monotonic() - request.waited_us * 1e-6
+        return request
+
     def admit(self, request: W.Generate) -> W.Generate | W.Failed:
         """The request to serve (maybe rerouted to the base model), or why it is refused."""
         if request.adapter is None or \

@@ -120,9 +120,7 @@ class Manager:
 
     def _from_gateway(self, gateway: bytes, message: W.Message) -> None:
         if isinstance(message, W.Generate):
-            # waits in the gateway and for a worker count against its time to first token
-            message.arrived = time.monotonic() - message.waited_us * 1e-6
-            self._generate(gateway, message)
+            self._generate(gateway, self.admission.received(message))
         elif isinstance(message, W.Abort):
             self.admission.forget(message.id)
             route = self.requests.drop(message.id)
