@@ -21,4 +21,4 @@ class Request:
     prefill: Any = None  # prompt or prefix tuning over this engine's base: its prompt's model
     targets: CallTargets = NO_TARGETS  # its tenant's latency targets in the executor
     token_targets: W.TokenTargets = W.NO_TOKEN_TARGETS  # and end to end (`pacing` derives waits)
-    arrived: float = field(default_factory=time.monotonic)  # when the manager (else worker) got it
+    arrived: float = field(default_factory=time.monotonic)  # `Generate.arrived`, else now

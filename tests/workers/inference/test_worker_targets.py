@@ -87,13 +87,14 @@ def test_an_inter_token_target_sets_the_waits_of_the_calls_after_its_first_step(
 
 
 @pytest.mark.parametrize("waited_s", [0.0, 30.0])
-def test_the_time_to_first_token_counts_from_the_managers_receipt(executor_for,
+def test_the_time_to_first_token_counts_from_the_requests_arrival(executor_for,
                                                                    waited_s: float) -> None:
-    """A request that waited at the manager (for a worker to start, or a slot) 30 s against a
-    5 s TTFT target missed it: the pacer cuts the prefill waits to 1 us, so the next request's
-    prefill calls all miss. Without that wait, the first request met its target with room, and
-    the next one's prefill calls carry the executor's own wait (1 s here), or the target over
-    their count if less: far more than a lone client's calls wait, so they meet it."""
+    """A request that arrived 30 s before the worker had it (`Generate.arrived`: it waited for
+    a worker to start, or a slot) missed its 5 s TTFT target: the pacer cuts the prefill waits
+    to 1 us, so the next request's prefill calls all miss. Without that wait, the first
+    request met its target with room, and the next one's prefill calls carry the executor's own
+    wait (1 s here), or the target over their count if less: far more than a lone client's
+    calls wait, so they meet it."""
     llama = executor_for(MODEL, prefill_target_ms="1000")
     preloaded = preload(MODEL)
     spec = WorkerSpec(key=f"ttft-worker-{waited_s:g}", tenant="acme", base=MODEL,
