@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,8 +22,8 @@ class ExecutorProcess:
     def __init__(self, model: str, policy: str, threads: int | None, dtype: str,
                  device: str = "cpu", extra: tuple[str, ...] = (),
                  profile: Path | None = None) -> None:
-        path = Path(tempfile.mkdtemp(prefix="symb-bench-")) / "executor.sock"
-        self.endpoint = f"ipc://{path}"
+        self.directory = Path(tempfile.mkdtemp(prefix="symb-bench-"))  # removed on stopping
+        self.endpoint = f"ipc://{self.directory / 'executor.sock'}"
         self.profile = profile
         args = ["--model", model, "--bind", self.endpoint, "--policy", policy, "--dtype", dtype,
                 "--device", device]
@@ -59,6 +60,7 @@ class ExecutorProcess:
             self.proc.wait(PROFILED_STOP_S if self.profile else 20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ExecutorPool:

@@ -120,12 +120,16 @@ def mps(enabled: bool):
         return
     on_gpu = {**os.environ, "SYMBIOSIS_EXECUTOR_DEVICE": "cuda", "SYMBIOSIS_WORKER_DEVICE": "cuda",
               "SYMBIOSIS_MPS": "auto"}
-    daemon, why = MpsDaemon.plan(on_gpu, Path(tempfile.mkdtemp(prefix="symb-bench-mps-")))
-    if daemon is None:
-        raise RuntimeError(f"--mps: {why}")
-    daemon.start(os.environ)
-    os.environ.update(daemon.env())  # every process started from here on finds it
+    directory = Path(tempfile.mkdtemp(prefix="symb-bench-mps-"))  # its log: gone with it
     try:
-        yield True
+        daemon, why = MpsDaemon.plan(on_gpu, directory)
+        if daemon is None:
+            raise RuntimeError(f"--mps: {why}")
+        daemon.start(os.environ)
+        os.environ.update(daemon.env())  # every process started from here on finds it
+        try:
+            yield True
+        finally:
+            daemon.stop(os.environ)
     finally:
-        daemon.stop(os.environ)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,6 +54,9 @@ def test_mps_for_a_run_starts_a_daemon_the_runs_processes_find_and_stops_it(
     from tests.launcher.test_mps import calls, stand_in_control
 
     control = stand_in_control(tmp_path)
+    scratch = tmp_path / "scratch"  # where the run's temporary directories go
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setenv("PATH", f"{control}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipes"))
     monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", "")  # restored (unset) after the test
@@ -66,6 +70,7 @@ def test_mps_for_a_run_starts_a_daemon_the_runs_processes_find_and_stops_it(
     assert len(calls(tmp_path)) == 2
     with mps(False) as on:
         assert not on
+    assert list(scratch.iterdir()) == []  # the daemon's log directory went with it
 
 
 def test_jobs_that_fit_are_projected_from_the_peaks_at_one_and_many() -> None:
