@@ -38,7 +38,8 @@ class LaneWait:
     never above the executor's own (`own_us`)."""
 
     def __init__(self, own_us: int) -> None:
-        self.ceiling = self.us = float(max(own_us, 1))
+        self.ceiling = self.us = 0.0  # never an executor's own (at least 1 us): `follow` sets it
+        self.follow(own_us)
 
     def follow(self, own_us: int) -> bool:
         """Start again from the executor's own wait if it is not the one this lane had."""
@@ -62,8 +63,9 @@ class Pacer:
         self._calls = calls  # how many calls the executor client has made so far
         self._own = own  # the executor's own waits, as its last welcome named them
         self._clock = clock
-        self.decode = LaneWait(own().decode_us)
-        self.prefill = LaneWait(own().prefill_us)
+        first = own()
+        self.decode = LaneWait(first.decode_us)
+        self.prefill = LaneWait(first.prefill_us)
         self._step: tuple[float, int, int, list[tuple[int, float]]] | None = None
         # the step begun last: its start, the calls made by then, the tightest inter-token
         # target of its running requests (0: none), each admitted request's ttft target and
