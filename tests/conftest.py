@@ -53,6 +53,14 @@ def ipc_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture()
+def short_dir() -> Iterator[Path]:
+    """A test's own short directory for ipc:// sockets, removed after it."""
+    path = short_tmp()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def executors(ipc_dir: Path) -> Iterator[dict[str, ExecutorProcess]]:
     """Executor processes by model name, started on first use, stopped at the end."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,6 @@ import psutil
 import pytest
 
 from launcher.stack import Stack, free_port
-from tests.helpers import short_tmp
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +38,8 @@ def banner(proc: subprocess.Popen) -> str:
     return "".join(lines)
 
 
-def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path) -> None:
-    port, run = free_port(), short_tmp()  # a runtime dir of its own: no other test's in it
+def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path, short_dir) -> None:
+    port, run = free_port(), short_dir  # a runtime dir of its own: no other test's in it
     proc = serve(tmp_path / "data", "--port", str(port), env={"XDG_RUNTIME_DIR": str(run)})
     try:
         output = banner(proc)
@@ -68,7 +66,6 @@ def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path) -> None:
     assert not alive, f"left behind: {[p.pid for p in alive]}"
     assert not Stack(tmp_path / "data").run_dir.exists()  # no sockets left behind
     assert list((run / "symbiosis").iterdir()) == []  # the manager's workers dir, removed
-    shutil.rmtree(run)
 
 
 def test_serve_refuses_a_port_in_use_before_printing_anything(tmp_path) -> None:

@@ -12,7 +12,7 @@ import psutil
 import pytest
 import torch
 
-from tests.helpers import ExecutorProcess, short_tmp
+from tests.helpers import ExecutorProcess
 from tests.peft_reference import TOLERANCE, compare
 from wire.call import messages as P
 from workers.remote.client import ExecutorClient
@@ -82,8 +82,8 @@ def test_several_clients_train_and_decode_as_plain_peft(model: str, shards: int,
         assert result["generate_equal"], (method, result)
 
 
-def test_a_dead_rank_takes_the_group_down_cleanly() -> None:
-    executor = ExecutorProcess.start("tiny-llama", short_tmp() / "group.sock", shards="2")
+def test_a_dead_rank_takes_the_group_down_cleanly(short_dir) -> None:
+    executor = ExecutorProcess.start("tiny-llama", short_dir / "group.sock", shards="2")
     client = ExecutorClient(executor.endpoint, name="victim-watcher", call_timeout_s=30)
     try:
         spec = client.layers[1]
@@ -102,10 +102,11 @@ def test_a_dead_rank_takes_the_group_down_cleanly() -> None:
         executor.stop()
 
 
-def test_a_local_group_meets_through_a_private_file_and_listens_on_loopback_only() -> None:
+def test_a_local_group_meets_through_a_private_file_and_listens_on_loopback_only(
+        short_dir) -> None:
     """No rendezvous open to the network (torch's TCP store takes no credentials): the ranks
     meet through a file in a 0700 directory and connect over loopback."""
-    executor = ExecutorProcess.start("tiny-llama", short_tmp() / "private-group.sock", shards="2")
+    executor = ExecutorProcess.start("tiny-llama", short_dir / "private-group.sock", shards="2")
     client = ExecutorClient(executor.endpoint, name="loopback-watcher")
     try:
         assert client.call(P.Op.FORWARD, 1, layer_inputs(client.layers[1], P.Op.FORWARD, 2, 1),
@@ -125,12 +126,12 @@ def test_a_local_group_meets_through_a_private_file_and_listens_on_loopback_only
 
 
 
-def test_a_dead_rank_is_noticed_while_a_collective_hangs_on_another() -> None:
+def test_a_dead_rank_is_noticed_while_a_collective_hangs_on_another(short_dir) -> None:
     """Of 3 ranks, one is frozen (SIGSTOP) while calls keep coming, so rank 0 sits in a
     collective waiting on it, holding the group's lock; then another is killed. Rank 0 notices
     the death on its own (the heartbeat, which waits on that lock, must not hold up the watch)
     and leaves at once, not after the collective's timeout."""
-    executor = ExecutorProcess.start("tiny-llama", short_tmp() / "hung.sock", shards="3",
+    executor = ExecutorProcess.start("tiny-llama", short_dir / "hung.sock", shards="3",
                                      shard_timeout_s="300")
     client = ExecutorClient(executor.endpoint, name="hung-load", call_timeout_s=300)
     spec = client.layers[1]

@@ -7,7 +7,7 @@ import signal
 import pytest
 import torch
 
-from tests.helpers import ExecutorProcess, short_tmp
+from tests.helpers import ExecutorProcess
 from tests.peft_reference import TOLERANCE, compare
 from wire.call import messages as P
 from workers.remote.client import ExecutorClient
@@ -17,9 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
-def replicas():
-    directory = short_tmp()
-    started = [ExecutorProcess.start("tiny-llama", directory / f"{name}.sock")
+def replicas(short_dir):
+    started = [ExecutorProcess.start("tiny-llama", short_dir / f"{name}.sock")
                for name in ("a", "b")]
     yield started
     for executor in started:
