@@ -57,7 +57,11 @@ def start_executor(endpoint: str, spin: bool) -> subprocess.Popen:
 
 def measure(spin: bool) -> dict:
     os.environ["SYMBIOSIS_CLIENT_SPIN_US"] = "2000" if spin else "0"
-    endpoint = f"ipc://{tempfile.mkdtemp(prefix='symb-cp-')}/e.sock"
+    with tempfile.TemporaryDirectory(prefix="symb-cp-") as scratch:
+        return measure_through(f"ipc://{scratch}/e.sock", spin)
+
+
+def measure_through(endpoint: str, spin: bool) -> dict:
     proc = start_executor(endpoint, spin)
     try:
         client = ExecutorClient(endpoint, name="callpath")

@@ -117,31 +117,32 @@ def cold_start(settings: Settings) -> list[Record]:
     from bench.models import adapter as adapter_config
     from launcher.stack import Stack, free_port
 
-    root = Path(tempfile.mkdtemp(prefix="symb-cold-"))
-    adapter = root / "adapter"
-    get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
-                   adapter_config("lora", 8)).save_pretrained(adapter)
-    subprocess.run([sys.executable, "-m", "launcher.cli", "adapters", "register", str(adapter),
-                    "--tenant", "acme", "--name", "a", "--data-dir", str(root / "data")],
-                   check=True, capture_output=True)
-    stack = Stack(root / "data", MODEL, port=free_port(),
-                  env={"SYMBIOSIS_API_KEYS": "acme=sk-cold"}).start()
-    try:
-        client = openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key="sk-cold")
-        client.completions.create(model="acme/a", prompt="hi", max_tokens=1)
-        log = "".join(stack.services["manager"].log)
-        ours = float(re.findall(r"worker acme ready in ([0-9.]+) s", log)[-1]) + \
-            float(re.findall(r"adapter acme/a@1 loaded in ([0-9.]+) ms", log)[-1]) / 1e3
-    finally:
-        stack.stop()
-    script = ("import time; t=time.perf_counter(); import torch, transformers, peft; "
-              "from transformers import AutoModelForCausalLM; from peft import PeftModel; "
-              f"m=AutoModelForCausalLM.from_pretrained({str(resolve_model(MODEL))!r}); "
-              f"m=PeftModel.from_pretrained(m, {str(adapter)!r}); "
-              "print(time.perf_counter()-t)")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True)
-    plain = float(out.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory(prefix="symb-cold-") as scratch:
+        root = Path(scratch)
+        adapter = root / "adapter"
+        get_peft_model(AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)),
+                       adapter_config("lora", 8)).save_pretrained(adapter)
+        subprocess.run([sys.executable, "-m", "launcher.cli", "adapters", "register", str(adapter),
+                        "--tenant", "acme", "--name", "a", "--data-dir", str(root / "data")],
+                       check=True, capture_output=True)
+        stack = Stack(root / "data", MODEL, port=free_port(),
+                      env={"SYMBIOSIS_API_KEYS": "acme=sk-cold"}).start()
+        try:
+            client = openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key="sk-cold")
+            client.completions.create(model="acme/a", prompt="hi", max_tokens=1)
+            log = "".join(stack.services["manager"].log)
+            ours = float(re.findall(r"worker acme ready in ([0-9.]+) s", log)[-1]) + \
+                float(re.findall(r"adapter acme/a@1 loaded in ([0-9.]+) ms", log)[-1]) / 1e3
+        finally:
+            stack.stop()
+        script = ("import time; t=time.perf_counter(); import torch, transformers, peft; "
+                  "from transformers import AutoModelForCausalLM; from peft import PeftModel; "
+                  f"m=AutoModelForCausalLM.from_pretrained({str(resolve_model(MODEL))!r}); "
+                  f"m=PeftModel.from_pretrained(m, {str(adapter)!r}); "
+                  "print(time.perf_counter()-t)")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True)
+        plain = float(out.stdout.strip().splitlines()[-1])
     return [Record("cold start", "tiny-model worker ready (model + adapter)", ours, plain, "s",
                    "<= 1 s", higher_is_better=False,
                    note="baseline: a fresh process importing and loading the same")]

@@ -121,30 +121,34 @@ def register_adapters(data_dir: Path, model: str, adapters: list[Path]) -> None:
             registry.register(f"t{tenant}", "adapter", directory)
 
 
-def policies(settings: Settings) -> tuple[list[Record], dict]:
+def replay_under(policy: str, data_dir: Path, adapters: list[Path], trace: list[tuple],
+                 settings: Settings) -> dict:
+    """The trace's replay through a whole stack of its own, its executor under `policy`."""
     from launcher.stack import Stack, free_port
 
+    tenants = len(adapters)
+    register_adapters(data_dir, settings.model, adapters)
+    stack = Stack(data_dir, settings.model, port=free_port(),
+                  env={"SYMBIOSIS_API_KEYS": api_keys(tenants)},
+                  executor_args=("--policy", policy, "--threads", str(settings.threads)))
+    stack.start()
+    try:
+        return summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
+    finally:
+        stack.stop()
+
+
+def policies(settings: Settings) -> tuple[list[Record], dict]:
     n, stretch = (8, 0.5) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
     tenants = settings.n(TENANTS)
-    keys = api_keys(tenants)
-    summaries = {}
-    adapters = tenant_adapters(Path(tempfile.mkdtemp(prefix="symb-trace-")), settings.model,
-                               tenants)
     # lockstep collapses (0.3x in every full run); --quick (and --toy) leave out its long replay
     short = settings.quick or settings.toy
     names = ("eager", "opportunistic") if short else ("eager", "lockstep", "opportunistic")
-    for policy in names:
-        root = Path(tempfile.mkdtemp(prefix=f"symb-trace-{policy}-"))
-        register_adapters(root / "data", settings.model, adapters)
-        stack = Stack(root / "data", settings.model, port=free_port(),
-                      env={"SYMBIOSIS_API_KEYS": keys},
-                      executor_args=("--policy", policy, "--threads", str(settings.threads)))
-        stack.start()
-        try:
-            summaries[policy] = summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
-        finally:
-            stack.stop()
+    with tempfile.TemporaryDirectory(prefix="symb-trace-") as scratch:
+        adapters = tenant_adapters(Path(scratch), settings.model, tenants)
+        summaries = {policy: replay_under(policy, Path(scratch) / policy, adapters, trace,
+                                          settings) for policy in names}
     eager, opp = summaries["eager"], summaries["opportunistic"]
     records = [Record("5 batching policies (Azure trace)", "throughput, opportunistic vs eager",
                       opp["tokens_per_s"], eager["tokens_per_s"], "tok/s", ">= 1.25x",

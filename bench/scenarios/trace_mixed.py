@@ -115,39 +115,48 @@ class StepClock:
         return total
 
 
+def replay_beside_jobs(base_url: str, trace: list[tuple], tenants: int,
+                       model: str) -> tuple[dict, dict, float, float]:
+    """The trace alone, then beside the jobs; the jobs' tokens/s beside it, then by themselves
+    for as long."""
+    asyncio.run(replay(base_url, [(0.0, 8, 2)] * tenants, tenants))  # adapters in
+    alone = summarize(asyncio.run(replay(base_url, trace, tenants)))
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        jobs = {submit(http, tenant, model): tenant for tenant in range(JOBS)}
+        clock = StepClock(http, jobs).start()
+        try:
+            clock.wait_steps(1)
+            started = time.monotonic()
+            together = summarize(asyncio.run(replay(base_url, trace, tenants)))
+            ended = time.monotonic()
+            time.sleep(ended - started)
+            return alone, together, clock.rate(started, ended), clock.rate(ended,
+                                                                            time.monotonic())
+        finally:
+            clock.stop()
+            for job, tenant in jobs.items():
+                http.post(f"/v1/fine_tuning/jobs/{job}/cancel", headers=auth(tenant))
+
+
 def mixed_trace(settings: Settings) -> list[Record]:
     from launcher.stack import Stack, free_port
 
     n, stretch = (8, 2.0) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)
     tenants = settings.n(TENANTS)
-    root = Path(tempfile.mkdtemp(prefix="symb-trace-mixed-"))
-    register_adapters(root / "data", settings.model, tenant_adapters(root, settings.model, tenants))
-    stack = Stack(root / "data", settings.model, port=free_port(),
-                  env={"SYMBIOSIS_API_KEYS": api_keys(tenants)},
-                  manager_args=("--max-jobs", str(JOBS)),
-                  executor_args=("--threads", str(settings.threads)))
-    stack.start()
-    try:
-        asyncio.run(replay(stack.base_url, [(0.0, 8, 2)] * tenants, tenants))  # adapters in
-        alone = summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
-        with httpx.Client(base_url=stack.base_url, timeout=60) as http:
-            jobs = {submit(http, tenant, settings.model): tenant for tenant in range(JOBS)}
-            clock = StepClock(http, jobs).start()
-            try:
-                clock.wait_steps(1)
-                started = time.monotonic()
-                together = summarize(asyncio.run(replay(stack.base_url, trace, tenants)))
-                ended = time.monotonic()
-                time.sleep(ended - started)
-                beside = clock.rate(started, ended)
-                by_themselves = clock.rate(ended, time.monotonic())
-            finally:
-                clock.stop()
-                for job, tenant in jobs.items():
-                    http.post(f"/v1/fine_tuning/jobs/{job}/cancel", headers=auth(tenant))
-    finally:
-        stack.stop()
+    with tempfile.TemporaryDirectory(prefix="symb-trace-mixed-") as scratch:
+        root = Path(scratch)
+        register_adapters(root / "data", settings.model,
+                          tenant_adapters(root, settings.model, tenants))
+        stack = Stack(root / "data", settings.model, port=free_port(),
+                      env={"SYMBIOSIS_API_KEYS": api_keys(tenants)},
+                      manager_args=("--max-jobs", str(JOBS)),
+                      executor_args=("--threads", str(settings.threads))).start()
+        try:
+            alone, together, beside, by_themselves = replay_beside_jobs(
+                stack.base_url, trace, tenants, settings.model)
+        finally:
+            stack.stop()
     note = f"{n} requests, {tenants} tenants, arrivals x{stretch:g}; {JOBS} LoRA jobs, batch 2"
     records = [Record(SCENARIO, f"{label}, trace + {JOBS} jobs vs the trace alone",
                       together[key], alone[key], "ms", goal, higher_is_better=False)

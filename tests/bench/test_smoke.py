@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -18,11 +19,15 @@ PARTS = (["capacity", "sharding", "privacy", "mixed", "rate", "pacing"],
 
 
 @pytest.mark.slow
-def test_every_scenario_runs_at_toy_size(tmp_path) -> None:
+def test_every_scenario_runs_at_toy_size(tmp_path, short_dir) -> None:
+    """Every scenario runs, and leaves nothing in the temporary directory (TMPDIR, here a
+    directory of the test's own)."""
     assert sorted(name for part in PARTS for name in part) == sorted(SCENARIOS)
     outs = [tmp_path / f"part{i}" / "latest.json" for i in range(len(PARTS))]
+    env = {**os.environ, "TMPDIR": str(short_dir)}
     runs = [subprocess.Popen([sys.executable, "-m", "bench", "run", "--toy", "--out", str(out),
-                              *part], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              *part], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
             for out, part in zip(outs, PARTS, strict=True)]
     finished = [run.communicate(timeout=1500) for run in runs]
     scenarios = set()
@@ -40,3 +45,4 @@ def test_every_scenario_runs_at_toy_size(tmp_path) -> None:
         assert document["machine"]["cores"] >= 1 and document["matmul_peak_gflops"] > 0
     assert len(scenarios) == len(SCENARIOS)
     assert (outs[2].parent / "throughput.png").stat().st_size > 1000
+    assert sorted(p.name for p in short_dir.iterdir()) == []
