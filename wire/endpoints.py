@@ -10,7 +10,10 @@ services through it.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import stat
+import tempfile
 from pathlib import Path
 
 from wire.host import host
@@ -54,3 +57,34 @@ def prepare(endpoint: str) -> str:
     if endpoint.startswith("ipc://"):
         private_dir(Path(endpoint.removeprefix("ipc://")).parent)
     return endpoint
+
+
+def fresh_dir(parent: Path, prefix: str, socket_name: str) -> Path:
+    """A new private directory `parent/prefix*` for a socket `socket_name`, made after removing
+    the ones of its kind left by processes killed while listening there (kill -9 skips their
+    cleanup): a socket nobody answers on. One without its socket is left alone (its process may
+    not have bound it yet)."""
+    private_dir(parent)
+    for directory in parent.glob(f"{prefix}*"):
+        if not directory.is_symlink() and directory.is_dir() and \
+                _abandoned(directory / socket_name):
+            shutil.rmtree(directory, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def _abandoned(path: Path) -> bool:
+    """A Unix socket file that refuses a connection: its listener is gone."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1)  # a full backlog waits: alive
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False

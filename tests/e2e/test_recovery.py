@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import re
+from pathlib import Path
 
 import openai
+import psutil
 import pytest
 
 from tests.e2e.conftest import Deployment
@@ -29,10 +31,15 @@ def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
                                      purpose="fine-tune")
         interrupted = create(client, upload.id, epochs=8, suffix="crash")
         wait_steps(client, interrupted, 12)  # past a checkpoint (one per 5-step epoch)
+        manager = psutil.Process(stack.services["manager"].proc.pid)
+        workers_dir = next(Path(c.laddr).parent for c in manager.net_connections("unix")
+                           if c.laddr.endswith("/workers.sock"))
     finally:
         stack.kill_all()  # kill -9 everything, trainer included
+    assert workers_dir.is_dir()  # the killed manager's, left behind
     stack = start_stack(data_dir)
     try:
+        assert not workers_dir.exists()  # removed by the next manager
         client = Deployment(stack, {}).client("acme")
         straight = create(client, upload.id, epochs=8, suffix="straight")
         resumed_job = wait(client, interrupted, ("succeeded",))

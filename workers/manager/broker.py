@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -24,7 +23,7 @@ import zmq
 
 from wire import manager as W
 from wire import spawner as S
-from wire.endpoints import prepare, private_dir, runtime_dir
+from wire.endpoints import fresh_dir, prepare, runtime_dir
 from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerReport
 from wire.stopping import StopSignal
 from wire.store import StoreCommand
@@ -59,8 +58,7 @@ class Manager:
         self.ctx = zmq.Context()
         self._own_dir: Path | None = None
         if not config.worker_bind:  # a private directory of ours, removed when we stop
-            self._own_dir = Path(tempfile.mkdtemp(prefix="workers-",
-                                                  dir=private_dir(runtime_dir())))
+            self._own_dir = fresh_dir(runtime_dir(), "workers-", "workers.sock")
         self.worker_bind = config.worker_bind or f"ipc://{self._own_dir}/workers.sock"
         self.probe = ExecutorProbe(config.executor, self.ctx)
 
