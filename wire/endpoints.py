@@ -4,7 +4,8 @@ directory that holds ipc:// sockets.
 ipc:// sockets go in a directory of this user's alone (`$XDG_RUNTIME_DIR/symbiosis`, else
 `/tmp/symbiosis-<uid>`), created with mode 0700 and refused when another user owns it or can
 write to it: on a shared host nobody else can pre-create it, plant a socket there or reach the
-services through it.
+services through it. A process's own directory there (`fresh_dir`) first clears the ones of its
+kind whose process was killed before it could remove them.
 """
 
 from __future__ import annotations
