@@ -15,9 +15,12 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from wire.host import host
+
+SETTLED_S = 10.0  # a socket bound this long ago is listened on, unless its process is gone
 
 
 class UnsafeDirectory(RuntimeError):
@@ -63,8 +66,8 @@ def prepare(endpoint: str) -> str:
 def fresh_dir(parent: Path, prefix: str, socket_name: str) -> Path:
     """A new private directory `parent/prefix*` for a socket `socket_name`, made after removing
     the ones of its kind left by processes killed while listening there (kill -9 skips their
-    cleanup): a socket nobody answers on. One without its socket is left alone (its process may
-    not have bound it yet)."""
+    cleanup): a socket bound over SETTLED_S ago that nobody answers on. One without its socket,
+    or with one just bound, is left alone (its process may be starting)."""
     private_dir(parent)
     for directory in parent.glob(f"{prefix}*"):
         if not directory.is_symlink() and directory.is_dir() and \
@@ -74,11 +77,12 @@ def fresh_dir(parent: Path, prefix: str, socket_name: str) -> Path:
 
 
 def _abandoned(path: Path) -> bool:
-    """A Unix socket file that refuses a connection: its listener is gone."""
+    """A Unix socket file, not new, that refuses a connection: its listener is gone."""
     try:
-        if not stat.S_ISSOCK(os.lstat(path).st_mode):
-            return False
+        st = os.lstat(path)
     except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or time.time() - st.st_mtime < SETTLED_S:
         return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1)  # a full backlog waits: alive
