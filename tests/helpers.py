@@ -18,7 +18,8 @@ READY_TIMEOUT_S = 120
 
 
 def short_tmp() -> Path:
-    """A short directory for ipc:// socket paths (they are limited to ~100 bytes)."""
+    """A short directory for ipc:// socket paths (they are limited to ~100 bytes); its caller
+    removes it (a test takes the `short_dir` fixture, which does)."""
     return Path(tempfile.mkdtemp(prefix="symb-", dir="/tmp"))
 
 
