@@ -14,8 +14,8 @@ from bench.__main__ import SCENARIOS
 
 # Three toy runs side by side, of about equal length: the harness is checked, not the speed.
 PARTS = (["capacity", "sharding", "privacy", "mixed", "rate", "pacing"],
-         ["policies", "memory", "decode", "methods", "mixed-trace", "targets"],
-         ["throughput", "adapters", "tenants", "coldstart", "together", "overhead"])
+         ["policies", "memory", "decode", "mixed-trace", "targets"],
+         ["throughput", "adapters", "tenants", "coldstart", "together", "overhead", "methods"])
 
 
 @pytest.mark.slow
