@@ -115,6 +115,31 @@ def test_a_rerun_scenario_replaces_its_rows_in_the_main_runs(tmp_path) -> None:
         "Goals met:")[1].split("Goals missed:")[0]
 
 
+def test_each_run_names_the_host_it_ran_on(tmp_path) -> None:
+    """Runs of one report come from different hosts (ratios differ between them): each run's
+    line says which, the main runs' and the re-runs' alike."""
+    from bench.records import write_json
+    from bench.report import render
+
+    def meta(cpu: str, peak: float) -> dict:
+        return {"command": "python -m bench run --quick", "date": "2026-11-30 06:00",
+                "elapsed_s": 120.0, "matmul_peak_gflops": peak,
+                "machine": {"cpu": cpu, "cores": 2, "memory_gb": 24, "torch": "2.13"}}
+
+    main, again = tmp_path / "main.json", tmp_path / "throughput-again.json"
+    write_json(main, [Record("4 decode", "tokens/s", 20.0, 10.0, "tok/s", ">= 1.5x")],
+               meta("AMD EPYC", 201.2))
+    write_json(again, [Record("3 fine-tuning", "N=1", 9.0, 10.0, "tok/s", ">= 0.87x")],
+               meta("Intel(R) Xeon(R) Processor", 341.0))
+    text = render([main], [], None, rerun=[again])
+    assert ("[main.json](results/main.json): `python -m bench run --quick`, 2026-11-30 06:00, "
+            "2 min, on AMD EPYC (2 cores, fp32 matmul peak 201 GFLOP/s)") in text
+    assert ("[throughput-again.json](results/throughput-again.json): `python -m bench run "
+            "--quick`, 2026-11-30 06:00, 2 min, on Intel(R) Xeon(R) Processor (2 cores, fp32 "
+            "matmul peak 341 GFLOP/s)") in text.split("## Re-run after a change")[1]
+    assert "- **Machine** (of the first run; each run below names its own): AMD EPYC" in text
+
+
 def test_an_acceptance_run_gets_its_section_with_verdict_failures_and_stopped_stages(
         tmp_path) -> None:
     import json
