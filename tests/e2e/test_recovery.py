@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import time
 from pathlib import Path
 
 import openai
@@ -13,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import Deployment
 from tests.e2e.jobs import ANSWER, ask, create, memorization_file, start_stack, wait, wait_steps
+from wire.endpoints import SETTLED_S
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +39,10 @@ def test_a_crashed_stack_resumes_jobs_from_their_checkpoints(tmp_path) -> None:
     finally:
         stack.kill_all()  # kill -9 everything, trainer included
     assert workers_dir.is_dir()  # the killed manager's, left behind
+    # A socket bound under SETTLED_S ago may be a starting manager's, which the next one leaves
+    # alone (tests/wire/test_endpoints.py); on a fast host the jobs got here sooner than that.
+    bound = (workers_dir / "workers.sock").stat().st_mtime
+    time.sleep(max(0.0, bound + SETTLED_S + 0.5 - time.time()))
     stack = start_stack(data_dir)
     try:
         assert not workers_dir.exists()  # removed by the next manager
