@@ -80,7 +80,9 @@ class FineTuningJobCreate(OpenAIBaseModel):
     metadata: dict[Text, Text] | None = None
     method: Method | None = None
     hyperparameters: Hyperparameters | None = Field(default=None, description="deprecated")
-    integrations: list[dict] | None = None
+    integrations: list[dict] | None = Field(default=None, description=(
+        "not supported: this deployment reaches no outside service (such as Weights & Biases), "
+        "so a non-empty list is refused (400); a job's metrics are its events and result file"))
     peft: PeftSettings | None = None
     gates: Gates | None = None
     priority: int | None = Field(default=None, ge=-100, le=100, description=(

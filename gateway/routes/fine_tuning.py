@@ -52,6 +52,10 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     if body.method is not None and body.method.type != "supervised":
         raise APIError(400, f"method {body.method.type!r} is not supported; use 'supervised'",
                        "unsupported_method", "method.type")
+    if body.integrations:
+        raise APIError(400, "integrations are not supported: this deployment reaches no outside "
+                       "service (such as Weights & Biases); a job's metrics are in its events "
+                       "and its result file", "unsupported_integration", "integrations")
     if body.metadata and (len(body.metadata) > 16 or any(
             len(k) > 64 or len(v) > 512 for k, v in body.metadata.items())):
         raise APIError(400, "metadata holds at most 16 pairs (keys <= 64, values <= 512 chars)",

@@ -118,6 +118,20 @@ def test_gradient_checkpointing_is_stored_and_refused_with_prefix_tuning(managed
     plain = client.post("/v1/fine_tuning/jobs", headers=KEY, json=job).json()
     assert plain["peft"]["gradient_checkpointing"] is False
 
+def test_an_integration_nothing_here_can_reach_is_refused_not_ignored(managed) -> None:
+    client, _ = managed
+    job = {"model": "tiny-llama", "training_file": upload(client)}
+    wandb = {"type": "wandb", "wandb": {"project": "my-wandb-project", "tags": ["v2"]}}
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "integrations": [wandb]}), 400)
+    assert error["param"] == "integrations" and error["code"] == "unsupported_integration"
+    assert "Weights & Biases" in error["message"]
+    assert client.get("/v1/fine_tuning/jobs", headers=KEY).json()["data"] == []  # none stored
+    created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={**job, "integrations": []})
+    assert created.status_code == 200, created.text
+    assert created.json()["integrations"] == []
+
+
 def test_the_gateway_never_writes_a_job_and_the_manager_moves_them(managed) -> None:
     """Every write to the jobs, events and checkpoints tables through the gateway's own
     connection is refused by SQLite; creating, pausing, resuming and cancelling all work."""
