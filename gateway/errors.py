@@ -57,6 +57,10 @@ def insufficient_storage() -> APIError:
                     "insufficient_storage")
 
 
+def unsupported_parameter(name: str, reason: str) -> APIError:
+    return APIError(400, f"'{name}' is not supported: {reason}.", "unsupported_parameter", name)
+
+
 def model_not_found(model: str) -> APIError:
     return APIError(404, f"The model `{model}` does not exist or you do not have access to it.",
                     "model_not_found", "model")

@@ -5,7 +5,7 @@ Every field OpenAI defines is honoured or refused here with a 400 that names it.
 
 from __future__ import annotations
 
-from gateway.errors import APIError
+from gateway.errors import APIError, unsupported_parameter
 from openapi.chat import ChatCompletionRequest
 from openapi.completions import MAX_STOP, CompletionRequest, SamplingFields
 from wire.manager import SamplingParams
@@ -35,21 +35,17 @@ UNSUPPORTED = {  # OpenAI fields for features this server does not have: refused
 EMPTY_IS_UNSET = {"metadata", "suffix"}
 
 
-def unsupported(name: str, reason: str) -> APIError:
-    return APIError(400, f"'{name}' is not supported: {reason}.", "unsupported_parameter", name)
-
-
 def refuse_unsupported(request: SamplingFields) -> None:
     for name, reason in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if value or (value is not None and name not in EMPTY_IS_UNSET):
-            raise unsupported(name, reason)
+            raise unsupported_parameter(name, reason)
     if getattr(request, "store", None):
-        raise unsupported("store", "completions are not stored here")
+        raise unsupported_parameter("store", "completions are not stored here")
     if getattr(request, "service_tier", None) not in (None, "auto", "default"):
-        raise unsupported("service_tier", "only 'auto' and 'default' exist here")
+        raise unsupported_parameter("service_tier", "only 'auto' and 'default' exist here")
     if getattr(request, "modalities", None) not in (None, ["text"]):
-        raise unsupported("modalities", "this server generates text only")
+        raise unsupported_parameter("modalities", "this server generates text only")
 
 
 def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:

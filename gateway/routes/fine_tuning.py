@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
-from gateway.errors import APIError, documented
+from gateway.errors import APIError, documented, unsupported_parameter
 from gateway.job_spec import resolve, too_few_examples, unsupported
 from gateway.manager_client import ManagerUnavailable
 from openapi.fine_tuning import (
@@ -53,9 +53,9 @@ async def create_job(body: FineTuningJobCreate, request: Request,
         raise APIError(400, f"method {body.method.type!r} is not supported; use 'supervised'",
                        "unsupported_method", "method.type")
     if body.integrations:
-        raise APIError(400, "integrations are not supported: this deployment reaches no outside "
-                       "service (such as Weights & Biases); a job's metrics are in its events "
-                       "and its result file", "unsupported_integration", "integrations")
+        raise unsupported_parameter("integrations", "this deployment reaches no outside service "
+                                    "(such as Weights & Biases); a job's metrics are in its "
+                                    "events and its result file")
     if body.metadata and (len(body.metadata) > 16 or any(
             len(k) > 64 or len(v) > 512 for k, v in body.metadata.items())):
         raise APIError(400, "metadata holds at most 16 pairs (keys <= 64, values <= 512 chars)",

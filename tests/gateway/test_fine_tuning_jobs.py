@@ -124,7 +124,7 @@ def test_an_integration_nothing_here_can_reach_is_refused_not_ignored(managed) -
     wandb = {"type": "wandb", "wandb": {"project": "my-wandb-project", "tags": ["v2"]}}
     error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
         **job, "integrations": [wandb]}), 400)
-    assert error["param"] == "integrations" and error["code"] == "unsupported_integration"
+    assert error["param"] == "integrations" and error["code"] == "unsupported_parameter"
     assert "Weights & Biases" in error["message"]
     assert client.get("/v1/fine_tuning/jobs", headers=KEY).json()["data"] == []  # none stored
     created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={**job, "integrations": []})
