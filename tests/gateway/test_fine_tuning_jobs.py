@@ -118,6 +118,7 @@ def test_gradient_checkpointing_is_stored_and_refused_with_prefix_tuning(managed
     plain = client.post("/v1/fine_tuning/jobs", headers=KEY, json=job).json()
     assert plain["peft"]["gradient_checkpointing"] is False
 
+
 def test_an_integration_nothing_here_can_reach_is_refused_not_ignored(managed) -> None:
     client, _ = managed
     job = {"model": "tiny-llama", "training_file": upload(client)}
