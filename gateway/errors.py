@@ -77,10 +77,30 @@ def _field_path(loc: tuple) -> list[str]:
         text = str(part)
         if text in _TAGS:
             continue
-        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or text[:1].isupper()):
+        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or text[:1].isupper()
+                                      or text.startswith("constrained-")):
             break  # from here on pydantic names the union member it tried
         path.append(text)
     return path
+
+
+_SHOULD = "Input should be "
+
+
+def _union_message(first: dict, errors: list[dict], location: list[str]) -> str:
+    """`first`'s complaint, joined with those of the union's other members about the same field
+    ("Input should be 'auto' or greater than or equal to 1", not just "... 'auto'" for a 0)."""
+    message = first.get("msg", "invalid request")
+    if not message.startswith(_SHOULD):
+        return message
+    wants = [message.removeprefix(_SHOULD)]
+    for error in errors:
+        text = error.get("msg", "")
+        if (error is not first and text.startswith(_SHOULD)
+                and _field_path(error.get("loc", ())) == location
+                and text.removeprefix(_SHOULD) not in wants):
+            wants.append(text.removeprefix(_SHOULD))
+    return _SHOULD + " or ".join(wants)
 
 
 def _allowed(request: Request) -> list[str]:
@@ -105,6 +125,8 @@ def install(app: FastAPI) -> None:
         location = _field_path(first.get("loc", ()))
         param = ".".join(location) or None
         message = first.get("msg", "invalid request")
+        if first.get("type") != "value_error":
+            message = _union_message(first, errors, location)
         if first.get("type") == "json_invalid":  # its location is a byte offset, not a field
             offset = location[0] if location else "?"
             message, param = f"The request body is not valid JSON (at byte {offset}).", None

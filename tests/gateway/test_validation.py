@@ -169,6 +169,28 @@ def test_out_of_range_numbers_are_400(client, path: str, body: dict, param: str)
     assert error["param"] == param
 
 
+UNIONS = [  # a field that takes one of several types: every member's demand is named
+    ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x",
+                              "hyperparameters": {"n_epochs": 0}}, "hyperparameters.n_epochs",
+     "Input should be 'auto' or greater than or equal to 1"),
+    ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x", "method": {
+        "type": "supervised", "supervised": {"hyperparameters": {"batch_size": 10**6}}}},
+     "method.supervised.hyperparameters.batch_size",
+     "Input should be 'auto' or less than or equal to 256"),
+    ("/v1/chat/completions", {**CHAT, "stop": 5}, "stop",
+     "Input should be a valid string or a valid list"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param", "says"), UNIONS,
+                         ids=[param for _, _, param, _ in UNIONS])
+def test_a_union_field_says_what_each_of_its_types_takes(client, path: str, body: dict,
+                                                         param: str, says: str) -> None:
+    error = assert_openai_error(client.post(path, json=body, headers=KEY), 400)
+    assert error["param"] == param
+    assert error["message"] == f"Invalid value for '{param}': {says}"
+
+
 @pytest.mark.parametrize(("path", "raw", "param"), [
     ("/v1/completions", '{"model": "tiny-llama", "prompt": "a\\ud800b"}', "prompt"),
     ("/v1/completions", '{"model": "tiny-llama", "prompt": ["ok", "\\udc00"]}', "prompt"),
