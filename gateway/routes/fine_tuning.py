@@ -167,7 +167,8 @@ async def _stop(request: Request, job: JobRecord, action: JobAction) -> FineTuni
 async def cancel_job(job_id: str, request: Request, tenant: TenantDep) -> FineTuningJob:
     job = _job(request, tenant.id, job_id)
     if job.status in TERMINAL:
-        raise APIError(400, f"Job {job_id} has already {job.status}.", "invalid_state", "id")
+        raise APIError(400, f"Job {job_id} has already finished ({job.status}): it cannot be "
+                       "cancelled.", "invalid_state", "id")
     return await _stop(request, job, JobAction.CANCEL)
 
 

@@ -162,7 +162,9 @@ def test_the_gateway_never_writes_a_job_and_the_manager_moves_them(managed) -> N
     assert act(second["id"], "resume")["status"] == "running"  # the free slot is its
     assert act(first["id"], "resume")["status"] == "queued"
     assert act(first["id"], "cancel")["status"] == "cancelled"
-    assert act(first["id"], "cancel", 400)["error"]["code"] == "invalid_state"
+    error = act(first["id"], "cancel", 400)["error"]
+    assert error["code"] == "invalid_state"
+    assert error["message"].endswith("has already finished (cancelled): it cannot be cancelled.")
     assert act(second["id"], "cancel")["status"] == "cancelled"
     assert manager.started == [first["id"], second["id"]]
     with pytest.raises(sqlite3.DatabaseError, match="not authorized"):  # the guard holds
