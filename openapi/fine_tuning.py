@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from openapi.common import INT32, OpenAIBaseModel, StrictModel, Text
+from wire.store import ADAPTER_NAME
 
 Auto = Literal["auto"]
 
@@ -89,7 +90,7 @@ class FineTuningJobCreate(OpenAIBaseModel):
         "extension: when every job slot is taken, a queued job preempts the running job of "
         "lowest priority below its own, which checkpoints, is queued again and later resumes; "
         "absent: the tenant's tier's priority (0 unless configured)"))
-    register_as: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+    register_as: str | None = Field(default=None, pattern=ADAPTER_NAME,
                                     description=(
         "extension: also register the result as the next version of the tenant's adapter of "
         "this name, serving it if the quality gates pass (a candidate version otherwise)"))

@@ -13,6 +13,8 @@ import enum
 
 import msgspec
 
+ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a tenant's adapter name
+
 
 class StoreAction(enum.StrEnum):
     ADD_FILE = "add_file"  # the staged upload `staged` becomes the tenant's file

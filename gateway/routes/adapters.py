@@ -18,15 +18,17 @@ from gateway.tenants import Tenant
 from openapi.common import Model
 from state.versions import VersionRecord, split_id
 from wire import manager as W
-from wire.store import StoreAction
+from wire.store import ADAPTER_NAME, StoreAction
 
+NAME_RULE = "letters, digits, '.', '_' and '-' (at most 64), a letter or digit first"
 router = APIRouter(prefix="/v1", tags=["adapters"],
                    responses=documented(400, 422))
 
 
 @router.post("/adapters", response_model=Model, status_code=201)
 async def register_adapter(request: Request, tenant: TenantDep,
-                           name: Annotated[str, Form(min_length=1, max_length=64)],
+                           name: Annotated[str, Form(pattern=ADAPTER_NAME,
+                                                     description=NAME_RULE)],
                            adapter_config: Annotated[UploadFile, File()],
                            adapter_model: Annotated[UploadFile, File()],
                            promote: Annotated[bool, Form()] = True) -> Model:

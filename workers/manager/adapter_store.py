@@ -25,13 +25,14 @@ from state.storage import (
     write_new,
 )
 from state.versions import VersionRecord
+from wire.store import ADAPTER_NAME
 from workers.manager.adapter_check import AdapterMismatch, check
 from workers.manager.tensorfile import Shapes, TensorFileError, model_shapes, read_shapes
 from workers.manager.version_store import Versions
 
 log = logging.getLogger("workers.manager.adapters")
 SUPPORTED = {"LORA", "IA3", "ADALORA", "PREFIX_TUNING", "PROMPT_TUNING"}
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME = re.compile(ADAPTER_NAME)
 
 
 class AdapterError(ValueError):
@@ -84,7 +85,7 @@ class AdapterRegistry(AdapterReader):
         if named:
             if not NAME.match(name):
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
-                                   "(at most 64)")
+                                   "(at most 64), a letter or digit first")
             model_id = f"{tenant}/{name}"
         inspected = inspected or self.inspect(source)
         existing = self.get(model_id)
