@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import uuid
 from dataclasses import replace
@@ -27,8 +28,8 @@ router = APIRouter(prefix="/v1", tags=["adapters"],
 
 @router.post("/adapters", response_model=Model, status_code=201)
 async def register_adapter(request: Request, tenant: TenantDep,
-                           name: Annotated[str, Form(pattern=ADAPTER_NAME,
-                                                     description=NAME_RULE)],
+                           name: Annotated[str, Form(description=NAME_RULE,
+                                                     json_schema_extra={"pattern": ADAPTER_NAME})],
                            adapter_config: Annotated[UploadFile, File()],
                            adapter_model: Annotated[UploadFile, File()],
                            promote: Annotated[bool, Form()] = True) -> Model:
@@ -36,6 +37,9 @@ async def register_adapter(request: Request, tenant: TenantDep,
     that name, which serves the name as soon as a worker has loaded it (422 and nothing stored
     if it does not load; the name serves as before) unless `promote` is false (then see
     /v1/adapters/{model}/promote and /split)."""
+    if not re.fullmatch(ADAPTER_NAME, name):  # checked here to say it in words
+        raise APIError(400, f"Adapter names use {NAME_RULE}: not {name[:80]!r}.",
+                       "invalid_request", "name")
     state = request.app.state
     limit = state.settings.max_upload_bytes
     staged = state.registry.staging()

@@ -221,7 +221,8 @@ def test_an_adapter_config_that_is_not_an_object_is_400(client, config: bytes) -
     assert error["code"] == "invalid_adapter" and "JSON object" in error["message"]
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "x y", "é", "a" * 65, ""])
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "x y", "é", "x\n", "a" * 65,
+                                  ""])
 def test_an_adapter_name_outside_the_rule_is_named_and_nothing_is_stored(client,
                                                                          name: str) -> None:
     config = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"]}).encode()

@@ -83,7 +83,7 @@ class AdapterRegistry(AdapterReader):
         what `inspect` found in `source` already (off the manager's loop)."""
         named = model_id is None
         if named:
-            if not NAME.match(name):
+            if not NAME.fullmatch(name):
                 raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
                                    "(at most 64), a letter or digit first")
             model_id = f"{tenant}/{name}"

@@ -47,6 +47,14 @@ def test_each_registration_is_a_new_immutable_version(registry, sources) -> None
     assert [v.number for v in registry.versions.list("acme/bot")] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("name", ["bot\n", "../bot", ".bot", "b" * 65, ""])
+def test_a_name_outside_the_rule_is_refused_by_the_store_too(registry, sources,
+                                                             name: str) -> None:
+    with pytest.raises(AdapterError, match="adapter names use"):
+        registry.register("acme", name, sources[0])
+    assert registry.get(f"acme/{name}") is None
+
+
 def test_promote_and_rollback_walk_the_history(registry, sources) -> None:
     for source in sources:
         registry.register("acme", "bot", source, in_service=False)
