@@ -180,7 +180,7 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
         for entry in json.loads(path.read_text()).get("tenants", []):
             tenant = Tenant(**{"max_concurrent": max_concurrent, "max_context": max_context,
                                "max_kv_tokens": max_kv_tokens, **entry})
-            if not TENANT_ID.match(tenant.id):
+            if not TENANT_ID.fullmatch(tenant.id):
                 raise ValueError(f"invalid tenant id {tenant.id!r}")
             if not -100 <= tenant.job_priority <= 100:
                 raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
@@ -191,7 +191,7 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
             tenants[tenant.id] = tenant
     for pair in filter(None, (p.strip() for p in env_keys.split(","))):
         tenant_id, _, key = pair.partition("=")
-        if not key or not TENANT_ID.match(tenant_id):
+        if not key or not TENANT_ID.fullmatch(tenant_id):
             raise ValueError("SYMBIOSIS_API_KEYS must look like tenant=key,tenant2=key2")
         tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
                                                       max_context, max_kv_tokens))
@@ -223,7 +223,7 @@ def revoke_tenant(path: Path, tenant_id: str) -> bool:
 
 def create_tenant(path: Path, tenant_id: str, **limits: object) -> str:
     """Add a tenant with a fresh key to the tenants file; returns the key (shown once)."""
-    if not TENANT_ID.match(tenant_id):
+    if not TENANT_ID.fullmatch(tenant_id):
         raise ValueError(f"invalid tenant id {tenant_id!r}")
     data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
     key = "sk-symb-" + secrets.token_urlsafe(24)

@@ -42,7 +42,7 @@ class VersionRecord:
 
 def split_id(model: str) -> tuple[str, int | None]:
     """`acme/bot@3` -> ("acme/bot", 3); an id without a version -> (id, None)."""
-    match = VERSION_SUFFIX.match(model)
+    match = VERSION_SUFFIX.fullmatch(model)
     return (match["name"], int(match["number"])) if match else (model, None)
 
 

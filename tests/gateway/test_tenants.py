@@ -1,4 +1,4 @@
-"""The tenants file: a tenant's latency targets are checked when the file is read."""
+"""The tenants file: a tenant's id and latency targets are checked when the file is read."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.tenants import TenantDirectory
+from gateway.tenants import TenantDirectory, create_tenant
 
 
 @pytest.mark.parametrize("entry", [{"decode_target_ms": -0.5}, {"prefill_target_ms": "50"},
@@ -18,3 +18,15 @@ def test_a_tenants_file_with_a_target_out_of_range_is_refused(tmp_path, entry) -
     path.write_text(json.dumps({"tenants": [{"id": "odd", **entry}]}))
     with pytest.raises(ValueError, match=r"target_ms is 0\.\.60000"):
         TenantDirectory.load(path)
+
+
+@pytest.mark.parametrize("tenant_id", ["acme\n", "Acme", "../acme", "", "a" * 64])
+def test_a_tenant_id_outside_the_rule_is_refused_in_the_file_and_by_the_cli(tmp_path,
+                                                                          tenant_id) -> None:
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": [{"id": tenant_id}]}))
+    with pytest.raises(ValueError, match="invalid tenant id"):
+        TenantDirectory.load(path)
+    with pytest.raises(ValueError, match="invalid tenant id"):
+        create_tenant(tmp_path / "new.json", tenant_id)
+    assert not (tmp_path / "new.json").exists()

@@ -126,6 +126,7 @@ def test_version_ids() -> None:
     assert split_id("acme/bot") == ("acme/bot", None)
     assert split_id("acme/bot@") == ("acme/bot@", None)
     assert split_id("acme/bot@x1") == ("acme/bot@x1", None)
+    assert split_id("acme/bot@1\n") == ("acme/bot@1\n", None)  # no version: the whole id
 
 
 def test_a_database_from_before_versions_migrates(tmp_path, sources) -> None:
