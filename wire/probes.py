@@ -20,7 +20,9 @@ def _ask(endpoint: str, request: bytes, decode, expected: type, timeout_ms: int,
     sock.setsockopt(zmq.IMMEDIATE, 1)  # a list of replicas: ask one that is connected
     try:
         connect_all(sock, endpoint)
-        sock.send(request)
+        if not sock.poll(timeout_ms, zmq.POLLOUT):  # nobody there: a plain send would wait
+            return False  # for a peer forever (and hold off the caller's signals meanwhile)
+        sock.send(request, zmq.NOBLOCK)
         return bool(sock.poll(timeout_ms)) and isinstance(decode(sock.recv()), expected)
     except Exception:  # anything but a well-formed answer means "not ready"
         return False
