@@ -27,6 +27,7 @@ from wire.call.messages import CallTargets
 from wire.manager import TokenTargets
 
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+TENANT_RULE = "lowercase letters, digits, '_' and '-' (at most 63), a letter or digit first"
 log = logging.getLogger("gateway.tenants")
 TARGET_MAX_MS = 60_000  # a latency target longer than a minute is no target
 TARGETS = ("decode_target_ms", "prefill_target_ms", "ttft_target_ms", "inter_token_target_ms")

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -15,7 +23,7 @@ class Setting:
     flag: str
     variable: str
     help: str
-    type: type = str
+    type: Callable[[str], object] = str
     default: str | None = None  # shown in --help; the services' own default otherwise
 
 
@@ -26,7 +34,7 @@ SETTINGS = [
             default="./data"),
     Setting("--model-cache", "SYMBIOSIS_MODEL_CACHE", "where built-in models are exported"),
     Setting("--host", "SYMBIOSIS_HOST", "where the HTTP API listens", default="127.0.0.1"),
-    Setting("--port", "SYMBIOSIS_PORT", "the HTTP API's port", int, default="8000"),
+    Setting("--port", "SYMBIOSIS_PORT", "the HTTP API's port", port, default="8000"),
     Setting("--shards", "SYMBIOSIS_EXECUTOR_SHARDS", "ranks of the executor's torch.distributed "
             "group, each holding a slice of every base layer", int),
     Setting("--device", "SYMBIOSIS_EXECUTOR_DEVICE", "the executor's device: cpu or cuda[:N]"),

@@ -1,5 +1,5 @@
 """The operator CLI: a tenant created with a tier or latency targets is loaded with them and its
-key works."""
+key works; an argument outside its rule is a usage error that names the rule."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from gateway.tenants import TenantDirectory
+from launcher.cli import parser
 from wire.call.messages import NO_TARGETS, CallTargets
 from wire.manager import NO_TOKEN_TARGETS, TokenTargets
 
@@ -49,3 +52,20 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
         refused = create("odd", flag, value)
         assert refused.returncode == 2 and "latency target" in refused.stderr, (flag, value)
 
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["tenants", "create", "Bad"], "a tenant id uses lowercase letters"),
+    (["tenants", "create", "acme\n"], "a tenant id uses"),
+    (["tenants", "revoke", "../acme"], "a tenant id uses"),
+    (["tenants", "create", "ok", "--max-concurrent", "0"], "at least 1, not 0"),
+    (["tenants", "create", "ok", "--job-priority", "1000"], "a priority is -100..100, not 1000"),
+    (["adapters", "register", "--tenant", "Bad", "--name", "x", "dir"], "a tenant id uses"),
+    (["serve", "--port", "99999"], "a port is 0..65535, not 99999"),
+])
+def test_an_out_of_rule_argument_is_a_usage_error_naming_the_rule(argv, says, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        parser().parse_args(argv)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert says in error and "Traceback" not in error and "-99, -98" not in error
