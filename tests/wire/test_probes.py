@@ -20,8 +20,8 @@ def test_a_probe_where_nobody_listens_says_no_within_its_timeout(short_dir, prob
         probe(f"ipc://{short_dir}/nobody.sock", timeout_ms=300)), daemon=True)
     started = time.monotonic()
     asking.start()
-    asking.join(5.0)  # a plain send waited for a peer forever
-    assert answers == [False] and time.monotonic() - started < 2.0
+    asking.join(10.0)  # a plain send waited for a peer forever
+    assert answers == [False] and time.monotonic() - started < 4.0
 
 
 def test_a_probe_of_a_running_executor_says_yes(short_dir) -> None:
