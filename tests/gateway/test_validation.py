@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.gateway.conftest import KEY
@@ -210,41 +208,6 @@ def test_a_surrogate_pair_is_fine(client) -> None:
     response = client.post("/v1/completions", content=raw.encode(),
                            headers={**KEY, "content-type": "application/json"})
     assert response.status_code == 503  # past validation; no manager in these tests
-
-
-@pytest.mark.parametrize("config", [b"[1, 2]", b'"lora"', b"null", b"7"])
-def test_an_adapter_config_that_is_not_an_object_is_400(client, config: bytes) -> None:
-    response = client.post("/v1/adapters", headers=KEY, data={"name": "x"},
-                           files={"adapter_config": ("adapter_config.json", config),
-                                  "adapter_model": ("adapter_model.safetensors", b"\0" * 16)})
-    error = assert_openai_error(response, 400)
-    assert error["code"] == "invalid_adapter" and "JSON object" in error["message"]
-
-
-@pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "x y", "é", "x\n", "a" * 65,
-                                  ""])
-def test_an_adapter_name_outside_the_rule_is_a_400_naming_it(client, name: str) -> None:
-    config = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"]}).encode()
-    response = client.post("/v1/adapters", headers=KEY, data={"name": name},
-                           files={"adapter_config": ("adapter_config.json", config),
-                                  "adapter_model": ("adapter_model.safetensors", b"\0" * 16)})
-    error = assert_openai_error(response, 400)
-    assert error["param"] == "name", error
-    assert name == "" or "a letter or digit first" in error["message"]
-
-
-@pytest.mark.parametrize(("weights", "reason"), [
-    (b"", "too short"), (b"\x02\0\0\0\0\0\0\0{}", "holds no tensors"),
-    (b"\xff" * 16, "not a safetensors file")])
-def test_an_adapter_file_that_is_not_whole_is_400_and_nothing_is_stored(client, weights: bytes,
-                                                                        reason: str) -> None:
-    config = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"]}).encode()
-    response = client.post("/v1/adapters", headers=KEY, data={"name": "broken"},
-                           files={"adapter_config": ("adapter_config.json", config),
-                                  "adapter_model": ("adapter_model.safetensors", weights)})
-    error = assert_openai_error(response, 400)
-    assert error["code"] == "invalid_adapter" and reason in error["message"], error
-    assert client.get("/v1/models/acme/broken", headers=KEY).status_code == 404
 
 
 def test_405_says_what_is_allowed(client) -> None:
