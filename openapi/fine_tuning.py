@@ -7,9 +7,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from openapi.common import INT32, OpenAIBaseModel, StrictModel, Text
-from wire.store import ADAPTER_NAME
 
 Auto = Literal["auto"]
+# wire.store.ADAPTER_NAME's rule: the contract imports no project code, a test holds them equal
+ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
 class Hyperparameters(StrictModel):

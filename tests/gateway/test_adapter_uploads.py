@@ -4,11 +4,16 @@ weights."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from openapi import fine_tuning
 from tests.gateway.conftest import KEY
 from tests.gateway.test_validation import assert_openai_error
+from wire import store
+
+CONTRACT = Path(__file__).parents[2] / "openapi" / "openapi.json"
 
 
 @pytest.mark.parametrize("config", [b"[1, 2]", b'"lora"', b"null", b"7"])
@@ -44,3 +49,10 @@ def test_an_adapter_file_that_is_not_whole_is_400_and_nothing_is_stored(client, 
     error = assert_openai_error(response, 400)
     assert error["code"] == "invalid_adapter" and reason in error["message"], error
     assert client.get("/v1/models/acme/broken", headers=KEY).status_code == 404
+
+
+def test_the_contract_publishes_the_one_name_rule_the_store_applies() -> None:
+    published = CONTRACT.read_text()
+    assert fine_tuning.ADAPTER_NAME == store.ADAPTER_NAME  # the job's register_as
+    rule = json.dumps(store.ADAPTER_NAME)  # as the contract writes it (backslashes doubled)
+    assert published.count(f'"pattern": {rule}') == 2  # the upload's name and register_as
