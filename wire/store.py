@@ -13,7 +13,8 @@ import enum
 
 import msgspec
 
-ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a tenant's adapter name
+ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a tenant's adapter name, and in words:
+ADAPTER_NAME_RULE = "letters, digits, '.', '_' and '-' (at most 64), a letter or digit first"
 
 
 class StoreAction(enum.StrEnum):

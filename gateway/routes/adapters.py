@@ -19,16 +19,15 @@ from gateway.tenants import Tenant
 from openapi.common import Model
 from state.versions import VersionRecord, split_id
 from wire import manager as W
-from wire.store import ADAPTER_NAME, StoreAction
+from wire.store import ADAPTER_NAME, ADAPTER_NAME_RULE, StoreAction
 
-NAME_RULE = "letters, digits, '.', '_' and '-' (at most 64), a letter or digit first"
 router = APIRouter(prefix="/v1", tags=["adapters"],
                    responses=documented(400, 422))
 
 
 @router.post("/adapters", response_model=Model, status_code=201)
 async def register_adapter(request: Request, tenant: TenantDep,
-                           name: Annotated[str, Form(description=NAME_RULE,
+                           name: Annotated[str, Form(description=ADAPTER_NAME_RULE,
                                                      json_schema_extra={"pattern": ADAPTER_NAME})],
                            adapter_config: Annotated[UploadFile, File()],
                            adapter_model: Annotated[UploadFile, File()],
@@ -38,7 +37,7 @@ async def register_adapter(request: Request, tenant: TenantDep,
     if it does not load; the name serves as before) unless `promote` is false (then see
     /v1/adapters/{model}/promote and /split)."""
     if not re.fullmatch(ADAPTER_NAME, name):  # checked here to say it in words
-        raise APIError(400, f"Adapter names use {NAME_RULE}: not {name[:80]!r}.",
+        raise APIError(400, f"Adapter names use {ADAPTER_NAME_RULE}: not {name[:80]!r}.",
                        "invalid_request", "name")
     state = request.app.state
     limit = state.settings.max_upload_bytes

@@ -25,7 +25,7 @@ from state.storage import (
     write_new,
 )
 from state.versions import VersionRecord
-from wire.store import ADAPTER_NAME
+from wire.store import ADAPTER_NAME, ADAPTER_NAME_RULE
 from workers.manager.adapter_check import AdapterMismatch, check
 from workers.manager.tensorfile import Shapes, TensorFileError, model_shapes, read_shapes
 from workers.manager.version_store import Versions
@@ -84,8 +84,7 @@ class AdapterRegistry(AdapterReader):
         named = model_id is None
         if named:
             if not NAME.fullmatch(name):
-                raise AdapterError("adapter names use letters, digits, '.', '_' and '-' "
-                                   "(at most 64), a letter or digit first")
+                raise AdapterError(f"adapter names use {ADAPTER_NAME_RULE}")
             model_id = f"{tenant}/{name}"
         inspected = inspected or self.inspect(source)
         existing = self.get(model_id)
