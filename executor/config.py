@@ -3,12 +3,15 @@ then the command line's flags (`python -m executor`), validated once."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from wire.endpoints import default_executor
+
+DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,2})?")  # the manager's worker_device rule too
 
 
 class ExecutorConfig(BaseSettings):
@@ -23,7 +26,8 @@ class ExecutorConfig(BaseSettings):
     device: str = Field("cpu", description="cpu or cuda[:N]")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32",
                                                             description="the weights' dtype")
-    threads: int | None = Field(None, description="torch intra-op threads (default: torch's)")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: "
+                                "torch's)")
     policy: Literal["opportunistic", "eager", "lockstep"] = Field(
         "opportunistic", description="batching policy")
     max_wait_ms: float = Field(20.0, ge=0, description="cap on how long any call waits for "
@@ -78,7 +82,7 @@ class ExecutorConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _device(self) -> ExecutorConfig:
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
+        if not DEVICE.fullmatch(self.device):
             raise ValueError(f"device must be cpu or cuda[:N], not {self.device!r}")
         if self.rank >= self.shards:
             raise ValueError(f"rank {self.rank} is outside a group of {self.shards}")

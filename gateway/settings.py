@@ -26,15 +26,15 @@ class GatewaySettings(BaseSettings):
     tenants_file: Path | None = None  # default: DATA_DIR/tenants.json
     api_keys: str = ""  # "tenant=key,tenant2=key2": extra keys from the environment
     admin_keys: str = ""  # "key,key2": operator keys (may read /metrics)
-    max_body_bytes: int = 2 * 2**20
-    max_upload_bytes: int = 64 * 2**20
+    max_body_bytes: int = Field(2 * 2**20, ge=1)
+    max_upload_bytes: int = Field(64 * 2**20, ge=1)
     max_concurrent_uploads: int = Field(2, ge=1)  # per tenant; more at once: 429
     first_token_timeout_s: float = 300.0  # includes starting a worker and queueing
     manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
-    max_concurrent: int = 16  # per tenant, unless the tenants file says otherwise
-    max_context: int = 0  # per tenant; 0: the model's own limit
-    max_kv_tokens: int = 0  # per tenant, across its in-flight requests; 0: no budget
-    min_free_mb: int = 64  # /ready says unavailable with less free space in data_dir
+    max_concurrent: int = Field(16, ge=1)  # per tenant, unless the tenants file says otherwise
+    max_context: int = Field(0, ge=0)  # per tenant; 0: the model's own limit
+    max_kv_tokens: int = Field(0, ge=0)  # per tenant, across its in-flight requests; 0: no budget
+    min_free_mb: int = Field(64, ge=0)  # /ready says unavailable with less free space in data_dir
     default_max_tokens: int | None = Field(None, ge=1)  # chat without max_tokens; None: by model
     max_tokens_cap: int = Field(0, ge=0)  # the most any request may ask for; 0: the context
     public_metrics: bool = False  # /metrics without a key (for scrapers that send none)

@@ -20,16 +20,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import (
-    TARGET_MAX_MS,
-    TARGETS,
-    TENANT_ID,
-    TENANT_RULE,
-    create_tenant,
-    revoke_tenant,
-    valid_target_ms,
-)
+from gateway.tenants import TARGETS, create_tenant, revoke_tenant
 from launcher import serve_flags
+from launcher.arguments import positive, priority, target_ms, tenant_id
 from wire.stopping import StopSignal
 
 DEV_TENANT = "dev"
@@ -118,33 +111,6 @@ def tenants_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tenant_id(text: str) -> str:
-    if not TENANT_ID.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"a tenant id uses {TENANT_RULE}: not {text!r}")
-    return text
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
-    return value
-
-
-def _priority(text: str) -> int:
-    value = int(text)
-    if not -100 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"a priority is -100..100, not {value}")
-    return value
-
-
-def _target_ms(text: str) -> float:
-    value = float(text)
-    if not valid_target_ms(value):
-        raise argparse.ArgumentTypeError(f"a latency target is 0..{TARGET_MAX_MS} ms")
-    return value
-
-
 def tenants_revoke(args: argparse.Namespace) -> int:
     path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
     if not revoke_tenant(path, args.name):
@@ -199,19 +165,19 @@ def parser() -> argparse.ArgumentParser:
     tenants = sub.add_parser("tenants").add_subparsers(dest="action", required=True)
     p = tenants.add_parser("create", help="add a tenant (or a key and new limits to one) and "
                            "print a new API key; a serving gateway takes it within a second")
-    p.add_argument("name", type=_tenant_id)
-    p.add_argument("--max-concurrent", type=_at_least_one, metavar="N")
-    p.add_argument("--job-priority", type=_priority, metavar="-100..100",
+    p.add_argument("name", type=tenant_id)
+    p.add_argument("--max-concurrent", type=positive, metavar="N")
+    p.add_argument("--job-priority", type=priority, metavar="-100..100",
                    help="the tenant's tier: the priority of its jobs that do not set one")
     p.add_argument("--fallback", action="store_true",
                    help="serve the base model when the tenant's adapter cannot be loaded")
     for lane, default in (("decode", 1), ("prefill", 50)):
-        p.add_argument(f"--{lane}-target-ms", type=_target_ms, metavar="MS",
+        p.add_argument(f"--{lane}-target-ms", type=target_ms, metavar="MS",
                        help=f"how long the tenant's {lane} calls may wait in the executor before "
                        f"their batch runs (0: the executor's own, {default} ms by default)")
     for name, what in (("ttft", "time to a request's first token"),
                        ("inter-token", "time between tokens")):
-        p.add_argument(f"--{name}-target-ms", type=_target_ms, metavar="MS",
+        p.add_argument(f"--{name}-target-ms", type=target_ms, metavar="MS",
                        help=f"the {what} the tenant's clients should meet (counted per token on "
                        "/metrics; its calls' waits in the executor follow it where no "
                        "--decode/--prefill-target-ms is set; 0: none)")
@@ -219,14 +185,14 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=tenants_create)
     p = tenants.add_parser("revoke", help="remove a tenant and all its keys (live: a serving "
                            "gateway follows the tenants file)")
-    p.add_argument("name", type=_tenant_id)
+    p.add_argument("name", type=tenant_id)
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_revoke)
 
     adapters = sub.add_parser("adapters").add_subparsers(dest="action", required=True)
     p = adapters.add_parser("register", help="register a PEFT adapter directory")
     p.add_argument("directory")
-    p.add_argument("--tenant", required=True, type=_tenant_id)
+    p.add_argument("--tenant", required=True, type=tenant_id)
     p.add_argument("--name", required=True)
     p.add_argument("--model", default=default_model)
     p.add_argument("--data-dir", default=default_dir)

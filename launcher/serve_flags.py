@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from launcher.arguments import Parse, boolean, bounded, device, one_of, port, positive
 
-def port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {value}")
-    return value
+COUNT = bounded(int, 0)  # 0 included: each such flag says what 0 means
+AMOUNT = bounded(float, 0)
+SPAN = bounded(float, 0, above=True)
 
 
 @dataclass(frozen=True)
@@ -23,7 +21,7 @@ class Setting:
     flag: str
     variable: str
     help: str
-    type: Callable[[str], object] = str
+    type: Parse = str
     default: str | None = None  # shown in --help; the services' own default otherwise
 
 
@@ -36,71 +34,72 @@ SETTINGS = [
     Setting("--host", "SYMBIOSIS_HOST", "where the HTTP API listens", default="127.0.0.1"),
     Setting("--port", "SYMBIOSIS_PORT", "the HTTP API's port", port, default="8000"),
     Setting("--shards", "SYMBIOSIS_EXECUTOR_SHARDS", "ranks of the executor's torch.distributed "
-            "group, each holding a slice of every base layer", int),
-    Setting("--device", "SYMBIOSIS_EXECUTOR_DEVICE", "the executor's device: cpu or cuda[:N]"),
+            "group, each holding a slice of every base layer", positive),
+    Setting("--device", "SYMBIOSIS_EXECUTOR_DEVICE", "the executor's device: cpu or cuda[:N]",
+            device),
     Setting("--dtype", "SYMBIOSIS_EXECUTOR_DTYPE", "the base weights' dtype: float32, bfloat16 "
-            "or float16"),
+            "or float16", one_of("float32", "bfloat16", "float16")),
     Setting("--policy", "SYMBIOSIS_EXECUTOR_POLICY", "batching: opportunistic, eager or "
-            "lockstep"),
-    Setting("--threads", "SYMBIOSIS_EXECUTOR_THREADS", "the executor's torch threads", int),
+            "lockstep", one_of("opportunistic", "eager", "lockstep")),
+    Setting("--threads", "SYMBIOSIS_EXECUTOR_THREADS", "the executor's torch threads", positive),
     Setting("--max-wait-ms", "SYMBIOSIS_EXECUTOR_MAX_WAIT_MS", "the longest any call waits for "
-            "company", float),
+            "company", AMOUNT),
     Setting("--decode-target-ms", "SYMBIOSIS_EXECUTOR_DECODE_TARGET_MS", "the longest a decode "
-            "step should wait in the executor; training slices are sized to keep it", float),
+            "step should wait in the executor; training slices are sized to keep it", SPAN),
     Setting("--prefill-target-ms", "SYMBIOSIS_EXECUTOR_PREFILL_TARGET_MS", "the longest a "
-            "prefill call should wait in the executor", float),
+            "prefill call should wait in the executor", SPAN),
     Setting("--slice-ms", "SYMBIOSIS_EXECUTOR_SLICE_MS", "the slice of a training batch or a "
             "prefill to start from (default: the decode target; it adapts), decode steps between "
-            "slices (0: whole)", float),
+            "slices (0: whole)", AMOUNT),
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
-            "batches training keeps under load", float),
+            "batches training keeps under load", bounded(float, 0, 1, above=True)),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
-            "alive at once", int),
+            "alive at once", positive),
     Setting("--max-adapters", "SYMBIOSIS_MAX_ADAPTERS", "adapters a tenant's worker holds at "
-            "once (the least recently used go)", int),
+            "once (the least recently used go)", positive),
     Setting("--adapter-cache-mb", "SYMBIOSIS_ADAPTER_CACHE_MB", "the memory a worker's resident "
-            "adapters hold at most (0: no bound)", float),
+            "adapters hold at most (0: no bound)", AMOUNT),
     Setting("--tenant-adapter-cache-mb", "SYMBIOSIS_TENANT_ADAPTER_CACHE_MB", "of that, one "
-            "tenant's share in a shared worker (0: no bound)", float),
+            "tenant's share in a shared worker (0: no bound)", AMOUNT),
     Setting("--idle-s", "SYMBIOSIS_WORKER_IDLE_S", "an idle worker stops after this long",
-            float),
+            SPAN),
     Setting("--min-residency-s", "SYMBIOSIS_MIN_RESIDENCY_S", "no worker is evicted younger "
-            "than this", float),
+            "than this", AMOUNT),
     Setting("--max-evictions-per-min", "SYMBIOSIS_MAX_EVICTIONS_PER_MIN", "evictions a minute "
-            "at most (0: no cap)", int),
+            "at most (0: no cap)", COUNT),
     Setting("--breaker-failures", "SYMBIOSIS_BREAKER_FAILURES", "failures in a row that open a "
-            "model's circuit breaker", int),
+            "model's circuit breaker", positive),
     Setting("--breaker-cooldown-s", "SYMBIOSIS_BREAKER_COOLDOWN_S", "an open circuit refuses "
-            "this long, then one probe", float),
+            "this long, then one probe", SPAN),
     Setting("--max-jobs", "SYMBIOSIS_MAX_JOBS", "fine-tuning jobs running at once (0: sized to "
-            "the machine)", int),
+            "the machine)", COUNT),
     Setting("--privacy", "SYMBIOSIS_PRIVACY", "workers and trainers use privacy mode: true or "
-            "false"),
+            "false", boolean),
     Setting("--worker-device", "SYMBIOSIS_WORKER_DEVICE", "where workers and trainers run "
-            "attention, adapters, KV cache and optimizer: cpu or cuda[:N]"),
+            "attention, adapters, KV cache and optimizer: cpu or cuda[:N]", device),
     Setting("--mps", "SYMBIOSIS_MPS", "auto: start NVIDIA MPS when the executor and the workers "
-            "share a GPU; off: leave MPS alone"),
+            "share a GPU; off: leave MPS alone", one_of("auto", "off")),
     Setting("--kv-budget-mb", "SYMBIOSIS_KV_BUDGET_MB", "KV cache a worker keeps on its device "
-            "(0: no limit)", float),
+            "(0: no limit)", AMOUNT),
     Setting("--max-concurrent", "SYMBIOSIS_MAX_CONCURRENT", "a tenant's requests in flight at "
-            "once (the tenants file overrides)", int),
+            "once (the tenants file overrides)", positive),
     Setting("--max-context", "SYMBIOSIS_MAX_CONTEXT", "a tenant's longest prompt plus output "
-            "in tokens (0: the model's)", int),
+            "in tokens (0: the model's)", COUNT),
     Setting("--max-kv-tokens", "SYMBIOSIS_MAX_KV_TOKENS", "KV-cache tokens a tenant's requests "
-            "hold at once (0: no budget)", int),
-    Setting("--max-body-bytes", "SYMBIOSIS_MAX_BODY_BYTES", "the largest request body", int),
-    Setting("--max-upload-bytes", "SYMBIOSIS_MAX_UPLOAD_BYTES", "the largest upload", int),
+            "hold at once (0: no budget)", COUNT),
+    Setting("--max-body-bytes", "SYMBIOSIS_MAX_BODY_BYTES", "the largest request body", positive),
+    Setting("--max-upload-bytes", "SYMBIOSIS_MAX_UPLOAD_BYTES", "the largest upload", positive),
     Setting("--max-concurrent-uploads", "SYMBIOSIS_MAX_CONCURRENT_UPLOADS", "uploads one tenant "
-            "may have in progress at once", int),
+            "may have in progress at once", positive),
     Setting("--min-free-mb", "SYMBIOSIS_MIN_FREE_MB", "/ready is unavailable with less free "
-            "space in the data directory", int),
+            "space in the data directory", COUNT),
     Setting("--default-max-tokens", "SYMBIOSIS_DEFAULT_MAX_TOKENS", "what a chat request "
             "without max_tokens generates at most (unset: 128 on a built-in model, else until "
-            "the context is full)", int),
+            "the context is full)", positive),
     Setting("--max-tokens-cap", "SYMBIOSIS_MAX_TOKENS_CAP", "the most tokens any request may "
-            "ask for; more is a 400 (0: the context)", int),
+            "ask for; more is a 400 (0: the context)", COUNT),
     Setting("--public-metrics", "SYMBIOSIS_PUBLIC_METRICS", "true: /metrics needs no key (for "
-            "load tools that scrape without one; it shows every tenant's volumes)"),
+            "load tools that scrape without one; it shows every tenant's volumes)", boolean),
 ]
 
 ENV_ONLY = {  # variable -> why it is no flag of `symbiosis serve`

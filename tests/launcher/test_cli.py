@@ -62,6 +62,12 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
     (["tenants", "create", "ok", "--job-priority", "1000"], "a priority is -100..100, not 1000"),
     (["adapters", "register", "--tenant", "Bad", "--name", "x", "dir"], "a tenant id uses"),
     (["serve", "--port", "99999"], "a port is 0..65535, not 99999"),
+    (["serve", "--threads", "-3"], "--threads: an integer at least 1, not -3"),
+    (["serve", "--training-share", "1"], "between 0 and 1, both excluded, not 1"),
+    (["serve", "--idle-s", "0"], "--idle-s: a number above 0, not 0"),
+    (["serve", "--device", "gpu"], "--device: cpu or cuda[:N], not 'gpu'"),
+    (["serve", "--policy", "greedy"], "one of opportunistic, eager, lockstep: not 'greedy'"),
+    (["serve", "--privacy", "maybe"], "--privacy: true or false, not 'maybe'"),
 ])
 def test_an_out_of_rule_argument_is_a_usage_error_naming_the_rule(argv, says, capsys) -> None:
     with pytest.raises(SystemExit) as stopped:
@@ -69,3 +75,13 @@ def test_an_out_of_rule_argument_is_a_usage_error_naming_the_rule(argv, says, ca
     assert stopped.value.code == 2
     error = capsys.readouterr().err
     assert says in error and "Traceback" not in error and "-99, -98" not in error
+
+
+def test_a_variable_outside_its_rule_is_a_usage_error_of_serve(monkeypatch, capsys) -> None:
+    """A variable already set is a flag's default, held to the same rule before anything starts
+    (the executor used to fail at start with a traceback)."""
+    monkeypatch.setenv("SYMBIOSIS_EXECUTOR_THREADS", "-3")
+    with pytest.raises(SystemExit) as stopped:
+        parser().parse_args(["serve"])
+    assert stopped.value.code == 2
+    assert "--threads: an integer at least 1, not -3" in capsys.readouterr().err
