@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
+import typing
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from openapi.common import ErrorResponse
+from openapi.formats import ResponseFormat
 from state.storage import out_of_space
 
 log = logging.getLogger("gateway.errors")
@@ -70,21 +73,35 @@ _TYPE_NAMES = {"str", "int", "float", "bool", "dict", "list", "none", "json-or-p
 _TAGS = {"ChatMessage", "ToolMessage"}  # a tagged union's member: the field path goes on
 
 
+def _type_tags(union: object) -> set[str]:
+    """The `type` values of a union discriminated by its members' `type` field."""
+    members = typing.get_args(typing.get_args(union)[0])
+    return {typing.get_args(m.model_fields["type"].annotation)[0] for m in members}
+
+
+_TYPE_TAGGED = {"response_format": _type_tags(ResponseFormat)}  # field -> its members' tags
+
+
 def _field_path(loc: tuple) -> list[str]:
     """The request field a validation error is about, without pydantic's union branch names."""
-    path = []
+    path: list[str] = []
+    before = ""  # the part before: after a union discriminated by `type`, its member's tag
     for part in loc[1:] if loc and loc[0] == "body" else loc:
-        text = str(part)
-        if text in _TAGS:
-            continue
-        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or text[:1].isupper()
+        text, tagged = str(part), _TYPE_TAGGED.get(before, ())
+        before = text
+        if text in _TAGS or text in tagged or text.startswith("list[") or (
+                isinstance(part, str) and text.isidentifier() and text[:1].isupper()):
+            continue  # a union's member that is a list or a model: its own fields follow
+        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES
                                       or text.startswith("constrained-")):
-            break  # from here on pydantic names the union member it tried
+            break  # from here on pydantic names the scalar member of a union it tried
         path.append(text)
     return path
 
 
 _SHOULD = "Input should be "
+_DETAIL = re.compile(r", (got|unable to) [^']*$")
+_PLAIN = {"a valid dictionary or object to extract fields from": "an object"}
 
 
 def _union_message(first: dict, errors: list[dict], location: list[str]) -> str:
@@ -95,12 +112,35 @@ def _union_message(first: dict, errors: list[dict], location: list[str]) -> str:
         return message
     wants = [message.removeprefix(_SHOULD)]
     for error in errors:
-        text = error.get("msg", "")
-        if (error is not first and text.startswith(_SHOULD)
-                and _field_path(error.get("loc", ())) == location
-                and text.removeprefix(_SHOULD) not in wants):
+        loc = error.get("loc", ())
+        text, path = error.get("msg", ""), _field_path(loc)
+        if error is first or path[:len(location)] != location:
+            continue
+        if len(path) > len(location):  # about an item of a list member
+            if not any(str(part).startswith("list[") for part in loc):
+                continue
+            text = _SHOULD + "a valid list"  # of items of one kind, which this one is not
+        if text.startswith(_SHOULD) and text.removeprefix(_SHOULD) not in wants:
             wants.append(text.removeprefix(_SHOULD))
+    if len(wants) > 1:  # each member's wish, without its detail ("..., got a number with a
+        wants = [_PLAIN.get(w, w) for w in (_DETAIL.sub("", w) for w in wants)]  # fraction")
     return _SHOULD + " or ".join(wants)
+
+
+def _furthest(errors: list[dict]) -> dict:
+    """The complaint of the union member that got furthest into the value (a list item's
+    field), where one field or one member did; else the first (a list of ints and one of
+    strings, parting on [1, "a"] at different items, leave the field itself in question)."""
+    paths = [_field_path(e.get("loc", ())) for e in errors]
+    deepest = max(map(len, paths), default=0)
+    furthest = [(e, tuple(path)) for e, path in zip(errors, paths, strict=True)
+                if len(path) == deepest]
+    fields = {path for _, path in furthest}
+    members = {tuple(p for p in e.get("loc", ())[:-1] if not isinstance(p, int))
+               for e, _ in furthest}
+    if furthest and (len(fields) == 1 or len(members) == 1):
+        return furthest[0][0]
+    return errors[0] if errors else {}
 
 
 def _allowed(request: Request) -> list[str]:
@@ -120,8 +160,7 @@ def install(app: FastAPI) -> None:
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         # a union reports each member's complaint; our own checks say more than "not a string"
-        first = next((e for e in errors if e.get("type") == "value_error"),
-                     errors[0] if errors else {})
+        first = next((e for e in errors if e.get("type") == "value_error"), _furthest(errors))
         location = _field_path(first.get("loc", ()))
         param = ".".join(location) or None
         message = first.get("msg", "invalid request")

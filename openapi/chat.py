@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, Field, Tag
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
+from pydantic_core import PydanticCustomError
 
 from openapi.common import INT32, StrictModel, Text, Usage
 from openapi.completions import SamplingFields
@@ -27,12 +28,24 @@ class ToolCall(StrictModel):
     function: FunctionCall
 
 
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, description="assistant messages")
     tool_call_id: Text | None = Field(default=None, description="(tool messages only)")
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _a_role(cls, role: object) -> object:
+        """An unknown role is told every role (a tool's is another member of the union)."""
+        if role not in ROLES:
+            raise PydanticCustomError("literal_error", "Input should be {roles}",
+                                      {"roles": ", ".join(map(repr, ROLES[:-1])) + " or 'tool'"})
+        return role
 
     def text(self) -> str:
         if self.content is None:

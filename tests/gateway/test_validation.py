@@ -32,7 +32,7 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]},
      "messages.0.role"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
+        {"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content.0.type"),
     ("/v1/chat/completions", {**CHAT, "prompt": "hi"}, "prompt"),
     ("/v1/chat/completions", {**CHAT, "top_logprobs": 2}, "top_logprobs"),
     ("/v1/chat/completions", {**CHAT, "top_logprobs": 21, "logprobs": True}, "top_logprobs"),
@@ -177,6 +177,23 @@ UNIONS = [  # a field that takes one of several types: every member's demand is 
      "Input should be 'auto' or less than or equal to 256"),
     ("/v1/chat/completions", {**CHAT, "stop": 5}, "stop",
      "Input should be a valid string or a valid list"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": "sometimes"},
+     "tool_choice", "Input should be 'none', 'auto' or 'required' or an object"),
+    ("/v1/completions", {**COMPLETION, "prompt": [1.5]}, "prompt.0",
+     "Input should be a valid string or a valid integer or a valid list"),
+    ("/v1/completions", {**COMPLETION, "prompt": [1, "a"]}, "prompt",
+     "Input should be a valid string or a valid list"),  # no one item is wrong
+    # a member that got further names the field inside it (not the union's member or tag)
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "function", "content": "x"}]},
+     "messages.0.role", "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "a"}, {"type": "input_audio", "input_audio": {}}]}]},
+     "messages.0.content.1.type", "Input should be 'text'"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema",
+                                                          "json_schema": {"schema": {}}}},
+     "response_format.json_schema.name", "Field required"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
+        "type": "function", "function": {}}}, "tool_choice.function.name", "Field required"),
 ]
 
 
@@ -191,7 +208,7 @@ def test_a_union_field_says_what_each_of_its_types_takes(client, path: str, body
 
 @pytest.mark.parametrize(("path", "raw", "param"), [
     ("/v1/completions", '{"model": "tiny-llama", "prompt": "a\\ud800b"}', "prompt"),
-    ("/v1/completions", '{"model": "tiny-llama", "prompt": ["ok", "\\udc00"]}', "prompt"),
+    ("/v1/completions", '{"model": "tiny-llama", "prompt": ["ok", "\\udc00"]}', "prompt.1"),
     ("/v1/completions", '{"model": "tiny-llama", "prompt": "x", "stop": "\\ud800"}', "stop"),
     ("/v1/chat/completions", '{"model": "tiny-llama", "messages": [{"role": "user", '
                              '"content": "\\ud83d"}]}', "messages.0.content"),
