@@ -82,11 +82,14 @@ def _type_tags(union: object) -> set[str]:
 _TYPE_TAGGED = {"response_format": _type_tags(ResponseFormat)}  # field -> its members' tags
 
 
+_WHERE = {"body", "query", "path"}  # where the field is: the parameter's name says enough
+
+
 def _field_path(loc: tuple) -> list[str]:
     """The request field a validation error is about, without pydantic's union branch names."""
     path: list[str] = []
     before = ""  # the part before: after a union discriminated by `type`, its member's tag
-    for part in loc[1:] if loc and loc[0] == "body" else loc:
+    for part in loc[1:] if loc and loc[0] in _WHERE else loc:
         text, tagged = str(part), _TYPE_TAGGED.get(before, ())
         before = text
         if text in _TAGS or text in tagged or text.startswith("list[") or (

@@ -167,45 +167,6 @@ def test_out_of_range_numbers_are_400(client, path: str, body: dict, param: str)
     assert error["param"] == param
 
 
-UNIONS = [  # a field that takes one of several types: every member's demand is named
-    ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x",
-                              "hyperparameters": {"n_epochs": 0}}, "hyperparameters.n_epochs",
-     "Input should be 'auto' or greater than or equal to 1"),
-    ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x", "method": {
-        "type": "supervised", "supervised": {"hyperparameters": {"batch_size": 10**6}}}},
-     "method.supervised.hyperparameters.batch_size",
-     "Input should be 'auto' or less than or equal to 256"),
-    ("/v1/chat/completions", {**CHAT, "stop": 5}, "stop",
-     "Input should be a valid string or a valid list"),
-    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": "sometimes"},
-     "tool_choice", "Input should be 'none', 'auto' or 'required' or an object"),
-    ("/v1/completions", {**COMPLETION, "prompt": [1.5]}, "prompt.0",
-     "Input should be a valid string or a valid integer or a valid list"),
-    ("/v1/completions", {**COMPLETION, "prompt": [1, "a"]}, "prompt",
-     "Input should be a valid string or a valid list"),  # no one item is wrong
-    # a member that got further names the field inside it (not the union's member or tag)
-    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "function", "content": "x"}]},
-     "messages.0.role", "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'"),
-    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "a"}, {"type": "input_audio", "input_audio": {}}]}]},
-     "messages.0.content.1.type", "Input should be 'text'"),
-    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema",
-                                                          "json_schema": {"schema": {}}}},
-     "response_format.json_schema.name", "Field required"),
-    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
-        "type": "function", "function": {}}}, "tool_choice.function.name", "Field required"),
-]
-
-
-@pytest.mark.parametrize(("path", "body", "param", "says"), UNIONS,
-                         ids=[param for _, _, param, _ in UNIONS])
-def test_a_union_field_says_what_each_of_its_types_takes(client, path: str, body: dict,
-                                                         param: str, says: str) -> None:
-    error = assert_openai_error(client.post(path, json=body, headers=KEY), 400)
-    assert error["param"] == param
-    assert error["message"] == f"Invalid value for '{param}': {says}"
-
-
 @pytest.mark.parametrize(("path", "raw", "param"), [
     ("/v1/completions", '{"model": "tiny-llama", "prompt": "a\\ud800b"}', "prompt"),
     ("/v1/completions", '{"model": "tiny-llama", "prompt": ["ok", "\\udc00"]}', "prompt.1"),

@@ -1,0 +1,61 @@
+"""What a refusal names: the field in question, inside a union's member where one member got
+further (a list item's field, a model member's field, never pydantic's member or tag names), and
+every member's wish where the field itself is in question; a query parameter by its name."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway.conftest import KEY
+from tests.gateway.test_validation import CHAT, COMPLETION, TOOL, assert_openai_error
+
+UNIONS = [  # a field that takes one of several types: every member's demand is named
+    ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x",
+                              "hyperparameters": {"n_epochs": 0}}, "hyperparameters.n_epochs",
+     "Input should be 'auto' or greater than or equal to 1"),
+    ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x", "method": {
+        "type": "supervised", "supervised": {"hyperparameters": {"batch_size": 10**6}}}},
+     "method.supervised.hyperparameters.batch_size",
+     "Input should be 'auto' or less than or equal to 256"),
+    ("/v1/chat/completions", {**CHAT, "stop": 5}, "stop",
+     "Input should be a valid string or a valid list"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": "sometimes"},
+     "tool_choice", "Input should be 'none', 'auto' or 'required' or an object"),
+    ("/v1/completions", {**COMPLETION, "prompt": [1.5]}, "prompt.0",
+     "Input should be a valid string or a valid integer or a valid list"),
+    ("/v1/completions", {**COMPLETION, "prompt": [1, "a"]}, "prompt",
+     "Input should be a valid string or a valid list"),  # no one item is wrong
+    # a member that got further names the field inside it (not the union's member or tag)
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "function", "content": "x"}]},
+     "messages.0.role", "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "a"}, {"type": "input_audio", "input_audio": {}}]}]},
+     "messages.0.content.1.type", "Input should be 'text'"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema",
+                                                          "json_schema": {"schema": {}}}},
+     "response_format.json_schema.name", "Field required"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
+        "type": "function", "function": {}}}, "tool_choice.function.name", "Field required"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param", "says"), UNIONS,
+                         ids=[param for _, _, param, _ in UNIONS])
+def test_a_union_field_says_what_each_of_its_types_takes(client, path: str, body: dict,
+                                                         param: str, says: str) -> None:
+    error = assert_openai_error(client.post(path, json=body, headers=KEY), 400)
+    assert error["param"] == param
+    assert error["message"] == f"Invalid value for '{param}': {says}"
+
+
+
+@pytest.mark.parametrize(("query", "param", "says"), [
+    ("/v1/files?limit=0", "limit", "Input should be greater than or equal to 1"),
+    ("/v1/files?order=sideways", "order", "Input should be 'asc' or 'desc'"),
+    ("/v1/fine_tuning/jobs?limit=1000", "limit", "Input should be less than or equal to 100"),
+])
+def test_a_query_parameter_is_named_as_the_client_wrote_it(client, query: str, param: str,
+                                                           says: str) -> None:
+    error = assert_openai_error(client.get(query, headers=KEY), 400)
+    assert error["param"] == param
+    assert error["message"] == f"Invalid value for '{param}': {says}"
