@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from state.db import Database
 
-VERSION_SUFFIX = re.compile(r"^(?P<name>.+)@(?P<number>[0-9]{1,9})$")
+VERSION_SUFFIX = re.compile(r"^(?P<name>.+)@(?P<number>[1-9][0-9]{0,8})$")  # one way to write each
 
 Split = list[list[int]]  # [[version, weight], ...], ordered by version
 

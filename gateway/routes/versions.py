@@ -50,11 +50,11 @@ def _owned(request: Request, tenant_id: str, model: str) -> AdapterRecord:
 
 
 async def _changed(request: Request, record: AdapterRecord, action: StoreAction,
-                   **fields) -> AdapterVersionList:
-    """The change made, and the versions that now serve loaded ahead of their first request."""
+                   param: str | None = "version", **fields) -> AdapterVersionList:
+    """The change made, and the versions that now serve loaded ahead of their first request;
+    a refusal names `param` (the request's field in question)."""
     state = request.app.state
-    await change(state.manager, action, record.tenant, param="version", model=record.id,
-                 **fields)
+    await change(state.manager, action, record.tenant, param=param, model=record.id, **fields)
     changed = state.registry.get(record.id)
     for number, _ in weights(changed.serving):
         version = state.registry.versions.get(record.id, number)
@@ -83,7 +83,8 @@ async def promote(model: str, request: Request, tenant: TenantDep,
 @router.post("/{model:path}/rollback", response_model=AdapterVersionList)
 async def rollback(model: str, request: Request, tenant: TenantDep) -> AdapterVersionList:
     """Serve what served before the last promote, split or rollback's change."""
-    return await _changed(request, _owned(request, tenant.id, model), StoreAction.ROLLBACK)
+    return await _changed(request, _owned(request, tenant.id, model), StoreAction.ROLLBACK,
+                          param=None)  # it has no body
 
 
 @router.post("/{model:path}/split", response_model=AdapterVersionList)
@@ -91,7 +92,7 @@ async def split(model: str, body: SplitRequest, request: Request,
                 tenant: TenantDep) -> AdapterVersionList:
     """Split the name's traffic between versions by weight (sticky per request `user`)."""
     record = _owned(request, tenant.id, model)
-    return await _changed(request, record, StoreAction.SPLIT,
+    return await _changed(request, record, StoreAction.SPLIT, param="weights",
                           split=[[w.version, w.weight] for w in body.weights])
 
 

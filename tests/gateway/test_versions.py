@@ -57,7 +57,7 @@ def test_promote_split_and_rollback(client, bot) -> None:
     back = client.post(f"/v1/adapters/{bot}/rollback", headers=KEY).json()
     assert back["serving"] == [{"version": 1, "weight": 100}] and not back["can_roll_back"]
     error = assert_openai_error(client.post(f"/v1/adapters/{bot}/rollback", headers=KEY), 409)
-    assert "nothing to roll back" in error["message"]
+    assert "nothing to roll back to: no earlier" in error["message"] and error["param"] is None
     latest = client.post(f"/v1/adapters/{bot}/promote", headers=KEY).json()  # no body
     assert latest["serving"] == [{"version": 3, "weight": 100}]
 
@@ -68,7 +68,10 @@ def test_what_cannot_be_done_is_a_clear_error(client, bot) -> None:
     assert "no version 9" in error["message"]
     error = assert_openai_error(client.post(f"/v1/adapters/{bot}/split", headers=KEY, json={
         "weights": [{"version": 1, "weight": 1}, {"version": 1, "weight": 2}]}), 400)
-    assert error["param"] == "version"
+    assert error["param"] == "weights"
+    error = assert_openai_error(client.delete(f"/v1/adapters/{bot}/versions/0", headers=KEY), 400)
+    assert error["param"] == "number"
+    assert_openai_error(client.get(f"/v1/models/{bot}@01", headers=KEY), 404)  # it is @1
     assert_openai_error(client.post(f"/v1/adapters/{bot}/split", headers=KEY, json={
         "weights": [{"version": 1, "weight": 0}]}), 400)
     error = assert_openai_error(client.delete(f"/v1/adapters/{bot}/versions/1", headers=KEY),

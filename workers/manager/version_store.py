@@ -32,8 +32,9 @@ class Versions(VersionReader):
             history = json.loads(conn.execute("SELECT history FROM models WHERE id = ?",
                                               (model_id,)).fetchone()[0])
             if not history:
-                raise VersionError(f"{model_id} has nothing to roll back to: its serving "
-                                   "versions never changed")
+                raise VersionError(f"{model_id} has nothing to roll back to: no earlier "
+                                   "serving versions are recorded (rollbacks undo changes "
+                                   "one by one)")
             previous = history.pop()
             self._write(conn, model_id, previous, history)
         return previous

@@ -65,8 +65,8 @@ def test_promote_and_rollback_walk_the_history(registry, sources) -> None:
     assert registry.versions.rollback("acme/bot") == [[3, 100]]
     assert registry.versions.rollback("acme/bot") == [[1, 100]]
     assert registry.get("acme/bot").path == registry.versions.get("acme/bot", 1).path
-    with pytest.raises(VersionError, match="nothing to roll back"):
-        registry.versions.rollback("acme/bot")
+    with pytest.raises(VersionError, match="nothing to roll back to: no earlier"):
+        registry.versions.rollback("acme/bot")  # they did change: the changes are undone
     registry.promote("acme/bot")  # the latest
     assert serving(registry) == [[3, 100]]
 
@@ -127,6 +127,8 @@ def test_version_ids() -> None:
     assert split_id("acme/bot@") == ("acme/bot@", None)
     assert split_id("acme/bot@x1") == ("acme/bot@x1", None)
     assert split_id("acme/bot@1\n") == ("acme/bot@1\n", None)  # no version: the whole id
+    assert split_id("acme/bot@01") == ("acme/bot@01", None)  # one way to write each version
+    assert split_id("acme/bot@0") == ("acme/bot@0", None)
 
 
 def test_a_database_from_before_versions_migrates(tmp_path, sources) -> None:
