@@ -87,11 +87,13 @@ def completion_response(response_id: str, created: int, model: str, results: lis
 
 
 def completion_chunk(response_id: str, created: int, model: str, result: PromptResult,
-                     delta: W.Delta, n: int, text_prefix: str = "") -> dict:
+                     delta: W.Delta, n: int, offset: int = 0) -> dict:
+    """A chunk of one choice; `offset`: where its text starts in the choice's whole text (the
+    logprobs' text_offset counts from there, as in the response made at once)."""
     logprobs = None
     if delta.logprobs:
-        logprobs = completion_logprobs(list(delta.logprobs), 0).model_dump()
-    choice = {"index": result.index * n + delta.index, "text": text_prefix + delta.text,
+        logprobs = completion_logprobs(list(delta.logprobs), offset).model_dump()
+    choice = {"index": result.index * n + delta.index, "text": delta.text,
               "logprobs": logprobs, "finish_reason": delta.finish_reason}
     return {"id": response_id, "object": "text_completion", "created": created, "model": model,
             "choices": [choice]}

@@ -61,15 +61,18 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
                                              results, n, want_logprobs, echo).model_dump()
 
     def chunks(call: Call, result: PromptResult, event: W.Message) -> list[dict]:
+        echoed = result.started.prompt_text if echo else ""
         if isinstance(event, W.Started):
             if not echo:
                 return []
+            prompt_logprobs = list(event.prompt_logprobs or []) if want_logprobs else None
             return [responses.completion_chunk(
                 call.response_id, call.created, body.model, result,
-                W.Delta(event.id, i, event.prompt_text), n) for i in range(n)]
-        if isinstance(event, W.Delta):
+                W.Delta(event.id, i, echoed, prompt_logprobs), n) for i in range(n)]
+        if isinstance(event, W.Delta):  # already in result.text
+            before = len(echoed) + len(result.text.get(event.index, "")) - len(event.text)
             return [responses.completion_chunk(call.response_id, call.created, body.model,
-                                               result, event, n)]
+                                               result, event, n, before)]
         return []
 
     def usage(call: Call, results: list[PromptResult]) -> dict:

@@ -128,15 +128,33 @@ def test_logprobs_match_the_reference(deployment: Deployment) -> None:
     assert all(c.logprob <= 0 for c in content)
 
 
-def test_echo_with_logprobs(deployment: Deployment) -> None:
-    out = deployment.client("acme").completions.create(
-        model="acme/lora-a", prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=1)
-    choice = out.choices[0]
+def test_echo_with_logprobs_streamed_or_not(deployment: Deployment) -> None:
+    """The prompt's tokens and logprobs come first, offsets count through the whole text, and a
+    stream's chunks add up to the response made at once (the stream once lacked the prompt's
+    logprobs and started each chunk's offsets at 0)."""
+    ask = {"model": "acme/lora-a", "prompt": PROMPT, "max_tokens": 3, "temperature": 0,
+           "echo": True, "logprobs": 1}
+    client = deployment.client("acme")
+    out = client.completions.create(**ask)
+    choice, logprobs = out.choices[0], out.choices[0].logprobs
     assert choice.text.startswith(PROMPT)
     prompt_len = out.usage.prompt_tokens
-    assert choice.logprobs.token_logprobs[0] is None
-    assert len(choice.logprobs.tokens) == prompt_len + 3
-    assert "".join(choice.logprobs.tokens) == choice.text
+    assert logprobs.token_logprobs[0] is None
+    assert len(logprobs.tokens) == prompt_len + 3
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.text_offset == [len("".join(logprobs.tokens[:i]))
+                                    for i in range(len(logprobs.tokens))]
+    text, tokens, offsets, values = "", [], [], []
+    for chunk in client.completions.create(**ask, stream=True):
+        for part in chunk.choices:
+            text += part.text
+            if part.logprobs:
+                tokens += part.logprobs.tokens
+                offsets += part.logprobs.text_offset
+                values += part.logprobs.token_logprobs
+    assert (text, tokens, offsets) == (choice.text, logprobs.tokens, logprobs.text_offset)
+    assert values[0] is None and values[1:] == pytest.approx(logprobs.token_logprobs[1:],
+                                                             abs=1e-4)
 
 
 def test_list_prompts_and_token_ids(deployment: Deployment) -> None:
