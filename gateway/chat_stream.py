@@ -4,13 +4,16 @@ When calls may be read from the output, a sequence's text is held back while it 
 still become) tool calls: as soon as it cannot, what was held is sent as content and the rest
 streams on; if it finishes as calls, they are sent as `tool_calls` deltas (a header with id and
 name, then the arguments) and the sequence ends with finish_reason "tool_calls" ("length" when
-max_tokens cut it: the calls completed before the cut are sent).
+max_tokens cut it: the calls completed before the cut are sent). In a forced mode (`tool_choice`
+"required" or a named function) the output can only be calls: each is sent as it is written
+(`call_reader`), its header once its name is known, then its arguments as they grow.
 """
 
 from __future__ import annotations
 
 from gateway import responses
-from gateway.tools import ToolMode, may_become_call
+from gateway.call_reader import CallReader
+from gateway.tools import ToolMode, call_id, may_become_call
 from openapi.chat import FunctionCallDelta, ToolCallDelta
 from wire import manager as W
 
@@ -24,6 +27,8 @@ class ChatStream:
         self.want_logprobs = want_logprobs
         self.held: dict[int, tuple[str, list[W.TokenLogprob]]] = {}
         self.flowing: set[int] = set()  # sequences known to be content, not calls
+        self.readers: dict[int, CallReader] = {}  # a forced mode's calls, read as written
+        self.lost: set[int] = set()  # forced sequences out of the readers' shape: read whole
 
     def chunks(self, event: W.Message) -> list[dict]:
         if isinstance(event, W.Started):
@@ -33,6 +38,8 @@ class ChatStream:
             return []
         index, logprobs = event.index, list(event.logprobs or [])
         out: list[dict] = []
+        if self.tools.grammar is not None and index not in self.lost:
+            return self._forced(event)
         if not self.tools.names or index in self.flowing:
             out += self._content(index, event.text, logprobs)
         else:
@@ -54,6 +61,31 @@ class ChatStream:
                 out += self._content(index, text, logprobs)
         if event.finish_reason:
             out.append(responses.chat_chunk(*self.base, index, finish_reason=event.finish_reason))
+        return out
+
+    def _forced(self, event: W.Delta) -> list[dict]:
+        """A forced mode's calls, sent as they are written: a call's header once its name is
+        known, then its arguments as they grow."""
+        index = event.index
+        reader = self.readers.setdefault(index, CallReader())
+        text = self.held.pop(index, ("", []))[0] + event.text
+        out = []
+        for k, name, arguments in reader.feed(event.text):
+            if name is not None:
+                out.append(self._call(index, ToolCallDelta(
+                    index=k, id=call_id(), type="function",
+                    function=FunctionCallDelta(name=name, arguments=""))))
+            if arguments:
+                out.append(self._call(index, ToolCallDelta(
+                    index=k, function=FunctionCallDelta(arguments=arguments))))
+        if reader.lost and not reader.calls:  # out of shape before anything was sent
+            self.lost.add(index)
+            return self.chunks(W.Delta(event.id, index, text, None, event.finish_reason))
+        self.held[index] = (text, [])
+        if event.finish_reason:
+            finish = "tool_calls" if reader.calls and event.finish_reason == "stop" \
+                else event.finish_reason
+            out.append(responses.chat_chunk(*self.base, index, finish_reason=finish))
         return out
 
     def _content(self, index: int, text: str, logprobs: list[W.TokenLogprob]) -> list[dict]:

@@ -6,7 +6,8 @@ models are trained on). With `tool_choice` "required" or a named function the ou
 constrained to such calls (a named function: exactly one), arguments by the function's schema;
 with "auto" the model may answer either way and calls are recognised in its output; with "none"
 no call is read. Calls completed before a max_tokens cut are returned as calls, with
-finish_reason "length".
+finish_reason "length"; in a forced mode also the call the cut ended, as far as it got
+(`call_reader`: the grammar's calls are read as they are written).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from gateway.call_reader import CallReader
 from gateway.errors import APIError
 from gateway.structured import MAX_PARALLEL_CALLS, TOOL_CLOSE, TOOL_OPEN, tool_calls_grammar
 from openapi.chat import (
@@ -43,13 +45,26 @@ class ToolMode:
     def calls(self, text: str, finish: str | None = "stop") -> list[ToolCall] | None:
         """The calls `text` makes, or None if it is no (valid) call. Cut by max_tokens
         (`finish` "length"), the calls completed before the cut; in a forced mode (a grammar)
-        none at all is [] (the output was a call that did not finish), never content."""
+        also the call it cut, with its arguments as far as they got (as a stream sends them),
+        and none at all is [] (the cut came before a name), never content."""
         if not self.names or finish not in ("stop", "length"):
             return None
+        if self.grammar is not None and (read := self.read(text, finish)) is not None:
+            return read
         calls = parse_calls(text, self.names, cut=finish == "length")
         if calls is None and finish == "length" and self.grammar is not None:
             return []
         return calls if calls is not None and len(calls) <= self.max_calls else None
+
+    def read(self, text: str, finish: str | None) -> list[ToolCall] | None:
+        """A forced mode's calls as CallReader reads them (arguments as written); None where
+        the text is out of its shape."""
+        reader = CallReader()
+        reader.feed(text)
+        if reader.lost or any(c.name not in self.names for c in reader.calls) or (
+                finish == "stop" and not all(c.done for c in reader.calls)):
+            return None
+        return [new_call(c.name, c.arguments) for c in reader.calls]
 
     def finish(self, calls: list[ToolCall] | None, finish: str | None) -> str | None:
         """OpenAI's finish_reason: "tool_calls" for calls that ended the output."""
@@ -133,9 +148,16 @@ def parse_calls(text: str, names: set[str], cut: bool = False) -> list[ToolCall]
         if not isinstance(call, dict) or call.get("name") not in names or \
                 not isinstance(call.get("arguments"), dict):
             return None
-        calls.append(ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(
-            name=call["name"], arguments=json.dumps(call["arguments"]))))
+        calls.append(new_call(call["name"], json.dumps(call["arguments"])))
     return calls or None
+
+
+def new_call(name: str, arguments: str) -> ToolCall:
+    return ToolCall(id=call_id(), function=FunctionCall(name=name, arguments=arguments))
+
+
+def call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def may_become_call(text: str) -> bool:

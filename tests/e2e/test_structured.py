@@ -4,6 +4,7 @@ constraints make its output parse)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Annotated, Literal
 
@@ -133,22 +134,30 @@ def test_a_named_tool_call_streams_as_openai_streams_it(deployment: Deployment) 
     request = {"model": "acme/lora-a", "messages": ASK, "tools": TOOLS, "seed": 9,
                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
                "max_completion_tokens": 600}
-    whole = client.chat.completions.create(**request)
-    streamed: dict[int, dict] = {}
-    finish = None
-    for chunk in client.chat.completions.create(**request, stream=True):
-        for choice in chunk.choices:
-            finish = choice.finish_reason or finish
-            for call in choice.delta.tool_calls or []:
-                entry = streamed.setdefault(call.index, {"id": None, "name": "", "arguments": ""})
-                entry["id"] = call.id or entry["id"]
-                entry["name"] += call.function.name or "" if call.function else ""
-                entry["arguments"] += call.function.arguments or "" if call.function else ""
-    assert finish == "tool_calls"
-    assert [(e["name"], json.loads(e["arguments"])) for e in streamed.values()] == \
-        calls_of(whole.choices[0].message)
-    assert all(e["id"].startswith("call_") for e in streamed.values())
-    assert {name for name, _ in calls_of(whole.choices[0].message)} == {"get_weather"}
+    for limit, finish in ((600, "tool_calls"), (24, "length")):  # whole; cut in its arguments
+        ask = {**request, "max_completion_tokens": limit}
+        whole = client.chat.completions.create(**ask).choices[0]
+        streamed: dict[int, dict] = {}
+        pieces = 0
+        for chunk in client.chat.completions.create(**ask, stream=True):
+            for choice in chunk.choices:
+                assert choice.finish_reason in (None, finish)
+                for call in choice.delta.tool_calls or []:
+                    entry = streamed.setdefault(call.index, {"id": None, "name": "",
+                                                             "arguments": ""})
+                    entry["id"] = call.id or entry["id"]
+                    entry["name"] += call.function.name or "" if call.function else ""
+                    entry["arguments"] += call.function.arguments or "" if call.function else ""
+                    pieces += bool(call.function and call.function.arguments)
+        assert whole.finish_reason == finish
+        assert [(e["name"], e["arguments"]) for e in streamed.values()] == \
+            [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+        assert all(e["id"].startswith("call_") for e in streamed.values())
+        assert {e["name"] for e in streamed.values()} == {"get_weather"}
+        assert pieces > 1  # the arguments as they were written
+    assert streamed[0]["arguments"]  # the call the cut ended, as far as it got
+    with pytest.raises(ValueError):
+        json.loads(streamed[0]["arguments"])
 
 
 def test_best_of_returns_the_most_likely_of_its_samples(deployment: Deployment) -> None:
@@ -202,8 +211,9 @@ def test_vendor_extras_are_honoured_and_unknown_fields_refused(deployment: Deplo
 def test_forced_tool_calls_at_a_short_max_tokens_are_always_openai_shaped(
         deployment: Deployment, choice: str, stream: bool) -> None:
     """At 60 tokens a random model's call is often cut: what comes back is still OpenAI's
-    shape (never the raw call text), a named choice is one call of that function, and any
-    completed call goes back with its result for an answer."""
+    shape (never the raw call text; the call the cut ended as far as it got), a named choice is
+    one call of that function, and any completed call goes back with its result for an
+    answer."""
     client = deployment.client("acme")
     tool_choice = {"type": "function", "function": {"name": "get_time"}} \
         if choice == "named" else "required"
@@ -221,13 +231,20 @@ def test_forced_tool_calls_at_a_short_max_tokens_are_always_openai_shaped(
         assert finish == "length" or (finish == "tool_calls" and calls), (finish, message)
         if choice == "named":
             assert len(calls) <= 1 and all(c["function"]["name"] == "get_time" for c in calls)
+        cut = calls[-1:] if finish == "length" and calls else []  # as far as it got
+        for call in cut:
+            with contextlib.suppress(ValueError):  # unless the cut came right after it
+                json.loads(call["function"]["arguments"])
+                cut = []
+        calls = calls[:len(calls) - len(cut)]
         for call in calls:
             schema = next(t["function"]["parameters"] for t in TOOLS
                           if t["function"]["name"] == call["function"]["name"])
             jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
         if calls:
-            history = [*ASK, message, *({"role": "tool", "tool_call_id": c["id"],
-                                         "content": "12:00"} for c in calls)]
+            history = [*ASK, {**message, "tool_calls": calls},
+                       *({"role": "tool", "tool_call_id": c["id"], "content": "12:00"}
+                         for c in calls)]
             answer = client.chat.completions.create(model="acme/lora-a", messages=history,
                                                     tools=TOOLS, max_completion_tokens=5)
             assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
