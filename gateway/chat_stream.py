@@ -55,7 +55,9 @@ class ChatStream:
                     out.append(self._call(index, ToolCallDelta(
                         index=k, function=FunctionCallDelta(arguments=call.function.arguments))))
                 finish = self.tools.finish(calls, event.finish_reason)
-                return [*out, responses.chat_chunk(*self.base, index, finish_reason=finish)]
+                return [*out, responses.chat_chunk(
+                    *self.base, index, finish_reason=finish,
+                    logprobs=logprobs if self.want_logprobs else None)]
             else:
                 self.flowing.add(index)
                 out += self._content(index, text, logprobs)
@@ -65,27 +67,32 @@ class ChatStream:
 
     def _forced(self, event: W.Delta) -> list[dict]:
         """A forced mode's calls, sent as they are written: a call's header once its name is
-        known, then its arguments as they grow."""
+        known, then its arguments as they grow (the tokens' logprobs with the chunks they
+        made, or the next)."""
         index = event.index
         reader = self.readers.setdefault(index, CallReader())
-        text = self.held.pop(index, ("", []))[0] + event.text
-        out = []
+        text, logprobs = self.held.pop(index, ("", []))
+        text, logprobs = text + event.text, logprobs + list(event.logprobs or [])
+        deltas = []
         for k, name, arguments in reader.feed(event.text):
             if name is not None:
-                out.append(self._call(index, ToolCallDelta(
-                    index=k, id=call_id(), type="function",
-                    function=FunctionCallDelta(name=name, arguments=""))))
+                deltas.append(ToolCallDelta(index=k, id=call_id(), type="function",
+                                            function=FunctionCallDelta(name=name, arguments="")))
             if arguments:
-                out.append(self._call(index, ToolCallDelta(
-                    index=k, function=FunctionCallDelta(arguments=arguments))))
+                deltas.append(ToolCallDelta(index=k, function=FunctionCallDelta(
+                    arguments=arguments)))
         if reader.lost and not reader.calls:  # out of shape before anything was sent
             self.lost.add(index)
-            return self.chunks(W.Delta(event.id, index, text, None, event.finish_reason))
-        self.held[index] = (text, [])
+            return self.chunks(W.Delta(event.id, index, text, logprobs, event.finish_reason))
+        sent = logprobs if self.want_logprobs else None
+        out = [self._call(index, delta, sent if k == len(deltas) - 1 else None)
+               for k, delta in enumerate(deltas)]
         if event.finish_reason:
             finish = "tool_calls" if reader.calls and event.finish_reason == "stop" \
                 else event.finish_reason
-            out.append(responses.chat_chunk(*self.base, index, finish_reason=finish))
+            out.append(responses.chat_chunk(*self.base, index, finish_reason=finish,
+                                            logprobs=None if deltas else sent))
+        self.held[index] = (text, [] if out else logprobs)
         return out
 
     def _content(self, index: int, text: str, logprobs: list[W.TokenLogprob]) -> list[dict]:
@@ -94,5 +101,6 @@ class ChatStream:
         return [responses.chat_chunk(*self.base, index, content=text,
                                      logprobs=logprobs if self.want_logprobs else None)]
 
-    def _call(self, index: int, delta: ToolCallDelta) -> dict:
-        return responses.chat_chunk(*self.base, index, tool_calls=[delta])
+    def _call(self, index: int, delta: ToolCallDelta,
+              logprobs: list[W.TokenLogprob] | None = None) -> dict:
+        return responses.chat_chunk(*self.base, index, tool_calls=[delta], logprobs=logprobs)

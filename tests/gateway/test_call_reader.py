@@ -69,11 +69,15 @@ def test_text_out_of_the_shape_is_lost_not_misread(text: str) -> None:
     assert reader.lost
 
 
+def token(piece: str) -> W.TokenLogprob:
+    return W.TokenLogprob(piece, -1.0, [], list(piece.encode()))
+
+
 def streamed(mode, pieces: list[str], finish: str) -> tuple[list[dict], list[tuple]]:
-    stream = ChatStream(("chatcmpl-1", 0, "m"), 1, mode, False)
+    stream = ChatStream(("chatcmpl-1", 0, "m"), 1, mode, True)
     chunks = stream.chunks(W.Started("r", 3))
     for k, piece in enumerate(pieces):
-        chunks += stream.chunks(W.Delta("r", 0, piece, None,
+        chunks += stream.chunks(W.Delta("r", 0, piece, [token(piece)],
                                         finish if k == len(pieces) - 1 else None))
     choices = [c["choices"][0] for c in chunks]
     calls: dict[int, list] = {}
@@ -96,7 +100,10 @@ def test_a_forced_call_streams_as_written_and_equals_the_response(choice, cut) -
     choices, calls = streamed(mode, pieces, finish)
     result = PromptResult(0, W.Started("r", 3))
     result.text[0], result.finish[0] = text, finish
-    whole = chat_choice(result, 0, False, mode)
+    result.logprobs[0] = [token(piece) for piece in pieces]
+    whole = chat_choice(result, 0, True, mode)
+    sent = [t["token"] for c in choices if c["logprobs"] for t in c["logprobs"]["content"]]
+    assert sent == [t.token for t in whole.logprobs.content] == pieces  # each token once
     assert [(c.function.name, c.function.arguments) for c in whole.message.tool_calls] == calls
     assert whole.message.content is None and not any(c["delta"].get("content") for c in choices)
     assert whole.finish_reason == choices[-1]["finish_reason"] == \
@@ -107,3 +114,13 @@ def test_a_forced_call_streams_as_written_and_equals_the_response(choice, cut) -
     if cut is not None:  # the call the cut ended, as far as it got
         assert calls[0][1] == json.dumps(TRICKY, separators=(",", ":"))[:len(calls[0][1])]
         assert 0 < len(calls[0][1]) < len(json.dumps(TRICKY, separators=(",", ":")))
+
+
+def test_a_call_held_back_in_auto_mode_still_sends_its_tokens_logprobs() -> None:
+    text = written("get_weather", TRICKY)
+    pieces = [text[i:i + 7] for i in range(0, len(text), 7)]
+    choices, calls = streamed(tool_mode(request(tools=[TOOL])), pieces, "stop")
+    assert [name for name, _ in calls] == ["get_weather"] and choices[-1]["finish_reason"] == \
+        "tool_calls"
+    sent = [t["token"] for c in choices if c["logprobs"] for t in c["logprobs"]["content"]]
+    assert sent == pieces
