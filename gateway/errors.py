@@ -22,7 +22,8 @@ EXTRA_HINTS = {"prompt": "not a chat parameter: use 'messages', or /v1/completio
                "messages": "not a completions parameter: use /v1/chat/completions"}
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-         404: "invalid_request_error", 409: "invalid_request_error",
+         404: "invalid_request_error", 405: "invalid_request_error",
+         409: "invalid_request_error",
          413: "invalid_request_error", 415: "invalid_request_error",
          422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
          503: "service_unavailable", 507: "server_error"}
@@ -172,6 +173,10 @@ def install(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # its location is a byte offset, not a field
             offset = location[0] if location else "?"
             message, param = f"The request body is not valid JSON (at byte {offset}).", None
+        elif tuple(first.get("loc", ())) == ("body",):  # not a field: the body as a whole
+            message = ("The request body is missing" if first.get("type") == "missing" else
+                       "The request body is not a JSON object") + \
+                ": send one, with Content-Type: application/json."
         elif first.get("type") == "extra_forbidden":
             hint = EXTRA_HINTS.get(param or "")
             message = f"Unrecognized request argument supplied: {param}" + (

@@ -59,3 +59,19 @@ def test_a_query_parameter_is_named_as_the_client_wrote_it(client, query: str, p
     error = assert_openai_error(client.get(query, headers=KEY), 400)
     assert error["param"] == param
     assert error["message"] == f"Invalid value for '{param}': {says}"
+
+
+@pytest.mark.parametrize(("content", "headers", "says"), [
+    (b"[1, 2]", {"Content-Type": "application/json"}, "is not a JSON object"),
+    (b"null", {"Content-Type": "application/json"}, "is not a JSON object"),
+    (b'{"model": "tiny-llama"}', {"Content-Type": "text/plain"}, "is not a JSON object"),
+    (b"", {"Content-Type": "application/json"}, "is missing"),
+])
+def test_a_body_that_is_no_object_is_told_so_not_a_field(client, content: bytes,
+                                                         headers: dict, says: str) -> None:
+    response = client.post("/v1/chat/completions", content=content, headers={**KEY, **headers})
+    error = assert_openai_error(response, 400)
+    assert error["param"] is None
+    assert error["message"] == f"The request body {says}: send one, with Content-Type: " \
+        "application/json."
+
