@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.structured import TOOL_CLOSE, TOOL_OPEN
+from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
 NAME_OPEN, NAME_CLOSE, CALL_END = '{"name":"', '","arguments":', "}" + TOOL_CLOSE
 MAX_NAME = 64

@@ -16,10 +16,10 @@ from typing import Any
 from llguidance import LLMatcher
 
 from gateway.errors import APIError
+from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
 DECIMALS = 6
 COMPACT = {"whitespace_flexible": False}
-TOOL_OPEN, TOOL_CLOSE = "<tool_call>\n", "\n</tool_call>"
 MAX_PARALLEL_CALLS = 8
 SCHEMA_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.call_reader import CallReader
 from gateway.errors import APIError
-from gateway.structured import MAX_PARALLEL_CALLS, TOOL_CLOSE, TOOL_OPEN, tool_calls_grammar
+from gateway.structured import MAX_PARALLEL_CALLS, tool_calls_grammar
 from openapi.chat import (
     ChatCompletionRequest,
     ChatMessage,
@@ -27,13 +27,7 @@ from openapi.chat import (
     ToolCall,
 )
 from wire import manager as W
-
-TOOLS_PROMPT = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-    "{tools}\n</tools>\n\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
+from wire.hermes import TOOL_CLOSE, TOOL_OPEN, call_text, calls_message, tool_response, with_tools
 
 
 @dataclass(frozen=True)
@@ -100,13 +94,11 @@ def tool_mode(body: ChatCompletionRequest) -> ToolMode:
 def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:
     messages = [_render(m, i) for i, m in enumerate(body.messages)]
     if body.tools:
-        listing = "\n".join(json.dumps(t.model_dump(exclude_none=True, by_alias=True))
-                            for t in body.tools)
-        prompt = TOOLS_PROMPT.format(tools=listing)
+        tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools]
         if messages and messages[0].role == "system":
-            messages[0] = W.ChatMessage("system", f"{messages[0].content}\n\n{prompt}")
+            messages[0] = W.ChatMessage("system", with_tools(messages[0].content, tools))
         else:
-            messages.insert(0, W.ChatMessage("system", prompt))
+            messages.insert(0, W.ChatMessage("system", with_tools(None, tools)))
     return messages
 
 
@@ -114,7 +106,7 @@ def _render(message: ChatMessage, index: int) -> W.ChatMessage:
     role = "system" if message.role == "developer" else message.role
     text = message.text()
     if message.role == "tool":
-        return W.ChatMessage("tool", f"<tool_response>\n{text}\n</tool_response>")
+        return W.ChatMessage("tool", tool_response(text))
     calls = []
     for k, call in enumerate(message.tool_calls or []):
         try:
@@ -123,11 +115,8 @@ def _render(message: ChatMessage, index: int) -> W.ChatMessage:
             raise APIError(400, "tool call arguments must be a JSON object in a string",
                            "invalid_request",
                            f"messages.{index}.tool_calls.{k}.function.arguments") from None
-        calls.append(TOOL_OPEN + json.dumps({"name": call.function.name,
-                                             "arguments": arguments}) + TOOL_CLOSE)
-    if calls:
-        text = "\n".join([text, *calls] if text else calls)
-    return W.ChatMessage(role, text)
+        calls.append(call_text(call.function.name, arguments))
+    return W.ChatMessage(role, calls_message(text, calls) if calls else text)
 
 
 def parse_calls(text: str, names: set[str], cut: bool = False) -> list[ToolCall] | None:

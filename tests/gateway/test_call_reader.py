@@ -12,10 +12,10 @@ from gateway.call_reader import CallReader
 from gateway.chat_stream import ChatStream
 from gateway.responses import chat_choice
 from gateway.serving import PromptResult
-from gateway.structured import TOOL_CLOSE, TOOL_OPEN
 from gateway.tools import tool_mode
 from tests.gateway.test_tools import TOOL, request
 from wire import manager as W
+from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
 TRICKY = {"city": "Pa}ris \"{[", "days": [1, {"deep": []}], "note": "back\\slash"}
 
