@@ -2,7 +2,8 @@
 with it line by line, the trainer reads the examples it tokenizes with it. Torch-free.
 
 Two formats: chat (`{"messages": [...]}`, the loss is on assistant messages, `weight` 0 leaves
-one out) and prompt/completion (`{"prompt": str, "completion": str}`, the loss is on the
+one out; tools and tool calls as the model is served them, `training_tools`) and
+prompt/completion (`{"prompt": str, "completion": str}`, the loss is on the
 completion). One file holds one format.
 """
 
@@ -11,6 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from state.training_tools import BadTools, assistant_text, result_text, tools_of
+from wire.hermes import with_tools
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 MESSAGE_KEYS = {"role", "content", "name", "function_call", "weight", "tool_calls",
@@ -93,13 +97,22 @@ def _chat(record: dict) -> Chat:
     messages = record["messages"]
     if not isinstance(messages, list) or not messages:
         raise BadLine("'messages' must be a non-empty list", "chat")
-    turns = tuple(_turn(i, message) for i, message in enumerate(messages, start=1))
+    try:
+        tools = tools_of(record)
+        turns = [_turn(i, message) for i, message in enumerate(messages, start=1)]
+    except BadTools as exc:
+        raise BadLine(str(exc), "chat") from None
     roles = {turn.role for turn in turns}
     if "user" not in roles:
         raise BadLine("example has no user message", "chat")
     if "assistant" not in roles:
         raise BadLine("example has no assistant message", "chat")
-    return Chat(turns)
+    if tools:  # listed in the system message, as a served request's tools are
+        if turns[0].role in ("system", "developer"):
+            turns[0] = Turn(turns[0].role, with_tools(turns[0].text, tools))
+        else:
+            turns.insert(0, Turn("system", with_tools(None, tools)))
+    return Chat(tuple(turns))
 
 
 def _turn(i: int, message: object) -> Turn:
@@ -115,9 +128,17 @@ def _turn(i: int, message: object) -> Turn:
     if "weight" in message and message["weight"] not in (0, 1):
         raise BadLine(f"message {i} has a weight other than 0 or 1", "chat")
     text = _text(message.get("content"))
+    role = message["role"]
+    if ("tool_calls" in message or "function_call" in message) and role != "assistant":
+        raise BadLine(f"message {i} has tool calls, which only an assistant message makes",
+                      "chat")
+    if role == "assistant":
+        text = assistant_text(i, message, text)
     if text is None:
         raise BadLine(f"message {i} has no text content", "chat")
-    return Turn(message["role"], text, int(message.get("weight", 1)))
+    if role in ("tool", "function"):  # a result, as the model reads it
+        role, text = "tool", result_text(text)
+    return Turn(role, text, int(message.get("weight", 1)))
 
 
 def _prompt_completion(record: dict) -> PromptCompletion:

@@ -1,0 +1,90 @@
+"""Tools and tool calls in a chat fine-tuning example (OpenAI's function-calling format, and its
+deprecated `functions` / `function_call` / role `function`), turned into the text the model is
+served with (`wire.hermes`): the tools listed in the system message, an assistant's calls after
+its text, a tool's result wrapped as a response. The calls are learned like any assistant text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from wire.hermes import FUNCTION_KEYS, call_text, calls_message, tool_response
+
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class BadTools(ValueError):
+    """What is wrong with a line's tools or calls."""
+
+
+def tools_of(record: dict) -> list[dict[str, Any]]:
+    """The example's tools as the API lists them ({"type": "function", "function": {...}}),
+    from `tools` or the deprecated `functions`."""
+    if "tools" in record and "functions" in record:
+        raise BadTools("has both 'tools' and 'functions': give one")
+    raw = record.get("tools", record.get("functions"))
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise BadTools("'tools' must be a list")
+    tools = []
+    for k, tool in enumerate(raw):
+        if "functions" in record:
+            tool = {"type": "function", "function": tool}
+        if not isinstance(tool, dict) or tool.get("type") != "function" or \
+                set(tool) != {"type", "function"}:
+            raise BadTools(f"tool {k} must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        tools.append({"type": "function", "function": _function(k, tool["function"])})
+    return tools
+
+
+def _function(k: int, function: object) -> dict[str, Any]:
+    if not isinstance(function, dict) or set(function) - set(FUNCTION_KEYS):
+        raise BadTools(f"tool {k}'s function takes only {', '.join(FUNCTION_KEYS)}")
+    name = function.get("name")
+    if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
+        raise BadTools(f"tool {k}'s function needs a name of letters, digits, '_' and '-' (at "
+                       "most 64)")
+    if not isinstance(function.get("parameters", {}), dict | None):
+        raise BadTools(f"tool {k}'s parameters must be a JSON schema object")
+    return {key: function[key] for key in FUNCTION_KEYS if function.get(key) is not None}
+
+
+def assistant_text(i: int, message: dict, text: str | None) -> str | None:
+    """An assistant message's text with its calls after it (None: neither)."""
+    calls = message.get("tool_calls")
+    if "function_call" in message:
+        if calls is not None:
+            raise BadTools(f"message {i} has both 'tool_calls' and 'function_call'")
+        calls = [{"type": "function", "function": message["function_call"]}]
+    if calls is None:
+        return text
+    if not isinstance(calls, list) or not calls:
+        raise BadTools(f"message {i}'s tool_calls must be a non-empty list")
+    return calls_message(text or "", [_call(i, k, call) for k, call in enumerate(calls)])
+
+
+def _call(i: int, k: int, call: object) -> str:
+    where = f"message {i}'s tool call {k}"
+    if not isinstance(call, dict) or call.get("type", "function") != "function" or \
+            not isinstance(call.get("function"), dict):
+        raise BadTools(f"{where} must be {{\"type\": \"function\", \"function\": {{\"name\", "
+                       "\"arguments\"}}}}")
+    function = call["function"]
+    name, arguments = function.get("name"), function.get("arguments")
+    if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
+        raise BadTools(f"{where} needs a function name")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else None
+    except (ValueError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise BadTools(f"{where}'s arguments must be a JSON object in a string")
+    return call_text(name, parsed)
+
+
+def result_text(text: str) -> str:
+    """A tool's (or a deprecated function's) result, as the model reads it."""
+    return tool_response(text)
