@@ -72,6 +72,8 @@ def lines(data: bytes | Iterable[bytes]) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as exc:
             raise NotText(offset + exc.start) from None
         offset += len(raw)
+        if number == 1:
+            line = line.removeprefix("\ufeff")  # a byte order mark, as some editors save
         if line.strip():
             yield number, line
 

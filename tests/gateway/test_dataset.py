@@ -67,3 +67,14 @@ def test_content_parts_and_weights_are_accepted() -> None:
                          {"role": "user", "content": "again"},
                          {"role": "assistant", "content": "y", "weight": 1}]}
     assert validate_jsonl(json.dumps(line).encode()).ok
+
+
+def test_a_byte_order_mark_before_the_first_line_is_no_defect(count) -> None:
+    """Some editors save UTF-8 with a BOM; one before any later line is still refused."""
+    lines = (DATA / "gsm8k_train_chat_1000.jsonl").read_bytes().splitlines(keepends=True)[:3]
+    marked = validate_jsonl(b"\xef\xbb\xbf" + b"".join(lines), count, 2048)
+    plain = validate_jsonl(b"".join(lines), count, 2048)
+    assert marked.ok and (marked.examples, marked.tokens) == (plain.examples, plain.tokens) == \
+        (3, plain.tokens)
+    inside = validate_jsonl(lines[0] + b"\xef\xbb\xbf" + lines[1], count, 2048)
+    assert not inside.ok and "line 2: not valid JSON" in inside.message()
