@@ -109,6 +109,9 @@ def _chat(record: dict) -> Chat:
         raise BadLine("example has no user message", "chat")
     if "assistant" not in roles:
         raise BadLine("example has no assistant message", "chat")
+    if all(t.weight == 0 for t in turns if t.role == "assistant"):
+        raise BadLine("example has nothing to learn from: every assistant message has weight 0",
+                      "chat")
     if tools:  # listed in the system message, as a served request's tools are
         if turns[0].role in ("system", "developer"):
             turns[0] = Turn(turns[0].role, with_tools(turns[0].text, tools))
