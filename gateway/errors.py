@@ -29,6 +29,9 @@ TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permis
          503: "service_unavailable", 507: "server_error"}
 
 
+RETRY_SOON = {"Retry-After": "1"}  # a 429 that a request finishing elsewhere ends
+
+
 def documented(*statuses: int) -> dict:
     """A router's error responses for the OpenAPI document: every /v1 route can answer 401 (no
     or a wrong key) and 403 (an operator key, which is no tenant's), 413 (body over the limit)

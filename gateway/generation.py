@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import kv_budget
-from gateway.errors import APIError
+from gateway.errors import RETRY_SOON, APIError
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
@@ -55,7 +55,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         state.metrics.rejected.labels(tenant.id, "concurrency").inc()
         raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
                        f"{tenant.max_concurrent}); retry when one finishes.",
-                       "rate_limit_exceeded")
+                       "rate_limit_exceeded", headers=RETRY_SOON)
     try:
         kv_held = kv_budget.reserve(state.tenants, state.text_tokens, tenant, prompts, params)
     except APIError as refused:

@@ -8,7 +8,7 @@ the whole budget is a 400; one that does not fit beside the tenant's others is a
 
 from __future__ import annotations
 
-from gateway.errors import APIError
+from gateway.errors import RETRY_SOON, APIError
 from gateway.tenants import Tenant, TenantDirectory
 from gateway.tokens import TextTokens
 from wire import manager as W
@@ -50,5 +50,6 @@ def reserve(directory: TenantDirectory, tokens: TextTokens, tenant: Tenant, prom
     if held is None:
         raise APIError(429, f"Tenant {tenant.id}'s requests in flight hold most of its "
                        f"{tenant.max_kv_tokens} KV-cache tokens and this one needs about "
-                       f"{need}; retry when one finishes.", "rate_limit_exceeded")
+                       f"{need}; retry when one finishes.", "rate_limit_exceeded",
+                       headers=RETRY_SOON)
     return held

@@ -7,7 +7,7 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
-from gateway.errors import APIError
+from gateway.errors import RETRY_SOON, APIError
 
 
 class TenantSlots:
@@ -24,7 +24,7 @@ class TenantSlots:
             raise APIError(429, f"{self._busy[tenant]} {self.what} of yours are in progress, "
                            f"the most at once; retry when one has finished.",
                            "too_many_concurrent_requests",
-                           headers={"Retry-After": "1"})
+                           headers=RETRY_SOON)
         self._busy[tenant] += 1
         try:
             yield

@@ -37,6 +37,7 @@ def test_requests_fit_beside_each_other_or_wait() -> None:
     with pytest.raises(APIError) as info:
         reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params)
     assert info.value.status == 429 and "retry" in info.value.message
+    assert info.value.headers == {"Retry-After": "1"}
     directory.free_kv(tenant, first)
     assert reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params) == 30
     unlimited = Tenant("beta")

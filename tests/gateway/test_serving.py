@@ -58,6 +58,17 @@ class StandInManager:
         self.ctx.term()
 
 
+def _scope(app, body: bytes) -> dict:
+    """A POST /v1/completions of `body` by tenant acme, as the server hands it to the app."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"",
+            "query_string": b"", "root_path": "", "app": app,
+            "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+            "headers": [(b"authorization", b"Bearer sk-acme"),
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}
+
+
 async def _client_leaves(data_dir, manager: StandInManager | None = None, body_after_s: float = 0
                          ) -> tuple[list[dict], list[str]]:
     """POST a completion through the whole app, its body sent `body_after_s` after its headers;
@@ -80,13 +91,7 @@ async def _client_leaves(data_dir, manager: StandInManager | None = None, body_a
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"",
-             "query_string": b"", "root_path": "", "app": app,
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
-             "headers": [(b"authorization", b"Bearer sk-acme"),
-                         (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())]}
+    scope = _scope(app, body)
     try:
         async with app.router.lifespan_context(app):
             for _ in range(1000):  # the gateway's first status exchange
@@ -158,3 +163,54 @@ def test_the_time_since_a_request_was_received_goes_with_it(tmp_path) -> None:
             manager.close()
 
     assert 2_000_000 <= asyncio.run(start()).waited_us < 2_500_000
+
+
+def test_a_request_past_the_tenants_concurrency_is_429_with_retry_after(tmp_path) -> None:
+    """While a tenant's one allowed request streams, the next is refused at once, and told when
+    to retry (the SDK's retries wait for it); the refusal is counted."""
+    manager = StandInManager()
+
+    async def second_while_first_streams() -> tuple[list[dict], float]:
+        server = asyncio.create_task(manager.serve())
+        app = create_app(GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                                         manager=manager.endpoint, max_concurrent=1))
+        body = json.dumps({"model": "tiny-llama", "prompt": "x", "stream": True}).encode()
+        leave = asyncio.Event()
+
+        async def first_receive() -> dict:
+            if not leave.is_set() and not manager.generates:
+                return {"type": "http.request", "body": body, "more_body": False}
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        sent: list[dict] = []
+
+        async def nothing(_: dict) -> None:
+            pass
+
+        async def record(message: dict) -> None:
+            sent.append(message)
+
+        try:
+            async with app.router.lifespan_context(app):
+                while not app.state.manager.up:
+                    await asyncio.sleep(0.01)
+                first = asyncio.create_task(app(_scope(app, body), first_receive, nothing))
+                while not manager.generates:
+                    await asyncio.sleep(0.01)
+                await app(_scope(app, body), lambda: asyncio.sleep(0, {
+                    "type": "http.request", "body": body, "more_body": False}), record)
+                leave.set()
+                await first
+                return sent, app.state.metrics.rejected.labels("acme", "concurrency")._value.get()
+        finally:
+            for task in [server, *manager.streaming.values()]:
+                task.cancel()
+            manager.close()
+
+    sent, rejected = asyncio.run(second_while_first_streams())
+    start = sent[0]
+    assert start["status"] == 429 and (b"retry-after", b"1") in start["headers"]
+    error = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]
+    assert error["code"] == "rate_limit_exceeded" and "limit 1" in error["message"]
+    assert rejected == 1 and len(manager.generates) == 1
