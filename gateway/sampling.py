@@ -111,6 +111,8 @@ def completion_params(request: CompletionRequest, cap: int = 0) -> SamplingParam
         raise APIError(400, "min_tokens must not exceed max_tokens", "invalid_request",
                        "min_tokens")
     params = _common(request, max_tokens, request.logprobs, request.echo)
+    params.fit = request.max_tokens is None or "max_tokens" not in request.model_fields_set
+    # (OpenAI's default of 16, then, at most what fits)
     best_of = request.best_of or request.n
     if best_of < request.n:
         raise APIError(400, f"best_of ({best_of}) must be at least n ({request.n})",
@@ -144,4 +146,6 @@ def chat_params(request: ChatCompletionRequest, default_max_tokens: int | None =
         raise APIError(400, "top_logprobs needs logprobs to be true", "invalid_request",
                        "top_logprobs")
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    return _common(request, max_tokens, logprobs)
+    params = _common(request, max_tokens, logprobs)
+    params.fit = request.max_completion_tokens is None and request.max_tokens is None
+    return params

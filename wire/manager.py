@@ -44,6 +44,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     min_tokens: int = 0
     logit_bias: dict[int, float] = {}  # token id -> added to its logit before sampling
     grammar: str | None = None  # an llguidance grammar every sequence must follow
+    fit: bool = False  # max_tokens is the server's default, not the client's: at most what fits
 
 
 class ChatMessage(msgspec.Struct, array_like=True):

@@ -157,6 +157,23 @@ def test_echo_with_logprobs_streamed_or_not(deployment: Deployment) -> None:
                                                              abs=1e-4)
 
 
+def test_a_long_prompt_without_max_tokens_gets_what_fits(deployment: Deployment) -> None:
+    """The default (16 for completions, the server's for chat) is at most what the context has
+    room for: a request that never asked for more is not refused for it."""
+    client = deployment.client("acme")
+    ids = deployment.reference("acme/lora-a").ids(PROMPT)
+    context = 2048  # tiny-llama's
+    prompt = (ids * (context // len(ids) + 1))[:context - 5]
+    out = client.completions.create(model="acme/lora-a", prompt=prompt, temperature=0)
+    assert (out.usage.completion_tokens, out.choices[0].finish_reason) == (5, "length")
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.completions.create(model="acme/lora-a", prompt=prompt, max_tokens=6)
+    chat = client.chat.completions.create(
+        model="acme/lora-a", messages=[{"role": "user", "content": "fox " * 2030}])
+    assert chat.usage.prompt_tokens + chat.usage.completion_tokens == context
+    assert chat.choices[0].finish_reason == "length"
+
+
 def test_list_prompts_and_token_ids(deployment: Deployment) -> None:
     client = deployment.client("acme")
     reference = deployment.reference("acme/lora-a")

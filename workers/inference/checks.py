@@ -17,10 +17,13 @@ if TYPE_CHECKING:
 def refusal(request: Request, limit: int, vocab_size: int, max_batch: int,
             grammars: Grammars) -> W.Failed | None:
     """None when `request` may wait (its `max_tokens` filled in when unset: as many as fit in
-    `limit`, its grammar compiled), else why not."""
+    `limit`; a server's default cut to what fits; its grammar compiled), else why not."""
     params = request.params
+    room = max(0, limit - len(request.prompt_ids))
     if params.max_tokens is None:  # as many as fit
-        params.max_tokens = max(0, limit - len(request.prompt_ids))
+        params.max_tokens = room
+    elif params.fit:  # a default the client never asked for: no more than fits
+        params.max_tokens = max(min(params.max_tokens, room), params.min_tokens)
     if not request.prompt_ids:
         return W.Failed(request.id, 400, "invalid_prompt", "the prompt is empty")
     bad = next((t for t in request.prompt_ids if not 0 <= t < vocab_size), None)
