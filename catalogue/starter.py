@@ -61,10 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("examples"))
     parser.add_argument("--model", default="tiny-llama")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    adapter = write_adapter(args.out / "adapter", args.model)
-    train = args.out / "train.jsonl"
-    train.write_text("\n".join(training_lines()) + "\n")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        adapter = write_adapter(args.out / "adapter", args.model)
+        train = args.out / "train.jsonl"
+        train.write_text("\n".join(training_lines()) + "\n")
+    except OSError as exc:  # an unknown model (FileNotFoundError), a directory not writable
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
     sys.stdout.write(f"wrote {adapter}/ (a LoRA adapter for {args.model}) and {train} "
                      f"({EXAMPLES} chat examples)\n")
     return 0
