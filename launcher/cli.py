@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import TARGETS, create_tenant, revoke_tenant
+from gateway.tenants import TARGETS, TenantDirectory, create_tenant, revoke_tenant
 from launcher import serve_flags
 from launcher.arguments import positive, priority, target_ms, tenant_id
 from wire.stopping import StopSignal
@@ -131,6 +131,11 @@ def adapters_register(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 1
     sys.stdout.write(f"registered {version} for tenant {args.tenant}\n")
+    directory = TenantDirectory.load(settings.tenants_path, settings.api_keys)
+    if args.tenant not in directory.tenants:
+        sys.stderr.write(f"note: no tenant {args.tenant} in {settings.tenants_path} or "
+                         "SYMBIOSIS_API_KEYS, so no key reaches this model yet: symbiosis "
+                         f"tenants create {args.tenant}\n")
     return 0
 
 

@@ -85,3 +85,22 @@ def test_a_variable_outside_its_rule_is_a_usage_error_of_serve(monkeypatch, caps
         parser().parse_args(["serve"])
     assert stopped.value.code == 2
     assert "--threads: an integer at least 1, not -3" in capsys.readouterr().err
+
+
+def test_registering_for_a_tenant_no_key_reaches_says_so(tmp_path) -> None:
+    from tests.e2e.adapters import save_adapter
+
+    adapter = save_adapter(tmp_path / "adapter", "lora", 1)
+
+    def register(tenant: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "launcher.cli", "adapters", "register",
+                               "--tenant", tenant, "--name", "bot", str(adapter),
+                               "--data-dir", str(tmp_path)], capture_output=True, text=True)
+
+    subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", "acme",
+                    "--data-dir", str(tmp_path)], check=True, capture_output=True)
+    known, unknown = register("acme"), register("ghost")
+    assert (known.returncode, unknown.returncode) == (0, 0)  # registered either way
+    assert "registered acme/bot@1" in known.stdout and "note:" not in known.stderr
+    assert "registered ghost/bot@1" in unknown.stdout
+    assert "note: no tenant ghost" in unknown.stderr and "tenants create ghost" in unknown.stderr
