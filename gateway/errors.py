@@ -15,6 +15,7 @@ from starlette.routing import Match
 
 from openapi.common import ErrorResponse
 from openapi.formats import ResponseFormat
+from state.db import UnknownCursor
 from state.storage import out_of_space
 
 log = logging.getLogger("gateway.errors")
@@ -207,6 +208,12 @@ def install(app: FastAPI) -> None:
         log.error("unhandled error", exc_info=exc)
         return APIError(500, "The server had an error while processing your request.",
                         "internal_error").response()
+
+    @app.exception_handler(UnknownCursor)
+    async def unknown_cursor(_: Request, exc: UnknownCursor) -> JSONResponse:
+        return APIError(400, f"'after' is {exc.after!r}, which is not in this list: give the "
+                        "id of the last item of the page before (last_id).", "invalid_request",
+                        "after").response()
 
     app.add_exception_handler(OSError, storage)
     app.add_exception_handler(sqlite3.Error, storage)

@@ -122,6 +122,14 @@ def db_path(data_dir: Path) -> Path:
     return data_dir / "state.db"
 
 
+class UnknownCursor(LookupError):
+    """A list's `after` names nothing in that list (a wrong id, another tenant's, one deleted)."""
+
+    def __init__(self, after: str) -> None:
+        super().__init__(after)
+        self.after = after
+
+
 class Database:
     def __init__(self, path: Path, migrations: list[str] | None = None, *,
                  read_only: bool = False) -> None:

@@ -9,7 +9,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from state.db import Database
+from state.db import Database, UnknownCursor
 from state.storage import DIR_MODE
 
 PURPOSES = {"fine-tune", "fine-tune-results"}
@@ -67,10 +67,11 @@ class FileReader:
         direction = "DESC" if order == "desc" else "ASC"
         if after:
             cursor = self.get(after, tenant)
-            if cursor is not None:
-                op = "<" if order == "desc" else ">"
-                sql += f" AND (created_at, id) {op} (?, ?)"
-                params += [cursor.created_at, cursor.id]
+            if cursor is None:
+                raise UnknownCursor(after)
+            op = "<" if order == "desc" else ">"
+            sql += f" AND (created_at, id) {op} (?, ?)"
+            params += [cursor.created_at, cursor.id]
         sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
         params.append(limit + 1)
         rows = [FileRecord(**dict(r)) for r in self.db.query(sql, tuple(params))]

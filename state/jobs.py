@@ -8,7 +8,7 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
-from state.db import Database
+from state.db import Database, UnknownCursor
 from wire.jobs import TERMINAL, JobSpec
 
 __all__ = ["TERMINAL", "JobReader", "JobRecord", "new_id"]
@@ -93,12 +93,10 @@ class JobReader:
         rows = [JobRecord.from_row(r) for r in self.db.query(
             "SELECT * FROM jobs WHERE tenant = ? ORDER BY created_at DESC, rowid DESC",  # newest
             (tenant,))]  # first, also within one second (created_at is whole seconds)
+        rows = _after(rows, [j.id for j in rows], after)
         if metadata:
             rows = [j for j in rows if all((j.metadata or {}).get(k) == v
                                            for k, v in metadata.items())]
-        if after:
-            ids = [j.id for j in rows]
-            rows = rows[ids.index(after) + 1:] if after in ids else []
         return rows[:limit], len(rows) > limit
 
     def count_by_status(self) -> dict[str, int]:
@@ -134,6 +132,9 @@ class JobReader:
     def events(self, job_id: str, *, after: str | None, limit: int) -> tuple[list[dict], bool]:
         sql, params = "SELECT * FROM events WHERE job_id = ?", [job_id]
         if after:
+            if not self.db.query("SELECT 1 FROM events WHERE id = ? AND job_id = ?",
+                                 (after, job_id)):
+                raise UnknownCursor(after)
             sql += " AND seq < (SELECT seq FROM events WHERE id = ?)"
             params.append(after)
         rows = self.db.query(sql + " ORDER BY seq DESC LIMIT ?", (*params, limit + 1))
@@ -152,7 +153,14 @@ class JobReader:
                   "fine_tuning_job_id": job_id, "step_number": r["step"],
                   "metrics": json.loads(r["metrics"]), "epoch": r["epoch"]}
                  for r in rows]
-        if after:
-            ids = [c["id"] for c in items]
-            items = items[ids.index(after) + 1:] if after in ids else []
+        items = _after(items, [c["id"] for c in items], after)
         return items[:limit], len(items) > limit
+
+
+def _after(items: list, ids: list[str], after: str | None) -> list:
+    """The items past the one `after` names (all of them without it)."""
+    if not after:
+        return items
+    if after not in ids:
+        raise UnknownCursor(after)
+    return items[ids.index(after) + 1:]
