@@ -211,8 +211,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownCursor)
     async def unknown_cursor(_: Request, exc: UnknownCursor) -> JSONResponse:
-        return APIError(400, f"'after' is {exc.after!r}, which is not in this list: give the "
-                        "id of the last item of the page before (last_id).", "invalid_request",
+        return APIError(404, f"'after' is {exc.after!r}, which is not in this list: give the "
+                        "id of the last item of the page before (last_id).", "cursor_not_found",
                         "after").response()
 
     app.add_exception_handler(OSError, storage)

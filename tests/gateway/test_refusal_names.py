@@ -52,7 +52,7 @@ def test_a_union_field_says_what_each_of_its_types_takes(client, path: str, body
 @pytest.mark.parametrize("listing", ["/v1/files", "/v1/fine_tuning/jobs"])
 def test_a_cursor_that_names_nothing_in_the_list_is_refused(client, listing: str) -> None:
     """Not read as the end of the list (jobs said so) or as its start (files restarted)."""
-    error = assert_openai_error(client.get(f"{listing}?after=nothing-1", headers=KEY), 400)
+    error = assert_openai_error(client.get(f"{listing}?after=nothing-1", headers=KEY), 404)
     assert error["param"] == "after" and "'nothing-1', which is not in this list" in \
         error["message"]
 
