@@ -73,6 +73,11 @@ async def create_job(body: FineTuningJobCreate, request: Request,
                            "invalid_file_purpose", param)
         files[param] = record
     supervised = body.method.supervised if body.method else None
+    if supervised and supervised.hyperparameters and body.hyperparameters and \
+            supervised.hyperparameters != body.hyperparameters:
+        raise APIError(400, "hyperparameters are given twice, differently: set them in "
+                       "method.supervised.hyperparameters only (the top-level 'hyperparameters' "
+                       "is deprecated)", "invalid_request", "hyperparameters")
     hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
           else body.hyperparameters or Hyperparameters())
     examples = files["training_file"].examples

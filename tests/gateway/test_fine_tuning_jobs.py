@@ -105,6 +105,23 @@ def test_hyperparameters_out_of_bounds_are_refused_by_the_api_model(managed) -> 
     assert created.json()["peft"]["learning_rate"] == 1e-4  # lora's 2e-4 x 0.5
 
 
+def test_hyperparameters_given_twice_must_agree(managed) -> None:
+    """The deprecated top-level `hyperparameters` beside method's: the same values are one
+    request, different ones a 400 (one was silently dropped)."""
+    client, _ = managed
+    job = {"model": "tiny-llama", "training_file": upload(client)}
+
+    def method(n_epochs: int) -> dict:
+        return {"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": n_epochs}}}
+
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "hyperparameters": {"n_epochs": 1}, "method": method(2)}), 400)
+    assert error["param"] == "hyperparameters" and "given twice" in error["message"]
+    same = client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        **job, "hyperparameters": {"n_epochs": 2}, "method": method(2)})
+    assert same.status_code == 200 and same.json()["hyperparameters"]["n_epochs"] == 2
+
+
 def test_gradient_checkpointing_is_stored_and_refused_with_prefix_tuning(managed) -> None:
     client, _ = managed
     job = {"model": "tiny-llama", "training_file": upload(client)}
