@@ -60,17 +60,24 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
         return responses.completion_response(call.response_id, call.created, body.model,
                                              results, n, want_logprobs, echo).model_dump()
 
+    written: dict[tuple[int, int], int] = {}  # a choice's tokens' characters sent so far
+
     def chunks(call: Call, result: PromptResult, event: W.Message) -> list[dict]:
-        echoed = result.started.prompt_text if echo else ""
+        """Offsets count the tokens' characters, as the response made at once does (a stop
+        sequence cut from the text leaves its tokens' logprobs)."""
         if isinstance(event, W.Started):
             if not echo:
                 return []
             prompt_logprobs = list(event.prompt_logprobs or []) if want_logprobs else None
+            for i in range(n):
+                written[(result.index, i)] = sum(len(t.token) for t in prompt_logprobs or [])
             return [responses.completion_chunk(
                 call.response_id, call.created, body.model, result,
-                W.Delta(event.id, i, echoed, prompt_logprobs), n) for i in range(n)]
-        if isinstance(event, W.Delta):  # already in result.text
-            before = len(echoed) + len(result.text.get(event.index, "")) - len(event.text)
+                W.Delta(event.id, i, event.prompt_text, prompt_logprobs), n) for i in range(n)]
+        if isinstance(event, W.Delta):
+            before = written.get((result.index, event.index), 0)
+            written[(result.index, event.index)] = before + sum(
+                len(t.token) for t in event.logprobs or [])
             return [responses.completion_chunk(call.response_id, call.created, body.model,
                                                result, event, n, before)]
         return []

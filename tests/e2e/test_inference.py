@@ -130,8 +130,9 @@ def test_logprobs_match_the_reference(deployment: Deployment) -> None:
 
 def test_echo_with_logprobs_streamed_or_not(deployment: Deployment) -> None:
     """The prompt's tokens and logprobs come first, offsets count through the whole text, and a
-    stream's chunks add up to the response made at once (the stream once lacked the prompt's
-    logprobs and started each chunk's offsets at 0)."""
+    stream's chunks add up to the response made at once, also where a stop sequence cuts the
+    text across two tokens (the stream once lacked the prompt's logprobs, started each chunk's
+    offsets at 0, then counted them in the cut text)."""
     ask = {"model": "acme/lora-a", "prompt": PROMPT, "max_tokens": 3, "temperature": 0,
            "echo": True, "logprobs": 1}
     client = deployment.client("acme")
@@ -144,17 +145,25 @@ def test_echo_with_logprobs_streamed_or_not(deployment: Deployment) -> None:
     assert "".join(logprobs.tokens) == choice.text
     assert logprobs.text_offset == [len("".join(logprobs.tokens[:i]))
                                     for i in range(len(logprobs.tokens))]
-    text, tokens, offsets, values = "", [], [], []
-    for chunk in client.completions.create(**ask, stream=True):
-        for part in chunk.choices:
-            text += part.text
-            if part.logprobs:
-                tokens += part.logprobs.tokens
-                offsets += part.logprobs.text_offset
-                values += part.logprobs.token_logprobs
-    assert (text, tokens, offsets) == (choice.text, logprobs.tokens, logprobs.text_offset)
-    assert values[0] is None and values[1:] == pytest.approx(logprobs.token_logprobs[1:],
-                                                             abs=1e-4)
+    first, second = logprobs.tokens[prompt_len:prompt_len + 2]
+    stop = {"stop": [first[-1] + second[0]]}  # across two tokens: both keep their logprobs
+    assert choice.text.find(stop["stop"][0], len(PROMPT)) == len(PROMPT) + len(first) - 1
+    for request, whole in ((ask, out), ({**ask, **stop}, client.completions.create(**ask, **stop))):
+        text, tokens, offsets, values = "", [], [], []
+        for chunk in client.completions.create(**request, stream=True):
+            for part in chunk.choices:
+                text += part.text
+                if part.logprobs:
+                    tokens += part.logprobs.tokens
+                    offsets += part.logprobs.text_offset
+                    values += part.logprobs.token_logprobs
+        expected = whole.choices[0].logprobs
+        assert (text, tokens, offsets) == (whole.choices[0].text, expected.tokens,
+                                           expected.text_offset)
+        assert values[0] is None and values[1:] == pytest.approx(expected.token_logprobs[1:],
+                                                                 abs=1e-4)
+    assert whole.choices[0].finish_reason == "stop" and len(whole.choices[0].text) < len(
+        choice.text)
 
 
 def test_a_long_prompt_without_max_tokens_gets_what_fits(deployment: Deployment) -> None:
