@@ -111,25 +111,6 @@ def test_abort_and_context_limit(tokenizer) -> None:
     assert {e.id for e in rest} == {"b"}
 
 
-def test_a_default_max_tokens_is_cut_to_what_fits_and_an_asked_one_is_not(tokenizer) -> None:
-    """`fit`: max_tokens is the server's default, never the reason for a refusal."""
-    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
-    engine = InferenceEngine(ours.eval(), tokenizer, max_context=20, eos_ids=())
-    prompt = prompts()[3]
-    room = 20 - len(prompt)
-    assert 0 < room < 9
-    asked = engine.add(Request("asked", prompt, W.SamplingParams(max_tokens=9)))
-    assert asked[0].code == "context_length_exceeded"
-    assert engine.add(Request("default", prompt, W.SamplingParams(max_tokens=9, fit=True,
-                                                                  temperature=0))) == []
-    out = []
-    while engine.has_work():
-        out += engine.step()
-    deltas = [e for e in out if isinstance(e, W.Delta)]
-    assert [e.completion_tokens for e in out if isinstance(e, W.Done)] == [room]
-    assert deltas[-1].finish_reason == "length"
-
-
 def test_a_prefill_that_fails_is_reported_not_lost(tokenizer) -> None:
     class Down(LocalExecutor):
         def call(self, *args, **kwargs):
