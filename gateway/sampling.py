@@ -111,8 +111,8 @@ def completion_params(request: CompletionRequest, cap: int = 0) -> SamplingParam
         raise APIError(400, "min_tokens must not exceed max_tokens", "invalid_request",
                        "min_tokens")
     params = _common(request, max_tokens, request.logprobs, request.echo)
+    # not asked for: OpenAI's default of 16, at most what fits
     params.fit = request.max_tokens is None or "max_tokens" not in request.model_fields_set
-    # (OpenAI's default of 16, then, at most what fits)
     best_of = request.best_of or request.n
     if best_of < request.n:
         raise APIError(400, f"best_of ({best_of}) must be at least n ({request.n})",

@@ -44,7 +44,8 @@ class ChatMessage(BaseModel):
         """An unknown role is told every role (a tool's is another member of the union)."""
         if role not in ROLES:
             raise PydanticCustomError("literal_error", "Input should be {roles}",
-                                      {"roles": ", ".join(map(repr, ROLES[:-1])) + " or 'tool'"})
+                                      {"roles": f"{', '.join(map(repr, ROLES[:-1]))} or "
+                                                 f"{ROLES[-1]!r}"})
         return role
 
     def text(self) -> str:
