@@ -60,7 +60,7 @@ class ToolMode:
             return None
         return [new_call(c.name, c.arguments) for c in reader.calls]
 
-    def finish(self, calls: list[ToolCall] | None, finish: str | None) -> str | None:
+    def finish(self, calls: list | None, finish: str | None) -> str | None:
         """OpenAI's finish_reason: "tool_calls" for calls that ended the output."""
         return "tool_calls" if calls and finish == "stop" else finish
 

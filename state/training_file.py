@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from state.training_tools import BadTools, assistant_text, result_text, tools_of
-from wire.hermes import with_tools
+from state.training_tools import BadTools, assistant_text, tools_of
+from wire.hermes import tool_response, with_tools
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 MESSAGE_KEYS = {"role", "content", "name", "function_call", "weight", "tool_calls",
@@ -142,7 +142,7 @@ def _turn(i: int, message: object) -> Turn:
     if text is None:
         raise BadLine(f"message {i} has no text content", "chat")
     if role in ("tool", "function"):  # a result, as the model reads it
-        role, text = "tool", result_text(text)
+        role, text = "tool", tool_response(text)
     return Turn(role, text, int(message.get("weight", 1)))
 
 

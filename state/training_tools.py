@@ -1,18 +1,15 @@
 """Tools and tool calls in a chat fine-tuning example (OpenAI's function-calling format, and its
 deprecated `functions` / `function_call` / role `function`), turned into the text the model is
 served with (`wire.hermes`): the tools listed in the system message, an assistant's calls after
-its text, a tool's result wrapped as a response. The calls are learned like any assistant text.
+its text (`training_file` wraps a tool's result). The calls are learned like any assistant text.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from wire.hermes import FUNCTION_KEYS, call_text, calls_message, tool_response
-
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+from wire.hermes import FUNCTION_KEYS, FUNCTION_NAME, call_text, calls_message
 
 
 class BadTools(ValueError):
@@ -84,7 +81,3 @@ def _call(i: int, k: int, call: object) -> str:
         raise BadTools(f"{where}'s arguments must be a JSON object in a string")
     return call_text(name, parsed)
 
-
-def result_text(text: str) -> str:
-    """A tool's (or a deprecated function's) result, as the model reads it."""
-    return tool_response(text)

@@ -9,6 +9,7 @@ it is served with.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>\n", "\n</tool_call>"
@@ -19,6 +20,7 @@ TOOLS_PROMPT = (
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
 FUNCTION_KEYS = ("name", "description", "parameters", "strict")  # as the API's model orders them
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the API's FunctionName (a test holds them)
 
 
 def tool_listing(tools: list[dict[str, Any]]) -> str:

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 from transformers import AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from gateway.tools import worker_messages
 from openapi.chat import ChatCompletionRequest
+from openapi.formats import FunctionName
 from state.training_file import BadLine, parse
+from wire.hermes import FUNCTION_NAME
 from workers.training.data import IGNORE, chat_example
 
 WEATHER = {"type": "function", "function": {
@@ -97,3 +100,16 @@ def test_only_an_assistant_message_makes_calls() -> None:
     messages = [{**CONVERSATION[1], "tool_calls": [CALL]}, CONVERSATION[-1]]
     with pytest.raises(BadLine, match="message 1 has tool calls, which only an assistant"):
         parse(json.dumps({"messages": messages}))
+
+
+def test_a_function_name_follows_the_apis_rule() -> None:
+    """wire.hermes.FUNCTION_NAME (the training file's check) and the API's FunctionName (the
+    contract imports no project code) accept and refuse the same names."""
+    api = TypeAdapter(FunctionName)
+    for name in ("get_weather", "A-1", "x" * 64, "x" * 65, "", "a b", "f\n", "é", "a.b"):
+        try:
+            api.validate_python(name)
+            allowed = True
+        except ValidationError:
+            allowed = False
+        assert bool(FUNCTION_NAME.fullmatch(name)) == allowed, name
