@@ -83,6 +83,8 @@ def parse(line: str) -> Example:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise BadLine(f"not valid JSON ({exc.msg}; line starts with: {line[:30]!r})") from None
+    except RecursionError:
+        raise BadLine(f"nested too deeply to read (line starts with: {line[:30]!r})") from None
     if not isinstance(record, dict):
         raise BadLine(f"not a JSON object (line starts with: {line[:30]!r})")
     if "messages" in record:

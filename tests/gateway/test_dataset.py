@@ -52,6 +52,7 @@ def test_the_cookbook_toy_file_is_rejected_line_by_line(count) -> None:
     (b'{"prompt": "a", "completion": "b"}\n{"messages": [{"role": "user", "content": "a"}, '
      b'{"role": "assistant", "content": "b"}]}', "line 2: is in the chat format, but earlier"),
     (b'{"text": "hello"}', "line 1: needs a 'messages' list"),
+    (b'{"messages": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", "line 1: nested too deeply"),
     (b'{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b",'
      b' "weight": 0}]}', "line 1: example has nothing to learn from: every assistant message"),
     (b'{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}'
