@@ -27,7 +27,14 @@ from openapi.chat import (
     ToolCall,
 )
 from wire import manager as W
-from wire.hermes import TOOL_CLOSE, TOOL_OPEN, call_text, calls_message, tool_response, with_tools
+from wire.hermes import (
+    TOOL_CLOSE,
+    TOOL_OPEN,
+    calls_message,
+    sent_call_text,
+    tool_response,
+    with_tools,
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,7 @@ def tool_mode(body: ChatCompletionRequest) -> ToolMode:
 
 
 def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:
-    messages = [_render(m, i) for i, m in enumerate(body.messages)]
+    messages = [_render(m) for m in body.messages]
     if body.tools:
         tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools]
         if messages and messages[0].role == "system":
@@ -102,20 +109,13 @@ def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:
     return messages
 
 
-def _render(message: ChatMessage, index: int) -> W.ChatMessage:
+def _render(message: ChatMessage) -> W.ChatMessage:
     role = "system" if message.role == "developer" else message.role
     text = message.text()
     if message.role == "tool":
         return W.ChatMessage("tool", tool_response(text))
-    calls = []
-    for k, call in enumerate(message.tool_calls or []):
-        try:
-            arguments = json.loads(call.function.arguments)
-        except (ValueError, RecursionError):
-            raise APIError(400, "tool call arguments must be a JSON object in a string",
-                           "invalid_request",
-                           f"messages.{index}.tool_calls.{k}.function.arguments") from None
-        calls.append(call_text(call.function.name, arguments))
+    calls = [sent_call_text(c.function.name, c.function.arguments)
+             for c in message.tool_calls or []]
     return W.ChatMessage(role, calls_message(text, calls) if calls else text)
 
 

@@ -39,6 +39,17 @@ def call_text(name: str, arguments: Any) -> str:
     return TOOL_OPEN + json.dumps({"name": name, "arguments": arguments}) + TOOL_CLOSE
 
 
+def sent_call_text(name: str, arguments: str) -> str:
+    """A call as a conversation's history holds it: its arguments' JSON rendered as call_text
+    renders them; arguments that are no JSON (a call max_tokens cut, a model's slip) as they
+    were written, as the model wrote them."""
+    try:
+        return call_text(name, json.loads(arguments))
+    except (ValueError, RecursionError):
+        return TOOL_OPEN + '{"name": ' + json.dumps(name) + ', "arguments": ' + arguments + "}" \
+            + TOOL_CLOSE
+
+
 def calls_message(text: str, calls: list[str]) -> str:
     """An assistant message's text followed by its calls' texts."""
     return "\n".join([text, *calls] if text else calls)

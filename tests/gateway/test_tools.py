@@ -48,6 +48,17 @@ def test_tools_calls_and_results_reach_the_prompt() -> None:
     assert messages[3].content == "<tool_response>\nsunny\n</tool_response>"
 
 
+def test_a_call_whose_arguments_are_no_json_reaches_the_prompt_as_written() -> None:
+    cut = '{"city": "Par'
+    body = request(tools=[TOOL], messages=[
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": cut}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "no such city"}])
+    assert worker_messages(body)[2].content == \
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par}\n</tool_call>'
+
+
 def run_stream(pieces: list[str], finish: str = "stop", parallel: bool = True) -> list[dict]:
     tools = tool_mode(request(tools=[TOOL], parallel_tool_calls=parallel))
     stream = ChatStream(("chatcmpl-1", 0, "m"), 1, tools, False)
