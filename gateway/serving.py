@@ -25,6 +25,11 @@ from state.versions import choose, split_id, weights
 from wire import manager as W
 
 log = logging.getLogger("gateway.serving")
+REFUSED_PARAMS = {"invalid_logit_bias": "logit_bias", "invalid_n": "n"}  # the worker's refusals
+
+
+def refused(event: W.Failed) -> APIError:
+    return APIError(event.status, event.message, event.code, REFUSED_PARAMS.get(event.code))
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Run:
                 first = await anext(stream)
                 if isinstance(first, W.Failed):
                     self.finished.add(first.id)
-                    raise APIError(first.status, first.message, first.code)
+                    raise refused(first)
                 if not isinstance(first, W.Started):
                     raise APIError(500, "unexpected first event from the worker", "internal_error")
                 self.results.append(PromptResult(index, first))
@@ -96,7 +101,7 @@ class Run:
                 if isinstance(event, (W.Done, W.Failed)):
                     self.finished.add(event.id)
                 if isinstance(event, W.Failed):
-                    raise APIError(event.status, event.message, event.code)
+                    raise refused(event)
                 self._apply(result, event)
                 yield result, event
         finally:

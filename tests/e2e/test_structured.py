@@ -190,6 +190,12 @@ def test_logit_bias_forces_and_forbids_tokens(deployment: Deployment) -> None:
     banned = client.completions.create(model="acme/lora-a", prompt="The", max_tokens=1,
                                        temperature=0, logit_bias={str(first): -100})
     assert banned.choices[0].text != greedy.choices[0].text
+    vocab = reference.model.config.vocab_size
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="acme/lora-a", prompt="The", max_tokens=1,
+                                  logit_bias={str(vocab): 5})
+    assert info.value.body["param"] == "logit_bias"
+    assert f"token {vocab}, outside this model's vocabulary of {vocab}" in info.value.message
 
 
 def test_vendor_extras_are_honoured_and_unknown_fields_refused(deployment: Deployment) -> None:
