@@ -100,9 +100,11 @@ def _field_path(loc: tuple) -> list[str]:
         if text in _TAGS or text in tagged or text.startswith("list[") or (
                 isinstance(part, str) and text.isidentifier() and text[:1].isupper()):
             continue  # a union's member that is a list or a model: its own fields follow
-        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES
-                                      or text.startswith("constrained-")):
-            break  # from here on pydantic names the scalar member of a union it tried
+        # from here on pydantic names the scalar member of a union it tried (never in the
+        # first part: a field's name, brackets and all in a form's `expires_after[seconds]`)
+        if path and isinstance(part, str) and ("[" in text or text in _TYPE_NAMES
+                                               or text.startswith("constrained-")):
+            break
         path.append(text)
     return path
 

@@ -12,6 +12,7 @@ class FileObject(BaseModel):
     object: Literal["file"] = "file"
     bytes: int
     created_at: int
+    expires_at: int | None = None  # set by `expires_after` at upload
     filename: str
     purpose: str
     status: str = "processed"

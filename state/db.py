@@ -114,6 +114,9 @@ MIGRATIONS = [
     """
     ALTER TABLE jobs DROP COLUMN control;
     """,
+    """
+    ALTER TABLE files ADD COLUMN expires_at INTEGER;
+    """,
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from state.storage import DIR_MODE
 
 PURPOSES = {"fine-tune", "fine-tune-results"}
 STAGED = re.compile(r"upload-[0-9a-f]{24}\.tmp")  # a staged upload's name, whole
+UNEXPIRED = "(expires_at IS NULL OR expires_at > ?)"  # ? = now
 
 
 def new_id(prefix: str) -> str:
@@ -32,11 +34,13 @@ class FileRecord:
     path: str
     examples: int = 0
     format: str | None = None
+    expires_at: int | None = None  # when it is gone for its tenant (None: never)
 
     def public(self) -> dict:
         return {"id": self.id, "object": "file", "bytes": self.bytes,
-                "created_at": self.created_at, "filename": self.filename,
-                "purpose": self.purpose, "status": self.status, "status_details": None}
+                "created_at": self.created_at, "expires_at": self.expires_at,
+                "filename": self.filename, "purpose": self.purpose, "status": self.status,
+                "status_details": None}
 
 
 class FileReader:
@@ -54,13 +58,24 @@ class FileReader:
         """The staged upload of this name, or None when the name is not one `staging` gives."""
         return self.root / name if STAGED.fullmatch(name) else None
 
-    def get(self, file_id: str, tenant: str) -> FileRecord | None:
-        rows = self.db.query("SELECT * FROM files WHERE id = ? AND tenant = ?", (file_id, tenant))
+    def get(self, file_id: str, tenant: str, *, expired: bool = False) -> FileRecord | None:
+        """The tenant's file; one past its expiry only with `expired` (a job made before then
+        still reads it)."""
+        sql, params = "SELECT * FROM files WHERE id = ? AND tenant = ?", (file_id, tenant)
+        if not expired:
+            sql, params = sql + f" AND {UNEXPIRED}", (*params, int(time.time()))
+        rows = self.db.query(sql, params)
         return FileRecord(**dict(rows[0])) if rows else None
+
+    def expired(self, now: int) -> list[FileRecord]:
+        rows = self.db.query("SELECT * FROM files WHERE expires_at <= ? ORDER BY expires_at",
+                             (now,))
+        return [FileRecord(**dict(r)) for r in rows]
 
     def list(self, tenant: str, *, purpose: str | None, after: str | None, limit: int,
              order: str) -> tuple[list[FileRecord], bool]:
-        sql, params = "SELECT * FROM files WHERE tenant = ?", [tenant]
+        sql, params = f"SELECT * FROM files WHERE tenant = ? AND {UNEXPIRED}", \
+            [tenant, int(time.time())]
         if purpose:
             sql += " AND purpose = ?"
             params.append(purpose)

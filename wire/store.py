@@ -44,6 +44,7 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     examples: int = 0  # ADD_FILE: the examples its validation counted
     format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
     file_id: str = ""  # DELETE_FILE
+    expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
 
 
 class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=True):

@@ -21,15 +21,30 @@ router = APIRouter(prefix="/v1", tags=["files"],
                    responses=documented(400, 404, 409))
 
 
+UPLOAD_FIELDS = {"file", "purpose", "expires_after[anchor]", "expires_after[seconds]"}
+ExpiresAnchor = Annotated[Literal["created_at"] | None, Form(alias="expires_after[anchor]")]
+ExpiresSeconds = Annotated[int | None, Form(alias="expires_after[seconds]", ge=3600,
+                                            le=30 * 24 * 3600)]
+
+
 def _not_found(file_id: str) -> APIError:
     return APIError(404, f"No such File object: {file_id}", "file_not_found", "id")
 
 
 @router.post("/files", response_model=FileObject)
 async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
-                      purpose: Annotated[Literal["fine-tune"], Form()]) -> FileObject:
+                      purpose: Annotated[Literal["fine-tune"], Form()],
+                      anchor: ExpiresAnchor = None, seconds: ExpiresSeconds = None) -> FileObject:
     """Streamed to a staging file beside the others, validated line by line from there, then
-    kept (never held in memory whole); a tenant uploads `max_concurrent_uploads` at a time."""
+    kept (never held in memory whole); a tenant uploads `max_concurrent_uploads` at a time.
+    With `expires_after` it is gone that many seconds after its creation."""
+    unknown = sorted(set((await request.form()).keys()) - UPLOAD_FIELDS)
+    if unknown:
+        raise APIError(400, f"Unrecognized request argument supplied: {unknown[0]}",
+                       "invalid_request", unknown[0])
+    if (anchor is None) != (seconds is None):
+        raise APIError(400, "expires_after needs both its anchor ('created_at') and its "
+                       "seconds", "invalid_request", "expires_after")
     state = request.app.state
     limit = state.settings.max_upload_bytes
     async with state.uploads.slot(tenant.id):
@@ -46,7 +61,7 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
             made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
                                 name=file.filename or "upload.jsonl", purpose=purpose,
                                 staged=staged.name, examples=report.examples,
-                                format=report.format)
+                                format=report.format, expires_in=seconds)
         finally:
             staged.unlink(missing_ok=True)
     return FileObject(**state.files.get(made.made, tenant.id).public())

@@ -39,8 +39,10 @@ def ft(tmp_path_factory) -> Iterator[Deployment]:
 
 def test_memorization_job_end_to_end(ft: Deployment) -> None:
     client = ft.client("acme")
-    upload = client.files.create(file=("memo.jsonl", memorization_file()), purpose="fine-tune")
+    upload = client.files.create(file=("memo.jsonl", memorization_file()), purpose="fine-tune",
+                                 expires_after={"anchor": "created_at", "seconds": 3600})
     assert upload.purpose == "fine-tune" and upload.filename == "memo.jsonl"
+    assert upload.expires_at == upload.created_at + 3600
     assert client.files.content(upload.id).content == memorization_file()
     job = wait(client, create(client, upload.id), ("succeeded",))
     assert job.fine_tuned_model == f"ft:{MODEL}:acme:memo:{job.id}"

@@ -282,6 +282,8 @@ class Manager:
         self.links.to_worker(handle.key, W.Stop())
 
     def _sweep(self) -> None:
+        if self.records is not None:
+            self.records.expire_files()
         for gateway, request, tries, since in self.admission.due():  # room may be made now
             self._generate(gateway, request, tries, since)
         for handle in self.pool.idle():

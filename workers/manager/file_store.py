@@ -17,8 +17,10 @@ class FileStore(FileReader):
         self.reserve = Reserve(data_dir)
 
     def create(self, tenant: str, filename: str, purpose: str, data: bytes | Path, *,
-               examples: int = 0, format: str | None = None) -> FileRecord:
-        """A new file from bytes, or adopting a staged file whole (`staging`)."""
+               examples: int = 0, format: str | None = None,
+               expires_in: int | None = None) -> FileRecord:
+        """A new file from bytes, or adopting a staged file whole (`staging`); `expires_in`:
+        seconds from now until it is gone for its tenant."""
         file_id = new_id("file")
         path = self.root / file_id
         if isinstance(data, Path):
@@ -26,15 +28,16 @@ class FileStore(FileReader):
             data.rename(path)
         else:
             size = write_new(path, data)
-        record = FileRecord(file_id, tenant, size, int(time.time()),
-                            _safe_name(filename), purpose, "processed", str(path), examples,
-                            format)
+        now = int(time.time())
+        record = FileRecord(file_id, tenant, size, now, _safe_name(filename), purpose,
+                            "processed", str(path), examples, format,
+                            None if expires_in is None else now + expires_in)
         try:
             with self.db.transaction() as conn:
-                conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              (record.id, record.tenant, record.bytes, record.created_at,
                               record.filename, record.purpose, record.status, record.path,
-                              record.examples, record.format))
+                              record.examples, record.format, record.expires_at))
         except BaseException:
             path.unlink(missing_ok=True)
             raise

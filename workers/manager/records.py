@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from workers.manager.job_store import JobStore
 from workers.manager.store_desk import StoreDesk
 
 LOCK = "manager.lock"
+log = logging.getLogger("workers.manager.records")
 
 
 class Busy(Exception):
@@ -42,6 +45,7 @@ class Records:
         self.desk = StoreDesk(self.registry, self.files, self.jobs)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
+        self._next_expiry = 0.0
 
     def take(self, to: bytes, command: StoreCommand) -> StoreAnswer | None:
         """The answer to `command`, or None while its upload is read off the loop (its answer
@@ -58,6 +62,15 @@ class Records:
         """The answers of the uploads read since last asked, their records written now."""
         for to, command, inspected in self.inspector.ready():
             yield to, self.desk.command(command, inspected)
+
+    def expire_files(self, every_s: float = 60.0) -> None:
+        """At most once every `every_s`: delete the files past their expiry (`expires_after`
+        at upload) that no unfinished job reads; they are gone for their tenants already."""
+        if time.monotonic() < self._next_expiry:
+            return
+        self._next_expiry = time.monotonic() + every_s
+        for file_id in self.desk.expire_files(int(time.time())):
+            log.info("file %s expired: deleted", file_id)
 
     def close(self) -> None:
         self.inspector.close()

@@ -25,7 +25,7 @@ def trainer_job(job: JobRecord, files: FileReader) -> TrainerJob:
     """The job as its trainer runs it: the stored record, its files resolved to paths (a file
     deleted meanwhile leaves an empty path, which the trainer reports as an invalid file)."""
     def path(file_id: str | None) -> str | None:
-        record = files.get(file_id, job.tenant) if file_id else None
+        record = files.get(file_id, job.tenant, expired=True) if file_id else None
         return record.path if record else ("" if file_id else None)
 
     return TrainerJob(id=job.id, tenant=job.tenant, model=job.model, model_id=job.model_id,

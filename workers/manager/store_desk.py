@@ -81,7 +81,8 @@ class StoreDesk:
             raise Refused(400, "invalid_purpose", f"purpose {command.purpose!r} is not one of "
                           f"{', '.join(sorted(PURPOSES))}")
         record = self.files.create(command.tenant, command.name, command.purpose, staged,
-                                   examples=command.examples, format=command.format)
+                                   examples=command.examples, format=command.format,
+                                   expires_in=command.expires_in)
         return StoreAnswer(id=command.id, made=record.id)
 
     def _delete_file(self, command: StoreCommand) -> StoreAnswer:
@@ -95,6 +96,13 @@ class StoreDesk:
                           "for them to finish.")
         self.files.delete(record)
         return StoreAnswer(id=command.id, deleted=[record.id])
+
+    def expire_files(self, now: int) -> list[str]:
+        """Delete the files past their expiry that no unfinished job reads; their ids."""
+        gone = [r for r in self.files.expired(now) if not self.jobs.using_file(r.id, r.tenant)]
+        for record in gone:
+            self.files.delete(record)
+        return [r.id for r in gone]
 
     # -- adapters and versions -------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import select
 import shutil
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from wire.jobs import NewJob
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.inspector import Inspector
 from workers.manager.records import Busy, Records, writing
+from workers.manager.specs import trainer_job
 
 MODEL = "tiny-llama"
 
@@ -199,3 +201,24 @@ def test_the_gateways_connection_refuses_every_write(tmp_path) -> None:
             reader.transaction() as conn:
         conn.execute("DELETE FROM files")
     assert reader.query("SELECT COUNT(*) FROM models")[0][0] == 0  # reading works
+
+
+def test_a_file_past_its_expiry_is_gone_and_deleted_once_no_job_reads_it(records) -> None:
+    kept = records.files.create("acme", "k.jsonl", "fine-tune", b"{}\n", expires_in=3600)
+    read = records.files.create("acme", "r.jsonl", "fine-tune", b"{}\n", expires_in=-1)
+    free = records.files.create("acme", "f.jsonl", "fine-tune", b"{}\n", expires_in=-1)
+    job = records.ledger.create(new_id("ftjob"), NewJob(
+        tenant="acme", model=MODEL, training_file=read.id, suffix="s", seed=1,
+        spec=JobSpec(1, 2, 1.0, PeftSpec())))
+    assert kept.expires_at == kept.created_at + 3600 and kept.public()["expires_at"] == \
+        kept.expires_at
+    assert records.files.get(free.id, "acme") is None
+    listed, _ = records.files.list("acme", purpose=None, after=None, limit=10, order="asc")
+    assert [r.id for r in listed] == [kept.id]
+    assert trainer_job(records.jobs.get(job.id), records.files).training_path == read.path
+    assert records.desk.expire_files(int(time.time())) == [free.id]
+    assert not Path(free.path).exists() and Path(read.path).exists()
+    assert act(records, StoreAction.DELETE_FILE, file_id=read.id).status == 404
+    assert records.jobs.move(job.id, "cancelled")
+    assert records.desk.expire_files(int(time.time())) == [read.id]
+    assert not Path(read.path).exists() and records.files.get(kept.id, "acme") == kept

@@ -1,0 +1,55 @@
+"""/v1/files through the gateway with the manager's records behind it: `expires_after` as
+OpenAI's Files API takes it, and form fields it does not know refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.gateway.conftest import KEY
+from tests.gateway.test_validation import assert_openai_error
+from workers.manager.file_store import FileStore
+
+ROW = json.dumps({"messages": [{"role": "user", "content": "Hi"},
+                               {"role": "assistant", "content": "Hello"}]}).encode()
+
+
+def upload(client, **form: str):
+    return client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune", **form},
+                       files={"file": ("t.jsonl", ROW, "application/jsonl")})
+
+
+def test_a_file_uploaded_with_expires_after_says_when_and_is_gone_after(managed) -> None:
+    client, manager = managed
+    made = upload(client, **{"expires_after[anchor]": "created_at",
+                             "expires_after[seconds]": "3600"})
+    assert made.status_code == 200, made.text
+    file = made.json()
+    assert file["expires_at"] == file["created_at"] + 3600
+    assert client.get(f"/v1/files/{file['id']}", headers=KEY).json() == file
+    assert upload(client).json()["expires_at"] is None
+    files: FileStore = manager.records.files
+    gone = files.create("acme", "old.jsonl", "fine-tune", ROW, expires_in=-1)
+    assert_openai_error(client.get(f"/v1/files/{gone.id}", headers=KEY), 404)
+    assert_openai_error(client.get(f"/v1/files/{gone.id}/content", headers=KEY), 404)
+    assert gone.id not in [f["id"] for f in client.get("/v1/files", headers=KEY).json()["data"]]
+    job = client.post("/v1/fine_tuning/jobs", headers=KEY, json={"model": "tiny-llama",
+                                                                  "training_file": gone.id})
+    assert assert_openai_error(job, 404)["param"] == "training_file"
+
+
+@pytest.mark.parametrize(("form", "param"), [
+    ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "60"},
+     "expires_after[seconds]"),
+    ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "2592001"},
+     "expires_after[seconds]"),
+    ({"expires_after[anchor]": "last_active_at", "expires_after[seconds]": "3600"},
+     "expires_after[anchor]"),
+    ({"expires_after[seconds]": "3600"}, "expires_after"),
+    ({"expires_after[anchor]": "created_at"}, "expires_after"),
+    ({"expiry": "3600"}, "expiry"),
+])
+def test_a_bad_or_unknown_form_field_is_refused_naming_it(client, form: dict, param: str) -> None:
+    assert assert_openai_error(upload(client, **form), 400)["param"] == param
+    assert client.get("/v1/files", headers=KEY).json()["data"] == []
