@@ -222,6 +222,18 @@ def revoke_tenant(path: Path, tenant_id: str) -> bool:
     return True
 
 
+def revoke_key(path: Path, tenant_id: str, key: str) -> bool:
+    """Remove one key of a tenant (its other keys and its limits stay); False if it has no
+    such key."""
+    data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
+    entry = next((t for t in data["tenants"] if t["id"] == tenant_id), None)
+    if entry is None or hash_key(key) not in entry["key_sha256"]:
+        return False
+    entry["key_sha256"].remove(hash_key(key))
+    _write(path, data)
+    return True
+
+
 def create_tenant(path: Path, tenant_id: str, **limits: object) -> str:
     """Add a tenant with a fresh key to the tenants file; returns the key (shown once)."""
     if not TENANT_ID.fullmatch(tenant_id):

@@ -2,7 +2,8 @@
 
     symbiosis serve [--model tiny-llama] [--data-dir ./data] [--port 8000]
     symbiosis tenants create NAME [--max-concurrent N] [--job-priority P] [--data-dir ./data]
-    symbiosis tenants revoke NAME [--data-dir ./data]
+    symbiosis tenants revoke NAME [--key KEY] [--data-dir ./data]
+    symbiosis tenants list [--data-dir ./data]
     symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
     symbiosis demo [--out examples] [--model tiny-llama]
 """
@@ -20,7 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import TARGETS, TenantDirectory, create_tenant, revoke_tenant
+from gateway.tenants import TARGETS, TenantDirectory, create_tenant, revoke_key, revoke_tenant
 from launcher import serve_flags
 from launcher.arguments import positive, priority, target_ms, tenant_id
 from wire.stopping import StopSignal
@@ -113,10 +114,30 @@ def tenants_create(args: argparse.Namespace) -> int:
 
 def tenants_revoke(args: argparse.Namespace) -> int:
     path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
+    if args.key is not None:
+        if not revoke_key(path, args.name, args.key):
+            sys.stderr.write(f"error: tenant {args.name} has no such key in {path}\n")
+            return 1
+        sys.stdout.write(f"tenant {args.name}: that key revoked (it stops working within a "
+                         "second; the tenant's other keys and limits stay)\n")
+        return 0
     if not revoke_tenant(path, args.name):
         sys.stderr.write(f"error: no tenant {args.name} in {path}\n")
         return 1
     sys.stdout.write(f"tenant {args.name}: revoked (its keys stop working within a second)\n")
+    return 0
+
+
+def tenants_list(args: argparse.Namespace) -> int:
+    path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
+    entries = json.loads(path.read_text()).get("tenants", []) if path.exists() else []
+    if not entries:
+        sys.stdout.write(f"no tenants in {path}\n")
+    for entry in entries:
+        keys = len(entry.get("key_sha256", []))
+        rest = " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("id", "key_sha256"))
+        sys.stdout.write(f"{entry['id']}  {keys} key{'' if keys == 1 else 's'}"
+                         f"{'  ' + rest if rest else ''}\n")
     return 0
 
 
@@ -188,11 +209,16 @@ def parser() -> argparse.ArgumentParser:
                        "--decode/--prefill-target-ms is set; 0: none)")
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_create)
-    p = tenants.add_parser("revoke", help="remove a tenant and all its keys (live: a serving "
-                           "gateway follows the tenants file)")
+    p = tenants.add_parser("revoke", help="remove a tenant and all its keys, or with --key "
+                           "one key (live: a serving gateway follows the tenants file)")
     p.add_argument("name", type=tenant_id)
+    p.add_argument("--key", help="revoke only this key of the tenant")
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_revoke)
+    p = tenants.add_parser("list", help="the tenants in the tenants file, their number of "
+                           "keys and their limits (never a key)")
+    p.add_argument("--data-dir", default=default_dir)
+    p.set_defaults(run=tenants_list)
 
     adapters = sub.add_parser("adapters").add_subparsers(dest="action", required=True)
     p = adapters.add_parser("register", help="register a PEFT adapter directory")

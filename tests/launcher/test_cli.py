@@ -104,3 +104,25 @@ def test_registering_for_a_tenant_no_key_reaches_says_so(tmp_path) -> None:
     assert "registered acme/bot@1" in known.stdout and "note:" not in known.stderr
     assert "registered ghost/bot@1" in unknown.stdout
     assert "note: no tenant ghost" in unknown.stderr and "tenants create ghost" in unknown.stderr
+
+
+def test_one_key_of_a_tenant_is_revoked_and_tenants_are_listed_without_keys(tmp_path) -> None:
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", *argv,
+                               "--data-dir", str(tmp_path)], capture_output=True, text=True)
+
+    assert cli("list").stdout == f"no tenants in {tmp_path / 'tenants.json'}\n"
+    first, second = (re.search(r"(sk-symb-\S+)", cli("create", "acme", "--job-priority", "40")
+                               .stdout).group(1) for _ in range(2))
+    cli("create", "solo")
+    assert cli("list").stdout == "acme  2 keys  job_priority=40\nsolo  1 key\n"
+    revoked = cli("revoke", "acme", "--key", first)
+    assert revoked.returncode == 0 and "that key revoked" in revoked.stdout
+    directory = TenantDirectory.load(tmp_path / "tenants.json")
+    assert directory.authenticate(first) is None
+    assert directory.authenticate(second).job_priority == 40
+    again = cli("revoke", "acme", "--key", first)
+    assert again.returncode == 1 and "has no such key" in again.stderr
+    assert cli("revoke", "solo", "--key", second).returncode == 1  # another tenant's key
+    assert cli("list").stdout == "acme  1 key  job_priority=40\nsolo  1 key\n"
+    assert first not in cli("list").stdout + (tmp_path / "tenants.json").read_text()
