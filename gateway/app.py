@@ -17,7 +17,7 @@ from gateway.guard import BodyGuard
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
-from gateway.schema_bounds import exact_bounds
+from gateway.schema_bounds import closed_forms, exact_bounds
 from gateway.serving import Serving
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
@@ -108,7 +108,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
 
     app.add_middleware(BodyGuard, settings=settings)  # outermost: before any body is read
     default_openapi = app.openapi
-    app.openapi = lambda: exact_bounds(default_openapi())  # (cached by FastAPI, patched once)
+    app.openapi = lambda: closed_forms(exact_bounds(default_openapi()))  # (cached, patched once)
     return app
 
 

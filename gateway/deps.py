@@ -43,3 +43,15 @@ def operator(request: Request, why: str) -> Tenant:
         raise APIError(403, f"{why} needs an operator key (an admin tenant or "
                        "SYMBIOSIS_ADMIN_KEYS).", "admin_key_required")
     return found
+
+
+def only_fields(*known: str):
+    """A dependency refusing a form field the route does not take (as a JSON body's unknown
+    field is refused), naming it."""
+    async def check(request: Request) -> None:
+        unknown = sorted(set((await request.form()).keys()) - set(known))
+        if unknown:
+            raise APIError(400, f"Unrecognized request argument supplied: {unknown[0]}",
+                           "invalid_request", unknown[0])
+
+    return Depends(check)

@@ -1,4 +1,5 @@
-"""Integer bounds exact in the published OpenAPI document."""
+"""The published OpenAPI document made exact: integer bounds, and forms closed to fields their
+routes do not take (`gateway.deps.only_fields` refuses them)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,11 @@ def exact_bounds(node: object) -> object:
         for value in node:
             exact_bounds(value)
     return node
+
+
+def closed_forms(document: dict) -> dict:
+    """Every form body's schema (FastAPI's `Body_...`) with no properties beyond its own."""
+    for name, schema in document.get("components", {}).get("schemas", {}).items():
+        if name.startswith("Body_"):
+            schema["additionalProperties"] = False
+    return document

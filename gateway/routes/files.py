@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from gateway.dataset import validate_jsonl
-from gateway.deps import TenantDep
+from gateway.deps import TenantDep, only_fields
 from gateway.errors import APIError, documented
 from gateway.records import change
 from openapi.files import FileDeleted, FileList, FileObject
@@ -21,30 +21,24 @@ router = APIRouter(prefix="/v1", tags=["files"],
                    responses=documented(400, 404, 409))
 
 
-UPLOAD_FIELDS = {"file", "purpose", "expires_after[anchor]", "expires_after[seconds]"}
-ExpiresAnchor = Annotated[Literal["created_at"] | None, Form(alias="expires_after[anchor]")]
-ExpiresSeconds = Annotated[int | None, Form(alias="expires_after[seconds]", ge=3600,
-                                            le=30 * 24 * 3600)]
+ExpiresAnchor = Annotated[Literal["created_at"], Form(alias="expires_after[anchor]")]
+ExpiresSeconds = Annotated[int, Form(alias="expires_after[seconds]", ge=3600, le=30 * 24 * 3600)]
 
 
 def _not_found(file_id: str) -> APIError:
     return APIError(404, f"No such File object: {file_id}", "file_not_found", "id")
 
 
-@router.post("/files", response_model=FileObject)
+@router.post("/files", response_model=FileObject, dependencies=[only_fields(
+    "file", "purpose", "expires_after[anchor]", "expires_after[seconds]")])
 async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
                       purpose: Annotated[Literal["fine-tune"], Form()],
-                      anchor: ExpiresAnchor = None, seconds: ExpiresSeconds = None) -> FileObject:
+                      anchor: ExpiresAnchor = "created_at",
+                      seconds: ExpiresSeconds = None) -> FileObject:
     """Streamed to a staging file beside the others, validated line by line from there, then
     kept (never held in memory whole); a tenant uploads `max_concurrent_uploads` at a time.
-    With `expires_after` it is gone that many seconds after its creation."""
-    unknown = sorted(set((await request.form()).keys()) - UPLOAD_FIELDS)
-    if unknown:
-        raise APIError(400, f"Unrecognized request argument supplied: {unknown[0]}",
-                       "invalid_request", unknown[0])
-    if (anchor is None) != (seconds is None):
-        raise APIError(400, "expires_after needs both its anchor ('created_at') and its "
-                       "seconds", "invalid_request", "expires_after")
+    With `expires_after[seconds]` it is gone that many seconds after its creation (the
+    anchor, `created_at`, is the only one)."""
     state = request.app.state
     limit = state.settings.max_upload_bytes
     async with state.uploads.slot(tenant.id):

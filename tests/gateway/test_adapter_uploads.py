@@ -37,6 +37,20 @@ def test_an_adapter_name_outside_the_rule_is_a_400_naming_it(client, name: str) 
     assert name == "" or "a letter or digit first" in error["message"]
 
 
+@pytest.mark.parametrize(("data", "files"), [({"promote_now": "1"}, {}),
+                                             ({}, {"adapter_weights": ("w", b"1")})])
+def test_a_form_field_the_route_does_not_take_is_a_400_naming_it(client, data: dict,
+                                                                 files: dict) -> None:
+    config = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"]}).encode()
+    response = client.post("/v1/adapters", headers=KEY, data={"name": "x", **data}, files={
+        "adapter_config": ("adapter_config.json", config),
+        "adapter_model": ("adapter_model.safetensors", b"\0" * 16), **files})
+    error = assert_openai_error(response, 400)
+    field = next(iter(data or files))
+    assert error["param"] == field and field in error["message"]
+    assert client.get("/v1/models", headers=KEY).json()["data"][1:] == []
+
+
 @pytest.mark.parametrize(("weights", "reason"), [
     (b"", "too short"), (b"\x02\0\0\0\0\0\0\0{}", "holds no tensors"),
     (b"\xff" * 16, "not a safetensors file")])

@@ -46,8 +46,6 @@ def test_a_file_uploaded_with_expires_after_says_when_and_is_gone_after(managed)
      "expires_after[seconds]"),
     ({"expires_after[anchor]": "last_active_at", "expires_after[seconds]": "3600"},
      "expires_after[anchor]"),
-    ({"expires_after[seconds]": "3600"}, "expires_after"),
-    ({"expires_after[anchor]": "created_at"}, "expires_after"),
     ({"expiry": "3600"}, "expiry"),
 ])
 def test_a_bad_or_unknown_form_field_is_refused_naming_it(client, form: dict, param: str) -> None:
