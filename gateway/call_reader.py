@@ -1,7 +1,7 @@
 """Tool calls read as they are written, in a forced mode (`tool_choice` "required" or a named
-function), where the grammar makes the output exactly calls in one compact shape:
+function), where the grammar makes the output exactly calls in one shape (`json.dumps`'):
 
-    <tool_call>\\n{"name":"NAME","arguments":{...}}\\n</tool_call>  (joined by "\\n")
+    <tool_call>\\n{"name": "NAME", "arguments": {...}}\\n</tool_call>  (joined by "\\n")
 
 Each call is known by its name as soon as the name is complete, and its arguments grow with the
 output, so a stream sends them as they come (OpenAI's way) and a response cut by max_tokens keeps
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
-NAME_OPEN, NAME_CLOSE, CALL_END = '{"name":"', '","arguments":', "}" + TOOL_CLOSE
+NAME_OPEN, NAME_CLOSE, CALL_END = '{"name": "', '", "arguments": ', "}" + TOOL_CLOSE
 MAX_NAME = 64
 
 

@@ -1,11 +1,13 @@
 """Output constraints: `response_format` and tool calls -> an llguidance grammar for the worker.
 
-JSON is generated compact (no free whitespace). Schemas are taken as OpenAI's strict mode takes
-them: an object without `additionalProperties` allows no other keys, and a `number` without
-`multipleOf` is written with at most `DECIMALS` fraction digits; so a schema that bounds its
-sizes (maxLength, maxItems, enums, number ranges) bounds the output. An unusable schema is a 400
-that names the problem (llguidance is strict: a keyword it cannot enforce is an error, not a
-silently dropped rule).
+JSON is generated as `json.dumps` writes it: ", " between items, ": " after keys, no other
+whitespace (the form Qwen's and Hermes' templates give the calls in a conversation, and the one
+`wire.hermes` renders history and fine-tuning examples in). Schemas are taken as OpenAI's
+strict mode takes them: an object without `additionalProperties` allows no other keys, and a
+`number` without `multipleOf` is written with at most `DECIMALS` fraction digits; so a schema
+that bounds its sizes (maxLength, maxItems, enums, number ranges) bounds the output. An
+unusable schema is a 400 that names the problem (llguidance is strict: a keyword it cannot
+enforce is an error, not a silently dropped rule).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from gateway.errors import APIError
 from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
 DECIMALS = 6
-COMPACT = {"whitespace_flexible": False}
+ONE_FORM = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 MAX_PARALLEL_CALLS = 8
 SCHEMA_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -55,8 +57,8 @@ def strict(schema: Any, param: str = "response_format", depth: int = 0) -> Any:
     return out
 
 
-def _compact(schema: dict) -> dict:
-    return {**schema, "x-guidance": {**schema.get("x-guidance", {}), **COMPACT}}
+def _one_form(schema: dict) -> dict:
+    return {**schema, "x-guidance": {**schema.get("x-guidance", {}), **ONE_FORM}}
 
 
 def _checked(grammar: str, param: str) -> str:
@@ -70,7 +72,7 @@ def json_grammar(schema: dict | None, param: str = "response_format") -> str:
     """Any JSON object (schema None: OpenAI's JSON mode), else JSON valid for `schema`."""
     target = {"type": "object"} if schema is None else strict(schema, param)
     try:
-        grammar = LLMatcher.grammar_from_json_schema(_compact(target))
+        grammar = LLMatcher.grammar_from_json_schema(_one_form(target))
     except ValueError as exc:
         raise APIError(400, f"Invalid {param}: {exc}", "invalid_request", param) from None
     return _checked(grammar, param)
@@ -98,5 +100,5 @@ def tool_calls_grammar(tools: list[Any], parallel: bool) -> str:
     repeat = f'("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}' if parallel else ""
     lark = (f"start: call {repeat}\n"
             f"call: {json.dumps(TOOL_OPEN)} body {json.dumps(TOOL_CLOSE)}\n"
-            f"body: %json {json.dumps(_compact(strict(body, 'tools')))}\n")
+            f"body: %json {json.dumps(_one_form(strict(body, 'tools')))}\n")
     return _checked(LLMatcher.grammar_from_lark(lark), "tools")

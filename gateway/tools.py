@@ -62,7 +62,8 @@ class ToolMode:
         the text is out of its shape."""
         reader = CallReader()
         reader.feed(text)
-        if reader.lost or any(c.name not in self.names for c in reader.calls) or (
+        if reader.lost or len(reader.calls) > self.max_calls or \
+                any(c.name not in self.names for c in reader.calls) or (
                 finish == "stop" and not all(c.done for c in reader.calls)):
             return None
         return [new_call(c.name, c.arguments) for c in reader.calls]

@@ -1,4 +1,4 @@
-"""A forced mode's tool calls read as they are written: the grammar's compact shape followed over
+"""A forced mode's tool calls read as they are written: the grammar's one shape followed over
 pieces of any size, a cut call kept as far as it got, and anything out of shape reported lost so
 the whole text is read instead; the stream and the response made at once carry the same calls."""
 
@@ -15,15 +15,14 @@ from gateway.serving import PromptResult
 from gateway.tools import tool_mode
 from tests.gateway.test_tools import TOOL, request
 from wire import manager as W
-from wire.hermes import TOOL_CLOSE, TOOL_OPEN
+from wire.hermes import TOOL_CLOSE, TOOL_OPEN, call_text
 
 TRICKY = {"city": "Pa}ris \"{[", "days": [1, {"deep": []}], "note": "back\\slash"}
 
 
 def written(name: str, arguments: dict) -> str:
-    """A call as the grammar writes it (compact JSON, no whitespace)."""
-    body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
-    return TOOL_OPEN + body + TOOL_CLOSE
+    """A call as the grammar writes it: as history and fine-tuning examples render it."""
+    return call_text(name, arguments)
 
 
 TWO = written("get_weather", TRICKY) + "\n" + written("get_weather", {})
@@ -45,22 +44,22 @@ def test_calls_are_read_the_same_over_pieces_of_any_size(size: int) -> None:
 
 def test_a_cut_call_keeps_its_name_and_the_arguments_so_far() -> None:
     reader = CallReader()
-    reader.feed(TWO[:len(TOOL_OPEN) + 40])
+    reader.feed(TWO[:len(TOOL_OPEN) + 52])
     assert not reader.lost and len(reader.calls) == 1
     call = reader.calls[0]
     assert (call.name, call.done) == ("get_weather", False)
-    assert call.arguments == json.dumps(TRICKY, separators=(",", ":"))[:len(call.arguments)]
+    assert call.arguments == json.dumps(TRICKY)[:len(call.arguments)]
     assert call.arguments.startswith('{"city')
     before_name = CallReader()
-    assert before_name.feed(TOOL_OPEN + '{"name":"get_w') == [] and before_name.calls == []
+    assert before_name.feed(TOOL_OPEN + '{"name": "get_w') == [] and before_name.calls == []
 
 
 @pytest.mark.parametrize("text", [
     "Sure, " + TWO,  # content first
-    TOOL_OPEN + '{"arguments":{},"name":"get_weather"}' + TOOL_CLOSE,  # another order
-    TOOL_OPEN + '{"name": "get_weather", "arguments": {}}' + TOOL_CLOSE,  # whitespace
-    TOOL_OPEN + '{"name":"get_weather","arguments":[1]}' + TOOL_CLOSE,  # not an object
-    TOOL_OPEN + '{"name":"' + "x" * 200,  # no name is this long
+    TOOL_OPEN + '{"arguments": {}, "name": "get_weather"}' + TOOL_CLOSE,  # another order
+    TOOL_OPEN + '{"name":"get_weather","arguments":{}}' + TOOL_CLOSE,  # compact
+    TOOL_OPEN + '{"name": "get_weather", "arguments": [1]}' + TOOL_CLOSE,  # not an object
+    TOOL_OPEN + '{"name": "' + "x" * 200,  # no name is this long
     written("get_weather", {}) + "tail",
 ])
 def test_text_out_of_the_shape_is_lost_not_misread(text: str) -> None:
@@ -112,8 +111,8 @@ def test_a_forced_call_streams_as_written_and_equals_the_response(choice, cut) -
                if any(d["function"].get("arguments") for d in c["delta"].get("tool_calls") or [])]
     assert len(arrived) > 5 and arrived[0] < len(pieces) // 2  # as written, not at the end
     if cut is not None:  # the call the cut ended, as far as it got
-        assert calls[0][1] == json.dumps(TRICKY, separators=(",", ":"))[:len(calls[0][1])]
-        assert 0 < len(calls[0][1]) < len(json.dumps(TRICKY, separators=(",", ":")))
+        assert calls[0][1] == json.dumps(TRICKY)[:len(calls[0][1])]
+        assert 0 < len(calls[0][1]) < len(json.dumps(TRICKY))
 
 
 def test_a_call_held_back_in_auto_mode_still_sends_its_tokens_logprobs() -> None:

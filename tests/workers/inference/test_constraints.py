@@ -99,7 +99,7 @@ def test_a_cut_output_finishes_with_length(pair, tokenizer) -> None:
     events = run(engine, [request])["cut"]
     deltas = [e for e in events if isinstance(e, W.Delta)]
     assert len(deltas) == 5 and deltas[-1].finish_reason == "length"
-    assert text(events).startswith('{"text":"')
+    assert text(events).startswith('{"text": "')
 
 
 def test_forced_tool_calls_name_a_tool_and_match_its_parameters(pair, tokenizer) -> None:
