@@ -82,9 +82,16 @@ def tool_mode(body: ChatCompletionRequest) -> ToolMode:
     if body.parallel_tool_calls is not None and not body.tools:
         raise APIError(400, "parallel_tool_calls needs tools", "invalid_request",
                        "parallel_tool_calls")
+    seen: set[str] = set()
+    for k, tool in enumerate(body.tools or []):
+        if tool.function.name in seen:
+            raise APIError(400, f"tools name the function '{tool.function.name}' twice: "
+                           "function names must be unique", "invalid_request",
+                           f"tools.{k}.function.name")
+        seen.add(tool.function.name)
     if choice == "none":
         return ToolMode()
-    names = frozenset(t.function.name for t in body.tools)
+    names = frozenset(seen)
     parallel = body.parallel_tool_calls is not False and not isinstance(choice, NamedToolChoice)
     max_calls = MAX_PARALLEL_CALLS if parallel else 1
     if choice == "auto":

@@ -34,6 +34,9 @@ def tools_of(record: dict) -> list[dict[str, Any]]:
                 set(tool) != {"type", "function"}:
             raise BadTools(f"tool {k} must be {{\"type\": \"function\", \"function\": {{...}}}}")
         tools.append({"type": "function", "function": _function(k, tool["function"])})
+        if tools[-1]["function"]["name"] in [t["function"]["name"] for t in tools[:-1]]:
+            raise BadTools(f"tool {k} names a function an earlier tool names: names must be "
+                           "unique")
     return tools
 
 

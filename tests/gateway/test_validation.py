@@ -78,6 +78,8 @@ BAD = [
         "type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": "required",
                               "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {**CHAT, "tools": [TOOL, TOOL], "tool_choice": "none"},
+     "tools.1.function.name"),
     ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}}],
         "tool_choice": "required"}, "tools"),

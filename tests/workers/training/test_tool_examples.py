@@ -88,6 +88,7 @@ def test_a_malformed_call_is_refused_naming_its_message(change: dict, says: str)
     ({"tools": [WEATHER], "functions": [WEATHER["function"]]}, "both 'tools' and 'functions'"),
     ({"tools": [{"type": "retrieval"}]}, "tool 0 must be"),
     ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tool 0's function needs"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}] * 2}, "tool 1 names a function"),
     ({"tools": [{"type": "function", "function": {"name": "f", "code": "x"}}]},
      "tool 0's function takes only name, description, parameters, strict"),
 ])
