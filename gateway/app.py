@@ -14,6 +14,7 @@ from gateway import errors
 from gateway.deps import operator
 from gateway.errors import APIError
 from gateway.guard import BodyGuard
+from gateway.head import HeadAsGet
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
@@ -106,6 +107,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                  1e3 * (time.monotonic() - started), tenant)
         return response
 
+    app.add_middleware(HeadAsGet)
     app.add_middleware(BodyGuard, settings=settings)  # outermost: before any body is read
     default_openapi = app.openapi
     app.openapi = lambda: closed_forms(exact_bounds(default_openapi()))  # (cached, patched once)

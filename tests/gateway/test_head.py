@@ -1,0 +1,28 @@
+"""HEAD is answered as GET without the body, wherever GET is (auth and all); elsewhere a 405."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway.conftest import KEY
+from tests.gateway.test_validation import assert_openai_error
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/models/tiny-llama", "/v1/files",
+                                  "/v1/fine_tuning/jobs"])
+def test_head_answers_as_get_with_no_body(client, path: str) -> None:
+    got, head = client.get(path, headers=KEY), client.head(path, headers=KEY)
+    assert got.status_code == head.status_code == 200 and got.content
+    assert head.content == b""
+    assert head.headers["content-length"] == got.headers["content-length"] == \
+        str(len(got.content))
+    assert head.headers["content-type"] == got.headers["content-type"]
+
+
+def test_head_keeps_gets_refusals_and_post_routes_refuse_it(client) -> None:
+    for path, status in (("/v1/models", 401), ("/v1/models/nobody/x", 404),
+                         ("/v1/chat/completions", 405)):
+        head = client.head(path, headers={} if status == 401 else KEY)
+        assert head.status_code == status and head.content == b""
+        assert head.headers["content-length"] != "0"  # GET's error body, counted, not sent
+    assert assert_openai_error(client.post("/v1/models", headers=KEY), 405)
