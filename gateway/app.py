@@ -91,6 +91,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         started = time.monotonic()
         try:
+            _check_path(request)
             await _check_utf8(request)
             request.state.received = time.monotonic()  # all of it: a completion's TTFT starts
             response = await call_next(request)
@@ -112,6 +113,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     default_openapi = app.openapi
     app.openapi = lambda: closed_forms(exact_bounds(default_openapi()))  # (cached, patched once)
     return app
+
+
+def _check_path(request: Request) -> None:
+    """A path with a control character is no URL of ours: the router's `{model:path}` would match
+    `tiny-llama\\n` as `tiny-llama` (its pattern's `$` lets a final newline through)."""
+    if any(ord(c) < 32 or c == "\x7f" for c in request.scope["path"]):
+        raise APIError(404, "Unknown request URL. Please check the URL and method.")
 
 
 async def _check_utf8(request: Request) -> None:

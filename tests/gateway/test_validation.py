@@ -265,3 +265,17 @@ def test_an_invalid_schema_says_what_is_wrong(client) -> None:
             "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "bogus"}}}}}}),
         400)
     assert "bogus" in error["message"]
+
+
+def test_a_path_with_a_control_character_names_nothing(managed, tmp_path) -> None:
+    """The router would read `acme/memo\\n` as `acme/memo`: a DELETE deleted the model."""
+    from tests.e2e.adapters import save_adapter
+
+    client, manager = managed
+    manager.registry.register("acme", "memo", save_adapter(tmp_path / "memo", "lora", 1))
+    for method, path in (("DELETE", "/v1/models/acme/memo%0A"), ("GET", "/v1/models/acme/memo%0A"),
+                         ("GET", "/v1/models/acme/memo%0D%0A"), ("GET", "/v1/files/x%00"),
+                         ("GET", "/v1/adapters/acme/memo%0A/versions")):
+        error = assert_openai_error(client.request(method, path, headers=KEY), 404)
+        assert error["message"].startswith("Unknown request URL"), (method, path)
+    assert client.get("/v1/models/acme/memo", headers=KEY).status_code == 200
