@@ -14,7 +14,7 @@ from gateway import errors
 from gateway.deps import operator
 from gateway.errors import APIError
 from gateway.guard import BodyGuard
-from gateway.head import HeadAsGet
+from gateway.head import ASKED, HeadAsGet
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
@@ -104,7 +104,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         app.state.metrics.latency.labels(path).observe(time.monotonic() - started)
         response.headers["x-request-id"] = request.state.request_id
         log.info("request %s %s %s -> %d (%.0f ms, tenant %s)", request.state.request_id,
-                 request.method, request.url.path, response.status_code,
+                 request.scope.get(ASKED, request.method), request.url.path, response.status_code,
                  1e3 * (time.monotonic() - started), tenant)
         return response
 

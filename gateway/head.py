@@ -3,6 +3,8 @@ probe with it), and FastAPI's routes take only the methods they name (a HEAD was
 
 from __future__ import annotations
 
+ASKED = "symbiosis.asked"  # the scope's method as the client sent it (for the log)
+
 
 class HeadAsGet:
     """An ASGI middleware: a HEAD runs as a GET; its answer keeps the status and the headers
@@ -23,4 +25,4 @@ class HeadAsGet:
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, headers_only)
+        await self.app({**scope, "method": "GET", ASKED: "HEAD"}, receive, headers_only)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.gateway.conftest import KEY
@@ -10,8 +12,11 @@ from tests.gateway.test_validation import assert_openai_error
 
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/models/tiny-llama", "/v1/files",
                                   "/v1/fine_tuning/jobs"])
-def test_head_answers_as_get_with_no_body(client, path: str) -> None:
-    got, head = client.get(path, headers=KEY), client.head(path, headers=KEY)
+def test_head_answers_as_get_with_no_body(client, path: str, caplog) -> None:
+    got = client.get(path, headers=KEY)
+    with caplog.at_level(logging.INFO, logger="gateway"):
+        head = client.head(path, headers=KEY)
+    assert f"HEAD {path} -> 200" in caplog.text
     assert got.status_code == head.status_code == 200 and got.content
     assert head.content == b""
     assert head.headers["content-length"] == got.headers["content-length"] == \
