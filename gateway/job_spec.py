@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from wire.jobs import DEFAULT_MAX_SEQ_LENGTH, JobSpec, PeftSpec
+from catalogue.weight_names import matching
+from wire.jobs import ALL_LINEAR, DEFAULT_MAX_SEQ_LENGTH, JobSpec, PeftSpec
 
-__all__ = ["Chosen", "JobSpec", "PeftSpec", "resolve", "too_few_examples", "unsupported"]
+__all__ = ["Chosen", "JobSpec", "PeftSpec", "resolve", "too_few_examples", "unknown_target",
+           "unsupported"]
 MIN_EXAMPLES = 10
 BASE_LEARNING_RATE = {"lora": 2e-4, "adalora": 2e-4, "ia3": 1e-3, "prefix_tuning": 1e-3,
                       "prompt_tuning": 1e-3}
@@ -54,4 +56,18 @@ def unsupported(spec: JobSpec) -> str | None:
     if spec.peft.gradient_checkpointing and spec.peft.method == "prefix_tuning":
         return ("gradient_checkpointing cannot be used with prefix_tuning: a recomputed layer "
                 "would run without the prefix's virtual keys and values")
+    return None
+
+
+def unknown_target(spec: JobSpec, modules: frozenset[str], model: str) -> tuple[str, str] | None:
+    """(the field, why) when a module the job targets is none of the model's (`modules`, its
+    weight-bearing ones; empty: not known here). peft would skip it if another matched; a job
+    that trains less than it names is a typo's doing."""
+    for field in ("target_modules", "feedforward_modules"):
+        targets = getattr(spec.peft, field) or []
+        for target in [] if targets == [ALL_LINEAR] else targets:
+            if modules and not matching(modules, target):
+                ends = sorted({name.rpartition(".")[2] for name in modules})
+                return (f"peft.{field}", f"peft.{field} names '{target}', which is no module "
+                        f"of {model} (its modules' names end in: {', '.join(ends)})")
     return None

@@ -1,4 +1,5 @@
-"""Token counts for upload validation, from the base model's tokenizer.json (no torch)."""
+"""What the gateway checks requests against, from the base model's files (no torch): token
+counts from its tokenizer.json, its context and vocabulary, its modules' names."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from functools import cached_property
 from tokenizers import Tokenizer
 
 from catalogue.paths import local_path
+from catalogue.weight_names import module_names
 
 
 class TextTokens:
@@ -37,6 +39,11 @@ class TextTokens:
     def vocab_size(self) -> int:
         """The model's vocabulary (0: unknown here; the worker checks token ids then)."""
         return int(self._config.get("vocab_size") or 0)
+
+    @cached_property
+    def modules(self) -> frozenset[str]:
+        """The model's modules with weights (empty: unknown here; the trainer checks then)."""
+        return frozenset() if self._path is None else module_names(self._path)
 
     def count(self, text: str) -> int:
         tokenizer = self._tokenizer

@@ -54,6 +54,7 @@ class TrainerControl(msgspec.Struct, tag="trainer_control", array_like=True):
 
 
 DEFAULT_MAX_SEQ_LENGTH = 1024
+ALL_LINEAR = "all-linear"  # peft's word for every linear layer but the head
 
 
 class PeftSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented, unsupported_parameter
-from gateway.job_spec import resolve, too_few_examples, unsupported
+from gateway.job_spec import resolve, too_few_examples, unknown_target, unsupported
 from gateway.manager_client import ManagerUnavailable
 from openapi.fine_tuning import (
     CheckpointList,
@@ -86,6 +86,8 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     spec = resolve(hp, peft, examples, state.text_tokens.max_context)
     if (why := unsupported(spec)) is not None:
         raise APIError(400, why, "invalid_value", "peft.gradient_checkpointing")
+    if (unknown := unknown_target(spec, state.text_tokens.modules, state.settings.model)):
+        raise APIError(400, unknown[1], "invalid_value", unknown[0])
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     new = NewJob(tenant=tenant.id, model=state.settings.model, training_file=body.training_file,
                  validation_file=body.validation_file, suffix=body.suffix, seed=seed, spec=spec,

@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import torch
 
-from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import OPERATOR, Deployment
+from tests.e2e.adapters import MODEL, Reference
+from tests.e2e.conftest import OPERATOR, Deployment, _record_path
 from tests.e2e.jobs import (
     ANSWER,
     TOPICS,
@@ -88,6 +89,36 @@ def test_bad_files_are_rejected_with_line_numbers(ft: Deployment) -> None:
         ft.client("beta").files.retrieve(few.id)
     with pytest.raises(openai.NotFoundError):
         ft.client("beta").fine_tuning.jobs.retrieve(job.id)
+
+
+def test_adapters_on_the_head_and_the_embeddings_train_and_serve_as_peft_does(
+        ft: Deployment) -> None:
+    """The head and the embeddings are base weights in the executor: peft, saving an adapter on
+    them, also copied those (a failed job); now the adapter alone is kept, and it serves as
+    plain peft does with it. A module the model lacks is refused before a job is made."""
+    client = ft.client("acme")
+    upload = client.files.create(file=("memo.jsonl", memorization_file()), purpose="fine-tune")
+    with pytest.raises(openai.BadRequestError) as typo:
+        create(client, upload.id, epochs=1, target_modules=["q_prj"])
+    assert typo.value.body["param"] == "peft.target_modules"
+    norm = wait(client, create(client, upload.id, epochs=1, target_modules=["input_layernorm"]),
+                ("succeeded", "failed"))  # a module peft cannot adapt: known once it tries
+    assert norm.status == "failed" and norm.error.code == "invalid_peft_settings"
+    assert norm.error.param == "peft" and "Target module LlamaRMSNorm" in norm.error.message
+    for targets in (["q_proj", "lm_head"], ["embed_tokens"]):
+        job = wait(client, create(client, upload.id, epochs=1, target_modules=targets),
+                   ("succeeded", "failed"))
+        assert job.status == "succeeded", job.error
+        reference = Reference(Path(_record_path(ft.stack.data_dir, job.fine_tuned_model)))
+        prompt = "Tell me something about rivers."
+        ids = reference.ids(prompt)
+        want = reference.logprobs(ids)[-1]
+        assert not torch.allclose(want, Reference(None).logprobs(ids)[-1])  # it learned
+        got = client.completions.create(model=job.fine_tuned_model, prompt=prompt, max_tokens=1,
+                                        temperature=0, logprobs=5).choices[0].logprobs
+        for token, logprob in got.top_logprobs[0].items():
+            assert logprob == pytest.approx(want[reference.tokenizer.convert_tokens_to_ids(
+                reference.tokenizer.tokenize(token))[0]].item(), abs=1e-4), (targets, token)
 
 
 def test_pause_resume_and_cancel(ft: Deployment) -> None:

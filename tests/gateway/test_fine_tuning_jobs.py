@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 
+from catalogue.resolve import resolve_model
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.tenants import hash_key
@@ -65,6 +66,34 @@ def test_held_out_gate_texts_are_bounded(managed) -> None:
         "model": "tiny-llama", "training_file": training,
         "gates": {"held_out": [{"prompt": "Q", "completion": "A" * 2000}]}}), 400)
     assert error["param"] == "gates.held_out.0.completion"
+
+
+@pytest.mark.parametrize(("peft", "param", "named"), [
+    ({"target_modules": ["q_prj"]}, "peft.target_modules", "q_prj"),
+    ({"target_modules": ["q_proj", "nope"]}, "peft.target_modules", "nope"),
+    ({"method": "ia3", "target_modules": ["down_proj"], "feedforward_modules": ["mlp.down"]},
+     "peft.feedforward_modules", "mlp.down"),
+])
+def test_a_target_module_the_model_lacks_is_refused_naming_it(managed, peft, param,
+                                                              named) -> None:
+    resolve_model("tiny-llama")  # the gateway reads the modules' names from its files
+    client, _ = managed
+    error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        "model": "tiny-llama", "training_file": upload(client), "peft": peft}), 400)
+    assert error["param"] == param and f"names '{named}', which is no module" in error["message"]
+    assert "q_proj" in error["message"]  # what the model's modules are called
+    assert client.get("/v1/fine_tuning/jobs", headers=KEY).json()["data"] == []
+
+
+@pytest.mark.parametrize("targets", [["all-linear"], ["self_attn.q_proj", "v_proj"]])
+def test_targets_peft_matches_are_taken(managed, targets) -> None:
+    resolve_model("tiny-llama")
+    client, _ = managed
+    created = client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+        "model": "tiny-llama", "training_file": upload(client),
+        "peft": {"target_modules": targets}})
+    assert created.status_code == 200, created.text
+    assert created.json()["peft"]["target_modules"] == targets
 
 
 def test_a_jobs_priority_defaults_to_its_tenants_tier(tmp_path) -> None:

@@ -31,12 +31,18 @@ def checkpoint_root(data_dir: Path, job_id: str) -> Path:
     return data_dir / "jobs" / job_id / "checkpoints"
 
 
+def save_adapter(model, directory: Path) -> None:
+    """The adapter's own weights only: with an adapter on the head or the embeddings peft would
+    also save those base weights, which live in the executor (and never change)."""
+    model.save_pretrained(directory, save_embedding_layers=False)
+
+
 def save(root: Path, model, optimizer, scheduler, progress: Progress) -> Path:
     target = root / f"step-{progress.step}"
     staging = root / f".step-{progress.step}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    model.save_pretrained(staging)
+    save_adapter(model, staging)
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "progress": progress.__dict__}, staging / STATE)
     shutil.rmtree(target, ignore_errors=True)

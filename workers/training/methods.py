@@ -14,12 +14,13 @@ from peft import (
 )
 from torch import nn
 
-from wire.jobs import PeftSpec
+from wire.jobs import ALL_LINEAR, PeftSpec
 from workers.training.lean import keep_less
 
 
 def peft_config(peft: PeftSpec, total_steps: int) -> PeftConfig:
     kind, targets = peft.method, peft.target_modules
+    targets = ALL_LINEAR if targets == [ALL_LINEAR] else targets  # peft's word, as a list
     if kind == "lora":
         return LoraConfig(task_type=TaskType.CAUSAL_LM, r=peft.r, lora_alpha=peft.alpha,
                           lora_dropout=peft.dropout, target_modules=targets or "all-linear")

@@ -34,6 +34,7 @@ from wire.spawner import TrainerSpec
 from workers.device import DeviceUnavailable, claim_device
 from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
+from workers.remote.layers import BaseWeightUnavailable
 from workers.remote.privacy import PrivacyConfig
 from workers.training import checkpoint, gates
 from workers.training.allocator import give_back_large_frees
@@ -93,7 +94,11 @@ class Trainer:
             model = PeftModel.from_pretrained(model, spec.peft.init_adapter, is_trainable=True,
                                               torch_device=str(device))
         else:
-            model = get_peft_model(model, peft_config(spec.peft, total))
+            try:
+                model = get_peft_model(model, peft_config(spec.peft, total))
+            except (ValueError, BaseWeightUnavailable) as exc:  # peft's refusal, or ours
+                return self._fail("invalid_peft_settings", f"The job's peft settings cannot "
+                                  f"be applied to {self.config.base}: {exc}", "peft")
         keep_for_backward(model, spec.peft.gradient_checkpointing)
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
@@ -207,7 +212,7 @@ class Trainer:
                        level="info" if item["passed"] else "warn")
         result = checkpoint.checkpoint_root(self.data_dir, self.job.id).parent / "result"
         shutil.rmtree(result, ignore_errors=True)
-        model.save_pretrained(result)
+        checkpoint.save_adapter(model, result)
         try:
             return self._last(TrainerFinished(self.job.id, str(result), verdict,
                                               self._lineage(verdict), progress.trained_tokens,
