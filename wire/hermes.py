@@ -41,8 +41,8 @@ def call_text(name: str, arguments: Any) -> str:
 
 def sent_call_text(name: str, arguments: str) -> str:
     """A call as a conversation's history holds it: its arguments' JSON rendered as call_text
-    renders them; arguments that are no JSON (a call max_tokens cut, a model's slip) as they
-    were written, as the model wrote them."""
+    renders them; arguments that are no JSON (a call max_tokens cut, a model's slip) as
+    written."""
     try:
         return call_text(name, json.loads(arguments))
     except (ValueError, RecursionError):

@@ -69,8 +69,11 @@ class Records:
         if time.monotonic() < self._next_expiry:
             return
         self._next_expiry = time.monotonic() + every_s
-        for file_id in self.desk.expire_files(int(time.time())):
-            log.info("file %s expired: deleted", file_id)
+        try:
+            for file_id in self.desk.expire_files(int(time.time())):
+                log.info("file %s expired: deleted", file_id)
+        except Exception:  # housekeeping: the next sweep tries again; serving goes on
+            log.exception("deleting expired files failed")
 
     def close(self) -> None:
         self.inspector.close()

@@ -222,3 +222,9 @@ def test_a_file_past_its_expiry_is_gone_and_deleted_once_no_job_reads_it(records
     assert records.jobs.move(job.id, "cancelled")
     assert records.desk.expire_files(int(time.time())) == [read.id]
     assert not Path(read.path).exists() and records.files.get(kept.id, "acme") == kept
+
+
+def test_a_failing_expiry_sweep_is_logged_and_the_manager_goes_on(records, caplog) -> None:
+    records.db.conn.close()  # every query fails now
+    records.expire_files()
+    assert "deleting expired files failed" in caplog.text
