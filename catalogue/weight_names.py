@@ -34,7 +34,12 @@ def _tensor_names(path: Path) -> list[str]:
         return [k for k in json.loads(f.read(size)) if k != "__metadata__"]
 
 
+def matches(name: str, target: str) -> bool:
+    """Whether a target names the module `name` as peft matches a target module: the whole
+    name or its last dotted parts."""
+    return name == target or name.endswith("." + target)
+
+
 def matching(names: frozenset[str], target: str) -> list[str]:
-    """The modules `target` names as peft matches a target module: the whole name or its
-    last dotted parts."""
-    return [name for name in names if name == target or name.endswith("." + target)]
+    """The modules of `names` that `target` names."""
+    return [name for name in names if matches(name, target)]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from wire.hermes import TOOL_CLOSE, TOOL_OPEN
+from wire.hermes import CALL_ARGUMENTS, CALL_NAME, TOOL_CLOSE, TOOL_OPEN
 
-NAME_OPEN, NAME_CLOSE, CALL_END = '{"name": "', '", "arguments": ', "}" + TOOL_CLOSE
+NAME_OPEN, NAME_CLOSE, CALL_END = CALL_NAME, CALL_ARGUMENTS, "}" + TOOL_CLOSE
 MAX_NAME = 64
 
 

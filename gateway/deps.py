@@ -45,13 +45,14 @@ def operator(request: Request, why: str) -> Tenant:
     return found
 
 
-def only_fields(*known: str):
-    """A dependency refusing a form field the route does not take (as a JSON body's unknown
-    field is refused), naming it."""
-    async def check(request: Request) -> None:
-        unknown = sorted(set((await request.form()).keys()) - set(known))
-        if unknown:
-            raise APIError(400, f"Unrecognized request argument supplied: {unknown[0]}",
-                           "invalid_request", unknown[0])
+async def known_form_fields(request: Request) -> None:
+    """Refuse a form field the route does not take (as a JSON body's unknown field is),
+    naming it: the route's form and file parameters are the fields it takes."""
+    known = {field.alias for field in request.scope["route"].dependant.body_params}
+    unknown = sorted(set((await request.form()).keys()) - known)
+    if unknown:
+        raise APIError(400, f"Unrecognized request argument supplied: {unknown[0]}",
+                       "invalid_request", unknown[0])
 
-    return Depends(check)
+
+KnownFormFields = Depends(known_form_fields)

@@ -1,5 +1,5 @@
 """The published OpenAPI document made exact: integer bounds, and forms closed to fields their
-routes do not take (`gateway.deps.only_fields` refuses them)."""
+routes do not take (`gateway.deps.known_form_fields` refuses them)."""
 
 from __future__ import annotations
 

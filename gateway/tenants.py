@@ -178,7 +178,7 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
           max_kv_tokens: int) -> list[Tenant]:
     tenants: dict[str, Tenant] = {}
     if path.exists():
-        for entry in json.loads(path.read_text()).get("tenants", []):
+        for entry in entries(path):
             tenant = Tenant(**{"max_concurrent": max_concurrent, "max_context": max_context,
                                "max_kv_tokens": max_kv_tokens, **entry})
             if not TENANT_ID.fullmatch(tenant.id):
@@ -203,6 +203,15 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
     return list(tenants.values())
 
 
+def entries(path: Path) -> list[dict]:
+    """The tenants file's entries as written (limits set, hashed keys), none without a file."""
+    return _file(path).get("tenants", [])
+
+
+def _file(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {"tenants": []}
+
+
 def _write(path: Path, data: dict) -> None:
     """The whole file at once (a reader never sees half of it), private to its owner."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +223,7 @@ def _write(path: Path, data: dict) -> None:
 
 def revoke_tenant(path: Path, tenant_id: str) -> bool:
     """Remove a tenant and every key of it from the tenants file; False if it had none."""
-    data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
+    data = _file(path)
     kept = [t for t in data["tenants"] if t["id"] != tenant_id]
     if len(kept) == len(data["tenants"]):
         return False
@@ -225,7 +234,7 @@ def revoke_tenant(path: Path, tenant_id: str) -> bool:
 def revoke_key(path: Path, tenant_id: str, key: str) -> bool:
     """Remove one key of a tenant (its other keys and its limits stay); False if it has no
     such key."""
-    data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
+    data = _file(path)
     entry = next((t for t in data["tenants"] if t["id"] == tenant_id), None)
     if entry is None or hash_key(key) not in entry["key_sha256"]:
         return False
@@ -238,7 +247,7 @@ def create_tenant(path: Path, tenant_id: str, **limits: object) -> str:
     """Add a tenant with a fresh key to the tenants file; returns the key (shown once)."""
     if not TENANT_ID.fullmatch(tenant_id):
         raise ValueError(f"invalid tenant id {tenant_id!r}")
-    data = json.loads(path.read_text()) if path.exists() else {"tenants": []}
+    data = _file(path)
     key = "sk-symb-" + secrets.token_urlsafe(24)
     entry = next((t for t in data["tenants"] if t["id"] == tenant_id), None)
     if entry is None:

@@ -21,7 +21,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
-from gateway.tenants import TARGETS, TenantDirectory, create_tenant, revoke_key, revoke_tenant
+from gateway.tenants import (
+    TARGETS,
+    TenantDirectory,
+    create_tenant,
+    entries,
+    revoke_key,
+    revoke_tenant,
+)
 from launcher import serve_flags
 from launcher.arguments import positive, priority, target_ms, tenant_id
 from wire.stopping import StopSignal
@@ -130,10 +137,10 @@ def tenants_revoke(args: argparse.Namespace) -> int:
 
 def tenants_list(args: argparse.Namespace) -> int:
     path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
-    entries = json.loads(path.read_text()).get("tenants", []) if path.exists() else []
-    if not entries:
+    listed = entries(path)
+    if not listed:
         sys.stdout.write(f"no tenants in {path}\n")
-    for entry in entries:
+    for entry in listed:
         keys = len(entry.get("key_sha256", []))
         rest = " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("id", "key_sha256"))
         sys.stdout.write(f"{entry['id']}  {keys} key{'' if keys == 1 else 's'}"

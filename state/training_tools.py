@@ -26,17 +26,19 @@ def tools_of(record: dict) -> list[dict[str, Any]]:
         return []
     if not isinstance(raw, list):
         raise BadTools("'tools' must be a list")
-    tools = []
+    tools, names = [], set()
     for k, tool in enumerate(raw):
         if "functions" in record:
             tool = {"type": "function", "function": tool}
         if not isinstance(tool, dict) or tool.get("type") != "function" or \
                 set(tool) != {"type", "function"}:
             raise BadTools(f"tool {k} must be {{\"type\": \"function\", \"function\": {{...}}}}")
-        tools.append({"type": "function", "function": _function(k, tool["function"])})
-        if tools[-1]["function"]["name"] in [t["function"]["name"] for t in tools[:-1]]:
+        function = _function(k, tool["function"])
+        if function["name"] in names:
             raise BadTools(f"tool {k} names a function an earlier tool names: names must be "
                            "unique")
+        names.add(function["name"])
+        tools.append({"type": "function", "function": function})
     return tools
 
 

@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>\n", "\n</tool_call>"
+# a call's JSON as call_text writes it (json.dumps' form), up to its name and to its arguments
+CALL_NAME, CALL_ARGUMENTS = '{"name": "', '", "arguments": '
 TOOLS_PROMPT = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
@@ -46,8 +48,8 @@ def sent_call_text(name: str, arguments: str) -> str:
     try:
         return call_text(name, json.loads(arguments))
     except (ValueError, RecursionError):
-        return TOOL_OPEN + '{"name": ' + json.dumps(name) + ', "arguments": ' + arguments + "}" \
-            + TOOL_CLOSE
+        return (TOOL_OPEN + CALL_NAME + json.dumps(name)[1:-1] + CALL_ARGUMENTS + arguments
+                + "}" + TOOL_CLOSE)
 
 
 def calls_message(text: str, calls: list[str]) -> str:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 
-from gateway.deps import TenantDep, only_fields
+from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
 from gateway.serving import Target
@@ -25,8 +25,8 @@ router = APIRouter(prefix="/v1", tags=["adapters"],
                    responses=documented(400, 422))
 
 
-@router.post("/adapters", response_model=Model, status_code=201, dependencies=[only_fields(
-    "name", "adapter_config", "adapter_model", "promote")])
+@router.post("/adapters", response_model=Model, status_code=201,
+             dependencies=[KnownFormFields])
 async def register_adapter(request: Request, tenant: TenantDep,
                            name: Annotated[str, Form(description=ADAPTER_NAME_RULE,
                                                      json_schema_extra={"pattern": ADAPTER_NAME})],

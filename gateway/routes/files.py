@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from gateway.dataset import validate_jsonl
-from gateway.deps import TenantDep, only_fields
+from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
 from openapi.files import FileDeleted, FileList, FileObject
@@ -29,8 +29,7 @@ def _not_found(file_id: str) -> APIError:
     return APIError(404, f"No such File object: {file_id}", "file_not_found", "id")
 
 
-@router.post("/files", response_model=FileObject, dependencies=[only_fields(
-    "file", "purpose", "expires_after[anchor]", "expires_after[seconds]")])
+@router.post("/files", response_model=FileObject, dependencies=[KnownFormFields])
 async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
                       purpose: Annotated[Literal["fine-tune"], Form()],
                       anchor: ExpiresAnchor = "created_at",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from catalogue.weight_names import matches
 from workers.manager.tensorfile import Shapes
 
 PREFIX = "base_model.model."
@@ -81,8 +82,7 @@ def _lora(key: str, module: str, part: str, shape: tuple[int, ...],
 def _ia3(key: str, module: str, shape: tuple[int, ...], weight: tuple[int, ...],
          config: dict) -> None:
     fan_in, fan_out = _in_out(weight, config, False)
-    feedforward = any(module == m or module.endswith(f".{m}")
-                      for m in config.get("feedforward_modules") or [])
+    feedforward = any(matches(module, m) for m in config.get("feedforward_modules") or [])
     wanted = (1, fan_in) if feedforward else (fan_out, 1)
     if shape != wanted:
         raise AdapterMismatch(f"tensor {key!r} has shape {list(shape)}; {module} of the base "
