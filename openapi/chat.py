@@ -95,7 +95,9 @@ class NamedToolChoice(StrictModel):
 
 
 class ChatCompletionRequest(SamplingFields):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, description=(
+        "the conversation; as OpenAI holds it, only assistant messages make tool calls, and "
+        "each call is answered by one tool message (naming its id) before the next turn"))
     max_tokens: int | None = Field(default=None, ge=0, le=INT32, description="deprecated alias")
     max_completion_tokens: int | None = Field(default=None, ge=0, le=INT32)
     logprobs: bool = False

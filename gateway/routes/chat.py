@@ -9,6 +9,7 @@ from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
+from gateway.history import check_history
 from gateway.sampling import chat_params, constrain
 from gateway.serving import PromptResult
 from gateway.structured import response_format_grammar
@@ -27,6 +28,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     params = chat_params(body, state.settings.chat_default_max_tokens(),
                          state.settings.max_tokens_cap)
+    check_history(body.messages)
     tools = tool_mode(body)
     json_format = response_format_grammar(body.response_format)
     if json_format and tools.grammar:
