@@ -88,7 +88,8 @@ class ChatStream:
         out = [self._call(index, delta, sent if k == len(deltas) - 1 else None)
                for k, delta in enumerate(deltas)]
         if event.finish_reason:
-            finish = self.tools.finish(reader.calls, event.finish_reason)
+            finish = self.tools.finish(reader.calls, event.finish_reason,
+                                       not all(c.done for c in reader.calls))
             out.append(responses.chat_chunk(*self.base, index, finish_reason=finish,
                                             logprobs=None if deltas else sent))
         self.held[index] = (text, [] if out else logprobs)

@@ -119,7 +119,7 @@ def chat_choice(result: PromptResult, index: int, want_logprobs: bool,
     return ChatChoice(index=index, message=message,
                       logprobs=chat_logprobs(result.logprobs.get(index, []))
                       if want_logprobs else None,
-                      finish_reason=tools.finish(calls, finish))
+                      finish_reason=tools.finish(calls, finish, tools.cut_short(text)))
 
 
 def chat_response(response_id: str, created: int, model: str, result: PromptResult, n: int,

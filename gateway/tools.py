@@ -6,7 +6,8 @@ models are trained on). With `tool_choice` "required" or a named function the ou
 constrained to such calls (a named function: exactly one), arguments by the function's schema;
 with "auto" the model may answer either way and calls are recognised in its output; with "none"
 no call is read. Calls completed before a max_tokens cut are returned as calls, with
-finish_reason "length"; in a forced mode also the call the cut ended, as far as it got
+finish_reason "length"; in a forced mode also the call the cut (or a `stop` string) ended, as
+far as it got, with finish_reason "length" (or "stop"), never its text as content
 (`call_reader`: the grammar's calls are read as they are written).
 """
 
@@ -46,31 +47,37 @@ class ToolMode:
     def calls(self, text: str, finish: str | None = "stop") -> list[ToolCall] | None:
         """The calls `text` makes, or None if it is no (valid) call. Cut by max_tokens
         (`finish` "length"), the calls completed before the cut; in a forced mode (a grammar)
-        also the call it cut, with its arguments as far as they got (as a stream sends them),
-        and none at all is [] (the cut came before a name), never content."""
+        the calls as far as they are written, one a cut or a stop string ended included, and
+        none at all is [] (the output ended before a name), never content."""
         if not self.names or finish not in ("stop", "length"):
             return None
-        if self.grammar is not None and (read := self.read(text, finish)) is not None:
-            return read
+        if self.grammar is not None and (reader := self.read(text)) is not None:
+            return [new_call(c.name, c.arguments) for c in reader.calls]
         calls = parse_calls(text, self.names, cut=finish == "length")
         if calls is None and finish == "length" and self.grammar is not None:
             return []
         return calls if calls is not None and len(calls) <= self.max_calls else None
 
-    def read(self, text: str, finish: str | None) -> list[ToolCall] | None:
+    def read(self, text: str) -> CallReader | None:
         """A forced mode's calls as CallReader reads them (arguments as written); None where
         the text is out of its shape."""
         reader = CallReader()
         reader.feed(text)
         if reader.lost or len(reader.calls) > self.max_calls or \
-                any(c.name not in self.names for c in reader.calls) or (
-                finish == "stop" and not all(c.done for c in reader.calls)):
+                any(c.name not in self.names for c in reader.calls):
             return None
-        return [new_call(c.name, c.arguments) for c in reader.calls]
+        return reader
 
-    def finish(self, calls: list | None, finish: str | None) -> str | None:
-        """OpenAI's finish_reason: "tool_calls" for calls that ended the output."""
-        return "tool_calls" if calls and finish == "stop" else finish
+    def cut_short(self, text: str) -> bool:
+        """Whether a forced mode's output ends inside a call (`stop` or max_tokens ended it)."""
+        reader = self.read(text) if self.grammar is not None else None
+        return reader is not None and not all(c.done for c in reader.calls)
+
+    def finish(self, calls: list | None, finish: str | None, cut_short: bool = False) -> \
+            str | None:
+        """OpenAI's finish_reason: "tool_calls" for calls that ended the output, not for one
+        a stop string cut short."""
+        return "tool_calls" if calls and finish == "stop" and not cut_short else finish
 
 
 def tool_mode(body: ChatCompletionRequest) -> ToolMode:

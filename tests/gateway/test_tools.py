@@ -137,3 +137,29 @@ def test_a_streamed_cut_sends_the_completed_calls_and_finish_length() -> None:
     assert calls[0]["function"]["name"] == "get_weather" and len({c["index"] for c in calls}) == 1
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert not any(c["choices"][0]["delta"].get("content") for c in chunks)
+
+
+def test_a_stop_string_ending_a_forced_call_leaves_the_call_as_far_as_it_got() -> None:
+    """`stop` matched inside a forced call: the call as written (never its markup as content),
+    with finish_reason "stop", not "tool_calls" (it did not end), streamed or not."""
+    from gateway.responses import chat_choice
+    from gateway.serving import PromptResult
+
+    forced = tool_mode(request(tools=[TOOL], tool_choice="required"))
+    second = CALL[:CALL.index('ty"')]
+    for text, arguments in ((CALL[:CALL.index("Paris")], '{"city": "'),
+                            (f"{CALL}\n{second}", '{"ci')):
+        result = PromptResult(0, W.Started("r", 1))
+        result.text[0], result.finish[0] = text, "stop"
+        made = chat_choice(result, 0, False, forced)
+        assert (made.message.content, made.finish_reason) == (None, "stop")
+        assert made.message.tool_calls[-1].function.arguments == arguments
+        stream = ChatStream(("id", 0, "m"), 1, forced, False)
+        chunks = [c["choices"][0] for c in
+                  stream.chunks(W.Delta("r", 0, text, finish_reason="stop"))]
+        streamed = "".join(c["delta"]["tool_calls"][0]["function"]["arguments"] for c in chunks
+                           if c["delta"].get("tool_calls") and
+                           c["delta"]["tool_calls"][0]["index"] == text.count("<tool_call>") - 1)
+        assert streamed == arguments and chunks[-1]["finish_reason"] == "stop"
+    result.text[0] = CALL  # the grammar's end: the call is whole
+    assert chat_choice(result, 0, False, forced).finish_reason == "tool_calls"
