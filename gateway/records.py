@@ -30,5 +30,5 @@ async def change(manager: ManagerClient, action: StoreAction, tenant: str, *,
         raise insufficient_storage()
     if not answer.ok:
         raise APIError(answer.status, answer.message, answer.code,
-                       param if answer.status < 500 else None)
+                       (answer.param or param) if answer.status < 500 else None)
     return answer

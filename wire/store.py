@@ -54,6 +54,7 @@ class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=T
     message: str = ""
     made: str = ""  # the id of what was made: a file id, a version id (`model@number`)
     deleted: list[str] = []  # the ids of what was deleted (version ids, a file id)
+    param: str = ""  # the request's field at fault, when the manager knows it
 
     @property
     def ok(self) -> bool:

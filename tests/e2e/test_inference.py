@@ -20,8 +20,8 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 def test_models_list_and_retrieve(deployment: Deployment) -> None:
     client = deployment.client("acme")
-    ids = [m.id for m in client.models.list().data]
-    assert ids == [MODEL, "acme/lora-a", "acme/prefix-a"]
+    ids = [m.id for m in client.models.list().data]  # other tests' acme models may follow
+    assert ids[:3] == [MODEL, "acme/lora-a", "acme/prefix-a"] and all("acme/" in i for i in ids[1:])
     model = client.models.retrieve("acme/lora-a")  # the SDK sends the slash as %2F
     assert model.id == "acme/lora-a" and model.owned_by == "acme"
     raw = httpx.get(f"{deployment.stack.base_url}/v1/models/acme/lora-a",

@@ -23,6 +23,7 @@ def test_an_adapter_config_that_is_not_an_object_is_400(client, config: bytes) -
                                   "adapter_model": ("adapter_model.safetensors", b"\0" * 16)})
     error = assert_openai_error(response, 400)
     assert error["code"] == "invalid_adapter" and "JSON object" in error["message"]
+    assert error["param"] == "adapter_config"
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "x y", "é", "x\n", "a" * 65,
@@ -62,6 +63,7 @@ def test_an_adapter_file_that_is_not_whole_is_400_and_nothing_is_stored(client, 
                                   "adapter_model": ("adapter_model.safetensors", weights)})
     error = assert_openai_error(response, 400)
     assert error["code"] == "invalid_adapter" and reason in error["message"], error
+    assert error["param"] == "adapter_model"
     assert client.get("/v1/models/acme/broken", headers=KEY).status_code == 404
 
 

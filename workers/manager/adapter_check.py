@@ -27,16 +27,53 @@ def check(peft_type: str, config: dict, tensors: Shapes, base: Shapes | None) ->
     if peft_type in ("PROMPT_TUNING", "PREFIX_TUNING"):
         _virtual_tokens(peft_type, config, tensors)
         return
+    targets = _named_targets(config)
+    modules = set()
     for key, shape in tensors.items():
         module_key = key.removeprefix(PREFIX)
         match = PATTERNS[peft_type].fullmatch(module_key)
         if match is None:
             raise AdapterMismatch(f"tensor {key!r} is not one a {peft_type} adapter has")
         weight = _base_weight(match["module"], base) if base is not None else None
+        modules.add(match["module"])
+        if targets is not None and not any(matches(match["module"], t) for t in targets):
+            raise AdapterMismatch(f"tensor {key!r} is for {match['module']}, which the "
+                                  f"config's target_modules ({_some(targets)}) do not name: "
+                                  "peft would leave it out")
         if peft_type == "LORA":
             _lora(key, match["module"], match["part"], shape, weight, config, tensors)
         elif peft_type == "IA3" and weight is not None:
             _ia3(key, match["module"], shape, weight, config)
+    if targets is not None and base is not None:
+        _every_target_has_weights(targets, modules, base)
+
+
+def _named_targets(config: dict) -> list[str] | None:
+    """The config's target_modules where they are names that select every module they match
+    (a regular expression, `all-linear`, excluded modules or chosen layers: None, unchecked)."""
+    targets = config.get("target_modules")
+    if not isinstance(targets, list) or "all-linear" in targets or \
+            not all(isinstance(t, str) for t in targets) or \
+            any(config.get(key) for key in ("exclude_modules", "layers_to_transform")):
+        return None
+    return sorted(targets)
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _every_target_has_weights(targets: list[str], modules: set[str], base: Shapes) -> None:
+    """A module the config targets and the file holds no weights for would serve as the base
+    model's (peft starts it at zero and only warns)."""
+    for name, shape in base.items():
+        module = name.removesuffix(".weight")
+        if len(shape) == 2 and module not in modules and any(matches(module, t)
+                                                             for t in targets):
+            raise AdapterMismatch(f"the config's target_modules name {module}, and the file "
+                                  "holds no weights for it: the adapter would serve it "
+                                  "unchanged")
 
 
 def _base_weight(module: str, base: Shapes) -> tuple[int, ...]:

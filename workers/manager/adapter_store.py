@@ -36,7 +36,9 @@ NAME = re.compile(ADAPTER_NAME)
 
 
 class AdapterError(ValueError):
-    pass
+    def __init__(self, message: str, param: str = "adapter_model") -> None:
+        super().__init__(message)
+        self.param = param  # the upload's field at fault
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,12 @@ class AdapterRegistry(AdapterReader):
         named = model_id is None
         if named:
             if not NAME.fullmatch(name):
-                raise AdapterError(f"adapter names use {ADAPTER_NAME_RULE}")
+                raise AdapterError(f"adapter names use {ADAPTER_NAME_RULE}", "name")
             model_id = f"{tenant}/{name}"
         inspected = inspected or self.inspect(source)
         existing = self.get(model_id)
         if existing is not None and not named:
-            raise AdapterError(f"a model with id {model_id!r} already exists")
+            raise AdapterError(f"a model with id {model_id!r} already exists", "name")
         target = self.root / tenant / uuid.uuid4().hex
         target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         if move:
@@ -180,20 +182,23 @@ def validate(directory: Path, base: Shapes | None = None) -> str:
     the config and the `base` model's weight shapes."""
     for filename in FILES:
         if not (directory / filename).is_file():
-            raise AdapterError(f"an adapter directory needs {filename}")
+            raise AdapterError(f"an adapter directory needs {filename}",
+                               filename.partition(".")[0])
     try:
         config = json.loads((directory / "adapter_config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AdapterError(f"adapter_config.json is not valid JSON: {exc}") from None
+        raise AdapterError(f"adapter_config.json is not valid JSON: {exc}",
+                           "adapter_config") from None
     if not isinstance(config, dict):
         raise AdapterError("adapter_config.json must hold a JSON object, not "
-                           f"{type(config).__name__}")
+                           f"{type(config).__name__}", "adapter_config")
     peft_type = str(config.get("peft_type", "")).upper()
     if peft_type not in SUPPORTED:
         raise AdapterError(f"peft_type {peft_type or 'missing'!r} is not supported "
-                           f"(supported: {', '.join(sorted(SUPPORTED))})")
+                           f"(supported: {', '.join(sorted(SUPPORTED))})", "adapter_config")
     if config.get("use_dora"):
-        raise AdapterError("DoRA adapters need the base weights and cannot be served")
+        raise AdapterError("DoRA adapters need the base weights and cannot be served",
+                           "adapter_config")
     try:
         tensors = read_shapes(directory / "adapter_model.safetensors")
         check(peft_type, config, tensors, base)

@@ -57,7 +57,7 @@ class StoreDesk:
         except Refused as exc:
             return _answer(command, exc.status, exc.code, str(exc))
         except AdapterError as exc:
-            return _answer(command, 400, "invalid_adapter", str(exc))
+            return _answer(command, 400, "invalid_adapter", str(exc), exc.param)
         except VersionError as exc:
             code = "model_not_found" if exc.status == 404 else "invalid_version"
             return _answer(command, exc.status, code, str(exc))
@@ -173,5 +173,6 @@ class StoreDesk:
                           "Cancel them or wait for them to finish.")
 
 
-def _answer(command: StoreCommand, status: int, code: str, message: str) -> StoreAnswer:
-    return StoreAnswer(id=command.id, status=status, code=code, message=message)
+def _answer(command: StoreCommand, status: int, code: str, message: str,
+            param: str = "") -> StoreAnswer:
+    return StoreAnswer(id=command.id, status=status, code=code, message=message, param=param)

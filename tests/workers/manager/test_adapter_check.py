@@ -111,6 +111,12 @@ def _corruptions(lora: Path, tmp_path: Path):
     case("stray-tensor", "is not one a LORA adapter has",
          tensors={**weights, "base_model.model.extra": torch.zeros(2)})
     case("rank-in-config", "the config says r=", config={"r": 8})
+    # what peft loads with a warning only: weights it drops, or modules it leaves at zero
+    case("untargeted-tensor", "do not name: peft would leave it out", config={
+        "target_modules": ["q_prj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                           "down_proj"]})
+    case("target-without-weights", "holds no weights for it",
+         tensors={k: v for k, v in weights.items() if ".layers.1.mlp.up_proj." not in k})
     return cases
 
 
