@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from state.training_tools import BadTools, assistant_text, tools_of
+from state.training_tools import BadTools, assistant_text, check_calls, tools_of
 from wire.hermes import tool_response, with_tools
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -104,6 +104,7 @@ def _chat(record: dict) -> Chat:
     try:
         tools = tools_of(record)
         turns = [_turn(i, message) for i, message in enumerate(messages, start=1)]
+        check_calls(messages, tools)
     except BadTools as exc:
         raise BadLine(str(exc), "chat") from None
     roles = {turn.role for turn in turns}

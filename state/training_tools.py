@@ -86,3 +86,30 @@ def _call(i: int, k: int, call: object) -> str:
         raise BadTools(f"{where}'s arguments must be a JSON object in a string")
     return call_text(name, parsed)
 
+
+
+def check_calls(messages: list[dict], tools: list[dict[str, Any]]) -> None:
+    """Calls against the example's tools, results against the calls: a call names a function
+    the example lists (when it lists any: a call the served model makes to an unlisted one is
+    not read as a call), and a tool message's `tool_call_id` (when it has one) names a call of
+    the assistant message it answers (when those calls have ids), as a served chat's must."""
+    listed = {tool["function"]["name"] for tool in tools}
+    ids: set[str] = set()
+    for i, message in enumerate(messages, start=1):
+        if message["role"] in ("tool", "function"):
+            answered = message.get("tool_call_id")
+            if answered is not None and not isinstance(answered, str):
+                raise BadTools(f"message {i}'s tool_call_id must be a string")
+            if answered is not None and ids and answered not in ids:
+                raise BadTools(f"message {i} answers tool call {answered!r}, which the "
+                               "assistant message before it did not make")
+            continue
+        calls = message.get("tool_calls") or []
+        if "function_call" in message:
+            calls = [{"function": message["function_call"]}]
+        ids = {call["id"] for call in calls if isinstance(call.get("id"), str)}
+        for k, call in enumerate(calls):
+            if listed and call["function"]["name"] not in listed:
+                raise BadTools(f"message {i}'s tool call {k} calls "
+                               f"{call['function']['name']!r}, which the example's tools do "
+                               "not list")

@@ -97,6 +97,25 @@ def test_malformed_tools_are_refused(record: dict, says: str) -> None:
         parse(json.dumps({"messages": CONVERSATION, **record}))
 
 
+@pytest.mark.parametrize(("change", "says"), [
+    ({3: {**CONVERSATION[3], "tool_call_id": "call_2"}},
+     "message 4 answers tool call 'call_2', which the assistant message before it did not"),
+    ({3: {**CONVERSATION[3], "tool_call_id": 7}}, "message 4's tool_call_id must be a string"),
+    ({2: {**CONVERSATION[2], "tool_calls": [
+        {**CALL, "function": {**CALL["function"], "name": "get_time"}}]}},
+     "message 3's tool call 0 calls 'get_time', which the example's tools do not list"),
+])
+def test_calls_and_results_must_match_as_in_a_served_chat(change: dict, says: str) -> None:
+    """What a served chat refuses (gateway.history) and what the served model's calls are
+    read against (its tools): a result for a call not made, a call to an unlisted function."""
+    messages = [change.get(i, m) for i, m in enumerate(CONVERSATION)]
+    with pytest.raises(BadLine, match=says):
+        parse(json.dumps({"messages": messages, "tools": [WEATHER]}))
+    unnamed = {**CONVERSATION[2], "tool_calls": [{k: v for k, v in CALL.items() if k != "id"}]}
+    assert parse(json.dumps({"messages": [*CONVERSATION[:2], unnamed, *CONVERSATION[3:]],
+                             "tools": [WEATHER]}))  # calls without ids answer as they can
+
+
 def test_only_an_assistant_message_makes_calls() -> None:
     messages = [{**CONVERSATION[1], "tool_calls": [CALL]}, CONVERSATION[-1]]
     with pytest.raises(BadLine, match="message 1 has tool calls, which only an assistant"):
