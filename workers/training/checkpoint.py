@@ -31,6 +31,13 @@ def checkpoint_root(data_dir: Path, job_id: str) -> Path:
     return data_dir / "jobs" / job_id / "checkpoints"
 
 
+def name_base(model, base: str) -> None:
+    """The saved config names the base model as the API does (peft writes the directory it was
+    loaded from: a path on this server, which a tenant reads in the model's lineage)."""
+    for config in model.peft_config.values():
+        config.base_model_name_or_path = base
+
+
 def save_adapter(model, directory: Path) -> None:
     """The adapter's own weights only: with an adapter on the head or the embeddings peft would
     also save those base weights, which live in the executor (and never change)."""

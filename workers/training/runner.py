@@ -98,7 +98,8 @@ class Trainer:
                 model = get_peft_model(model, peft_config(spec.peft, total))
             except (ValueError, BaseWeightUnavailable) as exc:  # peft's refusal, or ours
                 return self._fail("invalid_peft_settings", f"The job's peft settings cannot "
-                                  f"be applied to {self.config.base}: {exc}", "peft")
+                                  f"be applied to {job.model}: {exc}", "peft")
+        checkpoint.name_base(model, job.model)
         keep_for_backward(model, spec.peft.gradient_checkpointing)
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)

@@ -129,6 +129,8 @@ def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path
                                    "learning_rate_multiplier": 1.0}
     record = AdapterRegistry(jobs.db, tmp_path, MODEL).get(job.fine_tuned_model)
     ours = load_file(Path(record.path) / "adapter_model.safetensors")
+    saved = json.loads((Path(record.path) / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == MODEL  # as the API names it: no server path
     theirs = reference_adapter(rows, tokenizer, 1234, 3, 2, 5e-3, 128)
     assert set(ours) == set(theirs)
     worst = max((ours[k] - theirs[k]).abs().max().item() for k in ours)
