@@ -173,7 +173,7 @@ def install(app: FastAPI) -> None:
         first = next((e for e in errors if e.get("type") == "value_error"), _furthest(errors))
         location = _field_path(first.get("loc", ()))
         param = ".".join(location) or None
-        message = first.get("msg", "invalid request")
+        message = first.get("msg", "invalid request").removeprefix("Value error, ")
         if first.get("type") != "value_error":
             message = _union_message(first, errors, location)
         if first.get("type") == "json_invalid":  # its location is a byte offset, not a field
