@@ -37,6 +37,7 @@ DEV_TENANT = "dev"
 
 
 def serve(args: argparse.Namespace) -> int:
+    from launcher.claim import DataDirInUse
     from launcher.stack import PortInUse, Stack
 
     data_dir = Path(args.data_dir)
@@ -45,8 +46,13 @@ def serve(args: argparse.Namespace) -> int:
     stack = Stack(data_dir, args.model, args.host, args.port, echo=True, env=env,
                   manager_args=pins)
     try:
-        stack.bind()  # before anything is printed or started
+        stack.claim()  # before anything is printed, written or started
+        stack.bind()
+    except DataDirInUse as exc:
+        sys.stderr.write(f"error: {exc}.\n")
+        return 1
     except PortInUse as exc:
+        stack.stop()
         sys.stderr.write(f"error: {exc}. Is another server running? Choose another port with "
                          "--port or SYMBIOSIS_PORT.\n")
         return 1

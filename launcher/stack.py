@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.claim import claim, release
 from launcher.mps import MpsDaemon
 from wire.endpoints import private_dir, runtime_dir
 from wire.probes import executor_answers, manager_answers
@@ -69,6 +70,7 @@ class Stack:
     services: dict[str, Service] = field(default_factory=dict)
     listener: socket.socket | None = None
     mps: MpsDaemon | None = None  # started for an executor and workers on one GPU
+    claim_fd: int | None = None  # this stack's claim on its data dir (`launcher.claim`)
     _recipes: dict[str, tuple] = field(default_factory=dict)
 
     @property
@@ -92,6 +94,11 @@ class Stack:
             **(self.mps.env() if self.mps is not None else {}),
         }
 
+    def claim(self) -> None:
+        """Claim the data dir for this stack (DataDirInUse while another stack has it)."""
+        if self.claim_fd is None:
+            self.claim_fd = claim(self.data_dir)
+
     def bind(self) -> socket.socket:
         """Bind and listen on the HTTP port (raises PortInUse); port 0 picks a free one."""
         if self.listener is None:
@@ -110,10 +117,14 @@ class Stack:
         return self.listener
 
     def start(self, timeout_s: float = 300) -> Stack:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.claim()
         private_dir(runtime_dir())
         private_dir(self.run_dir)
-        fd = self.bind().fileno()
+        try:
+            fd = self.bind().fileno()
+        except PortInUse:
+            self.stop()
+            raise
         self.start_mps()
         env = self.service_env()
         self._recipes = {
@@ -185,7 +196,10 @@ class Stack:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
-        self._remove_sockets()
+        if self.claim_fd is not None:
+            self._remove_sockets()
+            release(self.claim_fd)
+            self.claim_fd = None
 
     def _remove_sockets(self) -> None:
         """The stack's socket directory goes with it (sockets a killed service left, too)."""

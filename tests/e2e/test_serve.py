@@ -56,6 +56,13 @@ def test_serve_prints_a_working_key_and_stops_cleanly(tmp_path, short_dir) -> No
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 4  # executor, manager, spawner, gateway (+ workers)
         assert key not in (tmp_path / "data" / "tenants.json").read_text()  # stored hashed
+        # a second serve on the same data dir stops at once, and leaves this one's sockets be
+        second = serve(tmp_path / "data", "--port", str(free_port()),
+                       env={"XDG_RUNTIME_DIR": str(run)})
+        out, err = second.communicate(timeout=60)
+        assert (second.returncode, out) == (1, "") and "is serving the data dir" in err, err
+        assert len(list((run / "symbiosis").rglob("executor.sock"))) == 1
+        assert client.completions.create(model="tiny-llama", prompt="Hi", max_tokens=2).choices
     finally:
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
