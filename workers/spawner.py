@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import sys
+import time
 import warnings
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -43,6 +44,7 @@ warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", categ
 
 log = logging.getLogger("workers.spawner")
 PR_SET_PDEATHSIG = 1
+STOP_GRACE_S = 8.0  # under the manager's 10 s wait for us (`SpawnerClient.stop`)
 
 
 def spawn(target, preloaded: Preloaded) -> int:
@@ -122,10 +124,32 @@ def main(argv: list[str] | None = None) -> int:
             children[pid] = key
             out.write(S.encode(S.Spawned(key, pid)))
             out.flush()
+    stop(children)
+    return 0
+
+
+def stop(children: dict[int, str], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to every child, then wait for them (a trainer ends its step and saves a
+    checkpoint first: `ControlChannel.stop_on_sigterm`); those still there after `grace_s`
+    are killed. The executor stays up meanwhile: the launcher stops it after the manager,
+    which waits for us."""
     for pid in list(children):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    return 0
+    deadline = time.monotonic() + grace_s
+    while children and time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            children.pop(pid, None)
+        else:
+            time.sleep(0.05)
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 if __name__ == "__main__":

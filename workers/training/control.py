@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import time
 
 import msgspec
@@ -26,12 +27,20 @@ class ControlChannel:
         self.job_id = job_id
         self._ctx = zmq.Context()
         self._requested: JobAction | None = None
+        self.stopping = False  # SIGTERM came: the service is stopping (`stop_on_sigterm`)
+        self._sigterm: object = None  # the handler before ours, put back on close
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 1000)
         self._sock.setsockopt(zmq.SNDHWM, 0)  # reports queue until the manager takes them
         self._sock.setsockopt(zmq.IDENTITY, trainer_key(job_id).encode())
         self._sock.connect(endpoint)
         self._send(TrainerHello(job_id, os.getpid()))
+
+    def stop_on_sigterm(self) -> None:
+        """SIGTERM (the service stopping) asks the job to stop at its next step's start, with a
+        checkpoint, instead of ending the process mid-step."""
+        self._sigterm = signal.signal(signal.SIGTERM,
+                                      lambda *_: setattr(self, "stopping", True))
 
     def requested(self) -> JobAction | None:
         """PAUSE or CANCEL if the manager asked for it (the latest ask wins; cancel beats
@@ -57,6 +66,9 @@ class ControlChannel:
         return False
 
     def close(self) -> None:
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
         self._sock.close()
         self._ctx.term()
 

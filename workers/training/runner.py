@@ -186,11 +186,15 @@ class Trainer:
     def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
                        position: int) -> None:
         action = self.control.requested()
-        if action is None:
+        if action is None and not self.control.stopping:
             return
         progress.epoch, progress.position = epoch, position
         checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
                         scheduler, progress)
+        if action is None:  # the service is stopping: the job resumes when it is back
+            self.event(f"The service is stopping: checkpoint saved at step {progress.step}; "
+                       "the job resumes from it", level="warn")
+            raise JobStopped(RETRY)
         status = {JobAction.PAUSE: JobStatus.PAUSED,
                   JobAction.PREEMPT: JobStatus.QUEUED}.get(action, JobStatus.CANCELLED)
         message = (f"Preempted by a job of higher priority at step {progress.step}; it will "
@@ -265,6 +269,7 @@ def run(config: TrainerSpec, tokenizer: Any) -> int:
     yield_to_inference()
     give_back_large_frees()
     control = ControlChannel(config.manager, config.job_id)
+    control.stop_on_sigterm()
     trainer = Trainer(config, tokenizer, control)
     try:
         return trainer.run()

@@ -4,8 +4,10 @@ never opens the database (it runs here in a process where touching it is fatal).
 from __future__ import annotations
 
 import ast
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -74,5 +76,52 @@ def test_a_trainer_that_cannot_open_the_database_runs_its_job_through_the_manage
         finished = manager.reports[-1]
         assert done.gates == finished.gates and done.trained_tokens == finished.trained_tokens
         assert adapter.in_service == finished.gates["passed"]
+    finally:
+        manager.close()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
+        executor_for, tmp_path, ipc_dir) -> None:
+    """The service stopping (its spawner sends SIGTERM) loses no step: the trainer ends the step
+    it is in, saves a checkpoint, reports it and exits for a retry; run again, it resumes there
+    and finishes with every step counted once."""
+    manager = ManagerStandIn(tmp_path, ipc_dir)
+    try:
+        rows = DATA.read_text().splitlines()[:40]
+        upload = manager.files.create("acme", "train.jsonl", "fine-tune",
+                                      "\n".join(rows).encode(), examples=len(rows))
+        spec = resolve(Hyperparameters(n_epochs=1, batch_size=1), {"method": "lora", "r": 4},
+                       len(rows), 0)
+        job = manager.jobs.create(new_id("ftjob"), NewJob(
+            tenant="acme", model=MODEL, training_file=upload.id, suffix="term", seed=7,
+            spec=spec))
+        assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
+        argv = [sys.executable, "-m", "tests.workers.training.trainer_process",
+                msgspec.json.encode(manager.spec(job.id, executor_for(MODEL).endpoint)).decode()]
+        first = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while not any(isinstance(r, TrainerEvent) and r.kind == "metrics" and r.data["step"] >= 3
+                      for r in manager.reports):
+            assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
+            time.sleep(0.02)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 75, first.stderr.read()[-3000:]  # RETRY: the job stays running
+        stopped = [r.message for r in manager.reports if isinstance(r, TrainerEvent)
+                   and r.message.startswith("The service is stopping")]
+        at = int(stopped[0].split("at step ")[1].split(";")[0])
+        done_steps = [r.data["step"] for r in manager.reports
+                      if isinstance(r, TrainerEvent) and r.kind == "metrics"]
+        assert at == done_steps[-1] >= 3 and at < 40  # stopped between steps, mid-epoch
+        assert (tmp_path / "jobs" / job.id / "checkpoints" / f"step-{at}").is_dir()
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        assert second.returncode == 0, second.stderr[-3000:]
+        done = manager.jobs.get(job.id)
+        assert done.status == "succeeded", done.error
+        events = [e["message"] for e in manager.jobs.events(job.id, after=None, limit=200)[0]]
+        assert any(f"resumed at step {at}" in m for m in events), events[:5]
+        steps = [r.data["step"] for r in manager.reports
+                 if isinstance(r, TrainerEvent) and r.kind == "metrics"]
+        assert sorted(set(steps)) == list(range(1, 41)) and steps[len(done_steps)] == at + 1
     finally:
         manager.close()
