@@ -245,6 +245,9 @@ class Stack:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+        if self.claim_fd is not None:  # as the kernel lets go of a launcher that died
+            release(self.claim_fd)
+            self.claim_fd = None
 
     def _start(self, name: str, env: dict, timeout_s: float) -> Service:
         args, ready, fds = self._recipes[name]
