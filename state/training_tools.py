@@ -87,7 +87,6 @@ def _call(i: int, k: int, call: object) -> str:
     return call_text(name, parsed)
 
 
-
 def check_calls(messages: list[dict], tools: list[dict[str, Any]]) -> None:
     """Calls against the example's tools, results against the calls: a call names a function
     the example lists (when it lists any: a call the served model makes to an unlisted one is
