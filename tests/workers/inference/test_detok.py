@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 from catalogue.resolve import resolve_model
 from workers.inference.detok import Detokenizer
 
-TEXTS = ["Grüße aus Köln — 東京タワー 🗼🚀 naïve café", "plain ascii, then emoji 👩‍👩‍👧 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+TEXTS = ["Grüße aus Köln — 東京タワー 🗼🚀 naïve café",
+         "plain ascii, then emoji 👩\u200d👩\u200d👧 and \U0001d518\U0001d52b\U0001d526",  # 4 bytes
          "<|im_start|>x", " leading space\n\ttabs  and  runs"]
 
 
