@@ -37,3 +37,6 @@ class LocalExecutor:
         if x.is_floating_point():
             x = x.to(self.dtype)
         return self.registry.run(op, base, x)
+
+    def close(self) -> None:
+        """Nothing to let go of: the layers live in this process."""

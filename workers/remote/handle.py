@@ -37,3 +37,7 @@ class ExecutorHandle(Protocol):
         valid until the next call on this handle, so callers copy what they keep.
         """
         ...
+
+    def close(self) -> None:
+        """Let go of the executor (idempotent): a trainer closes its handle when it ends."""
+        ...

@@ -119,6 +119,9 @@ class PrivateExecutor:
         masked = self.inner.call(op, layer, x + scale * noise.to(x.device), kind)
         return masked.to(x.device, torch.float32) - scale * effect.to(x.device)
 
+    def close(self) -> None:
+        self.inner.close()
+
     def warm(self, layers: list[int]) -> None:
         """Prepare the first pads of `layers` now (at model build), not at their first call."""
         for layer in layers:

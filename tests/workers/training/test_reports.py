@@ -125,3 +125,32 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
         assert sorted(set(steps)) == list(range(1, 41)) and steps[len(done_steps)] == at + 1
     finally:
         manager.close()
+
+
+@pytest.mark.slow
+def test_a_private_trainer_ends_its_job_once(executor_for, tmp_path, ipc_dir) -> None:
+    """Privacy mode wraps the executor handle; the trainer's closing of it at the end must reach
+    the real connection (it raised there, after the job's success, and reported a failure)."""
+    manager = ManagerStandIn(tmp_path, ipc_dir)
+    try:
+        rows = DATA.read_text().splitlines()[:4]
+        upload = manager.files.create("acme", "train.jsonl", "fine-tune",
+                                      "\n".join(rows).encode(), examples=len(rows))
+        spec = resolve(Hyperparameters(n_epochs=1, batch_size=2), {"method": "lora", "r": 4},
+                       len(rows), 0)
+        job = manager.jobs.create(new_id("ftjob"), NewJob(
+            tenant="acme", model=MODEL, training_file=upload.id, suffix="private", seed=7,
+            spec=spec))
+        assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
+        private = msgspec.structs.replace(manager.spec(job.id, executor_for(MODEL).endpoint),
+                                          privacy=True)
+        run = subprocess.run([sys.executable, "-m", "tests.workers.training.trainer_process",
+                              msgspec.json.encode(private).decode()],
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+        assert manager.jobs.get(job.id).status == "succeeded"
+        last = [type(r).__name__ for r in manager.reports if type(r).__name__ in
+                ("TrainerFinished", "TrainerStopped")]
+        assert last == ["TrainerFinished"], last  # no failure reported after the success
+    finally:
+        manager.close()
