@@ -107,8 +107,10 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
             time.sleep(0.02)
         first.send_signal(signal.SIGTERM)
         assert first.wait(60) == 75, first.stderr.read()[-3000:]  # RETRY: the job stays running
-        stopped = [r.message for r in manager.reports if isinstance(r, TrainerEvent)
-                   and r.message.startswith("The service is stopping")]
+        while not (stopped := [r.message for r in manager.reports if isinstance(r, TrainerEvent)
+                               and r.message.startswith("The service is stopping")]):
+            assert time.monotonic() < deadline  # sent before the exit, read by the stand-in's
+            time.sleep(0.02)  # thread: it may come a moment after
         at = int(stopped[0].split("at step ")[1].split(";")[0])
         done_steps = [r.data["step"] for r in manager.reports
                       if isinstance(r, TrainerEvent) and r.kind == "metrics"]
