@@ -37,24 +37,37 @@ def test_no_trainer_module_imports_the_database_or_the_job_store() -> None:
     assert len(list(root.glob("*.py"))) >= 8 and not found, found
 
 
+def running_job(manager: ManagerStandIn, lines: int, batch_size: int, suffix: str,
+                **peft) -> str:
+    """A job on the first `lines` examples, moved to running as the manager does before it
+    spawns the trainer."""
+    rows = DATA.read_text().splitlines()[:lines]
+    upload = manager.files.create("acme", "train.jsonl", "fine-tune", "\n".join(rows).encode(),
+                                  examples=len(rows))
+    spec = resolve(Hyperparameters(n_epochs=1, batch_size=batch_size),
+                   {"method": "lora", "r": 4, **peft}, len(rows), 0)
+    job = manager.jobs.create(new_id("ftjob"), NewJob(
+        tenant="acme", model=MODEL, training_file=upload.id, suffix=suffix, seed=7, spec=spec))
+    assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
+    return job.id
+
+
+def trainer_argv(spec) -> list[str]:
+    """The trainer in a process of its own that may not touch the database."""
+    return [sys.executable, "-m", "tests.workers.training.trainer_process",
+            msgspec.json.encode(spec).decode()]
+
+
 @pytest.mark.slow
 def test_a_trainer_that_cannot_open_the_database_runs_its_job_through_the_manager(
         executor_for, tmp_path, ipc_dir) -> None:
     manager = ManagerStandIn(tmp_path, ipc_dir)
     try:
-        rows = DATA.read_text().splitlines()[:10]
-        upload = manager.files.create("acme", "train.jsonl", "fine-tune",
-                                      "\n".join(rows).encode(), examples=len(rows))
-        spec = resolve(Hyperparameters(n_epochs=1, batch_size=2),
-                       {"method": "lora", "r": 4, "checkpoint_every_steps": 2}, len(rows), 0)
-        job = manager.jobs.create(new_id("ftjob"), NewJob(
-            tenant="acme", model=MODEL, training_file=upload.id, suffix="own", seed=7, spec=spec))
-        assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
-        spec_json = msgspec.json.encode(manager.spec(job.id, executor_for(MODEL).endpoint))
-        run = subprocess.run([sys.executable, "-m", "tests.workers.training.trainer_process",
-                              spec_json.decode()], capture_output=True, text=True, timeout=600)
+        job_id = running_job(manager, 10, 2, "own", checkpoint_every_steps=2)
+        run = subprocess.run(trainer_argv(manager.spec(job_id, executor_for(MODEL).endpoint)),
+                             capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
-        done = manager.jobs.get(job.id)
+        done = manager.jobs.get(job_id)
         assert done.status == "succeeded", done.error
         kinds = [type(r) for r in manager.reports]
         assert kinds[0] is TrainerStarted and kinds[-1] is TrainerFinished
@@ -62,17 +75,17 @@ def test_a_trainer_that_cannot_open_the_database_runs_its_job_through_the_manage
         steps = [r.data["step"] for r in manager.reports
                  if isinstance(r, TrainerEvent) and r.kind == "metrics"]
         assert steps == [1, 2, 3, 4, 5]
-        events = [e["message"] for e in manager.jobs.events(job.id, after=None, limit=100)[0]]
+        events = [e["message"] for e in manager.jobs.events(job_id, after=None, limit=100)[0]]
         assert "Checkpoint created at step 4: " + done.model_id + ":ckpt-step-4" in events
         assert events[0] == "The job has successfully completed"  # newest first
-        checkpoints, _ = manager.jobs.checkpoints(job.id, limit=10)
+        checkpoints, _ = manager.jobs.checkpoints(job_id, limit=10)
         assert sorted(c["step_number"] for c in checkpoints) == [2, 4, 5]
         adapter = AdapterRegistry(manager.jobs.db, tmp_path, MODEL).get(done.fine_tuned_model)
         assert (Path(adapter.path) / "adapter_model.safetensors").is_file()
         results = manager.files.get(done.result_files[0], "acme")
         lines = Path(results.path).read_text().splitlines()
         assert lines[0].startswith("step,train_loss") and len(lines) == 6
-        assert not (tmp_path / "jobs" / job.id / "result").exists()  # the copy was kept
+        assert not (tmp_path / "jobs" / job_id / "result").exists()  # the copy was kept
         finished = manager.reports[-1]
         assert done.gates == finished.gates and done.trained_tokens == finished.trained_tokens
         assert adapter.in_service == finished.gates["passed"]
@@ -88,17 +101,8 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
     and finishes with every step counted once."""
     manager = ManagerStandIn(tmp_path, ipc_dir)
     try:
-        rows = DATA.read_text().splitlines()[:40]
-        upload = manager.files.create("acme", "train.jsonl", "fine-tune",
-                                      "\n".join(rows).encode(), examples=len(rows))
-        spec = resolve(Hyperparameters(n_epochs=1, batch_size=1), {"method": "lora", "r": 4},
-                       len(rows), 0)
-        job = manager.jobs.create(new_id("ftjob"), NewJob(
-            tenant="acme", model=MODEL, training_file=upload.id, suffix="term", seed=7,
-            spec=spec))
-        assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
-        argv = [sys.executable, "-m", "tests.workers.training.trainer_process",
-                msgspec.json.encode(manager.spec(job.id, executor_for(MODEL).endpoint)).decode()]
+        job_id = running_job(manager, 40, 1, "term")
+        argv = trainer_argv(manager.spec(job_id, executor_for(MODEL).endpoint))
         first = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
         while not any(isinstance(r, TrainerEvent) and r.kind == "metrics" and r.data["step"] >= 3
@@ -115,12 +119,12 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
         done_steps = [r.data["step"] for r in manager.reports
                       if isinstance(r, TrainerEvent) and r.kind == "metrics"]
         assert at == done_steps[-1] >= 3 and at < 40  # stopped between steps, mid-epoch
-        assert (tmp_path / "jobs" / job.id / "checkpoints" / f"step-{at}").is_dir()
+        assert (tmp_path / "jobs" / job_id / "checkpoints" / f"step-{at}").is_dir()
         second = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         assert second.returncode == 0, second.stderr[-3000:]
-        done = manager.jobs.get(job.id)
+        done = manager.jobs.get(job_id)
         assert done.status == "succeeded", done.error
-        events = [e["message"] for e in manager.jobs.events(job.id, after=None, limit=200)[0]]
+        events = [e["message"] for e in manager.jobs.events(job_id, after=None, limit=200)[0]]
         assert any(f"resumed at step {at}" in m for m in events), events[:5]
         steps = [r.data["step"] for r in manager.reports
                  if isinstance(r, TrainerEvent) and r.kind == "metrics"]
@@ -135,22 +139,12 @@ def test_a_private_trainer_ends_its_job_once(executor_for, tmp_path, ipc_dir) ->
     the real connection (it raised there, after the job's success, and reported a failure)."""
     manager = ManagerStandIn(tmp_path, ipc_dir)
     try:
-        rows = DATA.read_text().splitlines()[:4]
-        upload = manager.files.create("acme", "train.jsonl", "fine-tune",
-                                      "\n".join(rows).encode(), examples=len(rows))
-        spec = resolve(Hyperparameters(n_epochs=1, batch_size=2), {"method": "lora", "r": 4},
-                       len(rows), 0)
-        job = manager.jobs.create(new_id("ftjob"), NewJob(
-            tenant="acme", model=MODEL, training_file=upload.id, suffix="private", seed=7,
-            spec=spec))
-        assert manager.jobs.move(job.id, "queued") and manager.jobs.move(job.id, "running")
-        private = msgspec.structs.replace(manager.spec(job.id, executor_for(MODEL).endpoint),
+        job_id = running_job(manager, 4, 2, "private")
+        private = msgspec.structs.replace(manager.spec(job_id, executor_for(MODEL).endpoint),
                                           privacy=True)
-        run = subprocess.run([sys.executable, "-m", "tests.workers.training.trainer_process",
-                              msgspec.json.encode(private).decode()],
-                             capture_output=True, text=True, timeout=600)
+        run = subprocess.run(trainer_argv(private), capture_output=True, text=True, timeout=600)
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
-        assert manager.jobs.get(job.id).status == "succeeded"
+        assert manager.jobs.get(job_id).status == "succeeded"
         last = [type(r).__name__ for r in manager.reports if type(r).__name__ in
                 ("TrainerFinished", "TrainerStopped")]
         assert last == ["TrainerFinished"], last  # no failure reported after the success
