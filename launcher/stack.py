@@ -196,8 +196,13 @@ class Stack:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
-        if self.claim_fd is not None:
+        if self.claim_fd is not None:  # only the stack that claimed the data dir owns them
             self._remove_sockets()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Release the data dir's claim (`claim`), if this stack holds it."""
+        if self.claim_fd is not None:
             release(self.claim_fd)
             self.claim_fd = None
 
@@ -245,9 +250,7 @@ class Stack:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
-        if self.claim_fd is not None:  # as the kernel lets go of a launcher that died
-            release(self.claim_fd)
-            self.claim_fd = None
+        self._let_go()  # as the kernel lets go of a launcher that died
 
     def _start(self, name: str, env: dict, timeout_s: float) -> Service:
         args, ready, fds = self._recipes[name]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from catalogue.weight_names import matches
+from wire.jobs import ALL_LINEAR
 from workers.manager.tensorfile import Shapes
 
 PREFIX = "base_model.model."
@@ -52,7 +53,7 @@ def _named_targets(config: dict) -> list[str] | None:
     """The config's target_modules where they are names that select every module they match
     (a regular expression, `all-linear`, excluded modules or chosen layers: None, unchecked)."""
     targets = config.get("target_modules")
-    if not isinstance(targets, list) or "all-linear" in targets or \
+    if not isinstance(targets, list) or ALL_LINEAR in targets or \
             not all(isinstance(t, str) for t in targets) or \
             any(config.get(key) for key in ("exclude_modules", "layers_to_transform")):
         return None
