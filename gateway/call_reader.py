@@ -36,6 +36,11 @@ class CallReader:
     _in_string: bool = False
     _escaped: bool = False
 
+    @property
+    def open(self) -> bool:
+        """Whether the text so far ends inside a call or its opening."""
+        return self._phase != "open" or bool(self._pending.strip())
+
     def feed(self, text: str) -> list[tuple[int, str | None, str]]:
         """What `text` adds: (call index, its name once it is known, else None; arguments
         text). A name comes once, before any of its call's arguments."""

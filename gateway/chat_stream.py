@@ -3,10 +3,10 @@
 When calls may be read from the output, a sequence's text is held back while it is (or may
 still become) tool calls: as soon as it cannot, what was held is sent as content and the rest
 streams on; if it finishes as calls, they are sent as `tool_calls` deltas (a header with id and
-name, then the arguments) and the sequence ends with finish_reason "tool_calls" ("length" when
-max_tokens cut it: the calls completed before the cut are sent). In a forced mode (`tool_choice`
-"required" or a named function) the output can only be calls: each is sent as it is written
-(`call_reader`), its header once its name is known, then its arguments as they grow.
+name, then the arguments) and the sequence ends with finish_reason "tool_calls" (a cut: the
+calls as far as they got, with "length" or "stop": `ToolMode.answer`). In a forced mode
+(`tool_choice` "required" or a named function) the output can only be calls: each is sent as it
+is written (`call_reader`), its header once its name is known, then its arguments as they grow.
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ class ChatStream:
             text, logprobs = text + event.text, held_logprobs + logprobs
             if may_become_call(text) and not event.finish_reason:
                 self.held[index] = (text, logprobs)
-            elif (calls := self.tools.calls(text, event.finish_reason)) is not None:
+            elif (answer := self.tools.answer(text, event.finish_reason))[0] is not None:
+                calls, finish = answer
                 for k, call in enumerate(calls):
                     out.append(self._call(index, ToolCallDelta(
                         index=k, id=call.id, type="function",
                         function=FunctionCallDelta(name=call.function.name, arguments=""))))
                     out.append(self._call(index, ToolCallDelta(
                         index=k, function=FunctionCallDelta(arguments=call.function.arguments))))
-                finish = self.tools.finish(calls, event.finish_reason)
                 return [*out, responses.chat_chunk(
                     *self.base, index, finish_reason=finish,
                     logprobs=logprobs if self.want_logprobs else None)]

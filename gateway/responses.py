@@ -113,13 +113,13 @@ def chat_logprobs(items: list[W.TokenLogprob]) -> ChoiceLogprobs:
 def chat_choice(result: PromptResult, index: int, want_logprobs: bool,
                 tools: ToolMode) -> ChatChoice:
     text, finish = result.text.get(index, ""), result.finish.get(index)
-    calls = tools.calls(text, finish)
+    calls, finish = tools.answer(text, finish)
     message = AssistantMessage(content=None, tool_calls=calls or None) if calls is not None \
         else AssistantMessage(content=text)
     return ChatChoice(index=index, message=message,
                       logprobs=chat_logprobs(result.logprobs.get(index, []))
                       if want_logprobs else None,
-                      finish_reason=tools.finish(calls, finish, tools.cut_short(text)))
+                      finish_reason=finish)
 
 
 def chat_response(response_id: str, created: int, model: str, result: PromptResult, n: int,

@@ -4,11 +4,12 @@ The model sees the tools in the system message and answers a call as
 `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` (the format Qwen and Hermes
 models are trained on). With `tool_choice` "required" or a named function the output is
 constrained to such calls (a named function: exactly one), arguments by the function's schema;
-with "auto" the model may answer either way and calls are recognised in its output; with "none"
-no call is read. Calls completed before a max_tokens cut are returned as calls, with
-finish_reason "length"; in a forced mode also the call the cut (or a `stop` string) ended, as
-far as it got, with finish_reason "length" (or "stop"), never its text as content
-(`call_reader`: the grammar's calls are read as they are written).
+with "auto" the model may answer either way and calls are recognised in its output (without
+`parallel_tool_calls`, its first call); with "none" no call is read. Output that opened a call
+and was cut by max_tokens (or a `stop` string) is the calls as far as they got, the one the cut
+ended included, with finish_reason "length" (or "stop"), never its markup as content
+(`call_reader` reads calls as they are written; in auto mode, calls written otherwise count
+once they are whole).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from gateway.call_reader import CallReader
+from gateway.call_reader import CallReader, Reading
 from gateway.errors import APIError
 from gateway.structured import MAX_PARALLEL_CALLS, tool_calls_grammar
 from openapi.chat import (
@@ -44,34 +45,42 @@ class ToolMode:
     grammar: str | None = None  # the output must be calls (required or a named function)
     max_calls: int = 1
 
-    def calls(self, text: str, finish: str | None = "stop") -> list[ToolCall] | None:
-        """The calls `text` makes, or None if it is no (valid) call. Cut by max_tokens
-        (`finish` "length"), the calls completed before the cut; in a forced mode (a grammar)
-        the calls as far as they are written, one a cut or a stop string ended included, and
-        none at all is [] (the output ended before a name), never content."""
+    def answer(self, text: str, finish: str | None) -> tuple[list[ToolCall] | None, str | None]:
+        """The calls `text` makes (None: it is content) and OpenAI's finish_reason for them.
+        Output that opened a call and was cut (max_tokens or a `stop` string) is the calls as
+        far as they are written, the one the cut ended included (in a forced mode, any
+        output); without parallel calls, auto mode's first call ends the output."""
         if not self.names or finish not in ("stop", "length"):
-            return None
-        if self.grammar is not None and (reader := self.read(text)) is not None:
-            return [new_call(c.name, c.arguments) for c in reader.calls]
+            return None, finish
+        if (read := self._read(text)) is not None and (read[1] != "whole" or self.grammar):
+            made = [new_call(c.name, c.arguments) for c in read[0]]
+            return made, "tool_calls" if read[1] == "past" else \
+                self.finish(made, finish, read[1] == "cut")
         calls = parse_calls(text, self.names, cut=finish == "length")
-        if calls is None and finish == "length" and self.grammar is not None:
-            return []
-        return calls if calls is not None and len(calls) <= self.max_calls else None
+        if calls is None:
+            return ([] if finish == "length" and self.grammar else None), finish
+        if len(calls) > self.max_calls:
+            return (None, finish) if self.grammar else (calls[:self.max_calls], "tool_calls")
+        return calls, self.finish(calls, finish)
 
-    def read(self, text: str) -> CallReader | None:
-        """A forced mode's calls as CallReader reads them (arguments as written); None where
-        the text is out of its shape."""
+    def _read(self, text: str) -> tuple[list[Reading], str] | None:
+        """Call-shaped output as CallReader reads it (arguments as written): its calls and
+        how it ended ("whole", "cut" inside a call, or in auto mode "past" its max_calls: the
+        first ones are kept); None where it is out of that shape, or in auto mode did not
+        open a call."""
+        text = text.lstrip()
+        if self.grammar is None and not text.startswith(TOOL_OPEN.strip()):
+            return None
         reader = CallReader()
         reader.feed(text)
-        if reader.lost or len(reader.calls) > self.max_calls or \
-                any(c.name not in self.names for c in reader.calls):
+        if reader.lost or any(c.name not in self.names for c in reader.calls):
             return None
-        return reader
-
-    def cut_short(self, text: str) -> bool:
-        """Whether a forced mode's output ends inside a call (`stop` or max_tokens ended it)."""
-        reader = self.read(text) if self.grammar is not None else None
-        return reader is not None and not all(c.done for c in reader.calls)
+        kept, end = reader.calls[:self.max_calls], "cut" if reader.open else "whole"
+        if self.grammar is not None:
+            return (kept, end) if len(reader.calls) <= self.max_calls else None
+        past = len(reader.calls) > self.max_calls or reader.open
+        return (kept, "past") if len(kept) == self.max_calls and kept[-1].done and past else \
+            (kept, end)
 
     def finish(self, calls: list | None, finish: str | None, cut_short: bool = False) -> \
             str | None:
@@ -136,11 +145,12 @@ def _render(message: ChatMessage) -> W.ChatMessage:
 
 def parse_calls(text: str, names: set[str], cut: bool = False) -> list[ToolCall] | None:
     """The calls `text` consists of, or None if it is not (only) well-formed calls; `cut`
-    (the output ended at max_tokens): the calls before an unfinished last one."""
+    (the output ended at max_tokens): the calls before an unfinished last one (none where
+    that one opened the output)."""
     rest, calls = text.strip(), []
     while rest:
         if cut and may_become_call(rest) and TOOL_CLOSE.strip() not in rest:
-            break  # the call max_tokens cut short
+            return calls if calls or rest.startswith(TOOL_OPEN.strip()) else None
         if not rest.startswith(TOOL_OPEN.strip()) or TOOL_CLOSE.strip() not in rest:
             return None
         inner, _, rest = rest[len(TOOL_OPEN.strip()):].partition(TOOL_CLOSE.strip())

@@ -84,26 +84,28 @@ def test_text_that_is_no_call_streams_as_content_as_soon_as_that_is_clear() -> N
     contents = [c["delta"]["content"] for c in choices if c["delta"]["content"]]
     assert contents == ["<toast> is", " ready"]
     assert choices[-1]["finish_reason"] == "stop"
-    cut = run_stream([CALL[:20]], finish="length")  # a cut call is returned as the text it is
-    assert [c["delta"]["content"] for c in cut if c["delta"]["content"]] == [CALL[:20]]
-    assert cut[-1]["finish_reason"] == "length"
+    cut = run_stream(["<to"], finish="length")  # not yet a call's opening tag: content
+    assert [c["delta"]["content"] for c in cut if c["delta"]["content"]] == ["<to"]
 
 
-def test_without_parallel_calls_two_calls_are_no_call() -> None:
+def test_without_parallel_calls_the_first_call_counts() -> None:
     two = [CALL, "\n" + CALL]
     assert sum(bool(c["delta"]["tool_calls"]) for c in run_stream(two)) == 4
-    single = run_stream(two, parallel=False)
-    assert not any(c["delta"]["tool_calls"] for c in single)
-    assert single[-1]["finish_reason"] == "stop"
+    for pieces in (two, [CALL, "\n" + CALL[:40]]):
+        single = run_stream(pieces, parallel=False)
+        calls = [c["delta"]["tool_calls"][0] for c in single if c["delta"]["tool_calls"]]
+        assert [c["index"] for c in calls] == [0, 0] and calls[0]["function"]["name"] == \
+            "get_weather" and json.loads(calls[1]["function"]["arguments"]) == {"city": "Paris"}
+        assert single[-1]["finish_reason"] == "tool_calls"
 
 
 def test_a_named_choice_is_one_call_and_required_may_be_several() -> None:
     named = tool_mode(request(tools=[TOOL], tool_choice={"type": "function",
                                                          "function": {"name": "get_weather"}}))
-    assert named.max_calls == 1 and named.calls(f"{CALL}\n{CALL}") is None
-    assert len(named.calls(CALL)) == 1
+    assert named.max_calls == 1 and named.answer(f"{CALL}\n{CALL}", "stop") == (None, "stop")
+    assert len(named.answer(CALL, "stop")[0]) == 1
     required = tool_mode(request(tools=[TOOL], tool_choice="required"))
-    assert len(required.calls(f"{CALL}\n{CALL}")) == 2
+    assert len(required.answer(f"{CALL}\n{CALL}", "stop")[0]) == 2
     single = tool_mode(request(tools=[TOOL], tool_choice="required", parallel_tool_calls=False))
     assert single.max_calls == 1 and single.grammar != required.grammar
 
@@ -163,3 +165,36 @@ def test_a_stop_string_ending_a_forced_call_leaves_the_call_as_far_as_it_got() -
         assert streamed == arguments and chunks[-1]["finish_reason"] == "stop"
     result.text[0] = CALL  # the grammar's end: the call is whole
     assert chat_choice(result, 0, False, forced).finish_reason == "tool_calls"
+
+
+def test_a_cut_call_in_auto_mode_is_the_call_as_far_as_it_got() -> None:
+    """Auto mode, output that opened a call and was cut by max_tokens or a `stop` string: the
+    calls as written (a call not in the reader's shape: those before it), never the markup as
+    content, at once or streamed alike."""
+    from gateway.responses import chat_choice
+    from gateway.serving import PromptResult
+
+    auto = tool_mode(request(tools=[TOOL]))
+    compact = '<tool_call>\n{"name":"get_weather","arguments":{"city":"Par'
+    cases = [(CALL[:CALL.index("Paris")], '{"city": "'), (CALL[:20], None),
+             (f"{CALL}\n{CALL[:CALL.index('ty')]}", '{"ci'),
+             (f"\n{CALL[:CALL.index('}')]}", '{"city": "Paris"'), (compact, None)]
+    for (text, arguments), finish in [(c, f) for c in cases for f in ("length", "stop")]:
+        if text == compact and finish == "stop":
+            continue  # not a call in the reader's shape, and not known to be cut: content
+        calls = text.count("<tool_call>") - (arguments is None)
+        result = PromptResult(0, W.Started("r", 1))
+        result.text[0], result.finish[0] = text, finish
+        made = chat_choice(result, 0, False, auto)
+        assert (made.message.content, made.finish_reason) == (None, finish), text
+        assert len(made.message.tool_calls or []) == calls
+        if arguments is not None:
+            assert made.message.tool_calls[-1].function.arguments == arguments
+        streamed = run_stream([text[:15], text[15:]], finish=finish)
+        assert not any(c["delta"]["content"] for c in streamed)
+        deltas = [c["delta"]["tool_calls"][0] for c in streamed if c["delta"]["tool_calls"]]
+        assert len(deltas) == 2 * calls and streamed[-1]["finish_reason"] == finish
+        if arguments is not None:
+            assert deltas[-1]["function"]["arguments"] == arguments
+    result.text[0], result.finish[0] = compact, "stop"
+    assert chat_choice(result, 0, False, auto).message.content == compact
