@@ -15,6 +15,7 @@ from starlette.routing import Match
 
 from openapi.common import ErrorResponse
 from openapi.formats import ResponseFormat
+from openapi.responses import ResponseTextFormat
 from state.db import UnknownCursor
 from state.storage import out_of_space
 
@@ -84,7 +85,8 @@ def _type_tags(union: object) -> set[str]:
     return {typing.get_args(m.model_fields["type"].annotation)[0] for m in members}
 
 
-_TYPE_TAGGED = {"response_format": _type_tags(ResponseFormat)}  # field -> its members' tags
+_TYPE_TAGGED = {"response_format": _type_tags(ResponseFormat),  # field -> its members' tags
+                "format": _type_tags(ResponseTextFormat)}
 
 
 _WHERE = {"body", "query", "path"}  # where the field is: the parameter's name says enough

@@ -47,7 +47,9 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    params: W.SamplingParams, *, prefix: str, stream: bool,
                    include_usage: bool, body: BodyMaker, chunks: ChunkMaker,
                    usage_chunk: Callable[[Call, list[PromptResult]], dict],
-                   user: str | None = None):
+                   user: str | None = None, done_marker: bool = True):
+    """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
+    ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -74,7 +76,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             state.tenants.free_kv(tenant, kv_held)
             state.metrics.inflight.labels(tenant.id).dec()
 
-    call = Call(request, tenant, target, f"{prefix}-{uuid.uuid4().hex}", int(time.time()),
+    call = Call(request, tenant, target, f"{prefix}{uuid.uuid4().hex}", int(time.time()),
                 getattr(request.state, "received", None) or time.monotonic())
     try:
         run = await state.serving.start(tenant, target, request.state.request_id, prompts,
@@ -91,7 +93,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
         return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
-                                         release),
+                                         release, done_marker),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
@@ -111,7 +113,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
 
 
 async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
-                  include_usage: bool, usage_chunk, release) -> AsyncIterator[bytes]:
+                  include_usage: bool, usage_chunk, release,
+                  done_marker: bool) -> AsyncIterator[bytes]:
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
@@ -130,7 +133,8 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
         release()
         with contextlib.suppress(Exception):
             await run.close()
-    yield sse("[DONE]")
+    if done_marker:
+        yield sse("[DONE]")
 
 
 def _count(call: Call, results: list[PromptResult]) -> None:

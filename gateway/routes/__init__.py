@@ -11,10 +11,11 @@ from gateway.routes import (
     fine_tuning,
     health,
     models,
+    responses,
     versions,
 )
 
 router = APIRouter()
-for module in (health, models, completions, chat, adapters, versions, files, fine_tuning,
-               dashboard):
+for module in (health, models, completions, chat, responses, adapters, versions, files,
+               fine_tuning, dashboard):
     router.include_router(module.router)

@@ -12,8 +12,9 @@ from gateway.generation import Call, generate
 from gateway.history import check_history
 from gateway.sampling import chat_params, constrain
 from gateway.serving import PromptResult
+from gateway.settings import GatewaySettings
 from gateway.structured import response_format_grammar
-from gateway.tools import tool_mode, worker_messages
+from gateway.tools import ToolMode, tool_mode, worker_messages
 from openapi.chat import ChatCompletionRequest, ChatCompletionResponse
 from wire import manager as W
 
@@ -26,17 +27,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  tenant: TenantDep):
     state = request.app.state
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
-    params = chat_params(body, state.settings.chat_default_max_tokens(),
-                         state.settings.max_tokens_cap)
     check_history(body.messages)
-    tools = tool_mode(body)
-    json_format = response_format_grammar(body.response_format)
-    if json_format and tools.grammar:
-        raise APIError(400, "response_format cannot be combined with a tool_choice that "
-                       "forces a call", "invalid_request", "response_format")
-    constrain(params, tools.grammar or json_format,
-              "tool_choice" if tools.grammar else "response_format")
-    messages = worker_messages(body)
+    params, tools, messages = prepared(body, state.settings)
     n, want_logprobs = body.n, body.logprobs
     streams: dict[str, ChatStream] = {}
 
@@ -55,6 +47,21 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate(request, tenant, target, [{"messages": messages}], params,
-                          prefix="chatcmpl", stream=body.stream, include_usage=include_usage,
+                          prefix="chatcmpl-", stream=body.stream, include_usage=include_usage,
                           body=make_body, chunks=chunks, usage_chunk=usage,
                           user=body.user or body.safety_identifier)
+
+
+def prepared(body: ChatCompletionRequest, settings: GatewaySettings) -> \
+        tuple[W.SamplingParams, ToolMode, list[W.ChatMessage]]:
+    """The worker's sampling parameters (constrained by a forced call or a response format),
+    the tool mode and the messages, the tools shown in the system message."""
+    params = chat_params(body, settings.chat_default_max_tokens(), settings.max_tokens_cap)
+    tools = tool_mode(body)
+    json_format = response_format_grammar(body.response_format)
+    if json_format and tools.grammar:
+        raise APIError(400, "response_format cannot be combined with a tool_choice that "
+                       "forces a call", "invalid_request", "response_format")
+    constrain(params, tools.grammar or json_format,
+              "tool_choice" if tools.grammar else "response_format")
+    return params, tools, worker_messages(body)

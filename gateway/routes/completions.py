@@ -87,7 +87,7 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
                                      "text_completion", results)
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await generate(request, tenant, target, prompts, params, prefix="cmpl",
+    return await generate(request, tenant, target, prompts, params, prefix="cmpl-",
                           stream=body.stream, include_usage=include_usage, body=make_body,
                           chunks=chunks, usage_chunk=usage,
                           user=body.user or body.safety_identifier)

@@ -73,9 +73,10 @@ def forced_spec(path: Path, model: str, max_tokens: int) -> Path:
             properties = node.get("properties")
             if isinstance(properties, dict):
                 if "model" in properties and ("messages" in properties or
-                                              "prompt" in properties):
+                                              "prompt" in properties or "input" in properties):
                     properties["model"] = {"type": "string", "enum": [model]}
-                for name in ("max_tokens", "max_completion_tokens", "min_tokens"):
+                for name in ("max_tokens", "max_completion_tokens", "max_output_tokens",
+                             "min_tokens"):
                     if name in properties:
                         properties[name] = {"anyOf": [{"type": "integer", "minimum": 0,
                                                        "maximum": max_tokens},
@@ -106,7 +107,8 @@ def test_sampling_requests_that_reach_a_worker_never_fail_with_a_5xx(tmp_path) -
         run = subprocess.run(
             [st, "run", str(spec), "--url", stack.base_url, "-H",
              "Authorization: Bearer sk-schemathesis", "--checks", "not_a_server_error",
-             "--include-path-regex", "^/v1/(chat/)?completions$", "--max-examples", "650",
+             "--include-path-regex", "^/v1/((chat/)?completions|responses)$",
+             "--max-examples", "650",
              "--seed", "2", "--workers", "1", "--request-timeout", "60",
              "--report", "junit", "--report-junit-path", str(report)],
             capture_output=True, text=True, timeout=1200)
@@ -121,6 +123,7 @@ def test_sampling_requests_that_reach_a_worker_never_fail_with_a_5xx(tmp_path) -
                 for failure in [*case.iter("failure"), *case.iter("error")]]
     assert not failures, "\n\n".join(failures)
     answered = sum(float(m.group(1)) for m in re.finditer(
-        r'symbiosis_requests_total\{route="/v1/(?:chat/)?completions",status="200"[^}]*\} (\S+)',
+        r'symbiosis_requests_total\{route="/v1/(?:(?:chat/)?completions|responses)",'
+        r'status="200"[^}]*\} (\S+)',
         metrics))
     assert answered >= 250, metrics[-2000:]  # hundreds reached a worker and were answered

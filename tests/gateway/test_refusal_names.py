@@ -9,6 +9,7 @@ import pytest
 from tests.gateway.conftest import KEY
 from tests.gateway.test_validation import CHAT, COMPLETION, TOOL, assert_openai_error
 
+RESPONSE = {"model": "tiny-llama", "input": "Hi"}
 UNIONS = [  # a field that takes one of several types: every member's demand is named
     ("/v1/fine_tuning/jobs", {"model": "tiny-llama", "training_file": "file-x",
                               "hyperparameters": {"n_epochs": 0}}, "hyperparameters.n_epochs",
@@ -36,6 +37,17 @@ UNIONS = [  # a field that takes one of several types: every member's demand is 
      "response_format.json_schema.name", "Field required"),
     ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
         "type": "function", "function": {}}}, "tool_choice.function.name", "Field required"),
+    *(("/v1/responses", {**RESPONSE, "input": [{"type": kind, "call_id": "0", "output": ""}]},
+       "input.0.type", "Input should be 'message', 'function_call' or 'function_call_output'")
+      for kind in ({}, [], "input_image")),  # an unhashable type once raised (a 500)
+    ("/v1/responses", {**RESPONSE, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "https://example.com/a.png"}]}]},
+     "input.0.content.0.type", "Input should be 'input_text' or 'output_text'"),
+    ("/v1/responses", {**RESPONSE, "input": [{"type": "function_call", "call_id": "c",
+                                              "arguments": "{}"}]},
+     "input.0.name", "Field required"),
+    ("/v1/responses", {**RESPONSE, "text": {"format": {"type": "json_schema", "schema": {}}}},
+     "text.format.name", "Field required"),
 ]
 
 

@@ -1,0 +1,202 @@
+"""The Responses API on the chat path: a request becomes a chat request, a chat answer a
+response. The conversation is checked in the Responses API's own terms first (its refusals
+name `input.N`), so that the chat request made from it holds the chat API's rules."""
+
+from __future__ import annotations
+
+import uuid
+
+from gateway.errors import APIError, unsupported_parameter
+from gateway.serving import PromptResult
+from gateway.tools import ToolMode
+from openapi.chat import ChatCompletionRequest
+from openapi.responses import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    IncompleteDetails,
+    MessageItem,
+    OutputFunctionCall,
+    OutputMessage,
+    OutputText,
+    Response,
+    ResponseRequest,
+    ResponseUsage,
+)
+
+NOT_STORED = "responses are not stored here: send the whole conversation as input"
+UNSUPPORTED = {  # set (and not empty or false): refused
+    "previous_response_id": NOT_STORED,
+    "conversation": NOT_STORED,
+    "store": "responses are not stored here (leave it unset or false)",
+    "background": "responses run in the foreground here",
+    "reasoning": "the models served here are not reasoning models",
+    "include": "there is nothing extra to include here",
+    "metadata": "responses are not stored here, so there is nothing to tag",
+    "prompt": "there are no stored prompts here",
+    "prompt_cache_key": "this server has no prompt cache to route by",
+    "max_tool_calls": "the number of calls is bounded by parallel_tool_calls here",
+    "top_logprobs": "the Responses API does not return logprobs here (chat completions do)",
+}
+RENAMED = {"response_format": "text.format", "max_completion_tokens": "max_output_tokens"}
+
+
+def as_chat(body: ResponseRequest) -> ChatCompletionRequest:
+    """The chat request that asks the same."""
+    _refuse_unsupported(body)
+    items = [MessageItem(role="user", content=body.input)] if isinstance(body.input, str) \
+        else body.input
+    _check_calls(items)
+    chat = {"model": body.model, "messages": _messages(body.instructions, items),
+            "max_completion_tokens": body.max_output_tokens, "temperature": body.temperature,
+            "top_p": body.top_p, "stream": body.stream, "user": body.user,
+            "safety_identifier": body.safety_identifier, "seed": body.seed,
+            "parallel_tool_calls": body.parallel_tool_calls}
+    if body.tools is not None:
+        chat["tools"] = [{"type": "function", "function": tool.model_dump(
+            exclude={"type"}, exclude_none=True)} for tool in body.tools]
+    if body.tool_choice is not None:
+        chat["tool_choice"] = body.tool_choice if isinstance(body.tool_choice, str) else \
+            {"type": "function", "function": {"name": body.tool_choice.name}}
+    if body.text is not None and body.text.format is not None:
+        chat["response_format"] = _response_format(body.text.format)
+    if not chat["messages"]:
+        raise APIError(400, "Invalid value for 'input': it is empty and there are no "
+                       "instructions; the model needs something to answer.", "invalid_request",
+                       "input")
+    return ChatCompletionRequest.model_validate(chat)
+
+
+def renamed(error: APIError) -> APIError:
+    """A refusal of the chat request made from a response request, in the latter's names."""
+    for chat_name, name in RENAMED.items():
+        if error.param == chat_name:
+            error.param = name
+            error.message = error.message.replace(chat_name, name)
+    if error.param and error.param.startswith("tools.") and ".function." in error.param:
+        error.param = error.param.replace(".function.", ".")
+    return error
+
+
+def response(response_id: str, created: int, body: ResponseRequest, result: PromptResult,
+             tools: ToolMode) -> Response:
+    text, finish = result.text.get(0, ""), result.finish.get(0)
+    calls, finish = tools.answer(text, finish)
+    cut = finish == "length"
+    if calls is None:
+        output = [OutputMessage(id=item_id("msg"), status="completed",
+                                content=[OutputText(text=text)])] if text else []
+    else:
+        output = [OutputFunctionCall(id=item_id("fc"), call_id=c.id, name=c.function.name,
+                                     arguments=c.function.arguments, status="completed")
+                  for c in calls]
+    if cut and output:  # the item the cut ended (as a stream leaves it)
+        output[-1].status = "incomplete"
+    return described(body, Response(
+        id=response_id, created_at=created, status="incomplete" if cut else "completed",
+        model=body.model, output=output,
+        incomplete_details=IncompleteDetails(reason="max_output_tokens") if cut else None,
+        usage=usage(result)))
+
+
+def usage(result: PromptResult) -> ResponseUsage:
+    prompt = result.started.prompt_tokens
+    completion = result.done.completion_tokens if result.done else 0
+    return ResponseUsage(input_tokens=prompt, output_tokens=completion,
+                         total_tokens=prompt + completion)
+
+
+def described(body: ResponseRequest, response: Response) -> Response:
+    """The request's settings, as a response repeats them."""
+    response.instructions = body.instructions
+    response.max_output_tokens = body.max_output_tokens
+    response.temperature = 1.0 if body.temperature is None else body.temperature
+    response.top_p = 1.0 if body.top_p is None else body.top_p
+    response.parallel_tool_calls = body.parallel_tool_calls is not False
+    response.tool_choice = body.tool_choice.model_dump() if \
+        body.tool_choice is not None and not isinstance(body.tool_choice, str) else \
+        body.tool_choice or "auto"
+    response.tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []]
+    if body.text is not None and body.text.format is not None:
+        response.text = {"format": body.text.format.model_dump(by_alias=True,
+                                                               exclude_none=True)}
+    response.user = body.user
+    return response
+
+
+def item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _refuse_unsupported(body: ResponseRequest) -> None:
+    for name, reason in UNSUPPORTED.items():
+        if getattr(body, name) not in (None, False, [], {}):
+            raise unsupported_parameter(name, reason)
+    if body.truncation == "auto":
+        raise unsupported_parameter("truncation", "a conversation longer than the model's "
+                                    "context is refused here, not cut ('disabled')")
+    if body.service_tier not in (None, "auto", "default"):
+        raise unsupported_parameter("service_tier", "only 'auto' and 'default' exist here")
+    if body.text is not None and body.text.verbosity not in (None, "medium"):
+        raise unsupported_parameter("text.verbosity",
+                                    "the models served here have no verbosity levels")
+
+
+def _check_calls(items: list) -> None:
+    """Each function call has its own call_id, and the outputs of a run of calls follow it,
+    one for each call, before anything else."""
+    open_calls: dict[str, int] = {}
+    seen: set[str] = set()
+    for j, item in enumerate(items):
+        if isinstance(item, FunctionCallOutputItem):
+            if open_calls.pop(item.call_id, None) is None:
+                raise APIError(400, "No tool call found for function call output with "
+                               f"call_id {item.call_id}: an output answers a function_call "
+                               "item before it, once.", "invalid_request", f"input.{j}.call_id")
+            continue
+        calling = isinstance(item, FunctionCallItem) and \
+            isinstance(items[j - 1], FunctionCallItem) if j else False
+        if open_calls and not calling:
+            raise _unanswered(open_calls)
+        if isinstance(item, FunctionCallItem):
+            if item.call_id in seen:
+                raise APIError(400, f"Invalid value for 'input.{j}.call_id': "
+                               f"'{item.call_id}' is the call_id of an earlier function call; "
+                               "each call needs its own.", "invalid_request",
+                               f"input.{j}.call_id")
+            seen.add(item.call_id)
+            open_calls[item.call_id] = j
+    if open_calls:
+        raise _unanswered(open_calls)
+
+
+def _unanswered(open_calls: dict[str, int]) -> APIError:
+    call_id, j = next(iter(open_calls.items()))
+    return APIError(400, f"No tool output found for function call {call_id}: the outputs of "
+                    "function calls follow them (a function_call_output item for each, before "
+                    "any other item).", "invalid_request", f"input.{j}")
+
+
+def _messages(instructions: str | None, items: list) -> list[dict]:
+    out: list[dict] = []
+    if instructions is not None:
+        out.append({"role": "system", "content": instructions})
+    for item in items:
+        if isinstance(item, MessageItem):
+            out.append({"role": item.role, "content": item.text()})
+        elif isinstance(item, FunctionCallOutputItem):
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+        else:
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            if out and out[-1]["role"] == "assistant":  # its text, or the calls before
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    return out
+
+
+def _response_format(text_format) -> dict:
+    if text_format.type != "json_schema":
+        return {"type": text_format.type}
+    schema = text_format.model_dump(by_alias=True, exclude={"type"}, exclude_none=True)
+    return {"type": "json_schema", "json_schema": schema}

@@ -1,0 +1,214 @@
+"""POST /v1/responses: OpenAI's Responses API over the same models (text and function tools).
+
+A response is not stored: the whole conversation comes as `input` each time (items this
+server returned may be sent back as they are), and `previous_response_id`, `store: true` and
+the features the chat endpoint lacks are refused with a 400 that names them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
+from pydantic_core import PydanticCustomError
+
+from openapi.common import INT32, INT64_MAX, INT64_MIN, OpenAIBaseModel, StrictModel, Text
+from openapi.formats import FunctionName
+
+
+class InputText(StrictModel):
+    type: Literal["input_text", "output_text"] = Field(
+        description="output_text: a part of an assistant message sent back")
+    text: Text
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class MessageItem(StrictModel):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: Text | list[InputText]
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _a_type(cls, kind: object) -> object:
+        """An item of another type is told every type (the others are other members)."""
+        if kind != "message":
+            raise PydanticCustomError("literal_error", "Input should be 'message', "
+                                      "'function_call' or 'function_call_output'")
+        return kind
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else \
+            "".join(part.text for part in self.content)
+
+
+class FunctionCallItem(StrictModel):
+    type: Literal["function_call"]
+    call_id: Text = Field(min_length=1)
+    name: FunctionName
+    arguments: Text = Field(description="the arguments, as a JSON object in a string")
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class FunctionCallOutputItem(StrictModel):
+    type: Literal["function_call_output"]
+    call_id: Text = Field(min_length=1, description="the call_id of the call it answers")
+    output: Text | list[InputText]
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else \
+            "".join(part.text for part in self.output)
+
+
+def _item_kind(item: Any) -> str:
+    kind = item.get("type", "message") if isinstance(item, dict) else \
+        getattr(item, "type", "message")
+    if kind == "function_call":
+        return "FunctionCallItem"
+    return "FunctionCallOutputItem" if kind == "function_call_output" else "MessageItem"
+
+
+InputItem = Annotated[Annotated[MessageItem, Tag("MessageItem")] |
+                      Annotated[FunctionCallItem, Tag("FunctionCallItem")] |
+                      Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")],
+                      Discriminator(_item_kind)]
+
+
+class FunctionTool(StrictModel):
+    type: Literal["function"]
+    name: FunctionName
+    description: Text | None = None
+    parameters: dict[str, Any] | None = Field(default=None, description="a JSON schema")
+    strict: bool | None = None
+
+
+class FunctionChoice(StrictModel):
+    type: Literal["function"]
+    name: FunctionName
+
+
+class TextFormatText(StrictModel):
+    type: Literal["text"]
+
+
+class TextFormatJsonObject(StrictModel):
+    type: Literal["json_object"]
+
+
+class TextFormatJsonSchema(StrictModel):
+    type: Literal["json_schema"]
+    name: FunctionName
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: Text | None = None
+    strict: bool | None = None
+
+
+ResponseTextFormat = Annotated[TextFormatText | TextFormatJsonObject | TextFormatJsonSchema,
+                               Field(discriminator="type")]
+
+
+class TextConfig(StrictModel):
+    format: ResponseTextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ResponseRequest(OpenAIBaseModel):
+    model: Text
+    input: Text | list[InputItem] = Field(description=(
+        "a user message, or the conversation's items: messages, function calls and their "
+        "outputs (each call answered by one output naming its call_id)"))
+    instructions: Text | None = Field(default=None, description="a system message, first")
+    max_output_tokens: int | None = Field(default=None, ge=1, le=INT32)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    stream: bool = False
+    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    user: Text | None = None
+    safety_identifier: Text | None = None
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX, description="an extra")
+    # OpenAI's fields for features this server does not have: refused unless left unset
+    store: bool | None = Field(default=None, description="false or unset: nothing is stored")
+    previous_response_id: Text | None = None
+    conversation: Any = None
+    reasoning: dict[str, Any] | None = None
+    include: list[Text] | None = None
+    background: bool | None = None
+    metadata: dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    prompt_cache_key: Text | None = None
+    max_tool_calls: int | None = None
+    top_logprobs: int | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    service_tier: Text | None = None
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    status: Literal["in_progress", "completed", "incomplete"]
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class OutputFunctionCall(BaseModel):
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: dict[str, int] = Field(default_factory=lambda: {"cached_tokens": 0})
+    output_tokens: int
+    output_tokens_details: dict[str, int] = Field(
+        default_factory=lambda: {"reasoning_tokens": 0})
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class Response(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete"]
+    error: None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    model: str
+    output: list[Annotated[OutputMessage | OutputFunctionCall, Field(discriminator="type")]]
+    parallel_tool_calls: bool = True
+    previous_response_id: None = None
+    reasoning: None = None
+    store: bool = False
+    temperature: float | None = None
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: Any = "auto"
+    tools: list[Any] = Field(default_factory=list)
+    top_p: float | None = None
+    truncation: Literal["disabled"] = "disabled"
+    usage: ResponseUsage | None = None
+    user: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
