@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import KEYS, Deployment
-from tests.e2e.test_structured import WEATHER
+from tests.e2e.test_structured import WEATHER, Person
 
 pytestmark = pytest.mark.slow
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather.",
@@ -68,6 +68,19 @@ def test_a_function_call_round_trip(deployment: Deployment) -> None:
                         if e.type == "response.function_call_arguments.delta")
     jsonschema.validate(json.loads(arguments), WEATHER)
     assert streamed[-1].response.output[0].arguments == arguments
+
+
+def test_parse_returns_a_validated_object_at_once_and_streamed(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    made = client.responses.parse(model="acme/lora-a", input="Who?", text_format=Person,
+                                  max_output_tokens=200)
+    assert made.status == "completed" and isinstance(made.output_parsed, Person)
+    assert made.output_parsed == Person.model_validate_json(made.output_text)
+    with client.responses.stream(model="acme/lora-a", input="Who?", text_format=Person,
+                                 max_output_tokens=200) as stream:
+        deltas = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert final.output_parsed == Person.model_validate_json(deltas)
 
 
 def test_what_is_not_served_is_refused_by_name(deployment: Deployment) -> None:
