@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 from gateway.errors import APIError, unsupported_parameter
+from gateway.responses import chat_logprobs
 from gateway.serving import PromptResult
 from gateway.tools import ToolMode
 from openapi.chat import ChatCompletionRequest
@@ -30,14 +31,13 @@ UNSUPPORTED = {  # set (and not empty or false): refused
     "store": "responses are not stored here (leave it unset or false)",
     "background": "responses run in the foreground here",
     "reasoning": "the models served here are not reasoning models",
-    "include": "there is nothing extra to include here",
     "metadata": "responses are not stored here, so there is nothing to tag",
     "prompt": "there are no stored prompts here",
     "prompt_cache_key": "this server has no prompt cache to route by",
     "max_tool_calls": "the number of calls is bounded by parallel_tool_calls here",
-    "top_logprobs": "the Responses API does not return logprobs here (chat completions do)",
 }
 RENAMED = {"response_format": "text.format", "max_completion_tokens": "max_output_tokens"}
+LOGPROBS = "message.output_text.logprobs"
 
 
 def as_chat(body: ResponseRequest) -> ChatCompletionRequest:
@@ -50,7 +50,8 @@ def as_chat(body: ResponseRequest) -> ChatCompletionRequest:
             "max_completion_tokens": body.max_output_tokens, "temperature": body.temperature,
             "top_p": body.top_p, "stream": body.stream, "user": body.user,
             "safety_identifier": body.safety_identifier, "seed": body.seed,
-            "parallel_tool_calls": body.parallel_tool_calls}
+            "parallel_tool_calls": body.parallel_tool_calls, "logprobs": wants_logprobs(body),
+            "top_logprobs": body.top_logprobs}
     if body.tools is not None:
         chat["tools"] = [{"type": "function", "function": tool.model_dump(
             exclude={"type"}, exclude_none=True)} for tool in body.tools]
@@ -64,6 +65,10 @@ def as_chat(body: ResponseRequest) -> ChatCompletionRequest:
                        "instructions; the model needs something to answer.", "invalid_request",
                        "input")
     return ChatCompletionRequest.model_validate(chat)
+
+
+def wants_logprobs(body: ResponseRequest) -> bool:
+    return LOGPROBS in (body.include or []) or body.top_logprobs is not None
 
 
 def renamed(error: APIError) -> APIError:
@@ -83,8 +88,10 @@ def response(response_id: str, created: int, body: ResponseRequest, result: Prom
     calls, finish = tools.answer(text, finish)
     cut = finish == "length"
     if calls is None:
-        output = [OutputMessage(id=item_id("msg"), status="completed",
-                                content=[OutputText(text=text)])] if text else []
+        logprobs = chat_logprobs(result.logprobs.get(0, [])).model_dump()["content"] \
+            if wants_logprobs(body) else []
+        output = [OutputMessage(id=item_id("msg"), status="completed", content=[
+            OutputText(text=text, logprobs=logprobs)])] if text or logprobs else []
     else:
         output = [OutputFunctionCall(id=item_id("fc"), call_id=c.id, name=c.function.name,
                                      arguments=c.function.arguments, status="completed")
@@ -128,6 +135,10 @@ def item_id(prefix: str) -> str:
 
 
 def _refuse_unsupported(body: ResponseRequest) -> None:
+    for k, name in enumerate(body.include or []):
+        if name != LOGPROBS:
+            raise APIError(400, f"Invalid value for 'include.{k}': {name!r} cannot be included "
+                           f"here; only {LOGPROBS!r} can.", "invalid_request", f"include.{k}")
     for name, reason in UNSUPPORTED.items():
         if getattr(body, name) not in (None, False, [], {}):
             raise unsupported_parameter(name, reason)

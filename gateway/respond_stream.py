@@ -5,7 +5,8 @@
 function calls as function_call items (`output_item.added` with the name, then
 `function_call_arguments.delta`s, each call done before the next begins); the last event,
 `response.completed` (or `response.incomplete`, cut by max_output_tokens), carries the whole
-response with its usage.
+response with its usage. With logprobs asked for, each text delta carries its tokens' logprobs
+(a function call's are not returned, as OpenAI returns none).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ class ResponseEvents:
         if delta.get("role"):
             out += [self._event("response.created", response=self._dump()),
                     self._event("response.in_progress", response=self._dump())]
-        if delta.get("content"):
-            out += self._text(delta["content"])
+        logprobs = (choice.get("logprobs") or {}).get("content") or []
+        calling = bool(self.calls or delta.get("tool_calls"))  # a call's logprobs: not kept
+        if delta.get("content") or (logprobs and not calling):
+            out += self._text(delta["content"] or "", logprobs)
         for call in delta.get("tool_calls") or []:
             out += self._call(call)
         if choice.get("finish_reason"):
@@ -53,7 +56,7 @@ class ResponseEvents:
         self.response.usage = usage
         return self._event(f"response.{self.response.status}", response=self._dump())
 
-    def _text(self, text: str) -> list[dict]:
+    def _text(self, text: str, logprobs: list[dict]) -> list[dict]:
         out = []
         if not isinstance(self.open, OutputMessage):
             out += self._close()
@@ -63,8 +66,9 @@ class ResponseEvents:
             out.append(self._event("response.content_part.added", **self._at(self.open),
                                    content_index=0, part=OutputText(text="").model_dump()))
         self.open.content[0].text += text
+        self.open.content[0].logprobs += logprobs
         out.append(self._event("response.output_text.delta", **self._at(self.open),
-                               content_index=0, delta=text, logprobs=[]))
+                               content_index=0, delta=text, logprobs=logprobs))
         return out
 
     def _call(self, delta: dict) -> list[dict]:
@@ -97,7 +101,7 @@ class ResponseEvents:
         if isinstance(item, OutputMessage):
             part = item.content[0]
             out += [self._event("response.output_text.done", **self._at(item), content_index=0,
-                                text=part.text, logprobs=[]),
+                                text=part.text, logprobs=part.logprobs),
                     self._event("response.content_part.done", **self._at(item),
                                 content_index=0, part=part.model_dump())]
         else:

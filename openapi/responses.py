@@ -140,13 +140,15 @@ class ResponseRequest(OpenAIBaseModel):
     previous_response_id: Text | None = None
     conversation: Any = None
     reasoning: dict[str, Any] | None = None
-    include: list[Text] | None = None
+    include: list[Text] | None = Field(default=None, description=(
+        "'message.output_text.logprobs' (the output tokens' logprobs); nothing else"))
     background: bool | None = None
     metadata: dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
     prompt_cache_key: Text | None = None
     max_tool_calls: int | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20, description=(
+        "the most likely tokens at each position, with their logprobs (logprobs included)"))
     truncation: Literal["auto", "disabled"] | None = None
     service_tier: Text | None = None
 

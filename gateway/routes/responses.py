@@ -8,7 +8,7 @@ from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
-from gateway.respond import as_chat, described, renamed, response, usage
+from gateway.respond import as_chat, described, renamed, response, usage, wants_logprobs
 from gateway.respond_stream import ResponseEvents
 from gateway.routes.chat import prepared
 from gateway.serving import PromptResult
@@ -38,7 +38,8 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
                                              status="in_progress", model=body.model,
                                              output=[]))
             streams[call.response_id] = (
-                ChatStream((call.response_id, call.created, body.model), 1, tools, False),
+                ChatStream((call.response_id, call.created, body.model), 1, tools,
+                           wants_logprobs(body)),
                 ResponseEvents(start))
         return streams[call.response_id]
 

@@ -4,6 +4,7 @@ plain peft's, a stream that adds up to the response, a function call round trip,
 from __future__ import annotations
 
 import json
+import math
 
 import httpx
 import jsonschema
@@ -43,6 +44,29 @@ def test_greedy_text_equals_plain_peft_at_once_and_streamed(deployment: Deployme
     last = events[-1]
     assert last.type == f"response.{made.status}" and last.response.output_text == expected
     assert last.response.usage == made.usage
+
+
+def test_logprobs_match_plain_peft(deployment: Deployment) -> None:
+    reference = deployment.reference("acme/lora-a")
+    ids = reference.ids(messages=[{"role": "user", "content": "Say hello."}])
+    generated = reference.greedy(ids, 4)
+    expected = reference.logprobs(ids + generated[:3])
+    client = deployment.client("acme")
+    made = client.responses.create(model="acme/lora-a", input="Say hello.", temperature=0,
+                                   max_output_tokens=4, top_logprobs=2,
+                                   include=["message.output_text.logprobs"])
+    logprobs = made.output[0].content[0].logprobs
+    assert len(logprobs) == 4 and all(len(lp.top_logprobs) == 2 for lp in logprobs)
+    for i, (lp, token) in enumerate(zip(logprobs, generated, strict=True)):
+        assert math.isclose(lp.logprob, float(expected[len(ids) - 1 + i, token]), abs_tol=1e-4)
+        assert lp.top_logprobs[0].logprob == pytest.approx(lp.logprob, abs=1e-6)
+    events = list(client.responses.create(
+        model="acme/lora-a", input="Say hello.", temperature=0, max_output_tokens=4,
+        top_logprobs=2, include=["message.output_text.logprobs"], stream=True))
+    streamed = [lp for e in events if e.type == "response.output_text.delta"
+                for lp in e.logprobs]
+    assert [(lp.token, lp.logprob) for lp in streamed] == \
+        [(lp.token, lp.logprob) for lp in logprobs]
 
 
 def test_a_function_call_round_trip(deployment: Deployment) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.chat_stream import ChatStream
 from gateway.errors import APIError
-from gateway.respond import as_chat, described, renamed, response
+from gateway.respond import as_chat, described, renamed, response, wants_logprobs
 from gateway.respond_stream import ResponseEvents
 from gateway.serving import PromptResult
 from gateway.tools import tool_mode
@@ -17,6 +17,7 @@ from wire import manager as W
 
 TOOL = {"type": "function", "name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}
+LOGPROBS = "message.output_text.logprobs"
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
@@ -63,7 +64,7 @@ def test_a_request_becomes_the_chat_request_that_asks_the_same() -> None:
     ({"previous_response_id": "resp_1"}, "previous_response_id", "not stored"),
     ({"store": True}, "store", "not stored"),
     ({"truncation": "auto"}, "truncation", "refused here"),
-    ({"include": ["message.output_text.logprobs"]}, "include", "not supported"),
+    ({"include": [LOGPROBS, "reasoning.encrypted_content"]}, "include.1", "only"),
     ({"input": []}, "input", "empty"),
     ({"input": [output_item("c1")]}, "input.0.call_id", "No tool call found"),
     ({"input": [call_item("c1")]}, "input.0", "No tool output found for function call c1"),
@@ -92,9 +93,14 @@ def test_a_chat_refusal_is_renamed_to_the_responses_field() -> None:
                             "response_format")).message == "Invalid text.format: y"
 
 
+def token(text: str) -> W.TokenLogprob:
+    return W.TokenLogprob(text, -0.5, [(text, -0.5), ("x", -2.0)], list(text.encode()))
+
+
 def answered(text: str, finish: str, **fields) -> Response:
     result = PromptResult(0, W.Started("r", 5))
     result.text[0], result.finish[0] = text, finish
+    result.logprobs[0] = [token(text[:2]), token(text[2:])]
     result.done = W.Done("r", 0, 3)
     body = request(**fields)
     return response("resp_1", 9, body, result, tool_mode(as_chat(body)))
@@ -123,13 +129,13 @@ def test_an_answer_is_a_message_or_function_calls_with_usage() -> None:
 def streamed(pieces: list[str], finish: str, **fields) -> list[dict]:
     body = request(**fields)
     tools = tool_mode(as_chat(body))
-    chunks = ChatStream(("resp_1", 9, "m"), 1, tools, False)
+    chunks = ChatStream(("resp_1", 9, "m"), 1, tools, wants_logprobs(body))
     events = ResponseEvents(described(body, Response(id="resp_1", created_at=9,
                                                      status="in_progress", model="m",
                                                      output=[])))
     out = [e for c in chunks.chunks(W.Started("r", 5)) for e in events.events(c)]
     for k, piece in enumerate(pieces):
-        delta = W.Delta("r", 0, piece, None, finish if k == len(pieces) - 1 else None)
+        delta = W.Delta("r", 0, piece, [token(piece)], finish if k == len(pieces) - 1 else None)
         out += [e for c in chunks.chunks(delta) for e in events.events(c)]
     return [*out, events.last(ResponseUsage(input_tokens=5, output_tokens=3, total_tokens=8))]
 
@@ -188,3 +194,26 @@ def test_streamed_calls_come_one_item_at_a_time() -> None:
     assert final["status"] == "completed" and \
         [o["call_id"] for o in final["output"]] == [e["item"]["call_id"] for e in added]
 
+
+
+def test_logprobs_come_with_the_text_at_once_and_streamed_never_with_calls() -> None:
+    made = answered("Sunny.", "stop", include=[LOGPROBS], top_logprobs=1)
+    assert made.output[0].content[0].logprobs == [
+        {"token": t, "logprob": -0.5, "bytes": list(t.encode()),
+         "top_logprobs": [{"token": t, "logprob": -0.5, "bytes": list(t.encode())},
+                          {"token": "x", "logprob": -2.0, "bytes": [120]}]}
+        for t in ("Su", "nny.")]
+    assert answered("Sunny.", "stop").output[0].content[0].logprobs == []
+    assert as_chat(request(top_logprobs=0)).logprobs  # top_logprobs alone asks for them
+    events = streamed(["Sun", "ny."], "stop", include=[LOGPROBS])
+    deltas = [e["logprobs"] for e in events if e["type"] == "response.output_text.delta"]
+    assert [[lp["token"] for lp in d] for d in deltas] == [["Sun"], ["ny."]]
+    final = events[-1]["response"]["output"][0]["content"][0]["logprobs"]
+    assert final == deltas[0] + deltas[1] == \
+        next(e for e in events if e["type"] == "response.output_text.done")["logprobs"]
+    for tool_choice in ("auto", "required"):
+        calls = streamed([CALL[:30], CALL[30:]], "stop", tools=[TOOL], tool_choice=tool_choice,
+                         include=[LOGPROBS])
+        assert [o["type"] for o in calls[-1]["response"]["output"]] == ["function_call"]
+        assert answered(CALL, "stop", tools=[TOOL], tool_choice=tool_choice,
+                        include=[LOGPROBS]).output[0].type == "function_call"
