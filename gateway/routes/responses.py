@@ -44,8 +44,8 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         return streams[call.response_id]
 
     def events(call: Call, result: PromptResult, event: W.Message) -> list[dict]:
-        chunks, events = stream_of(call)
-        return [e for chunk in chunks.chunks(event) for e in events.events(chunk)]
+        chat_stream, response_events = stream_of(call)
+        return [e for chunk in chat_stream.chunks(event) for e in response_events.events(chunk)]
 
     def last(call: Call, results: list[PromptResult]) -> dict:
         return stream_of(call)[1].last(usage(results[0]))
