@@ -140,7 +140,8 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
             raise APIError(400, f"Invalid value for 'include.{k}': {name!r} cannot be included "
                            f"here; only {LOGPROBS!r} can.", "invalid_request", f"include.{k}")
     for name, reason in UNSUPPORTED.items():
-        if getattr(body, name) not in (None, False, [], {}):
+        value = getattr(body, name)  # unset, false or empty; not 0 (== False, in a tuple)
+        if not (value is None or value is False or value == [] or value == {}):
             raise unsupported_parameter(name, reason)
     if body.truncation == "auto":
         raise unsupported_parameter("truncation", "a conversation longer than the model's "

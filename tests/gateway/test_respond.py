@@ -64,6 +64,7 @@ def test_a_request_becomes_the_chat_request_that_asks_the_same() -> None:
     ({"previous_response_id": "resp_1"}, "previous_response_id", "not stored"),
     ({"store": True}, "store", "not stored"),
     ({"truncation": "auto"}, "truncation", "refused here"),
+    ({"max_tool_calls": 0}, "max_tool_calls", "not supported"),  # 0 == False: not unset
     ({"include": [LOGPROBS, "reasoning.encrypted_content"]}, "include.1", "only"),
     ({"input": []}, "input", "empty"),
     ({"input": [output_item("c1")]}, "input.0.call_id", "No tool call found"),
