@@ -7,9 +7,11 @@ constrained to such calls (a named function: exactly one), arguments by the func
 with "auto" the model may answer either way and calls are recognised in its output (without
 `parallel_tool_calls`, its first call); with "none" no call is read. Output that opened a call
 and was cut by max_tokens (or a `stop` string) is the calls as far as they got, the one the cut
-ended included, with finish_reason "length" (or "stop"), never its markup as content
-(`call_reader` reads calls as they are written; in auto mode, calls written otherwise count
-once they are whole).
+ended included, with finish_reason "length" (or "stop"), never its markup as content.
+`call_reader` reads calls as they are written (json.dumps' shape); in auto mode such a call
+counts once its name is a tool's and its arguments have opened, and a stream sends it from then
+on as it grows (what follows the calls out of that shape is dropped); output that opened
+otherwise counts as calls once they are whole and well-formed.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class ToolMode:
         output); without parallel calls, auto mode's first call ends the output."""
         if not self.names or finish not in ("stop", "length"):
             return None, finish
-        if (read := self._read(text)) is not None and (read[1] != "whole" or self.grammar):
+        if (read := self._read(text)) is not None:
             made = [new_call(c.name, c.arguments) for c in read[0]]
             return made, "tool_calls" if read[1] == "past" else \
                 self.finish(made, finish, read[1] == "cut")
@@ -65,22 +67,44 @@ class ToolMode:
 
     def _read(self, text: str) -> tuple[list[Reading], str] | None:
         """Call-shaped output as CallReader reads it (arguments as written): its calls and
-        how it ended ("whole", "cut" inside a call, or in auto mode "past" its max_calls: the
-        first ones are kept); None where it is out of that shape, or in auto mode did not
-        open a call."""
+        how it ended ("whole", "cut" inside a call, or in auto mode "past": out of that shape or
+        past its max_calls after calls that count); None where it is out of that shape (in auto
+        mode: before a call counts), or in auto mode did not open a call."""
         text = text.lstrip()
         if self.grammar is None and not text.startswith(TOOL_OPEN.strip()):
             return None
         reader = CallReader()
         reader.feed(text)
+        if self.grammar is None:
+            return self._read_auto(reader)
         if reader.lost or any(c.name not in self.names for c in reader.calls):
             return None
-        kept, end = reader.calls[:self.max_calls], "cut" if reader.open else "whole"
-        if self.grammar is not None:
-            return (kept, end) if len(reader.calls) <= self.max_calls else None
+        end = "cut" if reader.open else "whole"
+        return (reader.calls, end) if len(reader.calls) <= self.max_calls else None
+
+    def _read_auto(self, reader: CallReader) -> tuple[list[Reading], str] | None:
+        kept = self.sendable(reader)
+        rest = reader.calls[len(kept):]
+        if len(rest) == 1 and len(kept) < self.max_calls and not reader.lost and \
+                rest[0].name in self.names:
+            return [*kept, rest[0]], "cut"  # cut before its arguments: as far as it got
+        if not kept:  # cut in the opening: no call
+            return ([], "cut") if not reader.calls and not reader.lost else None
         past = len(reader.calls) > self.max_calls or reader.open
-        return (kept, "past") if len(kept) == self.max_calls and kept[-1].done and past else \
-            (kept, end)
+        if (len(kept) == self.max_calls and kept[-1].done and past) or reader.lost or rest:
+            return kept, "past"
+        return kept, "cut" if reader.open else "whole"
+
+    def sendable(self, reader: CallReader) -> list[Reading]:
+        """Auto mode: the calls read so far that count as calls, which a stream sends as they
+        grow: in order, each of a known name whose arguments have opened, up to the first
+        that is not, at most max_calls."""
+        kept = []
+        for call in reader.calls[:self.max_calls]:
+            if call.name not in self.names or not call.arguments:
+                break
+            kept.append(call)
+        return kept
 
     def finish(self, calls: list | None, finish: str | None, cut_short: bool = False) -> \
             str | None:

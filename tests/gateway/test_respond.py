@@ -174,9 +174,10 @@ def answered_like(streamed_response: dict, text: str, finish: str) -> dict:
     return made
 
 
-def test_streamed_calls_come_one_item_at_a_time() -> None:
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_streamed_calls_come_one_item_at_a_time(tool_choice: str) -> None:
     events = streamed([CALL[:30], CALL[30:], "\n" + CALL], "stop", tools=[TOOL],
-                      tool_choice="required")
+                      tool_choice=tool_choice)
     kinds = [e["type"] for e in events]
     assert kinds[:3] == ["response.created", "response.in_progress",
                          "response.output_item.added"]

@@ -198,3 +198,86 @@ def test_a_cut_call_in_auto_mode_is_the_call_as_far_as_it_got() -> None:
             assert deltas[-1]["function"]["arguments"] == arguments
     result.text[0], result.finish[0] = compact, "stop"
     assert chat_choice(result, 0, False, auto).message.content == compact
+
+
+def assembled(choices: list[dict]) -> tuple[str | None, list[tuple[str, str]], str]:
+    """A stream's answer as a client puts it together: content, calls (name, arguments) and
+    the finish_reason."""
+    content = "".join(c["delta"]["content"] or "" for c in choices) or None
+    calls: dict[int, list[str]] = {}
+    for choice in choices:
+        for delta in choice["delta"]["tool_calls"] or []:
+            if delta.get("id"):
+                assert delta["index"] not in calls and delta["index"] == len(calls)
+                calls[delta["index"]] = [delta["function"]["name"], ""]
+            calls[delta["index"]][1] += delta["function"]["arguments"] or ""
+    return content, [tuple(calls[k]) for k in sorted(calls)], choices[-1]["finish_reason"]
+
+
+def test_an_auto_mode_call_streams_its_arguments_as_they_are_written() -> None:
+    """Its header once the name is a tool's and the arguments have begun, then the arguments
+    as they grow (a client can show a long call's arguments while they are written)."""
+    pieces = [CALL[:k + 3] [k:] for k in range(0, len(CALL), 3)]
+    choices = run_stream(pieces)
+    headers = [k for k, c in enumerate(choices) if c["delta"]["tool_calls"]
+               and c["delta"]["tool_calls"][0].get("id")]
+    grew = [k for k, c in enumerate(choices) if c["delta"]["tool_calls"]
+            and c["delta"]["tool_calls"][0]["function"]["arguments"]]
+    assert len(headers) == 1 and len(grew) >= 5 and headers[0] < grew[0]
+    assert choices[grew[0]]["delta"]["tool_calls"][0]["function"]["arguments"].startswith("{")
+    assert grew[-2] < len(choices) - 2  # arguments came before the last piece
+    assert assembled(choices) == (None, [("get_weather", '{"city": "Paris"}')], "tool_calls")
+
+
+OUTPUTS = [CALL, f"{CALL}\n{CALL.replace('Paris', 'Oslo')}", f"  \n{CALL}",
+           f"{CALL} I hope this helps.", f"{CALL}\n<tool_call>\n{{\"name\": \"nope\"}}",
+           CALL.replace('{"city": "Paris"}', '{"note": "a } and \\" and {", "n": [1, {}]}'),
+           CALL.replace('"get_weather"', '"other"'),
+           CALL.replace('{"city": "Paris"}', '"Paris"'),
+           '<tool_call>\n{"name":"get_weather","arguments":{"city":"Rome"}}\n</tool_call>',
+           '<tool_call>\n{"arguments": {}, "name": "get_weather"}\n</tool_call>',
+           f"{CALL}, {CALL}", "<toast> is ready", "Sure, one moment."]
+
+
+def test_auto_mode_streams_the_answer_it_gives_at_once() -> None:
+    """For outputs in and out of the calls' shape, whole and cut at every character (by
+    max_tokens or a stop string), in one piece, in two and character by character, with and
+    without parallel calls: the streamed content, calls and finish_reason are the answer's at
+    once."""
+    from gateway.responses import chat_choice
+    from gateway.serving import PromptResult
+
+    checked = 0
+    for parallel in (True, False):
+        mode = tool_mode(request(tools=[TOOL], parallel_tool_calls=parallel))
+        for output in OUTPUTS:
+            ends = [(output, "stop")] + [(output[:k], f) for k in range(1, len(output))
+                                         for f in ("length", "stop")]
+            for text, finish in ends:
+                result = PromptResult(0, W.Started("r", 1))
+                result.text[0], result.finish[0] = text, finish
+                made = chat_choice(result, 0, False, mode)
+                expected = (made.message.content,
+                            [(c.function.name, c.function.arguments)
+                             for c in made.message.tool_calls or []], made.finish_reason)
+                middle = len(text) // 2
+                for pieces in ([text], [text[:middle], text[middle:]], list(text)):
+                    assert assembled(run_stream(pieces, finish, parallel)) == expected, \
+                        (text, finish, pieces)
+                    checked += 1
+    assert checked > 10_000
+
+
+def test_auto_mode_calls_are_read_as_written_and_what_follows_them_is_dropped() -> None:
+    auto = tool_mode(request(tools=[TOOL]))
+    for text in (f"{CALL} I hope this helps.", f"{CALL}\n{CALL.replace('get_weather', 'nope')}"):
+        calls, finish = auto.answer(text, "stop")
+        assert [(c.function.name, c.function.arguments) for c in calls] == \
+            [("get_weather", '{"city": "Paris"}')] and finish == "tool_calls"
+    spaced = CALL.replace('{"city": "Paris"}', '{"city":"Paris" }')
+    calls, finish = auto.answer(spaced, "stop")
+    assert calls[0].function.arguments == '{"city":"Paris" }' and finish == "tool_calls"
+    assert auto.answer(CALL.replace('"get_weather"', '"other"'), "stop") == \
+        (None, "stop")  # no tool of that name: content
+    swapped = '<tool_call>\n{"arguments": {}, "name": "get_weather"}\n</tool_call>'
+    assert auto.answer(swapped, "stop")[0][0].function.name == "get_weather"
