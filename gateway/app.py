@@ -29,6 +29,7 @@ from state.adapters import AdapterReader
 from state.db import Database
 from state.files import FileReader
 from state.jobs import JobReader
+from state.responses import ResponseReader
 from state.storage import Reserve
 
 log = logging.getLogger("gateway")
@@ -49,6 +50,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.db = Database(settings.db_path, read_only=True)  # the worker manager writes
         state.registry = AdapterReader(state.db, settings.data_dir, settings.model)
         state.files = FileReader(state.db, settings.data_dir)
+        state.responses = ResponseReader(state.db)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)
         state.jobs = JobReader(state.db)

@@ -70,6 +70,14 @@ def unsupported_parameter(name: str, reason: str) -> APIError:
     return APIError(400, f"'{name}' is not supported: {reason}.", "unsupported_parameter", name)
 
 
+def check_metadata(metadata: dict[str, str] | None) -> None:
+    """OpenAI's bounds on `metadata`: at most 16 pairs, keys <= 64 and values <= 512 chars."""
+    if metadata and (len(metadata) > 16 or any(
+            len(k) > 64 or len(v) > 512 for k, v in metadata.items())):
+        raise APIError(400, "metadata holds at most 16 pairs (keys <= 64, values <= 512 chars)",
+                       "invalid_value", "metadata")
+
+
 def model_not_found(model: str) -> APIError:
     return APIError(404, f"The model `{model}` does not exist or you do not have access to it.",
                     "model_not_found", "model")

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -47,9 +47,12 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    params: W.SamplingParams, *, prefix: str, stream: bool,
                    include_usage: bool, body: BodyMaker, chunks: ChunkMaker,
                    usage_chunk: Callable[[Call, list[PromptResult]], dict],
-                   user: str | None = None, done_marker: bool = True):
+                   user: str | None = None, done_marker: bool = True,
+                   settle: Callable[[dict], Awaitable[dict]] | None = None):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
-    ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it)."""
+    ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
+    `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
+    the client has it, and the answer as it then is (the Responses API stores it)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -93,7 +96,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
         return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
-                                         release, done_marker),
+                                         release, done_marker, settle),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
@@ -107,14 +110,15 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         finally:
             watcher.cancel()
         _count(call, results)
-        return JSONResponse(body(call, results), headers=headers)
+        made = body(call, results)
+        return JSONResponse(await settle(made) if settle else made, headers=headers)
     finally:
         release()
 
 
 async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
                   include_usage: bool, usage_chunk, release,
-                  done_marker: bool) -> AsyncIterator[bytes]:
+                  done_marker: bool, settle) -> AsyncIterator[bytes]:
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
@@ -125,7 +129,8 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
                 yield sse(chunk)
         _count(call, run.results)
         if include_usage:
-            yield sse(usage_chunk(call, run.results))
+            last = usage_chunk(call, run.results)
+            yield sse(await settle(last) if settle else last)
     except APIError as exc:
         log.warning("request %s failed mid-stream: %s", call.response_id, exc.message)
         yield sse(exc.body())

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import uuid
 
-from gateway.errors import APIError, unsupported_parameter
+from pydantic import TypeAdapter
+
+from gateway.errors import APIError, check_metadata, unsupported_parameter
 from gateway.responses import chat_logprobs
 from gateway.serving import PromptResult
 from gateway.tools import ToolMode
@@ -15,6 +17,7 @@ from openapi.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
     IncompleteDetails,
+    InputItem,
     MessageItem,
     OutputFunctionCall,
     OutputMessage,
@@ -24,28 +27,28 @@ from openapi.responses import (
     ResponseUsage,
 )
 
-NOT_STORED = "responses are not stored here: send the whole conversation as input"
 UNSUPPORTED = {  # set (and not empty or false): refused
-    "previous_response_id": NOT_STORED,
-    "conversation": NOT_STORED,
-    "store": "responses are not stored here (leave it unset or false)",
+    "conversation": "there are no conversation objects here: go on from a stored response "
+                    "with previous_response_id",
     "background": "responses run in the foreground here",
     "reasoning": "the models served here are not reasoning models",
-    "metadata": "responses are not stored here, so there is nothing to tag",
     "prompt": "there are no stored prompts here",
     "prompt_cache_key": "this server has no prompt cache to route by",
     "max_tool_calls": "the number of calls is bounded by parallel_tool_calls here",
 }
 RENAMED = {"response_format": "text.format", "max_completion_tokens": "max_output_tokens"}
 LOGPROBS = "message.output_text.logprobs"
+ITEMS = TypeAdapter(list[InputItem])
 
 
-def as_chat(body: ResponseRequest) -> ChatCompletionRequest:
-    """The chat request that asks the same."""
+def as_chat(body: ResponseRequest, earlier: list[dict] | None = None) -> ChatCompletionRequest:
+    """The chat request that asks the same, going on from the `earlier` items (a stored
+    response's conversation and output) if any."""
     _refuse_unsupported(body)
-    items = [MessageItem(role="user", content=body.input)] if isinstance(body.input, str) \
-        else body.input
-    _check_calls(items)
+    check_metadata(body.metadata)
+    before = ITEMS.validate_python(earlier or [])
+    items = [*before, *input_items(body)]
+    _check_calls(items, len(before))
     chat = {"model": body.model, "messages": _messages(body.instructions, items),
             "max_completion_tokens": body.max_output_tokens, "temperature": body.temperature,
             "top_p": body.top_p, "stream": body.stream, "user": body.user,
@@ -65,6 +68,11 @@ def as_chat(body: ResponseRequest) -> ChatCompletionRequest:
                        "instructions; the model needs something to answer.", "invalid_request",
                        "input")
     return ChatCompletionRequest.model_validate(chat)
+
+
+def input_items(body: ResponseRequest) -> list:
+    return [MessageItem(role="user", content=body.input)] if isinstance(body.input, str) \
+        else body.input
 
 
 def wants_logprobs(body: ResponseRequest) -> bool:
@@ -127,6 +135,9 @@ def described(body: ResponseRequest, response: Response) -> Response:
         response.text = {"format": body.text.format.model_dump(by_alias=True,
                                                                exclude_none=True)}
     response.user = body.user
+    response.previous_response_id = body.previous_response_id
+    response.store = body.store is not False
+    response.metadata = body.metadata or {}
     return response
 
 
@@ -153,39 +164,43 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
                                     "the models served here have no verbosity levels")
 
 
-def _check_calls(items: list) -> None:
+def _check_calls(items: list, earlier: int) -> None:
     """Each function call has its own call_id, and the outputs of a run of calls follow it,
-    one for each call, before anything else."""
+    one for each call, before anything else (the first `earlier` items came from
+    previous_response_id: a fault there is named `input`)."""
     open_calls: dict[str, int] = {}
     seen: set[str] = set()
+
+    def at(j: int, field: str = "") -> str:
+        return f"input.{j - earlier}{field}" if j >= earlier else "input"
+
     for j, item in enumerate(items):
         if isinstance(item, FunctionCallOutputItem):
             if open_calls.pop(item.call_id, None) is None:
                 raise APIError(400, "No tool call found for function call output with "
                                f"call_id {item.call_id}: an output answers a function_call "
-                               "item before it, once.", "invalid_request", f"input.{j}.call_id")
+                               "item before it, once.", "invalid_request", at(j, ".call_id"))
             continue
         calling = isinstance(item, FunctionCallItem) and \
             isinstance(items[j - 1], FunctionCallItem) if j else False
         if open_calls and not calling:
-            raise _unanswered(open_calls)
+            raise _unanswered(open_calls, at)
         if isinstance(item, FunctionCallItem):
             if item.call_id in seen:
-                raise APIError(400, f"Invalid value for 'input.{j}.call_id': "
+                raise APIError(400, f"Invalid value for '{at(j, '.call_id')}': "
                                f"'{item.call_id}' is the call_id of an earlier function call; "
-                               "each call needs its own.", "invalid_request",
-                               f"input.{j}.call_id")
+                               "each call needs its own.", "invalid_request", at(j, ".call_id"))
             seen.add(item.call_id)
             open_calls[item.call_id] = j
     if open_calls:
-        raise _unanswered(open_calls)
+        raise _unanswered(open_calls, at)
 
 
-def _unanswered(open_calls: dict[str, int]) -> APIError:
+def _unanswered(open_calls: dict[str, int], at) -> APIError:
     call_id, j = next(iter(open_calls.items()))
     return APIError(400, f"No tool output found for function call {call_id}: the outputs of "
                     "function calls follow them (a function_call_output item for each, before "
-                    "any other item).", "invalid_request", f"input.{j}")
+                    "any other item).", "invalid_request", at(j))
 
 
 def _messages(instructions: str | None, items: list) -> list[dict]:

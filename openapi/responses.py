@@ -1,8 +1,9 @@
 """POST /v1/responses: OpenAI's Responses API over the same models (text and function tools).
 
-A response is not stored: the whole conversation comes as `input` each time (items this
-server returned may be sent back as they are), and `previous_response_id`, `store: true` and
-the features the chat endpoint lacks are refused with a 400 that names them.
+A response is stored for 30 days unless `store` is false, with the conversation it answered:
+`previous_response_id` goes on from it, and it can be read again (`GET /v1/responses/{id}`, its
+`input_items`) or deleted. Items this server returned may also be sent back as `input` as they
+are. The features the chat endpoint lacks are refused with a 400 that names them.
 """
 
 from __future__ import annotations
@@ -136,14 +137,17 @@ class ResponseRequest(OpenAIBaseModel):
     safety_identifier: Text | None = None
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX, description="an extra")
     # OpenAI's fields for features this server does not have: refused unless left unset
-    store: bool | None = Field(default=None, description="false or unset: nothing is stored")
-    previous_response_id: Text | None = None
+    store: bool | None = Field(default=None, description=(
+        "false: the response is not kept; unset or true: kept 30 days"))
+    previous_response_id: Text | None = Field(default=None, description=(
+        "a stored response of this tenant's: its conversation and output come before `input`"))
     conversation: Any = None
     reasoning: dict[str, Any] | None = None
     include: list[Text] | None = Field(default=None, description=(
         "'message.output_text.logprobs' (the output tokens' logprobs); nothing else"))
     background: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[Text, Text] | None = Field(default=None, description=(
+        "kept with the response: at most 16 pairs, keys <= 64 and values <= 512 characters"))
     prompt: dict[str, Any] | None = None
     prompt_cache_key: Text | None = None
     max_tool_calls: int | None = None
@@ -202,9 +206,10 @@ class Response(BaseModel):
     model: str
     output: list[Annotated[OutputMessage | OutputFunctionCall, Field(discriminator="type")]]
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     reasoning: None = None
-    store: bool = False
+    store: bool = Field(default=False, description="whether it is kept (and can be gone on "
+                        "from and read again)")
     temperature: float | None = None
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: Any = "auto"
@@ -214,3 +219,18 @@ class Response(BaseModel):
     usage: ResponseUsage | None = None
     user: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResponseItemList(BaseModel):
+    """A stored response's input items (those its request sent), a page of them."""
+    object: Literal["list"] = "list"
+    data: list[InputItem]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class DeletedResponse(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True

@@ -117,6 +117,18 @@ MIGRATIONS = [
     """
     ALTER TABLE files ADD COLUMN expires_at INTEGER;
     """,
+    """
+    CREATE TABLE responses (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        own INTEGER NOT NULL
+    );
+    CREATE INDEX responses_by_expiry ON responses (expires_at);
+    """,
 ]
 
 

@@ -1,4 +1,5 @@
-"""The data dir's records (uploaded files, adapters and their versions): gateway -> worker manager.
+"""The data dir's records (uploaded files, adapters and their versions, stored responses):
+gateway -> worker manager.
 
 The manager is the one writer of the data dir's records, as it is of jobs (`wire.jobs`). The
 gateway reads them and asks for every change with a `StoreCommand`: an upload is first staged by
@@ -27,6 +28,8 @@ class StoreAction(enum.StrEnum):
     WITHDRAW = "withdraw"  # version `number` of `model` that never served goes
     DELETE_VERSION = "delete_version"  # version `number` of `model`, not serving
     DELETE_MODEL = "delete_model"  # `model` with every version
+    ADD_RESPONSE = "add_response"  # `record` (a response with its conversation) is kept
+    DELETE_RESPONSE = "delete_response"  # the tenant's stored response `response_id`
 
 
 class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only=True):
@@ -45,6 +48,8 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
     file_id: str = ""  # DELETE_FILE
     expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
+    record: str = ""  # ADD_RESPONSE: JSON (`workers.manager.response_store`)
+    response_id: str = ""  # DELETE_RESPONSE
 
 
 class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=True):

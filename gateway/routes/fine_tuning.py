@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
-from gateway.errors import APIError, documented, unsupported_parameter
+from gateway.errors import APIError, check_metadata, documented, unsupported_parameter
 from gateway.job_spec import resolve, too_few_examples, unknown_target, unsupported
 from gateway.manager_client import ManagerUnavailable
 from openapi.fine_tuning import (
@@ -56,10 +56,7 @@ async def create_job(body: FineTuningJobCreate, request: Request,
         raise unsupported_parameter("integrations", "this deployment reaches no outside service "
                                     "(such as Weights & Biases); a job's metrics are in its "
                                     "events and its result file")
-    if body.metadata and (len(body.metadata) > 16 or any(
-            len(k) > 64 or len(v) > 512 for k, v in body.metadata.items())):
-        raise APIError(400, "metadata holds at most 16 pairs (keys <= 64, values <= 512 chars)",
-                       "invalid_value", "metadata")
+    check_metadata(body.metadata)
     files = {}
     for param in ("training_file", "validation_file"):
         file_id = getattr(body, param)

@@ -61,8 +61,8 @@ def test_a_request_becomes_the_chat_request_that_asks_the_same() -> None:
 
 
 @pytest.mark.parametrize(("fields", "param", "words"), [
-    ({"previous_response_id": "resp_1"}, "previous_response_id", "not stored"),
-    ({"store": True}, "store", "not stored"),
+    ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
+    ({"metadata": {"k" * 65: "v"}}, "metadata", "at most 16 pairs"),
     ({"truncation": "auto"}, "truncation", "refused here"),
     ({"max_tool_calls": 0}, "max_tool_calls", "not supported"),  # 0 == False: not unset
     ({"include": [LOGPROBS, "reasoning.encrypted_content"]}, "include.1", "only"),
@@ -82,6 +82,22 @@ def test_what_the_chat_path_cannot_take_is_refused_in_the_responses_terms(
         as_chat(request(**fields))
     assert refused.value.status == 400 and refused.value.param == param
     assert words in refused.value.message
+
+
+def test_a_request_goes_on_from_earlier_items_whose_faults_are_named_input() -> None:
+    earlier = [{"type": "message", "id": "msg_1", "role": "user", "status": "completed",
+                "content": [{"type": "input_text", "text": "Weather?"}]}, call_item("c1")]
+    chat = as_chat(request(input=[output_item("c1")]), earlier)
+    assert [m.role for m in chat.messages] == ["user", "assistant", "tool"]
+    assert chat.messages[1].tool_calls[0].id == "c1" and chat.messages[0].text() == "Weather?"
+    for fields, param in (({"input": "And tomorrow?"}, "input"),  # c1 left unanswered
+                          ({"input": [output_item("c1"), output_item("c1")]},
+                           "input.1.call_id"),
+                          ({"input": [output_item("c1"), call_item("c1"), output_item("c1")]},
+                           "input.1.call_id")):
+        with pytest.raises(APIError) as refused:
+            as_chat(request(**fields), earlier)
+        assert (refused.value.status, refused.value.param) == (400, param)
 
 
 def test_a_chat_refusal_is_renamed_to_the_responses_field() -> None:

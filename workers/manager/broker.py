@@ -283,7 +283,7 @@ class Manager:
 
     def _sweep(self) -> None:
         if self.records is not None:
-            self.records.expire_files()
+            self.records.expire()
         for gateway, request, tries, since in self.admission.due():  # room may be made now
             self._generate(gateway, request, tries, since)
         for handle in self.pool.idle():

@@ -25,6 +25,7 @@ from workers.manager.file_store import FileStore
 from workers.manager.inspector import Inspector
 from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
+from workers.manager.response_store import ResponseStore
 from workers.manager.store_desk import StoreDesk
 
 LOCK = "manager.lock"
@@ -42,7 +43,8 @@ class Records:
         self.files = FileStore(self.db, data_dir)
         self.jobs = JobStore(self.db)
         self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
-        self.desk = StoreDesk(self.registry, self.files, self.jobs)
+        self.responses = ResponseStore(self.db)
+        self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0
@@ -63,17 +65,20 @@ class Records:
         for to, command, inspected in self.inspector.ready():
             yield to, self.desk.command(command, inspected)
 
-    def expire_files(self, every_s: float = 60.0) -> None:
+    def expire(self, every_s: float = 60.0) -> None:
         """At most once every `every_s`: delete the files past their expiry (`expires_after`
-        at upload) that no unfinished job reads; they are gone for their tenants already."""
+        at upload) that no unfinished job reads, and the stored responses past their retention;
+        they are gone for their tenants already."""
         if time.monotonic() < self._next_expiry:
             return
         self._next_expiry = time.monotonic() + every_s
         try:
             for file_id in self.desk.expire_files(int(time.time())):
                 log.info("file %s expired: deleted", file_id)
+            if gone := self.responses.expire(int(time.time())):
+                log.info("%d stored response(s) past their retention: deleted", gone)
         except Exception:  # housekeeping: the next sweep tries again; serving goes on
-            log.exception("deleting expired files failed")
+            log.exception("deleting expired files or responses failed")
 
     def close(self) -> None:
         self.inspector.close()

@@ -20,6 +20,7 @@ from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterError, AdapterRegistry, Inspected
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Outcome
+from workers.manager.response_store import InvalidRecord, ResponseStore
 from workers.manager.version_store import VersionError
 
 log = logging.getLogger("workers.manager.store")
@@ -33,17 +34,21 @@ class Refused(Exception):
 
 
 class StoreDesk:
-    def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader) -> None:
+    def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
+                 responses: ResponseStore) -> None:
         self.registry = registry
         self.files = files
         self.jobs = jobs
+        self.responses = responses
         self.acts: dict[StoreAction, Act] = {
             StoreAction.ADD_FILE: self._add_file, StoreAction.DELETE_FILE: self._delete_file,
             StoreAction.ADD_ADAPTER: self._add_adapter, StoreAction.PROMOTE: self._promote,
             StoreAction.ROLLBACK: self._rollback, StoreAction.SPLIT: self._split,
             StoreAction.WITHDRAW: self._withdraw,
             StoreAction.DELETE_VERSION: self._delete_version,
-            StoreAction.DELETE_MODEL: self._delete_model}
+            StoreAction.DELETE_MODEL: self._delete_model,
+            StoreAction.ADD_RESPONSE: self._add_response,
+            StoreAction.DELETE_RESPONSE: self._delete_response}
 
     def command(self, command: StoreCommand, inspected: Outcome | None = None) -> StoreAnswer:
         """`command` carried out (an ADD_ADAPTER with its upload's `inspected` outcome when
@@ -56,6 +61,8 @@ class StoreDesk:
             return self.acts[command.action](command)
         except Refused as exc:
             return _answer(command, exc.status, exc.code, str(exc))
+        except InvalidRecord as exc:
+            return _answer(command, 400, "invalid_record", str(exc))
         except AdapterError as exc:
             return _answer(command, 400, "invalid_adapter", str(exc), exc.param)
         except VersionError as exc:
@@ -103,6 +110,18 @@ class StoreDesk:
         for record in gone:
             self.files.delete(record)
         return [r.id for r in gone]
+
+    # -- responses ---------------------------------------------------------------------------
+
+    def _add_response(self, command: StoreCommand) -> StoreAnswer:
+        return StoreAnswer(id=command.id, made=self.responses.add(command.tenant,
+                                                                   command.record))
+
+    def _delete_response(self, command: StoreCommand) -> StoreAnswer:
+        if not self.responses.delete(command.response_id, command.tenant):
+            raise Refused(404, "response_not_found",
+                          f"Response with id '{command.response_id}' not found.")
+        return StoreAnswer(id=command.id, deleted=[command.response_id])
 
     # -- adapters and versions -------------------------------------------------------------
 

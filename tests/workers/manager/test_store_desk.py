@@ -226,5 +226,45 @@ def test_a_file_past_its_expiry_is_gone_and_deleted_once_no_job_reads_it(records
 
 def test_a_failing_expiry_sweep_is_logged_and_the_manager_goes_on(records, caplog) -> None:
     records.db.conn.close()  # every query fails now
-    records.expire_files()
-    assert "deleting expired files failed" in caplog.text
+    records.expire()
+    assert "deleting expired files or responses failed" in caplog.text
+
+
+def response_record(response_id: str, created_at: int, own: int = 1) -> str:
+    conversation = [{"type": "message", "id": "msg_1", "role": "user", "content": "Hi"},
+                    {"type": "message", "id": "msg_2", "role": "user", "content": "Again"}]
+    return json.dumps({"id": response_id, "created_at": created_at, "own": own,
+                       "body": {"id": response_id, "output": [{"type": "message"}]},
+                       "conversation": conversation})
+
+
+def test_a_stored_response_is_its_tenants_until_deleted_or_past_its_retention(records) -> None:
+    from state.responses import RETENTION_S
+
+    now, first, old = int(time.time()), f"resp_{'a' * 32}", f"resp_{'b' * 32}"
+    made = act(records, StoreAction.ADD_RESPONSE, record=response_record(first, now))
+    assert made.ok and made.made == first
+    assert act(records, StoreAction.ADD_RESPONSE,
+               record=response_record(old, now - RETENTION_S - 1, own=2)).ok
+    stored = records.responses.get(first, "acme")
+    assert stored.expires_at == now + RETENTION_S and stored.body["id"] == first
+    assert [i["id"] for i in stored.input_items] == ["msg_2"]
+    assert [i["type"] for i in stored.continued()] == ["message"] * 3
+    assert records.responses.get(first, "other") is None  # another tenant's
+    assert records.responses.get(old, "acme") is None  # past its retention: gone
+    assert act(records, StoreAction.DELETE_RESPONSE, "other", response_id=first).status == 404
+    assert records.responses.expire(now) == 1  # the old one
+    assert act(records, StoreAction.DELETE_RESPONSE, response_id=first).deleted == [first]
+    assert records.responses.get(first, "acme") is None
+    answer = act(records, StoreAction.DELETE_RESPONSE, response_id=first)
+    assert (answer.status, answer.message) == (404, f"Response with id '{first}' not found.")
+
+
+@pytest.mark.parametrize("record", [
+    "not json", "[]", json.dumps({"id": "../x", "created_at": 1, "own": 0, "body": {},
+                                  "conversation": []}),
+    response_record(f"resp_{'c' * 32}", 1, own=3), response_record(f"resp_{'c' * 32}", 1, -1)])
+def test_a_malformed_response_record_is_refused_and_nothing_kept(records, record) -> None:
+    answer = act(records, StoreAction.ADD_RESPONSE, record=record)
+    assert (answer.status, answer.code) == (400, "invalid_record")
+    assert records.db.query("SELECT COUNT(*) FROM responses")[0][0] == 0

@@ -1,0 +1,73 @@
+"""Stored responses, the gateway's side: the response a request goes on from
+(`previous_response_id`), and its answer kept by the worker manager (unless `store` is false,
+as OpenAI's default) with the conversation it answered, before the client has the answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from gateway.errors import APIError
+from gateway.manager_client import ManagerClient
+from gateway.records import change
+from gateway.respond import item_id
+from openapi.responses import FunctionCallItem, MessageItem
+from state.responses import ResponseReader, StoredResponse
+from wire.store import StoreAction
+
+log = logging.getLogger("gateway.stored")
+
+
+def previous(responses: ResponseReader, tenant: str, response_id: str | None) -> \
+        StoredResponse | None:
+    if response_id is None:
+        return None
+    found = responses.get(response_id, tenant)
+    if found is None:
+        raise APIError(404, f"Previous response with id '{response_id}' not found.",
+                       "previous_response_not_found", "previous_response_id")
+    return found
+
+
+def found(responses: ResponseReader, tenant: str, response_id: str) -> StoredResponse:
+    made = responses.get(response_id, tenant)
+    if made is None:
+        raise not_found(response_id)
+    return made
+
+
+def not_found(response_id: str) -> APIError:
+    return APIError(404, f"Response with id '{response_id}' not found.", "response_not_found",
+                    "response_id")
+
+
+async def keep(manager: ManagerClient, tenant: str, response: dict[str, Any],
+               earlier: list[dict[str, Any]], own: list) -> bool:
+    """Whether `response` (a Response's JSON) is kept with its conversation: the `earlier`
+    items and the request's `own`. A manager that cannot keep it is logged, not the
+    request's failure: the response then says `store: false`."""
+    conversation = [*earlier, *(stored_item(item) for item in own)]
+    record = json.dumps({"id": response["id"], "created_at": response["created_at"],
+                         "body": response, "conversation": conversation, "own": len(own)})
+    try:
+        await change(manager, StoreAction.ADD_RESPONSE, tenant, record=record)
+    except APIError as exc:
+        log.warning("response %s was not stored: %s", response["id"], exc.message)
+        return False
+    return True
+
+
+def stored_item(item: Any) -> dict[str, Any]:
+    """An input item as kept and listed: with an id and a status, a message's text as parts."""
+    made = item.model_dump(exclude_none=True)
+    if isinstance(item, MessageItem):
+        prefix = "msg"
+        if isinstance(item.content, str):
+            kind = "output_text" if item.role == "assistant" else "input_text"
+            made["content"] = [{"type": kind, "text": item.content}]
+    else:
+        prefix = "fc" if isinstance(item, FunctionCallItem) else "fco"
+    made.setdefault("id", item_id(prefix))
+    made.setdefault("status", "completed")
+    return made

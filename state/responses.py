@@ -1,0 +1,65 @@
+"""Stored responses (the Responses API's `store`): each with the conversation it answered, so
+that a later request can go on from it (`previous_response_id`) and a client can read it again.
+Kept RETENTION_S after creation, as OpenAI keeps them; read here, written by the worker manager
+(`workers.manager.response_store`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from state.db import Database, UnknownCursor
+
+RETENTION_S = 30 * 24 * 3600
+RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    id: str
+    tenant: str
+    created_at: int
+    expires_at: int
+    body: dict[str, Any]  # the Response object as returned
+    conversation: list[dict[str, Any]]  # the items it answered, its request's own last
+    own: int  # how many of them its request sent (the rest: from previous_response_id)
+
+    @property
+    def input_items(self) -> list[dict[str, Any]]:
+        return self.conversation[len(self.conversation) - self.own:]
+
+    def continued(self) -> list[dict[str, Any]]:
+        """The conversation a request that goes on from this response continues: what it
+        answered, then its output."""
+        return [*self.conversation, *self.body["output"]]
+
+    def items(self, *, after: str | None, limit: int, order: str) -> \
+            tuple[list[dict[str, Any]], bool]:
+        """A page of its input items (`order` "asc": as sent; "desc": last first)."""
+        items = self.input_items if order == "asc" else self.input_items[::-1]
+        start = 0
+        if after is not None:
+            ids = [item["id"] for item in items]
+            if after not in ids:
+                raise UnknownCursor(after)
+            start = ids.index(after) + 1
+        return items[start:start + limit], len(items) > start + limit
+
+
+class ResponseReader:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        """The tenant's response, until it expires."""
+        rows = self.db.query("SELECT * FROM responses WHERE id = ? AND tenant = ? AND "
+                             "expires_at > ?", (response_id, tenant, int(time.time())))
+        if not rows:
+            return None
+        row = dict(rows[0])
+        return StoredResponse(row["id"], row["tenant"], row["created_at"], row["expires_at"],
+                              json.loads(row["body"]), json.loads(row["conversation"]),
+                              row["own"])

@@ -1,0 +1,50 @@
+"""Stored responses, written: the gateway's record of a response it answered, kept for its
+tenant until RETENTION_S after its creation (`state.responses` reads them)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from state.responses import RESPONSE_ID, RETENTION_S, ResponseReader
+
+
+class InvalidRecord(ValueError):
+    pass
+
+
+class ResponseStore(ResponseReader):
+    def add(self, tenant: str, record: str) -> str:
+        """The record (JSON: `id`, `created_at`, `body`, `conversation`, `own`) kept; its id."""
+        made = _checked(record)
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO responses (id, tenant, created_at, expires_at, body, "
+                         "conversation, own) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (made["id"], tenant, made["created_at"],
+                          made["created_at"] + RETENTION_S, json.dumps(made["body"]),
+                          json.dumps(made["conversation"]), made["own"]))
+        return made["id"]
+
+    def delete(self, response_id: str, tenant: str) -> bool:
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM responses WHERE id = ? AND tenant = ?",
+                                (response_id, tenant)).rowcount > 0
+
+    def expire(self, now: int) -> int:
+        """Those past their retention deleted; how many."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
+
+
+def _checked(record: str) -> dict[str, Any]:
+    try:
+        made = json.loads(record)
+    except ValueError:
+        raise InvalidRecord("a response record is JSON") from None
+    if not isinstance(made, dict) or not RESPONSE_ID.fullmatch(str(made.get("id"))) or \
+            type(made.get("created_at")) is not int or not isinstance(made.get("body"), dict) \
+            or not isinstance(made.get("conversation"), list) or \
+            type(made.get("own")) is not int or not 0 <= made["own"] <= len(made["conversation"]):
+        raise InvalidRecord("a response record has an id resp_<32 hex>, created_at, a body, "
+                            "its conversation and how many items of it were its own")
+    return made
