@@ -17,6 +17,7 @@ from state.responses import ResponseReader, StoredResponse
 from wire.store import StoreAction
 
 log = logging.getLogger("gateway.stored")
+KEEP_S = 5.0  # the longest a response waits for the manager to keep it
 
 
 def previous(responses: ResponseReader, tenant: str, response_id: str | None) -> \
@@ -51,7 +52,8 @@ async def keep(manager: ManagerClient, tenant: str, response: dict[str, Any],
     record = json.dumps({"id": response["id"], "created_at": response["created_at"],
                          "body": response, "conversation": conversation, "own": len(own)})
     try:
-        await change(manager, StoreAction.ADD_RESPONSE, tenant, record=record)
+        await change(manager, StoreAction.ADD_RESPONSE, tenant, record=record,
+                     answer_s=KEEP_S)
     except APIError as exc:
         log.warning("response %s was not stored: %s", response["id"], exc.message)
         return False

@@ -43,7 +43,7 @@ class Records:
         self.files = FileStore(self.db, data_dir)
         self.jobs = JobStore(self.db)
         self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
-        self.responses = ResponseStore(self.db)
+        self.responses = ResponseStore(self.db, self.files.reserve)
         self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from state.db import Database
 from state.responses import RESPONSE_ID, RETENTION_S, ResponseReader
+from state.storage import Reserve, delete_freeing_space
 
 
 class InvalidRecord(ValueError):
@@ -25,15 +27,28 @@ class ResponseStore(ResponseReader):
                           json.dumps(made["conversation"]), made["own"]))
         return made["id"]
 
+    def __init__(self, db: Database, reserve: Reserve) -> None:
+        super().__init__(db)
+        self.reserve = reserve  # given up when a full disk leaves SQLite no room to delete
+
     def delete(self, response_id: str, tenant: str) -> bool:
-        with self.db.transaction() as conn:
-            return conn.execute("DELETE FROM responses WHERE id = ? AND tenant = ?",
-                                (response_id, tenant)).rowcount > 0
+        return self._deleted("DELETE FROM responses WHERE id = ? AND tenant = ?",
+                             (response_id, tenant)) > 0
 
     def expire(self, now: int) -> int:
         """Those past their retention deleted; how many."""
-        with self.db.transaction() as conn:
-            return conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
+        return self._deleted("DELETE FROM responses WHERE expires_at <= ?", (now,))
+
+    def _deleted(self, sql: str, params: tuple) -> int:
+        count = 0
+
+        def forget() -> None:
+            nonlocal count
+            with self.db.transaction() as conn:
+                count = conn.execute(sql, params).rowcount
+
+        delete_freeing_space(forget, lambda: None, self.reserve)
+        return count
 
 
 def _checked(record: str) -> dict[str, Any]:
