@@ -65,6 +65,7 @@ class Trainer:
         self.job = config.job
         self.spec = config.job.spec
         self.control = control
+        self.resumed_at = 0  # the step this run began from (its checkpoint's, or 0)
 
     def event(self, message: str, **fields: Any) -> None:
         self.control.report(TrainerEvent(self.job.id, message, **fields))
@@ -106,6 +107,7 @@ class Trainer:
         found = checkpoint.latest(root)
         progress = (checkpoint.restore(found, model, optimizer, scheduler) if found
                     else checkpoint.Progress())
+        self.resumed_at = progress.step
         self.control.report(TrainerStarted(job.id, progress.step if found else 0,
                                            f"{len(examples)} examples, {hp.n_epochs} epoch(s), "
                                            f"{total} steps"
@@ -189,18 +191,26 @@ class Trainer:
         if action is None and not self.control.stopping:
             return
         progress.epoch, progress.position = epoch, position
-        checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
-                        scheduler, progress)
         if action is None:  # the service is stopping: the job resumes when it is back
+            if progress.step == self.resumed_at:  # nothing new since the checkpoint (if any)
+                self.event(f"The service is stopping before this run's first step; the job "
+                           f"resumes from step {progress.step}", level="warn")
+                raise JobStopped(RETRY)
+            self._save(model, optimizer, scheduler, progress)
             self.event(f"The service is stopping: checkpoint saved at step {progress.step}; "
                        "the job resumes from it", level="warn")
             raise JobStopped(RETRY)
+        self._save(model, optimizer, scheduler, progress)
         status = {JobAction.PAUSE: JobStatus.PAUSED,
                   JobAction.PREEMPT: JobStatus.QUEUED}.get(action, JobStatus.CANCELLED)
         message = (f"Preempted by a job of higher priority at step {progress.step}; it will "
                    "resume from this checkpoint" if status == JobStatus.QUEUED else
                    f"Job {status} at step {progress.step}; checkpoint saved")
         raise JobStopped(self._last(TrainerStopped(self.job.id, status, message)))
+
+    def _save(self, model, optimizer, scheduler, progress) -> None:
+        checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
+                        scheduler, progress)
 
     def _register_checkpoint(self, path: Path, progress, epoch: int, metrics: dict) -> None:
         self.control.report(TrainerCheckpoint(self.job.id, progress.step, epoch, metrics,

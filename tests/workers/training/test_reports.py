@@ -134,6 +134,39 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
 
 
 @pytest.mark.slow
+def test_a_trainer_stopped_before_its_first_step_saves_no_checkpoint(
+        executor_for, tmp_path, ipc_dir) -> None:
+    """SIGTERM while the trainer loads its data or builds its model: nothing new to keep, so
+    it exits for a retry without a checkpoint (a step-0 one was written before)."""
+    from transformers import AutoTokenizer
+
+    from catalogue.resolve import resolve_model
+    from workers.training import checkpoint
+    from workers.training.control import ControlChannel
+    from workers.training.runner import RETRY, Trainer
+
+    manager = ManagerStandIn(tmp_path, ipc_dir)
+    control = None
+    try:
+        job_id = running_job(manager, 4, 1, "early")
+        spec = manager.spec(job_id, executor_for(MODEL).endpoint)
+        control = ControlChannel(spec.manager, job_id)
+        control.stopping = True  # as SIGTERM leaves it, before the first step's start
+        trainer = Trainer(spec, AutoTokenizer.from_pretrained(resolve_model(MODEL)), control)
+        assert trainer.run() == RETRY
+        assert checkpoint.latest(checkpoint.checkpoint_root(tmp_path, job_id)) is None
+        deadline = time.monotonic() + 30
+        while not any(isinstance(r, TrainerEvent) and "before this run's first step; the job "
+                      "resumes from step 0" in r.message for r in manager.reports):
+            assert time.monotonic() < deadline, manager.reports
+            time.sleep(0.02)
+    finally:
+        if control is not None:
+            control.close()
+        manager.close()
+
+
+@pytest.mark.slow
 def test_a_private_trainer_ends_its_job_once(executor_for, tmp_path, ipc_dir) -> None:
     """Privacy mode wraps the executor handle; the trainer's closing of it at the end must reach
     the real connection (it raised there, after the job's success, and reported a failure)."""
