@@ -5,8 +5,7 @@ A broker between the gateway (front ROUTER) and inference workers and trainers (
 started by the preloaded spawner on first use; requests wait in the handle until it is Ready. A
 worker that dies fails its in-flight requests and is started afresh on the next one. Jobs run by
 the `JobScheduler` (`wire.jobs`); records change by the `StoreDesk` (`wire.store`): this process
-is their one writer. Never imports torch.
-"""
+is their one writer. Never imports torch."""
 
 from __future__ import annotations
 
@@ -56,16 +55,17 @@ class Manager:
         self.requests = Requests()
         self.stopped = stopped  # set by SIGTERM or SIGINT (made in the main thread)
         self.ctx = zmq.Context()
-        self._own_dir: Path | None = None
-        if not config.worker_bind:  # a private directory of ours, removed when we stop
-            self._own_dir = fresh_dir(runtime_dir(), "workers-", "workers.sock")
-        self.worker_bind = config.worker_bind or f"ipc://{self._own_dir}/workers.sock"
+        self._own_dir: Path | None = None  # made once the data dir is ours (`serve`)
+        self.worker_bind = config.worker_bind
         self.probe = ExecutorProbe(config.executor, self.ctx)
 
     def serve(self) -> None:
         self.records = self.jobs = None
         if self.config.data_dir:  # first: a second manager on the data dir stops here (Busy)
             self.records = Records(Path(self.config.data_dir), self.config.model, self.config.bind)
+        if not self.worker_bind:  # a private directory of ours, removed when we stop
+            self._own_dir = fresh_dir(runtime_dir(), "workers-", "workers.sock")
+            self.worker_bind = f"ipc://{self._own_dir}/workers.sock"
         self.links = Links(self.ctx, prepare(self.config.bind), self.worker_bind)
         self.spawner = SpawnerProcess.start(self.config.model)
         if self.records is not None:

@@ -268,3 +268,23 @@ def test_a_malformed_response_record_is_refused_and_nothing_kept(records, record
     answer = act(records, StoreAction.ADD_RESPONSE, record=record)
     assert (answer.status, answer.code) == (400, "invalid_record")
     assert records.db.query("SELECT COUNT(*) FROM responses")[0][0] == 0
+
+
+def test_a_manager_on_a_held_data_dir_stops_leaving_nothing_behind(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    held = Records(tmp_path / "data", MODEL, "ipc:///held")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "workers.manager", "--data-dir", str(tmp_path / "data"),
+             "--bind", f"ipc://{run}/manager.sock"], env={**os.environ, "XDG_RUNTIME_DIR":
+                                                          str(run)},
+            capture_output=True, text=True, timeout=120)
+    finally:
+        held.close()
+    assert done.returncode == 1 and "ipc:///held holds the data dir" in done.stderr, done.stderr
+    assert not list(run.rglob("workers-*"))  # no socket directory of its own left behind
