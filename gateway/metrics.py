@@ -43,6 +43,9 @@ class Metrics:
                               registry=r)
         self.rejected = Counter("symbiosis_rejected", "Requests refused over a tenant limit",
                                 ["tenant", "reason"], registry=r)
+        self.stored = Counter("symbiosis_stored_responses", "Responses API answers asked to be "
+                              "kept (`store`), kept or not (the manager could not)",
+                              ["tenant", "kept"], registry=r)
 
     def render(self, status: W.StatusReply | None, jobs: dict[str, int] | None = None) -> bytes:
         """The gateway's own metrics, then the manager's status and the jobs, this scrape's."""

@@ -71,6 +71,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         if made["store"]:
             made["store"] = await keep(state.manager, tenant.id, made, earlier,
                                        input_items(body))
+            state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()
         return answer
 
     return await generate(request, tenant, target, [{"messages": messages}], params,

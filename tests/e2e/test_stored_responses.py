@@ -5,10 +5,11 @@ until deleted; `store: false` keeps nothing."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import Deployment
+from tests.e2e.conftest import OPERATOR, Deployment
 from tests.e2e.test_responses_api import TOOLS
 
 pytestmark = pytest.mark.slow
@@ -92,3 +93,6 @@ def test_nothing_is_kept_with_store_false_and_a_tenant_sees_only_its_own(
         acme.responses.create(previous_response_id=unkept.id, input="Again.", **ASK)
     assert refused.value.body["param"] == "previous_response_id"
     assert acme.responses.retrieve(kept.id).id == kept.id  # beta's delete left it
+    metrics = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR,
+                        timeout=30).text
+    assert 'symbiosis_stored_responses_total{kept="true",tenant="acme"}' in metrics
