@@ -29,6 +29,8 @@ def kv_tokens(tokens: TextTokens, prompts: list[dict], params: W.SamplingParams,
                                               for m in prompt["messages"])
         else:
             length = max(1, tokens.count(prompt["prompt"]))
+        if params.truncate:  # its earliest messages go where it would not fit
+            length = min(length, max(1, max_context - (params.max_tokens or 1)))
         output = params.max_tokens if params.max_tokens is not None else \
             max(0, max_context - length)
         total += (length + output) * params.n

@@ -136,6 +136,7 @@ def described(body: ResponseRequest, response: Response) -> Response:
                                                                exclude_none=True)}
     response.user = body.user
     response.previous_response_id = body.previous_response_id
+    response.truncation = body.truncation or "disabled"
     response.store = body.store is not False
     response.metadata = body.metadata or {}
     return response
@@ -154,9 +155,6 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
         value = getattr(body, name)  # unset, false or empty; not 0 (== False, in a tuple)
         if not (value is None or value is False or value == [] or value == {}):
             raise unsupported_parameter(name, reason)
-    if body.truncation == "auto":
-        raise unsupported_parameter("truncation", "a conversation longer than the model's "
-                                    "context is refused here, not cut ('disabled')")
     if body.service_tier not in (None, "auto", "default"):
         raise unsupported_parameter("service_tier", "only 'auto' and 'default' exist here")
     if body.text is not None and body.text.verbosity not in (None, "medium"):

@@ -153,7 +153,9 @@ class ResponseRequest(OpenAIBaseModel):
     max_tool_calls: int | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description=(
         "the most likely tokens at each position, with their logprobs (logprobs included)"))
-    truncation: Literal["auto", "disabled"] | None = None
+    truncation: Literal["auto", "disabled"] | None = Field(default=None, description=(
+        "auto: a conversation too long for the context loses its earliest items (instructions "
+        "stay, and the last item); disabled (the default): it is a 400"))
     service_tier: Text | None = None
 
 
@@ -215,7 +217,7 @@ class Response(BaseModel):
     tool_choice: Any = "auto"
     tools: list[Any] = Field(default_factory=list)
     top_p: float | None = None
-    truncation: Literal["disabled"] = "disabled"
+    truncation: Literal["auto", "disabled"] = "disabled"
     usage: ResponseUsage | None = None
     user: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

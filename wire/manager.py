@@ -45,6 +45,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     logit_bias: dict[int, float] = {}  # token id -> added to its logit before sampling
     grammar: str | None = None  # an llguidance grammar every sequence must follow
     fit: bool = False  # max_tokens is the server's default, not the client's: at most what fits
+    truncate: bool = False  # a chat too long for the context loses its earliest messages
 
 
 class ChatMessage(msgspec.Struct, array_like=True):

@@ -43,6 +43,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         params, tools, messages = prepared(chat, state.settings)
     except APIError as refused:
         raise renamed(refused) from None
+    params.truncate = body.truncation == "auto"
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:

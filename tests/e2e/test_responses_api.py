@@ -126,3 +126,28 @@ def test_what_is_not_served_is_refused_by_name(deployment: Deployment) -> None:
     assert blocks[0].startswith("event: response.created\ndata: {")
     assert all(b.split("\n")[0] == f"event: {json.loads(b.split('data: ')[1])['type']}"
                for b in blocks) and "[DONE]" not in raw.text
+
+
+def test_truncation_auto_drops_the_earliest_items_to_fit(deployment: Deployment) -> None:
+    """A conversation longer than the context: a 400 by default; with truncation "auto" the
+    answer plain peft gives the conversation without its earliest items (the instructions
+    kept), dropped one by one until the prompt and max_output_tokens fit."""
+    reference = deployment.reference("acme/lora-a")
+    limit = reference.model.config.max_position_embeddings
+    turns = [{"role": "user" if k % 2 == 0 else "assistant",
+              "content": f"Turn {k}: " + "word " * 150} for k in range(16)]
+    turns.append({"role": "user", "content": "And now?"})
+    ask = {"model": "acme/lora-a", "input": turns, "instructions": "Be brief.",
+           "max_output_tokens": 5, "temperature": 0, "store": False}
+    client = deployment.client("acme")
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.responses.create(**ask)
+    assert too_long.value.body["code"] == "context_length_exceeded"
+    made = client.responses.create(**ask, truncation="auto")
+    messages = [{"role": "system", "content": "Be brief."}, *turns]
+    while len(reference.ids(messages=messages)) + 5 > limit:
+        del messages[1]
+    ids = reference.ids(messages=messages)
+    assert 2 < len(messages) < len(turns) and made.truncation == "auto"
+    assert made.usage.input_tokens == len(ids)
+    assert made.output_text == reference.text(reference.greedy(ids, 5))

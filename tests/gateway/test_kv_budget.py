@@ -26,6 +26,11 @@ def test_a_request_holds_prompt_plus_output_tokens_per_sequence() -> None:
     chat = [W.ChatMessage("user", "Hello there")]
     until_context = W.SamplingParams(max_tokens=None)
     assert kv_tokens(TOKENS, [{"messages": chat}], until_context, 100) == 100
+    long_chat = [W.ChatMessage("user", "word " * 300)] * 3  # longer than a context of 100
+    assert kv_tokens(TOKENS, [{"messages": long_chat}], W.SamplingParams(max_tokens=10),
+                     100) > 900
+    cut = W.SamplingParams(max_tokens=10, truncate=True)  # its earliest messages will go
+    assert kv_tokens(TOKENS, [{"messages": long_chat}], cut, 100) == 100
 
 
 def test_requests_fit_beside_each_other_or_wait() -> None:

@@ -97,17 +97,30 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
     return Adapters(build_base(), make_engine, build_base, device=device, budget=budget)
 
 
-def prompt_ids(message: W.Generate, tokenizer: Any) -> list[int]:
+def prompt_ids(message: W.Generate, tokenizer: Any, limit: int | None = None) -> list[int]:
+    """The prompt's token ids; a chat with `truncate` loses its earliest messages (a first
+    system message stays, and the last message) until it leaves room within `limit` for its
+    max_tokens (for a server's default, one token)."""
     if message.prompt_ids is not None:
         return list(message.prompt_ids)
     if message.messages is not None:
         chat = [{"role": m.role, "content": m.content} for m in message.messages]
-        return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False))
+        ids = _chat_ids(chat, tokenizer)
+        params, first = message.params, int(bool(chat) and chat[0]["role"] == "system")
+        need = 1 if params.fit or params.max_tokens is None else params.max_tokens
+        while params.truncate and limit and len(ids) + need > limit and len(chat) - first > 1:
+            del chat[first]
+            ids = _chat_ids(chat, tokenizer)
+        return ids
     ids = tokenizer.encode(message.prompt or "")
     # an empty prompt generates "as if from the beginning of a new document" (OpenAI's words)
     return ids or [tokenizer.bos_token_id if tokenizer.bos_token_id is not None
                    else tokenizer.eos_token_id]
+
+
+def _chat_ids(chat: list[dict], tokenizer: Any) -> list[int]:
+    return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
 
 
 def load_failed(key: str, exc: Exception) -> W.LoadFailed:
@@ -184,7 +197,8 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded) -> bool
 
 def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> list[W.Message]:
     try:
-        ids = prompt_ids(message, preloaded.tokenizer)
+        limit = min(preloaded.max_context, message.max_context or preloaded.max_context)
+        ids = prompt_ids(message, preloaded.tokenizer, limit)
     except Exception as exc:
         return [W.Failed(message.id, 400, "invalid_prompt", str(exc))]
     fallback = False
