@@ -24,7 +24,7 @@ from gateway.respond import (
 from gateway.respond_stream import ResponseEvents
 from gateway.routes.chat import prepared
 from gateway.serving import PromptResult
-from gateway.stored import found, keep, not_found, previous
+from gateway.stored import found, keep, previous
 from openapi.responses import DeletedResponse, Response, ResponseItemList, ResponseRequest
 from wire import manager as W
 from wire.store import StoreAction
@@ -90,10 +90,8 @@ async def get_response(response_id: str, request: Request, tenant: TenantDep) ->
 @router.delete("/responses/{response_id}", response_model=DeletedResponse)
 async def delete_response(response_id: str, request: Request,
                           tenant: TenantDep) -> DeletedResponse:
-    answer = await change(request.app.state.manager, StoreAction.DELETE_RESPONSE, tenant.id,
-                          param="response_id", response_id=response_id)
-    if not answer.deleted:
-        raise not_found(response_id)
+    await change(request.app.state.manager, StoreAction.DELETE_RESPONSE, tenant.id,
+                 param="response_id", response_id=response_id)  # the manager's 404 if none
     return DeletedResponse(id=response_id)
 
 
