@@ -48,11 +48,14 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    include_usage: bool, body: BodyMaker, chunks: ChunkMaker,
                    usage_chunk: Callable[[Call, list[PromptResult]], dict],
                    user: str | None = None, done_marker: bool = True,
-                   settle: Callable[[dict], Awaitable[dict]] | None = None):
+                   settle: Callable[[dict], Awaitable[dict]] | None = None,
+                   failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None = None):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
     ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
     `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
-    the client has it, and the answer as it then is (the Responses API stores it)."""
+    the client has it, and the answer as it then is (the Responses API stores it); `failed`:
+    a stream's last chunks where it breaks off (by default the error's body, as OpenAI's
+    completion streams send it)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -96,7 +99,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
         return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
-                                         release, done_marker, settle),
+                                         release, done_marker, settle, failed),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
@@ -118,7 +121,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
 
 async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
                   include_usage: bool, usage_chunk, release,
-                  done_marker: bool, settle) -> AsyncIterator[bytes]:
+                  done_marker: bool, settle, failed) -> AsyncIterator[bytes]:
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
@@ -133,7 +136,8 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
             yield sse(await settle(last) if settle else last)
     except APIError as exc:
         log.warning("request %s failed mid-stream: %s", call.response_id, exc.message)
-        yield sse(exc.body())
+        for chunk in await failed(call, exc) if failed else [exc.body()]:
+            yield sse(chunk)
     finally:
         release()
         with contextlib.suppress(Exception):

@@ -5,12 +5,14 @@
 function calls as function_call items (`output_item.added` with the name, then
 `function_call_arguments.delta`s, each call done before the next begins); the last event,
 `response.completed` (or `response.incomplete`, cut by max_output_tokens), carries the whole
-response with its usage. With logprobs asked for, each text delta carries its tokens' logprobs
+response with its usage; a stream that breaks off ends with `error` (on which the SDKs raise),
+then `response.failed`. With logprobs asked for, each text delta carries its tokens' logprobs
 (a function call's are not returned, as OpenAI returns none).
 """
 
 from __future__ import annotations
 
+from gateway.errors import APIError
 from gateway.respond import item_id
 from openapi.responses import (
     IncompleteDetails,
@@ -18,6 +20,7 @@ from openapi.responses import (
     OutputMessage,
     OutputText,
     Response,
+    ResponseError,
     ResponseUsage,
 )
 
@@ -34,8 +37,7 @@ class ResponseEvents:
         choice = chunk["choices"][0]
         delta, out = choice["delta"], []
         if delta.get("role"):
-            out += [self._event("response.created", response=self._dump()),
-                    self._event("response.in_progress", response=self._dump())]
+            out += self._opening()
         logprobs = (choice.get("logprobs") or {}).get("content") or []
         calling = bool(self.calls or delta.get("tool_calls"))  # a call's logprobs: not kept
         if delta.get("content") or (logprobs and not calling):
@@ -55,6 +57,26 @@ class ResponseEvents:
             if cut else None
         self.response.usage = usage
         return self._event(f"response.{self.response.status}", response=self._dump())
+
+    def failed(self, error: APIError) -> list[dict]:
+        """`error` (with our code), then `response.failed`: the response as far as it got, its
+        open item incomplete, its error in OpenAI's codes (OpenAI's pair; `response.created`
+        first if nothing was sent yet)."""
+        out = [] if self.sequence else self._opening()
+        if self.open is not None:
+            self.open.status = "incomplete"
+            self.open = None
+        self.response.status = "failed"
+        self.response.error = ResponseError(
+            code="rate_limit_exceeded" if error.status == 429 else "server_error",
+            message=error.message)
+        return [*out, self._event("error", code=error.code, message=error.message,
+                                  param=error.param, error=error.body()["error"]),
+                self._event("response.failed", response=self._dump())]
+
+    def _opening(self) -> list[dict]:
+        return [self._event("response.created", response=self._dump()),
+                self._event("response.in_progress", response=self._dump())]
 
     def _text(self, text: str, logprobs: list[dict]) -> list[dict]:
         out = []

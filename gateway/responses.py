@@ -34,7 +34,8 @@ def sse(payload: dict | str) -> bytes:
     """A server-sent event; a Responses API event is named by its type, as OpenAI names it."""
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     kind = payload.get("type") if isinstance(payload, dict) else None
-    named = f"event: {kind}\n" if isinstance(kind, str) and kind.startswith("response.") else ""
+    named = f"event: {kind}\n" if isinstance(kind, str) and (
+        kind.startswith("response.") or kind == "error") else ""
     return f"{named}data: {data}\n\n".encode()
 
 

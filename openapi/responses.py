@@ -196,12 +196,19 @@ class IncompleteDetails(BaseModel):
     reason: Literal["max_output_tokens"]
 
 
+class ResponseError(BaseModel):
+    """Why a response failed (a stream that broke off: its worker lost, the service stopping);
+    `code` is one of OpenAI's (the stream's `error` event carries ours)."""
+    code: Literal["server_error", "rate_limit_exceeded"]
+    message: str
+
+
 class Response(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete"]
-    error: None = None
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None
     max_output_tokens: int | None = None

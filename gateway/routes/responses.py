@@ -67,6 +67,10 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     def last(call: Call, results: list[PromptResult]) -> dict:
         return stream_of(call)[1].last(usage(results[0]))
 
+    async def fail(call: Call, error: APIError) -> list[dict]:
+        *first, failed = stream_of(call)[1].failed(error)
+        return [*first, await settle(failed)]
+
     async def settle(answer: dict) -> dict:
         made = answer.get("response", answer)  # a stream's last event carries it
         if made["store"]:
@@ -79,7 +83,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
                           prefix="resp_", stream=body.stream, include_usage=True,
                           body=make_body, chunks=events, usage_chunk=last,
                           user=body.user or body.safety_identifier, done_marker=False,
-                          settle=settle)
+                          settle=settle, failed=fail)
 
 
 @router.get("/responses/{response_id}", response_model=Response)

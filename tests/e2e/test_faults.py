@@ -1,18 +1,21 @@
-"""Faults: a tenant's worker killed mid-stream; the executor going down."""
+"""Faults: a tenant's worker killed mid-stream (a completion's, a response's); the executor
+going down."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 
+import httpx
 import openai
 import pytest
 import zmq
 
-from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import Deployment, deploy
+from tests.e2e.adapters import MODEL, save_adapter
+from tests.e2e.conftest import KEYS, Deployment, deploy, register
 from wire import manager as W
 
 pytestmark = pytest.mark.slow
@@ -85,6 +88,56 @@ def test_killed_worker_fails_only_its_own_stream(deployment: Deployment) -> None
     assert again.usage.completion_tokens == 4
     assert worker_pid(deployment, "acme", "acme/lora-a") != victim
     assert manager_status(deployment).counters["worker_crashes"] == crashes_before + 1
+
+
+def sse_events(response: httpx.Response, victim: int) -> list[tuple[str, dict]]:
+    """A Responses stream's (event name, data) pairs, `victim` killed once its text has
+    begun (the sixth event)."""
+    events, name = [], ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line.removeprefix("data: "))))
+            if len(events) == 6:
+                os.kill(victim, signal.SIGKILL)
+    return events
+
+
+SEVERED = "acme/severed"
+
+
+def test_a_broken_off_response_stream_ends_failed_and_is_kept_so(deployment: Deployment,
+                                                                   tmp_path) -> None:
+    register(deployment.stack.data_dir, "acme", "severed",
+             save_adapter(tmp_path / "severed", "lora", 7))
+    client = deployment.client("acme")
+    ask = {"model": SEVERED, "input": "Once", "max_output_tokens": 400, "temperature": 0}
+    client.responses.create(**ask | {"max_output_tokens": 1})  # its worker up
+    with httpx.stream("POST", f"{deployment.stack.base_url}/v1/responses", timeout=120,
+                      json={**ask, "stream": True},
+                      headers={"Authorization": f"Bearer {KEYS['acme']}"}) as raw:
+        events = sse_events(raw, worker_pid(deployment, "acme", SEVERED))
+    assert [name for name, _ in events[-2:]] == ["error", "response.failed"]
+    assert all(name == data["type"] for name, data in events)
+    error, failed = events[-2][1], events[-1][1]["response"]
+    assert error["code"] == "worker_unavailable" == error["error"]["code"] and \
+        failed["error"] == {"code": "server_error", "message": error["message"]}
+    assert failed["status"] == "failed" and failed["output"][0]["status"] == "incomplete"
+    text = "".join(data["delta"] for name, data in events
+                   if name == "response.output_text.delta")
+    assert text and failed["output"][0]["content"][0]["text"] == text
+    kept = client.responses.retrieve(failed["id"])  # kept as it failed
+    assert kept.status == "failed" and kept.model_dump() == \
+        openai.types.responses.Response.model_validate(failed).model_dump()
+    assert client.responses.create(**ask | {"max_output_tokens": 2}).status == "incomplete"
+    stream = iter(client.responses.create(**ask, stream=True))
+    started = [next(stream) for _ in range(5)]
+    os.kill(worker_pid(deployment, "acme", SEVERED), signal.SIGKILL)
+    with pytest.raises(openai.APIError) as raised:  # the official SDK raises on `error`
+        started += list(stream)
+    assert raised.value.code == "worker_unavailable" and \
+        raised.value.message == error["message"]
 
 
 def test_a_request_right_after_a_worker_died_goes_to_a_new_worker(

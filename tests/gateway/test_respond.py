@@ -10,6 +10,7 @@ from gateway.chat_stream import ChatStream
 from gateway.errors import APIError
 from gateway.respond import as_chat, described, renamed, response, wants_logprobs
 from gateway.respond_stream import ResponseEvents
+from gateway.responses import sse
 from gateway.serving import PromptResult
 from gateway.tools import tool_mode
 from openapi.responses import Response, ResponseRequest, ResponseUsage
@@ -143,17 +144,25 @@ def test_an_answer_is_a_message_or_function_calls_with_usage() -> None:
     assert half.output[1].arguments == CALL[CALL.index('{"city'):50]
 
 
-def streamed(pieces: list[str], finish: str, **fields) -> list[dict]:
+def response_events(body: ResponseRequest) -> ResponseEvents:
+    return ResponseEvents(described(body, Response(id="resp_1", created_at=9,
+                                                   status="in_progress", model="m", output=[])))
+
+
+def streamed(pieces: list[str], finish: str | None, broken: APIError | None = None,
+             **fields) -> list[dict]:
+    """The events of a stream of `pieces`, the last one's finish `finish`, or broken off by
+    `broken` after them."""
     body = request(**fields)
     tools = tool_mode(as_chat(body))
     chunks = ChatStream(("resp_1", 9, "m"), 1, tools, wants_logprobs(body))
-    events = ResponseEvents(described(body, Response(id="resp_1", created_at=9,
-                                                     status="in_progress", model="m",
-                                                     output=[])))
+    events = response_events(body)
     out = [e for c in chunks.chunks(W.Started("r", 5)) for e in events.events(c)]
     for k, piece in enumerate(pieces):
         delta = W.Delta("r", 0, piece, [token(piece)], finish if k == len(pieces) - 1 else None)
         out += [e for c in chunks.chunks(delta) for e in events.events(c)]
+    if broken:
+        return [*out, *events.failed(broken)]
     return [*out, events.last(ResponseUsage(input_tokens=5, output_tokens=3, total_tokens=8))]
 
 
@@ -212,6 +221,32 @@ def test_streamed_calls_come_one_item_at_a_time(tool_choice: str) -> None:
     assert final["status"] == "completed" and \
         [o["call_id"] for o in final["output"]] == [e["item"]["call_id"] for e in added]
 
+def test_a_broken_off_stream_ends_in_an_error_then_the_failed_response() -> None:
+    lost = APIError(503, "The worker serving acme/x stopped; retry.", "worker_unavailable")
+    events = streamed(["Sun", "ny"], None, lost)
+    kinds = [e["type"] for e in events]
+    assert kinds[-2:] == ["error", "response.failed"] and "response.output_item.done" not in kinds
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    error = events[-2]
+    assert (error["code"], error["message"], error["param"]) == \
+        ("worker_unavailable", lost.message, None)
+    assert error["error"] == lost.body()["error"]  # the key on which the SDKs raise
+    assert sse(error).startswith(b"event: error\ndata: {")
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and \
+        failed["error"] == {"code": "server_error", "message": lost.message}
+    assert [(o["status"], o["content"][0]["text"]) for o in failed["output"]] == \
+        [("incomplete", "Sunny")]
+    assert Response.model_validate(failed).error.code == "server_error"
+    calling = streamed([CALL[:60]], None, lost, tools=[TOOL], tool_choice="required")
+    assert [(o["type"], o["status"]) for o in calling[-1]["response"]["output"]] == \
+        [("function_call", "incomplete")]
+    nothing_yet = response_events(request()).failed(APIError(500, "lost", None))
+    assert [e["type"] for e in nothing_yet] == ["response.created", "response.in_progress",
+                                                "error", "response.failed"]
+    assert nothing_yet[-2]["code"] is None and nothing_yet[-1]["response"]["output"] == []
+    busy = response_events(request()).failed(APIError(429, "busy", "rate_limit_exceeded"))
+    assert busy[-1]["response"]["error"]["code"] == "rate_limit_exceeded"
 
 
 def test_logprobs_come_with_the_text_at_once_and_streamed_never_with_calls() -> None:
