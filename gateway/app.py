@@ -58,6 +58,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.tenants = TenantDirectory.load(settings.tenants_path, settings.api_keys,
                                              max_concurrent=settings.max_concurrent,
                                              max_kv_tokens=settings.max_kv_tokens,
+                                             max_storage_mb=settings.max_storage_mb,
                                              max_context=settings.max_context,
                                              admin_keys=settings.admin_keys)
         state.manager = ManagerClient(settings.manager, stale_s=settings.manager_stale_s)

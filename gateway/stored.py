@@ -12,6 +12,7 @@ from gateway.errors import APIError
 from gateway.manager_client import ManagerClient
 from gateway.records import change
 from gateway.respond import item_id
+from gateway.tenants import Tenant
 from openapi.responses import FunctionCallItem, MessageItem
 from state.responses import ResponseReader, StoredResponse
 from wire.store import StoreAction
@@ -43,17 +44,18 @@ def not_found(response_id: str) -> APIError:
                     "response_id")
 
 
-async def keep(manager: ManagerClient, tenant: str, response: dict[str, Any],
+async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
                earlier: list[dict[str, Any]], own: list) -> bool:
     """Whether `response` (a Response's JSON) is kept with its conversation: the `earlier`
-    items and the request's `own`. A manager that cannot keep it is logged, not the
-    request's failure: the response then says `store: false`."""
+    items and the request's `own`. A manager that cannot keep it (or a tenant whose storage
+    quota it would pass) is logged, not the request's failure: the response then says
+    `store: false`."""
     conversation = [*earlier, *(stored_item(item) for item in own)]
     record = json.dumps({"id": response["id"], "created_at": response["created_at"],
                          "body": response, "conversation": conversation, "own": len(own)})
     try:
-        await change(manager, StoreAction.ADD_RESPONSE, tenant, record=record,
-                     answer_s=KEEP_S)
+        await change(manager, StoreAction.ADD_RESPONSE, tenant.id, record=record,
+                     answer_s=KEEP_S, quota_bytes=tenant.storage_quota())
     except APIError as exc:
         log.warning("response %s was not stored: %s", response["id"], exc.message)
         return False

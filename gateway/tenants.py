@@ -2,7 +2,8 @@
 
 The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
-                  "max_context": 2048, "max_kv_tokens": 65536, "fallback": false,
+                  "max_context": 2048, "max_kv_tokens": 65536, "max_storage_mb": 1024,
+                  "fallback": false,
                   "admin": false, "job_priority": 0, "decode_target_ms": 0,
                   "prefill_target_ms": 0, "ttft_target_ms": 0, "inter_token_target_ms": 0}]}
 Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
@@ -45,6 +46,7 @@ class Tenant:
     max_concurrent: int = 16
     max_context: int = 0
     max_kv_tokens: int = 0  # KV-cache tokens its in-flight requests may hold at once (0: any)
+    max_storage_mb: float = 0  # what its files, adapters and stored responses may take (0: any)
     fallback: bool = False
     admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
     job_priority: int = 0  # its tier: the priority of its jobs that do not set one (-100..100)
@@ -56,6 +58,10 @@ class Tenant:
     # tokens (0: none); its calls' waits in a lane it did not set above follow from them
     ttft_target_ms: float = 0.0
     inter_token_target_ms: float = 0.0
+
+    def storage_quota(self) -> int:
+        """Bytes it may keep (0: no quota)."""
+        return int(self.max_storage_mb * 2**20)
 
     def call_targets(self) -> CallTargets:
         return CallTargets.from_ms(self.decode_target_ms, self.prefill_target_ms)
@@ -94,9 +100,13 @@ class TenantDirectory:
     @classmethod
     def load(cls, path: Path, env_keys: str = "", *, max_concurrent: int = 16,
              max_context: int = 0, admin_keys: str = "",
-             max_kv_tokens: int = 0) -> TenantDirectory:
+             max_kv_tokens: int = 0, max_storage_mb: float = 0) -> TenantDirectory:
+        """The server-wide limits are each tenant's unless the tenants file sets its own."""
+        defaults = {"max_concurrent": max_concurrent, "max_context": max_context,
+                    "max_kv_tokens": max_kv_tokens, "max_storage_mb": max_storage_mb}
+
         def source() -> list[Tenant]:
-            return _read(path, env_keys, max_concurrent, max_context, admin_keys, max_kv_tokens)
+            return _read(path, env_keys, admin_keys, defaults)
 
         return cls(source(), source, path)
 
@@ -164,6 +174,10 @@ class TenantDirectory:
             return dict(self._inflight)
 
 
+def _amount(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
 def _stamp(path: Path | None) -> tuple | None:
     if path is None:
         return None
@@ -174,15 +188,16 @@ def _stamp(path: Path | None) -> tuple | None:
     return st.st_mtime_ns, st.st_size, st.st_ino
 
 
-def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admin_keys: str,
-          max_kv_tokens: int) -> list[Tenant]:
+def _read(path: Path, env_keys: str, admin_keys: str, defaults: dict) -> list[Tenant]:
     tenants: dict[str, Tenant] = {}
     if path.exists():
         for entry in entries(path):
-            tenant = Tenant(**{"max_concurrent": max_concurrent, "max_context": max_context,
-                               "max_kv_tokens": max_kv_tokens, **entry})
+            tenant = Tenant(**{**defaults, **entry})
             if not TENANT_ID.fullmatch(tenant.id):
                 raise ValueError(f"invalid tenant id {tenant.id!r}")
+            if not _amount(tenant.max_storage_mb):
+                raise ValueError(f"tenant {tenant.id}: max_storage_mb is a number >= 0 "
+                                 "(0: no quota)")
             if not -100 <= tenant.job_priority <= 100:
                 raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
             for name in TARGETS:
@@ -194,8 +209,7 @@ def _read(path: Path, env_keys: str, max_concurrent: int, max_context: int, admi
         tenant_id, _, key = pair.partition("=")
         if not key or not TENANT_ID.fullmatch(tenant_id):
             raise ValueError("SYMBIOSIS_API_KEYS must look like tenant=key,tenant2=key2")
-        tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], max_concurrent,
-                                                      max_context, max_kv_tokens))
+        tenant = tenants.setdefault(tenant_id, Tenant(tenant_id, [], **defaults))
         tenant.key_sha256.append(hash_key(key))
     operators = [hash_key(k.strip()) for k in admin_keys.split(",") if k.strip()]
     if operators:

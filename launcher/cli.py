@@ -1,7 +1,8 @@
 """`symbiosis`: the command line. Starts processes and edits state; never imports torch itself.
 
     symbiosis serve [--model tiny-llama] [--data-dir ./data] [--port 8000]
-    symbiosis tenants create NAME [--max-concurrent N] [--job-priority P] [--data-dir ./data]
+    symbiosis tenants create NAME [--max-concurrent N] [--max-storage-mb MB] [--job-priority P]
+        [--data-dir ./data]
     symbiosis tenants revoke NAME [--key KEY] [--data-dir ./data]
     symbiosis tenants list [--data-dir ./data]
     symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
@@ -113,6 +114,8 @@ def banner(stack, model: str, key: str | None, data_dir: Path, tenants: Path,
 def tenants_create(args: argparse.Namespace) -> int:
     path = GatewaySettings(data_dir=Path(args.data_dir)).tenants_path
     limits = {"max_concurrent": args.max_concurrent} if args.max_concurrent else {}
+    if args.max_storage_mb is not None:
+        limits["max_storage_mb"] = args.max_storage_mb
     if args.fallback:
         limits["fallback"] = True
     if args.job_priority is not None:
@@ -206,6 +209,9 @@ def parser() -> argparse.ArgumentParser:
                            "print a new API key; a serving gateway takes it within a second")
     p.add_argument("name", type=tenant_id)
     p.add_argument("--max-concurrent", type=positive, metavar="N")
+    p.add_argument("--max-storage-mb", type=serve_flags.AMOUNT, metavar="MB",
+                   help="what the tenant's files, adapters and stored responses may take "
+                   "(0: no quota)")
     p.add_argument("--job-priority", type=priority, metavar="-100..100",
                    help="the tenant's tier: the priority of its jobs that do not set one")
     p.add_argument("--fallback", action="store_true",

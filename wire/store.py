@@ -50,6 +50,7 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
     record: str = ""  # ADD_RESPONSE: JSON (`workers.manager.response_store`)
     response_id: str = ""  # DELETE_RESPONSE
+    quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE: what the tenant may keep (0: any)
 
 
 class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=True):

@@ -51,7 +51,8 @@ async def register_adapter(request: Request, tenant: TenantDep,
                 raise APIError(413, f"{filename} is larger than {limit} bytes", "file_too_large")
             (staged / filename).write_bytes(data)
         made = await change(state.manager, StoreAction.ADD_ADAPTER, tenant.id, name=name,
-                            staged=staged.name, serve=promote, hold=promote)
+                            staged=staged.name, serve=promote, hold=promote,
+                            quota_bytes=tenant.storage_quota())
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     model, number = split_id(made.made)

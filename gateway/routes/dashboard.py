@@ -12,12 +12,14 @@ from __future__ import annotations
 from importlib import resources
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, Field
 
 from gateway.deps import TenantDep, operator
 from gateway.errors import APIError
 from gateway.sessions import COOKIE, SESSION_S
+from state.usage import stored_bytes
 from wire.figures import ExecutorFigures
 
 router = APIRouter(include_in_schema=False)
@@ -57,9 +59,11 @@ async def sign_out(request: Request) -> JSONResponse:
 @router.get("/dashboard/api/usage")
 async def usage(request: Request, tenant: TenantDep) -> dict:
     """This tenant's requests by route and status, tokens, the mean time to its first token
-    and between its tokens (as the gateway received them), and the share of those that met the
-    tenant's own targets (None: no target set, or nothing timed yet)."""
-    metrics = request.app.state.metrics
+    and between its tokens (as the gateway received them), the share of those that met the
+    tenant's own targets (None: no target set, or nothing timed yet), and what it keeps
+    against its storage quota (None: no quota)."""
+    state = request.app.state
+    metrics = state.metrics
     requests, tokens, timed = [], {}, {}
     targets: dict[str, list[int]] = {}  # target -> [missed, met]
     for family in metrics.registry.collect():
@@ -90,7 +94,10 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
             "mean_time_to_first_token_s": mean("symbiosis_time_to_first_token_seconds"),
             "mean_inter_token_s": mean("symbiosis_inter_token_seconds"),
             "time_to_first_token_target_met": met("time_to_first_token"),
-            "inter_token_target_met": met("inter_token")}
+            "inter_token_target_met": met("inter_token"),
+            "storage": {"used_bytes": await run_in_threadpool(
+                stored_bytes, state.db, state.settings.data_dir, tenant.id),
+                "quota_bytes": tenant.storage_quota() or None}}
 
 
 @router.get("/dashboard/api/operator")

@@ -54,7 +54,8 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
             made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
                                 name=file.filename or "upload.jsonl", purpose=purpose,
                                 staged=staged.name, examples=report.examples,
-                                format=report.format, expires_in=seconds)
+                                format=report.format, expires_in=seconds,
+                                quota_bytes=tenant.storage_quota())
         finally:
             staged.unlink(missing_ok=True)
     return FileObject(**state.files.get(made.made, tenant.id).public())

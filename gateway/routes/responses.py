@@ -74,7 +74,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     async def settle(answer: dict) -> dict:
         made = answer.get("response", answer)  # a stream's last event carries it
         if made["store"]:
-            made["store"] = await keep(state.manager, tenant.id, made, earlier,
+            made["store"] = await keep(state.manager, tenant, made, earlier,
                                        input_items(body))
             state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()
         return answer

@@ -84,6 +84,9 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
     assert [page.text_content(f"#{name}") for name in ("ttft-target-met",
                                                        "inter-token-target-met")] == \
         ["100.0 %", "0.0 %"]
+    assert usage["storage"]["quota_bytes"] is None and usage["storage"]["used_bytes"] > 0
+    assert page.text_content("#storage") == \
+        f"{usage['storage']['used_bytes'] / 2**20:.2f} MB, no quota"
     page.click(f'tr.job[data-job="{finished_job}"]')
     page.wait_for_selector("#loss-chart circle[data-series=train]")
     page.wait_for_function("document.getElementById('job-status').textContent === 'succeeded'")

@@ -5,6 +5,7 @@ still has its answer, which then says it was not stored."""
 from __future__ import annotations
 
 from gateway.stored import keep
+from gateway.tenants import Tenant
 from openapi.responses import FunctionCallOutputItem, MessageItem
 
 ID = f"resp_{'d' * 32}"
@@ -20,7 +21,8 @@ def test_a_response_is_kept_with_its_conversation_and_its_own_items(managed) -> 
     client, _ = managed
     own = [MessageItem(role="assistant", content="Hello"),
            FunctionCallOutputItem(type="function_call_output", call_id="c1", output="sunny")]
-    assert client.portal.call(keep, client.app.state.manager, "acme", made(), EARLIER, own)
+    assert client.portal.call(keep, client.app.state.manager, Tenant("acme"), made(), EARLIER,
+                              own)
     stored = client.app.state.responses.get(ID, "acme")
     assert stored.body == made() and stored.conversation[0] == EARLIER[0]
     message, output = stored.input_items
@@ -31,5 +33,5 @@ def test_a_response_is_kept_with_its_conversation_and_its_own_items(managed) -> 
 
 
 def test_a_response_the_manager_cannot_keep_is_not_the_requests_failure(unmanaged) -> None:
-    assert unmanaged.portal.call(keep, unmanaged.app.state.manager, "acme", made(), [], []) \
-        is False
+    manager = unmanaged.app.state.manager
+    assert unmanaged.portal.call(keep, manager, Tenant("acme"), made(), [], []) is False

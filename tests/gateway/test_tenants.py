@@ -30,3 +30,16 @@ def test_a_tenant_id_outside_the_rule_is_refused_in_the_file_and_by_the_cli(tmp_
     with pytest.raises(ValueError, match="invalid tenant id"):
         create_tenant(tmp_path / "new.json", tenant_id)
     assert not (tmp_path / "new.json").exists()
+
+
+def test_a_storage_quota_is_the_servers_unless_the_file_sets_one(tmp_path) -> None:
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": [{"id": "acme", "max_storage_mb": 1.5},
+                                            {"id": "beta", "max_storage_mb": 0}]}))
+    tenants = TenantDirectory.load(path, "gamma=sk-g", max_storage_mb=2).tenants
+    assert {t: tenants[t].storage_quota() for t in tenants} == \
+        {"acme": 3 * 2**19, "beta": 0, "gamma": 2 * 2**20}
+    for bad in (-1, "10", True):
+        path.write_text(json.dumps({"tenants": [{"id": "acme", "max_storage_mb": bad}]}))
+        with pytest.raises(ValueError, match="max_storage_mb is a number >= 0"):
+            TenantDirectory.load(path)

@@ -15,18 +15,24 @@ from wire.call.messages import NO_TARGETS, CallTargets
 from wire.manager import NO_TOKEN_TARGETS, TokenTargets
 
 
-def test_tenants_create_stores_the_tier_and_a_working_key(tmp_path) -> None:
+def test_tenants_create_stores_the_tier_the_quota_and_a_working_key(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", "gold",
-                          "--job-priority", "40", "--data-dir", str(tmp_path)],
+                          "--job-priority", "40", "--max-storage-mb", "0.5",
+                          "--data-dir", str(tmp_path)],
                          check=True, capture_output=True, text=True).stdout
     key = re.search(r"(sk-symb-\S+)", out).group(1)
     directory = TenantDirectory.load(tmp_path / "tenants.json")
     tenant = directory.authenticate(key)
     assert tenant is not None and tenant.id == "gold" and tenant.job_priority == 40
+    assert tenant.storage_quota() == 2**19
     refused = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", "lead",
                               "--job-priority", "500", "--data-dir", str(tmp_path)],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and "job-priority" in refused.stderr
+    refused = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", "lead",
+                              "--max-storage-mb", "-1", "--data-dir", str(tmp_path)],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "max-storage-mb" in refused.stderr
 
 
 def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path) -> None:

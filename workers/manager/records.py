@@ -44,7 +44,7 @@ class Records:
         self.jobs = JobStore(self.db)
         self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
         self.responses = ResponseStore(self.db, self.files.reserve)
-        self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses)
+        self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses, data_dir)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0

@@ -16,6 +16,7 @@ from pathlib import Path
 from state.files import PURPOSES
 from state.jobs import JobReader
 from state.storage import out_of_space
+from state.usage import directory_bytes, readable, stored_bytes
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterError, AdapterRegistry, Inspected
 from workers.manager.file_store import FileStore
@@ -35,7 +36,8 @@ class Refused(Exception):
 
 class StoreDesk:
     def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
-                 responses: ResponseStore) -> None:
+                 responses: ResponseStore, data_dir: Path) -> None:
+        self.data_dir = data_dir
         self.registry = registry
         self.files = files
         self.jobs = jobs
@@ -87,6 +89,7 @@ class StoreDesk:
         if command.purpose not in PURPOSES:
             raise Refused(400, "invalid_purpose", f"purpose {command.purpose!r} is not one of "
                           f"{', '.join(sorted(PURPOSES))}")
+        self._fits(command, staged.stat().st_size, "file")
         record = self.files.create(command.tenant, command.name, command.purpose, staged,
                                    examples=command.examples, format=command.format,
                                    expires_in=command.expires_in)
@@ -114,6 +117,7 @@ class StoreDesk:
     # -- responses ---------------------------------------------------------------------------
 
     def _add_response(self, command: StoreCommand) -> StoreAnswer:
+        self._fits(command, len(command.record.encode()), "response")
         return StoreAnswer(id=command.id, made=self.responses.add(command.tenant,
                                                                    command.record))
 
@@ -138,6 +142,7 @@ class StoreDesk:
         staged = self.upload(command)
         if isinstance(staged, StoreAnswer):
             return staged
+        self._fits(command, directory_bytes(staged), "adapter")
         version = self.registry.register(command.tenant, command.name, staged,
                                          in_service=command.serve, hold=command.hold,
                                          move=True, inspected=inspected)
@@ -176,6 +181,17 @@ class StoreDesk:
         self._owned(command)
         self._refuse_if_training(command, command.model)
         return StoreAnswer(id=command.id, deleted=self.registry.delete(command.model))
+
+    def _fits(self, command: StoreCommand, size: int, what: str) -> None:
+        """A 403 if keeping `size` more bytes would take the tenant past its quota."""
+        if not command.quota_bytes:
+            return
+        used = stored_bytes(self.registry.db, self.data_dir, command.tenant)
+        if used + size > command.quota_bytes:
+            raise Refused(403, "storage_quota_exceeded", f"This {what} ({readable(size)}) "
+                          f"does not fit in tenant {command.tenant}'s storage quota: "
+                          f"{readable(used)} of {readable(command.quota_bytes)} in use. "
+                          "Delete files, models or stored responses you no longer need.")
 
     def _owned(self, command: StoreCommand) -> None:
         if self.registry.visible(command.model, command.tenant) is None:

@@ -1,0 +1,41 @@
+"""What a tenant keeps in the data directory, the measure of its storage quota: its files, its
+stored responses and its adapters' versions (uploaded, registered or trained)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from state.db import Database
+
+
+def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
+    """Its files' sizes, its stored responses' text (UTF-8) and its adapter directories."""
+    files, responses = db.query(
+        "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
+        "(SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB)) + "
+        "LENGTH(CAST(conversation AS BLOB))), 0) FROM responses WHERE tenant = ?)",
+        (tenant, tenant))[0]
+    return files + responses + directory_bytes(data_dir / "adapters" / tenant)
+
+
+def directory_bytes(root: Path) -> int:
+    """The sizes of the files under `root` (0 if there is none); links are not followed."""
+    total = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except FileNotFoundError:  # deleted while counted
+                continue
+    return total
+
+
+def readable(size: int) -> str:
+    """`size` bytes in words: "512 bytes", "6.8 KB", "1.5 MB", "2.0 GB"."""
+    if size < 1024:
+        return f"{size} bytes"
+    for unit, scale in (("KB", 2**10), ("MB", 2**20)):
+        if size < 1024 * scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / 2**30:.1f} GB"
