@@ -2,11 +2,14 @@
 
 DATA_DIR/jobs/<job>/checkpoints/step-<N>/ holds adapter_config.json,
 adapter_model.safetensors and trainer_state.pt (optimizer, scheduler, data position, history).
-Written to a staging directory and renamed, so a crash never leaves half a checkpoint.
+Written to a staging directory and renamed, so a crash never leaves half a checkpoint. A job's
+results file is the CSV of its steps' history (`results_csv`).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,3 +71,13 @@ def restore(path: Path, model, optimizer, scheduler) -> Progress:
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     return Progress(**state["progress"])
+
+
+def results_csv(history: list[dict]) -> bytes:
+    out = io.StringIO()
+    columns = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in history:
+        writer.writerow({k: row.get(k, "") for k in columns})
+    return out.getvalue().encode()

@@ -9,8 +9,6 @@ from its latest checkpoint (adapter, optimizer, scheduler, data position) when i
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
 import shutil
@@ -40,6 +38,7 @@ from workers.training import checkpoint, gates
 from workers.training.allocator import give_back_large_frees
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
+from workers.training.job_lock import JobLock
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
 from workers.training.methods import keep_for_backward, peft_config
 from workers.training.priority import yield_to_inference
@@ -47,6 +46,7 @@ from workers.training.priority import yield_to_inference
 log = logging.getLogger("workers.trainer")
 RECOMPUTED = ", layers recomputed in the backward"
 RETRY = 75  # exit status: the job stays running, so the manager requeues it
+PREVIOUS_TRAINER = "Waiting for this job's previous trainer to stop"
 
 
 class JobStopped(Exception):
@@ -231,7 +231,7 @@ class Trainer:
         try:
             return self._last(TrainerFinished(self.job.id, str(result), verdict,
                                               self._lineage(verdict), progress.trained_tokens,
-                                              _results_csv(progress.history)))
+                                              checkpoint.results_csv(progress.history)))
         finally:
             shutil.rmtree(result, ignore_errors=True)  # the manager registered a copy
 
@@ -263,16 +263,6 @@ def _existing(path: str | None, file_id: str) -> Path:
     return Path(path)
 
 
-def _results_csv(history: list[dict]) -> bytes:
-    out = io.StringIO()
-    columns = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in history:
-        writer.writerow({k: row.get(k, "") for k in columns})
-    return out.getvalue().encode()
-
-
 def run(config: TrainerSpec, tokenizer: Any) -> int:
     """Process entry point. Returns non-zero when the job should be retried (it stays running
     at the manager, which requeues it)."""
@@ -281,7 +271,13 @@ def run(config: TrainerSpec, tokenizer: Any) -> int:
     control = ControlChannel(config.manager, config.job_id)
     control.stop_on_sigterm()
     trainer = Trainer(config, tokenizer, control)
+    lock = JobLock(Path(config.data_dir), config.job_id)
     try:
+        if not lock.take(lambda: trainer.event(PREVIOUS_TRAINER, level="warn"),
+                         lambda: control.stopping):
+            trainer.event("The service is stopping; the job resumes from its latest "
+                          "checkpoint", level="warn")
+            return RETRY
         return trainer.run()
     except ExecutorUnavailable:
         log.exception("job %s lost the executor", config.job_id)
@@ -292,4 +288,5 @@ def run(config: TrainerSpec, tokenizer: Any) -> int:
         log.exception("job %s failed", config.job_id)
         return trainer._fail("internal_error", f"The job failed: {type(exc).__name__}: {exc}")
     finally:
+        lock.release()
         control.close()
