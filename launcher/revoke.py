@@ -1,0 +1,88 @@
+"""`symbiosis tenants revoke NAME`: the tenant's keys go from the tenants file, and its work in
+progress stops: its unfinished fine-tuning jobs are cancelled, through the running worker
+manager (a running job's trainer saves a checkpoint and stops first) or, with none running, as
+the data dir's writer. Its files, models and stored responses stay (a tenant created again
+under the same name finds them)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import zmq
+
+from state.db import Database, db_path
+from wire import manager as W
+from wire.jobs import TERMINAL, JobAction, JobCommand, JobState
+from workers.manager.job_store import JobStore
+from workers.manager.records import Busy, writing
+
+ANSWER_S = 60.0  # a running job's trainer ends its step and saves a checkpoint first
+
+
+class Unanswered(Exception):
+    pass
+
+
+def cancel_jobs(data_dir: Path, tenant: str) -> list[str]:
+    """The ids of the tenant's jobs cancelled (none if the data dir has no database)."""
+    if not db_path(data_dir).exists():
+        return []
+    try:
+        with writing(data_dir), _jobs(data_dir) as jobs:
+            return [job_id for job_id in _unfinished(jobs, tenant) if _cancel_idle(jobs, job_id)]
+    except Busy as exc:
+        endpoint = str(exc)
+    if not endpoint:
+        raise Unanswered("another tool is changing this data dir's records; try again")
+    with _jobs(data_dir, read_only=True) as jobs:
+        unfinished = _unfinished(jobs, tenant)
+    return [job_id for job_id in unfinished if _cancel_at(endpoint, job_id)]
+
+
+@contextlib.contextmanager
+def _jobs(data_dir: Path, read_only: bool = False) -> Iterator[JobStore]:
+    db = Database(db_path(data_dir), read_only=read_only)
+    try:
+        yield JobStore(db)
+    finally:
+        db.close()
+
+
+def _unfinished(jobs: JobStore, tenant: str) -> list[str]:
+    rows = jobs.db.query(f"SELECT id FROM jobs WHERE tenant = ? AND status NOT IN "
+                         f"({', '.join('?' * len(TERMINAL))}) ORDER BY id", (tenant, *TERMINAL))
+    return [row["id"] for row in rows]
+
+
+def _cancel_idle(jobs: JobStore, job_id: str) -> bool:
+    """With no manager running no trainer runs either: a job left running by a stopped stack
+    is cancelled as a queued one is."""
+    if not jobs.move(job_id, "cancelled"):
+        return False
+    jobs.event(job_id, "Job cancelled: its tenant was revoked")
+    return True
+
+
+def _cancel_at(endpoint: str, job_id: str) -> bool:
+    """Whether the manager at `endpoint` cancelled the job (False: it had finished)."""
+    command = JobCommand(uuid.uuid4().hex, job_id, JobAction.CANCEL)
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send(W.encode(command))
+        deadline = time.monotonic() + ANSWER_S
+        while (left := deadline - time.monotonic()) > 0:
+            if sock.poll(int(left * 1000)):
+                message = W.decode(sock.recv())
+                if isinstance(message, JobState) and message.id == command.id:
+                    return message.moved
+        raise Unanswered(f"the running worker manager (at {endpoint}) did not answer within "
+                         f"{ANSWER_S:.0f} s about job {job_id}")
+    finally:
+        sock.close(0)

@@ -1,0 +1,83 @@
+"""`symbiosis tenants revoke NAME` stops the tenant's work: its unfinished fine-tuning jobs are
+cancelled through the running worker manager (a running job's trainer stops first) or, with
+none running, as the data dir's writer; finished jobs and other tenants' jobs stay as they
+were."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from gateway.job_spec import resolve
+from gateway.tenants import TenantDirectory, create_tenant
+from launcher.revoke import cancel_jobs
+from openapi.fine_tuning import Hyperparameters
+from state.jobs import new_id
+from tests.gateway.conftest import managed
+from tests.gateway.test_files import ROW
+from wire.jobs import NewJob
+from workers.manager.records import Records
+
+__all__ = ["managed"]  # the fixture
+ACME = {"Authorization": "Bearer sk-acme"}
+BETA = {"Authorization": "Bearer sk-beta"}
+TRAINING = b"\n".join([ROW] * 10)  # the fewest examples a job takes
+
+
+def test_revoking_cancels_the_tenants_jobs_through_the_running_manager(managed, tmp_path) -> None:
+    client, _ = managed  # one job slot: acme's first job runs, the others wait
+
+    def job(headers: dict) -> str:
+        made = client.post("/v1/files", headers=headers, data={"purpose": "fine-tune"},
+                           files={"file": ("t.jsonl", TRAINING, "application/jsonl")}).json()
+        created = client.post("/v1/fine_tuning/jobs", headers=headers,
+                              json={"model": "tiny-llama", "training_file": made["id"]})
+        assert created.status_code == 200, created.text
+        return created.json()["id"]
+
+    running, queued, paused, other = job(ACME), job(ACME), job(ACME), job(BETA)
+    pause = client.post(f"/v1/fine_tuning/jobs/{paused}/pause", headers=ACME)
+    assert pause.status_code == 200, pause.text
+
+    def status(job_id: str, headers: dict = ACME) -> str:
+        return client.get(f"/v1/fine_tuning/jobs/{job_id}", headers=headers).json()["status"]
+
+    assert [status(j) for j in (running, queued, paused)] == ["running", "queued", "paused"]
+    assert sorted(cancel_jobs(tmp_path, "acme")) == sorted([running, queued, paused])
+    assert [status(j) for j in (running, queued, paused)] == ["cancelled"] * 3
+    assert status(other, BETA) in ("queued", "running")  # beta's goes on: the slot is free
+    assert cancel_jobs(tmp_path, "acme") == []
+
+
+def test_the_cli_revokes_the_keys_and_cancels_unfinished_jobs_with_no_manager(tmp_path) -> None:
+    data_dir = tmp_path / "data"
+    tenants = data_dir / "tenants.json"
+    create_tenant(tenants, "acme")
+    create_tenant(tenants, "beta")
+    records = Records(data_dir, "tiny-llama", "")
+    upload_file = records.files.create("acme", "t.jsonl", "fine-tune", ROW, examples=1)
+    spec = resolve(Hyperparameters(n_epochs=1), {"method": "lora"}, 1, 0)
+    ids = {}
+    for name, tenant, moves in (("queued", "acme", ["queued"]),
+                                ("left running", "acme", ["queued", "running"]),
+                                ("done", "acme", ["queued", "running", "succeeded"]),
+                                ("beta's", "beta", ["queued"])):
+        ids[name] = records.jobs.create(new_id("ftjob"), NewJob(
+            tenant=tenant, model="tiny-llama", training_file=upload_file.id, seed=1,
+            spec=spec)).id
+        assert all(records.jobs.move(ids[name], status) for status in moves)
+    records.close()
+    out = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "revoke", "acme",
+                          "--data-dir", str(data_dir)], capture_output=True, text=True, check=True)
+    assert "revoked" in out.stdout and ids["queued"] in out.stdout and \
+        ids["left running"] in out.stdout and ids["done"] not in out.stdout
+    records = Records(data_dir, "tiny-llama", "")
+    try:
+        assert {name: records.jobs.get(job_id).status for name, job_id in ids.items()} == {
+            "queued": "cancelled", "left running": "cancelled", "done": "succeeded",
+            "beta's": "queued"}
+        events = records.jobs.events(ids["queued"], after=None, limit=10)[0]
+        assert events[0]["message"] == "Job cancelled: its tenant was revoked"
+    finally:
+        records.close()
+    assert set(TenantDirectory.load(tenants).tenants) == {"beta"}
