@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from gateway import errors
+from gateway.batch_runner import BatchRunner
 from gateway.deps import operator
 from gateway.errors import APIError
 from gateway.guard import BodyGuard
@@ -26,6 +27,7 @@ from gateway.slots import TenantSlots
 from gateway.tenants import TenantDirectory
 from gateway.tokens import TextTokens
 from state.adapters import AdapterReader
+from state.batches import BatchReader
 from state.db import Database
 from state.files import FileReader
 from state.jobs import JobReader
@@ -51,6 +53,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.registry = AdapterReader(state.db, settings.data_dir, settings.model)
         state.files = FileReader(state.db, settings.data_dir)
         state.responses = ResponseReader(state.db)
+        state.batches = BatchReader(state.db)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)
         state.jobs = JobReader(state.db)
@@ -65,11 +68,14 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         await state.manager.start()
         state.serving = Serving(state.manager, state.registry, settings.model,
                                 settings.first_token_timeout_s)
+        state.batch_runner = BatchRunner(app)
+        state.batch_runner.start()
         log.info("gateway ready: model=%s tenants=%d data_dir=%s", settings.model,
                  len(state.tenants.tenants), settings.data_dir)
         try:
             yield
         finally:
+            await state.batch_runner.stop()
             await state.manager.close()
             state.db.close()
 

@@ -25,6 +25,10 @@ class BodyTooLarge(Exception):
     pass
 
 
+BATCH_TENANT = "symbiosis.batch_tenant"  # the tenant of a batch's in-process request (no client
+# sets a scope's keys: `gateway.batch_runner`)
+
+
 def authenticate(authorization: str, tenants: TenantDirectory):
     """The tenant a bearer key belongs to, or the OpenAI-shaped 401."""
     scheme, _, key = authorization.partition(" ")
@@ -55,7 +59,7 @@ class BodyGuard:
         multipart = headers.get("content-type", "").startswith("multipart/")
         limit = self.settings.max_upload_bytes if multipart else self.settings.max_body_bytes
         try:
-            if scope["path"].startswith("/v1/"):
+            if scope["path"].startswith("/v1/") and BATCH_TENANT not in scope:
                 authenticate(headers.get("authorization", ""), scope["app"].state.tenants)
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:

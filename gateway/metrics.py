@@ -46,6 +46,8 @@ class Metrics:
         self.stored = Counter("symbiosis_stored_responses", "Responses API answers asked to be "
                               "kept (`store`), kept or not (the manager could not)",
                               ["tenant", "kept"], registry=r)
+        self.batch_requests = Counter("symbiosis_batch_requests", "Batch requests answered, by "
+                                      "the endpoint's status", ["tenant", "status"], registry=r)
 
     def render(self, status: W.StatusReply | None, jobs: dict[str, int] | None = None) -> bytes:
         """The gateway's own metrics, then the manager's status and the jobs, this scrape's."""

@@ -141,15 +141,16 @@ def tenants_revoke(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: no tenant {args.name} in {path}\n")
         return 1
     sys.stdout.write(f"tenant {args.name}: revoked (its keys stop working within a second)\n")
-    from launcher.revoke import Unanswered, cancel_jobs
+    from launcher.revoke import Unanswered, cancel_work
 
     try:
-        cancelled = cancel_jobs(Path(args.data_dir), args.name)
+        cancelled = cancel_work(Path(args.data_dir), args.name)
     except Unanswered as exc:
-        sys.stderr.write(f"error: its unfinished fine-tuning jobs were not cancelled: {exc}\n")
+        sys.stderr.write(f"error: its jobs and batches were not cancelled: {exc}\n")
         return 1
     if cancelled:
-        sys.stdout.write(f"its unfinished fine-tuning jobs cancelled: {', '.join(cancelled)}\n")
+        sys.stdout.write(f"its unfinished jobs and running batches cancelled: "
+                         f"{', '.join(cancelled)}\n")
     return 0
 
 
@@ -238,7 +239,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=default_dir)
     p.set_defaults(run=tenants_create)
     p = tenants.add_parser("revoke", help="remove a tenant and all its keys (its unfinished "
-                           "fine-tuning jobs are cancelled), or with --key "
+                           "jobs and running batches are cancelled), or with --key "
                            "one key (live: a serving gateway follows the tenants file)")
     p.add_argument("name", type=tenant_id)
     p.add_argument("--key", help="revoke only this key of the tenant")

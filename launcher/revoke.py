@@ -1,8 +1,8 @@
 """`symbiosis tenants revoke NAME`: the tenant's keys go from the tenants file, and its work in
-progress stops: its unfinished fine-tuning jobs are cancelled, through the running worker
-manager (a running job's trainer saves a checkpoint and stops first) or, with none running, as
-the data dir's writer. Its files, models and stored responses stay (a tenant created again
-under the same name finds them)."""
+progress stops: its unfinished fine-tuning jobs and running batches are cancelled, through the
+running worker manager (a running job's trainer saves a checkpoint and stops first) or, with
+none running, as the data dir's writer. Its files, models and stored responses stay (a tenant
+created again under the same name finds them)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ from pathlib import Path
 
 import zmq
 
+from launcher.records import ask
+from state.batches import BatchReader, BatchRecord
 from state.db import Database, db_path
 from wire import manager as W
 from wire.jobs import TERMINAL, JobAction, JobCommand, JobState
+from wire.store import StoreAction, StoreCommand
+from workers.manager.batch_store import BatchStore
+from workers.manager.file_store import FileStore
 from workers.manager.job_store import JobStore
 from workers.manager.records import Busy, writing
 
@@ -27,29 +32,49 @@ class Unanswered(Exception):
     pass
 
 
-def cancel_jobs(data_dir: Path, tenant: str) -> list[str]:
-    """The ids of the tenant's jobs cancelled (none if the data dir has no database)."""
+def cancel_work(data_dir: Path, tenant: str) -> list[str]:
+    """The ids of the tenant's jobs and batches cancelled (none without a database)."""
     if not db_path(data_dir).exists():
         return []
     try:
-        with writing(data_dir), _jobs(data_dir) as jobs:
-            return [job_id for job_id in _unfinished(jobs, tenant) if _cancel_idle(jobs, job_id)]
+        with writing(data_dir), _database(data_dir) as db:
+            jobs = JobStore(db)
+            batches = BatchStore(db, FileStore(db, data_dir))
+            return [*(job_id for job_id in _unfinished(jobs, tenant)
+                      if _cancel_idle(jobs, job_id)),
+                    *(batch.id for batch in _running(batches, tenant)
+                      if batches.cancel(tenant, batch.id))]
     except Busy as exc:
         endpoint = str(exc)
     if not endpoint:
         raise Unanswered("another tool is changing this data dir's records; try again")
-    with _jobs(data_dir, read_only=True) as jobs:
-        unfinished = _unfinished(jobs, tenant)
-    return [job_id for job_id in unfinished if _cancel_at(endpoint, job_id)]
+    with _database(data_dir, read_only=True) as db:
+        unfinished, running = _unfinished(JobStore(db), tenant), \
+            _running(BatchReader(db), tenant)
+    return [*(job_id for job_id in unfinished if _cancel_at(endpoint, job_id)),
+            *(batch.id for batch in running if _cancel_batch_at(endpoint, tenant, batch.id))]
 
 
 @contextlib.contextmanager
-def _jobs(data_dir: Path, read_only: bool = False) -> Iterator[JobStore]:
+def _database(data_dir: Path, read_only: bool = False) -> Iterator[Database]:
     db = Database(db_path(data_dir), read_only=read_only)
     try:
-        yield JobStore(db)
+        yield db
     finally:
         db.close()
+
+
+def _running(batches: BatchReader, tenant: str) -> list[BatchRecord]:
+    return [b for b in batches.active() if b.tenant == tenant and b.status == "in_progress"]
+
+
+def _cancel_batch_at(endpoint: str, tenant: str, batch_id: str) -> bool:
+    answer = ask(endpoint, StoreCommand(id=uuid.uuid4().hex, action=StoreAction.CANCEL_BATCH,
+                                        tenant=tenant, batch_id=batch_id))
+    if answer is None:
+        raise Unanswered(f"the running worker manager (at {endpoint}) did not answer about "
+                         f"batch {batch_id}")
+    return answer.ok
 
 
 def _unfinished(jobs: JobStore, tenant: str) -> list[str]:

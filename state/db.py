@@ -129,6 +129,25 @@ MIGRATIONS = [
     );
     CREATE INDEX responses_by_expiry ON responses (expires_at);
     """,
+    """
+    CREATE TABLE batches (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        output_expires_s INTEGER
+    );
+    CREATE INDEX batches_by_tenant ON batches (tenant, created_at);
+    CREATE INDEX batches_by_status ON batches (status);
+    CREATE TABLE batch_results (
+        batch_id TEXT NOT NULL,
+        line INTEGER NOT NULL,
+        ok INTEGER NOT NULL,
+        result TEXT NOT NULL,
+        PRIMARY KEY (batch_id, line)
+    );
+    """,
 ]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from state.db import Database, UnknownCursor
 from state.storage import DIR_MODE
 
-PURPOSES = {"fine-tune", "fine-tune-results"}
+PURPOSES = {"fine-tune", "fine-tune-results", "batch", "batch_output"}
 STAGED = re.compile(r"upload-[0-9a-f]{24}\.tmp")  # a staged upload's name, whole
 UNEXPIRED = "(expires_at IS NULL OR expires_at > ?)"  # ? = now
 

@@ -30,6 +30,10 @@ class StoreAction(enum.StrEnum):
     DELETE_MODEL = "delete_model"  # `model` with every version
     ADD_RESPONSE = "add_response"  # `record` (a response with its conversation) is kept
     DELETE_RESPONSE = "delete_response"  # the tenant's stored response `response_id`
+    ADD_BATCH = "add_batch"  # `record` (a batch for an input file) runs from now
+    BATCH_RESULT = "batch_result"  # `record` (one line's result) is kept
+    CANCEL_BATCH = "cancel_batch"  # the tenant's running batch `batch_id` stops
+    FINISH_BATCH = "finish_batch"  # `batch_id` ends as `name` (completed, cancelled, expired)
 
 
 class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only=True):
@@ -51,6 +55,7 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     record: str = ""  # ADD_RESPONSE: JSON (`workers.manager.response_store`)
     response_id: str = ""  # DELETE_RESPONSE
     quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE: what the tenant may keep (0: any)
+    batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH
 
 
 class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=True):

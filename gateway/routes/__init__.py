@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from gateway.routes import (
     adapters,
+    batches,
     chat,
     completions,
     dashboard,
@@ -17,5 +18,5 @@ from gateway.routes import (
 
 router = APIRouter()
 for module in (health, models, completions, chat, responses, adapters, versions, files,
-               fine_tuning, dashboard):
+               batches, fine_tuning, dashboard):
     router.include_router(module.router)

@@ -1,4 +1,5 @@
-"""/v1/files: upload (validated fine-tuning JSONL), list, retrieve, content, delete."""
+"""/v1/files: upload (validated fine-tuning JSONL, or a batch's requests), list, retrieve,
+content, delete."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from gateway.batch_file import InvalidBatchFile, read_batch_file
 from gateway.dataset import validate_jsonl
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
@@ -31,7 +33,7 @@ def _not_found(file_id: str) -> APIError:
 
 @router.post("/files", response_model=FileObject, dependencies=[KnownFormFields])
 async def upload_file(request: Request, tenant: TenantDep, file: Annotated[UploadFile, File()],
-                      purpose: Annotated[Literal["fine-tune"], Form()],
+                      purpose: Annotated[Literal["fine-tune", "batch"], Form()],
                       anchor: ExpiresAnchor = "created_at",
                       seconds: ExpiresSeconds = None) -> FileObject:
     """Streamed to a staging file beside the others, validated line by line from there, then
@@ -46,19 +48,28 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
             if await run_in_threadpool(copy_at_most, file.file, staged, limit) > limit:
                 raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
                                "file_too_large", "file")
-            tokens = state.text_tokens
-            report = await run_in_threadpool(validate_file, staged, tokens.count,
-                                             tokens.max_context)
-            if not report.ok:
-                raise APIError(400, report.message(), "invalid_file_format", "file")
+            examples, format = await _checked(staged, purpose, state.text_tokens)
             made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
                                 name=file.filename or "upload.jsonl", purpose=purpose,
-                                staged=staged.name, examples=report.examples,
-                                format=report.format, expires_in=seconds,
-                                quota_bytes=tenant.storage_quota())
+                                staged=staged.name, examples=examples, format=format,
+                                expires_in=seconds, quota_bytes=tenant.storage_quota())
         finally:
             staged.unlink(missing_ok=True)
     return FileObject(**state.files.get(made.made, tenant.id).public())
+
+
+async def _checked(staged: Path, purpose: str, tokens) -> tuple[int, str | None]:
+    """A fine-tuning file's examples and format, or a batch file's requests; else the 400."""
+    try:
+        if purpose == "batch":
+            return (await run_in_threadpool(read_batch_file, staged)).requests, None
+        report = await run_in_threadpool(validate_file, staged, tokens.count,
+                                         tokens.max_context)
+    except InvalidBatchFile as exc:
+        raise APIError(400, f"Invalid batch file: {exc}", "invalid_file_format", "file") from None
+    if not report.ok:
+        raise APIError(400, report.message(), "invalid_file_format", "file")
+    return report.examples, report.format
 
 
 def copy_at_most(source: BinaryIO, target: Path, limit: int) -> int:

@@ -21,6 +21,7 @@ from catalogue.paths import local_path
 from state.db import Database, db_path
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterRegistry
+from workers.manager.batch_store import BatchStore
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Inspector
 from workers.manager.job_ledger import JobLedger
@@ -44,7 +45,9 @@ class Records:
         self.jobs = JobStore(self.db)
         self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
         self.responses = ResponseStore(self.db, self.files.reserve)
-        self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses, data_dir)
+        self.batches = BatchStore(self.db, self.files)
+        self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses,
+                              self.batches, data_dir)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0

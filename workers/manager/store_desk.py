@@ -19,6 +19,7 @@ from state.storage import out_of_space
 from state.usage import directory_bytes, readable, stored_bytes
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterError, AdapterRegistry, Inspected
+from workers.manager.batch_store import BatchStore
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Outcome
 from workers.manager.response_store import InvalidRecord, ResponseStore
@@ -36,8 +37,9 @@ class Refused(Exception):
 
 class StoreDesk:
     def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
-                 responses: ResponseStore, data_dir: Path) -> None:
+                 responses: ResponseStore, batches: BatchStore, data_dir: Path) -> None:
         self.data_dir = data_dir
+        self.batches = batches
         self.registry = registry
         self.files = files
         self.jobs = jobs
@@ -50,7 +52,10 @@ class StoreDesk:
             StoreAction.DELETE_VERSION: self._delete_version,
             StoreAction.DELETE_MODEL: self._delete_model,
             StoreAction.ADD_RESPONSE: self._add_response,
-            StoreAction.DELETE_RESPONSE: self._delete_response}
+            StoreAction.DELETE_RESPONSE: self._delete_response,
+            StoreAction.ADD_BATCH: self._add_batch, StoreAction.BATCH_RESULT: self._batch_result,
+            StoreAction.CANCEL_BATCH: self._cancel_batch,
+            StoreAction.FINISH_BATCH: self._finish_batch}
 
     def command(self, command: StoreCommand, inspected: Outcome | None = None) -> StoreAnswer:
         """`command` carried out (an ADD_ADAPTER with its upload's `inspected` outcome when
@@ -104,12 +109,19 @@ class StoreDesk:
             raise Refused(409, "file_in_use", f"File {record.id} is used by fine-tuning job(s) "
                           f"that have not finished: {', '.join(users)}. Cancel them or wait "
                           "for them to finish.")
+        running = self.batches.using_file(record.id, command.tenant)
+        if running:
+            raise Refused(409, "file_in_use", f"File {record.id} is the input of running "
+                          f"batch(es): {', '.join(running)}. Cancel them or wait for them to "
+                          "finish.")
         self.files.delete(record)
         return StoreAnswer(id=command.id, deleted=[record.id])
 
     def expire_files(self, now: int) -> list[str]:
-        """Delete the files past their expiry that no unfinished job reads; their ids."""
-        gone = [r for r in self.files.expired(now) if not self.jobs.using_file(r.id, r.tenant)]
+        """Delete the files past their expiry that no unfinished job or running batch reads;
+        their ids."""
+        gone = [r for r in self.files.expired(now) if not self.jobs.using_file(r.id, r.tenant)
+                and not self.batches.using_file(r.id, r.tenant)]
         for record in gone:
             self.files.delete(record)
         return [r.id for r in gone]
@@ -126,6 +138,27 @@ class StoreDesk:
             raise Refused(404, "response_not_found",
                           f"Response with id '{command.response_id}' not found.")
         return StoreAnswer(id=command.id, deleted=[command.response_id])
+
+    # -- batches -------------------------------------------------------------------------
+
+    def _add_batch(self, command: StoreCommand) -> StoreAnswer:
+        return StoreAnswer(id=command.id, made=self.batches.add(command.tenant, command.record))
+
+    def _batch_result(self, command: StoreCommand) -> StoreAnswer:
+        kept = self.batches.keep(command.tenant, command.record)
+        return StoreAnswer(id=command.id, made="kept" if kept else "")
+
+    def _cancel_batch(self, command: StoreCommand) -> StoreAnswer:
+        if self.batches.cancel(command.tenant, command.batch_id) is None:
+            raise Refused(404, "batch_not_found", f"No batch found with id "
+                          f"'{command.batch_id}'.")
+        return StoreAnswer(id=command.id)
+
+    def _finish_batch(self, command: StoreCommand) -> StoreAnswer:
+        if self.batches.finish(command.tenant, command.batch_id, command.name) is None:
+            raise Refused(404, "batch_not_found", f"No batch found with id "
+                          f"'{command.batch_id}'.")
+        return StoreAnswer(id=command.id)
 
     # -- adapters and versions -------------------------------------------------------------
 

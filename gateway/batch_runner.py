@@ -1,0 +1,176 @@
+"""Batches run in the background of the gateway (`/v1/batches`).
+
+A watch finds the running batches (at start, and whenever one is created or cancelled) and runs
+each one's requests not yet answered, `PARALLEL` at a time, through the app itself (an in-process
+request as its tenant, so a line is checked, served and answered exactly as the endpoint would
+answer it); each answer is kept by the worker manager as it comes, so a gateway that restarts
+goes on where it was. A request refused for now (429: its tenant's concurrency or KV budget is
+full) is sent again; one that finds the service unavailable (503) up to `UNAVAILABLE_TRIES`
+times. A batch cancelled or past its window stops taking requests; the manager then gathers
+the answers into its output and error files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+
+from gateway.batch_file import requests_of
+from gateway.errors import APIError
+from gateway.guard import BATCH_TENANT
+from gateway.records import change
+from state.batches import BatchRecord
+from wire.store import StoreAction
+
+log = logging.getLogger("gateway.batches")
+PARALLEL = 2  # a batch's requests in flight at once (each counts against its tenant's limits)
+TICK_S = 1.0
+RETRY_S = 0.5
+UNAVAILABLE_TRIES = 5  # waiting 1, 2, 4, 8, 16 s
+
+
+class BatchRunner:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.running: dict[str, asyncio.Task] = {}
+        self._wake = asyncio.Event()
+        self._watch_task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._watch_task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._watch_task, *self.running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                for batch in self.app.state.batches.active():
+                    if batch.id not in self.running:
+                        task = asyncio.create_task(self._run(batch))
+                        self.running[batch.id] = task
+                        task.add_done_callback(lambda _, key=batch.id: self.running.pop(key))
+            except Exception:  # the next look tries again; serving goes on
+                log.exception("looking for running batches failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK_S)
+            self._wake.clear()
+
+    async def _run(self, batch: BatchRecord) -> None:
+        state = self.app.state
+        try:
+            source = state.files.get(batch.body["input_file_id"], batch.tenant, expired=True)
+            requests = await run_in_threadpool(requests_of, Path(source.path)) if source else []
+            done = state.batches.done_lines(batch.id)
+            slots = asyncio.Semaphore(PARALLEL)
+
+            async def run_line(line: int) -> None:
+                async with slots:
+                    if self._stopped(batch):
+                        return
+                    try:
+                        answer = await self._answer(batch, requests[line]["body"],
+                                                    requests[line]["url"])
+                    except Exception:  # a bug: this line's error, not a batch stuck on it
+                        log.exception("batch %s line %d failed", batch.id, line)
+                        answer = _response(500, "", APIError(
+                            500, "The request failed inside the server.", "internal_error"))
+                    if answer is not None:
+                        await self._keep(batch, line, requests[line]["custom_id"], answer)
+
+            await asyncio.gather(*(run_line(line) for line in range(len(requests))
+                                   if line not in done))
+            now = state.batches.get(batch.id, batch.tenant)
+            status = "cancelled" if now.status == "cancelling" else \
+                "expired" if time.time() > now.body["expires_at"] else "completed"
+            await change(state.manager, StoreAction.FINISH_BATCH, batch.tenant,
+                         batch_id=batch.id, name=status)
+            log.info("batch %s of tenant %s %s", batch.id, batch.tenant, status)
+        except APIError as exc:  # the manager away: the watch runs it again, from where it was
+            log.warning("batch %s paused: %s", batch.id, exc.message)
+            await asyncio.sleep(TICK_S)
+
+    def _stopped(self, batch: BatchRecord) -> bool:
+        now = self.app.state.batches.get(batch.id, batch.tenant)
+        return now is None or now.status != "in_progress" or time.time() > now.body["expires_at"]
+
+    async def _answer(self, batch: BatchRecord, body: dict, url: str) -> dict | None:
+        """The endpoint's answer as a batch result's `response`; None if the batch stopped
+        while the request waited to be let in."""
+        if body.get("stream"):
+            return _response(400, "", APIError(
+                400, "'stream' is not supported in a batch: each answer comes whole in the "
+                "output file.", "unsupported_parameter", "stream"))
+        data, unavailable = json.dumps(body).encode(), 0
+        while True:
+            status, headers, content = await self._call(batch.tenant, url, data)
+            if status == 429 or (status == 503 and unavailable < UNAVAILABLE_TRIES):
+                if self._stopped(batch):
+                    return None
+                await asyncio.sleep(RETRY_S if status == 429 else 2 ** unavailable)
+                unavailable += status == 503
+                continue
+            self.app.state.metrics.batch_requests.labels(batch.tenant, str(status)).inc()
+            request_id = headers.get("x-request-id", "")
+            try:
+                return {"status_code": status, "request_id": request_id,
+                        "body": json.loads(content)}
+            except ValueError:  # not an endpoint's JSON answer
+                return _response(status, request_id, APIError(
+                    status, content.decode(errors="replace")[:1000], "internal_error"))
+
+    async def _keep(self, batch: BatchRecord, line: int, custom_id: str, answer: dict) -> None:
+        await change(self.app.state.manager, StoreAction.BATCH_RESULT, batch.tenant,
+                     record=json.dumps({"batch_id": batch.id, "line": line,
+                                        "custom_id": custom_id, "response": answer}))
+
+    async def _call(self, tenant: str, path: str, data: bytes) -> tuple[int, dict, bytes]:
+        """POST `data` to the app at `path` as `tenant`, in process: (status, headers, body)."""
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+                 "root_path": "", "query_string": b"", "client": ("batch", 0),
+                 "server": ("batch", 0), BATCH_TENANT: tenant,
+                 "headers": [(b"host", b"batch"), (b"content-type", b"application/json"),
+                             (b"content-length", str(len(data)).encode())]}
+        answered, sent = asyncio.Event(), False
+        start: dict = {}
+        chunks: list[bytes] = []
+
+        async def receive() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            await answered.wait()  # no client to leave: the request runs to its end
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    answered.set()
+
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            answered.set()
+        headers = {k.decode().lower(): v.decode() for k, v in start.get("headers", [])}
+        return start.get("status", 500), headers, b"".join(chunks)
+
+
+def _response(status: int, request_id: str, error: APIError) -> dict:
+    return {"status_code": status, "request_id": request_id, "body": error.body()}

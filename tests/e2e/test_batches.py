@@ -1,0 +1,89 @@
+"""The Batch API through real processes with the official openai SDK: a batch's answers are
+those of its endpoint (greedy text equal to plain peft's, with its token counts), a bad
+request is its line's error, a cancelled batch stops and names the requests it never ran, and a
+batch is its tenant's alone."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+
+from tests.e2e.conftest import Deployment
+
+pytestmark = pytest.mark.slow
+URL = "/v1/chat/completions"
+PROMPTS = ["Hello", "Tell me a story", "Bye"]
+
+
+def submit(client: openai.OpenAI, bodies: list[dict], **fields):
+    rows = [{"custom_id": f"q{k}", "method": "POST", "url": URL, "body": body}
+            for k, body in enumerate(bodies)]
+    source = client.files.create(file=("in.jsonl", "\n".join(map(json.dumps, rows)).encode()),
+                                 purpose="batch")
+    return client.batches.create(input_file_id=source.id, endpoint=URL,
+                                 completion_window="24h", **fields)
+
+
+def finished(client: openai.OpenAI, batch_id: str, timeout_s: float = 180):
+    deadline = time.monotonic() + timeout_s
+    while (batch := client.batches.retrieve(batch_id)).status in ("in_progress", "cancelling"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.2)
+    return batch
+
+
+def lines(client: openai.OpenAI, file_id: str) -> list[dict]:
+    return [json.loads(line) for line in client.files.content(file_id).text.splitlines()]
+
+
+def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    bodies = [{"model": "acme/lora-a", "messages": [{"role": "user", "content": p}],
+               "max_tokens": 6, "temperature": 0} for p in PROMPTS]
+    batch = submit(client, [*bodies, {**bodies[0], "max_tokens": -1}],
+                   metadata={"run": "nightly"})
+    assert batch.status == "in_progress" and batch.metadata == {"run": "nightly"}
+    done = finished(client, batch.id)
+    assert done.status == "completed" and done.completed_at >= done.created_at
+    assert (done.request_counts.total, done.request_counts.completed,
+            done.request_counts.failed) == (4, 3, 1)
+    reference = deployment.reference("acme/lora-a")
+    answers = {line["custom_id"]: line["response"] for line in lines(client, done.output_file_id)}
+    assert list(answers) == ["q0", "q1", "q2"]
+    for k, prompt in enumerate(PROMPTS):
+        ids = reference.ids(messages=[{"role": "user", "content": prompt}])
+        body = answers[f"q{k}"]["body"]
+        assert answers[f"q{k}"]["status_code"] == 200
+        assert body["choices"][0]["message"]["content"] == \
+            reference.text(reference.greedy(ids, 6))
+        assert body["usage"]["prompt_tokens"] == len(ids)
+    (error,) = lines(client, done.error_file_id)
+    assert error["custom_id"] == "q3" and error["response"]["status_code"] == 400 and \
+        error["response"]["body"]["error"]["param"] == "max_tokens"
+    assert done.id in [b.id for b in client.batches.list(limit=100).data]
+    with pytest.raises(openai.NotFoundError):
+        deployment.client("beta").batches.retrieve(done.id)
+    with pytest.raises(openai.NotFoundError):
+        deployment.client("beta").files.content(done.output_file_id)
+
+
+def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    long = {"model": "acme/lora-a", "messages": [{"role": "user", "content": "Go on"}],
+            "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    batch = submit(client, [long] * 12)
+    with pytest.raises(openai.ConflictError):  # its input is read while it runs
+        client.files.delete(batch.input_file_id)
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status == "cancelling" and cancelling.cancelling_at
+    done = finished(client, batch.id)
+    assert done.status == "cancelled" and done.cancelled_at >= done.cancelling_at
+    never = [e for e in lines(client, done.error_file_id) if e["error"]]
+    ran = done.request_counts.completed + done.request_counts.failed
+    assert len(never) == 12 - ran >= 8 and ran <= 4  # in flight when cancelled: at most two
+    assert {e["error"]["code"] for e in never} == {"batch_cancelled"}
+    assert client.files.delete(batch.input_file_id).deleted
+    assert client.batches.cancel(batch.id).status == "cancelled"  # as it is
