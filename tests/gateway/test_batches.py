@@ -116,3 +116,29 @@ def test_a_batch_left_running_goes_on_where_it_was(tmp_path, left_running) -> No
         metrics = client.app.state.metrics.batch_requests
         assert metrics.labels("acme", "400")._value.get() == 1  # the streamed one never ran
         assert metrics.labels("acme", "404")._value.get() == 1
+
+
+def test_a_batch_past_its_window_expires_naming_the_requests_it_never_ran(
+        tmp_path, left_running) -> None:
+    batch_id, _ = left_running
+    records = Records(tmp_path, "tiny-llama", "")
+    body = records.batches.get(batch_id, "acme").body
+    body["expires_at"] = body["created_at"] - 1  # its 24 h have passed
+    with records.db.transaction() as conn:
+        conn.execute("UPDATE batches SET body = ? WHERE id = ?", (json.dumps(body), batch_id))
+    records.close()
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               manager=f"ipc://{tmp_path}/manager.sock")
+    with serving(settings) as (client, _):
+        deadline = time.monotonic() + 30
+        while (batch := client.get(f"/v1/batches/{batch_id}", headers=KEY).json())[
+                "status"] != "expired":
+            assert time.monotonic() < deadline, batch
+            time.sleep(0.1)
+        assert batch["expired_at"] >= batch["expires_at"]
+        errors = client.get(f"/v1/files/{batch['error_file_id']}/content", headers=KEY).text
+        assert [(e["custom_id"], e["error"]["code"]) for e in map(json.loads,
+                                                                  errors.splitlines())] == \
+            [("empty", "batch_expired"), ("streamed", "batch_expired"),
+             ("theirs", "batch_expired")]
+        assert batch["request_counts"] == {"total": 4, "completed": 1, "failed": 0}
