@@ -8,6 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
 import zmq
 
 from catalogue.paths import local_path
@@ -57,8 +58,8 @@ def register(data_dir: Path, model: str, tenant: str, name: str, directory: Path
     return answer.made
 
 
-def ask(endpoint: str, command: StoreCommand) -> StoreAnswer | None:
-    """The manager's answer to `command`, or None after ANSWER_S."""
+def ask(endpoint: str, command: msgspec.Struct, answer: type = StoreAnswer):
+    """The manager's answer to `command` (an `answer` with its id), or None after ANSWER_S."""
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -69,7 +70,7 @@ def ask(endpoint: str, command: StoreCommand) -> StoreAnswer | None:
         while (left := deadline - time.monotonic()) > 0:
             if sock.poll(int(left * 1000)):
                 message = W.decode(sock.recv())
-                if isinstance(message, StoreAnswer) and message.id == command.id:
+                if isinstance(message, answer) and message.id == command.id:
                     return message
         return None
     finally:

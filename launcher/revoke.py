@@ -7,25 +7,19 @@ created again under the same name finds them)."""
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import zmq
-
 from launcher.records import ask
 from state.batches import BatchReader, BatchRecord
 from state.db import Database, db_path
-from wire import manager as W
 from wire.jobs import TERMINAL, JobAction, JobCommand, JobState
 from wire.store import StoreAction, StoreCommand
 from workers.manager.batch_store import BatchStore
 from workers.manager.file_store import FileStore
 from workers.manager.job_store import JobStore
 from workers.manager.records import Busy, writing
-
-ANSWER_S = 60.0  # a running job's trainer ends its step and saves a checkpoint first
 
 
 class Unanswered(Exception):
@@ -94,20 +88,8 @@ def _cancel_idle(jobs: JobStore, job_id: str) -> bool:
 
 def _cancel_at(endpoint: str, job_id: str) -> bool:
     """Whether the manager at `endpoint` cancelled the job (False: it had finished)."""
-    command = JobCommand(uuid.uuid4().hex, job_id, JobAction.CANCEL)
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    try:
-        sock.send(W.encode(command))
-        deadline = time.monotonic() + ANSWER_S
-        while (left := deadline - time.monotonic()) > 0:
-            if sock.poll(int(left * 1000)):
-                message = W.decode(sock.recv())
-                if isinstance(message, JobState) and message.id == command.id:
-                    return message.moved
-        raise Unanswered(f"the running worker manager (at {endpoint}) did not answer within "
-                         f"{ANSWER_S:.0f} s about job {job_id}")
-    finally:
-        sock.close(0)
+    state = ask(endpoint, JobCommand(uuid.uuid4().hex, job_id, JobAction.CANCEL), JobState)
+    if state is None:
+        raise Unanswered(f"the running worker manager (at {endpoint}) did not answer about "
+                         f"job {job_id}")
+    return state.moved

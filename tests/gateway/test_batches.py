@@ -82,16 +82,22 @@ def left_running(tmp_path) -> tuple[str, str]:
     return batch_id, source.id
 
 
+def until(client, batch_id: str, status: str) -> dict:
+    """The batch once its gateway has run it to `status`."""
+    deadline = time.monotonic() + 30
+    while (batch := client.get(f"/v1/batches/{batch_id}", headers=KEY).json())[
+            "status"] != status:
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.1)
+    return batch
+
+
 def test_a_batch_left_running_goes_on_where_it_was(tmp_path, left_running) -> None:
     batch_id, source = left_running
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
                                manager=f"ipc://{tmp_path}/manager.sock")
     with serving(settings) as (client, _):
-        deadline = time.monotonic() + 30
-        while (batch := client.get(f"/v1/batches/{batch_id}", headers=KEY).json())[
-                "status"] != "completed":
-            assert time.monotonic() < deadline, batch
-            time.sleep(0.1)
+        batch = until(client, batch_id, "completed")
         assert batch["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
         assert batch["input_file_id"] == source
 
@@ -130,11 +136,7 @@ def test_a_batch_past_its_window_expires_naming_the_requests_it_never_ran(
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
                                manager=f"ipc://{tmp_path}/manager.sock")
     with serving(settings) as (client, _):
-        deadline = time.monotonic() + 30
-        while (batch := client.get(f"/v1/batches/{batch_id}", headers=KEY).json())[
-                "status"] != "expired":
-            assert time.monotonic() < deadline, batch
-            time.sleep(0.1)
+        batch = until(client, batch_id, "expired")
         assert batch["expired_at"] >= batch["expires_at"]
         errors = client.get(f"/v1/files/{batch['error_file_id']}/content", headers=KEY).text
         assert [(e["custom_id"], e["error"]["code"]) for e in map(json.loads,
