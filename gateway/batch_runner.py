@@ -1,7 +1,8 @@
 """Batches run in the background of the gateway (`/v1/batches`).
 
 A watch finds the running batches (at start, and whenever one is created or cancelled) and runs
-each one's requests not yet answered, `PARALLEL` at a time, through the app itself (an in-process
+each one's requests not yet answered, `PARALLEL` at a time per tenant (whatever its number of
+batches; tenants' batches run side by side), through the app itself (an in-process
 request as its tenant, so a line is checked, served and answered exactly as the endpoint would
 answer it); each answer is kept by the worker manager as it comes, so a gateway that restarts
 goes on where it was. A request refused for now (429: its tenant's concurrency or KV budget is
@@ -29,7 +30,7 @@ from state.batches import BatchRecord
 from wire.store import StoreAction
 
 log = logging.getLogger("gateway.batches")
-PARALLEL = 2  # a batch's requests in flight at once (each counts against its tenant's limits)
+PARALLEL = 2  # a tenant's batch requests in flight at once (each also counts against its limits)
 TICK_S = 1.0
 RETRY_S = 0.5
 UNAVAILABLE_TRIES = 5  # waiting 1, 2, 4, 8, 16 s
@@ -39,6 +40,7 @@ class BatchRunner:
     def __init__(self, app) -> None:
         self.app = app
         self.running: dict[str, asyncio.Task] = {}
+        self.slots: dict[str, asyncio.Semaphore] = {}  # by tenant
         self._wake = asyncio.Event()
         self._watch_task: asyncio.Task | None = None
 
@@ -74,7 +76,7 @@ class BatchRunner:
             source = state.files.get(batch.body["input_file_id"], batch.tenant, expired=True)
             requests = await run_in_threadpool(requests_of, Path(source.path)) if source else []
             done = state.batches.done_lines(batch.id)
-            slots = asyncio.Semaphore(PARALLEL)
+            slots = self.slots.setdefault(batch.tenant, asyncio.Semaphore(PARALLEL))
 
             async def run_line(line: int) -> None:
                 async with slots:

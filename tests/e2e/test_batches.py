@@ -73,7 +73,7 @@ def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deploy
 def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deployment) -> None:
     client = deployment.client("acme")
     long = {"model": "acme/lora-a", "messages": [{"role": "user", "content": "Go on"}],
-            "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+            "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
     batch = submit(client, [long] * 12)
     with pytest.raises(openai.ConflictError):  # its input is read while it runs
         client.files.delete(batch.input_file_id)
@@ -83,7 +83,7 @@ def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deploym
     assert done.status == "cancelled" and done.cancelled_at >= done.cancelling_at
     never = [e for e in lines(client, done.error_file_id) if e["error"]]
     ran = done.request_counts.completed + done.request_counts.failed
-    assert len(never) == 12 - ran >= 8 and ran <= 4  # in flight when cancelled: at most two
+    assert len(never) == 12 - ran >= 6  # two run at a time, each 1,000 tokens long
     assert {e["error"]["code"] for e in never} == {"batch_cancelled"}
     assert client.files.delete(batch.input_file_id).deleted
     assert client.batches.cancel(batch.id).status == "cancelled"  # as it is
