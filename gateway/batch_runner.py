@@ -76,24 +76,23 @@ class BatchRunner:
             source = state.files.get(batch.body["input_file_id"], batch.tenant, expired=True)
             requests = await run_in_threadpool(requests_of, Path(source.path)) if source else []
             done = state.batches.done_lines(batch.id)
+            todo = iter([line for line in range(len(requests)) if line not in done])
             slots = self.slots.setdefault(batch.tenant, asyncio.Semaphore(PARALLEL))
 
-            async def run_line(line: int) -> None:
-                async with slots:
-                    if self._stopped(batch):
-                        return
-                    try:
-                        answer = await self._answer(batch, requests[line]["body"],
-                                                    requests[line]["url"])
-                    except Exception:  # a bug: this line's error, not a batch stuck on it
-                        log.exception("batch %s line %d failed", batch.id, line)
-                        answer = _response(500, "", APIError(
-                            500, "The request failed inside the server.", "internal_error"))
-                    if answer is not None:
-                        await self._keep(batch, line, requests[line]["custom_id"], answer)
+            async def take_lines() -> None:  # the lines left, one at a time, as slots free
+                for line in todo:
+                    async with slots:
+                        if self._stopped(batch):
+                            return
+                        await self._run_line(batch, line, requests[line])
 
-            await asyncio.gather(*(run_line(line) for line in range(len(requests))
-                                   if line not in done))
+            takers = [asyncio.ensure_future(take_lines()) for _ in range(PARALLEL)]
+            try:
+                await asyncio.gather(*takers)
+            finally:  # one failed (the manager away): the others stop too
+                for taker in takers:
+                    taker.cancel()
+                await asyncio.gather(*takers, return_exceptions=True)
             now = state.batches.get(batch.id, batch.tenant)
             status = "cancelled" if now.status == "cancelling" else \
                 "expired" if time.time() > now.body["expires_at"] else "completed"
@@ -103,6 +102,19 @@ class BatchRunner:
         except APIError as exc:  # the manager away: the watch runs it again, from where it was
             log.warning("batch %s paused: %s", batch.id, exc.message)
             await asyncio.sleep(TICK_S)
+        except Exception:  # a bug: logged, and the watch tries again a moment later
+            log.exception("batch %s failed", batch.id)
+            await asyncio.sleep(TICK_S)
+
+    async def _run_line(self, batch: BatchRecord, line: int, request: dict) -> None:
+        try:
+            answer = await self._answer(batch, request["body"], request["url"])
+        except Exception:  # a bug: this line's error, not a batch stuck on it
+            log.exception("batch %s line %d failed", batch.id, line)
+            answer = _response(500, "", APIError(500, "The request failed inside the server.",
+                                                 "internal_error"))
+        if answer is not None:
+            await self._keep(batch, line, request["custom_id"], answer)
 
     def _stopped(self, batch: BatchRecord) -> bool:
         now = self.app.state.batches.get(batch.id, batch.tenant)
