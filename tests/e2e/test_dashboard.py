@@ -1,12 +1,14 @@
 """The dashboard in a real headless browser (Chromium from Debian's packages, driven by
-Playwright): a tenant signs in and sees a finished job's real loss points; an operator sees the
-live executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS (default test-artifacts/).
+Playwright): a tenant signs in and sees a finished job's real loss points and its batches; an
+operator sees the live executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS
+(default test-artifacts/).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -68,6 +70,13 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
                       if e.type == "metrics" and e.data and series in e.data)
 
     assert len(points("train_loss")) >= 3 and points("valid_loss")
+    rows = '{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": ' \
+        f'{{"model": "{MODEL}", "prompt": "Hi", "max_tokens": 2}}}}'
+    batch = client.batches.create(input_file_id=client.files.create(
+        file=("in.jsonl", rows.encode()), purpose="batch").id, endpoint="/v1/completions",
+        completion_window="24h")
+    while (batch := client.batches.retrieve(batch.id)).status == "in_progress":
+        time.sleep(0.1)
     client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, temperature=0)
     usage = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
                       headers={"Authorization": f"Bearer {KEYS['gamma']}"}).json()
@@ -117,6 +126,11 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
         "#models-table tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
     assert [result.id, MODEL, "LORA",
             "version 1" if result.in_service else "none (candidate)"] in [r[:4] for r in rows]
+    page.wait_for_selector(f'tr.batch[data-batch="{batch.id}"]')
+    shown = page.eval_on_selector(f'tr.batch[data-batch="{batch.id}"]',
+                                  "r => [...r.cells].map(c => c.textContent)")
+    assert shown[:5] == [batch.id, "completed", "/v1/completions", "1 of 1 (0 failed)",
+                         batch.output_file_id]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-tenant.png"), full_page=True)
     page.close()
