@@ -23,6 +23,7 @@ class InvalidBatchFile(ValueError):
 class BatchFile:
     requests: int
     url: str
+    model: str | None  # the model every request names (None: they name several)
 
 
 def read_batch_file(path: Path) -> BatchFile:
@@ -40,6 +41,7 @@ def requests_of(path: Path) -> list[dict]:
 
 def check_lines(lines: Iterable[bytes]) -> BatchFile:
     seen: set[str] = set()
+    models: set[object] = set()
     url = ""
     for number, raw in enumerate((line for line in lines if line.strip()), start=1):
         where = f"Line {number}"
@@ -65,8 +67,10 @@ def check_lines(lines: Iterable[bytes]) -> BatchFile:
         url = request["url"]
         if not isinstance(request.get("body"), dict):
             raise InvalidBatchFile(f"{where}: body must be a JSON object.")
+        models.add(request["body"].get("model"))
         if len(seen) > MAX_REQUESTS:
             raise InvalidBatchFile(f"A batch holds at most {MAX_REQUESTS} requests.")
     if not seen:
         raise InvalidBatchFile("The file holds no requests.")
-    return BatchFile(len(seen), url)
+    model = next(iter(models)) if len(models) == 1 else None
+    return BatchFile(len(seen), url, model if isinstance(model, str) else None)

@@ -33,6 +33,14 @@ class RequestCounts(BaseModel):
     failed: int
 
 
+class BatchUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
 class Batch(BaseModel):
     id: str
     object: Literal["batch"] = "batch"
@@ -55,6 +63,9 @@ class Batch(BaseModel):
     cancelled_at: int | None = None
     request_counts: RequestCounts
     metadata: dict[str, str] | None = None
+    model: str | None = Field(default=None, description="the model every request names (none "
+                              "when they name several: a batch may mix a tenant's adapters)")
+    usage: BatchUsage | None = Field(default=None, description="the answered requests' tokens")
 
 
 class BatchList(BaseModel):

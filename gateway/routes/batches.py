@@ -47,6 +47,7 @@ async def create_batch(body: BatchRequest, request: Request, tenant: TenantDep) 
     await change(state.manager, StoreAction.ADD_BATCH, tenant.id, param="input_file_id",
                  record=json.dumps({"id": batch_id, "endpoint": body.endpoint,
                                     "input_file_id": source.id, "total": checked.requests,
+                                    "model": checked.model,
                                     "metadata": body.metadata,
                                     "output_expires_s": body.output_expires_after and
                                     body.output_expires_after.seconds}))

@@ -49,7 +49,7 @@ def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deploy
     done = finished(client, batch.id)
     assert done.status == "completed" and done.completed_at >= done.created_at
     assert (done.request_counts.total, done.request_counts.completed,
-            done.request_counts.failed) == (4, 3, 1)
+            done.request_counts.failed) == (4, 3, 1) and done.model == "acme/lora-a"
     reference = deployment.reference("acme/lora-a")
     answers = {line["custom_id"]: line["response"] for line in lines(client, done.output_file_id)}
     assert list(answers) == ["q0", "q1", "q2"]
@@ -60,6 +60,9 @@ def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deploy
         assert body["choices"][0]["message"]["content"] == \
             reference.text(reference.greedy(ids, 6))
         assert body["usage"]["prompt_tokens"] == len(ids)
+    used = [a["body"]["usage"] for a in answers.values()]
+    assert (done.usage.input_tokens, done.usage.output_tokens, done.usage.total_tokens) == (
+        sum(u["prompt_tokens"] for u in used), 18, sum(u["total_tokens"] for u in used))
     (error,) = lines(client, done.error_file_id)
     assert error["custom_id"] == "q3" and error["response"]["status_code"] == 400 and \
         error["response"]["body"]["error"]["param"] == "max_tokens"

@@ -15,10 +15,13 @@ def lines(*requests: dict) -> list[bytes]:
     return [json.dumps(r).encode() + b"\n" for r in requests]
 
 
-def test_a_good_file_counts_its_requests_and_names_its_url() -> None:
+def test_a_good_file_counts_its_requests_and_names_its_url_and_model() -> None:
     checked = check_lines([*lines({"custom_id": "a", **CHAT}), b"\n",
                            *lines({"custom_id": "b", **CHAT})])
-    assert (checked.requests, checked.url) == (2, "/v1/chat/completions")
+    assert (checked.requests, checked.url, checked.model) == (2, "/v1/chat/completions", "m")
+    mixed = check_lines(lines({"custom_id": "a", **CHAT},
+                              {"custom_id": "b", **CHAT, "body": {"model": "acme/bot"}}))
+    assert mixed.model is None  # a batch may mix a tenant's adapters
 
 
 @pytest.mark.parametrize(("raw", "fault"), [

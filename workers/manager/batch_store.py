@@ -49,7 +49,11 @@ class BatchStore(BatchReader):
                 "finalizing_at": None, "completed_at": None, "failed_at": None,
                 "expired_at": None, "cancelling_at": None, "cancelled_at": None,
                 "request_counts": {"total": made["total"], "completed": 0, "failed": 0},
-                "metadata": made.get("metadata") or None}
+                "metadata": made.get("metadata") or None,
+                "model": made.get("model") if isinstance(made.get("model"), str) else None,
+                "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0},
+                          "total_tokens": 0}}
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO batches (id, tenant, created_at, body, status, "
                          "output_expires_s) VALUES (?, ?, ?, ?, ?, ?)",
@@ -78,6 +82,7 @@ class BatchStore(BatchReader):
                 return False
             counts = batch.body["request_counts"]
             counts["completed" if ok else "failed"] += 1
+            _count_tokens(batch.body["usage"], response.get("body"))
             self._write(conn, batch)
         return True
 
@@ -140,6 +145,19 @@ class BatchStore(BatchReader):
     def _write(conn, batch: BatchRecord) -> None:
         conn.execute("UPDATE batches SET body = ?, status = ? WHERE id = ?",
                      (json.dumps(batch.body), batch.body["status"], batch.id))
+
+
+def _count_tokens(usage: dict[str, Any], answer: Any) -> None:
+    """An answer's tokens added to the batch's (a completion's prompt and completion tokens,
+    a response's input and output tokens)."""
+    used = answer.get("usage") if isinstance(answer, dict) else None
+    if not isinstance(used, dict):
+        return
+    for into, names in (("input_tokens", ("prompt_tokens", "input_tokens")),
+                        ("output_tokens", ("completion_tokens", "output_tokens"))):
+        tokens = next((used[n] for n in names if type(used.get(n)) is int), 0)
+        usage[into] += tokens
+        usage["total_tokens"] += tokens
 
 
 def _json(record: str) -> dict[str, Any]:

@@ -30,26 +30,32 @@ def add(records, file_id: str, tenant: str = "acme", total: int = 3, **fields):
     return batch_id, answer
 
 
-def keep(records, batch_id: str, line: int, status: int, tenant: str = "acme"):
+def keep(records, batch_id: str, line: int, status: int, tenant: str = "acme", **body):
     return act(records, StoreAction.BATCH_RESULT, tenant, record=json.dumps(
         {"batch_id": batch_id, "line": line, "custom_id": f"c{line}",
-         "response": {"status_code": status, "request_id": "r", "body": {"line": line}}}))
+         "response": {"status_code": status, "request_id": "r",
+                      "body": {"line": line, **body}}}))
 
 
 def test_a_batch_keeps_each_result_once_and_finishes_into_two_files(records) -> None:
-    source = batch_file(records)
-    batch_id, answer = add(records, source.id)
+    source = batch_file(records, n=4)
+    batch_id, answer = add(records, source.id, total=4)
     assert answer.ok and answer.made == batch_id
     assert records.batches.get(batch_id, "acme").status == "in_progress"
     assert [b.id for b in records.batches.active()] == [batch_id]
-    assert keep(records, batch_id, 2, 200).made == "kept"
-    assert keep(records, batch_id, 2, 200).made == ""  # run again after a restart: once
+    chat = {"usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+    assert keep(records, batch_id, 2, 200, **chat).made == "kept"
+    assert keep(records, batch_id, 2, 200, **chat).made == ""  # run again after a restart: once
     assert keep(records, batch_id, 0, 400).made == "kept"
     assert keep(records, batch_id, 0, 400, tenant="beta").made == ""  # not beta's
-    assert keep(records, batch_id, 7, 200).made == ""  # no such line
+    assert keep(records, batch_id, 4, 200).made == ""  # no such line
     assert records.batches.done_lines(batch_id) == {0, 2}
     assert records.batches.get(batch_id, "acme").body["request_counts"] == \
-        {"total": 3, "completed": 1, "failed": 1}
+        {"total": 4, "completed": 1, "failed": 1}
+    assert keep(records, batch_id, 1, 200, usage={"input_tokens": 7, "output_tokens": 2}).made
+    assert records.batches.get(batch_id, "acme").body["usage"] == {
+        "input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 17}
     refused = act(records, StoreAction.DELETE_FILE, file_id=source.id)
     assert (refused.status, refused.code) == (409, "file_in_use") and batch_id in refused.message
     assert act(records, StoreAction.CANCEL_BATCH, batch_id=batch_id).ok
@@ -57,23 +63,24 @@ def test_a_batch_keeps_each_result_once_and_finishes_into_two_files(records) -> 
     assert act(records, StoreAction.FINISH_BATCH, batch_id=batch_id, name="cancelled").ok
     done = records.batches.get(batch_id, "acme").body
     assert done["status"] == "cancelled" and done["cancelled_at"] >= done["cancelling_at"]
-    assert done["request_counts"] == {"total": 3, "completed": 1, "failed": 1}
+    assert done["request_counts"] == {"total": 4, "completed": 2, "failed": 1}
 
     def lines(file_id: str) -> list[dict]:
         text = Path(records.files.get(file_id, "acme").path).read_text()
         return [json.loads(line) for line in text.splitlines()]
 
     output, errors = lines(done["output_file_id"]), lines(done["error_file_id"])
-    assert [(o["custom_id"], o["response"]["body"]) for o in output] == [("c2", {"line": 2})]
+    assert [(o["custom_id"], o["response"]["body"]["line"]) for o in output] == \
+        [("c1", 1), ("c2", 2)]  # the input's order
     assert [(e["custom_id"], e["response"] and e["response"]["status_code"], e["error"])
             for e in errors] == [
         ("c0", 400, None),
-        ("c1", None, {"code": "batch_cancelled",
+        ("c3", None, {"code": "batch_cancelled",
                       "message": "This request was not run: the batch was cancelled."})]
     assert all(o["id"].startswith("batch_req_") for o in output + errors)
     assert records.files.get(done["output_file_id"], "acme").purpose == "batch_output"
     assert records.batches.active() == [] and records.batches.done_lines(batch_id) == set()
-    assert keep(records, batch_id, 1, 200).made == ""  # finished: nothing more
+    assert keep(records, batch_id, 3, 200).made == ""  # finished: nothing more
     assert act(records, StoreAction.DELETE_FILE, file_id=source.id).ok
 
 
