@@ -6,12 +6,15 @@ those never run: cancelled or expired), in the input's order (`state.batches` re
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from state.batches import ACTIVE, BATCH_ID, ENDPOINTS, WINDOW_S, BatchReader, BatchRecord
 from state.db import Database
+from state.storage import FILE_MODE
 from workers.manager.file_store import FileStore
 from workers.manager.response_store import InvalidRecord
 
@@ -104,23 +107,29 @@ class BatchStore(BatchReader):
             return batch
         kept = {row["line"]: (bool(row["ok"]), row["result"]) for row in self.db.query(
             "SELECT line, ok, result FROM batch_results WHERE batch_id = ?", (batch.id,))}
-        output, errors = [], []
-        for line, custom_id in enumerate(self._custom_ids(batch)):
-            if line in kept:
-                (output if kept[line][0] else errors).append(kept[line][1])
-            else:
-                code, message = UNRUN[status]
-                errors.append(json.dumps({"id": f"batch_req_{secrets.token_hex(16)}",
-                                          "custom_id": custom_id, "response": None,
-                                          "error": {"code": code, "message": message}}))
+        staged = {True: self.files.staging(), False: self.files.staging()}  # output, errors
+        written = {True: 0, False: 0}
+        try:
+            with _private(staged[True]) as output, _private(staged[False]) as errors:
+                for line, custom_id in enumerate(self._custom_ids(batch)):
+                    ok, result = kept.get(line, (False, None))
+                    if result is None:  # never run
+                        code, message = UNRUN[status]
+                        result = json.dumps({"id": f"batch_req_{secrets.token_hex(16)}",
+                                             "custom_id": custom_id, "response": None,
+                                             "error": {"code": code, "message": message}})
+                    (output if ok else errors).write(result + "\n")
+                    written[ok] += 1
+            for ok, key, name in ((True, "output_file_id", "output"),
+                                  (False, "error_file_id", "error")):
+                if written[ok]:
+                    batch.body[key] = self.files.create(
+                        tenant, f"{batch.id}_{name}.jsonl", "batch_output", staged[ok],
+                        examples=written[ok], expires_in=batch.output_expires_s).id
+        finally:
+            for path in staged.values():
+                path.unlink(missing_ok=True)  # adopted ones are gone already
         now = int(time.time())
-        for key, lines, name in (("output_file_id", output, "output"),
-                                 ("error_file_id", errors, "error")):
-            if lines:
-                made = self.files.create(tenant, f"{batch.id}_{name}.jsonl", "batch_output",
-                                         ("\n".join(lines) + "\n").encode(),
-                                         examples=len(lines), expires_in=batch.output_expires_s)
-                batch.body[key] = made.id
         batch.body.update({"status": status, "finalizing_at": now, FINAL[status]: now})
         with self.db.transaction() as conn:
             self._write(conn, batch)
@@ -145,6 +154,12 @@ class BatchStore(BatchReader):
     def _write(conn, batch: BatchRecord) -> None:
         conn.execute("UPDATE batches SET body = ?, status = ? WHERE id = ?",
                      (json.dumps(batch.body), batch.body["status"], batch.id))
+
+
+def _private(path: Path) -> TextIO:
+    """A new file only its owner reads, as every stored file is."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             FILE_MODE), "w")
 
 
 def _count_tokens(usage: dict[str, Any], answer: Any) -> None:
