@@ -1,5 +1,6 @@
 """What a tenant keeps in the data directory, the measure of its storage quota: its files, its
-stored responses and its adapters' versions (uploaded, registered or trained)."""
+stored responses, its running batches' answers so far and its adapters' versions (uploaded,
+registered or trained)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from state.db import Database
 
 
 def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
-    """Its files' sizes, its stored responses' text (UTF-8) and its adapter directories."""
-    files, responses = db.query(
+    """Its files' sizes, its stored responses' and batch answers' text (UTF-8) and its adapter
+    directories."""
+    files, responses, answers = db.query(
         "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB)) + "
-        "LENGTH(CAST(conversation AS BLOB))), 0) FROM responses WHERE tenant = ?)",
-        (tenant, tenant))[0]
-    return files + responses + directory_bytes(data_dir / "adapters" / tenant)
+        "LENGTH(CAST(conversation AS BLOB))), 0) FROM responses WHERE tenant = ?), "
+        "(SELECT COALESCE(SUM(LENGTH(CAST(r.result AS BLOB))), 0) FROM batch_results r "
+        "JOIN batches b ON b.id = r.batch_id WHERE b.tenant = ?)",
+        (tenant, tenant, tenant))[0]
+    return files + responses + answers + directory_bytes(data_dir / "adapters" / tenant)
 
 
 def directory_bytes(root: Path) -> int:

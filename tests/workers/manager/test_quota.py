@@ -1,10 +1,11 @@
 """A tenant's storage quota at the manager's desk, with its real stores on a data dir: a file,
 an adapter or a stored response that would take the tenant past its quota is a 403 and nothing
-is kept; what is kept counts (files, stored responses, adapter directories), another tenant's
-does not, deleting frees room, and no quota (0) refuses nothing."""
+is kept; what is kept counts (files, stored responses, adapter directories, a running batch's
+answers), another tenant's does not, deleting frees room, and no quota (0) refuses nothing."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from state.usage import stored_bytes
@@ -66,3 +67,13 @@ def test_stored_responses_and_adapters_count_and_are_refused_past_it(records,
                staged=staged_adapter(records, source))
     assert made.ok and stored_bytes(records.db, data_dir, "acme") == used + size
     assert stored_bytes(records.db, data_dir, "beta") == 0
+    source = records.files.create("acme", "in.jsonl", "batch", b'{"custom_id": "a"}\n')
+    batch_id = f"batch_{'c' * 32}"
+    assert act(records, StoreAction.ADD_BATCH, record=json.dumps(
+        {"id": batch_id, "endpoint": "/v1/completions", "input_file_id": source.id,
+         "total": 1})).ok
+    before = stored_bytes(records.db, data_dir, "acme")
+    assert act(records, StoreAction.BATCH_RESULT, record=json.dumps(
+        {"batch_id": batch_id, "line": 0, "custom_id": "a",
+         "response": {"status_code": 200, "request_id": "r", "body": {"x": "y" * 1000}}})).made
+    assert stored_bytes(records.db, data_dir, "acme") > before + 1000  # a running batch's
