@@ -46,7 +46,7 @@ class Tenant:
     max_concurrent: int = 16
     max_context: int = 0
     max_kv_tokens: int = 0  # KV-cache tokens its in-flight requests may hold at once (0: any)
-    max_storage_mb: float = 0  # what its files, adapters and stored responses may take (0: any)
+    max_storage_mb: float = 0  # what it keeps (files, adapters, responses, batches; 0: any)
     fallback: bool = False
     admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
     job_priority: int = 0  # its tier: the priority of its jobs that do not set one (-100..100)
