@@ -220,8 +220,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("name", type=tenant_id)
     p.add_argument("--max-concurrent", type=positive, metavar="N")
     p.add_argument("--max-storage-mb", type=serve_flags.AMOUNT, metavar="MB",
-                   help="what the tenant's files, adapters and stored responses may take "
-                   "(0: no quota)")
+                   help="what the tenant's files, adapters, stored responses and batches "
+                   "may take (0: no quota)")
     p.add_argument("--job-priority", type=priority, metavar="-100..100",
                    help="the tenant's tier: the priority of its jobs that do not set one")
     p.add_argument("--fallback", action="store_true",

@@ -87,8 +87,9 @@ SETTINGS = [
             "in tokens (0: the model's)", COUNT),
     Setting("--max-kv-tokens", "SYMBIOSIS_MAX_KV_TOKENS", "KV-cache tokens a tenant's requests "
             "hold at once (0: no budget)", COUNT),
-    Setting("--max-storage-mb", "SYMBIOSIS_MAX_STORAGE_MB", "what a tenant's files, adapters "
-            "and stored responses may take (the tenants file overrides; 0: no quota)", AMOUNT),
+    Setting("--max-storage-mb", "SYMBIOSIS_MAX_STORAGE_MB", "what a tenant's files, adapters, "
+            "stored responses and batches may take (the tenants file overrides; 0: no quota)",
+            AMOUNT),
     Setting("--max-body-bytes", "SYMBIOSIS_MAX_BODY_BYTES", "the largest request body", positive),
     Setting("--max-upload-bytes", "SYMBIOSIS_MAX_UPLOAD_BYTES", "the largest upload", positive),
     Setting("--max-concurrent-uploads", "SYMBIOSIS_MAX_CONCURRENT_UPLOADS", "uploads one tenant "
