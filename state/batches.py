@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from state.db import Database, UnknownCursor
+from state.db import Database, after_cursor
 
 BATCH_ID = re.compile(r"batch_[0-9a-f]{32}")
 ACTIVE = ("in_progress", "cancelling")  # a gateway runs these
@@ -46,11 +46,7 @@ class BatchReader:
         rows = [_record(r) for r in self.db.query(
             "SELECT * FROM batches WHERE tenant = ? ORDER BY created_at DESC, rowid DESC",
             (tenant,))]
-        if after is not None:
-            ids = [r.id for r in rows]
-            if after not in ids:
-                raise UnknownCursor(after)
-            rows = rows[ids.index(after) + 1:]
+        rows = after_cursor(rows, [r.id for r in rows], after)
         return rows[:limit], len(rows) > limit
 
     def active(self) -> list[BatchRecord]:

@@ -164,6 +164,16 @@ class UnknownCursor(LookupError):
         self.after = after
 
 
+def after_cursor(items: list, ids: list[str], after: str | None) -> list:
+    """The items past the one `after` names (all of them without it); UnknownCursor if none
+    is named so."""
+    if not after:
+        return items
+    if after not in ids:
+        raise UnknownCursor(after)
+    return items[ids.index(after) + 1:]
+
+
 class Database:
     def __init__(self, path: Path, migrations: list[str] | None = None, *,
                  read_only: bool = False) -> None:

@@ -8,7 +8,7 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
-from state.db import Database, UnknownCursor
+from state.db import Database, UnknownCursor, after_cursor
 from wire.jobs import TERMINAL, JobSpec
 
 __all__ = ["TERMINAL", "JobReader", "JobRecord", "new_id"]
@@ -93,7 +93,7 @@ class JobReader:
         rows = [JobRecord.from_row(r) for r in self.db.query(
             "SELECT * FROM jobs WHERE tenant = ? ORDER BY created_at DESC, rowid DESC",  # newest
             (tenant,))]  # first, also within one second (created_at is whole seconds)
-        rows = _after(rows, [j.id for j in rows], after)
+        rows = after_cursor(rows, [j.id for j in rows], after)
         if metadata:
             rows = [j for j in rows if all((j.metadata or {}).get(k) == v
                                            for k, v in metadata.items())]
@@ -153,14 +153,5 @@ class JobReader:
                   "fine_tuning_job_id": job_id, "step_number": r["step"],
                   "metrics": json.loads(r["metrics"]), "epoch": r["epoch"]}
                  for r in rows]
-        items = _after(items, [c["id"] for c in items], after)
+        items = after_cursor(items, [c["id"] for c in items], after)
         return items[:limit], len(items) > limit
-
-
-def _after(items: list, ids: list[str], after: str | None) -> list:
-    """The items past the one `after` names (all of them without it)."""
-    if not after:
-        return items
-    if after not in ids:
-        raise UnknownCursor(after)
-    return items[ids.index(after) + 1:]

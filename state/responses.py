@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from state.db import Database, UnknownCursor
+from state.db import Database, after_cursor
 
 RETENTION_S = 30 * 24 * 3600
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
@@ -40,13 +40,8 @@ class StoredResponse:
             tuple[list[dict[str, Any]], bool]:
         """A page of its input items (`order` "asc": as sent; "desc": last first)."""
         items = self.input_items if order == "asc" else self.input_items[::-1]
-        start = 0
-        if after is not None:
-            ids = [item["id"] for item in items]
-            if after not in ids:
-                raise UnknownCursor(after)
-            start = ids.index(after) + 1
-        return items[start:start + limit], len(items) > start + limit
+        items = after_cursor(items, [item["id"] for item in items], after)
+        return items[:limit], len(items) > limit
 
 
 class ResponseReader:
