@@ -72,8 +72,12 @@ class Tenant:
 
 def valid_target_ms(value: object) -> bool:
     """A latency target as a tenant may ask for it: a number of milliseconds, 0..TARGET_MAX_MS."""
-    return isinstance(value, int | float) and not isinstance(value, bool) \
-        and 0 <= value <= TARGET_MAX_MS
+    return amount(value) and value <= TARGET_MAX_MS
+
+
+def amount(value: object) -> bool:
+    """A number >= 0 (not a bool), as a limit in the tenants file is."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
 
 
 class TenantDirectory:
@@ -174,10 +178,6 @@ class TenantDirectory:
             return dict(self._inflight)
 
 
-def _amount(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-
-
 def _stamp(path: Path | None) -> tuple | None:
     if path is None:
         return None
@@ -195,7 +195,7 @@ def _read(path: Path, env_keys: str, admin_keys: str, defaults: dict) -> list[Te
             tenant = Tenant(**{**defaults, **entry})
             if not TENANT_ID.fullmatch(tenant.id):
                 raise ValueError(f"invalid tenant id {tenant.id!r}")
-            if not _amount(tenant.max_storage_mb):
+            if not amount(tenant.max_storage_mb):
                 raise ValueError(f"tenant {tenant.id}: max_storage_mb is a number >= 0 "
                                  "(0: no quota)")
             if not -100 <= tenant.job_priority <= 100:
