@@ -14,7 +14,7 @@ from pathlib import Path
 from launcher.records import ask
 from state.batches import BatchReader, BatchRecord
 from state.db import Database, db_path
-from wire.jobs import TERMINAL, JobAction, JobCommand, JobState
+from wire.jobs import JobAction, JobCommand, JobState
 from wire.store import StoreAction, StoreCommand
 from workers.manager.batch_store import BatchStore
 from workers.manager.file_store import FileStore
@@ -34,7 +34,7 @@ def cancel_work(data_dir: Path, tenant: str) -> list[str]:
         with writing(data_dir), _database(data_dir) as db:
             jobs = JobStore(db)
             batches = BatchStore(db, FileStore(db, data_dir))
-            return [*(job_id for job_id in _unfinished(jobs, tenant)
+            return [*(job_id for job_id in jobs.unfinished(tenant)
                       if _cancel_idle(jobs, job_id)),
                     *(batch.id for batch in _running(batches, tenant)
                       if batches.cancel(tenant, batch.id))]
@@ -43,7 +43,7 @@ def cancel_work(data_dir: Path, tenant: str) -> list[str]:
     if not endpoint:
         raise Unanswered("another tool is changing this data dir's records; try again")
     with _database(data_dir, read_only=True) as db:
-        unfinished, running = _unfinished(JobStore(db), tenant), \
+        unfinished, running = JobStore(db).unfinished(tenant), \
             _running(BatchReader(db), tenant)
     return [*(job_id for job_id in unfinished if _cancel_at(endpoint, job_id)),
             *(batch.id for batch in running if _cancel_batch_at(endpoint, tenant, batch.id))]
@@ -69,12 +69,6 @@ def _cancel_batch_at(endpoint: str, tenant: str, batch_id: str) -> bool:
         raise Unanswered(f"the running worker manager (at {endpoint}) did not answer about "
                          f"batch {batch_id}")
     return answer.ok
-
-
-def _unfinished(jobs: JobStore, tenant: str) -> list[str]:
-    rows = jobs.db.query(f"SELECT id FROM jobs WHERE tenant = ? AND status NOT IN "
-                         f"({', '.join('?' * len(TERMINAL))}) ORDER BY id", (tenant, *TERMINAL))
-    return [row["id"] for row in rows]
 
 
 def _cancel_idle(jobs: JobStore, job_id: str) -> bool:

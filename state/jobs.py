@@ -106,6 +106,13 @@ class JobReader:
             counts[row["status"]] = row["n"]
         return counts
 
+    def unfinished(self, tenant: str) -> list[str]:
+        """The ids of the tenant's jobs not in a final status."""
+        rows = self.db.query(f"SELECT id FROM jobs WHERE tenant = ? AND status NOT IN "
+                             f"({', '.join('?' * len(TERMINAL))}) ORDER BY id",
+                             (tenant, *TERMINAL))
+        return [row["id"] for row in rows]
+
     def using_file(self, file_id: str, tenant: str) -> list[str]:
         """Unfinished jobs (they will still read it) that train or validate on `file_id`."""
         rows = self.db.query(
