@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from gateway import errors
+from gateway.background import BackgroundRunner
 from gateway.batch_runner import BatchRunner
 from gateway.deps import operator
 from gateway.errors import APIError
@@ -70,12 +71,15 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                                 settings.first_token_timeout_s)
         state.batch_runner = BatchRunner(app)
         state.batch_runner.start()
+        state.background = BackgroundRunner(app)
+        state.background.start()
         log.info("gateway ready: model=%s tenants=%d data_dir=%s", settings.model,
                  len(state.tenants.tenants), settings.data_dir)
         try:
             yield
         finally:
             await state.batch_runner.stop()
+            await state.background.stop()
             await state.manager.close()
             state.db.close()
 

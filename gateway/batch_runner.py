@@ -2,13 +2,13 @@
 
 A watch finds the running batches (at start, and whenever one is created or cancelled) and runs
 each one's requests not yet answered, `PARALLEL` at a time per tenant (whatever its number of
-batches; tenants' batches run side by side), through the app itself (an in-process
-request as its tenant, so a line is checked, served and answered exactly as the endpoint would
-answer it); each answer is kept by the worker manager as it comes, so a gateway that restarts
-goes on where it was. A request refused for now (429: its tenant's concurrency or KV budget is
-full) is sent again; one that finds the service unavailable (503) up to `UNAVAILABLE_TRIES`
-times. A batch cancelled or past its window stops taking requests; the manager then gathers
-the answers into its output and error files.
+batches; tenants' batches run side by side), through the app itself (an in-process request as
+its tenant, `gateway.in_process`, so a line is checked, served and answered exactly as the
+endpoint would answer it); each answer is kept by the worker manager as it comes, so a gateway
+that restarts goes on where it was. A request refused for now (429: its tenant's concurrency or
+KV budget is full) is sent again; one that finds the service unavailable (503) up to
+`UNAVAILABLE_TRIES` times. A batch cancelled or past its window stops taking requests; the
+manager then gathers the answers into its output and error files.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
+from gateway import in_process
 from gateway.batch_file import requests_of
 from gateway.errors import APIError
-from gateway.guard import BATCH_TENANT
 from gateway.records import change
 from state.batches import BatchRecord
 from wire.store import StoreAction
@@ -129,7 +129,7 @@ class BatchRunner:
                 "output file.", "unsupported_parameter", "stream"))
         data, unavailable = json.dumps(body).encode(), 0
         while True:
-            status, headers, content = await self._call(batch.tenant, url, data)
+            status, headers, content = await in_process.post(self.app, batch.tenant, url, data)
             if status == 429 or (status == 503 and unavailable < UNAVAILABLE_TRIES):
                 if self._stopped(batch):
                     return None
@@ -149,41 +149,6 @@ class BatchRunner:
         await change(self.app.state.manager, StoreAction.BATCH_RESULT, batch.tenant,
                      record=json.dumps({"batch_id": batch.id, "line": line,
                                         "custom_id": custom_id, "response": answer}))
-
-    async def _call(self, tenant: str, path: str, data: bytes) -> tuple[int, dict, bytes]:
-        """POST `data` to the app at `path` as `tenant`, in process: (status, headers, body)."""
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-                 "root_path": "", "query_string": b"", "client": ("batch", 0),
-                 "server": ("batch", 0), BATCH_TENANT: tenant,
-                 "headers": [(b"host", b"batch"), (b"content-type", b"application/json"),
-                             (b"content-length", str(len(data)).encode())]}
-        answered, sent = asyncio.Event(), False
-        start: dict = {}
-        chunks: list[bytes] = []
-
-        async def receive() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": data, "more_body": False}
-            await answered.wait()  # no client to leave: the request runs to its end
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    answered.set()
-
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            answered.set()
-        headers = {k.decode().lower(): v.decode() for k, v in start.get("headers", [])}
-        return start.get("status", 500), headers, b"".join(chunks)
 
 
 def _response(status: int, request_id: str, error: APIError) -> dict:

@@ -7,19 +7,20 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from gateway.errors import APIError
-from gateway.guard import BATCH_TENANT, authenticate
+from gateway.guard import IN_PROCESS_TENANT, authenticate
 from gateway.sessions import COOKIE
 from gateway.tenants import OPERATOR, Tenant
 
 
 def caller(request: Request) -> Tenant:
     """Who asks: the bearer key's tenant, or for a GET without one, the dashboard session's
-    (`gateway.sessions`), or for a batch's request the batch's (`gateway.batch_runner`; no
-    client can set a scope's keys); else the OpenAI-shaped 401."""
-    if (batch_tenant := request.scope.get(BATCH_TENANT)) is not None:
-        found = request.app.state.tenants.get(batch_tenant)
+    (`gateway.sessions`), or for a request the gateway makes of itself (a batch's line, a
+    background response) the tenant it names (`gateway.in_process`; no client can set a
+    scope's keys); else the OpenAI-shaped 401."""
+    if (inner := request.scope.get(IN_PROCESS_TENANT)) is not None:
+        found = request.app.state.tenants.get(inner)
         if found is None:
-            raise APIError(401, f"Tenant {batch_tenant} was revoked.", "invalid_api_key")
+            raise APIError(401, f"Tenant {inner} was revoked.", "invalid_api_key")
         return found
     header = request.headers.get("authorization", "")
     if not header and request.method == "GET":

@@ -49,13 +49,16 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    usage_chunk: Callable[[Call, list[PromptResult]], dict],
                    user: str | None = None, done_marker: bool = True,
                    settle: Callable[[dict], Awaitable[dict]] | None = None,
-                   failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None = None):
+                   failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None = None,
+                   named: tuple[str, int] | None = None,
+                   started: Callable[[Call], Awaitable[None]] | None = None):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
     ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
     `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
     the client has it, and the answer as it then is (the Responses API stores it); `failed`:
     a stream's last chunks where it breaks off (by default the error's body, as OpenAI's
-    completion streams send it)."""
+    completion streams send it); `named`: the (id, created) the answer has (a background
+    response's, made before); `started`: what is done once the run has started."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -82,11 +85,14 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             state.tenants.free_kv(tenant, kv_held)
             state.metrics.inflight.labels(tenant.id).dec()
 
-    call = Call(request, tenant, target, f"{prefix}{uuid.uuid4().hex}", int(time.time()),
+    response_id, created = named or (f"{prefix}{uuid.uuid4().hex}", int(time.time()))
+    call = Call(request, tenant, target, response_id, created,
                 getattr(request.state, "received", None) or time.monotonic())
     try:
         run = await state.serving.start(tenant, target, request.state.request_id, prompts,
                                         params, received=call.started_at)
+        if started:
+            await started(call)
     except BaseException:
         release()
         raise

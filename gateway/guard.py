@@ -25,8 +25,9 @@ class BodyTooLarge(Exception):
     pass
 
 
-BATCH_TENANT = "symbiosis.batch_tenant"  # the tenant of a batch's in-process request (no client
-# sets a scope's keys: `gateway.batch_runner`)
+IN_PROCESS_TENANT = "symbiosis.in_process_tenant"  # the tenant of a request the gateway makes
+# of itself (a batch's line, a background response: `gateway.in_process`); no client sets a
+# scope's keys
 
 
 def authenticate(authorization: str, tenants: TenantDirectory):
@@ -59,7 +60,7 @@ class BodyGuard:
         multipart = headers.get("content-type", "").startswith("multipart/")
         limit = self.settings.max_upload_bytes if multipart else self.settings.max_body_bytes
         try:
-            if scope["path"].startswith("/v1/") and BATCH_TENANT not in scope:
+            if scope["path"].startswith("/v1/") and IN_PROCESS_TENANT not in scope:
                 authenticate(headers.get("authorization", ""), scope["app"].state.tenants)
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:

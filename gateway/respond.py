@@ -30,7 +30,6 @@ from openapi.responses import (
 UNSUPPORTED = {  # set (and not empty or false): refused
     "conversation": "there are no conversation objects here: go on from a stored response "
                     "with previous_response_id",
-    "background": "responses run in the foreground here",
     "reasoning": "the models served here are not reasoning models",
     "prompt": "there are no stored prompts here",
     "prompt_cache_key": "this server has no prompt cache to route by",
@@ -138,6 +137,7 @@ def described(body: ResponseRequest, response: Response) -> Response:
     response.previous_response_id = body.previous_response_id
     response.truncation = body.truncation or "disabled"
     response.store = body.store is not False
+    response.background = body.background is True
     response.metadata = body.metadata or {}
     return response
 
@@ -160,6 +160,14 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
     if body.text is not None and body.text.verbosity not in (None, "medium"):
         raise unsupported_parameter("text.verbosity",
                                     "the models served here have no verbosity levels")
+    if body.background and body.stream:
+        raise APIError(400, "'stream' cannot be combined with 'background' here: a background "
+                       "response is read by polling GET /v1/responses/{id}.",
+                       "unsupported_parameter", "stream")
+    if body.background and body.store is False:
+        raise APIError(400, "Invalid value for 'store': a background response is kept (store "
+                       "unset or true) so that it can be read once it is done.",
+                       "invalid_request", "store")
 
 
 def _check_calls(items: list, earlier: int) -> None:

@@ -29,6 +29,10 @@ def previous(responses: ResponseReader, tenant: str, response_id: str | None) ->
     if found is None:
         raise APIError(404, f"Previous response with id '{response_id}' not found.",
                        "previous_response_not_found", "previous_response_id")
+    if found.pending:
+        raise APIError(400, f"Previous response '{response_id}' is still "
+                       f"{found.body['status']} (a background response); go on from it once "
+                       "it has completed.", "invalid_request", "previous_response_id")
     return found
 
 
@@ -50,16 +54,34 @@ async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
     items and the request's `own`. A manager that cannot keep it (or a tenant whose storage
     quota it would pass) is logged, not the request's failure: the response then says
     `store: false`."""
-    conversation = [*earlier, *(stored_item(item) for item in own)]
-    record = json.dumps({"id": response["id"], "created_at": response["created_at"],
-                         "body": response, "conversation": conversation, "own": len(own)})
     try:
-        await change(manager, StoreAction.ADD_RESPONSE, tenant.id, record=record,
-                     answer_s=KEEP_S, quota_bytes=tenant.storage_quota())
+        await queue(manager, tenant, response, earlier, own)
     except APIError as exc:
         log.warning("response %s was not stored: %s", response["id"], exc.message)
         return False
     return True
+
+
+async def queue(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
+                earlier: list[dict[str, Any]], own: list,
+                request: dict[str, Any] | None = None) -> None:
+    """`response` kept with its conversation, and for a background one (queued) the
+    `request` that runs it; else the manager's refusal."""
+    conversation = [*earlier, *(stored_item(item) for item in own)]
+    record = json.dumps({"id": response["id"], "created_at": response["created_at"],
+                         "body": response, "conversation": conversation, "own": len(own),
+                         "request": request})
+    await change(manager, StoreAction.ADD_RESPONSE, tenant.id, record=record,
+                 answer_s=KEEP_S, quota_bytes=tenant.storage_quota())
+
+
+async def settle(manager: ManagerClient, tenant: str, response: dict[str, Any]) -> bool:
+    """Whether the background response was still pending and is now as `response` has it
+    (else it ended before: cancelled, or settled by another run); kept whatever it takes;
+    APIError where the manager cannot say."""
+    answer = await change(manager, StoreAction.SETTLE_RESPONSE, tenant,
+                          record=json.dumps(response), answer_s=KEEP_S)
+    return bool(answer.made)
 
 
 def stored_item(item: Any) -> dict[str, Any]:

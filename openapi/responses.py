@@ -3,7 +3,9 @@
 A response is stored for 30 days unless `store` is false, with the conversation it answered:
 `previous_response_id` goes on from it, and it can be read again (`GET /v1/responses/{id}`, its
 `input_items`) or deleted. Items this server returned may also be sent back as `input` as they
-are. The features the chat endpoint lacks are refused with a 400 that names them.
+are. With `background: true` the answer is `queued` at once and runs in the gateway's
+background, read by polling `GET /v1/responses/{id}`, stopped by `POST .../cancel`. The
+features the chat endpoint lacks are refused with a 400 that names them.
 """
 
 from __future__ import annotations
@@ -145,7 +147,9 @@ class ResponseRequest(OpenAIBaseModel):
     reasoning: dict[str, Any] | None = None
     include: list[Text] | None = Field(default=None, description=(
         "'message.output_text.logprobs' (the output tokens' logprobs); nothing else"))
-    background: bool | None = None
+    background: bool | None = Field(default=None, description=(
+        "true: answered at once, `queued`, and run in the background (poll it with GET; "
+        "cancel it); needs `store` and no `stream`"))
     metadata: dict[Text, Text] | None = Field(default=None, description=(
         "kept with the response: at most 16 pairs, keys <= 64 and values <= 512 characters"))
     prompt: dict[str, Any] | None = None
@@ -199,7 +203,7 @@ class IncompleteDetails(BaseModel):
 class ResponseError(BaseModel):
     """Why a response failed (a stream that broke off: its worker lost, the service stopping);
     `code` is one of OpenAI's (the stream's `error` event carries ours)."""
-    code: Literal["server_error", "rate_limit_exceeded"]
+    code: Literal["server_error", "rate_limit_exceeded", "invalid_prompt"]
     message: str
 
 
@@ -207,7 +211,7 @@ class Response(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None
@@ -219,6 +223,7 @@ class Response(BaseModel):
     reasoning: None = None
     store: bool = Field(default=False, description="whether it is kept (and can be gone on "
                         "from and read again)")
+    background: bool = Field(default=False, description="whether it runs in the background")
     temperature: float | None = None
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: Any = "auto"

@@ -148,6 +148,12 @@ MIGRATIONS = [
         PRIMARY KEY (batch_id, line)
     );
     """,
+    """
+    ALTER TABLE responses ADD COLUMN status TEXT NOT NULL DEFAULT 'completed';
+    ALTER TABLE responses ADD COLUMN request TEXT;
+    UPDATE responses SET status = json_extract(body, '$.status');
+    CREATE INDEX responses_by_status ON responses (status);
+    """,
 ]
 
 

@@ -1,7 +1,8 @@
 """Stored responses (the Responses API's `store`): each with the conversation it answered, so
 that a later request can go on from it (`previous_response_id`) and a client can read it again.
 Kept RETENTION_S after creation, as OpenAI keeps them; read here, written by the worker manager
-(`workers.manager.response_store`)."""
+(`workers.manager.response_store`). A background response (`background: true`) is kept from
+its creation, `queued`, with its request, until the gateway that runs it settles it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from state.db import Database, after_cursor
 
 RETENTION_S = 30 * 24 * 3600
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
+PENDING = ("queued", "in_progress")  # a background response's states before it settles
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,11 @@ class StoredResponse:
     body: dict[str, Any]  # the Response object as returned
     conversation: list[dict[str, Any]]  # the items it answered, its request's own last
     own: int  # how many of them its request sent (the rest: from previous_response_id)
+    request: dict[str, Any] | None = None  # a background response's request, to run again
+
+    @property
+    def pending(self) -> bool:
+        return self.body["status"] in PENDING
 
     @property
     def input_items(self) -> list[dict[str, Any]]:
@@ -52,9 +59,18 @@ class ResponseReader:
         """The tenant's response, until it expires."""
         rows = self.db.query("SELECT * FROM responses WHERE id = ? AND tenant = ? AND "
                              "expires_at > ?", (response_id, tenant, int(time.time())))
-        if not rows:
-            return None
-        row = dict(rows[0])
-        return StoredResponse(row["id"], row["tenant"], row["created_at"], row["expires_at"],
-                              json.loads(row["body"]), json.loads(row["conversation"]),
-                              row["own"])
+        return _stored(dict(rows[0])) if rows else None
+
+    def pending(self) -> list[StoredResponse]:
+        """The background responses not yet settled, every tenant's, oldest first."""
+        rows = self.db.query(
+            f"SELECT * FROM responses WHERE status IN ({', '.join('?' * len(PENDING))}) AND "
+            "request IS NOT NULL AND expires_at > ? ORDER BY created_at",
+            (*PENDING, int(time.time())))
+        return [_stored(dict(row)) for row in rows]
+
+
+def _stored(row: dict[str, Any]) -> StoredResponse:
+    return StoredResponse(row["id"], row["tenant"], row["created_at"], row["expires_at"],
+                          json.loads(row["body"]), json.loads(row["conversation"]), row["own"],
+                          json.loads(row["request"]) if row["request"] else None)

@@ -30,6 +30,7 @@ class StoreAction(enum.StrEnum):
     DELETE_MODEL = "delete_model"  # `model` with every version
     ADD_RESPONSE = "add_response"  # `record` (a response with its conversation) is kept
     DELETE_RESPONSE = "delete_response"  # the tenant's stored response `response_id`
+    SETTLE_RESPONSE = "settle_response"  # `record` (a Response) replaces its id's while pending
     ADD_BATCH = "add_batch"  # `record` (a batch for an input file) runs from now
     BATCH_RESULT = "batch_result"  # `record` (one line's result) is kept
     CANCEL_BATCH = "cancel_batch"  # the tenant's running batch `batch_id` stops
@@ -52,7 +53,7 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
     file_id: str = ""  # DELETE_FILE
     expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
-    record: str = ""  # ADD_RESPONSE: JSON (`workers.manager.response_store`)
+    record: str = ""  # ADD_RESPONSE, SETTLE_RESPONSE: JSON (`workers.manager.response_store`)
     response_id: str = ""  # DELETE_RESPONSE
     quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE: what the tenant may keep (0: any)
     batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH

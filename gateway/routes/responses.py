@@ -1,12 +1,17 @@
 """/v1/responses: the Responses API, served by the chat path (`gateway.respond`); a response is
-kept (`gateway.stored`) unless `store` is false, to go on from, read again or delete."""
+kept (`gateway.stored`) unless `store` is false, to go on from, read again or delete; one with
+`background` is answered `queued` and run by `gateway.background`, and may be cancelled."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
+from gateway import stored
+from gateway.background import RUN
 from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
@@ -16,6 +21,7 @@ from gateway.respond import (
     as_chat,
     described,
     input_items,
+    item_id,
     renamed,
     response,
     usage,
@@ -24,17 +30,20 @@ from gateway.respond import (
 from gateway.respond_stream import ResponseEvents
 from gateway.routes.chat import prepared
 from gateway.serving import PromptResult
-from gateway.stored import found, keep, previous
+from gateway.stored import found, previous
+from gateway.tenants import Tenant
 from openapi.responses import DeletedResponse, Response, ResponseItemList, ResponseRequest
 from wire import manager as W
 from wire.store import StoreAction
 
+log = logging.getLogger("gateway.responses")
 router = APIRouter(prefix="/v1", tags=["responses"], responses=documented(400, 404, 429))
 
 
 @router.post("/responses", response_model=Response)
 async def create_response(body: ResponseRequest, request: Request, tenant: TenantDep):
     state = request.app.state
+    run = request.scope.get(RUN)  # (id, created_at): a background response's run
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     before = previous(state.responses, tenant.id, body.previous_response_id)
     earlier = before.continued() if before else []
@@ -44,6 +53,8 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     except APIError as refused:
         raise renamed(refused) from None
     params.truncate = body.truncation == "auto"
+    if body.background and run is None:
+        return await _queue(request, tenant, body, earlier)
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
@@ -73,9 +84,11 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
 
     async def settle(answer: dict) -> dict:
         made = answer.get("response", answer)  # a stream's last event carries it
-        if made["store"]:
-            made["store"] = await keep(state.manager, tenant, made, earlier,
-                                       input_items(body))
+        if run is not None:
+            await stored.settle(state.manager, tenant.id, made)
+        elif made["store"]:
+            made["store"] = await stored.keep(state.manager, tenant, made, earlier,
+                                              input_items(body))
             state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()
         return answer
 
@@ -83,7 +96,53 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
                           prefix="resp_", stream=body.stream, include_usage=True,
                           body=make_body, chunks=events, usage_chunk=last,
                           user=body.user or body.safety_identifier, done_marker=False,
-                          settle=settle, failed=fail)
+                          settle=settle, failed=fail, named=run,
+                          started=_started(state, tenant, body) if run else None)
+
+
+def _started(state, tenant: Tenant, body: ResponseRequest):
+    async def started(call: Call) -> None:
+        running = described(body, Response(id=call.response_id, created_at=call.created,
+                                           status="in_progress", model=body.model, output=[]))
+        try:
+            await stored.settle(state.manager, tenant.id, running.model_dump())
+        except APIError as exc:  # it runs on, shown queued until it ends
+            log.warning("response %s not shown in progress: %s", call.response_id, exc.message)
+    return started
+
+
+async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
+                 earlier: list[dict]) -> dict:
+    """The background response, `queued` and kept with its request, which
+    `gateway.background` then runs."""
+    state = request.app.state
+    made = described(body, Response(id=item_id("resp"), created_at=int(time.time()),
+                                    status="queued", model=body.model, output=[]))
+    await stored.queue(state.manager, tenant, made.model_dump(), earlier, input_items(body),
+                       request=await request.json())
+    state.background.run(found(state.responses, tenant.id, made.id))
+    return made.model_dump()
+
+
+@router.post("/responses/{response_id}/cancel", response_model=Response)
+async def cancel_response(response_id: str, request: Request, tenant: TenantDep) -> dict:
+    """A background response still queued or in progress stops, `cancelled`; one cancelled
+    before is as it was; one that ended otherwise is a 409."""
+    state = request.app.state
+    made = found(state.responses, tenant.id, response_id)
+    if not made.body.get("background"):
+        raise APIError(400, "Only responses created with background=true can be cancelled.",
+                       "invalid_request", "response_id")
+    if made.pending:
+        cancelled = {**made.body, "status": "cancelled"}
+        if await stored.settle(state.manager, tenant.id, cancelled):
+            state.background.cancel(response_id)
+            return cancelled
+        made = found(state.responses, tenant.id, response_id)  # it ended meanwhile
+    if made.pending or made.body["status"] != "cancelled":
+        raise APIError(409, f"Cannot cancel a response that is {made.body['status']}.",
+                       "invalid_request", "response_id")
+    return made.body
 
 
 @router.get("/responses/{response_id}", response_model=Response)
@@ -96,6 +155,7 @@ async def delete_response(response_id: str, request: Request,
                           tenant: TenantDep) -> DeletedResponse:
     await change(request.app.state.manager, StoreAction.DELETE_RESPONSE, tenant.id,
                  param="response_id", response_id=response_id)  # the manager's 404 if none
+    request.app.state.background.cancel(response_id)  # a background one stops running
     return DeletedResponse(id=response_id)
 
 

@@ -53,6 +53,7 @@ class StoreDesk:
             StoreAction.DELETE_MODEL: self._delete_model,
             StoreAction.ADD_RESPONSE: self._add_response,
             StoreAction.DELETE_RESPONSE: self._delete_response,
+            StoreAction.SETTLE_RESPONSE: self._settle_response,
             StoreAction.ADD_BATCH: self._add_batch, StoreAction.BATCH_RESULT: self._batch_result,
             StoreAction.CANCEL_BATCH: self._cancel_batch,
             StoreAction.FINISH_BATCH: self._finish_batch}
@@ -132,6 +133,12 @@ class StoreDesk:
         self._fits(command, len(command.record.encode()), "response")
         return StoreAnswer(id=command.id, made=self.responses.add(command.tenant,
                                                                    command.record))
+
+    def _settle_response(self, command: StoreCommand) -> StoreAnswer:
+        """Kept whatever it takes (a background response's answer is not thrown away); `made`
+        its id, or empty where it had ended (or was deleted) before."""
+        return StoreAnswer(id=command.id, made=self.responses.settle(command.tenant,
+                                                                     command.record))
 
     def _delete_response(self, command: StoreCommand) -> StoreAnswer:
         if not self.responses.delete(command.response_id, command.tenant):

@@ -1,0 +1,93 @@
+"""Background responses (`background: true`): the client has the response at once, `queued`,
+kept with its request; the gateway then runs that request through the app itself as its tenant
+(`gateway.in_process`), so it is limited, served and stored exactly as in the foreground, under
+the queued response's id: `in_progress` once generating, then as it ended. A request refused for
+now (429) waits and is sent again; one that finds the service unavailable (503) up to
+`UNAVAILABLE_TRIES` times; any other refusal settles it `failed`. A cancel settles it
+`cancelled` and its in-process client leaves (the generation stops). A gateway that starts runs
+again those a stopped one left pending (from the start: nothing of a run is kept until it ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from gateway import in_process
+from gateway.errors import APIError
+from gateway.stored import settle
+from state.responses import StoredResponse
+
+log = logging.getLogger("gateway.background")
+RUN = "symbiosis.background_response"  # scope key: the (id, created_at) a run answers as
+RETRY_S = 0.5
+UNAVAILABLE_TRIES = 5  # waiting 1, 2, 4, 8, 16 s
+
+
+class BackgroundRunner:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.running: dict[str, tuple[asyncio.Task, asyncio.Event]] = {}
+
+    def start(self) -> None:
+        """Those a stopped gateway left pending run again."""
+        try:
+            for made in self.app.state.responses.pending():
+                self.run(made)
+        except Exception:  # serving goes on; they wait for the next start
+            log.exception("looking for pending background responses failed")
+
+    async def stop(self) -> None:
+        tasks = [task for task, _ in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def run(self, made: StoredResponse) -> None:
+        if made.id in self.running:
+            return
+        leave = asyncio.Event()
+        task = asyncio.create_task(self._run(made, leave))
+        self.running[made.id] = (task, leave)
+        task.add_done_callback(lambda _: self.running.pop(made.id, None))
+
+    def cancel(self, response_id: str) -> None:
+        """Its run (if this gateway runs it) stops: its client leaves."""
+        if response_id in self.running:
+            self.running[response_id][1].set()
+
+    async def _run(self, made: StoredResponse, leave: asyncio.Event) -> None:
+        data, unavailable = json.dumps(made.request).encode(), 0
+        try:
+            while True:
+                status, _, content = await in_process.post(
+                    self.app, made.tenant, "/v1/responses", data,
+                    scope={RUN: (made.id, made.created_at)}, leave=leave)
+                if leave.is_set() or status == 200:  # cancelled, or settled by the endpoint
+                    return
+                if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(leave.wait(), RETRY_S if status == 429 else
+                                           2 ** unavailable)
+                    return
+                unavailable += status == 503
+            await self._fail(made, status, content)
+        except Exception:  # a bug: logged; the response stays pending until the next start
+            log.exception("background response %s failed", made.id)
+
+    async def _fail(self, made: StoredResponse, status: int, content: bytes) -> None:
+        try:
+            message = json.loads(content)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = content.decode(errors="replace")[:1000]
+        code = "server_error" if status >= 500 else \
+            "rate_limit_exceeded" if status == 429 else "invalid_prompt"
+        log.warning("background response %s failed: %d %s", made.id, status, message)
+        failed = {**made.body, "status": "failed", "error": {"code": code, "message": message}}
+        try:
+            await settle(self.app.state.manager, made.tenant, failed)
+        except APIError as exc:  # it stays pending, run again by the next gateway
+            log.warning("background response %s not settled: %s", made.id, exc.message)
