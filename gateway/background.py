@@ -60,6 +60,7 @@ class BackgroundRunner:
 
     async def _run(self, made: StoredResponse, leave: asyncio.Event) -> None:
         data, unavailable = json.dumps(made.request).encode(), 0
+        log.info("background response %s of tenant %s runs", made.id, made.tenant)
         try:
             while True:
                 status, _, content = await in_process.post(

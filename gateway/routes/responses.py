@@ -124,7 +124,8 @@ async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
     return made.model_dump()
 
 
-@router.post("/responses/{response_id}/cancel", response_model=Response)
+@router.post("/responses/{response_id}/cancel", response_model=Response,
+             responses=documented(409))
 async def cancel_response(response_id: str, request: Request, tenant: TenantDep) -> dict:
     """A background response still queued or in progress stops, `cancelled`; one cancelled
     before is as it was; one that ended otherwise is a 409."""

@@ -131,6 +131,18 @@ def test_pending_responses_a_stopped_gateway_left_run_on_the_next(tmp_path,
         assert failed["model"] == REQUEST["model"] and failed["background"]
 
 
+def test_a_request_refused_when_it_runs_fails_naming_why(tmp_path) -> None:
+    records = Records(tmp_path, "tiny-llama", "tcp://*:5999")
+    queued(records, request=REQUEST | {"model": "acme/gone"})  # its adapter deleted since
+    records.close()
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               manager=f"ipc://{tmp_path}/manager.sock")
+    with serving(settings) as (client, _):
+        failed = settled(client, f"resp_{'e' * 32}")
+        assert failed["status"] == "failed" and failed["error"]["code"] == "invalid_prompt"
+        assert "acme/gone" in failed["error"]["message"]
+
+
 @pytest.mark.parametrize("status", ["completed", "cancelled"])
 def test_a_settled_response_is_not_run_again(tmp_path, status: str) -> None:
     from tests.workers.manager.test_response_store import settle

@@ -29,11 +29,12 @@ def body_of(response_id: str, status: str, output: list | None = None) -> dict:
                     output=output or [], background=True, store=True).model_dump()
 
 
-def queued(records, response_id: str = ID, tenant: str = "acme") -> None:
+def queued(records, response_id: str = ID, tenant: str = "acme",
+           request: dict | None = None) -> None:
     body = body_of(response_id, "queued")
     record = {"id": response_id, "created_at": CREATED, "body": body, "own": 1,
               "conversation": [{"type": "message", "id": "msg_1", "role": "user",
-                                "content": "Hi"}], "request": REQUEST}
+                                "content": "Hi"}], "request": request or REQUEST}
     assert act(records, StoreAction.ADD_RESPONSE, tenant, record=json.dumps(record)).ok
 
 
