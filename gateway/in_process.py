@@ -14,7 +14,9 @@ async def post(app, tenant: str, path: str, data: bytes, *, scope: dict[str, Any
                leave: asyncio.Event | None = None) -> tuple[int, dict[str, str], bytes]:
     """POST `data` (JSON) to the app at `path` as `tenant`: (status, headers, body). `scope`:
     keys added to the request's scope; `leave`: once set, the request's client goes away (as
-    one that disconnects), else it waits for the whole answer."""
+    one that disconnects), else it waits for the whole answer. Cancelled (the gateway
+    stopping), it is cancelled, whatever the app answered its client that left (a 499): the
+    request was not answered, to be run again."""
     made = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
             "root_path": "", "query_string": b"", "client": ("in-process", 0),
@@ -50,5 +52,8 @@ async def post(app, tenant: str, path: str, data: bytes, *, scope: dict[str, Any
         await app(made, receive, send)
     finally:
         answered.set()
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():  # the app took the cancel as a client leaving
+        raise asyncio.CancelledError
     headers = {k.decode().lower(): v.decode() for k, v in start.get("headers", [])}
     return start.get("status", 500), headers, b"".join(chunks)
