@@ -11,12 +11,13 @@ from state.db import Database
 
 
 def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
-    """Its files' sizes, its stored responses' and batch answers' text (UTF-8) and its adapter
-    directories."""
+    """Its files' sizes, its stored responses' (a background one's request too) and batch
+    answers' text (UTF-8) and its adapter directories."""
     files, responses, answers = db.query(
         "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB)) + "
-        "LENGTH(CAST(conversation AS BLOB))), 0) FROM responses WHERE tenant = ?), "
+        "LENGTH(CAST(conversation AS BLOB)) + COALESCE(LENGTH(CAST(request AS BLOB)), 0)), 0) "
+        "FROM responses WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(r.result AS BLOB))), 0) FROM batch_results r "
         "JOIN batches b ON b.id = r.batch_id WHERE b.tenant = ?)",
         (tenant, tenant, tenant))[0]

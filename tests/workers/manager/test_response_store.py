@@ -13,6 +13,7 @@ import pytest
 
 from openapi.responses import Response
 from state.db import MIGRATIONS, Database, db_path
+from state.usage import stored_bytes
 from tests.workers.manager.test_store_desk import act, records
 from wire.store import StoreAction
 
@@ -48,6 +49,8 @@ def test_a_queued_response_is_pending_until_it_settles_once(records) -> None:
     pending, = records.responses.pending()
     assert (pending.id, pending.tenant, pending.request, pending.pending) == \
         (ID, "acme", REQUEST, True)
+    assert stored_bytes(records.db, records.desk.data_dir, "acme") == sum(
+        len(json.dumps(part)) for part in (pending.body, pending.conversation, REQUEST))
     assert settle(records, "in_progress").made == ID
     assert records.responses.get(ID, "acme").body["status"] == "in_progress"
     assert [r.id for r in records.responses.pending()] == [ID]
