@@ -1,7 +1,7 @@
-"""`symbiosis tenants revoke NAME` stops the tenant's work: its unfinished fine-tuning jobs and
-running batches are cancelled through the running worker manager (a running job's trainer stops
-first) or, with none running, as the data dir's writer; finished jobs and other tenants' work
-stay as they were."""
+"""`symbiosis tenants revoke NAME` stops the tenant's work: its unfinished fine-tuning jobs,
+running batches and pending background responses are cancelled through the running worker
+manager (a running job's trainer stops first) or, with none running, as the data dir's writer;
+finished jobs and other tenants' work stay as they were."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from openapi.fine_tuning import Hyperparameters
 from state.jobs import new_id
 from tests.gateway.conftest import managed
 from tests.gateway.test_files import ROW
+from tests.workers.manager.test_response_store import queued as queued_response
 from wire.jobs import NewJob
 from workers.manager.records import Records
 
@@ -25,6 +26,7 @@ __all__ = ["managed"]  # the fixture
 ACME = {"Authorization": "Bearer sk-acme"}
 BETA = {"Authorization": "Bearer sk-beta"}
 TRAINING = b"\n".join([ROW] * 10)  # the fewest examples a job takes
+ACME_RESPONSE, BETA_RESPONSE = f"resp_{'a' * 32}", f"resp_{'b' * 32}"
 
 
 def test_revoking_cancels_the_tenants_jobs_through_the_running_manager(managed, tmp_path) -> None:
@@ -49,7 +51,15 @@ def test_revoking_cancels_the_tenants_jobs_through_the_running_manager(managed, 
     batch = client.post("/v1/batches", headers=ACME, json={
         "input_file_id": batch_file(client), "endpoint": "/v1/chat/completions",
         "completion_window": "24h"}).json()  # its request waits: no workers behind the stand-in
-    assert sorted(cancel_work(tmp_path, "acme")) == sorted([running, queued, paused, batch["id"]])
+    ask = {"model": "tiny-llama", "input": "Hi", "background": True}
+    response = client.post("/v1/responses", headers=ACME, json=ask).json()  # waits too
+    others = client.post("/v1/responses", headers=BETA, json=ask).json()
+    assert sorted(cancel_work(tmp_path, "acme")) == \
+        sorted([running, queued, paused, batch["id"], response["id"]])
+    assert client.get(f"/v1/responses/{response['id']}", headers=ACME).json()["status"] == \
+        "cancelled"
+    assert client.get(f"/v1/responses/{others['id']}", headers=BETA).json()["status"] == \
+        "queued"
     assert [status(j) for j in (running, queued, paused)] == ["cancelled"] * 3
     assert status(other, BETA) in ("queued", "running")  # beta's goes on: the slot is free
     deadline = time.monotonic() + 30
@@ -91,12 +101,14 @@ def test_the_cli_revokes_the_keys_and_cancels_unfinished_jobs_with_no_manager(tm
         ids[f"{tenant}'s batch"] = records.batches.add(tenant, json.dumps(
             {"id": f"batch_{uuid.uuid4().hex}", "endpoint": "/v1/completions",
              "input_file_id": source.id, "total": 1}))
+    queued_response(records, ACME_RESPONSE)
+    queued_response(records, BETA_RESPONSE, "beta")
     records.close()
     out = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "revoke", "acme",
                           "--data-dir", str(data_dir)], capture_output=True, text=True, check=True)
     assert "revoked" in out.stdout and ids["queued"] in out.stdout and \
         ids["left running"] in out.stdout and ids["acme's batch"] in out.stdout and \
-        ids["done"] not in out.stdout
+        ACME_RESPONSE in out.stdout and ids["done"] not in out.stdout
     records = Records(data_dir, "tiny-llama", "")
     try:
         assert {name: records.jobs.get(job_id).status for name, job_id in ids.items()
@@ -104,6 +116,8 @@ def test_the_cli_revokes_the_keys_and_cancels_unfinished_jobs_with_no_manager(tm
                                             "done": "succeeded", "beta's": "queued"}
         assert records.batches.get(ids["acme's batch"], "acme").status == "cancelling"
         assert records.batches.get(ids["beta's batch"], "beta").status == "in_progress"
+        assert records.responses.get(ACME_RESPONSE, "acme").body["status"] == "cancelled"
+        assert records.responses.get(BETA_RESPONSE, "beta").body["status"] == "queued"
         events = records.jobs.events(ids["queued"], after=None, limit=10)[0]
         assert events[0]["message"] == "Job cancelled: its tenant was revoked"
     finally:
