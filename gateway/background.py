@@ -1,11 +1,13 @@
 """Background responses (`background: true`): the client has the response at once, `queued`,
 kept with its request; the gateway then runs that request through the app itself as its tenant
 (`gateway.in_process`), so it is limited, served and stored exactly as in the foreground, under
-the queued response's id: `in_progress` once generating, then as it ended. A request refused for
-now (429) waits and is sent again; one that finds the service unavailable (503) up to
-`UNAVAILABLE_TRIES` times; any other refusal settles it `failed`. A cancel settles it
-`cancelled` and its in-process client leaves (the generation stops). A gateway that starts runs
-again those a stopped one left pending (from the start: nothing of a run is kept until it ends).
+the queued response's id: `in_progress` once generating, then as it ended. `PARALLEL` of a
+tenant's run at once (the others wait their turn, in order); one refused for now (429: the
+tenant's own requests fill its limits) waits and is sent again; one that finds the service
+unavailable (503) up to `UNAVAILABLE_TRIES` times; any other refusal settles it `failed`. A
+cancel settles it `cancelled` and its in-process client leaves (the generation stops). A
+gateway that starts runs again those a stopped one left pending (from the start: nothing of a
+run is kept until it ends).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from state.responses import StoredResponse
 
 log = logging.getLogger("gateway.background")
 RUN = "symbiosis.background_response"  # scope key: the (id, created_at) a run answers as
+PARALLEL = 4  # a tenant's background responses running at once
 RETRY_S = 0.5
 UNAVAILABLE_TRIES = 5  # waiting 1, 2, 4, 8, 16 s
 
@@ -30,6 +33,7 @@ class BackgroundRunner:
     def __init__(self, app) -> None:
         self.app = app
         self.running: dict[str, tuple[asyncio.Task, asyncio.Event]] = {}
+        self.slots: dict[str, asyncio.Semaphore] = {}  # by tenant
 
     def start(self) -> None:
         """Those a stopped gateway left pending run again."""
@@ -59,6 +63,11 @@ class BackgroundRunner:
             self.running[response_id][1].set()
 
     async def _run(self, made: StoredResponse, leave: asyncio.Event) -> None:
+        async with self.slots.setdefault(made.tenant, asyncio.Semaphore(PARALLEL)):
+            if not leave.is_set():
+                await self._answer(made, leave)
+
+    async def _answer(self, made: StoredResponse, leave: asyncio.Event) -> None:
         data, unavailable = json.dumps(made.request).encode(), 0
         log.info("background response %s of tenant %s runs", made.id, made.tenant)
         try:

@@ -120,6 +120,7 @@ async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
                                     status="queued", model=body.model, output=[]))
     await stored.queue(state.manager, tenant, made.model_dump(), earlier, input_items(body),
                        request=await request.json())
+    state.metrics.stored.labels(tenant.id, "true").inc()
     state.background.run(found(state.responses, tenant.id, made.id))
     return made.model_dump()
 

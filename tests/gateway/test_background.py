@@ -62,6 +62,23 @@ def test_a_response_is_queued_at_once_and_fails_naming_why_after_its_tries(
     assert client.app.state.responses.pending() == []
 
 
+def test_a_tenants_responses_run_a_few_at_a_time_in_order(managed, monkeypatch,
+                                                          caplog) -> None:
+    monkeypatch.setattr(background, "PARALLEL", 2)
+    monkeypatch.setattr(background, "UNAVAILABLE_TRIES", 1)  # each run takes 1 s to fail
+    client, _ = managed
+    caplog.set_level("INFO", logger="gateway.background")
+    ids = [create(client).json()["id"] for _ in range(4)]
+    time.sleep(0.5)
+
+    def ran() -> list[str]:
+        return [r.args[0] for r in caplog.records if r.getMessage().endswith(" runs")]
+
+    assert ran() == ids[:2]  # the others wait their turn
+    assert [settled(client, i)["status"] for i in ids] == ["failed"] * 4
+    assert ran() == ids
+
+
 def test_a_cancel_stops_its_run_and_holds(managed) -> None:
     client, _ = managed
     made_ = create(client).json()  # its run waits 1, 2, 4 ... s between tries
