@@ -18,7 +18,9 @@ import json
 import logging
 
 from gateway import in_process
+from gateway.background_events import KEPT_S, Events
 from gateway.errors import APIError
+from gateway.responses import sse
 from gateway.stored import settle
 from state.responses import StoredResponse
 
@@ -34,6 +36,7 @@ class BackgroundRunner:
         self.app = app
         self.running: dict[str, tuple[asyncio.Task, asyncio.Event]] = {}
         self.slots: dict[str, asyncio.Semaphore] = {}  # by tenant
+        self.events: dict[str, Events] = {}  # a streamed one's, by id
 
     def start(self) -> None:
         """Those a stopped gateway left pending run again."""
@@ -48,11 +51,15 @@ class BackgroundRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for events in self.events.values():  # their followers' streams end
+            events.end()
 
     def run(self, made: StoredResponse) -> None:
         if made.id in self.running:
             return
         leave = asyncio.Event()
+        if made.request.get("stream"):
+            self.events[made.id] = Events()
         task = asyncio.create_task(self._run(made, leave))
         self.running[made.id] = (task, leave)
         task.add_done_callback(lambda _: self.running.pop(made.id, None))
@@ -63,9 +70,18 @@ class BackgroundRunner:
             self.running[response_id][1].set()
 
     async def _run(self, made: StoredResponse, leave: asyncio.Event) -> None:
-        async with self.slots.setdefault(made.tenant, asyncio.Semaphore(PARALLEL)):
-            if not leave.is_set():
-                await self._answer(made, leave)
+        try:
+            async with self.slots.setdefault(made.tenant, asyncio.Semaphore(PARALLEL)):
+                if not leave.is_set():
+                    await self._answer(made, leave)
+        finally:
+            if (events := self.events.get(made.id)) is not None:
+                events.end()
+                asyncio.get_running_loop().call_later(KEPT_S, self._forget, made.id, events)
+
+    def _forget(self, response_id: str, events: Events) -> None:
+        if self.events.get(response_id) is events:
+            del self.events[response_id]
 
     async def _answer(self, made: StoredResponse, leave: asyncio.Event) -> None:
         data, unavailable = json.dumps(made.request).encode(), 0
@@ -74,7 +90,8 @@ class BackgroundRunner:
             while True:
                 status, _, content = await in_process.post(
                     self.app, made.tenant, "/v1/responses", data,
-                    scope={RUN: (made.id, made.created_at)}, leave=leave)
+                    scope={RUN: (made.id, made.created_at)}, leave=leave,
+                    streamed=events.add if (events := self.events.get(made.id)) else None)
                 if leave.is_set() or status == 200:  # cancelled, or settled by the endpoint
                     return
                 if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
@@ -97,6 +114,9 @@ class BackgroundRunner:
             "rate_limit_exceeded" if status == 429 else "invalid_prompt"
         log.warning("background response %s failed: %d %s", made.id, status, message)
         failed = {**made.body, "status": "failed", "error": {"code": code, "message": message}}
+        if (events := self.events.get(made.id)) is not None:
+            events.add(sse({"type": "response.failed", "sequence_number": len(events.blocks),
+                            "response": failed}))
         try:
             await settle(self.app.state.manager, made.tenant, failed)
         except APIError as exc:  # it stays pending, run again by the next gateway

@@ -5,16 +5,20 @@ checked, limited, served and answered exactly as the endpoint answers a client."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from gateway.guard import IN_PROCESS_TENANT
 
 
 async def post(app, tenant: str, path: str, data: bytes, *, scope: dict[str, Any] | None = None,
-               leave: asyncio.Event | None = None) -> tuple[int, dict[str, str], bytes]:
+               leave: asyncio.Event | None = None,
+               streamed: Callable[[bytes], None] | None = None) -> \
+        tuple[int, dict[str, str], bytes]:
     """POST `data` (JSON) to the app at `path` as `tenant`: (status, headers, body). `scope`:
     keys added to the request's scope; `leave`: once set, the request's client goes away (as
-    one that disconnects), else it waits for the whole answer. Cancelled (the gateway
+    one that disconnects), else it waits for the whole answer; `streamed`: given each part of
+    a 200's body as it comes (which the body returned then leaves out). Cancelled (the gateway
     stopping), it is cancelled, whatever the app answered its client that left (a 499): the
     request was not answered, to be run again."""
     made = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
@@ -44,7 +48,11 @@ async def post(app, tenant: str, path: str, data: bytes, *, scope: dict[str, Any
         if message["type"] == "http.response.start":
             start.update(message)
         elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
+            if streamed is not None and start.get("status") == 200:
+                if message.get("body"):
+                    streamed(message["body"])
+            else:
+                chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 answered.set()
 

@@ -160,10 +160,6 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
     if body.text is not None and body.text.verbosity not in (None, "medium"):
         raise unsupported_parameter("text.verbosity",
                                     "the models served here have no verbosity levels")
-    if body.background and body.stream:
-        raise APIError(400, "'stream' cannot be combined with 'background' here: a background "
-                       "response is read by polling GET /v1/responses/{id}.",
-                       "unsupported_parameter", "stream")
     if body.background and body.store is False:
         raise APIError(400, "Invalid value for 'store': a background response is kept (store "
                        "unset or true) so that it can be read once it is done.",

@@ -4,7 +4,8 @@ A response is stored for 30 days unless `store` is false, with the conversation 
 `previous_response_id` goes on from it, and it can be read again (`GET /v1/responses/{id}`, its
 `input_items`) or deleted. Items this server returned may also be sent back as `input` as they
 are. With `background: true` the answer is `queued` at once and runs in the gateway's
-background, read by polling `GET /v1/responses/{id}`, stopped by `POST .../cancel`. The
+background, read by polling `GET /v1/responses/{id}` (or, streamed, followed again with
+`?stream=true&starting_after=N`), stopped by `POST .../cancel`. The
 features the chat endpoint lacks are refused with a 400 that names them.
 """
 
@@ -148,8 +149,9 @@ class ResponseRequest(OpenAIBaseModel):
     include: list[Text] | None = Field(default=None, description=(
         "'message.output_text.logprobs' (the output tokens' logprobs); nothing else"))
     background: bool | None = Field(default=None, description=(
-        "true: answered at once, `queued`, and run in the background (poll it with GET; "
-        "cancel it); needs `store` and no `stream`"))
+        "true: answered at once, `queued` (with `stream`: its events as they come), and run "
+        "in the background (poll it with GET, or follow its events again with "
+        "`?stream=true&starting_after=N`; cancel it); needs `store`"))
     metadata: dict[Text, Text] | None = Field(default=None, description=(
         "kept with the response: at most 16 pairs, keys <= 64 and values <= 512 characters"))
     prompt: dict[str, Any] | None = None

@@ -9,9 +9,11 @@ import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 
 from gateway import stored
 from gateway.background import RUN
+from gateway.background_events import KEPT_S, Events
 from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
@@ -54,7 +56,8 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         raise renamed(refused) from None
     params.truncate = body.truncation == "auto"
     if body.background and run is None:
-        return await _queue(request, tenant, body, earlier)
+        made = await _queue(request, tenant, body, earlier)
+        return _followed(state.background.events[made["id"]], None) if body.stream else made
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
@@ -148,8 +151,29 @@ async def cancel_response(response_id: str, request: Request, tenant: TenantDep)
 
 
 @router.get("/responses/{response_id}", response_model=Response)
-async def get_response(response_id: str, request: Request, tenant: TenantDep) -> dict:
-    return found(request.app.state.responses, tenant.id, response_id).body
+async def get_response(response_id: str, request: Request, tenant: TenantDep,
+                       stream: bool = False,
+                       starting_after: Annotated[int | None, Query(ge=-1)] = None):
+    """The response as it is; with `stream`, a streamed background response's events past
+    `starting_after` (all without it), then each as it comes until it ends."""
+    made = found(request.app.state.responses, tenant.id, response_id)
+    if not stream:
+        return made.body
+    if not (made.request or {}).get("stream"):
+        raise APIError(400, "Only a response created with background=true and stream=true "
+                       "can be streamed again.", "invalid_request", "stream")
+    events = request.app.state.background.events.get(response_id)
+    if events is None:
+        raise APIError(400, f"The events of response '{response_id}' are no longer kept here "
+                       f"(they are for {KEPT_S / 60:.0f} minutes after it ends, by the gateway "
+                       "that ran it); read it whole without stream.", "invalid_request",
+                       "stream")
+    return _followed(events, starting_after)
+
+
+def _followed(events: Events, after: int | None) -> StreamingResponse:
+    return StreamingResponse(events.follow(after), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache"})
 
 
 @router.delete("/responses/{response_id}", response_model=DeletedResponse)

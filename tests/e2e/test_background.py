@@ -1,6 +1,7 @@
 """Background responses through real processes with the official openai SDK: queued at once,
-polled to the greedy text plain peft gives (its usage, a conversation to go on from); a long
-one cancelled stops (its worker free for the next request) and stays cancelled."""
+polled to the greedy text plain peft gives (its usage, a conversation to go on from); a streamed
+one followed again after its client left, its events whole and in order; a long one cancelled
+stops (its worker free for the next request) and stays cancelled."""
 
 from __future__ import annotations
 
@@ -49,6 +50,34 @@ def test_a_background_response_is_polled_to_plain_pefts_answer(deployment: Deplo
                                     max_output_tokens=4, previous_response_id=made.id)
     assert again.output_text == reference.text(reference.greedy(reference.ids(
         messages=follow), 4))
+
+
+def test_a_streamed_one_is_followed_again_from_where_its_client_left(
+        deployment: Deployment) -> None:
+    reference = deployment.reference("acme/lora-a")
+    tokens = reference.greedy(reference.ids(messages=[{"role": "user", "content": "Hi"}]), 40)
+    client = deployment.client("acme")
+    stream = client.responses.create(model="acme/lora-a", input="Hi", temperature=0,
+                                     max_output_tokens=40, background=True, stream=True)
+    first = []
+    for event in stream:
+        first.append(event)
+        if len(first) == 8:
+            break
+    stream.close()  # the client leaves; the response runs on
+    response_id = first[0].response.id
+    assert first[0].type == "response.created" and first[0].response.background
+    rest = list(client.responses.retrieve(response_id, stream=True,
+                                          starting_after=first[-1].sequence_number))
+    events = [*first, *rest]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == reference.text(tokens) == rest[-1].response.output_text
+    assert rest[-1].type in ("response.completed", "response.incomplete")
+    assert client.responses.retrieve(response_id).model_dump() == \
+        rest[-1].response.model_dump()
+    again = list(client.responses.retrieve(response_id, stream=True))
+    assert [e.model_dump() for e in again] == [e.model_dump() for e in events]
 
 
 def test_a_cancelled_background_response_stops_and_stays_cancelled(

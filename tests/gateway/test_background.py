@@ -7,6 +7,7 @@ pending ones a stopped one left."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -109,7 +110,6 @@ def test_what_cannot_be_cancelled_or_gone_on_from_is_refused(managed) -> None:
     refused = assert_openai_error(create(client, previous_response_id=pending["id"],
                                          background=False), 400)
     assert refused["param"] == "previous_response_id" and "queued" in refused["message"]
-    assert assert_openai_error(create(client, stream=True), 400)["param"] == "stream"
     assert assert_openai_error(create(client, store=False), 400)["param"] == "store"
     assert assert_openai_error(create(client, temperature=3), 400)["param"] == "temperature"
     deleted = client.delete(f"/v1/responses/{pending['id']}", headers=KEY)
@@ -120,6 +120,34 @@ def test_what_cannot_be_cancelled_or_gone_on_from_is_refused(managed) -> None:
         time.sleep(0.02)
     assert pending["id"] not in client.app.state.background.running  # a delete stops it
     assert len(client.app.state.responses.pending()) == 0
+
+
+def test_a_streamed_one_sends_its_events_and_sends_them_again(managed, monkeypatch) -> None:
+    monkeypatch.setattr(background, "UNAVAILABLE_TRIES", 0)  # it fails at once: no workers
+    client, _ = managed
+    with client.stream("POST", "/v1/responses", headers=KEY, json=ASK | {"stream": True}) as sent:
+        assert sent.status_code == 200
+        assert sent.headers["content-type"].startswith("text/event-stream")
+        blocks = b"".join(sent.iter_bytes()).decode().strip().split("\n\n")
+    name, data = blocks[0].split("\n")
+    failed = json.loads(data.removeprefix("data: "))
+    assert len(blocks) == 1 and name == "event: response.failed"
+    assert (failed["sequence_number"], failed["response"]["status"]) == (0, "failed")
+    assert failed["response"]["error"]["code"] == "server_error"
+    response_id = failed["response"]["id"]
+    assert client.get(f"/v1/responses/{response_id}", headers=KEY).json() == failed["response"]
+    again = client.get(f"/v1/responses/{response_id}?stream=true", headers=KEY)
+    assert again.text.strip() == blocks[0]
+    past = client.get(f"/v1/responses/{response_id}?stream=true&starting_after=0", headers=KEY)
+    assert past.status_code == 200 and past.text == ""
+    polled = create(client).json()
+    refused = assert_openai_error(
+        client.get(f"/v1/responses/{polled['id']}?stream=true", headers=KEY), 400)
+    assert refused["param"] == "stream" and "stream=true" in refused["message"]
+    client.app.state.background.events.clear()  # as once KEPT_S passed
+    gone = assert_openai_error(
+        client.get(f"/v1/responses/{response_id}?stream=true", headers=KEY), 400)
+    assert "no longer kept" in gone["message"]
 
 
 def test_a_background_response_past_the_storage_quota_is_refused(tmp_path) -> None:

@@ -64,7 +64,6 @@ def test_a_request_becomes_the_chat_request_that_asks_the_same() -> None:
 @pytest.mark.parametrize(("fields", "param", "words"), [
     ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
     ({"metadata": {"k" * 65: "v"}}, "metadata", "at most 16 pairs"),
-    ({"background": True, "stream": True}, "stream", "polling"),
     ({"background": True, "store": False}, "store", "kept"),
     ({"max_tool_calls": 0}, "max_tool_calls", "not supported"),  # 0 == False: not unset
     ({"include": [LOGPROBS, "reasoning.encrypted_content"]}, "include.1", "only"),
