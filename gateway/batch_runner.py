@@ -123,10 +123,11 @@ class BatchRunner:
     async def _answer(self, batch: BatchRecord, body: dict, url: str) -> dict | None:
         """The endpoint's answer as a batch result's `response`; None if the batch stopped
         while the request waited to be let in."""
-        if body.get("stream"):
-            return _response(400, "", APIError(
-                400, "'stream' is not supported in a batch: each answer comes whole in the "
-                "output file.", "unsupported_parameter", "stream"))
+        for name in ("stream", "background"):  # a batch's answers are whole, in its output
+            if body.get(name):
+                return _response(400, "", APIError(
+                    400, f"'{name}' is not supported in a batch: each answer comes whole in "
+                    "the output file.", "unsupported_parameter", name))
         data, unavailable = json.dumps(body).encode(), 0
         while True:
             status, headers, content = await in_process.post(self.app, batch.tenant, url, data)

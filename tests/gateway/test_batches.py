@@ -62,18 +62,19 @@ def test_a_batch_file_and_a_batch_are_checked_naming_what_is_wrong(client) -> No
 
 @pytest.fixture()
 def left_running(tmp_path) -> tuple[str, str]:
-    """A batch of four requests, the first answered by a gateway that then stopped."""
+    """A batch of five requests, the first answered by a gateway that then stopped."""
     records = Records(tmp_path, "tiny-llama", "")
     rows = [request("kept", messages=[{"role": "user", "content": "Hi"}]),
             request("empty", messages=[]), request("streamed", stream=True, messages=[
                 {"role": "user", "content": "Hi"}]),
             request("theirs", messages=[{"role": "user", "content": "Hi"}]) | {
-                "body": {"model": "beta/x", "messages": [{"role": "user", "content": "Hi"}]}}]
+                "body": {"model": "beta/x", "messages": [{"role": "user", "content": "Hi"}]}},
+            request("background", background=True, messages=[{"role": "user", "content": "Hi"}])]
     source = records.files.create("acme", "in.jsonl", "batch",
                                   "\n".join(json.dumps(r) for r in rows).encode())
     batch_id = f"batch_{uuid.uuid4().hex}"
     assert act(records, StoreAction.ADD_BATCH, record=json.dumps(
-        {"id": batch_id, "endpoint": URL, "input_file_id": source.id, "total": 4,
+        {"id": batch_id, "endpoint": URL, "input_file_id": source.id, "total": 5,
          "output_expires_s": 7200})).ok
     assert act(records, StoreAction.BATCH_RESULT, record=json.dumps(
         {"batch_id": batch_id, "line": 0, "custom_id": "kept", "response": {
@@ -98,7 +99,7 @@ def test_a_batch_left_running_goes_on_where_it_was(tmp_path, left_running) -> No
                                manager=f"ipc://{tmp_path}/manager.sock")
     with serving(settings) as (client, _):
         batch = until(client, batch_id, "completed")
-        assert batch["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
+        assert batch["request_counts"] == {"total": 5, "completed": 1, "failed": 4}
         assert batch["input_file_id"] == source
 
         def lines(file_id: str) -> list[dict]:
@@ -111,16 +112,18 @@ def test_a_batch_left_running_goes_on_where_it_was(tmp_path, left_running) -> No
             made = client.get(f"/v1/files/{file_id}", headers=KEY).json()
             assert made["expires_at"] == made["created_at"] + 7200  # output_expires_after
         errors = {e["custom_id"]: e["response"] for e in lines(batch["error_file_id"])}
-        assert list(errors) == ["empty", "streamed", "theirs"]  # the input's order
+        assert list(errors) == ["empty", "streamed", "theirs", "background"]  # input's order
         assert {k: (r["status_code"], r["body"]["error"]["param"]) for k, r in errors.items()} \
             == {"empty": (400, "messages"), "streamed": (400, "stream"),
-                "theirs": (404, "model")}  # answered as acme: beta's model is not acme's
-        assert all(len(r["request_id"]) == 32 for k, r in errors.items() if k != "streamed")
+                "theirs": (404, "model"),  # answered as acme: beta's model is not acme's
+                "background": (400, "background")}
+        assert all(len(r["request_id"]) == 32 for k, r in errors.items()
+                   if k not in ("streamed", "background"))
         assert client.get("/v1/batches", headers=KEY).json()["data"][0]["id"] == batch_id
         beta = {"Authorization": "Bearer sk-beta"}
         assert client.get(f"/v1/batches/{batch_id}", headers=beta).status_code == 404
         metrics = client.app.state.metrics.batch_requests
-        assert metrics.labels("acme", "400")._value.get() == 1  # the streamed one never ran
+        assert metrics.labels("acme", "400")._value.get() == 1  # streamed, background: not run
         assert metrics.labels("acme", "404")._value.get() == 1
 
 
@@ -142,5 +145,5 @@ def test_a_batch_past_its_window_expires_naming_the_requests_it_never_ran(
         assert [(e["custom_id"], e["error"]["code"]) for e in map(json.loads,
                                                                   errors.splitlines())] == \
             [("empty", "batch_expired"), ("streamed", "batch_expired"),
-             ("theirs", "batch_expired")]
-        assert batch["request_counts"] == {"total": 4, "completed": 1, "failed": 0}
+             ("theirs", "batch_expired"), ("background", "batch_expired")]
+        assert batch["request_counts"] == {"total": 5, "completed": 1, "failed": 0}
