@@ -84,34 +84,41 @@ class BackgroundRunner:
             del self.events[response_id]
 
     async def _answer(self, made: StoredResponse, leave: asyncio.Event) -> None:
-        data, unavailable = json.dumps(made.request).encode(), 0
         log.info("background response %s of tenant %s runs", made.id, made.tenant)
         try:
-            while True:
-                status, _, content = await in_process.post(
-                    self.app, made.tenant, "/v1/responses", data,
-                    scope={RUN: (made.id, made.created_at)}, leave=leave,
-                    streamed=events.add if (events := self.events.get(made.id)) else None)
-                if leave.is_set() or status == 200:  # cancelled, or settled by the endpoint
-                    return
-                if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(leave.wait(), RETRY_S if status == 429 else
-                                           2 ** unavailable)
-                    return
-                unavailable += status == 503
-            await self._fail(made, status, content)
-        except Exception:  # a bug: logged; the response stays pending until the next start
+            refused = await self._tries(made, leave)
+        except Exception:  # a bug: this response's failure, not one left pending
             log.exception("background response %s failed", made.id)
+            refused = 500, b"The request failed inside the server."
+        if refused is not None:
+            await self._fail(made, *refused)
+
+    async def _tries(self, made: StoredResponse, leave: asyncio.Event) -> \
+            tuple[int, bytes] | None:
+        """None once the endpoint has answered (and settled it) or it was cancelled; else
+        the refusal that ends it: (status, body)."""
+        data, unavailable = json.dumps(made.request).encode(), 0
+        while True:
+            status, _, content = await in_process.post(
+                self.app, made.tenant, "/v1/responses", data,
+                scope={RUN: (made.id, made.created_at)}, leave=leave,
+                streamed=events.add if (events := self.events.get(made.id)) else None)
+            if leave.is_set() or status == 200:
+                return None
+            if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
+                return status, content
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(leave.wait(), RETRY_S if status == 429 else
+                                       2 ** unavailable)
+                return None
+            unavailable += status == 503
 
     async def _fail(self, made: StoredResponse, status: int, content: bytes) -> None:
         try:
             message = json.loads(content)["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = content.decode(errors="replace")[:1000]
-        code = "server_error" if status >= 500 else \
-            "rate_limit_exceeded" if status == 429 else "invalid_prompt"
+        code = "server_error" if status >= 500 else "invalid_prompt"
         log.warning("background response %s failed: %d %s", made.id, status, message)
         failed = {**made.body, "status": "failed", "error": {"code": code, "message": message}}
         if (events := self.events.get(made.id)) is not None:

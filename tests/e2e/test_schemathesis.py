@@ -127,3 +127,5 @@ def test_sampling_requests_that_reach_a_worker_never_fail_with_a_5xx(tmp_path) -
         r'status="200"[^}]*\} (\S+)',
         metrics))
     assert answered >= 250, metrics[-2000:]  # hundreds reached a worker and were answered
+    internal = re.findall(r'symbiosis_requests_total\{[^}]*status="500"[^}]*\} [1-9]', metrics)
+    assert not internal, internal  # background responses' runs too (answered in process)

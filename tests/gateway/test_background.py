@@ -63,6 +63,19 @@ def test_a_response_is_queued_at_once_and_fails_naming_why_after_its_tries(
     assert client.app.state.responses.pending() == []
 
 
+def test_a_run_that_breaks_inside_the_server_fails_not_left_pending(managed,
+                                                                    monkeypatch) -> None:
+    client, _ = managed
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("a bug in serving")
+
+    monkeypatch.setattr(client.app.state.serving, "start", broken)  # the fault injected
+    failed = settled(client, create(client).json()["id"])
+    assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
+    assert client.app.state.responses.pending() == []
+
+
 def test_a_tenants_responses_run_a_few_at_a_time_in_order(managed, monkeypatch,
                                                           caplog) -> None:
     monkeypatch.setattr(background, "PARALLEL", 2)
