@@ -92,6 +92,9 @@ class BackgroundRunner:
             refused = 500, b"The request failed inside the server."
         if refused is not None:
             await self._fail(made, *refused)
+        now = self.app.state.responses.get(made.id, made.tenant)
+        self.app.state.metrics.background.labels(
+            made.tenant, now.body["status"] if now else "deleted").inc()
 
     async def _tries(self, made: StoredResponse, leave: asyncio.Event) -> \
             tuple[int, bytes] | None:

@@ -48,6 +48,10 @@ class Metrics:
                               ["tenant", "kept"], registry=r)
         self.batch_requests = Counter("symbiosis_batch_requests", "Batch requests answered, by "
                                       "the endpoint's status", ["tenant", "status"], registry=r)
+        self.background = Counter("symbiosis_background_responses", "Background responses "
+                                  "whose run ended, by how they ended (completed, incomplete, "
+                                  "failed, cancelled, deleted)", ["tenant", "status"],
+                                  registry=r)
 
     def render(self, status: W.StatusReply | None, jobs: dict[str, int] | None = None) -> bytes:
         """The gateway's own metrics, then the manager's status and the jobs, this scrape's."""

@@ -74,6 +74,12 @@ def test_a_run_that_breaks_inside_the_server_fails_not_left_pending(managed,
     failed = settled(client, create(client).json()["id"])
     assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
     assert client.app.state.responses.pending() == []
+    assert ended(client, "failed") == 1
+
+
+def ended(client, status: str) -> float:
+    """How many of acme's background responses' runs ended so (`/metrics`)."""
+    return client.app.state.metrics.background.labels("acme", status)._value.get()
 
 
 def test_a_tenants_responses_run_a_few_at_a_time_in_order(managed, monkeypatch,
@@ -106,6 +112,7 @@ def test_a_cancel_stops_its_run_and_holds(managed) -> None:
     while made_["id"] in client.app.state.background.running and time.monotonic() < deadline:
         time.sleep(0.02)
     assert made_["id"] not in client.app.state.background.running  # its run stopped
+    assert ended(client, "cancelled") == 1
     again = client.post(f"/v1/responses/{made_['id']}/cancel", headers=KEY)
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
     assert client.get(f"/v1/responses/{made_['id']}", headers=KEY).json()["status"] == \
@@ -132,6 +139,7 @@ def test_what_cannot_be_cancelled_or_gone_on_from_is_refused(managed) -> None:
             time.monotonic() < deadline:
         time.sleep(0.02)
     assert pending["id"] not in client.app.state.background.running  # a delete stops it
+    assert ended(client, "deleted") == 1
     assert len(client.app.state.responses.pending()) == 0
 
 
