@@ -20,7 +20,6 @@ import logging
 from gateway import in_process
 from gateway.background_events import KEPT_S, Events
 from gateway.errors import APIError
-from gateway.responses import sse
 from gateway.stored import settle
 from state.responses import StoredResponse
 
@@ -59,7 +58,7 @@ class BackgroundRunner:
             return
         leave = asyncio.Event()
         if made.request.get("stream"):
-            self.events[made.id] = Events()
+            self.events[made.id] = Events({**made.body, "status": "queued"})
         task = asyncio.create_task(self._run(made, leave))
         self.running[made.id] = (task, leave)
         task.add_done_callback(lambda _: self.running.pop(made.id, None))
@@ -105,7 +104,7 @@ class BackgroundRunner:
             status, _, content = await in_process.post(
                 self.app, made.tenant, "/v1/responses", data,
                 scope={RUN: (made.id, made.created_at)}, leave=leave,
-                streamed=events.add if (events := self.events.get(made.id)) else None)
+                streamed=events.run_sent if (events := self.events.get(made.id)) else None)
             if leave.is_set() or status == 200:
                 return None
             if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
@@ -125,8 +124,7 @@ class BackgroundRunner:
         log.warning("background response %s failed: %d %s", made.id, status, message)
         failed = {**made.body, "status": "failed", "error": {"code": code, "message": message}}
         if (events := self.events.get(made.id)) is not None:
-            events.add(sse({"type": "response.failed", "sequence_number": len(events.blocks),
-                            "response": failed}))
+            events.add({"type": "response.failed", "response": failed})
         try:
             await settle(self.app.state.manager, made.tenant, failed)
         except APIError as exc:  # it stays pending, run again by the next gateway

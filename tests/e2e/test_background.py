@@ -66,7 +66,9 @@ def test_a_streamed_one_is_followed_again_from_where_its_client_left(
             break
     stream.close()  # the client leaves; the response runs on
     response_id = first[0].response.id
-    assert first[0].type == "response.created" and first[0].response.background
+    assert [e.type for e in first[:3]] == ["response.created", "response.queued",
+                                           "response.in_progress"]
+    assert first[0].response.status == "queued" and first[0].response.background
     rest = list(client.responses.retrieve(response_id, stream=True,
                                           starting_after=first[-1].sequence_number))
     events = [*first, *rest]

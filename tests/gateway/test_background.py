@@ -150,17 +150,21 @@ def test_a_streamed_one_sends_its_events_and_sends_them_again(managed, monkeypat
         assert sent.status_code == 200
         assert sent.headers["content-type"].startswith("text/event-stream")
         blocks = b"".join(sent.iter_bytes()).decode().strip().split("\n\n")
-    name, data = blocks[0].split("\n")
-    failed = json.loads(data.removeprefix("data: "))
-    assert len(blocks) == 1 and name == "event: response.failed"
-    assert (failed["sequence_number"], failed["response"]["status"]) == (0, "failed")
+    events = [json.loads(b.split("data: ")[1]) for b in blocks]
+    assert [(b.split("\n")[0], e["sequence_number"])
+            for b, e in zip(blocks, events, strict=True)] == [
+        ("event: response.created", 0), ("event: response.queued", 1),
+        ("event: response.failed", 2)]
+    assert events[0]["response"]["status"] == events[1]["response"]["status"] == "queued"
+    failed = events[2]
+    assert failed["response"]["status"] == "failed"
     assert failed["response"]["error"]["code"] == "server_error"
     response_id = failed["response"]["id"]
     assert client.get(f"/v1/responses/{response_id}", headers=KEY).json() == failed["response"]
     again = client.get(f"/v1/responses/{response_id}?stream=true", headers=KEY)
-    assert again.text.strip() == blocks[0]
-    past = client.get(f"/v1/responses/{response_id}?stream=true&starting_after=0", headers=KEY)
-    assert past.status_code == 200 and past.text == ""
+    assert again.text.strip().split("\n\n") == blocks
+    past = client.get(f"/v1/responses/{response_id}?stream=true&starting_after=1", headers=KEY)
+    assert past.text.strip() == blocks[2]
     polled = create(client).json()
     refused = assert_openai_error(
         client.get(f"/v1/responses/{polled['id']}?stream=true", headers=KEY), 400)
