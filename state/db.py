@@ -151,7 +151,7 @@ MIGRATIONS = [
     """
     ALTER TABLE responses ADD COLUMN status TEXT NOT NULL DEFAULT 'completed';
     ALTER TABLE responses ADD COLUMN request TEXT;
-    UPDATE responses SET status = json_extract(body, '$.status');
+    UPDATE responses SET status = COALESCE(json_extract(body, '$.status'), 'completed');
     CREATE INDEX responses_by_status ON responses (status);
     """,
 ]
