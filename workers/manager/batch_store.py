@@ -9,6 +9,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,6 +19,7 @@ from state.storage import FILE_MODE
 from workers.manager.file_store import FileStore
 from workers.manager.response_store import InvalidRecord
 
+PAGE = 500  # kept answers read at a time by a finish
 FINAL = {"completed": "completed_at", "cancelled": "cancelled_at", "expired": "expired_at"}
 UNRUN = {"cancelled": ("batch_cancelled", "This request was not run: the batch was cancelled."),
          "expired": ("batch_expired", "This request could not be executed before the "
@@ -105,14 +107,17 @@ class BatchStore(BatchReader):
         batch = self.get(batch_id, tenant)
         if batch is None or batch.status not in ACTIVE or status not in FINAL:
             return batch
-        kept = {row["line"]: (bool(row["ok"]), row["result"]) for row in self.db.query(
-            "SELECT line, ok, result FROM batch_results WHERE batch_id = ?", (batch.id,))}
+        kept = self._kept(batch.id)
+        next_kept = next(kept, None)
         staged = {True: self.files.staging(), False: self.files.staging()}  # output, errors
         written = {True: 0, False: 0}
         try:
             with _private(staged[True]) as output, _private(staged[False]) as errors:
                 for line, custom_id in enumerate(self._custom_ids(batch)):
-                    ok, result = kept.get(line, (False, None))
+                    ok, result = False, None
+                    if next_kept is not None and next_kept[0] == line:
+                        _, ok, result = next_kept
+                        next_kept = next(kept, None)
                     if result is None:  # never run
                         code, message = UNRUN[status]
                         result = json.dumps({"id": f"batch_req_{secrets.token_hex(16)}",
@@ -140,6 +145,17 @@ class BatchStore(BatchReader):
         """The tenant's running batches that read `file_id`."""
         return [b.id for b in self.active() if b.tenant == tenant and
                 b.body["input_file_id"] == file_id]
+
+    def _kept(self, batch_id: str) -> Iterator[tuple[int, bool, str]]:
+        """Its kept answers in line order, `PAGE` read at a time (a finish never holds them
+        all)."""
+        after = -1
+        while rows := self.db.query("SELECT line, ok, result FROM batch_results WHERE "
+                                    "batch_id = ? AND line > ? ORDER BY line LIMIT ?",
+                                    (batch_id, after, PAGE)):
+            for row in rows:
+                yield row["line"], bool(row["ok"]), row["result"]
+            after = rows[-1]["line"]
 
     def _custom_ids(self, batch: BatchRecord) -> list[str]:
         source = self.files.get(batch.body["input_file_id"], batch.tenant, expired=True)

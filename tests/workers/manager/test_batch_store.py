@@ -9,8 +9,11 @@ import json
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.workers.manager.test_store_desk import act, records
 from wire.store import StoreAction
+from workers.manager import batch_store
 
 __all__ = ["records"]  # the fixture
 URL = "/v1/chat/completions"
@@ -37,7 +40,10 @@ def keep(records, batch_id: str, line: int, status: int, tenant: str = "acme", *
                       "body": {"line": line, **body}}}))
 
 
-def test_a_batch_keeps_each_result_once_and_finishes_into_two_files(records) -> None:
+@pytest.mark.parametrize("page", [500, 1])  # read whole, or an answer at a time
+def test_a_batch_keeps_each_result_once_and_finishes_into_two_files(records, page,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setattr(batch_store, "PAGE", page)
     source = batch_file(records, n=4)
     batch_id, answer = add(records, source.id, total=4)
     assert answer.ok and answer.made == batch_id
