@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from openapi.fine_tuning import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from wire.call.messages import CallTargets
 from wire.manager import TokenTargets
 
@@ -198,8 +199,9 @@ def _read(path: Path, env_keys: str, admin_keys: str, defaults: dict) -> list[Te
             if not amount(tenant.max_storage_mb):
                 raise ValueError(f"tenant {tenant.id}: max_storage_mb is a number >= 0 "
                                  "(0: no quota)")
-            if not -100 <= tenant.job_priority <= 100:
-                raise ValueError(f"tenant {tenant.id}: job_priority is -100..100")
+            if not LOWEST_PRIORITY <= tenant.job_priority <= HIGHEST_PRIORITY:
+                raise ValueError(f"tenant {tenant.id}: job_priority is "
+                                 f"{LOWEST_PRIORITY}..{HIGHEST_PRIORITY}")
             for name in TARGETS:
                 if not valid_target_ms(getattr(tenant, name)):
                     raise ValueError(f"tenant {tenant.id}: {name} is 0..{TARGET_MAX_MS} "

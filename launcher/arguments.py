@@ -9,7 +9,14 @@ import math
 import re
 from collections.abc import Callable
 
-from gateway.tenants import TARGET_MAX_MS, TENANT_ID, TENANT_RULE, valid_target_ms
+from gateway.tenants import (
+    HIGHEST_PRIORITY,
+    LOWEST_PRIORITY,
+    TARGET_MAX_MS,
+    TENANT_ID,
+    TENANT_RULE,
+    valid_target_ms,
+)
 from workers.manager.config import DEVICE
 
 Parse = Callable[[str], object]
@@ -85,5 +92,5 @@ def target_ms(text: str) -> float:
 
 
 port = bounded(int, 0, 65535, what="a port")
-priority = bounded(int, -100, 100, what="a priority")
+priority = bounded(int, LOWEST_PRIORITY, HIGHEST_PRIORITY, what="a priority")
 positive = bounded(int, 1)

@@ -31,7 +31,14 @@ from gateway.tenants import (
     revoke_tenant,
 )
 from launcher import serve_flags
-from launcher.arguments import positive, priority, target_ms, tenant_id
+from launcher.arguments import (
+    HIGHEST_PRIORITY,
+    LOWEST_PRIORITY,
+    positive,
+    priority,
+    target_ms,
+    tenant_id,
+)
 from wire.stopping import StopSignal
 
 DEV_TENANT = "dev"
@@ -222,7 +229,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-storage-mb", type=serve_flags.AMOUNT, metavar="MB",
                    help="what the tenant's files, adapters, stored responses and batches "
                    "may take (0: no quota)")
-    p.add_argument("--job-priority", type=priority, metavar="-100..100",
+    p.add_argument("--job-priority", type=priority,
+                   metavar=f"{LOWEST_PRIORITY}..{HIGHEST_PRIORITY}",
                    help="the tenant's tier: the priority of its jobs that do not set one")
     p.add_argument("--fallback", action="store_true",
                    help="serve the base model when the tenant's adapter cannot be loaded")

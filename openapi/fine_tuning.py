@@ -13,6 +13,8 @@ Auto = Literal["auto"]
 ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
+LOWEST_PRIORITY, HIGHEST_PRIORITY = -100, 100  # a job's priority (its tenant's tier's too)
+
 class Hyperparameters(StrictModel):
     n_epochs: Auto | Annotated[int, Field(ge=1, le=50)] = "auto"
     batch_size: Auto | Annotated[int, Field(ge=1, le=256)] = "auto"
@@ -87,7 +89,8 @@ class FineTuningJobCreate(OpenAIBaseModel):
         "so a non-empty list is refused (400); a job's metrics are its events and result file"))
     peft: PeftSettings | None = None
     gates: Gates | None = None
-    priority: int | None = Field(default=None, ge=-100, le=100, description=(
+    priority: int | None = Field(default=None, ge=LOWEST_PRIORITY, le=HIGHEST_PRIORITY,
+                                 description=(
         "extension: when every job slot is taken, a queued job preempts the running job of "
         "lowest priority below its own, which checkpoints, is queued again and later resumes; "
         "absent: the tenant's tier's priority (0 unless configured)"))
