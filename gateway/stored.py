@@ -55,18 +55,18 @@ async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
     quota it would pass) is logged, not the request's failure: the response then says
     `store: false`."""
     try:
-        await queue(manager, tenant, response, earlier, own)
+        await add(manager, tenant, response, earlier, own)
     except APIError as exc:
         log.warning("response %s was not stored: %s", response["id"], exc.message)
         return False
     return True
 
 
-async def queue(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
-                earlier: list[dict[str, Any]], own: list,
-                request: dict[str, Any] | None = None) -> None:
+async def add(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
+              earlier: list[dict[str, Any]], own: list,
+              request: dict[str, Any] | None = None) -> None:
     """`response` kept with its conversation, and for a background one (queued) the
-    `request` that runs it; else the manager's refusal."""
+    `request` that runs it; else the manager's refusal (`keep`: logged instead)."""
     conversation = [*earlier, *(stored_item(item) for item in own)]
     record = json.dumps({"id": response["id"], "created_at": response["created_at"],
                          "body": response, "conversation": conversation, "own": len(own),

@@ -121,8 +121,8 @@ async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
     state = request.app.state
     made = described(body, Response(id=item_id("resp"), created_at=int(time.time()),
                                     status="queued", model=body.model, output=[]))
-    await stored.queue(state.manager, tenant, made.model_dump(), earlier, input_items(body),
-                       request=await request.json())
+    await stored.add(state.manager, tenant, made.model_dump(), earlier, input_items(body),
+                     request=await request.json())
     state.metrics.stored.labels(tenant.id, "true").inc()
     state.background.run(found(state.responses, tenant.id, made.id))
     return made.model_dump()
