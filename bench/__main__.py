@@ -29,6 +29,7 @@ from bench.measure import matmul_peak_gflops
 from bench.records import Record, table, write_json
 from bench.scenarios import (
     adapters,
+    chunks,
     inference,
     overhead,
     pacing,
@@ -71,6 +72,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "sharding": sharding.sharded,
     "adapters": adapters.many_adapters,
     "tenants": tenants.many_tenants,
+    "long-prompts": chunks.long_prompts,
 }
 QUICK_SKIP = {"capacity"}  # ~1B model: minutes per step on a small CPU
 

@@ -46,3 +46,44 @@ def engine_rounds(model, tokenizer, context: int, tokens: int, until: float,
         gaps += [b - a for a, b in itertools.pairwise(stamps)]
         last, round_ = stamps[-1], round_ + 1
     return gaps, last, offloaded
+
+
+def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
+                  rng: torch.Generator, chunk_tokens: int) -> tuple[list[float], float, dict]:
+    """`running` sequences decode while long prompts (`prompt` tokens, one at a time, each
+    asking 2 tokens) keep arriving, through the worker's own engine: the gaps between the running
+    sequences' tokens (every step gives each one), when the last step ended, and each arrival's
+    time to its first token. `chunk_tokens` as a worker's (0: sized from what it measures)."""
+    from wire import manager as W
+    from workers.inference.engine import InferenceEngine
+    from workers.inference.request import Request
+
+    engine = InferenceEngine(model.eval(), tokenizer, max_context=prompt + 4096, eos_ids=(),
+                             chunk_tokens=chunk_tokens)
+    for row in range(running):
+        engine.add(Request(f"running-{row}", torch.randint(0, 50000, (16,), generator=rng)
+                           .tolist(), W.SamplingParams(max_tokens=4000, temperature=0)))
+    engine.step()
+    gaps: list[float] = []
+    firsts: list[float] = []
+    current, arrived, last = None, 0.0, time.monotonic()
+    for count in itertools.count():
+        if time.monotonic() >= until:
+            break
+        if current is None:
+            current = f"long-{count}"
+            ids = torch.randint(0, 50000, (prompt,), generator=rng).tolist()
+            engine.add(Request(current, ids, W.SamplingParams(max_tokens=2, temperature=0)))
+            arrived = time.monotonic()
+        events = engine.step()
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+        for event in events:
+            if isinstance(event, W.Failed):
+                raise RuntimeError(f"request {event.id} failed: {event.message}")
+            if event.id == current and isinstance(event, W.Started):
+                firsts.append(now - arrived)
+            if event.id == current and isinstance(event, W.Done):
+                current = None
+    return gaps, last, {"first_tokens": firsts}

@@ -155,8 +155,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["ours", "plain"], default="ours")
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
-    p.add_argument("--kind", choices=["decode", "prefill", "train", "long", "calls"],
-                   required=True, help="long: long-context decode, --prompt tokens of context")
+    p.add_argument("--kind", choices=["decode", "prefill", "train", "long", "beside", "calls"],
+                   required=True, help="long: long-context decode, --prompt tokens of context; "
+                   "beside (ours): --running sequences decode while prompts of --prompt tokens "
+                   "keep arriving")
     p.add_argument("--layer", default="layers.0.self_attn.o_proj",
                    help="calls: the layer called (a name suffix)")
     p.add_argument("--method", default="lora")
@@ -189,6 +191,10 @@ def parser() -> argparse.ArgumentParser:
                         "`inter_token_target_ms` (its decode waits follow, bench.paced)")
     p.add_argument("--kv-budget-mb", type=float, default=0,
                    help="long, ours: the KV cache kept on the device (0: no limit)")
+    p.add_argument("--running", type=int, default=4, help="beside: sequences decoding")
+    p.add_argument("--chunk-tokens", type=int, default=0,
+                   help="beside: a step's prompt tokens beside running sequences, as a worker's "
+                        "`prefill_chunk_tokens` (0: sized from what the engine measures)")
     return p
 
 
@@ -227,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         handle.targets = CallTargets.from_ms(args.decode_target_ms)  # as a worker's engine sets
     paced = PacedTokens(handle, args.inter_token_target_ms) if args.inter_token_target_ms \
         else None
-    tokenizer = _tokenizer(args.model) if args.kind == "long" and args.side == "ours" else None
+    tokenizer = _tokenizer(args.model) if args.kind in ("long", "beside") and \
+        args.side == "ours" else None
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
         _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced)
@@ -279,6 +286,12 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
         gaps, done, offloaded = longctx.engine_rounds(model, tokenizer, args.prompt,
                                                       args.tokens, until, rng, budget)
         return gaps, done, 1, {"offloaded_rows": offloaded}
+    if args.kind == "beside":
+        from bench import longctx
+
+        gaps, done, extra = longctx.beside_rounds(model, tokenizer, args.prompt, args.running,
+                                                  until, rng, args.chunk_tokens)
+        return gaps, done, args.running, extra
     return (*train(model, args.batch, args.length, until, rng), args.batch * args.length, {})
 
 

@@ -81,6 +81,8 @@ SETTINGS = [
             "share a GPU; off: leave MPS alone", one_of("auto", "off")),
     Setting("--kv-budget-mb", "SYMBIOSIS_KV_BUDGET_MB", "KV cache a worker keeps on its device "
             "(0: no limit)", AMOUNT),
+    Setting("--prefill-chunk-tokens", "SYMBIOSIS_PREFILL_CHUNK_TOKENS", "prompt tokens a worker "
+            "prefills a step beside running sequences (0: sized from what it measures)", COUNT),
     Setting("--max-concurrent", "SYMBIOSIS_MAX_CONCURRENT", "a tenant's requests in flight at "
             "once (the tenants file overrides)", positive),
     Setting("--max-context", "SYMBIOSIS_MAX_CONTEXT", "a tenant's longest prompt plus output "

@@ -25,6 +25,7 @@ class WorkerSpec(msgspec.Struct, tag="worker", frozen=True, kw_only=True):
     privacy: bool = False  # mask activations and gradients sent to the executor
     device: str = "cpu"  # where the worker's own part runs (attention, adapters, KV cache)
     kv_budget_bytes: int = 0  # KV cache kept on `device`; beyond it, in host memory (0: no limit)
+    prefill_chunk_tokens: int = 0  # a step's prompt tokens beside running ones (0: measured)
 
 
 class TrainerSpec(msgspec.Struct, tag="trainer", frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ from bench.__main__ import SCENARIOS
 
 # Three toy runs side by side, of about equal length: the harness is checked, not the speed.
 PARTS = (["capacity", "sharding", "privacy", "mixed", "rate", "pacing"],
-         ["policies", "memory", "decode", "mixed-trace", "targets"],
+         ["policies", "memory", "decode", "mixed-trace", "targets", "long-prompts"],
          ["throughput", "adapters", "tenants", "coldstart", "together", "overhead", "methods"])
 
 

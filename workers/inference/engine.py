@@ -2,18 +2,18 @@
 
 `step()` first admits waiting requests (prefilled together in one forward where they can share
 it, `prefill.py`, through the PEFT model, which also handles the virtual tokens of prompt and
-prefix tuning), then runs one decode step for all running sequences at once (through the
-underlying model, left-padded batch cache). New requests thus join between decode steps, and
-finished or aborted ones leave. An engine that `use`s a PeftModel of many LoRA adapters runs
-every phase through it, each row naming its adapter.
+prefix tuning; a long prompt beside running sequences a chunk a step, `chunks.py`), then runs
+one decode step for all running sequences at once (through the underlying model, left-padded
+batch cache). New requests thus join between decode steps, and finished or aborted ones leave.
+An engine that `use`s a PeftModel of many LoRA adapters runs every phase through it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,34 +23,24 @@ from wire import manager as W
 from wire.call.digits import greedy_choices
 from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
 from workers.inference.checks import refusal
+from workers.inference.chunks import Chunker, Partial, prefill_chunk
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
 from workers.inference.request import Request
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
+from workers.inference.sequence import Sequence, token_logprob
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
 
 
-@dataclass
-class Sequence:
-    request: Request
-    index: int
-    detok: Detokenizer
-    generator: torch.Generator | None
-    matcher: Any = None  # llguidance matcher of a constrained sequence
-    counts: dict[int, int] = field(default_factory=dict)
-    generated: int = 0
-    last: int = 0
-    finish: str | None = None
-
-
 class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
                  max_batch: int = 32, kv_budget_bytes: int = 0,
-                 pace: Callable[[deque[Request], list[Request]], None] | None = None) -> None:
+                 pace: Callable[[list[Request], list[Request]], None] | None = None,
+                 chunk_tokens: int = 0) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
         self.tokenizer = tokenizer
@@ -63,6 +53,7 @@ class InferenceEngine:
         self.kv_token_bytes = kv_bytes_per_token(model.config, model.dtype)
         self.grammars = Grammars(tokenizer, self.vocab_size)
         self.waiting: deque[Request] = deque()
+        self.chunks = Chunker(chunk_tokens)  # long prompts coming in beside running sequences
         self.resident = BatchCache(self.device)
         self.offloaded = BatchCache(self.device, offloaded=True)
         self._pending: dict[str, int] = {}  # request id -> sequences still running
@@ -82,7 +73,7 @@ class InferenceEngine:
 
     def uses(self, adapter: str) -> bool:
         """Whether a waiting or running request is served by `adapter`."""
-        return any(r.adapter == adapter for r in self.waiting) or \
+        return any(r.adapter == adapter for r in [*self.waiting, *self.chunks.requests]) or \
             any(s.request.adapter == adapter for s in self.running)
 
     def prefills_with(self, model: Any) -> bool:
@@ -95,7 +86,7 @@ class InferenceEngine:
         return self.resident.sequences + self.offloaded.sequences
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.chunks.partials or self.running)
 
     def add(self, request: Request, max_context: int | None = None) -> list[W.Message]:
         limit = min(self.max_context, max_context or self.max_context)
@@ -107,6 +98,7 @@ class InferenceEngine:
 
     def abort(self, request_id: str) -> None:
         self.waiting = deque(r for r in self.waiting if r.id != request_id)
+        self.chunks.drop(request_id)
         for seq in self.running:
             if seq.request.id == request_id:
                 seq.finish = "abort"
@@ -118,8 +110,10 @@ class InferenceEngine:
         self._generated.pop(request_id, None)
 
     def fail_all(self, status: int, code: str, message: str) -> list[W.Message]:
-        ids = {r.id for r in self.waiting} | {s.request.id for s in self.running}
+        ids = {r.id for r in [*self.waiting, *self.chunks.requests]} | \
+            {s.request.id for s in self.running}
         self.waiting.clear()
+        self.chunks.partials.clear()
         self.resident = BatchCache(self.device)
         self.offloaded = BatchCache(self.device, offloaded=True)
         self._pending.clear()
@@ -129,19 +123,26 @@ class InferenceEngine:
     @torch.no_grad()
     def step(self) -> list[W.Message]:
         admitted: deque[Request] = deque()
-        while self.waiting and len(self.running) + sum(r.params.n for r in admitted) + \
-                self.waiting[0].params.n <= self.max_batch:
+        seats = len(self.running) + sum(r.params.n for r in self.chunks.requests)
+        while self.waiting and seats + self.waiting[0].params.n <= self.max_batch:
+            seats += self.waiting[0].params.n
             admitted.append(self.waiting.popleft())
-        if self.pace is not None:
-            self.pace(admitted, [s.request for s in self.running])
+        running = [s.request for s in self.running]
+        chunks = self.chunks.plan(admitted, running) if shares_forwards(self.prefill_model) \
+            else []  # prompt or prefix tuning's virtual tokens go in front of each forward
+        if self.pace is not None:  # a prompt's first token comes in the step of its last chunk
+            self.pace([*admitted, *(p.request for p, n in chunks if n == p.rest)], running)
         try:
-            events = self._prefill_all(admitted)
+            events = self._prefill_all(admitted) + self._prefill_chunks(chunks)
         except ExecutorUnavailable:
             self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
             raise
+        began = time.perf_counter()
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
                 events += self._decode(batch)
+        if running:
+            self.chunks.budget.observe_decode(time.perf_counter() - began)
         return events
 
     # -- phases -----------------------------------------------------------------------------
@@ -151,7 +152,8 @@ class InferenceEngine:
         where they can share a forward, else alone; a failure fails its request only."""
         together = [r for r in admitted if not r.params.echo and r.prefill is None] \
             if not self.kv_budget_bytes and shares_forwards(self.prefill_model) else []
-        shared = prefill_shared(self.prefill_model, self.rows, together, self.device)
+        shared = prefill_shared(self.prefill_model, self.rows, together, self.device,
+                                self.chunks.budget.observe_prefill)
         events: list[W.Message] = []
         while admitted:
             request = admitted[0]
@@ -162,27 +164,51 @@ class InferenceEngine:
             except ExecutorUnavailable:
                 raise
             except Exception as exc:
-                log.exception("request %s failed in prefill", request.id)
-                self._forget(request.id)
-                code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
-                events.append(W.Failed(request.id, 500, code,
-                                       f"The request failed: {type(exc).__name__}"))
+                events.append(self._failed(request, exc))
             admitted.popleft()
         return events
+
+    def _prefill_chunks(self, chunks: list[tuple[Partial, int]]) -> list[W.Message]:
+        """The step's chunks of prompts coming in by chunks; a prompt all in joins the running
+        sequences with its first token; a failure fails its request only."""
+        events: list[W.Message] = []
+        for partial, tokens in chunks:
+            request, began = partial.request, time.perf_counter()
+            try:
+                done = prefill_chunk(self.prefill_model, self.rows, partial, tokens, self.device)
+                self.chunks.budget.observe_prefill(time.perf_counter() - began, tokens)
+                if done is not None:
+                    self.chunks.drop(request.id)
+                    events += self._admit(request, W.Started(
+                        request.id, len(request.prompt_ids), request.fallback), done)
+            except ExecutorUnavailable:
+                raise
+            except Exception as exc:
+                self.chunks.drop(request.id)
+                events.append(self._failed(request, exc))
+        return events
+
+    def _failed(self, request: Request, exc: Exception) -> W.Failed:
+        log.exception("request %s failed in prefill", request.id)
+        self._forget(request.id)
+        code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
+        return W.Failed(request.id, 500, code, f"The request failed: {type(exc).__name__}")
 
     def _prefill(self, request: Request) -> list[W.Message]:
         params = request.params
         want_prompt_logprobs = params.echo and params.logprobs is not None
         model = self.prefill_model if request.prefill is None else request.prefill
+        began = time.perf_counter()
         done = prefill_one(model, self.rows, request.prompt_ids, request.adapter, self.device,
                            want_prompt_logprobs)
+        self.chunks.budget.observe_prefill(time.perf_counter() - began, len(request.prompt_ids))
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
                                                         skip_special_tokens=True)
         if want_prompt_logprobs:
             started.prompt_logprobs = [
-                self._logprob(c)
+                token_logprob(self.tokenizer, c)
                 for c in prompt_logprobs(done.logits, request.prompt_ids, params.logprobs)]
         return self._admit(request, started, done)
 
@@ -242,42 +268,18 @@ class InferenceEngine:
 
     # -- per sequence ------------------------------------------------------------------------
 
-    def _allow_eos(self, seq: Sequence) -> bool:
-        return not seq.request.params.ignore_eos and seq.generated >= seq.request.params.min_tokens
-
     def _argmax_only(self, seq: Sequence) -> bool:
-        return argmax_only(seq.request.params, seq.counts, self._allow_eos(seq), self.eos_ids,
+        return argmax_only(seq.request.params, seq.counts, seq.allows_eos(), self.eos_ids,
                            seq.matcher is not None)
 
     def _choose(self, seq: Sequence, logits: torch.Tensor) -> Choice:
         allowed = None if seq.matcher is None else self.grammars.allowed(seq.matcher)
         return choose(logits, seq.request.params, seq.counts, seq.generator,
-                      self._allow_eos(seq), self.eos_ids, allowed)
+                      seq.allows_eos(), self.eos_ids, allowed)
 
     def _accept(self, seq: Sequence, choice: Choice) -> W.Delta:
-        params = seq.request.params
-        seq.last = choice.token
-        seq.generated += 1
         self._generated[seq.request.id] = self._generated.get(seq.request.id, 0) + 1
-        seq.counts[choice.token] = seq.counts.get(choice.token, 0) + 1
-        is_eos = choice.token in self.eos_ids and not params.ignore_eos
-        text = "" if is_eos else seq.detok.add(choice.token)
-        logprobs = None if choice.logprob is None else [self._logprob(choice)]
-        if seq.matcher is not None and not is_eos and not seq.matcher.consume_token(choice.token):
-            log.warning("request %s left its grammar: %s", seq.request.id,
-                        seq.matcher.get_error())
-        if is_eos or seq.detok.stopped or (seq.matcher is not None and seq.matcher.is_stopped()):
-            seq.finish = "stop"
-        elif seq.generated >= params.max_tokens:
-            seq.finish = "length"
-        if seq.finish:
-            text += seq.detok.flush()
-        return W.Delta(seq.request.id, seq.index, text, logprobs, seq.finish)
-
-    def _logprob(self, choice: Choice) -> W.TokenLogprob:
-        token = self.tokenizer.decode([choice.token])
-        top = [(self.tokenizer.decode([t]), lp) for t, lp in (choice.top or [])]
-        return W.TokenLogprob(token, choice.logprob, top, list(token.encode("utf-8")))
+        return seq.accept(choice, self.eos_ids, self.tokenizer)
 
     def _drop_finished(self) -> list[W.Message]:
         events: list[W.Message] = []

@@ -11,6 +11,8 @@ Only prompts of similar lengths share a forward (`groups`): padding is computed 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,18 +76,23 @@ def prefill_one(model: Any, rows: RowAdapters, prompt: list[int], adapter: str |
 
 
 def prefill_shared(model: Any, rows: RowAdapters, requests: list[Request],
-                   device: torch.device) -> dict[int, Prefilled]:
-    """The requests (by id()) prefilled in shared forwards, one per group of similar lengths;
-    a group whose forward fails is left out (each of its requests then goes alone, so that a
-    failure stays its request's), as are groups of one."""
+                   device: torch.device,
+                   timed: Callable[[float, int], None] = lambda seconds, tokens: None,
+                   ) -> dict[int, Prefilled]:
+    """The requests (by id()) prefilled in shared forwards, one per group of similar lengths,
+    each forward's time and tokens (padding counted) told to `timed`; a group whose forward
+    fails is left out (each of its requests then goes alone, so that a failure stays its
+    request's), as are groups of one."""
     shared: dict[int, Prefilled] = {}
     for group in groups([len(r.prompt_ids) for r in requests]):
         if len(group) < 2:
             continue
         members = [requests[i] for i in group]
+        began = time.perf_counter()
         try:
             filled = prefill_together(model, rows, [r.prompt_ids for r in members],
                                       [r.adapter for r in members], device)
+            timed(time.perf_counter() - began, len(members) * len(members[0].prompt_ids))
         except ExecutorUnavailable:
             raise
         except Exception:

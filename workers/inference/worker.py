@@ -88,7 +88,8 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
         pacer = Pacer(carry, lambda: client.calls, lambda: client.own_targets)
         return InferenceEngine(model, preloaded.tokenizer, max_context=preloaded.max_context,
                                eos_ids=preloaded.eos_ids, max_batch=config.max_batch,
-                               kv_budget_bytes=config.kv_budget_bytes, pace=pacer.pace)
+                               kv_budget_bytes=config.kv_budget_bytes, pace=pacer.pace,
+                               chunk_tokens=config.prefill_chunk_tokens)
 
     def carry(targets: CallTargets) -> None:
         client.targets = targets

@@ -66,6 +66,9 @@ class ManagerConfig(BaseSettings):
     kv_budget_mb: float = Field(0.0, ge=0, description="KV cache a worker keeps on its device; "
                                 "a request whose cache would exceed it runs with its cache in "
                                 "host memory (0: no limit)")
+    prefill_chunk_tokens: int = Field(0, ge=0, description="prompt tokens a worker prefills a "
+                                      "step beside running sequences (0: sized from what it "
+                                      "measures; more than the longest prompt: prompts whole)")
     privacy: bool = Field(False, description="workers and trainers mask what they send to the "
                           "executor (float32 only)")
     data_dir: str | None = Field(None, description="run the fine-tuning jobs recorded in this "

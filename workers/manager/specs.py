@@ -17,6 +17,7 @@ def worker_spec(config: ManagerConfig, manager: str, handle: WorkerHandle) -> S.
         manager=manager, max_adapters=config.max_adapters, max_batch=config.max_batch,
         threads=config.worker_threads, privacy=config.privacy, device=config.worker_device,
         kv_budget_bytes=int(config.kv_budget_mb * 2**20),
+        prefill_chunk_tokens=config.prefill_chunk_tokens,
         adapter_bytes=int(config.adapter_cache_mb * 2**20),
         tenant_adapter_bytes=int(config.tenant_adapter_cache_mb * 2**20))
 

@@ -1,0 +1,38 @@
+"""Long prompts beside running sequences (14, issue 31: inference first, end to end): 4
+sequences decode in one worker's engine while prompts of 1,024 tokens keep arriving, one at a
+time, each prefilled a chunk a step (`workers.inference.chunks`, sized from what the engine
+measures, as a worker does by default) against each prefilled whole (the engine before chunks).
+Plain generate() has no continuous batching to compare with: an arrival there waits for the
+running sequences to end."""
+
+from __future__ import annotations
+
+from bench.records import Record
+from bench.scenarios.common import Settings, run_ours
+from bench.scenarios.inference import DECODE_WARMUP_S
+
+PROMPT = 1024
+WHOLE = 10**9  # a chunk larger than any prompt: each prefilled whole
+
+
+def long_prompts(settings: Settings) -> list[Record]:
+    shape = {"kind": "beside", "method": "lora", "rank": 8, "running": 4,
+             "prompt": 128 if settings.toy else PROMPT, "duration": settings.duration,
+             "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
+    chunked = run_ours(settings, [shape])
+    whole = run_ours(settings, [{**shape, "chunk_tokens": WHOLE}])
+    name = f"14 prompts of {shape['prompt']} tokens beside 4 running sequences"
+    versus = "prefilled a chunk a step vs whole"
+    return [
+        Record(name, f"gap between a running sequence's tokens, median, {versus}",
+               chunked.latency_ms(0.5), whole.latency_ms(0.5), "ms", higher_is_better=False),
+        Record(name, f"gap between a running sequence's tokens, p99, {versus}",
+               chunked.latency_ms(0.99), whole.latency_ms(0.99), "ms", higher_is_better=False),
+        Record(name, f"gap between a running sequence's tokens, longest, {versus}",
+               chunked.latency_ms(1.0), whole.latency_ms(1.0), "ms", higher_is_better=False),
+        Record(name, f"running sequences' tokens/s, {versus}", chunked.tokens_per_s(),
+               whole.tokens_per_s(), "tok/s"),
+        Record(name, f"an arrival's time to first token, median, {versus}",
+               chunked.first_token_ms(0.5), whole.first_token_ms(0.5), "ms",
+               higher_is_better=False),
+    ]

@@ -1,0 +1,214 @@
+"""Chunked prefill: a long prompt comes in a chunk a step beside running sequences, which keep
+decoding between its chunks, and every request's tokens are plain generate()'s."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from catalogue.resolve import resolve_model
+from executor.local import LocalExecutor
+from tests.peft_reference import build_pair
+from wire import manager as W
+from workers.inference.chunks import (
+    AMORTIZED,
+    MIN_TOKENS,
+    UNMEASURED_TOKENS,
+    ChunkBudget,
+    Chunker,
+)
+from workers.inference.engine import InferenceEngine
+from workers.inference.request import Request
+
+MODEL = "tiny-llama"
+GREEDY = W.SamplingParams(max_tokens=12, temperature=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resolve_model(MODEL))
+
+
+def prompt(n: int, seed: int = 0) -> list[int]:
+    return torch.randint(3, 30000, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def plain_text(plain, tokenizer, ids: list[int], tokens: int) -> str:
+    with torch.no_grad():
+        t = torch.tensor([ids])
+        out = plain.generate(input_ids=t, attention_mask=torch.ones_like(t), do_sample=False,
+                             max_new_tokens=tokens, min_new_tokens=tokens)
+    return tokenizer.decode(out[0, t.shape[1]:], skip_special_tokens=True)
+
+
+def steps_of(engine: InferenceEngine) -> list[list[W.Message]]:
+    steps = []
+    while engine.has_work():
+        steps.append(engine.step())
+    return steps
+
+
+def deltas(steps: list[list[W.Message]], rid: str) -> list[int]:
+    """How many of `rid`'s tokens came in each step."""
+    return [sum(isinstance(e, W.Delta) and e.id == rid for e in step) for step in steps]
+
+
+def text(steps: list[list[W.Message]], rid: str) -> str:
+    return "".join(e.text for step in steps for e in step if isinstance(e, W.Delta) and e.id == rid)
+
+
+@pytest.mark.parametrize("method", ["lora", "ia3", "adalora", "prompt_tuning"])
+def test_a_long_prompt_comes_in_by_chunks_while_a_running_one_decodes(method, tokenizer) -> None:
+    """70 prompt tokens at 16 a step: five forwards (16 x 4 + 6), each in a step in which the
+    running request gets a token; both texts plain generate()'s. Prompt tuning's virtual tokens
+    go in front of each forward, so its prompt comes in whole."""
+    plain, ours = build_pair(MODEL, method, LocalExecutor.load(MODEL))
+    plain.eval()
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                             chunk_tokens=16)
+    forwards = []  # prefill forwards (decode steps run through the model under the PEFT one)
+    ours.register_forward_pre_hook(lambda _, args, kw: forwards.append(kw["input_ids"].shape[1]),
+                                   with_kwargs=True)
+    running, long = prompt(5), prompt(70, seed=1)
+    engine.add(Request("running", running, W.SamplingParams(max_tokens=20, temperature=0)))
+    first = [engine.step(), engine.step()]
+    engine.add(Request("long", long, GREEDY))
+    steps = first + steps_of(engine)
+    whole = ours.active_peft_config.is_prompt_learning
+    assert forwards == ([5, 70] if whole else [5, 16, 16, 16, 16, 6])
+    chunked_steps = 1 if whole else 5
+    assert deltas(steps, "running")[2:2 + chunked_steps] == [1] * chunked_steps
+    assert deltas(steps, "long")[:2 + chunked_steps] == [0] * (1 + chunked_steps) + [2]
+    assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
+    assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
+    assert not engine.chunks.partials and not engine.running
+
+
+def test_prompts_asking_their_logprobs_and_nothing_running_go_whole(tokenizer) -> None:
+    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                             chunk_tokens=16)
+    forwards = []
+    ours.register_forward_pre_hook(lambda _, args, kw: forwards.append(kw["input_ids"].shape[1]),
+                                   with_kwargs=True)
+    engine.add(Request("alone", prompt(40), GREEDY))  # nothing else runs: no one to let through
+    engine.step()
+    engine.add(Request("echo", prompt(40, seed=2),
+                       W.SamplingParams(max_tokens=2, echo=True, logprobs=1)))
+    steps = steps_of(engine)
+    assert forwards == [40, 40]
+    started = [e for step in steps for e in step if isinstance(e, W.Started)]
+    assert len(started[0].prompt_logprobs) == 40
+
+
+def test_a_partial_holds_its_seats_and_can_be_aborted(tokenizer) -> None:
+    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                             max_batch=3, chunk_tokens=16)
+    engine.add(Request("running", prompt(5), W.SamplingParams(max_tokens=30, temperature=0)))
+    engine.step()
+    engine.add(Request("long", prompt(80, seed=1), W.SamplingParams(max_tokens=4, n=2)))
+    engine.add(Request("third", prompt(4, seed=3), GREEDY))
+    engine.step()
+    assert [p.request.id for p in engine.chunks.partials] == ["long"]
+    assert [r.id for r in engine.waiting] == ["third"]  # 1 running + 2 held by "long" = 3
+    engine.abort("long")
+    events = engine.step()
+    assert not engine.chunks.partials and not engine.waiting
+    assert {e.id for e in events} == {"running", "third"}
+    assert "long" not in {e.id for step in steps_of(engine) for e in step}
+
+
+def test_a_chunk_that_fails_fails_its_request_only(tokenizer) -> None:
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    plain.eval()
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                             chunk_tokens=16)
+    prefill, poison = engine.prefill_model, 2  # a forward with this token raises (a bug)
+
+    def faulty(input_ids, **kw):
+        if (input_ids == poison).any():
+            raise RuntimeError("injected")
+        return prefill(input_ids=input_ids, **kw)
+
+    engine.prefill_model = faulty
+    running = prompt(5)
+    engine.add(Request("running", running, GREEDY))
+    first = engine.step()
+    engine.add(Request("poisoned", [*prompt(20, seed=4), poison, *prompt(20, seed=5)], GREEDY))
+    steps = [first, *steps_of(engine)]
+    failed = [e for step in steps for e in step if e.id == "poisoned"]
+    assert len(failed) == 1 and isinstance(failed[0], W.Failed) and failed[0].status == 500
+    assert text(steps, "running") == plain_text(plain, tokenizer, running, 12)  # it went on
+    assert not engine.chunks.partials and not engine._pending
+    failed = engine.fail_all(503, "executor_unavailable", "down")
+    assert failed == []
+
+
+def test_every_partial_fails_with_the_executor(tokenizer) -> None:
+    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                             chunk_tokens=16)
+    engine.add(Request("running", prompt(5), GREEDY))
+    engine.step()
+    engine.add(Request("long", prompt(60, seed=1), GREEDY))
+    engine.step()
+    failed = engine.fail_all(503, "executor_unavailable", "down")
+    assert sorted(f.id for f in failed) == ["long", "running"]
+    assert not engine.has_work()
+
+
+def test_the_budget_follows_what_the_engine_measures(tokenizer) -> None:
+    """A decode step's time, and a prompt token's beyond it from a prefill forward long enough
+    to say: the budget is then AMORTIZED decode steps' worth of tokens."""
+    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
+    budget = engine.chunks.budget
+    assert budget.tokens() == UNMEASURED_TOKENS  # nothing measured yet
+    engine.add(Request("a", prompt(5), GREEDY))
+    steps_of(engine)
+    assert budget.decode_s > 0 and budget.token_s == 0  # 5 tokens say nothing of a token
+    engine.add(Request("b", prompt(5), W.SamplingParams(max_tokens=40, temperature=0)))
+    engine.step()
+    engine.add(Request("long", prompt(1500, seed=1), GREEDY))
+    steps_of(engine)
+    assert budget.token_s > 0
+    assert budget.tokens() == max(MIN_TOKENS, int(AMORTIZED * budget.decode_s / budget.token_s))
+
+
+def test_a_chunk_costs_amortized_decode_steps_or_what_a_target_leaves() -> None:
+    budget = ChunkBudget()
+    budget.observe_prefill(1.0, 100)  # no decode step measured yet: nothing to set it against
+    budget.observe_decode(0.010)
+    budget.observe_prefill(0.015, 100)  # under two decode steps: too short to say
+    assert budget.tokens() == UNMEASURED_TOKENS
+    budget.observe_prefill(0.110, 100)  # 10 ms fixed, 1 ms a token
+    assert budget.token_s == pytest.approx(0.001)
+    assert budget.tokens() == 30  # 3 decode steps' worth
+    assert budget.tokens(inter_token_us=100_000) == 30  # a loose target: the same
+    assert budget.tokens(inter_token_us=40_000) == 20  # 40 ms less a decode step and a chunk's
+    assert budget.tokens(inter_token_us=20_000) == MIN_TOKENS  # missed anyway: keep coming in
+    budget.observe_decode(0.050)  # moves a quarter of the way
+    assert budget.decode_s == pytest.approx(0.020)
+    assert ChunkBudget(fixed=7).tokens() == 7
+
+
+def test_a_steps_chunks_go_first_come_first_within_the_budget() -> None:
+    chunker = Chunker()
+    chunker.budget.observe_decode(0.010)
+    chunker.budget.observe_prefill(0.110, 100)  # 30 tokens a chunk
+    targeted = W.TokenTargets(inter_token_us=40_000)  # 20 tokens a chunk
+    running = [Request("r", [1], GREEDY), Request("t", [1], GREEDY, token_targets=targeted)]
+    admitted = deque([Request("a", [1] * 50, GREEDY), Request("short", [1] * 20, GREEDY),
+                      Request("b", [1] * 90, GREEDY),
+                      Request("echo", [1] * 90, W.SamplingParams(echo=True))])
+    chunks = chunker.plan(admitted, running[:1])
+    assert [r.id for r in admitted] == ["short", "echo"]  # these go whole
+    assert [(p.request.id, n) for p, n in chunks] == [("a", 30)]
+    chunks[0][0].done = 40
+    chunks = chunker.plan(deque(), running)
+    assert [(p.request.id, n) for p, n in chunks] == [("a", 10), ("b", 10)]
+    assert chunker.plan(deque(), []) and not Chunker().plan(deque(), [])
