@@ -48,12 +48,16 @@ def engine_rounds(model, tokenizer, context: int, tokens: int, until: float,
     return gaps, last, offloaded
 
 
+QUIET_STEPS = 16  # decode steps between one long prompt's end and the next one's arrival
+
+
 def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
                   rng: torch.Generator, chunk_tokens: int) -> tuple[list[float], float, dict]:
-    """`running` sequences decode while long prompts (`prompt` tokens, one at a time, each
-    asking 2 tokens) keep arriving, through the worker's own engine: the gaps between the running
-    sequences' tokens (every step gives each one), when the last step ended, and each arrival's
-    time to its first token. `chunk_tokens` as a worker's (0: sized from what it measures)."""
+    """`running` sequences decode while long prompts (`prompt` tokens, each asking 2 tokens)
+    arrive one at a time, each QUIET_STEPS steps after the one before ended, through the
+    worker's own engine: the gaps between the running sequences' tokens (every step gives each
+    one), when the last step ended, and each arrival's time to its first token. `chunk_tokens`
+    as a worker's (0: sized from what it measures)."""
     from wire import manager as W
     from workers.inference.engine import InferenceEngine
     from workers.inference.request import Request
@@ -66,12 +70,13 @@ def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
     engine.step()
     gaps: list[float] = []
     firsts: list[float] = []
-    current, arrived, last = None, 0.0, time.monotonic()
+    current, arrived, quiet, last = None, 0.0, 0, time.monotonic()
     for count in itertools.count():
         if time.monotonic() >= until:
             break
-        if current is None:
-            current = f"long-{count}"
+        quiet = quiet + 1 if current is None else 0
+        if quiet > QUIET_STEPS:
+            current, quiet = f"long-{count}", 0
             ids = torch.randint(0, 50000, (prompt,), generator=rng).tolist()
             engine.add(Request(current, ids, W.SamplingParams(max_tokens=2, temperature=0)))
             arrived = time.monotonic()

@@ -1,7 +1,8 @@
-"""Long prompts beside running sequences (14, issue 31: inference first, end to end): 4
-sequences decode in one worker's engine while prompts of 1,024 tokens keep arriving, one at a
-time, each prefilled a chunk a step (`workers.inference.chunks`, sized from what the engine
-measures, as a worker does by default) against each prefilled whole (the engine before chunks).
+"""Long prompts beside running sequences (15, issue 31: inference first, end to end): 4
+sequences decode in one worker's engine while prompts of 1,024 tokens arrive one at a time
+(each 16 decode steps after the one before ended, `bench.longctx.QUIET_STEPS`), each prefilled
+a chunk a step (`workers.inference.chunks`, sized from what the engine measures, as a worker
+does by default) against each prefilled whole (the engine before chunks).
 Plain generate() has no continuous batching to compare with: an arrival there waits for the
 running sequences to end."""
 
@@ -21,7 +22,7 @@ def long_prompts(settings: Settings) -> list[Record]:
              "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
     chunked = run_ours(settings, [shape])
     whole = run_ours(settings, [{**shape, "chunk_tokens": WHOLE}])
-    name = f"14 prompts of {shape['prompt']} tokens beside 4 running sequences"
+    name = f"15 prompts of {shape['prompt']} tokens beside 4 running sequences"
     versus = "prefilled a chunk a step vs whole"
     return [
         Record(name, f"gap between a running sequence's tokens, median, {versus}",

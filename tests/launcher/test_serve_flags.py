@@ -60,13 +60,14 @@ def test_every_flag_has_help_and_sets_what_the_services_read(monkeypatch) -> Non
 
 def test_adapter_cache_flags_reach_the_workers_spec(monkeypatch) -> None:
     args = parser().parse_args(["serve", "--adapter-cache-mb", "64", "--tenant-adapter-cache-mb",
-                                "0.5", "--max-adapters", "100"])
+                                "0.5", "--max-adapters", "100", "--prefill-chunk-tokens", "96"])
     for variable, value in serve_flags.environment(args).items():
         monkeypatch.setenv(variable, value)
     spec = worker_spec(ManagerConfig(), "ipc:///manager", WorkerHandle("~shared-0", "~shared-0",
                                                                       started=0.0))
     assert (spec.max_adapters, spec.adapter_bytes, spec.tenant_adapter_bytes) == \
         (100, 64 * 2**20, 2**19)
+    assert spec.prefill_chunk_tokens == 96
 
 
 def test_the_readme_names_only_flags_and_variables_that_exist() -> None:

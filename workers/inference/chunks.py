@@ -31,7 +31,7 @@ from workers.inference.request import Request
 from workers.inference.rows import RowAdapters
 
 MIN_TOKENS = 16
-UNMEASURED_TOKENS = 512
+UNMEASURED_TOKENS = 256
 AMORTIZED = 3  # a chunk's tokens cost this many decode steps (the fixed part of a forward)
 SMOOTHING = 0.25  # of each new measurement in the running estimates
 
