@@ -3,6 +3,10 @@
 Keys and values of every layer are [rows, heads, time, dim]; `mask` [rows, time] marks real
 entries (1) and left padding (0). Position ids come from the mask, as in transformers' generate.
 
+The resident batch's layers have room to grow (`RoomyLayer`): transformers' dynamic cache appends
+each step's token by concatenation, a copy of the whole cache a step (at 1,000 positions x 4
+rows of llama-160m on a 2-core host: 57 ms a decode step against 38 with room).
+
 A worker keeps two batches: one with its cache on the worker's device, and one *offloaded*: its
 cache lives in host memory and, on a GPU, each layer's keys and values are fetched to the device
 just before that layer's attention and written back right after (transformers' offloading
@@ -16,11 +20,61 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from wire.call.device import synchronize
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 HOST = torch.device("cpu")
+ROOM = 64  # positions a layer's room has beyond what it holds, at least (else a quarter more)
+
+
+class RoomyLayer(DynamicLayer):
+    """A dynamic cache layer whose keys and values are views of a larger buffer: a token appended
+    is written into the room left, and only a full room is copied into a larger one. Keys or
+    values set from outside (a batch's rows selected) are taken into a room of their own."""
+
+    room: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        held = self.get_seq_length()
+        need = held + key_states.shape[-2]
+        room = self.room
+        if room is None or room[0].shape[-2] < need or room[0].shape[:2] != key_states.shape[:2] \
+                or not (_inside(self.keys, room[0]) and _inside(self.values, room[1])):
+            room = self.room = (_larger(self.keys, key_states, held, need),
+                                _larger(self.values, value_states, held, need))
+        room[0][:, :, held:need] = key_states
+        room[1][:, :, held:need] = value_states
+        self.keys, self.values = room[0][:, :, :need], room[1][:, :, :need]
+        return self.keys, self.values
+
+
+class RoomyCache(DynamicCache):
+    """A dynamic cache of `RoomyLayer`s, holding `kv` to begin with."""
+
+    def __init__(self, kv: KV = ()) -> None:
+        super().__init__()
+        self.layer_class_to_replicate = RoomyLayer
+        for keys, values in kv:
+            layer = RoomyLayer()
+            layer.update(keys, values)
+            self.layers.append(layer)
+
+
+def _inside(held: torch.Tensor, room: torch.Tensor) -> bool:
+    return held.numel() == 0 or (held.data_ptr() == room.data_ptr()
+                                 and held.stride() == room.stride())
+
+
+def _larger(held: torch.Tensor, new: torch.Tensor, count: int, need: int) -> torch.Tensor:
+    room = new.new_empty((*new.shape[:2], need + max(ROOM, need // 4), new.shape[-1]))
+    if count:
+        room[:, :, :count] = held
+    return room
 
 
 def cache_tensors(cache: DynamicCache) -> KV:
@@ -58,7 +112,7 @@ class BatchCache:
         elif self.streams:
             self.cache = _offloading_cache([(k.to(HOST), v.to(HOST)) for k, v in kv], self.device)
         else:
-            self.cache = DynamicCache(ddp_cache_data=kv)
+            self.cache = RoomyCache(kv)
 
     @property
     def rows(self) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from workers.inference.batch import cache_tensors
+from workers.inference.batch import RoomyCache, cache_tensors
 from workers.inference.prefill import Prefilled
 from workers.inference.request import Request
 from workers.inference.rows import RowAdapters
@@ -79,7 +79,7 @@ def chunkable(request: Request) -> bool:
 class Partial:
     """A request whose prompt is coming in by chunks: its cache so far."""
     request: Request
-    cache: DynamicCache = field(default_factory=DynamicCache)
+    cache: DynamicCache = field(default_factory=RoomyCache)
     done: int = 0  # prompt tokens in the cache
 
     @property
