@@ -64,10 +64,55 @@ class RoomyCache(DynamicCache):
             layer.update(keys, values)
             self.layers.append(layer)
 
+    @classmethod
+    def joined(cls, first: KV, second: KV, width: int) -> RoomyCache:
+        """The rows of `first` then those of `second`, each left-padded with zeros to `width`,
+        written once into rooms (not padded, concatenated, then copied into a room)."""
+        cache = cls()
+        cache.layers = [_holding(_stacked(k0, k1, width), _stacked(v0, v1, width), width)
+                        for (k0, v0), (k1, v1) in zip(first, second, strict=True)]
+        return cache
+
+    @classmethod
+    def kept(cls, kv: KV, index: torch.Tensor, start: int) -> RoomyCache:
+        """The rows `index` of `kv` from position `start` on, written once into rooms."""
+        cache = cls()
+        width = kv[0][0].shape[2] - start if kv else 0
+        cache.layers = [_holding(_selected(k, index, start), _selected(v, index, start), width)
+                        for k, v in kv]
+        return cache
+
+
+def _holding(keys: torch.Tensor, values: torch.Tensor, width: int) -> RoomyLayer:
+    """A layer whose rooms are `keys` and `values`, holding their first `width` positions."""
+    layer = RoomyLayer()
+    layer.lazy_initialization(keys, values)
+    layer.room = (keys, values)
+    layer.keys, layer.values = keys[:, :, :width], values[:, :, :width]
+    return layer
+
 
 def _inside(held: torch.Tensor, room: torch.Tensor) -> bool:
     return held.numel() == 0 or (held.data_ptr() == room.data_ptr()
                                  and held.stride() == room.stride())
+
+
+def _stacked(first: torch.Tensor, second: torch.Tensor, width: int) -> torch.Tensor:
+    room = first.new_empty((first.shape[0] + second.shape[0], first.shape[1],
+                            width + max(ROOM, width // 4), first.shape[-1]))
+    for start, part in ((0, first), (first.shape[0], second.to(first.device))):
+        rows, pad = slice(start, start + part.shape[0]), width - part.shape[2]
+        room[rows, :, :pad] = 0
+        room[rows, :, pad:width] = part
+    return room
+
+
+def _selected(held: torch.Tensor, index: torch.Tensor, start: int) -> torch.Tensor:
+    width = held.shape[2] - start
+    room = held.new_empty((len(index), held.shape[1], width + max(ROOM, width // 4),
+                           held.shape[-1]))
+    torch.index_select(held[:, :, start:], 0, index.to(held.device), out=room[:, :, :width])
+    return room
 
 
 def _larger(held: torch.Tensor, new: torch.Tensor, count: int, need: int) -> torch.Tensor:
@@ -124,9 +169,12 @@ class BatchCache:
             self.kv, self.mask = kv, mask
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        self.kv = [(torch.cat([_pad(k0, width), _pad(k1.to(k0.device), width)]),
-                    torch.cat([_pad(v0, width), _pad(v1.to(v0.device), width)]))
-                   for (k0, v0), (k1, v1) in zip(self.kv, kv, strict=True)]
+        if not self.streams:
+            self.cache = RoomyCache.joined(self.kv, kv, width)
+        else:
+            self.kv = [(torch.cat([_pad(k0, width), _pad(k1.to(k0.device), width)]),
+                        torch.cat([_pad(v0, width), _pad(v1.to(v0.device), width)]))
+                       for (k0, v0), (k1, v1) in zip(self.kv, kv, strict=True)]
         self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(mask, width)])
 
     def keep(self, rows: list[int]) -> None:
@@ -139,8 +187,11 @@ class BatchCache:
         mask = self.mask.index_select(0, index)
         start = int((mask.cumsum(1) == 0).sum(1).min())  # columns that are padding in every row
         self.mask = mask[:, start:]
-        self.kv = [(k.index_select(0, index.to(k.device))[:, :, start:],
-                    v.index_select(0, index.to(v.device))[:, :, start:]) for k, v in self.kv]
+        if not self.streams:
+            self.cache = RoomyCache.kept(self.kv, index, start)
+        else:
+            self.kv = [(k.index_select(0, index.to(k.device))[:, :, start:],
+                        v.index_select(0, index.to(v.device))[:, :, start:]) for k, v in self.kv]
 
     def step_inputs(self) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """(cache, attention mask, position ids) for one more token per row; the model's

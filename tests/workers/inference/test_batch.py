@@ -4,8 +4,9 @@ a token is written in place, and only a full room (or keys set from outside) is 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from workers.inference.batch import ROOM, RoomyCache, RoomyLayer
+from workers.inference.batch import ROOM, BatchCache, RoomyCache, RoomyLayer
 
 
 def states(rows: int, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,3 +52,37 @@ def test_a_cache_begins_with_its_states_and_grows_layers_as_a_model_asks() -> No
     empty.update(*states(1, 4, 7), layer_idx=1)
     assert [type(layer) for layer in empty.layers] == [RoomyLayer, RoomyLayer]
     assert empty.layers[1].get_seq_length() == 4
+
+
+def test_rows_joining_a_batch_are_written_once_padded_as_before() -> None:
+    """A batch of 2 rows at 6 positions joined by 1 row at 9: each left-padded with zeros to 9
+    (the padding zeroed even where the room held garbage), the next token written in place."""
+    first = [states(2, 6, seed) for seed in range(2)]
+    second = [states(1, 9, seed) for seed in range(2, 4)]
+    batch = BatchCache()
+    batch.join(first, torch.ones(2, 6, dtype=torch.long))
+    batch.join(second, torch.ones(1, 9, dtype=torch.long))
+    for (k, v), (k0, v0), (k1, v1) in zip(batch.kv, first, second, strict=True):
+        assert torch.equal(k, torch.cat([F.pad(k0, (0, 0, 3, 0)), k1]))
+        assert torch.equal(v, torch.cat([F.pad(v0, (0, 0, 3, 0)), v1]))
+    assert batch.mask.tolist() == [[0] * 3 + [1] * 6] * 2 + [[1] * 9]
+    layer = batch.cache.layers[0]
+    room = layer.keys.data_ptr()
+    layer.update(*states(3, 1, 9))
+    assert layer.keys.data_ptr() == room and layer.get_seq_length() == 10
+
+
+def test_rows_kept_lose_the_padding_no_row_needs_written_once() -> None:
+    batch = BatchCache()
+    short, long = [states(2, 6, seed) for seed in range(2)], [states(1, 9, 2 + s) for s in range(2)]
+    batch.join(short, torch.ones(2, 6, dtype=torch.long))
+    batch.join(long, torch.ones(1, 9, dtype=torch.long))
+    batch.sequences = ["a", "b", "long"]
+    batch.keep([1, 0])  # the long row leaves: its 3 positions of the others' padding go too
+    assert batch.sequences == ["b", "a"] and batch.mask.tolist() == [[1] * 6] * 2
+    for (k, v), (k0, v0) in zip(batch.kv, short, strict=True):
+        assert torch.equal(k, k0[[1, 0]]) and torch.equal(v, v0[[1, 0]])
+    layer = batch.cache.layers[1]
+    room = layer.keys.data_ptr()
+    layer.update(*states(2, 1, 9))
+    assert layer.keys.data_ptr() == room and layer.get_seq_length() == 7
