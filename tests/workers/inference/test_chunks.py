@@ -212,3 +212,22 @@ def test_a_steps_chunks_go_first_come_first_within_the_budget() -> None:
     chunks = chunker.plan(deque(), running)
     assert [(p.request.id, n) for p, n in chunks] == [("a", 10), ("b", 10)]
     assert chunker.plan(deque(), []) and not Chunker().plan(deque(), [])
+
+
+@pytest.mark.parametrize("model", ["tiny-gpt2", "tiny-gemma2", "tiny-starcoder"])
+def test_chunks_equal_plain_generate_for_every_architecture(model: str) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
+    plain.eval()
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16)
+    running, long = ([t % tokenizer.vocab_size for t in prompt(n, seed)] for n, seed in
+                     ((5, 0), (70, 1)))
+    engine.add(Request("running", running, W.SamplingParams(max_tokens=20, temperature=0)))
+    first = engine.step()
+    engine.add(Request("long", long, GREEDY))
+    steps = [first, *steps_of(engine)]
+    assert deltas(steps, "running")[1:6] == [1] * 5  # one a step while the prompt came in
+    assert deltas(steps, "long")[:6] == [0] * 5 + [2]  # in 5 chunks (16 x 4 + 6)
+    assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
+    assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
