@@ -97,9 +97,13 @@ def _inside(held: torch.Tensor, room: torch.Tensor) -> bool:
                                  and held.stride() == room.stride())
 
 
+def _room(like: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """An empty buffer of `rows` rows shaped as `like`'s, with room beyond `width` positions."""
+    return like.new_empty((rows, like.shape[1], width + max(ROOM, width // 4), like.shape[-1]))
+
+
 def _stacked(first: torch.Tensor, second: torch.Tensor, width: int) -> torch.Tensor:
-    room = first.new_empty((first.shape[0] + second.shape[0], first.shape[1],
-                            width + max(ROOM, width // 4), first.shape[-1]))
+    room = _room(first, first.shape[0] + second.shape[0], width)
     for start, part in ((0, first), (first.shape[0], second.to(first.device))):
         rows, pad = slice(start, start + part.shape[0]), width - part.shape[2]
         room[rows, :, :pad] = 0
@@ -109,14 +113,13 @@ def _stacked(first: torch.Tensor, second: torch.Tensor, width: int) -> torch.Ten
 
 def _selected(held: torch.Tensor, index: torch.Tensor, start: int) -> torch.Tensor:
     width = held.shape[2] - start
-    room = held.new_empty((len(index), held.shape[1], width + max(ROOM, width // 4),
-                           held.shape[-1]))
+    room = _room(held, len(index), width)
     torch.index_select(held[:, :, start:], 0, index.to(held.device), out=room[:, :, :width])
     return room
 
 
 def _larger(held: torch.Tensor, new: torch.Tensor, count: int, need: int) -> torch.Tensor:
-    room = new.new_empty((*new.shape[:2], need + max(ROOM, need // 4), new.shape[-1]))
+    room = _room(new, new.shape[0], need)
     if count:
         room[:, :, :count] = held
     return room
