@@ -31,6 +31,7 @@ from workers.inference.request import Request
 from workers.inference.rows import RowAdapters
 
 MIN_TOKENS = 16
+LEARN_TOKENS = 64  # the fewest prompt tokens of a forward that says what a token costs
 UNMEASURED_TOKENS = 256
 AMORTIZED = 3  # a chunk's tokens cost this many decode steps (the fixed part of a forward)
 SMOOTHING = 0.25  # of each new measurement in the running estimates
@@ -50,9 +51,10 @@ class ChunkBudget:
         self.decode_s = _smoothed(self.decode_s, seconds)
 
     def observe_prefill(self, seconds: float, tokens: int) -> None:
-        """A prefill forward of `tokens` prompt tokens; one that took less than two decode
-        steps says too little about its tokens against its fixed part."""
-        if tokens > 0 and self.decode_s and seconds > 2 * self.decode_s:
+        """A prefill forward of `tokens` prompt tokens; one of fewer than LEARN_TOKENS, or that
+        took less than two decode steps, says too little about its tokens against its fixed
+        part (a prefill's own is more than a decode step's)."""
+        if tokens >= LEARN_TOKENS and self.decode_s and seconds > 2 * self.decode_s:
             self.token_s = _smoothed(self.token_s, (seconds - self.decode_s) / tokens)
 
     def tokens(self, inter_token_us: int = 0) -> int:

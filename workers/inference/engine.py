@@ -201,7 +201,8 @@ class InferenceEngine:
         began = time.perf_counter()
         done = prefill_one(model, self.rows, request.prompt_ids, request.adapter, self.device,
                            want_prompt_logprobs)
-        self.chunks.budget.observe_prefill(time.perf_counter() - began, len(request.prompt_ids))
+        self.chunks.budget.observe_prefill(  # every position's logits cost more than a token
+            time.perf_counter() - began, 0 if want_prompt_logprobs else len(request.prompt_ids))
         started = W.Started(request.id, len(request.prompt_ids), request.fallback)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,

@@ -15,6 +15,7 @@ from tests.peft_reference import build_pair
 from wire import manager as W
 from workers.inference.chunks import (
     AMORTIZED,
+    LEARN_TOKENS,
     MIN_TOKENS,
     UNMEASURED_TOKENS,
     ChunkBudget,
@@ -173,6 +174,11 @@ def test_the_budget_follows_what_the_engine_measures(tokenizer) -> None:
     assert budget.decode_s > 0 and budget.token_s == 0  # 5 tokens say nothing of a token
     engine.add(Request("b", prompt(5), W.SamplingParams(max_tokens=40, temperature=0)))
     engine.step()
+    assert budget.token_s == 0  # nor beside a decode step measured
+    engine.add(Request("echo", prompt(1500, seed=2), W.SamplingParams(max_tokens=1, echo=True,
+                                                                     logprobs=0)))
+    engine.step()  # whole, with every position's logits: it says nothing of a prompt token
+    assert budget.token_s == 0
     engine.add(Request("long", prompt(1500, seed=1), GREEDY))
     steps_of(engine)
     assert budget.token_s > 0
@@ -184,6 +190,7 @@ def test_a_chunk_costs_amortized_decode_steps_or_what_a_target_leaves() -> None:
     budget.observe_prefill(1.0, 100)  # no decode step measured yet: nothing to set it against
     budget.observe_decode(0.010)
     budget.observe_prefill(0.015, 100)  # under two decode steps: too short to say
+    budget.observe_prefill(1.0, LEARN_TOKENS - 1)  # too few tokens to tell from the fixed part
     assert budget.tokens() == UNMEASURED_TOKENS
     budget.observe_prefill(0.110, 100)  # 10 ms fixed, 1 ms a token
     assert budget.token_s == pytest.approx(0.001)
