@@ -291,34 +291,3 @@ def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_sh
         prompt = tokenizer.encode(f"request {model}-again says")
         assert again[f"{model}-again"] == tokenizer.encode(tokenizer.decode(
             plain_tokens(saved[model], prompt)))
-
-
-def test_long_prompts_come_in_by_chunks_each_through_its_own_adapter(saved, tokenizer) -> None:
-    """Beside a running request, prompts of ~30 tokens for LoRA, IA3, prefix and prompt tuning
-    in 8-token chunks (prefix and prompt tuning's whole, through their own models): each
-    request's tokens are plain peft's with its adapter alone."""
-    held = adapters(tokenizer, chunk_tokens=8)
-    engine, _ = held.route("base", None)
-    engine.add(Request("running", tokenizer.encode("request running says"),
-                       W.SamplingParams(max_tokens=40, temperature=0)))
-    engine.step()
-    asks = {"a": "t/lora-a@1", "b": "t/lora-b@1", "ia3": "t/ia3@1", "prefix": "t/prefix@1",
-            "prompt": "t/prompt@1"}
-    prompts = {rid: tokenizer.encode(f"request {rid} says " * 6) for rid in asks}
-    for rid, model in asks.items():
-        routed, adapter = held.route(model, W.AdapterRef(str(saved[model]), ""))
-        assert routed.add(Request(rid, prompts[rid], GREEDY, adapter=adapter,
-                                  prefill=held.prefill_of(model))) == []
-    texts: dict[str, str] = {rid: "" for rid in asks}
-    chunked = 0
-    while any(e.has_work() for e in held.engines()):
-        for each in held.engines():
-            chunked = max(chunked, len(each.chunks.partials))
-            for event in each.step() if each.has_work() else []:
-                assert not isinstance(event, W.Failed), event
-                if isinstance(event, W.Delta) and event.id in texts:
-                    texts[event.id] += event.text
-    assert chunked >= 2  # the LoRA prompts (one engine) came in by chunks side by side
-    for rid, model in asks.items():
-        expected = tokenizer.encode(tokenizer.decode(plain_tokens(saved[model], prompts[rid])))
-        assert tokenizer.encode(texts[rid]) == expected, rid

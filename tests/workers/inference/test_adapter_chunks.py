@@ -1,0 +1,47 @@
+# ruff: noqa: F811  (the fixtures imported from test_adapters are arguments here)
+"""Chunked prefill in a worker of many adapters (in-process executor): long prompts of two LoRA
+adapters come in by chunks side by side in one shared engine, each through its own adapter, and
+every request still equals plain peft."""
+
+from __future__ import annotations
+
+from tests.workers.inference.test_adapters import (  # noqa: F401  (fixtures)
+    GREEDY,
+    adapters,
+    plain_tokens,
+    saved,
+    tokenizer,
+)
+from wire import manager as W
+from workers.inference.request import Request
+
+
+def test_long_prompts_come_in_by_chunks_each_through_its_own_adapter(saved, tokenizer) -> None:
+    """Beside a running request, prompts of ~30 tokens for LoRA, IA3, prefix and prompt tuning
+    in 8-token chunks (prefix and prompt tuning's whole, through their own models): each
+    request's tokens are plain peft's with its adapter alone."""
+    held = adapters(tokenizer, chunk_tokens=8)
+    engine, _ = held.route("base", None)
+    engine.add(Request("running", tokenizer.encode("request running says"),
+                       W.SamplingParams(max_tokens=40, temperature=0)))
+    engine.step()
+    asks = {"a": "t/lora-a@1", "b": "t/lora-b@1", "ia3": "t/ia3@1", "prefix": "t/prefix@1",
+            "prompt": "t/prompt@1"}
+    prompts = {rid: tokenizer.encode(f"request {rid} says " * 6) for rid in asks}
+    for rid, model in asks.items():
+        routed, adapter = held.route(model, W.AdapterRef(str(saved[model]), ""))
+        assert routed.add(Request(rid, prompts[rid], GREEDY, adapter=adapter,
+                                  prefill=held.prefill_of(model))) == []
+    texts: dict[str, str] = {rid: "" for rid in asks}
+    chunked = 0
+    while any(e.has_work() for e in held.engines()):
+        for each in held.engines():
+            chunked = max(chunked, len(each.chunks.partials))
+            for event in each.step() if each.has_work() else []:
+                assert not isinstance(event, W.Failed), event
+                if isinstance(event, W.Delta) and event.id in texts:
+                    texts[event.id] += event.text
+    assert chunked >= 2  # the LoRA prompts (one engine) came in by chunks side by side
+    for rid, model in asks.items():
+        expected = tokenizer.encode(tokenizer.decode(plain_tokens(saved[model], prompts[rid])))
+        assert tokenizer.encode(texts[rid]) == expected, rid
