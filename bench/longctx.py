@@ -2,7 +2,7 @@
 through the inference worker's own engine (`workers.inference.engine`) on the remote model, so
 its KV cache stays on the client's device within `kv_budget_bytes` (0: no limit) and is
 offloaded to host memory past it, as a worker's would be. (Plain runs transformers' generate(),
-`bench.workload.decode` with `first=False`.) Both report the gaps between decode steps only: a
+`bench.loops.decode` with `first=False`.) Both report the gaps between decode steps only: a
 round's first token also pays the prefill of the whole context, which is not what the cache's
 placement changes.
 """

@@ -1,7 +1,7 @@
 """Ours with several tenants in one process: a worker of the shared pool (`--shared-tenants`),
 its adapters and engine (`workers/inference/adapters.py`, the real classes) on the run's
 executor, each row of a batch with its own tenant's LoRA adapter. The counterpart of one peft
-process decoding mixed-adapter batches (`bench.workload.decode_mixed`): neither isolates its
+process decoding mixed-adapter batches (`bench.loops.decode_mixed`): neither isolates its
 tenants from each other."""
 
 from __future__ import annotations

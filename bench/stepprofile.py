@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from bench.executors import executor
+from bench.loops import train_step
 from bench.models import build
 from bench.sides import environment
-from bench.workload import train_step
 
 TOP_OPS = 25
 

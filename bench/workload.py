@@ -1,7 +1,7 @@
 """One benchmark client: a model with its own adapter running one workload, either side.
 
     python -m bench.workload --side ours|plain --model M [--endpoint E]
-        --kind decode|prefill|train|long|calls --sync-dir D --index I [--duration S]
+        --kind decode|prefill|train|long|beside|calls --sync-dir D --index I [--duration S]
         [--device cuda --dtype bfloat16] ...
 
 `ours` is a remote model on the shared executor; `plain` is transformers + peft with its own copy
@@ -17,137 +17,11 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
 
-from bench.models import FIXED_LENGTH, RANKS, build, build_mixed
+from bench.loops import calls, decode, decode_mixed, prefill, train
+from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
 from bench.sides import wait_policy
-
-
-def settle(device: torch.device) -> None:
-    """Wait for the device's queued work, so that a unit of work is timed when it is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class TokenClock(StoppingCriteria):
-    """Stamps each generated token and ends the generation when the window closes, so a
-    client's last generate() does not run past the measured window."""
-
-    def __init__(self, until: float, paced: PacedTokens | None = None) -> None:
-        self.until = until
-        self.stamps: list[float] = []
-        self.paced = paced  # the client's end-to-end target between tokens, if it asks one
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        now = time.monotonic()
-        self.stamps.append(now)
-        if self.paced is not None:
-            self.paced.token()
-        return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool,
-                          device=input_ids.device)  # transformers ands it with a tensor there
-
-    @property
-    def last(self) -> float:
-        """When the last token came (now, if none has)."""
-        return self.stamps[-1] if self.stamps else time.monotonic()
-
-    def generate(self, model, ids: torch.Tensor, tokens: int, **kwargs) -> list[float]:
-        """One generate(); the gap before each of its tokens (the first: since the start)."""
-        if self.paced is not None:
-            self.paced.admit()
-        self.stamps = [time.monotonic()]
-        with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=tokens, **FIXED_LENGTH,
-                           stopping_criteria=StoppingCriteriaList([self]), **kwargs)
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
-
-
-def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator,
-           first: bool = True, paced: PacedTokens | None = None
-           ) -> tuple[list[float], float, list[float]]:
-    """generate() calls until the window closes: each token's latency, when the last came, and
-    each call's time to its first token. `first=False` leaves out each call's first token from
-    the latencies (it also paid the prefill)."""
-    model.eval()
-    clock, latencies, firsts = TokenClock(until, paced), [], []
-    while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (1, prompt), generator=rng).to(model.device)
-        gaps = clock.generate(model, ids, tokens)
-        firsts += gaps[:1]
-        latencies += gaps[0 if first else 1:]
-    return latencies, clock.last, firsts
-
-
-def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
-                 rng: torch.Generator) -> tuple[list[float], float]:
-    """generate() over n sequences, each with its own adapter; per-sequence token latency."""
-    model.eval()
-    names = [f"a{i}" for i in range(n)]
-    clock, latencies = TokenClock(until), []
-    while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (n, prompt), generator=rng).to(model.device)
-        latencies += [gap for gap in clock.generate(model, ids, tokens, adapter_names=names)
-                      for _ in range(n)]
-    return latencies, clock.last
-
-
-def prefill(model, length: int, until: float,
-            rng: torch.Generator) -> tuple[list[float], float]:
-    model.eval()
-    latencies = []
-    while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (1, length), generator=rng).to(model.device)
-        started = time.perf_counter()
-        with torch.no_grad():
-            model(input_ids=ids, use_cache=False, logits_to_keep=1)
-        settle(model.device)
-        latencies.append(time.perf_counter() - started)
-    return latencies, time.monotonic()
-
-
-def calls(endpoint: str, layer_name: str, until: float) -> tuple[list[float], float, int]:
-    """1-row executor calls on one layer, back to back: each call's round trip."""
-    from wire.call.messages import CallKind, Op
-    from workers.remote.client import ExecutorClient
-
-    client = ExecutorClient(endpoint, name="calls")
-    layer = next(s for s in client.layers if s.name.endswith(layer_name))
-    x = torch.randn(1, layer.in_features)
-    for _ in range(20):
-        client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
-    latencies = []
-    while (now := time.monotonic()) < until:
-        started = time.perf_counter()
-        client.call(Op.FORWARD, layer.index, x, CallKind.INFERENCE)
-        latencies.append(time.perf_counter() - started)
-    client.close()
-    return latencies, now, 1
-
-
-def train(model, batch: int, length: int, until: float,
-          rng: torch.Generator) -> tuple[list[float], float]:
-    """A Trainer-style loop: AdamW, labels = inputs, gradient clipping."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-4)
-    model.train()
-    latencies = []
-    while time.monotonic() < until:
-        ids = torch.randint(0, 50000, (batch, length), generator=rng).to(model.device)
-        latencies.append(train_step(model, optimizer, params, ids))
-    return latencies, time.monotonic()
-
-
-def train_step(model, optimizer, params, ids: torch.Tensor) -> float:
-    """One step of `train`, timed until the device is done: labels = inputs, clipping."""
-    started = time.perf_counter()
-    model(input_ids=ids, labels=ids).loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
-    optimizer.zero_grad()
-    settle(ids.device)
-    return time.perf_counter() - started
 
 
 def parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from bench.group import GroupResult
-from bench.workload import TokenClock, decode
+from bench.loops import TokenClock, decode
 from catalogue.resolve import resolve_model
 
 
