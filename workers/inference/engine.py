@@ -267,8 +267,6 @@ class InferenceEngine:
                   for row, seq in enumerate(batch.sequences)]
         return events + self._drop_finished()
 
-    # -- per sequence ------------------------------------------------------------------------
-
     def _argmax_only(self, seq: Sequence) -> bool:
         return argmax_only(seq.request.params, seq.counts, seq.allows_eos(), self.eos_ids,
                            seq.matcher is not None)
