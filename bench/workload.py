@@ -22,6 +22,7 @@ from bench.loops import calls, decode, decode_mixed, prefill, train
 from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
 from bench.sides import wait_policy
+from workers.inference.memory import keep_freed
 
 
 def parser() -> argparse.ArgumentParser:
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         else None
     tokenizer = _tokenizer(args.model) if args.kind in ("long", "beside") and \
         args.side == "ours" else None
+    if args.side == "ours" and (args.kind in ("long", "beside") or args.adapters):
+        keep_freed()  # these run a worker's engine: its process keeps freed memory, as a worker
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
         _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced)

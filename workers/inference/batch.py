@@ -205,6 +205,8 @@ class BatchCache:
 
 
 def repeat_rows(kv: KV, n: int) -> KV:
+    if n == 1:  # joining a batch copies the rows
+        return kv
     return [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in kv]
 
 

@@ -23,6 +23,7 @@ from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine
+from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
@@ -167,13 +168,14 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
         return 1
     sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started)))
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
-    reported = (0, 0)
+    reported, reserve = (0, 0), Reserve()
     try:
         while _receive(sock, adapters, preloaded):
-            for engine in adapters.engines():
-                if engine.has_work():
-                    for event in _step(engine):
-                        sock.send(W.encode(event))
+            busy = [engine for engine in adapters.engines() if engine.has_work()]
+            for engine in busy:
+                for event in _step(engine):
+                    sock.send(W.encode(event))
+            reserve.note(bool(busy))
             adapters.settle()
             if (adapters.loads, adapters.let_go) != reported:
                 sock.send(W.encode(adapters.cache(config.key)))
