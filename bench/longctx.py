@@ -52,12 +52,15 @@ QUIET_STEPS = 16  # decode steps between one long prompt's end and the next one'
 
 
 def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
-                  rng: torch.Generator, chunk_tokens: int) -> tuple[list[float], float, dict]:
+                  rng: torch.Generator, chunk_tokens: int,
+                  served: int = 0) -> tuple[list[float], float, dict]:
     """`running` sequences decode while long prompts (`prompt` tokens, each asking 2 tokens)
     arrive one at a time, each QUIET_STEPS steps after the one before ended, through the
     worker's own engine: the gaps between the running sequences' tokens (every step gives each
     one), when the last step ended, and each arrival's time to its first token. `chunk_tokens`
-    as a worker's (0: sized from what it measures)."""
+    as a worker's (0: sized from what it measures). Runs past `until` until `served` long
+    prompts are done (a warm-up's: the process has then held a joined batch's cache once, as a
+    worker that has run a while has)."""
     from wire import manager as W
     from workers.inference.engine import InferenceEngine
     from workers.inference.request import Request
@@ -72,7 +75,7 @@ def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
     firsts: list[float] = []
     current, arrived, quiet, last = None, 0.0, 0, time.monotonic()
     for count in itertools.count():
-        if time.monotonic() >= until:
+        if time.monotonic() >= until and len(firsts) >= served:
             break
         quiet = quiet + 1 if current is None else 0
         if quiet > QUIET_STEPS:

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_freed()  # these run a worker's engine: its process keeps freed memory, as a worker
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
-        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced)
+        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced, warm=True)
     sync: Path = args.sync_dir
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
@@ -138,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.Generator,
-          paced: PacedTokens | None = None) -> tuple[list[float], float, int, dict]:
+          paced: PacedTokens | None = None,
+          warm: bool = False) -> tuple[list[float], float, int, dict]:
     """Run the client's kind of work until the window closes: (each unit's latency, when the
-    last unit ended, tokens per unit, what else the kind reports)."""
+    last unit ended, tokens per unit, what else the kind reports). `warm`: the warm-up's."""
     if args.kind == "calls":
         latencies, done, per_unit = calls(args.endpoint, args.layer, until)
         return latencies, done, per_unit, {}
@@ -167,7 +168,8 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
         from bench import longctx
 
         gaps, done, extra = longctx.beside_rounds(model, tokenizer, args.prompt, args.running,
-                                                  until, rng, args.chunk_tokens)
+                                                  until, rng, args.chunk_tokens,
+                                                  served=1 if warm else 0)
         return gaps, done, args.running, extra
     return (*train(model, args.batch, args.length, until, rng), args.batch * args.length, {})
 

@@ -2,7 +2,9 @@
 sequences decode in one worker's engine while prompts of 1,024 tokens arrive one at a time
 (each 16 decode steps after the one before ended, `bench.longctx.QUIET_STEPS`), each prefilled
 a chunk a step (`workers.inference.chunks`, sized from what the engine measures, as a worker
-does by default) against each prefilled whole (the engine before chunks).
+does by default) against each prefilled whole (the engine before chunks). Each side's warm-up
+serves one long prompt, so that the window sees a worker that has run a while: its process has
+held a joined batch's cache before (`workers.inference.memory`).
 Plain generate() has no continuous batching to compare with: an arrival there waits for the
 running sequences to end."""
 
