@@ -147,3 +147,21 @@ def test_a_client_asking_a_target_between_tokens_paces_its_decode_calls(executor
     assert result["inter_token_target_ms"] == 0.001
     assert len(result["latencies"]) >= 20 and calls >= 70  # a token is ~2.4 calls here
     assert met * 10 <= calls  # the first two forwards' calls at most
+
+
+def test_a_warm_up_beside_running_sequences_serves_a_long_prompt_past_its_window() -> None:
+    """bench 15's warm-up: the window sees a process that has joined a long prompt's cache to
+    the running rows before; a measured window stops when it closes."""
+    from transformers import AutoTokenizer
+
+    from bench.longctx import QUIET_STEPS, beside_rounds
+
+    model, rng = _model(), torch.Generator().manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    gaps, _, extra = beside_rounds(model, tokenizer, prompt=64, running=2,
+                                   until=time.monotonic(), rng=rng, chunk_tokens=16, served=1)
+    assert len(extra["first_tokens"]) == 1  # one prompt served, though the window had closed
+    assert len(gaps) == QUIET_STEPS + 64 // 16  # its quiet steps, then its 4 chunks
+    gaps, _, extra = beside_rounds(model, tokenizer, prompt=64, running=2,
+                                   until=time.monotonic(), rng=rng, chunk_tokens=16)
+    assert gaps == [] and extra["first_tokens"] == []
