@@ -70,7 +70,7 @@ class Reserve:
 
     def __init__(self, idle_s: float = IDLE_S) -> None:
         self.idle_s = idle_s
-        self.keeping = keep_freed()
+        keep_freed()
         self.worked: float | None = None  # when it last had work, while memory may be kept
 
     def note(self, busy: bool) -> None:
