@@ -11,57 +11,37 @@ worker kept faulting the memory it had just freed back in: on the 2-core VM of b
 before. On 2 MiB pages (as the executor's weights) it faulted 512 times less often and took as
 long (1.2-1.5 s; where that time went was not traced).
 
-`keep_freed` has malloc serve every allocation of up to MMAP_MAX from its heap and keep what is
-freed there (up to KEEP at its top), so that the next cache reuses it; `give_back` returns the
-heap's free memory to the system (`malloc_trim`), which a worker does once it has had no work
-for IDLE_S (`Reserve`), so that an idle worker does not hold a burst's memory. A tensor larger
-than MMAP_MAX (glibc's largest threshold; a layer's keys of 8 rows x 2,048 positions of
-llama-160m: 50 MB) still gets a mapping of its own. Elsewhere than glibc (no `mallopt`) both do
-nothing.
+`keep_freed` has malloc serve every allocation of up to 32 MiB from its heap and keep what is
+freed there (up to KEEP at its top), so that the next cache reuses it; a worker's `Reserve`
+returns the heap's free memory to the system (`malloc_trim`) once the worker has had no work for
+IDLE_S, so that an idle worker does not hold a burst's memory. A tensor larger than 32 MiB
+(glibc's largest threshold; a layer's keys of 8 rows x 2,048 positions of
+llama-160m: 50 MB) still gets a mapping of its own. Elsewhere than glibc both do nothing.
+Trainers choose the other way (`workers.training.allocator`): a step's activations are many and
+large: kept, they held twice the resident memory (a llama-1b step, 3.5 against 1.6 GB) to save
+~4 % of a step.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 
+from workers.malloc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, MMAP_THRESHOLD_MAX, mallopt, trim
+
 log = logging.getLogger("workers.memory")
 
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
-M_MMAP_THRESHOLD = -3
-MMAP_MAX = 32 << 20  # the largest mmap threshold glibc takes on 64-bit systems
 IDLE_S = 5.0  # a worker without work this long gives its freed memory back
 KEEP = 1 << 30  # free bytes at the heap's top before malloc gives them back by itself (an int)
 
 
-def _libc() -> ctypes.CDLL | None:
-    libc = ctypes.CDLL(None)
-    if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
-        return None
-    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    return libc
-
-
 def keep_freed() -> bool:
-    """Allocations up to MMAP_MAX from malloc's heap, and what is freed kept there; False where
+    """Allocations up to 32 MiB from malloc's heap, and what is freed kept there; False where
     malloc is not glibc's or refuses."""
-    libc = _libc()
-    if libc is None:
-        return False
-    kept = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_MAX)) and \
-        bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP))
+    kept = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) and mallopt(M_TRIM_THRESHOLD, KEEP)
     if not kept:
-        log.warning("malloc refused to keep freed memory: each KV cache rewrite faults in anew")
+        log.warning("malloc keeps no freed memory: each KV cache rewrite faults in anew")
     return kept
-
-
-def give_back() -> None:
-    """Return the heap's free memory to the system."""
-    libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
 
 
 class Reserve:
@@ -79,5 +59,5 @@ class Reserve:
         if busy:
             self.worked = now
         elif self.worked is not None and now - self.worked >= self.idle_s:
-            give_back()
+            trim()
             self.worked = None

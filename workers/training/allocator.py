@@ -11,23 +11,18 @@ of their own, unmapped when freed), for ~4% more time a step (page faults on fre
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 
+from workers.malloc import M_MMAP_THRESHOLD, mallopt
+
 log = logging.getLogger("workers.training")
-M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 LARGE_TENSOR_BYTES = 4 * 2**20
 
 
 def give_back_large_frees(threshold: int = LARGE_TENSOR_BYTES) -> bool:
     """Hold glibc's mmap threshold at `threshold` for this process (no effect elsewhere).
     Returns whether it was set."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        done = bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
-    except (OSError, AttributeError):  # not glibc: its own allocator's policy stays
-        done = False
-    if not done:
+    done = mallopt(M_MMAP_THRESHOLD, threshold)
+    if not done:  # not glibc: its own allocator's policy stays
         log.info("malloc's mmap threshold left as it is (not glibc)")
     return done
