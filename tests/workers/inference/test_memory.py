@@ -9,7 +9,6 @@ import json
 import platform
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -68,7 +67,7 @@ print(json.dumps({"kept": kept, "shares": shares, "held": held,
 
 
 def cycles(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(CYCLES), mode], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", CYCLES, mode], cwd=ROOT,
                          capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
