@@ -135,6 +135,7 @@ class BatchCache:
         self.offloaded = offloaded
         self.cache = DynamicCache()
         self.mask: torch.Tensor | None = None
+        self.starts: tuple[int, ...] = ()  # each row's leading padding positions
         self.sequences: list = []  # the engine's sequences, one per row, in row order
 
     @property
@@ -170,6 +171,7 @@ class BatchCache:
         """Append rows whose cache is `kv` and whose entries are marked by `mask` [n, time]."""
         if self.mask is None:
             self.kv, self.mask = kv, mask
+            self.starts = _padding(mask)
             return
         width = max(self.mask.shape[1], mask.shape[1])
         if not self.streams:
@@ -179,17 +181,19 @@ class BatchCache:
                         torch.cat([_pad(v0, width), _pad(v1.to(v0.device), width)]))
                        for (k0, v0), (k1, v1) in zip(self.kv, kv, strict=True)]
         self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(mask, width)])
+        self.starts = _padding(self.mask)
 
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (in this order), dropping padding no remaining row needs."""
         self.sequences = [self.sequences[row] for row in rows]
         if not rows:
-            self.kv, self.mask = [], None
+            self.kv, self.mask, self.starts = [], None, ()
             return
         index = torch.tensor(rows, device=self.mask.device)
         mask = self.mask.index_select(0, index)
-        start = int((mask.cumsum(1) == 0).sum(1).min())  # columns that are padding in every row
-        self.mask = mask[:, start:]
+        starts = _padding(mask)
+        start = min(starts)  # columns that are padding in every row
+        self.mask, self.starts = mask[:, start:], tuple(s - start for s in starts)
         if not self.streams:
             self.cache = RoomyCache.kept(self.kv, index, start)
         else:
@@ -218,6 +222,11 @@ def _offloading_cache(host_kv: KV, device: torch.device) -> DynamicCache:
         layer.device = device  # where `prefetch` brings it; `offload` takes it back to the host
     cache.prefetch(0, cache.only_non_sliding)
     return cache
+
+
+def _padding(mask: torch.Tensor) -> tuple[int, ...]:
+    """Each row's leading positions that hold nothing."""
+    return tuple((mask.cumsum(1) == 0).sum(1).tolist())
 
 
 def _pad(t: torch.Tensor, width: int) -> torch.Tensor:

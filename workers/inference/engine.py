@@ -4,8 +4,9 @@
 it, `prefill.py`, through the PEFT model, which also handles the virtual tokens of prompt and
 prefix tuning; a long prompt beside running sequences a chunk a step, `chunks.py`), then runs
 one decode step for all running sequences at once (through the underlying model, left-padded
-batch cache). New requests thus join between decode steps, and finished or aborted ones leave.
-An engine that `use`s a PeftModel of many LoRA adapters runs every phase through it.
+batch cache, each row attending from its own first position, `row_attention.py`). New requests
+thus join between decode steps, and finished or aborted ones leave. An engine that `use`s a
+PeftModel of many LoRA adapters runs every phase through it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
 from workers.inference.request import Request
+from workers.inference.row_attention import CALL_BYTES, install, plan
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
 from workers.inference.sequence import Sequence, token_logprob
@@ -40,9 +42,10 @@ class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
                  max_batch: int = 32, kv_budget_bytes: int = 0,
                  pace: Callable[[list[Request], list[Request]], None] | None = None,
-                 chunk_tokens: int = 0) -> None:
+                 chunk_tokens: int = 0, attention_call_bytes: int = CALL_BYTES) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
+        self.by_rows = install(self.decode_model)  # decode by runs of rows: row_attention.py
         self.tokenizer = tokenizer
         self.max_context = max_context
         self.eos_ids = eos_ids
@@ -51,6 +54,8 @@ class InferenceEngine:
         self.device = model.device
         self.kv_budget_bytes = kv_budget_bytes  # KV cache kept on the device; 0: no limit
         self.kv_token_bytes = kv_bytes_per_token(model.config, model.dtype)
+        self.call_positions = attention_call_bytes * model.config.num_hidden_layers \
+            // self.kv_token_bytes
         self.grammars = Grammars(tokenizer, self.vocab_size)
         self.waiting: deque[Request] = deque()
         self.chunks = Chunker(chunk_tokens)  # long prompts coming in beside running sequences
@@ -144,8 +149,6 @@ class InferenceEngine:
         if running:
             self.chunks.budget.observe_decode(time.perf_counter() - began)
         return events
-
-    # -- phases -----------------------------------------------------------------------------
 
     def _prefill_all(self, admitted: deque[Request]) -> list[W.Message]:
         """Prefill the admitted requests, each removed from `admitted` once done: together
@@ -257,9 +260,11 @@ class InferenceEngine:
     def _decode(self, batch: BatchCache) -> list[W.Message]:
         cache, mask, positions = batch.step_inputs()
         tokens = torch.tensor([[seq.last] for seq in batch.sequences], device=self.device)
+        groups = plan(batch.starts, self.call_positions) if self.by_rows else ()
         with self.rows.select([s.request.adapter for s in batch.sequences]):
             out = self.decode_model(input_ids=tokens, attention_mask=mask,
-                                    position_ids=positions, past_key_values=cache, use_cache=True)
+                                    position_ids=positions, past_key_values=cache, use_cache=True,
+                                    **({"row_groups": groups} if groups else {}))
         logits = out.logits[:, -1].cpu()
         best = greedy_choices(logits).tolist()  # what each plain greedy row takes
         events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)

@@ -66,6 +66,7 @@ def test_rows_joining_a_batch_are_written_once_padded_as_before() -> None:
         assert torch.equal(k, torch.cat([F.pad(k0, (0, 0, 3, 0)), k1]))
         assert torch.equal(v, torch.cat([F.pad(v0, (0, 0, 3, 0)), v1]))
     assert batch.mask.tolist() == [[0] * 3 + [1] * 6] * 2 + [[1] * 9]
+    assert batch.starts == (3, 3, 0)
     layer = batch.cache.layers[0]
     room = layer.keys.data_ptr()
     layer.update(*states(3, 1, 9))
@@ -80,9 +81,26 @@ def test_rows_kept_lose_the_padding_no_row_needs_written_once() -> None:
     batch.sequences = ["a", "b", "long"]
     batch.keep([1, 0])  # the long row leaves: its 3 positions of the others' padding go too
     assert batch.sequences == ["b", "a"] and batch.mask.tolist() == [[1] * 6] * 2
+    assert batch.starts == (0, 0)
     for (k, v), (k0, v0) in zip(batch.kv, short, strict=True):
         assert torch.equal(k, k0[[1, 0]]) and torch.equal(v, v0[[1, 0]])
     layer = batch.cache.layers[1]
     room = layer.keys.data_ptr()
     layer.update(*states(2, 1, 9))
     assert layer.keys.data_ptr() == room and layer.get_seq_length() == 7
+
+
+def test_each_rows_padding_follows_joins_and_keeps() -> None:
+    """The leading positions a row does not hold, as `row_attention.plan` reads them."""
+    batch = BatchCache()
+    batch.join([states(1, 4, 0)], torch.tensor([[0, 1, 1, 1]]))  # a prompt padded in prefill
+    assert batch.starts == (1,)
+    batch.join([states(1, 7, 1)], torch.ones(1, 7, dtype=torch.long))
+    assert batch.starts == (4, 0)
+    batch.step_inputs()  # a token more for every row
+    assert batch.starts == (4, 0) and batch.mask.shape == (2, 8)
+    batch.sequences = ["short", "long"]
+    batch.keep([0])
+    assert batch.starts == (0,) and batch.mask.tolist() == [[1] * 4]
+    batch.keep([])
+    assert batch.starts == () and batch.mask is None
