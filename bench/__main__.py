@@ -73,6 +73,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "adapters": adapters.many_adapters,
     "tenants": tenants.many_tenants,
     "long-prompts": chunks.long_prompts,
+    "mixed-lengths": chunks.mixed_lengths,
 }
 QUICK_SKIP = {"capacity"}  # ~1B model: minutes per step on a small CPU
 

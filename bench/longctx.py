@@ -4,7 +4,9 @@ its KV cache stays on the client's device within `kv_budget_bytes` (0: no limit)
 offloaded to host memory past it, as a worker's would be. (Plain runs transformers' generate(),
 `bench.loops.decode` with `first=False`.) Both report the gaps between decode steps only: a
 round's first token also pays the prefill of the whole context, which is not what the cache's
-placement changes.
+placement changes. Also: long prompts arriving beside running sequences (`beside_rounds`), and
+one batch of prompts of different lengths decoding together (`lengths_rounds`, plain:
+`padded_rounds`).
 """
 
 from __future__ import annotations
@@ -95,3 +97,67 @@ def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
             if event.id == current and isinstance(event, W.Done):
                 current = None
     return gaps, last, {"first_tokens": firsts}
+
+
+def mixed_prompts(long: int, short: int, rows: int, rng: torch.Generator) -> list[list[int]]:
+    """One prompt of `long` tokens and `rows` - 1 of `short`."""
+    return [torch.randint(0, 50000, (n,), generator=rng).tolist()
+            for n in (long, *[short] * (rows - 1))]
+
+
+def lengths_rounds(model, tokenizer, prompts: list[list[int]], tokens: int, until: float,
+                   call_bytes: int) -> tuple[list[float], float]:
+    """Rounds of one batch of `prompts` (arriving together) decoding `tokens` tokens each
+    through the worker's own engine (`call_bytes`: its rows' attention calls, as
+    `row_attention.CALL_BYTES`): the gaps between decode steps after the first step (which also
+    prefills), and when the last step ended."""
+    from wire import manager as W
+    from workers.inference.engine import InferenceEngine
+    from workers.inference.request import Request
+
+    engine = InferenceEngine(model.eval(), tokenizer, eos_ids=(), attention_call_bytes=call_bytes,
+                             max_context=max(map(len, prompts)) + tokens)
+    gaps: list[float] = []
+    last = time.monotonic()
+    for round_ in itertools.count():
+        if time.monotonic() >= until:
+            break
+        for row, prompt in enumerate(prompts):
+            engine.add(Request(f"{round_}-{row}", prompt,
+                               W.SamplingParams(max_tokens=tokens, temperature=0)))
+        stamps = []
+        while engine.has_work():
+            failed = [e for e in engine.step() if isinstance(e, W.Failed)]
+            if failed:
+                raise RuntimeError(f"request {failed[0].id} failed: {failed[0].message}")
+            stamps.append(time.monotonic())
+            if stamps[-1] >= until:
+                for row in range(len(prompts)):
+                    engine.abort(f"{round_}-{row}")
+        gaps += [b - a for a, b in itertools.pairwise(stamps)]
+        last = stamps[-1]
+    return gaps, last
+
+
+def padded_rounds(model, prompts: list[list[int]], tokens: int,
+                  until: float) -> tuple[list[float], float]:
+    """The same rounds through plain generate(): `prompts` left-padded into one batch."""
+    from transformers import StoppingCriteriaList
+
+    from bench.loops import TokenClock
+    from bench.models import FIXED_LENGTH
+
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                        device=model.device)
+    clock, gaps = TokenClock(until), []
+    model.eval()
+    while time.monotonic() < until:
+        clock.stamps = [time.monotonic()]
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, do_sample=False, pad_token_id=0,
+                           max_new_tokens=tokens, **FIXED_LENGTH,
+                           stopping_criteria=StoppingCriteriaList([clock]))
+        gaps += [b - a for a, b in itertools.pairwise(clock.stamps[1:])]  # after the prefill's
+    return gaps, clock.last

@@ -1,7 +1,7 @@
 """One benchmark client: a model with its own adapter running one workload, either side.
 
     python -m bench.workload --side ours|plain --model M [--endpoint E]
-        --kind decode|prefill|train|long|beside|calls --sync-dir D --index I [--duration S]
+        --kind decode|prefill|train|long|beside|lengths|calls --sync-dir D --index I [--duration S]
         [--device cuda --dtype bfloat16] ...
 
 `ours` is a remote model on the shared executor; `plain` is transformers + peft with its own copy
@@ -23,6 +23,7 @@ from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
 from bench.sides import wait_policy
 from workers.inference.memory import keep_freed
+from workers.inference.row_attention import CALL_BYTES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,10 +31,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["ours", "plain"], default="ours")
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
-    p.add_argument("--kind", choices=["decode", "prefill", "train", "long", "beside", "calls"],
+    p.add_argument("--kind", choices=["decode", "prefill", "train", "long", "beside", "lengths",
+                                      "calls"],
                    required=True, help="long: long-context decode, --prompt tokens of context; "
                    "beside (ours): --running sequences decode while prompts of --prompt tokens "
-                   "keep arriving")
+                   "keep arriving; lengths: --running sequences decode together, one prompt of "
+                   "--prompt tokens, the others of --length")
     p.add_argument("--layer", default="layers.0.self_attn.o_proj",
                    help="calls: the layer called (a name suffix)")
     p.add_argument("--method", default="lora")
@@ -70,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-tokens", type=int, default=0,
                    help="beside: a step's prompt tokens beside running sequences, as a worker's "
                         "`prefill_chunk_tokens` (0: sized from what the engine measures)")
+    p.add_argument("--attention-call-bytes", type=int, default=CALL_BYTES,
+                   help="lengths, ours: what the engine counts an attention call to cost")
     return p
 
 
@@ -108,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         handle.targets = CallTargets.from_ms(args.decode_target_ms)  # as a worker's engine sets
     paced = PacedTokens(handle, args.inter_token_target_ms) if args.inter_token_target_ms \
         else None
-    tokenizer = _tokenizer(args.model) if args.kind in ("long", "beside") and \
-        args.side == "ours" else None
-    if args.side == "ours" and (args.kind in ("long", "beside") or args.adapters):
+    engines = args.side == "ours" and args.kind in ("long", "beside", "lengths")
+    tokenizer = _tokenizer(args.model) if engines else None
+    if engines or (args.side == "ours" and args.adapters):
         keep_freed()  # these run a worker's engine: its process keeps freed memory, as a worker
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
@@ -171,6 +176,14 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
                                                   until, rng, args.chunk_tokens,
                                                   served=1 if warm else 0)
         return gaps, done, args.running, extra
+    if args.kind == "lengths":
+        from bench import longctx
+
+        prompts = longctx.mixed_prompts(args.prompt, args.length, args.running, rng)
+        if args.side == "plain":
+            return (*longctx.padded_rounds(model, prompts, args.tokens, until), args.running, {})
+        return (*longctx.lengths_rounds(model, tokenizer, prompts, args.tokens, until,
+                                        args.attention_call_bytes), args.running, {})
     return (*train(model, args.batch, args.length, until, rng), args.batch * args.length, {})
 
 

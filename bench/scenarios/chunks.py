@@ -1,4 +1,5 @@
-"""Long prompts beside running sequences (15, issue 31: inference first, end to end): 4
+"""Prompts of other lengths in one batch. Long prompts beside running sequences (15, issue 31:
+inference first, end to end): 4
 sequences decode in one worker's engine while prompts of 1,024 tokens arrive one at a time
 (each 16 decode steps after the one before ended, `bench.longctx.QUIET_STEPS`), each prefilled
 a chunk a step (`workers.inference.chunks`, sized from what the engine measures, as a worker
@@ -6,16 +7,24 @@ does by default) against each prefilled whole (the engine before chunks). Each s
 serves one long prompt, so that the window sees a worker that has run a while: its process has
 held a joined batch's cache before (`workers.inference.memory`).
 Plain generate() has no continuous batching to compare with: an arrival there waits for the
-running sequences to end."""
+running sequences to end.
+
+Rows of mixed lengths decoding together (16): one prompt of 1,024 tokens and 7 of 64 arrive
+together and decode 64 tokens each, through one worker's engine with each row attending from its
+own first position (`workers.inference.row_attention`, by default) against the same engine over
+the padded width (an attention call counted too dear ever to split), and against one peft
+process's generate() of the same batch, left-padded."""
 
 from __future__ import annotations
 
 from bench.records import Record
-from bench.scenarios.common import Settings, run_ours
+from bench.scenarios.common import Settings, run_ours, run_plain
 from bench.scenarios.inference import DECODE_WARMUP_S
 
 PROMPT = 1024
 WHOLE = 10**9  # a chunk larger than any prompt: each prefilled whole
+ROWS, SHORT, TOKENS = 8, 64, 64
+PADDED = 10**15  # bytes an attention call is counted to cost: never split, the padded width
 
 
 def long_prompts(settings: Settings) -> list[Record]:
@@ -38,4 +47,27 @@ def long_prompts(settings: Settings) -> list[Record]:
         Record(name, f"an arrival's time to first token, median, {versus}",
                chunked.first_token_ms(0.5), whole.first_token_ms(0.5), "ms",
                higher_is_better=False),
+    ]
+
+
+def mixed_lengths(settings: Settings) -> list[Record]:
+    shape = {"kind": "lengths", "method": "lora", "rank": 8, "running": ROWS,
+             "prompt": 256 if settings.toy else PROMPT, "length": SHORT, "tokens": TOKENS,
+             "duration": settings.duration,
+             "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
+    by_runs = run_ours(settings, [shape])
+    padded = run_ours(settings, [{**shape, "attention_call_bytes": PADDED}])
+    plain = run_plain(settings, [shape])
+    name = f"16 mixed lengths: {ROWS} rows decoding together, prompts of 1 x " \
+           f"{shape['prompt']} + {ROWS - 1} x {SHORT} tokens"
+    step = "a decode step of all rows, median"
+    return [
+        Record(name, f"{step}, each row from its first position vs over the padded width "
+               "(ours both)", by_runs.latency_ms(0.5), padded.latency_ms(0.5), "ms",
+               higher_is_better=False),
+        Record(name, f"{step}, ours vs one peft process's generate() (left-padded)",
+               by_runs.latency_ms(0.5), plain.latency_ms(0.5), "ms", higher_is_better=False),
+        Record(name, "decode tokens/s (rows / mean step), ours vs one peft process's "
+               "generate()", 1e3 * ROWS / by_runs.latency_ms(), 1e3 * ROWS / plain.latency_ms(),
+               "tok/s"),
     ]
