@@ -165,3 +165,25 @@ def test_a_warm_up_beside_running_sequences_serves_a_long_prompt_past_its_window
     gaps, _, extra = beside_rounds(model, tokenizer, prompt=64, running=2,
                                    until=time.monotonic(), rng=rng, chunk_tokens=16)
     assert gaps == [] and extra["first_tokens"] == []
+
+
+def test_rows_of_mixed_lengths_decode_until_the_window_closes_on_either_side() -> None:
+    """bench 16: one prompt of 40 tokens and 3 of 5 decode together, through a worker's engine
+    (each row from its own first position, or over the padded width) and plain generate()
+    (left-padded): each side's gaps are its decode steps only, up to the window's end."""
+    from transformers import AutoTokenizer
+
+    from bench.longctx import lengths_rounds, mixed_prompts, padded_rounds
+
+    model = _model()
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    prompts = mixed_prompts(40, 5, 4, torch.Generator().manual_seed(0))
+    assert [len(p) for p in prompts] == [40, 5, 5, 5]
+    for call_bytes in (0, 10**15):
+        started = time.monotonic()
+        gaps, last = lengths_rounds(model, tokenizer, prompts, tokens=6, until=started + 0.3,
+                                    call_bytes=call_bytes)
+        assert len(gaps) >= 6 - 2 and all(g > 0 for g in gaps) and last >= started + 0.3
+    started = time.monotonic()
+    gaps, last = padded_rounds(model, prompts, tokens=6, until=started + 0.3)
+    assert len(gaps) >= 6 - 1 and all(g > 0 for g in gaps) and last >= started + 0.3
