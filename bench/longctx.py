@@ -106,10 +106,10 @@ def mixed_prompts(long: int, short: int, rows: int, rng: torch.Generator) -> lis
 
 
 def lengths_rounds(model, tokenizer, prompts: list[list[int]], tokens: int, until: float,
-                   call_bytes: int) -> tuple[list[float], float]:
+                   call_bytes: int | None = None) -> tuple[list[float], float]:
     """Rounds of one batch of `prompts` (arriving together) decoding `tokens` tokens each
-    through the worker's own engine (`call_bytes`: its rows' attention calls, as
-    `row_attention.CALL_BYTES`): the gaps between decode steps after the first step (which also
+    through the worker's own engine (`call_bytes`: what it counts an attention call to cost;
+    None: as a worker): the gaps between decode steps after the first step (which also
     prefills), and when the last step ended."""
     from wire import manager as W
     from workers.inference.engine import InferenceEngine

@@ -23,7 +23,6 @@ from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
 from bench.sides import wait_policy
 from workers.inference.memory import keep_freed
-from workers.inference.row_attention import CALL_BYTES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,8 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-tokens", type=int, default=0,
                    help="beside: a step's prompt tokens beside running sequences, as a worker's "
                         "`prefill_chunk_tokens` (0: sized from what the engine measures)")
-    p.add_argument("--attention-call-bytes", type=int, default=CALL_BYTES,
-                   help="lengths, ours: what the engine counts an attention call to cost")
+    p.add_argument("--attention-call-bytes", type=int,
+                   help="lengths, ours: what the engine counts an attention call to cost "
+                        "(default: `row_attention.call_bytes`, as a worker's)")
     return p
 
 

@@ -29,7 +29,7 @@ from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
 from workers.inference.request import Request
-from workers.inference.row_attention import CALL_BYTES, install, plan
+from workers.inference.row_attention import call_bytes, install, plan
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
 from workers.inference.sequence import Sequence, token_logprob
@@ -42,7 +42,7 @@ class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
                  max_batch: int = 32, kv_budget_bytes: int = 0,
                  pace: Callable[[list[Request], list[Request]], None] | None = None,
-                 chunk_tokens: int = 0, attention_call_bytes: int = CALL_BYTES) -> None:
+                 chunk_tokens: int = 0, attention_call_bytes: int | None = None) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
         self.by_rows = install(self.decode_model)  # decode by runs of rows: row_attention.py
@@ -54,8 +54,8 @@ class InferenceEngine:
         self.device = model.device
         self.kv_budget_bytes = kv_budget_bytes  # KV cache kept on the device; 0: no limit
         self.kv_token_bytes = kv_bytes_per_token(model.config, model.dtype)
-        self.call_positions = attention_call_bytes * model.config.num_hidden_layers \
-            // self.kv_token_bytes
+        cost = call_bytes(self.device) if attention_call_bytes is None else attention_call_bytes
+        self.call_positions = cost * model.config.num_hidden_layers // self.kv_token_bytes
         self.grammars = Grammars(tokenizer, self.vocab_size)
         self.waiting: deque[Request] = deque()
         self.chunks = Chunker(chunk_tokens)  # long prompts coming in beside running sequences

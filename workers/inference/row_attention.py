@@ -26,9 +26,12 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "symbiosis_rows"
-# one more attention call costs about what reading this many bytes of keys and values does
-# (an sdpa call's fixed part ~20 us; a position of llama-160m, 6 KiB a layer, ~0.5 us; 2 cores)
+# one more attention call costs about what reading this many bytes of keys and values does: on a
+# CPU measured (an sdpa call's fixed part ~20 us; a position of llama-160m, 6 KiB a layer,
+# ~0.5 us; 2 cores); on a GPU estimated, not measured (a call's ~30 us of launches at ~2 TB/s):
+# there rows split only beside padding of tens of thousands of positions
 CALL_BYTES = 256 * 1024
+GPU_CALL_BYTES = 64 * 2**20
 
 Group = tuple[int, int, int]  # rows [first, end) attend from position `start` on
 
@@ -41,6 +44,10 @@ def install(model: Any) -> bool:
     if model.config._attn_implementation == "sdpa":
         model.set_attn_implementation(NAME)
     return model.config._attn_implementation == NAME
+
+
+def call_bytes(device: torch.device) -> int:
+    return CALL_BYTES if device.type == "cpu" else GPU_CALL_BYTES
 
 
 @lru_cache(maxsize=256)
