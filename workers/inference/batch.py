@@ -97,9 +97,20 @@ def _inside(held: torch.Tensor, room: torch.Tensor) -> bool:
                                  and held.stride() == room.stride())
 
 
+def room_positions(width: int) -> int:
+    """The positions of a room for `width`: room to grow beyond it."""
+    return width + max(ROOM, width // 4)
+
+
+def padded_bytes(lengths: list[int], token_bytes: int) -> int:
+    """The most KV cache one batch of rows growing to `lengths` positions can come to: every
+    row left-padded to the longest, in rooms."""
+    return len(lengths) * room_positions(max(lengths)) * token_bytes
+
+
 def _room(like: torch.Tensor, rows: int, width: int) -> torch.Tensor:
     """An empty buffer of `rows` rows shaped as `like`'s, with room beyond `width` positions."""
-    return like.new_empty((rows, like.shape[1], width + max(ROOM, width // 4), like.shape[-1]))
+    return like.new_empty((rows, like.shape[1], room_positions(width), like.shape[-1]))
 
 
 def _stacked(first: torch.Tensor, second: torch.Tensor, width: int) -> torch.Tensor:

@@ -22,7 +22,7 @@ from peft import PeftModel
 
 from wire import manager as W
 from wire.call.digits import greedy_choices
-from workers.inference.batch import BatchCache, kv_bytes_per_token, repeat_rows
+from workers.inference.batch import BatchCache, kv_bytes_per_token, padded_bytes, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.chunks import Chunker, Partial, prefill_chunk
 from workers.inference.detok import Detokenizer
@@ -239,23 +239,19 @@ class InferenceEngine:
         return events
 
     def _place(self, request: Request) -> BatchCache:
-        """The resident batch while its cache (as long as it can grow) fits the device budget,
-        else the offloaded one."""
+        """The resident batch while its cache, as large as it can grow with the request's rows
+        in it, fits the device budget; else the offloaded one."""
         if not self.kv_budget_bytes:
             return self.resident
-        need = self._kv_bytes([request])
-        held = self._kv_bytes(s.request for s in self.resident.sequences)
-        if held + need <= self.kv_budget_bytes:
+        rows = [*(s.request for s in self.resident.sequences), *[request] * request.params.n]
+        need = padded_bytes([len(r.prompt_ids) + r.params.max_tokens for r in rows],
+                            self.kv_token_bytes)
+        if need <= self.kv_budget_bytes:
             return self.resident
-        log.info("request %s: its KV cache (up to %.1f MiB) would exceed the device budget "
-                 "(%.1f of %.1f MiB held): cache in host memory", request.id, need / 2**20,
-                 held / 2**20, self.kv_budget_bytes / 2**20)
+        log.info("request %s: the device's KV cache could come to %.1f MiB with it, over the "
+                 "budget of %.1f MiB: cache in host memory", request.id, need / 2**20,
+                 self.kv_budget_bytes / 2**20)
         return self.offloaded
-
-    def _kv_bytes(self, requests) -> int:
-        """The most KV cache `requests` can grow to (a request of n sequences counted n times)."""
-        return sum(len(r.prompt_ids) + r.params.max_tokens for r in requests) * \
-            self.kv_token_bytes
 
     def _decode(self, batch: BatchCache) -> list[W.Message]:
         cache, mask, positions = batch.step_inputs()

@@ -63,9 +63,10 @@ class ManagerConfig(BaseSettings):
     worker_device: str = Field("cpu", pattern=DEVICE, description="cpu or cuda[:N]: where "
                                "workers and trainers run attention, adapters, KV cache and "
                                "optimizer")
-    kv_budget_mb: float = Field(0.0, ge=0, description="KV cache a worker keeps on its device; "
-                                "a request whose cache would exceed it runs with its cache in "
-                                "host memory (0: no limit)")
+    kv_budget_mb: float = Field(0.0, ge=0, description="KV cache a worker keeps on its device "
+                                "(the most its batch can come to, padding and room to grow "
+                                "counted); a request whose cache would exceed it runs with its "
+                                "cache in host memory (0: no limit)")
     prefill_chunk_tokens: int = Field(0, ge=0, description="prompt tokens a worker prefills a "
                                       "step beside running sequences (0: sized from what it "
                                       "measures; more than the longest prompt: prompts whole)")

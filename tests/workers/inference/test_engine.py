@@ -14,6 +14,7 @@ from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, build_pair
 from wire import manager as W
 from wire.call import messages as P
+from workers.inference.batch import ROOM
 from workers.inference.engine import InferenceEngine
 from workers.inference.pacing import Pacer
 from workers.inference.request import Request
@@ -220,6 +221,31 @@ def test_requests_beyond_the_kv_budget_run_offloaded_with_the_same_tokens(tokeni
     offload_and_compare(plain, ours, tokenizer)
 
 
+def test_the_rooms_on_the_device_never_pass_the_kv_budget(tokenizer) -> None:
+    """A batch's rows are left-padded to its longest and held in rooms with room to grow: a
+    budget of 150 positions holds a 40-token prompt's row (40 + 10 positions in a room of 104),
+    not a 3-token one's beside it (2 rows of 41 and more: 210), though their tokens (50 + 13)
+    would fit: the short one runs offloaded, and the rooms held never pass the budget."""
+    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    probe = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
+    budget = 150 * probe.kv_token_bytes
+    engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=(),
+                             kv_budget_bytes=budget)
+    greedy = W.SamplingParams(max_tokens=10, temperature=0)
+    engine.add(Request("long", list(range(100, 140)), greedy))
+    engine.step()
+    engine.add(Request("short", [5, 6, 7], greedy))
+    held, rows = 0, {"resident": 0, "offloaded": 0}
+    while engine.has_work():
+        engine.step()
+        held = max(held, sum(layer.room[0].nbytes + layer.room[1].nbytes
+                             for layer in engine.resident.cache.layers))
+        rows["resident"] = max(rows["resident"], engine.resident.rows)
+        rows["offloaded"] = max(rows["offloaded"], engine.offloaded.rows)
+    assert rows == {"resident": 1, "offloaded": 1}
+    assert held == (40 + ROOM) * probe.kv_token_bytes <= budget
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_offloaded_caches_rest_in_host_memory_with_the_same_tokens(tokenizer,
                                                                             executor_for):
@@ -239,8 +265,9 @@ def offload_and_compare(plain, ours, tokenizer) -> None:
     that come while it runs are offloaded; every output equals plain generate()."""
     plain.eval()
     probe = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
+    # the first's 5 + 10 positions in a room of 64 more; two rows would take 2 x (19 + 64)
     engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=(), max_batch=8,
-                             kv_budget_bytes=22 * probe.kv_token_bytes)
+                             kv_budget_bytes=(15 + ROOM) * probe.kv_token_bytes)
     greedy = W.SamplingParams(max_tokens=10, temperature=0)
     requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
     rows = {"resident": 0, "offloaded": 0}
