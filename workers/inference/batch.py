@@ -15,6 +15,7 @@ cache, which prefetches the next layer on a side stream while this one computes)
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -41,16 +42,26 @@ class RoomyLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         held = self.get_seq_length()
-        need = held + key_states.shape[-2]
+        need, rows = held + key_states.shape[-2], key_states.shape[0]
         room = self.room
-        if room is None or room[0].shape[-2] < need or room[0].shape[:2] != key_states.shape[:2] \
+        if room is None or room[0].shape[-2] < need or room[0].shape[0] < rows \
+                or room[0].shape[1] != key_states.shape[1] \
                 or not (_inside(self.keys, room[0]) and _inside(self.values, room[1])):
             room = self.room = (_larger(self.keys, key_states, held, need),
                                 _larger(self.values, value_states, held, need))
-        room[0][:, :, held:need] = key_states
-        room[1][:, :, held:need] = value_states
-        self.keys, self.values = room[0][:, :, :need], room[1][:, :, :need]
+        room[0][:rows, :, held:need] = key_states
+        room[1][:rows, :, held:need] = value_states
+        self.keys, self.values = room[0][:rows, :, :need], room[1][:rows, :, :need]
         return self.keys, self.values
+
+    def keep_in_place(self, rows: list[int]) -> None:
+        """Keep `rows` (ascending) where they are: each moved down over the rows that left."""
+        width = self.keys.shape[2]
+        for room in self.room:
+            for new, old in enumerate(rows):
+                if new != old:
+                    room[new, :, :width] = room[old, :, :width]
+        self.keys, self.values = (room[:len(rows), :, :width] for room in self.room)
 
 
 class RoomyCache(DynamicCache):
@@ -195,7 +206,11 @@ class BatchCache:
         self.starts = _padding(self.mask)
 
     def keep(self, rows: list[int]) -> None:
-        """Keep only `rows` (in this order), dropping padding no remaining row needs."""
+        """Keep only `rows` (in this order). Rows kept in their order stay in their rooms, moved
+        down over those that left (no new memory; a decode step's rows attend from their own
+        first position, so padding no row needs costs no reads), unless that padding has come
+        to more than a room's slack: then, as for rows in another order, the rows are written
+        into new rooms without it."""
         self.sequences = [self.sequences[row] for row in rows]
         if not rows:
             self.kv, self.mask, self.starts = [], None, ()
@@ -204,12 +219,24 @@ class BatchCache:
         mask = self.mask.index_select(0, index)
         starts = _padding(mask)
         start = min(starts)  # columns that are padding in every row
+        if self._in_place(rows, start):
+            for layer in self.cache.layers:
+                layer.keep_in_place(rows)
+            self.mask, self.starts = mask, starts
+            return
         self.mask, self.starts = mask[:, start:], tuple(s - start for s in starts)
         if not self.streams:
             self.cache = RoomyCache.kept(self.kv, index, start)
         else:
             self.kv = [(k.index_select(0, index.to(k.device))[:, :, start:],
                         v.index_select(0, index.to(v.device))[:, :, start:]) for k, v in self.kv]
+
+    def _in_place(self, rows: list[int], start: int) -> bool:
+        width = self.mask.shape[1]
+        return not self.streams and start <= room_positions(width) - width \
+            and all(a < b for a, b in itertools.pairwise(rows)) \
+            and all(isinstance(layer, RoomyLayer) and layer.room is not None
+                    for layer in self.cache.layers)
 
     def step_inputs(self) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """(cache, attention mask, position ids) for one more token per row; the model's

@@ -100,7 +100,47 @@ def test_each_rows_padding_follows_joins_and_keeps() -> None:
     batch.step_inputs()  # a token more for every row
     assert batch.starts == (4, 0) and batch.mask.shape == (2, 8)
     batch.sequences = ["short", "long"]
-    batch.keep([0])
-    assert batch.starts == (0,) and batch.mask.tolist() == [[1] * 4]
+    batch.keep([0])  # kept in place: its padding stays (attention skips it)
+    assert batch.starts == (4,) and batch.mask.tolist() == [[0] * 4 + [1] * 4]
     batch.keep([])
     assert batch.starts == () and batch.mask is None
+
+
+def test_rows_kept_in_order_stay_in_their_rooms_moved_down_over_those_that_left() -> None:
+    """4 rows of 6, then 9, 3 and 12 positions (left-padded to 12 in one room); rows 1 and 3
+    leave: rows 0 and 2 are moved down in the same rooms, no padding trimmed, and the next
+    token is written in place."""
+    batch = BatchCache()
+    parts = [[states(1, n, 10 * n + layer) for layer in range(2)] for n in (6, 9, 3, 12)]
+    batch.join(parts[0], torch.ones(1, 6, dtype=torch.long))
+    batch.join([(torch.cat([F.pad(p[layer][0], (0, 0, 12 - p[layer][0].shape[2], 0))
+                            for p in parts[1:]]),
+                 torch.cat([F.pad(p[layer][1], (0, 0, 12 - p[layer][1].shape[2], 0))
+                            for p in parts[1:]])) for layer in range(2)],
+               torch.tensor([[0] * (12 - n) + [1] * n for n in (9, 3, 12)]))
+    expected = [(k.clone(), v.clone()) for k, v in batch.kv]
+    rooms = [layer.room[0].data_ptr() for layer in batch.cache.layers]
+    batch.sequences = ["a", "b", "c", "d"]
+    batch.keep([0, 2])
+    assert batch.sequences == ["a", "c"] and batch.starts == (6, 9)
+    assert batch.mask.tolist() == [[0] * 6 + [1] * 6, [0] * 9 + [1] * 3]
+    assert [layer.room[0].data_ptr() for layer in batch.cache.layers] == rooms
+    for (k, v), (k0, v0) in zip(batch.kv, expected, strict=True):
+        assert torch.equal(k, k0[[0, 2]]) and torch.equal(v, v0[[0, 2]])
+    layer = batch.cache.layers[0]
+    k, v = states(2, 1, 99)
+    got_k, _ = layer.update(k, v)
+    assert layer.room[0].data_ptr() == rooms[0] and got_k.shape[:3] == (2, 2, 13)
+    assert torch.equal(got_k[:, :, -1:], k)
+
+
+def test_padding_no_row_needs_beyond_a_rooms_slack_is_dropped_by_a_rewrite() -> None:
+    batch = BatchCache()
+    batch.join([states(1, 4, 0)], torch.ones(1, 4, dtype=torch.long))
+    batch.join([states(1, 80, 1)], torch.ones(1, 80, dtype=torch.long))
+    room = batch.cache.layers[0].room[0].data_ptr()
+    batch.sequences = ["short", "long"]
+    batch.keep([0])  # 76 positions of padding: more than a room's 64 of slack
+    assert batch.starts == (0,) and batch.mask.tolist() == [[1] * 4]
+    assert batch.cache.layers[0].room[0].data_ptr() != room
+    assert torch.equal(batch.kv[0][0], states(1, 4, 0)[0])
