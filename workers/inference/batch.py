@@ -207,10 +207,10 @@ class BatchCache:
 
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (in this order). Rows kept in their order stay in their rooms, moved
-        down over those that left (no new memory; a decode step's rows attend from their own
-        first position, so padding no row needs costs no reads), unless that padding has come
-        to more than a room's slack: then, as for rows in another order, the rows are written
-        into new rooms without it."""
+        down over those that left (no new memory; the padding no row needs stays, which a
+        decode step attending by rows does not read), unless that padding has come to more
+        than a room's slack: then, as for rows in another order, the rows are written into new
+        rooms without it."""
         self.sequences = [self.sequences[row] for row in rows]
         if not rows:
             self.kv, self.mask, self.starts = [], None, ()
