@@ -3,9 +3,8 @@
 Keys and values of every layer are [rows, heads, time, dim]; `mask` [rows, time] marks real
 entries (1) and left padding (0). Position ids come from the mask, as in transformers' generate.
 
-The resident batch's layers have room to grow (`RoomyLayer`): transformers' dynamic cache appends
-each step's token by concatenation, a copy of the whole cache a step (at 1,000 positions x 4
-rows of llama-160m on a 2-core host: 57 ms a decode step against 38 with room).
+The resident batch's layers have room to grow (`rooms.py`): a token is written in place, rows
+that leave leave the rooms in place, and rows no longer than the batch join its spare rows.
 
 A worker keeps two batches: one with its cache on the worker's device, and one *offloaded*: its
 cache lives in host memory and, on a GPU, each layer's keys and values are fetched to the device
@@ -21,134 +20,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from wire.call.device import synchronize
+from workers.inference.rooms import KV, RoomyCache, RoomyLayer, cache_tensors, room_positions
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]
 HOST = torch.device("cpu")
-ROOM = 64  # positions a layer's room has beyond what it holds, at least (else a quarter more)
-
-
-class RoomyLayer(DynamicLayer):
-    """A dynamic cache layer whose keys and values are views of a larger buffer: a token appended
-    is written into the room left, and only a full room is copied into a larger one. Keys or
-    values set from outside (a batch's rows selected) are taken into a room of their own."""
-
-    room: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        held = self.get_seq_length()
-        need, rows = held + key_states.shape[-2], key_states.shape[0]
-        room = self.room
-        if room is None or room[0].shape[-2] < need or room[0].shape[0] < rows \
-                or room[0].shape[1] != key_states.shape[1] \
-                or not (_inside(self.keys, room[0]) and _inside(self.values, room[1])):
-            room = self.room = (_larger(self.keys, key_states, held, need),
-                                _larger(self.values, value_states, held, need))
-        room[0][:rows, :, held:need] = key_states
-        room[1][:rows, :, held:need] = value_states
-        self.keys, self.values = room[0][:rows, :, :need], room[1][:rows, :, :need]
-        return self.keys, self.values
-
-    def keep_in_place(self, rows: list[int]) -> None:
-        """Keep `rows` (ascending) where they are: each moved down over the rows that left."""
-        width = self.keys.shape[2]
-        for room in self.room:
-            for new, old in enumerate(rows):
-                if new != old:
-                    room[new, :, :width] = room[old, :, :width]
-        self.keys, self.values = (room[:len(rows), :, :width] for room in self.room)
-
-
-class RoomyCache(DynamicCache):
-    """A dynamic cache of `RoomyLayer`s, holding `kv` to begin with."""
-
-    def __init__(self, kv: KV = ()) -> None:
-        super().__init__()
-        self.layer_class_to_replicate = RoomyLayer
-        for keys, values in kv:
-            layer = RoomyLayer()
-            layer.update(keys, values)
-            self.layers.append(layer)
-
-    @classmethod
-    def joined(cls, first: KV, second: KV, width: int) -> RoomyCache:
-        """The rows of `first` then those of `second`, each left-padded with zeros to `width`,
-        written once into rooms (not padded, concatenated, then copied into a room)."""
-        cache = cls()
-        cache.layers = [_holding(_stacked(k0, k1, width), _stacked(v0, v1, width), width)
-                        for (k0, v0), (k1, v1) in zip(first, second, strict=True)]
-        return cache
-
-    @classmethod
-    def kept(cls, kv: KV, index: torch.Tensor, start: int) -> RoomyCache:
-        """The rows `index` of `kv` from position `start` on, written once into rooms."""
-        cache = cls()
-        width = kv[0][0].shape[2] - start if kv else 0
-        cache.layers = [_holding(_selected(k, index, start), _selected(v, index, start), width)
-                        for k, v in kv]
-        return cache
-
-
-def _holding(keys: torch.Tensor, values: torch.Tensor, width: int) -> RoomyLayer:
-    """A layer whose rooms are `keys` and `values`, holding their first `width` positions."""
-    layer = RoomyLayer()
-    layer.lazy_initialization(keys, values)
-    layer.room = (keys, values)
-    layer.keys, layer.values = keys[:, :, :width], values[:, :, :width]
-    return layer
-
-
-def _inside(held: torch.Tensor, room: torch.Tensor) -> bool:
-    return held.numel() == 0 or (held.data_ptr() == room.data_ptr()
-                                 and held.stride() == room.stride())
-
-
-def room_positions(width: int) -> int:
-    """The positions of a room for `width`: room to grow beyond it."""
-    return width + max(ROOM, width // 4)
-
-
 def padded_bytes(lengths: list[int], token_bytes: int) -> int:
     """The most KV cache one batch of rows growing to `lengths` positions can come to: every
     row left-padded to the longest, in rooms."""
     return len(lengths) * room_positions(max(lengths)) * token_bytes
-
-
-def _room(like: torch.Tensor, rows: int, width: int) -> torch.Tensor:
-    """An empty buffer of `rows` rows shaped as `like`'s, with room beyond `width` positions."""
-    return like.new_empty((rows, like.shape[1], room_positions(width), like.shape[-1]))
-
-
-def _stacked(first: torch.Tensor, second: torch.Tensor, width: int) -> torch.Tensor:
-    room = _room(first, first.shape[0] + second.shape[0], width)
-    for start, part in ((0, first), (first.shape[0], second.to(first.device))):
-        rows, pad = slice(start, start + part.shape[0]), width - part.shape[2]
-        room[rows, :, :pad] = 0
-        room[rows, :, pad:width] = part
-    return room
-
-
-def _selected(held: torch.Tensor, index: torch.Tensor, start: int) -> torch.Tensor:
-    width = held.shape[2] - start
-    room = _room(held, len(index), width)
-    torch.index_select(held[:, :, start:], 0, index.to(held.device), out=room[:, :, :width])
-    return room
-
-
-def _larger(held: torch.Tensor, new: torch.Tensor, count: int, need: int) -> torch.Tensor:
-    room = _room(new, new.shape[0], need)
-    if count:
-        room[:, :, :count] = held
-    return room
-
-
-def cache_tensors(cache: DynamicCache) -> KV:
-    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 class BatchCache:
@@ -196,7 +76,10 @@ class BatchCache:
             self.starts = _padding(mask)
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        if not self.streams:
+        if self._in_place(mask):
+            for layer, (keys, values) in zip(self.cache.layers, kv, strict=True):
+                layer.join_in_place(keys.to(self.device), values.to(self.device))
+        elif not self.streams:
             self.cache = RoomyCache.joined(self.kv, kv, width)
         else:
             self.kv = [(torch.cat([_pad(k0, width), _pad(k1.to(k0.device), width)]),
@@ -206,37 +89,48 @@ class BatchCache:
         self.starts = _padding(self.mask)
 
     def keep(self, rows: list[int]) -> None:
-        """Keep only `rows` (in this order). Rows kept in their order stay in their rooms, moved
-        down over those that left (no new memory; the padding no row needs stays, which a
+        """Keep only `rows`, the engine's sequences with them. Rows given in ascending order
+        stay in their rooms, in another order where that saves moves: a row past the new end
+        fills the slot of one that left (no new memory; the padding no row needs stays, which a
         decode step attending by rows does not read), unless that padding has come to more
-        than a room's slack: then, as for rows in another order, the rows are written into new
-        rooms without it."""
-        self.sequences = [self.sequences[row] for row in rows]
+        than a room's slack. Otherwise the rows, in the order given, are written into new rooms
+        without it."""
         if not rows:
-            self.kv, self.mask, self.starts = [], None, ()
+            self.kv, self.mask, self.starts, self.sequences = [], None, (), []
             return
-        index = torch.tensor(rows, device=self.mask.device)
-        mask = self.mask.index_select(0, index)
-        starts = _padding(mask)
-        start = min(starts)  # columns that are padding in every row
-        if self._in_place(rows, start):
+        start = min(self.starts[row] for row in rows)  # columns that are padding in every row
+        in_place = self._kept_in_place(rows, start)
+        if in_place:
+            rows = _filled(rows)
             for layer in self.cache.layers:
                 layer.keep_in_place(rows)
-            self.mask, self.starts = mask, starts
+        self.sequences = [self.sequences[row] for row in rows]
+        index = torch.tensor(rows, device=self.mask.device)
+        mask = self.mask.index_select(0, index)
+        if in_place:
+            self.mask, self.starts = mask, tuple(self.starts[row] for row in rows)
             return
-        self.mask, self.starts = mask[:, start:], tuple(s - start for s in starts)
+        self.mask, self.starts = mask[:, start:], tuple(self.starts[row] - start for row in rows)
         if not self.streams:
             self.cache = RoomyCache.kept(self.kv, index, start)
         else:
             self.kv = [(k.index_select(0, index.to(k.device))[:, :, start:],
                         v.index_select(0, index.to(v.device))[:, :, start:]) for k, v in self.kv]
 
-    def _in_place(self, rows: list[int], start: int) -> bool:
+    def _in_place(self, joining: torch.Tensor) -> bool:
+        """Whether rows marked by `joining` fit the rooms' spare rows, no longer than the
+        batch's width."""
+        return self._roomy() and joining.shape[1] <= self.mask.shape[1] and all(
+            layer.room[0].shape[0] >= self.rows + joining.shape[0] for layer in self.cache.layers)
+
+    def _kept_in_place(self, rows: list[int], start: int) -> bool:
         width = self.mask.shape[1]
-        return not self.streams and start <= room_positions(width) - width \
-            and all(a < b for a, b in itertools.pairwise(rows)) \
-            and all(isinstance(layer, RoomyLayer) and layer.room is not None
-                    for layer in self.cache.layers)
+        return self._roomy() and start <= room_positions(width) - width \
+            and all(a < b for a, b in itertools.pairwise(rows))
+
+    def _roomy(self) -> bool:
+        return not self.streams and all(isinstance(layer, RoomyLayer) and layer.room is not None
+                                        for layer in self.cache.layers)
 
     def step_inputs(self) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """(cache, attention mask, position ids) for one more token per row; the model's
@@ -260,6 +154,13 @@ def _offloading_cache(host_kv: KV, device: torch.device) -> DynamicCache:
         layer.device = device  # where `prefetch` brings it; `offload` takes it back to the host
     cache.prefetch(0, cache.only_non_sliding)
     return cache
+
+
+def _filled(rows: list[int]) -> list[int]:
+    """Which of `rows` (ascending) each slot 0, 1, ... holds: a row stays in its slot, and those
+    past the new end fill the slots of rows that left."""
+    kept, past_end = set(rows), iter(row for row in rows if row >= len(rows))
+    return [slot if slot in kept else next(past_end) for slot in range(len(rows))]
 
 
 def _padding(mask: torch.Tensor) -> tuple[int, ...]:

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from workers.inference.batch import RoomyCache, cache_tensors
 from workers.inference.prefill import Prefilled
 from workers.inference.request import Request
+from workers.inference.rooms import RoomyCache, cache_tensors
 from workers.inference.rows import RowAdapters
 
 MIN_TOKENS = 16

@@ -20,7 +20,7 @@ import torch
 from peft import PeftModel
 from transformers import DynamicCache
 
-from workers.inference.batch import KV, cache_tensors
+from workers.inference.rooms import KV, cache_tensors
 from workers.inference.rows import RowAdapters
 from workers.remote.handle import ExecutorUnavailable
 

@@ -1,57 +1,13 @@
-"""A batch's cache layers with room to grow: what they hold is what concatenation would hold,
-a token is written in place, and only a full room (or keys set from outside) is copied."""
+"""A running batch's cache: rows join left-padded and leave, in their rooms where they can, and
+each row's padding is known."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from workers.inference.batch import ROOM, BatchCache, RoomyCache, RoomyLayer
-
-
-def states(rows: int, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, 2, tokens, 8, generator=g), torch.randn(rows, 2, tokens, 8,
-                                                                      generator=g)
-
-
-def test_a_layer_holds_what_concatenation_holds_and_writes_a_token_in_place() -> None:
-    layer, keys, values = RoomyLayer(), *states(3, 10, 0)
-    layer.update(keys, values)
-    room = layer.keys.data_ptr()
-    for step in range(ROOM):
-        k, v = states(3, 1, step + 1)
-        got_k, got_v = layer.update(k, v)
-        keys, values = torch.cat([keys, k], dim=-2), torch.cat([values, v], dim=-2)
-        assert torch.equal(got_k, keys) and torch.equal(got_v, values)
-    assert layer.keys.data_ptr() == room  # 10 + 64 positions fit the first room (10 + 64)
-    assert layer.get_seq_length() == 10 + ROOM
-    layer.update(*states(3, 1, 99))  # the room is full: a larger one
-    assert layer.keys.data_ptr() != room and layer.room[0].shape[-2] == 75 + ROOM
-    assert torch.equal(layer.keys[:, :, :10 + ROOM], keys)
-
-
-def test_keys_set_from_outside_are_taken_into_a_room_of_their_own() -> None:
-    layer = RoomyLayer()
-    layer.update(*states(3, 10, 0))
-    layer.batch_select_indices(torch.tensor([2, 0]))  # as a batch keeps some of its rows
-    kept_k, kept_v = layer.keys.clone(), layer.values.clone()
-    k, v = states(2, 1, 1)
-    got_k, got_v = layer.update(k, v)
-    assert torch.equal(got_k, torch.cat([kept_k, k], dim=-2))
-    assert torch.equal(got_v, torch.cat([kept_v, v], dim=-2))
-    assert layer.room[0].shape[0] == 2
-
-
-def test_a_cache_begins_with_its_states_and_grows_layers_as_a_model_asks() -> None:
-    kv = [states(2, 5, seed) for seed in range(3)]
-    cache = RoomyCache(kv)
-    assert cache.get_seq_length() == 5 and len(cache.layers) == 3
-    assert all(torch.equal(layer.keys, k) for layer, (k, _) in zip(cache.layers, kv, strict=True))
-    empty = RoomyCache()
-    empty.update(*states(1, 4, 7), layer_idx=1)
-    assert [type(layer) for layer in empty.layers] == [RoomyLayer, RoomyLayer]
-    assert empty.layers[1].get_seq_length() == 4
+from tests.workers.inference.test_rooms import states
+from workers.inference.batch import BatchCache
 
 
 def test_rows_joining_a_batch_are_written_once_padded_as_before() -> None:
@@ -106,6 +62,21 @@ def test_each_rows_padding_follows_joins_and_keeps() -> None:
     assert batch.starts == () and batch.mask is None
 
 
+def test_a_row_past_the_new_end_fills_the_slot_of_one_that_left() -> None:
+    """Of 4 rows, the first leaves: the last moves into its slot (one row copied, not three),
+    the engine's sequences with it; the rooms stay."""
+    batch = BatchCache()
+    kv = [states(4, 6, layer) for layer in range(2)]
+    batch.join(kv, torch.ones(4, 6, dtype=torch.long))
+    rooms = [layer.room[0].data_ptr() for layer in batch.cache.layers]
+    batch.sequences = ["a", "b", "c", "d"]
+    batch.keep([1, 2, 3])
+    assert batch.sequences == ["d", "b", "c"]
+    assert [layer.room[0].data_ptr() for layer in batch.cache.layers] == rooms
+    for (k, v), (k0, v0) in zip(batch.kv, kv, strict=True):
+        assert torch.equal(k, k0[[3, 1, 2]]) and torch.equal(v, v0[[3, 1, 2]])
+
+
 def test_rows_kept_in_order_stay_in_their_rooms_moved_down_over_those_that_left() -> None:
     """4 rows of 6, then 9, 3 and 12 positions (left-padded to 12 in one room); rows 1 and 3
     leave: rows 0 and 2 are moved down in the same rooms, no padding trimmed, and the next
@@ -132,6 +103,31 @@ def test_rows_kept_in_order_stay_in_their_rooms_moved_down_over_those_that_left(
     got_k, _ = layer.update(k, v)
     assert layer.room[0].data_ptr() == rooms[0] and got_k.shape[:3] == (2, 2, 13)
     assert torch.equal(got_k[:, :, -1:], k)
+
+
+def test_rows_join_the_rooms_spare_rows_in_place_when_no_longer_than_the_batch() -> None:
+    """After 2 of 4 rows left in place, a row of 5 positions joins the 2 left (12 wide) in a
+    spare row of the same rooms, left-padded with zeros; then one of 20 positions cannot."""
+    batch = BatchCache()
+    batch.join([states(4, 12, layer) for layer in range(2)], torch.ones(4, 12, dtype=torch.long))
+    batch.sequences = ["a", "b", "c", "d"]
+    batch.keep([1, 3])
+    before = [(k.clone(), v.clone()) for k, v in batch.kv]
+    rooms = [layer.room[0].data_ptr() for layer in batch.cache.layers]
+    garbage = batch.cache.layers[0].room[0][2:]
+    garbage.fill_(float("nan"))  # what the spare rows held: the padding is written over
+    short = [states(1, 5, 10 + layer) for layer in range(2)]
+    batch.join(short, torch.ones(1, 5, dtype=torch.long))
+    assert [layer.room[0].data_ptr() for layer in batch.cache.layers] == rooms
+    assert batch.starts == (0, 0, 7) and batch.mask.tolist()[2] == [0] * 7 + [1] * 5
+    for (k, v), (k0, v0), (k1, v1) in zip(batch.kv, before, short, strict=True):
+        assert torch.equal(k, torch.cat([k0, F.pad(k1, (0, 0, 7, 0))]))
+        assert torch.equal(v, torch.cat([v0, F.pad(v1, (0, 0, 7, 0))]))
+    batch.sequences.append("e")
+    batch.join([states(1, 20, 20 + layer) for layer in range(2)],
+               torch.ones(1, 20, dtype=torch.long))  # wider than the batch: new rooms
+    assert batch.cache.layers[0].room[0].data_ptr() != rooms[0]
+    assert batch.starts == (8, 8, 15, 0) and batch.kv[0][0].shape[:3] == (4, 2, 20)
 
 
 def test_padding_no_row_needs_beyond_a_rooms_slack_is_dropped_by_a_rewrite() -> None:

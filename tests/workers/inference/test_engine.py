@@ -14,10 +14,10 @@ from tests.conftest import TINY_MODELS
 from tests.peft_reference import METHODS, build_pair
 from wire import manager as W
 from wire.call import messages as P
-from workers.inference.batch import ROOM
 from workers.inference.engine import InferenceEngine
 from workers.inference.pacing import Pacer
 from workers.inference.request import Request
+from workers.inference.rooms import ROOM
 from workers.remote.handle import ExecutorUnavailable
 
 MODEL = "tiny-llama"
@@ -206,7 +206,8 @@ def test_one_bad_request_fails_alone(tokenizer) -> None:
 def test_kv_bytes_per_token_is_what_a_prefill_caches(model: str) -> None:
     from transformers import DynamicCache
 
-    from workers.inference.batch import cache_tensors, kv_bytes_per_token
+    from workers.inference.batch import kv_bytes_per_token
+    from workers.inference.rooms import cache_tensors
 
     _, ours = build_pair(model, "lora", LocalExecutor.load(model))
     ids = torch.arange(7).unsqueeze(0)

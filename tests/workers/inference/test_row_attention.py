@@ -20,6 +20,7 @@ from wire import manager as W
 from workers.inference.batch import BatchCache
 from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
+from workers.inference.rooms import RoomyLayer
 from workers.inference.row_attention import install, plan
 
 
@@ -102,23 +103,37 @@ def test_rows_read_from_their_own_first_position_as_if_alone(tiny_llama) -> None
     assert padded.logits[[0, 2]].isnan().all() and not padded.logits[1].isnan().any()
 
 
+def counting(counts: dict[str, int], name: str):
+    """`RoomyLayer`'s own method `name`, counted."""
+    real = getattr(RoomyLayer, name)
+
+    def counted(layer: RoomyLayer, *args):
+        counts[name] += 1
+        return real(layer, *args)
+    return counted
+
+
 @pytest.mark.parametrize("model", TINY_MODELS)
-def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model) -> None:
+def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model, monkeypatch) -> None:
     """Prompts arriving apart join the batch at other lengths; every step's rows attend by runs
     (a call costing nothing: each row from its own first position) where the attention is
-    sdpa, gemma2's eager attention (soft caps) is left as it is."""
+    sdpa, gemma2's eager attention (soft caps) is left as it is. Rows leave the rooms in place
+    and later ones join in the rows they left."""
+    in_place = {"keep_in_place": 0, "join_in_place": 0}
+    for name in in_place:
+        monkeypatch.setattr(RoomyLayer, name, counting(in_place, name))
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
     plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8,
                              attention_call_bytes=0)
     assert engine.by_rows == (model != "tiny-gemma2")
     greedy = W.SamplingParams(max_tokens=8, temperature=0)
-    lengths = (30, 3, 17, 9)
+    lengths = (30, 3, 17, 9, 5, 12)  # one every 3 steps; the first leaves after step 6
     requests = [Request(str(n), list(range(n, 2 * n)), greedy) for n in lengths]
     events: dict[str, list] = {r.id: [] for r in requests}
     waiting, planned, step = list(requests), 0, 0
     while waiting or engine.has_work():
-        if waiting and step % 2 == 0:
+        if waiting and step % 3 == 0:
             for event in engine.add(waiting.pop(0)):
                 events[event.id].append(event)
         for event in engine.step():
@@ -126,6 +141,7 @@ def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model) -> N
         planned += bool(plan(engine.resident.starts, engine.call_positions))
         step += 1
     assert planned >= 6  # steps whose rows held padding (not the first two, not the last)
+    assert in_place["keep_in_place"] and in_place["join_in_place"], in_place
     for request in requests:
         ids = torch.tensor([request.prompt_ids])
         with torch.no_grad():
