@@ -52,6 +52,15 @@ def text(events: list, index: int = 0) -> str:
     return "".join(e.text for e in events if isinstance(e, W.Delta) and e.index == index)
 
 
+def generated(plain, tokenizer, prompt: list[int], tokens: int) -> str:
+    """The text plain generate() gives after `prompt`, greedy, exactly `tokens` tokens."""
+    ids = torch.tensor([prompt], device=plain.device)
+    with torch.no_grad():
+        out = plain.eval().generate(input_ids=ids, max_new_tokens=tokens, min_new_tokens=tokens,
+                                    do_sample=False, attention_mask=torch.ones_like(ids))
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
 @pytest.mark.parametrize("stagger", [2, 0], ids=["staggered", "together"])
 @pytest.mark.parametrize("method", METHODS)
 def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> None:
@@ -70,11 +79,7 @@ def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> 
     shared = stagger == 0 and not ours.active_peft_config.is_prompt_learning
     assert forwards == ([(2, 12), (2, 5)] if shared else [(1, len(p)) for p in prompts()])
     for request in requests:
-        with torch.no_grad():
-            ids = torch.tensor([request.prompt_ids])
-            out = plain.generate(input_ids=ids, max_new_tokens=10, min_new_tokens=10,
-                                 do_sample=False, attention_mask=torch.ones_like(ids))
-        expected = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        expected = generated(plain, tokenizer, request.prompt_ids, 10)
         assert text(events[request.id]) == expected, (method, request.id)
         done = [e for e in events[request.id] if isinstance(e, W.Done)]
         assert done and done[0].completion_tokens == 10
@@ -287,12 +292,7 @@ def offload_and_compare(plain, ours, tokenizer) -> None:
         step += 1
     assert rows == {"resident": 1, "offloaded": 3}  # 5+10 tokens fit; then 9+10, 3+10, 12+10
     for request in requests:
-        with torch.no_grad():
-            ids = torch.tensor([request.prompt_ids], device=engine.device)
-            out = plain.generate(input_ids=ids, max_new_tokens=10, min_new_tokens=10,
-                                 do_sample=False, attention_mask=torch.ones_like(ids))
-        assert text(events[request.id]) == tokenizer.decode(out[0, ids.shape[1]:],
-                                                            skip_special_tokens=True)
+        assert text(events[request.id]) == generated(plain, tokenizer, request.prompt_ids, 10)
     assert engine.resident.rows == engine.offloaded.rows == 0
 
 
@@ -307,9 +307,5 @@ def test_prompts_arriving_together_equal_plain_generate_for_every_architecture(m
     requests = [Request(str(i), [t % 1000 for t in p], greedy) for i, p in enumerate(prompts())]
     events = run(engine, requests, stagger=0)
     for request in requests:
-        ids = torch.tensor([request.prompt_ids])
-        with torch.no_grad():
-            out = plain.eval().generate(input_ids=ids, max_new_tokens=6, min_new_tokens=6,
-                                        do_sample=False, attention_mask=torch.ones_like(ids))
-        expected = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        expected = generated(plain, tokenizer, request.prompt_ids, 6)
         assert text(events[request.id]) == expected, (model, request.id)

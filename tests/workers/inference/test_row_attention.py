@@ -15,7 +15,7 @@ from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
 from tests.conftest import TINY_MODELS
 from tests.peft_reference import build_pair
-from tests.workers.inference.test_engine import text
+from tests.workers.inference.test_engine import generated, text
 from wire import manager as W
 from workers.inference.batch import BatchCache
 from workers.inference.engine import InferenceEngine
@@ -143,9 +143,5 @@ def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model, monk
     assert planned >= 6  # steps whose rows held padding (not the first two, not the last)
     assert in_place["keep_in_place"] and in_place["join_in_place"], in_place
     for request in requests:
-        ids = torch.tensor([request.prompt_ids])
-        with torch.no_grad():
-            out = plain.eval().generate(input_ids=ids, max_new_tokens=8, min_new_tokens=8,
-                                        do_sample=False, attention_mask=torch.ones_like(ids))
-        expected = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        expected = generated(plain, tokenizer, request.prompt_ids, 8)
         assert text(events[request.id]) == expected, (model, request.id)
