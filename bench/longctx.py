@@ -123,8 +123,10 @@ def lengths_rounds(model, tokenizer, prompts: list[list[int]], tokens: int, unti
         if time.monotonic() >= until:
             break
         for row, prompt in enumerate(prompts):
-            engine.add(Request(f"{round_}-{row}", prompt,
-                               W.SamplingParams(max_tokens=tokens, temperature=0)))
+            refused = engine.add(Request(f"{round_}-{row}", prompt,
+                                         W.SamplingParams(max_tokens=tokens, temperature=0)))
+            if refused:
+                raise RuntimeError(f"the engine refused a request: {refused[0].message}")
         stamps = []
         while engine.has_work():
             failed = [e for e in engine.step() if isinstance(e, W.Failed)]
