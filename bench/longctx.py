@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -21,33 +22,52 @@ def engine_rounds(model, tokenizer, context: int, tokens: int, until: float,
                   rng: torch.Generator, kv_budget_bytes: int) -> tuple[list[float], float, int]:
     """Engine rounds until the window closes: the per-step gaps after the prefill step, when
     the last step ended, and the most rows its offloaded batch held (0: it never offloaded)."""
-    from wire import manager as W
     from workers.inference.engine import InferenceEngine
-    from workers.inference.request import Request
 
     engine = InferenceEngine(model.eval(), tokenizer, max_context=context + tokens, eos_ids=(),
                              max_batch=1, kv_budget_bytes=kv_budget_bytes)
     gaps: list[float] = []
-    offloaded, last, round_ = 0, time.monotonic(), 0
-    while time.monotonic() < until:
+    offloaded, last = 0, time.monotonic()
+
+    def watch() -> None:
+        nonlocal offloaded
+        offloaded = max(offloaded, engine.offloaded.rows)
+
+    for round_ in itertools.count():
+        if time.monotonic() >= until:
+            break
         prompt = torch.randint(0, 50000, (context,), generator=rng).tolist()
-        request = Request(f"long-{round_}", prompt, W.SamplingParams(max_tokens=tokens,
-                                                                     temperature=0))
-        failed = [e for e in engine.add(request) if isinstance(e, W.Failed)]
-        if failed:
-            raise RuntimeError(f"the engine refused the request: {failed[0].message}")
-        stamps = []
-        while engine.has_work():
-            for event in engine.step():
-                if isinstance(event, W.Failed):
-                    raise RuntimeError(f"the request failed: {event.message}")
-            stamps.append(time.monotonic())
-            offloaded = max(offloaded, engine.offloaded.rows)
-            if stamps[-1] >= until:
-                engine.abort(request.id)
+        stamps = serve_round(engine, f"long-{round_}", [prompt], tokens, until, watch)
         gaps += [b - a for a, b in itertools.pairwise(stamps)]
-        last, round_ = stamps[-1], round_ + 1
+        last = stamps[-1]
     return gaps, last, offloaded
+
+
+def serve_round(engine, name: str, prompts: list[list[int]], tokens: int, until: float,
+                watch: Callable[[], None] = lambda: None) -> list[float]:
+    """`prompts` added together (greedy, `tokens` tokens each) and served to their end, or
+    aborted once the window closes: when each step ended (`watch` called after each). A
+    refusal or a failure stops the client with its reason."""
+    from wire import manager as W
+    from workers.inference.request import Request
+
+    ids = [f"{name}-{row}" for row in range(len(prompts))]
+    for request_id, prompt in zip(ids, prompts, strict=True):
+        refused = engine.add(Request(request_id, prompt,
+                                     W.SamplingParams(max_tokens=tokens, temperature=0)))
+        if refused:
+            raise RuntimeError(f"the engine refused a request: {refused[0].message}")
+    stamps: list[float] = []
+    while engine.has_work():
+        failed = [e for e in engine.step() if isinstance(e, W.Failed)]
+        if failed:
+            raise RuntimeError(f"request {failed[0].id} failed: {failed[0].message}")
+        stamps.append(time.monotonic())
+        watch()
+        if stamps[-1] >= until:
+            for request_id in ids:
+                engine.abort(request_id)
+    return stamps
 
 
 QUIET_STEPS = 16  # decode steps between one long prompt's end and the next one's arrival
@@ -111,9 +131,7 @@ def lengths_rounds(model, tokenizer, prompts: list[list[int]], tokens: int, unti
     through the worker's own engine (`call_bytes`: what it counts an attention call to cost;
     None: as a worker): the gaps between decode steps after the first step (which also
     prefills), and when the last step ended."""
-    from wire import manager as W
     from workers.inference.engine import InferenceEngine
-    from workers.inference.request import Request
 
     engine = InferenceEngine(model.eval(), tokenizer, eos_ids=(), attention_call_bytes=call_bytes,
                              max_context=max(map(len, prompts)) + tokens)
@@ -122,20 +140,7 @@ def lengths_rounds(model, tokenizer, prompts: list[list[int]], tokens: int, unti
     for round_ in itertools.count():
         if time.monotonic() >= until:
             break
-        for row, prompt in enumerate(prompts):
-            refused = engine.add(Request(f"{round_}-{row}", prompt,
-                                         W.SamplingParams(max_tokens=tokens, temperature=0)))
-            if refused:
-                raise RuntimeError(f"the engine refused a request: {refused[0].message}")
-        stamps = []
-        while engine.has_work():
-            failed = [e for e in engine.step() if isinstance(e, W.Failed)]
-            if failed:
-                raise RuntimeError(f"request {failed[0].id} failed: {failed[0].message}")
-            stamps.append(time.monotonic())
-            if stamps[-1] >= until:
-                for row in range(len(prompts)):
-                    engine.abort(f"{round_}-{row}")
+        stamps = serve_round(engine, str(round_), prompts, tokens, until)
         gaps += [b - a for a, b in itertools.pairwise(stamps)]
         last = stamps[-1]
     return gaps, last

@@ -76,7 +76,7 @@ class BatchCache:
             self.starts = _padding(mask)
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        if self._in_place(mask):
+        if self._joins_in_place(mask):
             for layer, (keys, values) in zip(self.cache.layers, kv, strict=True):
                 layer.join_in_place(keys.to(self.device), values.to(self.device))
         elif not self.streams:
@@ -117,7 +117,7 @@ class BatchCache:
             self.kv = [(k.index_select(0, index.to(k.device))[:, :, start:],
                         v.index_select(0, index.to(v.device))[:, :, start:]) for k, v in self.kv]
 
-    def _in_place(self, joining: torch.Tensor) -> bool:
+    def _joins_in_place(self, joining: torch.Tensor) -> bool:
         """Whether rows marked by `joining` fit the rooms' spare rows, no longer than the
         batch's width."""
         return self._roomy() and joining.shape[1] <= self.mask.shape[1] and all(

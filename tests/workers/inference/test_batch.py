@@ -82,13 +82,9 @@ def test_rows_kept_in_order_stay_in_their_rooms_moved_down_over_those_that_left(
     leave: rows 0 and 2 are moved down in the same rooms, no padding trimmed, and the next
     token is written in place."""
     batch = BatchCache()
-    parts = [[states(1, n, 10 * n + layer) for layer in range(2)] for n in (6, 9, 3, 12)]
-    batch.join(parts[0], torch.ones(1, 6, dtype=torch.long))
-    batch.join([(torch.cat([F.pad(p[layer][0], (0, 0, 12 - p[layer][0].shape[2], 0))
-                            for p in parts[1:]]),
-                 torch.cat([F.pad(p[layer][1], (0, 0, 12 - p[layer][1].shape[2], 0))
-                            for p in parts[1:]])) for layer in range(2)],
-               torch.tensor([[0] * (12 - n) + [1] * n for n in (9, 3, 12)]))
+    for n in (6, 9, 3, 12):
+        batch.join([states(1, n, 10 * n + layer) for layer in range(2)],
+                   torch.ones(1, n, dtype=torch.long))
     expected = [(k.clone(), v.clone()) for k, v in batch.kv]
     rooms = [layer.room[0].data_ptr() for layer in batch.cache.layers]
     batch.sequences = ["a", "b", "c", "d"]
