@@ -15,6 +15,7 @@ cache, which prefetches the next layer on a side stream while this one computes)
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any
 
 import torch
@@ -25,10 +26,29 @@ from wire.call.device import synchronize
 from workers.inference.rooms import KV, RoomyCache, RoomyLayer, cache_tensors, room_positions
 
 HOST = torch.device("cpu")
+log = logging.getLogger("workers.batch")
+
+
 def padded_bytes(lengths: list[int], token_bytes: int) -> int:
     """The most KV cache one batch of rows growing to `lengths` positions can come to: every
     row left-padded to the longest, in rooms."""
     return len(lengths) * room_positions(max(lengths)) * token_bytes
+
+
+def place(request: Any, resident: BatchCache, offloaded: BatchCache, budget_bytes: int,
+          token_bytes: int) -> BatchCache:
+    """The resident batch while its cache, as large as it can grow with the request's rows in
+    it, fits the device's KV budget (0: none); else the offloaded one."""
+    if not budget_bytes:
+        return resident
+    rows = [*(s.request for s in resident.sequences), *[request] * request.params.n]
+    need = padded_bytes([len(r.prompt_ids) + r.params.max_tokens for r in rows], token_bytes)
+    if need <= budget_bytes:
+        return resident
+    log.info("request %s: the device's KV cache could come to %.1f MiB with it, over the "
+             "budget of %.1f MiB: cache in host memory", request.id, need / 2**20,
+             budget_bytes / 2**20)
+    return offloaded
 
 
 class BatchCache:
@@ -138,6 +158,15 @@ class BatchCache:
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.rows, 1)], dim=1)
         positions = self.mask.sum(1, keepdim=True) - 1
         return self.cache, self.mask, positions
+
+
+    def undo_step(self) -> None:
+        """Take back the last `step_inputs` whose forward failed: its token in the mask and in
+        every layer the forward reached."""
+        width = self.mask.shape[1] - 1
+        self.mask = self.mask[:, :width]
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, :width], layer.values[:, :, :width]
 
 
 def repeat_rows(kv: KV, n: int) -> KV:

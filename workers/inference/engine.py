@@ -22,11 +22,12 @@ from peft import PeftModel
 
 from wire import manager as W
 from wire.call.digits import greedy_choices
-from workers.inference.batch import BatchCache, kv_bytes_per_token, padded_bytes, repeat_rows
+from workers.inference.batch import BatchCache, kv_bytes_per_token, place, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.chunks import Chunker, Partial, prefill_chunk
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
+from workers.inference.packed import packs, step_forward
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
 from workers.inference.request import Request
 from workers.inference.row_attention import call_bytes, install, plan
@@ -138,15 +139,20 @@ class InferenceEngine:
         if self.pace is not None:  # a prompt's first token comes in the step of its last chunk
             self.pace([*admitted, *(p.request for p, n in chunks if n == p.rest)], running)
         try:
-            events = self._prefill_all(admitted) + self._prefill_chunks(chunks)
+            events = self._prefill_all(admitted)
+            packed = chunks[0] if len(chunks) == 1 and self.by_rows and packs(
+                chunks[0][0].request, self.resident.sequences, self.rows) else None
+            events += self._prefill_chunks([] if packed else chunks)
         except ExecutorUnavailable:
             self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
             raise
         began = time.perf_counter()
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
-                events += self._decode(batch)
-        if running:
+                events += self._decode(batch, packed if batch is self.resident else None)
+        if packed:  # the step's time: a decode step's and the chunk's tokens'
+            self.chunks.budget.observe_prefill(time.perf_counter() - began, packed[1])
+        elif running:
             self.chunks.budget.observe_decode(time.perf_counter() - began)
         return events
 
@@ -163,7 +169,7 @@ class InferenceEngine:
             try:
                 done = shared.get(id(request))
                 events += self._prefill(request) if done is None else self._admit(
-                    request, W.Started(request.id, len(request.prompt_ids), request.fallback), done)
+                    request, _started(request), done)
             except ExecutorUnavailable:
                 raise
             except Exception as exc:
@@ -181,9 +187,7 @@ class InferenceEngine:
                 done = prefill_chunk(self.prefill_model, self.rows, partial, tokens, self.device)
                 self.chunks.budget.observe_prefill(time.perf_counter() - began, tokens)
                 if done is not None:
-                    self.chunks.drop(request.id)
-                    events += self._admit(request, W.Started(
-                        request.id, len(request.prompt_ids), request.fallback), done)
+                    events += self._all_in(request, done)
             except ExecutorUnavailable:
                 raise
             except Exception as exc:
@@ -206,7 +210,7 @@ class InferenceEngine:
                            want_prompt_logprobs)
         self.chunks.budget.observe_prefill(  # every position's logits cost more than a token
             time.perf_counter() - began, 0 if want_prompt_logprobs else len(request.prompt_ids))
-        started = W.Started(request.id, len(request.prompt_ids), request.fallback)
+        started = _started(request)
         if params.echo:
             started.prompt_text = self.tokenizer.decode(request.prompt_ids,
                                                         skip_special_tokens=True)
@@ -215,6 +219,11 @@ class InferenceEngine:
                 token_logprob(self.tokenizer, c)
                 for c in prompt_logprobs(done.logits, request.prompt_ids, params.logprobs)]
         return self._admit(request, started, done)
+
+    def _all_in(self, request: Request, done: Prefilled) -> list[W.Message]:
+        """A prompt that came in by chunks, all in: it joins the running sequences."""
+        self.chunks.drop(request.id)
+        return self._admit(request, _started(request), done)
 
     def _admit(self, request: Request, started: W.Started, done: Prefilled) -> list[W.Message]:
         """A prefilled request's first tokens, and its sequences into the decode batch."""
@@ -232,41 +241,34 @@ class InferenceEngine:
             events.append(self._accept(seq, self._choose(seq, done.last_logits)))
             sequences.append(seq)
         self._pending[request.id] = params.n
-        batch = self._place(request)
+        batch = place(request, self.resident, self.offloaded, self.kv_budget_bytes,
+                      self.kv_token_bytes)
         batch.join(repeat_rows(done.kv, params.n), done.mask.repeat(params.n, 1))
         batch.sequences.extend(sequences)
         events += self._drop_finished()
         return events
 
-    def _place(self, request: Request) -> BatchCache:
-        """The resident batch while its cache, as large as it can grow with the request's rows
-        in it, fits the device budget; else the offloaded one."""
-        if not self.kv_budget_bytes:
-            return self.resident
-        rows = [*(s.request for s in self.resident.sequences), *[request] * request.params.n]
-        need = padded_bytes([len(r.prompt_ids) + r.params.max_tokens for r in rows],
-                            self.kv_token_bytes)
-        if need <= self.kv_budget_bytes:
-            return self.resident
-        log.info("request %s: the device's KV cache could come to %.1f MiB with it, over the "
-                 "budget of %.1f MiB: cache in host memory", request.id, need / 2**20,
-                 self.kv_budget_bytes / 2**20)
-        return self.offloaded
-
-    def _decode(self, batch: BatchCache) -> list[W.Message]:
-        cache, mask, positions = batch.step_inputs()
-        tokens = torch.tensor([[seq.last] for seq in batch.sequences], device=self.device)
+    def _decode(self, batch: BatchCache, packed: tuple[Partial, int] | None) -> list[W.Message]:
+        """A decode step of the batch's rows (with the chunk `packed`, if any: its prompt
+        joins once all in; a failure of that forward fails the chunk's request only)."""
         groups = plan(batch.starts, self.call_positions) if self.by_rows else ()
-        with self.rows.select([s.request.adapter for s in batch.sequences]):
-            out = self.decode_model(input_ids=tokens, attention_mask=mask,
-                                    position_ids=positions, past_key_values=cache, use_cache=True,
-                                    **({"row_groups": groups} if groups else {}))
-        logits = out.logits[:, -1].cpu()
+        try:
+            logits, done = step_forward(self.decode_model, self.rows, batch, groups, packed,
+                                        self.device)
+        except ExecutorUnavailable:
+            raise
+        except Exception as exc:
+            if packed is None:
+                raise
+            batch.undo_step()
+            self.chunks.drop(packed[0].request.id)
+            return [self._failed(packed[0].request, exc), *self._decode(batch, None)]
         best = greedy_choices(logits).tolist()  # what each plain greedy row takes
         events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)
                                else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
-        return events + self._drop_finished()
+        events += self._drop_finished()
+        return events if done is None else events + self._all_in(packed[0].request, done)
 
     def _argmax_only(self, seq: Sequence) -> bool:
         return argmax_only(seq.request.params, seq.counts, seq.allows_eos(), self.eos_ids,
@@ -298,3 +300,6 @@ class InferenceEngine:
             batch.keep(keep)
         return events
 
+
+def _started(request: Request) -> W.Started:
+    return W.Started(request.id, len(request.prompt_ids), request.fallback)

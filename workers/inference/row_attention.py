@@ -76,9 +76,12 @@ def plan(starts: tuple[int, ...], call_positions: int) -> tuple[Group, ...]:
 
 def attend(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
            attention_mask: torch.Tensor | None, *, row_groups: tuple[Group, ...] = (),
-           **kwargs: Any) -> tuple[torch.Tensor, None]:
+           packed: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """sdpa, run per group of rows from its start where a decode step's `row_groups` apply:
-    one query a row and a mask of one row each over exactly the keys' positions."""
+    one query a row and a mask of one row each over exactly the keys' positions. A packed
+    step (`packed.Packed`) attends its rows so and its chunk over the chunk's prompt."""
+    if packed is not None:
+        return packed.attend(module, query, key, value, attend, **kwargs)
     if not row_groups or query.shape[2] != 1 or attention_mask is None \
             or attention_mask.shape[0] != query.shape[0] \
             or attention_mask.shape[-1] != key.shape[2]:

@@ -63,26 +63,36 @@ def text(steps: list[list[W.Message]], rid: str) -> str:
 
 @pytest.mark.parametrize("method", ["lora", "ia3", "adalora", "prompt_tuning"])
 def test_a_long_prompt_comes_in_by_chunks_while_a_running_one_decodes(method, tokenizer) -> None:
-    """70 prompt tokens at 16 a step: five forwards (16 x 4 + 6), each in a step in which the
-    running request gets a token; both texts plain generate()'s. Prompt tuning's virtual tokens
-    go in front of each forward, so its prompt comes in whole."""
+    """70 prompt tokens at 16 a step: five chunks (16 x 4 + 6), each in a step in which the
+    running request gets a token (in the same forward: test_packed.py); both texts plain
+    generate()'s. Prompt tuning's virtual tokens go in front of each forward, so its prompt
+    comes in whole."""
     plain, ours = build_pair(MODEL, method, LocalExecutor.load(MODEL))
     plain.eval()
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
                              chunk_tokens=16)
-    forwards = []  # prefill forwards (decode steps run through the model under the PEFT one)
-    ours.register_forward_pre_hook(lambda _, args, kw: forwards.append(kw["input_ids"].shape[1]),
-                                   with_kwargs=True)
+    forwards = []  # positions of each forward (prompt tuning's decode steps: embeddings)
+    engine.decode_model.register_forward_pre_hook(
+        lambda _, args, kw: forwards.append(kw.get("input_ids", ids).shape[1]), with_kwargs=True)
+    ids = torch.zeros(1, 1)
+    whole_forwards = []  # prompt tuning's prefills (its decode steps' inputs are embeddings)
+    ours.register_forward_pre_hook(
+        lambda _, args, kw: whole_forwards.append(kw["input_ids"].shape[1]), with_kwargs=True)
     running, long = prompt(5), prompt(70, seed=1)
     engine.add(Request("running", running, W.SamplingParams(max_tokens=20, temperature=0)))
     first = [engine.step(), engine.step()]
     engine.add(Request("long", long, GREEDY))
     steps = first + steps_of(engine)
     whole = ours.active_peft_config.is_prompt_learning
-    assert forwards == ([5, 70] if whole else [5, 16, 16, 16, 16, 6])
+    if whole:
+        assert whole_forwards == [5, 70]
+    else:
+        # each step the running row's token and a chunk in one forward
+        assert [n for n in forwards if n > len(running)] == [17, 17, 17, 17, 7]
     chunked_steps = 1 if whole else 5
     assert deltas(steps, "running")[2:2 + chunked_steps] == [1] * chunked_steps
-    assert deltas(steps, "long")[:2 + chunked_steps] == [0] * (1 + chunked_steps) + [2]
+    assert deltas(steps, "long")[:2 + chunked_steps] == [0] * (1 + chunked_steps) + \
+        [2 if whole else 1]
     assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
     assert not engine.chunks.partials and not engine.running
@@ -136,6 +146,14 @@ def test_a_chunk_that_fails_fails_its_request_only(tokenizer) -> None:
         return prefill(input_ids=input_ids, **kw)
 
     engine.prefill_model = faulty
+    decode = engine.decode_model  # where a chunk goes packed with the running row's token
+
+    def faulty_decode(input_ids, **kw):
+        if (input_ids == poison).any():
+            raise RuntimeError("injected")
+        return decode(input_ids=input_ids, **kw)
+
+    engine.decode_model = faulty_decode
     running = prompt(5)
     engine.add(Request("running", running, GREEDY))
     first = engine.step()
@@ -235,6 +253,6 @@ def test_chunks_equal_plain_generate_for_every_architecture(model: str) -> None:
     engine.add(Request("long", long, GREEDY))
     steps = [first, *steps_of(engine)]
     assert deltas(steps, "running")[1:6] == [1] * 5  # one a step while the prompt came in
-    assert deltas(steps, "long")[:6] == [0] * 5 + [2]  # in 5 chunks (16 x 4 + 6)
+    assert deltas(steps, "long")[:6] == [0] * 5 + [1 if engine.by_rows else 2]  # 16 x 4 + 6
     assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)

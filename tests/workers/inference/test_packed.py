@@ -1,0 +1,177 @@
+"""A chunk of a long prompt packed into the running rows' decode forward: one forward a step,
+every row's logits and the prompt's as if each ran alone, sliding windows held, every
+architecture's tokens plain generate()'s, and a failed packed step fails the chunk's request
+only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, MistralConfig
+
+from catalogue.resolve import resolve_model
+from executor.local import LocalExecutor
+from tests.conftest import TINY_MODELS
+from tests.peft_reference import build_pair
+from tests.workers.inference.test_chunks import deltas, plain_text, prompt, steps_of, text
+from tests.workers.inference.test_row_attention import alone
+from wire import manager as W
+from workers.inference.batch import BatchCache
+from workers.inference.chunks import Partial
+from workers.inference.engine import InferenceEngine
+from workers.inference.packed import Packed, step_forward
+from workers.inference.request import Request
+from workers.inference.row_attention import install, plan
+from workers.inference.rows import RowAdapters
+
+GREEDY = W.SamplingParams(max_tokens=12, temperature=0)
+
+
+def input_shapes(model) -> list[tuple[int, int]]:
+    """The (rows, positions) of every forward of `model` from now on."""
+    shapes: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(
+        lambda _, args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    return shapes
+
+
+@pytest.mark.parametrize("model", TINY_MODELS)
+def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: str) -> None:
+    """70 prompt tokens at 16 a step beside a running request: where attention goes by rows,
+    each step is one forward of the running row's token and the chunk's (1 + 16 positions), the
+    prompt's first token comes in the step its last chunk is in and its next with the running
+    row's; gemma2 (eager attention) keeps a forward each. Both texts are plain generate()'s."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
+    plain.eval()
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16)
+    shapes = input_shapes(engine.decode_model)
+    running, long = ([t % tokenizer.vocab_size for t in prompt(n, seed)] for n, seed in
+                     ((5, 0), (70, 1)))
+    engine.add(Request("running", running, W.SamplingParams(max_tokens=20, temperature=0)))
+    steps = [engine.step(), engine.step()]
+    engine.add(Request("long", long, GREEDY))
+    steps += steps_of(engine)
+    packed = engine.by_rows
+    assert packed == (model != "tiny-gemma2")
+    chunked = [(1, 17)] * 4 + [(1, 7)] if packed else [(1, 16), (1, 1)] * 4 + [(1, 6), (2, 1)]
+    assert shapes[3:3 + len(chunked)] == chunked  # after the prefill and two decode steps
+    assert deltas(steps, "running")[2:7] == [1] * 5
+    assert deltas(steps, "long")[:8] == [0] * 6 + ([1, 1] if packed else [2, 1])
+    assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
+    assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
+    assert install(model)
+    return model
+
+
+class Row:  # what step_forward reads of a running sequence
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.request = Request("row", [], GREEDY)
+
+
+def test_a_packed_steps_logits_are_each_rows_and_the_prompts_alone(tiny_llama) -> None:
+    """Rows of 3 and 40 tokens (padding poisoned with NaN) and a 20-token prompt in chunks of
+    8 and 12: each step's row logits are each row's alone in plain transformers, the prompt's
+    last logits and its cache those of the whole prompt in one forward."""
+    prompts, long = [list(range(5, 8)), list(range(100, 140))], list(range(200, 220))
+    batch = BatchCache()
+    with torch.no_grad():
+        for ids in prompts:
+            cache = DynamicCache()
+            tiny_llama(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+            batch.join([(layer.keys, layer.values) for layer in cache.layers],
+                       torch.ones(1, len(ids), dtype=torch.long))
+        whole = DynamicCache()
+        expected = tiny_llama(input_ids=torch.tensor([long]), past_key_values=whole,
+                              use_cache=True).logits[0, -1]
+    for layer in batch.cache.layers:
+        layer.keys[0, :, :37] = layer.values[0, :, :37] = float("nan")
+    batch.sequences = [Row(1), Row(2)]
+    partial = Partial(Request("long", long, GREEDY))
+    for step, take in enumerate((8, 12)):
+        groups = plan(batch.starts, 0)
+        with torch.no_grad():
+            logits, done = step_forward(tiny_llama, RowAdapters(), batch, groups, (partial, take),
+                                        torch.device("cpu"))
+        assert (done is None) == (step == 0)
+        for row, ids in enumerate(prompts):  # row r's token is r + 1 every step
+            torch.testing.assert_close(logits[row], alone(tiny_llama, ids + [row + 1] * step,
+                                                          row + 1))
+    torch.testing.assert_close(done.last_logits, expected)
+    for (keys, values), layer in zip(done.kv, whole.layers, strict=True):
+        torch.testing.assert_close(keys, layer.keys)
+        torch.testing.assert_close(values, layer.values)
+
+
+def sliding_mistral(window: int):
+    config = MistralConfig(vocab_size=32000, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           sliding_window=window, max_position_embeddings=256)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+def recomputed(model, ids: list[int], tokens: int) -> list[int]:
+    """Greedy tokens, each from a forward over the whole sequence so far (no cache: here
+    generate()'s sliding-window cache drifts from it, on prompts of 5 and of 40 tokens)."""
+    sequence = list(ids)
+    with torch.no_grad():
+        for _ in range(tokens):
+            sequence.append(int(model(input_ids=torch.tensor([sequence])).logits[0, -1].argmax()))
+    return sequence[len(ids):]
+
+
+def test_sliding_windows_hold_in_a_packed_step() -> None:
+    """A window of 8 positions, a 40-token prompt in chunks of 16 beside rows of 5 and 20
+    tokens: every request's tokens are those of the model over each whole sequence."""
+    model = sliding_mistral(8)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-mistral"))
+    engine = InferenceEngine(model, tokenizer, max_context=256, eos_ids=(), chunk_tokens=16)
+    shapes = input_shapes(engine.decode_model)
+    requests = {"a": prompt(5), "b": prompt(20, seed=2), "long": prompt(40, seed=1)}
+    for rid in ("a", "b"):
+        engine.add(Request(rid, requests[rid], W.SamplingParams(max_tokens=30, temperature=0)))
+    steps = [engine.step()]
+    engine.add(Request("long", requests["long"], GREEDY))
+    steps += steps_of(engine)
+    packed = [shape for shape in shapes if shape[0] == 1 and shape[1] > 2]
+    assert packed[-3:] == [(1, 18), (1, 18), (1, 10)]  # two rows' tokens, chunks 16, 16, 8
+    for rid, ids in requests.items():
+        expected = recomputed(model, ids, GREEDY.max_tokens if rid == "long" else 30)
+        assert text(steps, rid) == tokenizer.decode(expected, skip_special_tokens=True), rid
+
+
+def test_a_packed_step_that_fails_fails_the_chunks_request_only(monkeypatch) -> None:
+    """The second chunk's attention raises in the first layer, after that layer's keys and
+    values were appended: the prompt's request fails (500), the step is taken back and run
+    again without it, and the running request's tokens are still plain generate()'s."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
+    plain.eval()
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16)
+    chunk_mask = Packed.chunk_mask
+
+    def failing(self: Packed, *args):
+        if self.done >= 16:
+            raise RuntimeError("injected")
+        return chunk_mask(self, *args)
+
+    monkeypatch.setattr(Packed, "chunk_mask", failing)
+    running = prompt(5)
+    engine.add(Request("running", running, W.SamplingParams(max_tokens=20, temperature=0)))
+    steps = [engine.step()]
+    engine.add(Request("long", prompt(40, seed=1), GREEDY))
+    steps += steps_of(engine)
+    failed = [e for step in steps for e in step if e.id == "long"]
+    assert len(failed) == 1 and isinstance(failed[0], W.Failed) and failed[0].status == 500
+    assert deltas(steps, "running")[1:4] == [1, 1, 1]  # a token in the failed step too
+    assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
+    assert not engine.chunks.partials and not engine._pending
