@@ -8,12 +8,14 @@ it joins them with its first token once the whole prompt is in.
 
 A forward costs a fixed part (every weight read once, what a decode step of a few rows costs)
 plus a part per token, so chunks are not free: a prompt in chunks of 16 tokens took 3.1x its
-whole prefill on that host, in chunks of 128 1.1x. `ChunkBudget` sizes a chunk from what the
-engine measures: its tokens cost AMORTIZED times a decode step (the fixed part then adds at most
-1 / AMORTIZED to the prompt's prefill), or less where a running request asks an inter-token
-target (what the target leaves after a decode step and the chunk's own fixed part); never fewer
-than MIN_TOKENS a step, so that a prompt always gets in. Until a long enough forward has been
-measured, UNMEASURED_TOKENS a step.
+whole prefill on that host, in chunks of 128 1.1x. Where it can, the engine runs a step's chunk
+in the running rows' decode forward (`packed.py`), which pays the fixed part once for both; a
+step the prompt takes still adds a decode step to its first token. `ChunkBudget` sizes a chunk
+from what the engine measures: its tokens cost AMORTIZED times a decode step (the fixed part
+then adds at most 1 / AMORTIZED to the prompt's prefill), or less where a running request asks
+an inter-token target (what the target leaves after a decode step and a chunk's own fixed part,
+counted whether or not the chunk goes packed); never fewer than MIN_TOKENS a step, so that a
+prompt always gets in. Until a long enough forward has been measured, UNMEASURED_TOKENS a step.
 """
 
 from __future__ import annotations
