@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from peft.tuners.ia3 import Linear as IA3Linear
 
-from workers.inference.lora_rows import RowPlan
+from workers.inference.lora_rows import RowPlan, along
 
 
 def qualifies(module: Any) -> bool:
@@ -37,9 +37,9 @@ def scales(module: Any, plan: RowPlan, device: torch.device) -> torch.Tensor:
 
 def forward_rows(module: Any, x: torch.Tensor, plan: RowPlan, *args: Any,
                  **kwargs: Any) -> torch.Tensor:
-    """The base layer over rows (dim 0 of `x`) each scaled by its own adapter's vector."""
-    scale = scales(module, plan, x.device)
-    scale = scale.view(scale.shape[0], *([1] * (x.dim() - 2)), scale.shape[1])
+    """The base layer over rows (dim `plan.dim` of `x`) each scaled by its own adapter's
+    vector."""
+    scale = along(scales(module, plan, x.device), x, plan.dim)
     previous_dtype = x.dtype
     if module.is_feedforward:
         return module.base_layer((x.to(scale.dtype) * scale).to(previous_dtype), *args, **kwargs)

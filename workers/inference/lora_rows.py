@@ -41,10 +41,11 @@ class Stacked(NamedTuple):
 
 class RowPlan:
     """One forward's rows: the adapters present in a fixed order and each row's slot among them
-    (-1: the base model)."""
+    (-1: the base model); `by_position`: the rows are the positions of one sequence."""
 
-    def __init__(self, names: list[str], base: str) -> None:
+    def __init__(self, names: list[str], base: str, by_position: bool = False) -> None:
         self.names = names
+        self.dim = 1 if by_position else 0  # of a module's input: the rows
         self.order = tuple(sorted(set(names) - {base}))
         slot = {name: k for k, name in enumerate(self.order)}
         self.slots = tuple(slot.get(name, -1) for name in names)
@@ -123,11 +124,17 @@ def _stack(module: Any, order: tuple[str, ...]) -> Stacked | None:
 
 
 def forward_rows(module: Any, x: torch.Tensor, stacked: Stacked, factor: torch.Tensor | None,
-                 *args: Any, **kwargs: Any) -> torch.Tensor:
-    """The base layer's output plus each row's own adapter's delta (rows: dim 0 of `x`)."""
+                 *args: Any, rows_dim: int = 0, **kwargs: Any) -> torch.Tensor:
+    """The base layer's output plus each row's own adapter's delta (rows: `rows_dim` of `x`)."""
     result = module.base_layer(x, *args, **kwargs)
     if factor is None:
         return result
     h = F.linear(x.to(stacked.a.dtype), stacked.a)
-    h = h * factor.view(factor.shape[0], *([1] * (h.dim() - 2)), factor.shape[1])
-    return result + F.linear(h, stacked.b).to(result.dtype)
+    return result + F.linear(h * along(factor, h, rows_dim), stacked.b).to(result.dtype)
+
+
+def along(per_row: torch.Tensor, like: torch.Tensor, dim: int) -> torch.Tensor:
+    """`per_row` (rows, width) viewed to broadcast over `like`, whose rows lie along `dim`."""
+    shape = [1] * like.dim()
+    shape[dim], shape[-1] = per_row.shape
+    return per_row.view(shape)

@@ -10,9 +10,9 @@ into the prompt's own, and the rows attend by runs over theirs (`row_attention.a
 mask built from the batch's) while the chunk attends causally over its prompt so far. The
 head computes the rows' logits and the chunk's last only (`logits_to_keep`).
 
-Packing takes attention that `row_attention.install` took over (sdpa), a resident batch, and
-one adapter for every row and the chunk (or a model without adapters to choose); else the two
-forwards run as before.
+Each position goes through its own row's adapter (`rows.py`, positions as rows). Packing takes
+attention that `row_attention.install` took over (sdpa), a resident batch, and no adapter's
+module on the head where rows of several adapters mix; else the two forwards run as before.
 """
 
 from __future__ import annotations
@@ -96,9 +96,12 @@ class PackedCache:
 
 def packs(request: Request, sequences: list, rows: RowAdapters) -> bool:
     """Whether the request's chunk may share the forward of the rows of `sequences` (where
-    attention goes by rows): one adapter for all of them, or none to choose."""
-    return bool(sequences) and (rows.model is None or (request.adapter is not None and all(
-        s.request.adapter == request.adapter for s in sequences)))
+    attention goes by rows): each position goes through its own row's adapter, unless an
+    adapter's module wraps the head, which sees the kept positions only (one adapter for all
+    then, or none to choose)."""
+    adapters = {request.adapter, *(s.request.adapter for s in sequences)}
+    one = len(adapters) == 1 and None not in adapters  # made the active one: peft's own path
+    return bool(sequences) and (rows.model is None or one or not rows.tunes_head())
 
 
 def step_forward(model: Any, rows: RowAdapters, batch: BatchCache, groups: tuple[Group, ...],
@@ -122,7 +125,8 @@ def step_forward(model: Any, rows: RowAdapters, batch: BatchCache, groups: tuple
     parts = Packed(count, mask, positions, groups, partial.done, end - partial.done)
     keep = torch.arange(count + (end == len(prompt)), device=device)
     keep[count:] = count + end - partial.done - 1  # the prompt's last position, once all in
-    with rows.select(adapters[:1]):
+    with rows.select(adapters + [partial.request.adapter] * (end - partial.done),
+                     by_position=True):
         out = model(input_ids=torch.tensor([tokens + prompt[partial.done:end]], device=device),
                     position_ids=torch.cat([positions.view(1, count), torch.arange(
                         partial.done, end, device=device).view(1, -1)], 1),

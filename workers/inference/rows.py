@@ -8,7 +8,8 @@ only when an adapter adds modules) and reads the current forward's rows: a plain
 adds every row's delta in two matmuls (lora_rows.py), any other module takes peft's
 `adapter_names` path with the rows' names. Passing peft's argument to the model instead walks
 every module twice a forward, to check the names and to register hooks it then removes (a tenth
-of a mixed decode step of tiny-llama), and loops over the adapters in every module.
+of a mixed decode step of tiny-llama), and loops over the adapters in every module. In a packed
+step (`packed.py`) the rows are the positions of one sequence (`select(..., by_position=True)`).
 """
 
 from __future__ import annotations
@@ -50,9 +51,16 @@ class RowAdapters:
         self._wrapped_for = ()
         self.stacks.clear()
 
+    def tunes_head(self) -> bool:
+        """Whether an adapter's module wraps the model's head (which sees only the positions
+        whose logits are kept)."""
+        head = None if self.model is None else self.model.get_output_embeddings()
+        return isinstance(head, (LoraLayer, IA3Layer, AuxiliaryTrainingWrapper))
+
     @contextmanager
-    def select(self, adapters: list[str | None]) -> Iterator[None]:
-        """Around a forward over rows of `adapters` (None: the base model)."""
+    def select(self, adapters: list[str | None], by_position: bool = False) -> Iterator[None]:
+        """Around a forward over rows of `adapters` (None: the base model); `by_position`: a
+        forward of one sequence whose positions are those rows (a packed step)."""
         if self.model is None:
             yield
             return
@@ -68,7 +76,7 @@ class RowAdapters:
         if unknown:
             raise ValueError(f"no adapter named {', '.join(sorted(unknown))} in this model")
         self._wrap_modules()
-        self.plan = RowPlan(names, BASE_MODEL_ROWS)
+        self.plan = RowPlan(names, BASE_MODEL_ROWS, by_position)
         try:
             yield
         finally:
@@ -104,10 +112,13 @@ class RowAdapters:
                 return ia3_rows.forward_rows(module, x, plan, *args, **kwargs)
             stacks = owner.stacks
             stacked = None if kwargs else stacks.of(module, plan)
+            if stacked is None and plan.dim:  # peft's rows lie along the first dimension
+                return peft_forward(x.transpose(0, 1), *args, adapter_names=plan.names,
+                                    **kwargs).transpose(0, 1)
             if stacked is None:
                 return peft_forward(x, *args, adapter_names=plan.names, **kwargs)
             factor = stacks.factor(stacked, plan) if stacked.layout else None
-            return forward_rows(module, x, stacked, factor, *args)
+            return forward_rows(module, x, stacked, factor, *args, rows_dim=plan.dim)
         return forward
 
 

@@ -1,9 +1,12 @@
 # ruff: noqa: F811  (the fixtures imported from test_adapters are arguments here)
 """Chunked prefill in a worker of many adapters (in-process executor): long prompts of two LoRA
-adapters come in by chunks side by side in one shared engine, each through its own adapter, and
-every request still equals plain peft."""
+adapters come in by chunks side by side in one shared engine, each through its own adapter, a
+chunk rides in the decode forward of rows of other adapters, and every request still equals
+plain peft."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.workers.inference.test_adapters import (  # noqa: F401  (fixtures)
     GREEDY,
@@ -13,6 +16,7 @@ from tests.workers.inference.test_adapters import (  # noqa: F401  (fixtures)
     tokenizer,
 )
 from wire import manager as W
+from workers.inference.chunks import MIN_TOKENS
 from workers.inference.request import Request
 
 
@@ -44,4 +48,52 @@ def test_long_prompts_come_in_by_chunks_each_through_its_own_adapter(saved, toke
     assert chunked >= 2  # the LoRA prompts (one engine) came in by chunks side by side
     for rid, model in asks.items():
         expected = tokenizer.encode(tokenizer.decode(plain_tokens(saved[model], prompts[rid])))
+        assert tokenizer.encode(texts[rid]) == expected, rid
+
+
+@pytest.mark.parametrize("asks", [
+    {"base": None, "a": "t/lora-a@1", "b": "t/lora-b@1"},
+    {"base": "t/ia3@3", "a": "t/ia3@1", "b": "t/ia3@2"}], ids=["lora", "ia3"])
+def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks) -> None:
+    """In one engine of many adapters (LoRA's shared one, with the base model; IA3's group),
+    rows of two decode while a third's prompt comes in 16 tokens a step (the least a step): one
+    forward a step, each position through its own row's adapter (test_packed.py); each
+    request's tokens are plain peft's with its adapter alone."""
+    held = adapters(tokenizer, chunk_tokens=8)
+    prompts = {"base": tokenizer.encode("request base says"),
+               "a": tokenizer.encode("request a says"),
+               "b": tokenizer.encode("request b says " * 10)}
+    shapes: list[tuple[int, ...]] = []
+    texts = {rid: "" for rid in asks}
+    engines = set()
+
+    def add(rid: str) -> None:
+        model = asks[rid]
+        ref = None if model is None else W.AdapterRef(str(saved[model]), "")
+        engine, adapter = held.route(model or "base", ref)
+        engines.add(engine)
+        assert engine.add(Request(rid, prompts[rid], GREEDY, adapter=adapter)) == []
+
+    def step() -> None:
+        for event in engine.step():
+            assert not isinstance(event, W.Failed), event
+            if isinstance(event, W.Delta):
+                texts[event.id] += event.text
+
+    add("base")
+    add("a")
+    (engine,) = engines  # the rows' engine
+    step()
+    engine.decode_model.register_forward_pre_hook(
+        lambda _, args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    add("b")
+    assert engines == {engine}
+    while engine.has_work():
+        step()
+    packed = [shape for shape in shapes if shape[0] == 1 and shape[1] > 2]
+    assert len(packed) == -(-len(prompts["b"]) // MIN_TOKENS) > 1
+    assert packed[0] == (1, 2 + MIN_TOKENS)
+    for rid, model in asks.items():
+        path = None if model is None else saved[model]
+        expected = tokenizer.encode(tokenizer.decode(plain_tokens(path, prompts[rid])))
         assert tokenizer.encode(texts[rid]) == expected, rid
