@@ -5,8 +5,11 @@ only."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, MistralConfig
 
 from catalogue.resolve import resolve_model
@@ -19,7 +22,7 @@ from wire import manager as W
 from workers.inference.batch import BatchCache
 from workers.inference.chunks import Partial
 from workers.inference.engine import InferenceEngine
-from workers.inference.packed import Packed, step_forward
+from workers.inference.packed import Packed, packs, step_forward
 from workers.inference.request import Request
 from workers.inference.row_attention import install, plan
 from workers.inference.rows import RowAdapters
@@ -175,3 +178,19 @@ def test_a_packed_step_that_fails_fails_the_chunks_request_only(monkeypatch) -> 
     assert deltas(steps, "running")[1:4] == [1, 1, 1]  # a token in the failed step too
     assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
     assert not engine.chunks.partials and not engine._pending
+
+
+def test_rows_of_several_adapters_pack_unless_an_adapter_wraps_the_head() -> None:
+    """The head sees only the positions whose logits are kept, not every row's: rows of several
+    adapters (the base model's among them) pack where no adapter's module wraps it; rows of
+    one adapter, made the active one, always."""
+    base = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama"))
+    for targets, wrapped in ((["q_proj", "v_proj"], False), (["q_proj", "lm_head"], True)):
+        model = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, target_modules=targets))
+        rows = RowAdapters(model)
+        assert rows.tunes_head() == wrapped
+        running = [Row(1)]  # of the base model
+        assert packs(Request("long", [], GREEDY, adapter="default"), running, rows) != wrapped
+        running[0].request = Request("row", [], GREEDY, adapter="default")
+        assert packs(Request("long", [], GREEDY, adapter="default"), running, rows)
+        assert not packs(Request("long", [], GREEDY, adapter="default"), [], rows)
