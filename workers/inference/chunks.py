@@ -102,11 +102,13 @@ class Chunker:
     def requests(self) -> list[Request]:
         return [p.request for p in self.partials]
 
-    def plan(self, admitted: deque[Request], running: list[Request]) -> list[tuple[Partial, int]]:
+    def plan(self, admitted: deque[Request], running: list[Request],
+             packs: bool = False) -> list[tuple[Partial, int]]:
         """This step's chunks: while sequences run or prompts come in by chunks, the admitted
         requests whose prompts are longer than the step's budget join the partials (taken out
         of `admitted`), and each partial takes what is left of the budget (the first at least
-        MIN_TOKENS), until it is spent."""
+        MIN_TOKENS), until it is spent. Where the step `packs` its chunks into the running rows'
+        forward, admitted prompts that fit in what is left come in as chunks too, whole."""
         if not (running or self.partials):
             return []
         budget = self.budget.tokens(min((r.token_targets.inter_token_us for r in running
@@ -122,6 +124,13 @@ class Chunker:
             take = min(partial.rest, left)
             chunks.append((partial, take))
             left -= take
+        for request in [r for r in admitted if packs and running and chunkable(r)]:
+            if len(request.prompt_ids) > left:
+                break
+            admitted.remove(request)
+            self.partials.append(Partial(request))
+            chunks.append((self.partials[-1], len(request.prompt_ids)))
+            left -= len(request.prompt_ids)
         return chunks
 
     def drop(self, request_id: str) -> None:

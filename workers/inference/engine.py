@@ -28,13 +28,13 @@ from workers.inference.checks import refusal
 from workers.inference.chunks import Chunker, Partial, prefill_chunk
 from workers.inference.detok import Detokenizer
 from workers.inference.grammar import Grammars
-from workers.inference.packed import packs, step_forward
+from workers.inference.packed import may_pack, packs, step_forward
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
 from workers.inference.request import Request
 from workers.inference.row_attention import call_bytes, install, plan
 from workers.inference.rows import RowAdapters
-from workers.inference.sampling import Choice, argmax_only, choose, make_generator, prompt_logprobs
-from workers.inference.sequence import Sequence, token_logprob
+from workers.inference.sampling import Choice, argmax_only, choose, make_generator
+from workers.inference.sequence import Sequence, started
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
@@ -135,14 +135,15 @@ class InferenceEngine:
             seats += self.waiting[0].params.n
             admitted.append(self.waiting.popleft())
         running = [s.request for s in self.running]
-        chunks = self.chunks.plan(admitted, running) if shares_forwards(self.prefill_model) \
+        chunks = self.chunks.plan(admitted, running, self.by_rows and may_pack(
+            self.resident.sequences, self.rows)) if shares_forwards(self.prefill_model) \
             else []  # prompt or prefix tuning's virtual tokens go in front of each forward
         if self.pace is not None:  # a prompt's first token comes in the step of its last chunk
             self.pace([*admitted, *(p.request for p, n in chunks if n == p.rest)], running)
         try:
             events = self._prefill_all(admitted)
-            packed = chunks[0] if len(chunks) == 1 and self.by_rows and packs(
-                chunks[0][0].request, self.resident.sequences, self.rows) else None
+            packed = chunks if self.by_rows and all(
+                packs(p.request, self.resident.sequences, self.rows) for p, _ in chunks) else []
             events += self._prefill_chunks([] if packed else chunks)
         except ExecutorUnavailable:
             self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
@@ -150,9 +151,10 @@ class InferenceEngine:
         began = time.perf_counter()
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
-                events += self._decode(batch, packed if batch is self.resident else None)
-        if packed:  # the step's time: a decode step's and the chunk's tokens'
-            self.chunks.budget.observe_prefill(time.perf_counter() - began, packed[1])
+                events += self._decode(batch, packed if batch is self.resident else [])
+        if packed:  # the step's time: a decode step's and the chunks' tokens'
+            self.chunks.budget.observe_prefill(time.perf_counter() - began,
+                                               sum(take for _, take in packed))
         elif running:
             self.chunks.budget.observe_decode(time.perf_counter() - began)
         return events
@@ -170,7 +172,7 @@ class InferenceEngine:
             try:
                 done = shared.get(id(request))
                 events += self._prefill(request) if done is None else self._admit(
-                    request, _started(request), done)
+                    request, started(request), done)
             except ExecutorUnavailable:
                 raise
             except Exception as exc:
@@ -211,25 +213,17 @@ class InferenceEngine:
                            want_prompt_logprobs)
         self.chunks.budget.observe_prefill(  # every position's logits cost more than a token
             time.perf_counter() - began, 0 if want_prompt_logprobs else len(request.prompt_ids))
-        started = _started(request)
-        if params.echo:
-            started.prompt_text = self.tokenizer.decode(request.prompt_ids,
-                                                        skip_special_tokens=True)
-        if want_prompt_logprobs:
-            started.prompt_logprobs = [
-                token_logprob(self.tokenizer, c)
-                for c in prompt_logprobs(done.logits, request.prompt_ids, params.logprobs)]
-        return self._admit(request, started, done)
+        return self._admit(request, started(request, self.tokenizer, done.logits), done)
 
     def _all_in(self, request: Request, done: Prefilled) -> list[W.Message]:
         """A prompt that came in by chunks, all in: it joins the running sequences."""
         self.chunks.drop(request.id)
-        return self._admit(request, _started(request), done)
+        return self._admit(request, started(request), done)
 
-    def _admit(self, request: Request, started: W.Started, done: Prefilled) -> list[W.Message]:
+    def _admit(self, request: Request, first: W.Started, done: Prefilled) -> list[W.Message]:
         """A prefilled request's first tokens, and its sequences into the decode batch."""
         params = request.params
-        events: list[W.Message] = [started]
+        events: list[W.Message] = [first]
         if params.max_tokens == 0:
             return [*events, *(W.Delta(request.id, i, "", None, "length") for i in range(params.n)),
                     W.Done(request.id, len(request.prompt_ids), 0)]
@@ -249,27 +243,29 @@ class InferenceEngine:
         events += self._drop_finished()
         return events
 
-    def _decode(self, batch: BatchCache, packed: tuple[Partial, int] | None) -> list[W.Message]:
-        """A decode step of the batch's rows (with the chunk `packed`, if any: its prompt
-        joins once all in; a failure of that forward fails the chunk's request only)."""
+    def _decode(self, batch: BatchCache, packed: list[tuple[Partial, int]]) -> list[W.Message]:
+        """A decode step of the batch's rows, with the chunks `packed` in its forward (a
+        prompt all in joins the rows); where that forward fails, each chunk goes alone first
+        (a failure then stays its request's)."""
         groups = plan(batch.starts, self.call_positions) if self.by_rows else ()
         try:
             logits, done = step_forward(self.decode_model, self.rows, batch, groups, packed,
                                         self.device)
         except ExecutorUnavailable:
             raise
-        except Exception as exc:
-            if packed is None:
+        except Exception:
+            if not packed:
                 raise
-            batch.undo_step()
-            self.chunks.drop(packed[0].request.id)
-            return [self._failed(packed[0].request, exc), *self._decode(batch, None)]
+            log.exception("a decode step with %d chunks failed: each goes alone", len(packed))
+            return self._prefill_chunks(packed) + self._decode(batch, [])
         best = greedy_choices(logits).tolist()  # what each plain greedy row takes
         events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)
                                else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
         events += self._drop_finished()
-        return events if done is None else events + self._all_in(packed[0].request, done)
+        for (partial, _), prefilled in zip(packed, done, strict=True):
+            events += [] if prefilled is None else self._all_in(partial.request, prefilled)
+        return events
 
     def _argmax_only(self, seq: Sequence) -> bool:
         return argmax_only(seq.request.params, seq.counts, seq.allows_eos(), self.eos_ids,
@@ -301,6 +297,3 @@ class InferenceEngine:
             batch.keep(keep)
         return events
 
-
-def _started(request: Request) -> W.Started:
-    return W.Started(request.id, len(request.prompt_ids), request.fallback)

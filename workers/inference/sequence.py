@@ -11,7 +11,7 @@ import torch
 from wire import manager as W
 from workers.inference.detok import Detokenizer
 from workers.inference.request import Request
-from workers.inference.sampling import Choice
+from workers.inference.sampling import Choice, prompt_logprobs
 
 log = logging.getLogger("workers.engine")
 
@@ -58,3 +58,17 @@ def token_logprob(tokenizer: Any, choice: Choice) -> W.TokenLogprob:
     token = tokenizer.decode([choice.token])
     top = [(tokenizer.decode([t]), lp) for t, lp in (choice.top or [])]
     return W.TokenLogprob(token, choice.logprob, top, list(token.encode("utf-8")))
+
+
+def started(request: Request, tokenizer: Any = None,
+            logits: torch.Tensor | None = None) -> W.Started:
+    """A request's first event, once its prompt is in: with the prompt's text where it asks
+    for an echo, and its tokens' logprobs from the prompt's `logits` where it asks for those."""
+    params, event = request.params, W.Started(request.id, len(request.prompt_ids),
+                                               request.fallback)
+    if params.echo:
+        event.prompt_text = tokenizer.decode(request.prompt_ids, skip_special_tokens=True)
+    if params.echo and params.logprobs is not None:
+        event.prompt_logprobs = [token_logprob(tokenizer, c) for c in prompt_logprobs(
+            logits, request.prompt_ids, params.logprobs)]
+    return event

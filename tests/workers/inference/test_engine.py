@@ -63,9 +63,10 @@ def generated(plain, tokenizer, prompt: list[int], tokens: int) -> str:
 @pytest.mark.parametrize("stagger", [2, 0], ids=["staggered", "together"])
 @pytest.mark.parametrize("method", METHODS)
 def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> None:
-    """Arriving apart, each prompt is prefilled alone; arriving together, prompts of similar
-    lengths share a left-padded forward (12 with 9 tokens, 5 with 3; not through virtual
-    tokens)."""
+    """Arriving apart, the first prompt is prefilled alone and each later one rides in the
+    running rows' decode forward (test_packed.py); arriving together, prompts of similar
+    lengths share a left-padded forward (12 with 9 tokens, 5 with 3); not through virtual
+    tokens, each alone."""
     plain, ours = build_pair(MODEL, method, LocalExecutor.load(MODEL))
     plain.eval()
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8)
@@ -75,8 +76,10 @@ def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> 
     greedy = W.SamplingParams(max_tokens=10, temperature=0)
     requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
     events = run(engine, requests, stagger)
-    shared = stagger == 0 and not ours.active_peft_config.is_prompt_learning
-    assert forwards == ([(2, 12), (2, 5)] if shared else [(1, len(p)) for p in prompts()])
+    virtual = ours.active_peft_config.is_prompt_learning
+    alone = prompts()[:1] if stagger and not virtual else prompts()
+    assert forwards == ([(2, 12), (2, 5)] if not (stagger or virtual) else
+                        [(1, len(p)) for p in alone])
     for request in requests:
         expected = generated(plain, tokenizer, request.prompt_ids, 10)
         assert text(events[request.id]) == expected, (method, request.id)

@@ -22,7 +22,7 @@ from wire import manager as W
 from workers.inference.batch import BatchCache
 from workers.inference.chunks import Partial
 from workers.inference.engine import InferenceEngine
-from workers.inference.packed import Packed, packs, step_forward
+from workers.inference.packed import Segment, packs, step_forward
 from workers.inference.request import Request
 from workers.inference.row_attention import install, plan
 from workers.inference.rows import RowAdapters
@@ -101,8 +101,8 @@ def test_a_packed_steps_logits_are_each_rows_and_the_prompts_alone(tiny_llama) -
     for step, take in enumerate((8, 12)):
         groups = plan(batch.starts, 0)
         with torch.no_grad():
-            logits, done = step_forward(tiny_llama, RowAdapters(), batch, groups, (partial, take),
-                                        torch.device("cpu"))
+            logits, (done,) = step_forward(tiny_llama, RowAdapters(), batch, groups,
+                                           [(partial, take)], torch.device("cpu"))
         assert (done is None) == (step == 0)
         for row, ids in enumerate(prompts):  # row r's token is r + 1 every step
             torch.testing.assert_close(logits[row], alone(tiny_llama, ids + [row + 1] * step,
@@ -151,33 +151,65 @@ def test_sliding_windows_hold_in_a_packed_step() -> None:
         assert text(steps, rid) == tokenizer.decode(expected, skip_special_tokens=True), rid
 
 
-def test_a_packed_step_that_fails_fails_the_chunks_request_only(monkeypatch) -> None:
+def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypatch) -> None:
     """The second chunk's attention raises in the first layer, after that layer's keys and
-    values were appended: the prompt's request fails (500), the step is taken back and run
-    again without it, and the running request's tokens are still plain generate()'s."""
+    values were appended to the batch's cache and the prompt's: the step is taken back, the
+    chunk goes in a forward of its own and the rows decode after it, and every request's tokens
+    are still plain generate()'s."""
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
     plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
     plain.eval()
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
                              chunk_tokens=16)
-    chunk_mask = Packed.chunk_mask
+    shapes = input_shapes(engine.decode_model)
+    mask, failed = Segment.mask, []
 
-    def failing(self: Packed, *args):
-        if self.done >= 16:
+    def failing(self: Segment, *args):
+        if self.done == 16 and not failed:
+            failed.append(self.partial.request.id)
             raise RuntimeError("injected")
-        return chunk_mask(self, *args)
+        return mask(self, *args)
 
-    monkeypatch.setattr(Packed, "chunk_mask", failing)
-    running = prompt(5)
+    monkeypatch.setattr(Segment, "mask", failing)
+    running, long = prompt(5), prompt(40, seed=1)
     engine.add(Request("running", running, W.SamplingParams(max_tokens=20, temperature=0)))
     steps = [engine.step()]
-    engine.add(Request("long", prompt(40, seed=1), GREEDY))
+    engine.add(Request("long", long, GREEDY))
     steps += steps_of(engine)
-    failed = [e for step in steps for e in step if e.id == "long"]
-    assert len(failed) == 1 and isinstance(failed[0], W.Failed) and failed[0].status == 500
+    assert failed == ["long"]
+    assert [s for s in shapes if s[1] > 2] == [(1, 5), (1, 17), (1, 17), (1, 16), (1, 9)]
     assert deltas(steps, "running")[1:4] == [1, 1, 1]  # a token in the failed step too
+    assert not any(isinstance(e, W.Failed) for step in steps for e in step)
     assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
-    assert not engine.chunks.partials and not engine._pending
+    assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
+
+
+def test_short_prompts_arriving_beside_running_rows_ride_in_their_forward() -> None:
+    """Prompts of 5 and 6 tokens arriving together while a row decodes: one forward for the
+    row's token and both prompts (16 tokens a step), each prompt's first token in that step;
+    a 30-token prompt after them comes in by chunks beside the three rows. Every request's
+    tokens are plain generate()'s."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
+    plain.eval()
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16)
+    shapes = input_shapes(engine.decode_model)
+    prompts = {"running": prompt(5), "a": prompt(5, seed=3), "b": prompt(6, seed=4),
+               "c": prompt(30, seed=5)}
+    engine.add(Request("running", prompts["running"], W.SamplingParams(max_tokens=20,
+                                                                        temperature=0)))
+    steps = [engine.step()]
+    for rid in ("a", "b"):
+        engine.add(Request(rid, prompts[rid], GREEDY))
+    steps.append(engine.step())
+    engine.add(Request("c", prompts["c"], GREEDY))
+    steps += steps_of(engine)
+    assert [s for s in shapes if s[1] > 1] == [(1, 5), (1, 1 + 5 + 6), (1, 3 + 16), (1, 3 + 14)]
+    assert [deltas(steps, rid)[1] for rid in ("running", "a", "b")] == [1, 1, 1]
+    for rid, ids in prompts.items():
+        tokens = 20 if rid == "running" else GREEDY.max_tokens
+        assert text(steps, rid) == plain_text(plain, tokenizer, ids, tokens), rid
 
 
 def test_rows_of_several_adapters_pack_unless_an_adapter_wraps_the_head() -> None:
