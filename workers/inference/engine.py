@@ -4,10 +4,10 @@
 it, `prefill.py`, through the PEFT model, which also handles the virtual tokens of prompt and
 prefix tuning; a long prompt beside running sequences a chunk a step, `chunks.py`), then runs
 one decode step for all running sequences at once (through the underlying model, left-padded
-batch cache, each row attending from its own first position, `row_attention.py`; a step's
-chunk in the same forward where it can, `packed.py`). New requests
-thus join between decode steps, and finished or aborted ones leave. An engine that `use`s a
-PeftModel of many LoRA adapters runs every phase through it.
+batch cache, each row attending from its own first position, `row_attention.py`; the step's
+chunks, and short prompts arriving beside running rows, in the same forward where it can,
+`packed.py`). New requests thus join between decode steps, and finished or aborted ones leave.
+An engine that `use`s a PeftModel of many LoRA adapters runs every phase through it.
 """
 
 from __future__ import annotations
