@@ -158,26 +158,25 @@ def step_forward(model: Any, rows: RowAdapters, batch: BatchCache, groups: tuple
                          ).logits[:, -1].cpu(), []
     segments = [Segment(p, p.done, min(p.rest, take)) for p, take in chunks]
     packed = Packed(len(tokens), mask, positions, groups, segments)
-    spans = packed.spans()
     ids, where, keep = list(tokens), [positions.view(1, -1)], list(range(len(tokens)))
-    for segment, span in spans:
-        ids += segment.partial.request.prompt_ids[segment.done:segment.done + segment.count]
-        adapters += [segment.partial.request.adapter] * segment.count
-        where.append(torch.arange(segment.done, segment.done + segment.count,
-                                  device=device).view(1, -1))
-        keep += [span.stop - 1] if segment.ends else []
     try:
+        for segment, span in packed.spans():
+            ids += segment.partial.request.prompt_ids[segment.done:segment.done + segment.count]
+            adapters += [segment.partial.request.adapter] * segment.count
+            where.append(torch.arange(segment.done, segment.done + segment.count,
+                                      device=device).view(1, -1))
+            keep += [span.stop - 1] if segment.ends else []
         with rows.select(adapters, by_position=True):
             out = model(input_ids=torch.tensor([ids], device=device),
                         position_ids=torch.cat(where, 1),
                         past_key_values=PackedCache(cache, packed), use_cache=True,
                         logits_to_keep=torch.tensor(keep, device=device), packed=packed)
+        logits = out.logits[0].cpu()
     except Exception:
         batch.undo_step()
         for segment in segments:
             segment.rewind()
         raise
-    logits = out.logits[0].cpu()
     done, kept = [], len(tokens)
     for segment in segments:
         segment.partial.done += segment.count

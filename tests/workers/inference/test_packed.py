@@ -152,10 +152,10 @@ def test_sliding_windows_hold_in_a_packed_step() -> None:
 
 
 def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypatch) -> None:
-    """The second chunk's attention raises in the first layer, after that layer's keys and
-    values were appended to the batch's cache and the prompt's: the step is taken back, the
-    chunk goes in a forward of its own and the rows decode after it, and every request's tokens
-    are still plain generate()'s."""
+    """The first and the second chunk's attention raise in the first layer, after that layer's
+    keys and values were appended to the batch's cache and the prompt's (new, then one chunk
+    in): each step is taken back, the chunk goes in a forward of its own and the rows decode
+    after it, and every request's tokens are still plain generate()'s."""
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
     plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
     plain.eval()
@@ -165,8 +165,8 @@ def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypa
     mask, failed = Segment.mask, []
 
     def failing(self: Segment, *args):
-        if self.done == 16 and not failed:
-            failed.append(self.partial.request.id)
+        if self.done in (0, 16) and self.done not in failed:
+            failed.append(self.done)
             raise RuntimeError("injected")
         return mask(self, *args)
 
@@ -176,9 +176,9 @@ def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypa
     steps = [engine.step()]
     engine.add(Request("long", long, GREEDY))
     steps += steps_of(engine)
-    assert failed == ["long"]
-    assert [s for s in shapes if s[1] > 2] == [(1, 5), (1, 17), (1, 17), (1, 16), (1, 9)]
-    assert deltas(steps, "running")[1:4] == [1, 1, 1]  # a token in the failed step too
+    assert failed == [0, 16]
+    assert [s for s in shapes if s[1] > 2] == [(1, 5), *[(1, 17), (1, 16)] * 2, (1, 9)]
+    assert deltas(steps, "running")[1:4] == [1, 1, 1]  # a token in the failed steps too
     assert not any(isinstance(e, W.Failed) for step in steps for e in step)
     assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
