@@ -13,9 +13,9 @@ in the running rows' decode forward (`packed.py`), which pays the fixed part onc
 step the prompt takes still adds a decode step to its first token. `ChunkBudget` sizes a chunk
 from what the engine measures: its tokens cost AMORTIZED times a decode step (the fixed part
 then adds at most 1 / AMORTIZED to the prompt's prefill), or less where a running request asks
-an inter-token target (what the target leaves after a decode step and a chunk's own fixed part,
-counted whether or not the chunk goes packed); never fewer than MIN_TOKENS a step, so that a
-prompt always gets in. Until a long enough forward has been measured, UNMEASURED_TOKENS a step.
+an inter-token target (what the target leaves after a decode step and, unless the step packs
+it, the chunk's own fixed part); never fewer than MIN_TOKENS a step, so that a prompt always
+gets in. Until a long enough forward has been measured, UNMEASURED_TOKENS a step.
 """
 
 from __future__ import annotations
@@ -59,16 +59,17 @@ class ChunkBudget:
         if tokens >= LEARN_TOKENS and self.decode_s and seconds > 2 * self.decode_s:
             self.token_s = _smoothed(self.token_s, (seconds - self.decode_s) / tokens)
 
-    def tokens(self, inter_token_us: int = 0) -> int:
+    def tokens(self, inter_token_us: int = 0, packed: bool = False) -> int:
         """A step's prompt tokens beside running sequences whose tightest inter-token target is
-        `inter_token_us` (0: none asked)."""
+        `inter_token_us` (0: none asked); `packed`: in their decode forward (no forward of the
+        chunks' own, whose fixed part the target must leave room for)."""
         if self.fixed:
             return self.fixed
         if not (self.decode_s and self.token_s):
             return UNMEASURED_TOKENS
         seconds = AMORTIZED * self.decode_s
         if inter_token_us:
-            seconds = min(seconds, inter_token_us / 1e6 - 2 * self.decode_s)
+            seconds = min(seconds, inter_token_us / 1e6 - (1 if packed else 2) * self.decode_s)
         return max(MIN_TOKENS, int(seconds / self.token_s))
 
 
@@ -112,7 +113,7 @@ class Chunker:
         if not (running or self.partials):
             return []
         budget = self.budget.tokens(min((r.token_targets.inter_token_us for r in running
-                                         if r.token_targets.inter_token_us), default=0))
+                                         if r.token_targets.inter_token_us), default=0), packs)
         for request in [r for r in admitted if len(r.prompt_ids) > budget and chunkable(r)]:
             admitted.remove(request)
             self.partials.append(Partial(request))

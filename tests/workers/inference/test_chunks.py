@@ -180,11 +180,15 @@ def test_every_partial_fails_with_the_executor(tokenizer) -> None:
     assert not engine.has_work()
 
 
-def test_the_budget_follows_what_the_engine_measures(tokenizer) -> None:
+def test_the_budget_follows_what_the_engine_measures() -> None:
     """A decode step's time, and a prompt token's beyond it from a prefill forward long enough
-    to say: the budget is then AMORTIZED decode steps' worth of tokens."""
-    _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    to say: the budget is then AMORTIZED decode steps' worth of tokens. (Gemma2, whose chunks
+    have forwards of their own: tiny-llama's 256 tokens packed into a decode step cost less
+    than that step, too little to tell a token's cost by.)"""
+    _, ours = build_pair("tiny-gemma2", "lora", LocalExecutor.load("tiny-gemma2"))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-gemma2"))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
+    assert not engine.by_rows
     budget = engine.chunks.budget
     assert budget.tokens() == UNMEASURED_TOKENS  # nothing measured yet
     engine.add(Request("a", prompt(5), GREEDY))
@@ -215,6 +219,8 @@ def test_a_chunk_costs_amortized_decode_steps_or_what_a_target_leaves() -> None:
     assert budget.tokens() == 30  # 3 decode steps' worth
     assert budget.tokens(inter_token_us=100_000) == 30  # a loose target: the same
     assert budget.tokens(inter_token_us=40_000) == 20  # 40 ms less a decode step and a chunk's
+    assert budget.tokens(inter_token_us=40_000, packed=True) == 30  # in the step's forward
+    assert budget.tokens(inter_token_us=35_000, packed=True) == 25
     assert budget.tokens(inter_token_us=20_000) == MIN_TOKENS  # missed anyway: keep coming in
     budget.observe_decode(0.050)  # moves a quarter of the way
     assert budget.decode_s == pytest.approx(0.020)
@@ -237,6 +243,23 @@ def test_a_steps_chunks_go_first_come_first_within_the_budget() -> None:
     chunks = chunker.plan(deque(), running)
     assert [(p.request.id, n) for p, n in chunks] == [("a", 10), ("b", 10)]
     assert chunker.plan(deque(), []) and not Chunker().plan(deque(), [])
+
+
+def test_short_prompts_come_in_whole_in_what_a_packed_step_leaves() -> None:
+    """Where the step packs its chunks into the rows' forward, admitted prompts that fit in
+    what the partials left of the budget come in as chunks too, first come first."""
+    chunker = Chunker()
+    chunker.budget.observe_decode(0.010)
+    chunker.budget.observe_prefill(0.110, 100)  # 30 tokens a step
+    running = [Request("r", [1], GREEDY)]
+    echo = Request("echo", [1] * 5, W.SamplingParams(echo=True))
+    admitted = deque([echo, Request("a", [1] * 12, GREEDY), Request("b", [1] * 10, GREEDY),
+                      Request("c", [1] * 9, GREEDY), Request("d", [1] * 5, GREEDY)])
+    chunks = chunker.plan(admitted, running, packs=True)
+    assert [(p.request.id, n) for p, n in chunks] == [("a", 12), ("b", 10)]  # c: 8 left
+    assert [r.id for r in admitted] == ["echo", "c", "d"]  # prefilled as before
+    assert not Chunker().plan(deque([Request("e", [1] * 5, GREEDY)]), running) and \
+        not Chunker().plan(deque([Request("e", [1] * 5, GREEDY)]), [], packs=True)
 
 
 @pytest.mark.parametrize("model", ["tiny-gpt2", "tiny-gemma2", "tiny-starcoder"])
