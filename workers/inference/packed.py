@@ -39,6 +39,7 @@ class Segment:
     done: int
     count: int
     kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    masks: dict[int | None, torch.Tensor] = field(default_factory=dict)  # by sliding window
 
     @property
     def ends(self) -> bool:
@@ -46,13 +47,16 @@ class Segment:
         return self.done + self.count == len(self.partial.request.prompt_ids)
 
     def mask(self, window: int | None, device: torch.device) -> torch.Tensor:
-        """[1, 1, count, done + count]: causal from the chunk's first position on."""
-        query = torch.arange(self.done, self.done + self.count, device=device)[:, None]
-        key = torch.arange(self.done + self.count, device=device)[None, :]
-        keep = key <= query
-        if window:
-            keep = keep & (key > query - window)
-        return keep[None, None]
+        """[1, 1, count, done + count]: causal from the chunk's first position on (made once a
+        step for each window)."""
+        if window not in self.masks:
+            query = torch.arange(self.done, self.done + self.count, device=device)[:, None]
+            key = torch.arange(self.done + self.count, device=device)[None, :]
+            keep = key <= query
+            if window:
+                keep = keep & (key > query - window)
+            self.masks[window] = keep[None, None]
+        return self.masks[window]
 
     def rewind(self) -> None:
         """Take back what a failed forward appended to the prompt's cache."""
@@ -72,14 +76,18 @@ class Packed:
     positions: torch.Tensor  # [rows, 1] each row's position this step
     groups: tuple[Group, ...]  # the rows' runs (`row_attention.plan`)
     segments: list[Segment]  # the chunks after them, in order
+    masks: dict[int | None, torch.Tensor] = field(default_factory=dict)  # by sliding window
 
     def rows_mask(self, window: int | None) -> torch.Tensor:
-        """[rows, 1, 1, time]: each row's real positions (within the layer's sliding window)."""
-        keep = self.mask.bool()
-        if window:
-            held = self.mask.cumsum(1) - 1  # each key's position in its row
-            keep = keep & (held > self.positions - window)
-        return keep[:, None, None, :]
+        """[rows, 1, 1, time]: each row's real positions (within the layer's sliding window;
+        made once a step for each window)."""
+        if window not in self.masks:
+            keep = self.mask.bool()
+            if window:
+                held = self.mask.cumsum(1) - 1  # each key's position in its row
+                keep = keep & (held > self.positions - window)
+            self.masks[window] = keep[:, None, None, :]
+        return self.masks[window]
 
     def spans(self) -> list[tuple[Segment, slice]]:
         """Each chunk's positions in the packed sequence."""
