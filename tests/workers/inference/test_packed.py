@@ -17,9 +17,8 @@ from executor.local import LocalExecutor
 from tests.conftest import TINY_MODELS
 from tests.peft_reference import build_pair
 from tests.workers.inference.test_chunks import deltas, plain_text, prompt, steps_of, text
-from tests.workers.inference.test_row_attention import alone
+from tests.workers.inference.test_row_attention import alone, joined
 from wire import manager as W
-from workers.inference.batch import BatchCache
 from workers.inference.chunks import Partial
 from workers.inference.engine import InferenceEngine
 from workers.inference.packed import Segment, packs, step_forward
@@ -66,6 +65,16 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
 
 
+def chunking_llama():
+    """tiny-llama with a LoRA adapter, plain and ours (in-process executor), and an engine of
+    ours that takes prompts 16 tokens a step."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16)
+    return plain.eval(), tokenizer, engine
+
+
 @pytest.fixture(scope="module")
 def tiny_llama():
     model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
@@ -84,13 +93,8 @@ def test_a_packed_steps_logits_are_each_rows_and_the_prompts_alone(tiny_llama) -
     8 and 12: each step's row logits are each row's alone in plain transformers, the prompt's
     last logits and its cache those of the whole prompt in one forward."""
     prompts, long = [list(range(5, 8)), list(range(100, 140))], list(range(200, 220))
-    batch = BatchCache()
+    batch = joined(tiny_llama, prompts)
     with torch.no_grad():
-        for ids in prompts:
-            cache = DynamicCache()
-            tiny_llama(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-            batch.join([(layer.keys, layer.values) for layer in cache.layers],
-                       torch.ones(1, len(ids), dtype=torch.long))
         whole = DynamicCache()
         expected = tiny_llama(input_ids=torch.tensor([long]), past_key_values=whole,
                               use_cache=True).logits[0, -1]
@@ -156,11 +160,7 @@ def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypa
     keys and values were appended to the batch's cache and the prompt's (new, then one chunk
     in): each step is taken back, the chunk goes in a forward of its own and the rows decode
     after it, and every request's tokens are still plain generate()'s."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
-    plain.eval()
-    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                             chunk_tokens=16)
+    plain, tokenizer, engine = chunking_llama()
     shapes = input_shapes(engine.decode_model)
     mask, failed = Segment.mask, []
 
@@ -189,11 +189,7 @@ def test_short_prompts_arriving_beside_running_rows_ride_in_their_forward() -> N
     row's token and both prompts (16 tokens a step), each prompt's first token in that step;
     a 30-token prompt after them comes in by chunks beside the three rows. Every request's
     tokens are plain generate()'s."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
-    plain.eval()
-    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                             chunk_tokens=16)
+    plain, tokenizer, engine = chunking_llama()
     shapes = input_shapes(engine.decode_model)
     prompts = {"running": prompt(5), "a": prompt(5, seed=3), "b": prompt(6, seed=4),
                "c": prompt(30, seed=5)}

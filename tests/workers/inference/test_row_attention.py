@@ -72,17 +72,23 @@ def alone(model, prompt: list[int], token: int) -> torch.Tensor:
     return out.logits[0, -1]
 
 
-def test_rows_read_from_their_own_first_position_as_if_alone(tiny_llama) -> None:
-    """Rows of 3, 40 and 12 tokens in one batch, their padding poisoned with NaN: a decode step
-    by runs gives each row its own logits; over the padded width (masked) it reads the NaN."""
-    prompts = [list(range(5, 8)), list(range(100, 140)), list(range(7, 19))]
+def joined(model, prompts: list[list[int]]) -> BatchCache:
+    """A batch of `prompts`' rows, each prefilled alone in plain transformers and joined."""
     batch = BatchCache()
     with torch.no_grad():
         for prompt in prompts:
             cache = DynamicCache()
-            tiny_llama(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True)
+            model(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True)
             batch.join([(layer.keys, layer.values) for layer in cache.layers],
                        torch.ones(1, len(prompt), dtype=torch.long))
+    return batch
+
+
+def test_rows_read_from_their_own_first_position_as_if_alone(tiny_llama) -> None:
+    """Rows of 3, 40 and 12 tokens in one batch, their padding poisoned with NaN: a decode step
+    by runs gives each row its own logits; over the padded width (masked) it reads the NaN."""
+    prompts = [list(range(5, 8)), list(range(100, 140)), list(range(7, 19))]
+    batch = joined(tiny_llama, prompts)
     for layer in batch.cache.layers:
         for row, start in enumerate(batch.starts):
             layer.keys[row, :, :start] = layer.values[row, :, :start] = float("nan")
