@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,12 +27,14 @@ def out_of_space(exc: BaseException) -> bool:
 
 
 def write_new(path: Path, data: bytes | Iterator[bytes], limit: int | None = None) -> int:
-    """Write `path` whole (through a staging file, renamed when complete, private to its
-    owner) or not at all; the bytes written, stopping once past `limit` if one is given."""
-    staging = path.with_name(path.name + ".tmp")
+    """Write `path` whole (through a staging file of this call's own, renamed when complete,
+    private to its owner) or not at all; the bytes written, stopping once past `limit` if one
+    is given. Writers of one path at once (the gateway and the manager restoring the reserve as
+    they start) each rename a whole file of their own."""
+    fd, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+    staging = Path(name)
     written = 0
     try:
-        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, bytes) else data:
                 f.write(chunk)
