@@ -74,21 +74,22 @@ QUIET_STEPS = 16  # decode steps between one long prompt's end and the next one'
 
 
 def beside_rounds(model, tokenizer, prompt: int, running: int, until: float,
-                  rng: torch.Generator, chunk_tokens: int,
-                  served: int = 0) -> tuple[list[float], float, dict]:
+                  rng: torch.Generator, chunk_tokens: int, served: int = 0,
+                  pack: bool = True) -> tuple[list[float], float, dict]:
     """`running` sequences decode while long prompts (`prompt` tokens, each asking 2 tokens)
     arrive one at a time, each QUIET_STEPS steps after the one before ended, through the
     worker's own engine: the gaps between the running sequences' tokens (every step gives each
     one), when the last step ended, and each arrival's time to its first token. `chunk_tokens`
-    as a worker's (0: sized from what it measures). Runs past `until` until `served` long
-    prompts are done (a warm-up's: the process has then held a joined batch's cache once, as a
-    worker that has run a while has)."""
+    as a worker's (0: sized from what it measures); `pack` False: chunks in forwards of their
+    own beside the rows' decode step (the engine before packed steps). Runs past `until` until
+    `served` long prompts are done (a warm-up's: the process has then held a joined batch's
+    cache once, as a worker that has run a while has)."""
     from wire import manager as W
     from workers.inference.engine import InferenceEngine
     from workers.inference.request import Request
 
     engine = InferenceEngine(model.eval(), tokenizer, max_context=prompt + 4096, eos_ids=(),
-                             chunk_tokens=chunk_tokens)
+                             chunk_tokens=chunk_tokens, pack=pack)
     for row in range(running):
         engine.add(Request(f"running-{row}", torch.randint(0, 50000, (16,), generator=rng)
                            .tolist(), W.SamplingParams(max_tokens=4000, temperature=0)))

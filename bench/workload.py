@@ -72,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-tokens", type=int, default=0,
                    help="beside: a step's prompt tokens beside running sequences, as a worker's "
                         "`prefill_chunk_tokens` (0: sized from what the engine measures)")
+    p.add_argument("--separate-forwards", action="store_true",
+                   help="beside, ours: chunks in forwards of their own beside the rows' decode "
+                        "step (the engine before packed steps)")
     p.add_argument("--attention-call-bytes", type=int,
                    help="lengths, ours: what the engine counts an attention call to cost "
                         "(default: `row_attention.call_bytes`, as a worker's)")
@@ -174,7 +177,8 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
 
         gaps, done, extra = longctx.beside_rounds(model, tokenizer, args.prompt, args.running,
                                                   until, rng, args.chunk_tokens,
-                                                  served=1 if warm else 0)
+                                                  served=1 if warm else 0,
+                                                  pack=not args.separate_forwards)
         return gaps, done, args.running, extra
     if args.kind == "lengths":
         from bench import longctx

@@ -3,7 +3,9 @@ inference first, end to end): 4
 sequences decode in one worker's engine while prompts of 1,024 tokens arrive one at a time
 (each 16 decode steps after the one before ended, `bench.longctx.QUIET_STEPS`), each prefilled
 a chunk a step (`workers.inference.chunks`, sized from what the engine measures, as a worker
-does by default) against each prefilled whole (the engine before chunks). Each side's warm-up
+does by default) against each prefilled whole (the engine before chunks), and each chunk in the
+running rows' decode forward (`workers.inference.packed`, by default) against in a forward of
+its own beside it (the engine before packed steps). Each side's warm-up
 serves one long prompt, so that the window sees a worker that has run a while: its process has
 held a joined batch's cache before (`workers.inference.memory`).
 Plain generate() has no continuous batching to compare with: an arrival there waits for the
@@ -35,8 +37,10 @@ def long_prompts(settings: Settings) -> list[Record]:
              "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
     chunked = run_ours(settings, [shape])
     whole = run_ours(settings, [{**shape, "chunk_tokens": WHOLE}])
+    separate = run_ours(settings, [{**shape, "separate_forwards": True}])
     name = f"15 prompts of {shape['prompt']} tokens beside 4 running sequences"
     versus = "prefilled a chunk a step vs whole"
+    packed = "a chunk in the rows' decode forward vs in a forward of its own"
     return [
         Record(name, f"gap between a running sequence's tokens, median, {versus}",
                chunked.latency_ms(0.5), whole.latency_ms(0.5), "ms", higher_is_better=False),
@@ -48,6 +52,13 @@ def long_prompts(settings: Settings) -> list[Record]:
                whole.tokens_per_s(), "tok/s"),
         Record(name, f"an arrival's time to first token, median, {versus}",
                chunked.first_token_ms(0.5), whole.first_token_ms(0.5), "ms",
+               higher_is_better=False),
+        Record(name, f"gap between a running sequence's tokens, longest, {packed}",
+               chunked.latency_ms(1.0), separate.latency_ms(1.0), "ms", higher_is_better=False),
+        Record(name, f"running sequences' tokens/s, {packed}", chunked.tokens_per_s(),
+               separate.tokens_per_s(), "tok/s"),
+        Record(name, f"an arrival's time to first token, median, {packed}",
+               chunked.first_token_ms(0.5), separate.first_token_ms(0.5), "ms",
                higher_is_better=False),
     ]
 

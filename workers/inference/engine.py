@@ -44,10 +44,12 @@ class InferenceEngine:
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int, eos_ids: tuple[int, ...],
                  max_batch: int = 32, kv_budget_bytes: int = 0,
                  pace: Callable[[list[Request], list[Request]], None] | None = None,
-                 chunk_tokens: int = 0, attention_call_bytes: int | None = None) -> None:
+                 chunk_tokens: int = 0, attention_call_bytes: int | None = None,
+                 pack: bool = True) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
         self.by_rows = install(self.decode_model)  # decode by runs of rows: row_attention.py
+        self.packs = pack and self.by_rows  # prompts in the rows' decode forward: packed.py
         self.tokenizer = tokenizer
         self.max_context = max_context
         self.eos_ids = eos_ids
@@ -66,9 +68,7 @@ class InferenceEngine:
         self._pending: dict[str, int] = {}  # request id -> sequences still running
         self._generated: dict[str, int] = {}  # request id -> tokens generated so far
         self.rows = RowAdapters()  # which adapter each row goes through
-        # before each step, with the requests it admits and those it decodes: sets the waits
-        # that the step's executor calls carry (`workers.inference.pacing.Pacer.pace`)
-        self.pace = pace
+        self.pace = pace  # before a step, given its admitted and decoded requests: its calls' waits
 
     def use(self, model: Any, mixed: bool) -> None:
         """From now on, run every phase through `model`: a PeftModel of LoRA adapters wrapping
@@ -135,14 +135,14 @@ class InferenceEngine:
             seats += self.waiting[0].params.n
             admitted.append(self.waiting.popleft())
         running = [s.request for s in self.running]
-        chunks = self.chunks.plan(admitted, running, self.by_rows and may_pack(
+        chunks = self.chunks.plan(admitted, running, self.packs and may_pack(
             self.resident.sequences, self.rows)) if shares_forwards(self.prefill_model) \
             else []  # prompt or prefix tuning's virtual tokens go in front of each forward
         if self.pace is not None:  # a prompt's first token comes in the step of its last chunk
             self.pace([*admitted, *(p.request for p, n in chunks if n == p.rest)], running)
         try:
             events = self._prefill_all(admitted)
-            packed = chunks if self.by_rows and all(
+            packed = chunks if self.packs and all(
                 packs(p.request, self.resident.sequences, self.rows) for p, _ in chunks) else []
             events += self._prefill_chunks([] if packed else chunks)
         except ExecutorUnavailable:

@@ -65,14 +65,33 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
 
 
-def chunking_llama():
+def chunking_llama(pack: bool = True):
     """tiny-llama with a LoRA adapter, plain and ours (in-process executor), and an engine of
     ours that takes prompts 16 tokens a step."""
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
     plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                             chunk_tokens=16)
+                             chunk_tokens=16, pack=pack)
     return plain.eval(), tokenizer, engine
+
+
+def test_an_engine_told_not_to_pack_gives_each_prompt_forwards_of_its_own() -> None:
+    """`pack=False` (bench 15's comparison): a 40-token prompt's chunks and a short prompt
+    arriving beside the running row each have a forward of their own; tokens unchanged."""
+    plain, tokenizer, engine = chunking_llama(pack=False)
+    shapes = input_shapes(engine.decode_model)
+    prompts = {"running": prompt(5), "long": prompt(40, seed=1), "short": prompt(6, seed=2)}
+    engine.add(Request("running", prompts["running"], W.SamplingParams(max_tokens=20,
+                                                                        temperature=0)))
+    steps = [engine.step()]
+    engine.add(Request("long", prompts["long"], GREEDY))
+    steps += [engine.step() for _ in range(3)]
+    engine.add(Request("short", prompts["short"], GREEDY))
+    steps += steps_of(engine)
+    assert [s for s in shapes if s[1] > 1] == [(1, 5), (1, 16), (1, 16), (1, 8), (1, 6)]
+    for rid, ids in prompts.items():
+        tokens = 20 if rid == "running" else GREEDY.max_tokens
+        assert text(steps, rid) == plain_text(plain, tokenizer, ids, tokens), rid
 
 
 @pytest.fixture(scope="module")
