@@ -98,9 +98,10 @@ class Stacks:
         if factor is None:
             if len(self._factors) >= self.FACTORS:
                 self._factors = {}
-            columns = [(slot, s) for slot, rank, s in stacked.layout for _ in range(rank)]
-            factor = torch.tensor([[s if slot == row else 0.0 for slot, s in columns]
-                                   for row in plan.slots], dtype=stacked.a.dtype)
+            slots = torch.tensor([slot for slot, rank, _ in stacked.layout for _ in range(rank)])
+            scales = torch.tensor([s for _, rank, s in stacked.layout for _ in range(rank)],
+                                  dtype=stacked.a.dtype)
+            factor = (torch.tensor(plan.slots)[:, None] == slots[None, :]) * scales
             factor = self._factors[key] = factor.to(stacked.a.device)
         return factor
 
