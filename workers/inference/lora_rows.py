@@ -46,6 +46,7 @@ class RowPlan:
     def __init__(self, names: list[str], base: str, by_position: bool = False) -> None:
         self.names = names
         self.dim = 1 if by_position else 0  # of a module's input: the rows
+        self.factors: dict[tuple, torch.Tensor] = {}  # by position: this forward's (`Stacks`)
         self.order = tuple(sorted(set(names) - {base}))
         slot = {name: k for k, name in enumerate(self.order)}
         self.slots = tuple(slot.get(name, -1) for name in names)
@@ -94,15 +95,17 @@ class Stacks:
     def factor(self, stacked: Stacked, plan: RowPlan) -> torch.Tensor:
         """(rows, R): a row's adapter's scaling on that adapter's columns, zero elsewhere."""
         key = (plan.slots, stacked.layout, stacked.a.dtype, stacked.a.device)
-        factor = self._factors.get(key)
+        # a packed step's positions are met once: its factors are kept for its forward only
+        factors = plan.factors if plan.dim else self._factors
+        factor = factors.get(key)
         if factor is None:
-            if len(self._factors) >= self.FACTORS:
-                self._factors = {}
+            if factors is self._factors and len(factors) >= self.FACTORS:
+                self._factors = factors = {}
             slots = torch.tensor([slot for slot, rank, _ in stacked.layout for _ in range(rank)])
             scales = torch.tensor([s for _, rank, s in stacked.layout for _ in range(rank)],
                                   dtype=stacked.a.dtype)
             factor = (torch.tensor(plan.slots)[:, None] == slots[None, :]) * scales
-            factor = self._factors[key] = factor.to(stacked.a.device)
+            factor = factors[key] = factor.to(stacked.a.device)
         return factor
 
 
