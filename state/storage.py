@@ -29,8 +29,8 @@ def out_of_space(exc: BaseException) -> bool:
 def write_new(path: Path, data: bytes | Iterator[bytes], limit: int | None = None) -> int:
     """Write `path` whole (through a staging file of this call's own, renamed when complete,
     private to its owner) or not at all; the bytes written, stopping once past `limit` if one
-    is given. Writers of one path at once (the gateway and the manager restoring the reserve as
-    they start) each rename a whole file of their own."""
+    is given. Writers of one path at once (processes restoring the disk reserve) each rename a
+    whole file of their own."""
     fd, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
     staging = Path(name)
     written = 0

@@ -11,8 +11,8 @@ from state.storage import Reserve, write_new
 
 
 def test_a_write_leaves_another_writers_staging_file_alone(tmp_path: Path) -> None:
-    """A staging file of another writer of the same path (as the gateway's and the manager's
-    reserve, restored as both start): this write renames its own, and that one stays."""
+    """A staging file of another writer of the same path (processes restoring the disk
+    reserve at once): this write renames its own, and that one stays."""
     target = tmp_path / ".space-reserve"
     foreign = tmp_path / ".space-reserve.tmp"
     foreign.write_bytes(b"another writer's, half written")
