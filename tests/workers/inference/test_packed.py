@@ -1,7 +1,7 @@
-"""A chunk of a long prompt packed into the running rows' decode forward: one forward a step,
-every row's logits and the prompt's as if each ran alone, sliding windows held, every
-architecture's tokens plain generate()'s, and a failed packed step fails the chunk's request
-only."""
+"""Prompts' chunks (and short prompts arriving) packed into the running rows' decode forward:
+one forward a step, every row's logits and the prompt's as if each ran alone, sliding windows
+held, every architecture's tokens plain generate()'s, rows of several adapters packed unless
+one wraps the head, and a failed packed step taken back with its chunks gone alone."""
 
 from __future__ import annotations
 
