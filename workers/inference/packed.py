@@ -18,6 +18,7 @@ module on the head where rows of several adapters mix; else the two forwards run
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -89,8 +90,9 @@ class Packed:
             self.masks[window] = keep[:, None, None, :]
         return self.masks[window]
 
+    @cached_property
     def spans(self) -> list[tuple[Segment, slice]]:
-        """Each chunk's positions in the packed sequence."""
+        """Each chunk's positions in the packed sequence (read by every layer)."""
         spans, start = [], self.rows
         for segment in self.segments:
             spans.append((segment, slice(start, start + segment.count)))
@@ -106,7 +108,7 @@ class Packed:
         own, _ = attend_rows(module, _as_rows(query[:, :, :self.rows]), key, value,
                              self.rows_mask(window), row_groups=self.groups, **kwargs)
         parts = [own.transpose(0, 1)]
-        for segment, span in self.spans():
+        for segment, span in self.spans:
             keys, values = segment.kv[module.layer_idx]
             parts.append(sdpa_attention_forward(module, query[:, :, span], keys, values,
                                                 segment.mask(window, query.device), **kwargs)[0])
@@ -122,7 +124,7 @@ class PackedCache:
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int,
                cache_kwargs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        for segment, span in self._packed.spans():
+        for segment, span in self._packed.spans:
             segment.kv[layer_idx] = segment.partial.cache.update(
                 keys[:, :, span], values[:, :, span], layer_idx, cache_kwargs)
         rows = self._packed.rows
@@ -168,7 +170,7 @@ def step_forward(model: Any, rows: RowAdapters, batch: BatchCache, groups: tuple
     packed = Packed(len(tokens), mask, positions, groups, segments)
     ids, where, keep = list(tokens), [positions.view(1, -1)], list(range(len(tokens)))
     try:
-        for segment, span in packed.spans():
+        for segment, span in packed.spans:
             ids += segment.partial.request.prompt_ids[segment.done:segment.done + segment.count]
             adapters += [segment.partial.request.adapter] * segment.count
             where.append(torch.arange(segment.done, segment.done + segment.count,

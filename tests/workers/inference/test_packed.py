@@ -37,17 +37,23 @@ def input_shapes(model) -> list[tuple[int, int]]:
     return shapes
 
 
+def chunking(model: str = "tiny-llama", pack: bool = True):
+    """`model` with a LoRA adapter, plain and ours (in-process executor), its tokenizer, and an
+    engine of ours that takes prompts 16 tokens a step."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16, pack=pack)
+    return plain.eval(), tokenizer, engine
+
+
 @pytest.mark.parametrize("model", TINY_MODELS)
 def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: str) -> None:
     """70 prompt tokens at 16 a step beside a running request: where attention goes by rows,
     each step is one forward of the running row's token and the chunk's (1 + 16 positions), the
     prompt's first token comes in the step its last chunk is in and its next with the running
     row's; gemma2 (eager attention) keeps a forward each. Both texts are plain generate()'s."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
-    plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
-    plain.eval()
-    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                             chunk_tokens=16)
+    plain, tokenizer, engine = chunking(model)
     shapes = input_shapes(engine.decode_model)
     running, long = ([t % tokenizer.vocab_size for t in prompt(n, seed)] for n, seed in
                      ((5, 0), (70, 1)))
@@ -65,20 +71,12 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
 
 
-def chunking_llama(pack: bool = True):
-    """tiny-llama with a LoRA adapter, plain and ours (in-process executor), and an engine of
-    ours that takes prompts 16 tokens a step."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
-    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                             chunk_tokens=16, pack=pack)
-    return plain.eval(), tokenizer, engine
 
 
 def test_an_engine_told_not_to_pack_gives_each_prompt_forwards_of_its_own() -> None:
     """`pack=False` (bench 15's comparison): a 40-token prompt's chunks and a short prompt
     arriving beside the running row each have a forward of their own; tokens unchanged."""
-    plain, tokenizer, engine = chunking_llama(pack=False)
+    plain, tokenizer, engine = chunking(pack=False)
     shapes = input_shapes(engine.decode_model)
     prompts = {"running": prompt(5), "long": prompt(40, seed=1), "short": prompt(6, seed=2)}
     engine.add(Request("running", prompts["running"], W.SamplingParams(max_tokens=20,
@@ -179,7 +177,7 @@ def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypa
     keys and values were appended to the batch's cache and the prompt's (new, then one chunk
     in): each step is taken back, the chunk goes in a forward of its own and the rows decode
     after it, and every request's tokens are still plain generate()'s."""
-    plain, tokenizer, engine = chunking_llama()
+    plain, tokenizer, engine = chunking()
     shapes = input_shapes(engine.decode_model)
     mask, failed = Segment.mask, []
 
@@ -208,7 +206,7 @@ def test_short_prompts_arriving_beside_running_rows_ride_in_their_forward() -> N
     row's token and both prompts (16 tokens a step), each prompt's first token in that step;
     a 30-token prompt after them comes in by chunks beside the three rows. Every request's
     tokens are plain generate()'s."""
-    plain, tokenizer, engine = chunking_llama()
+    plain, tokenizer, engine = chunking()
     shapes = input_shapes(engine.decode_model)
     prompts = {"running": prompt(5), "a": prompt(5, seed=3), "b": prompt(6, seed=4),
                "c": prompt(30, seed=5)}
