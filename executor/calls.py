@@ -46,21 +46,23 @@ class PendingCall:
         self.kind: CallKind = header.kind
         self.key: tuple[int, Op] = (self.layer, self.op)
         self.rows: int = x.shape[0]
-        self.lane = lane_for(self.kind, self.rows)
+        self.lane = lane_for(self.kind, self.rows, header.decode)
         self.target_s = own_target_s(header, self.lane)
 
     def __repr__(self) -> str:
         return f"PendingCall(layer={self.layer}, op={self.op}, rows={self.rows})"
 
 
-DECODE_ROWS = 32  # an inference call of at most this many rows is a decode step
+DECODE_ROWS = 32  # an inference call of at most this many rows is taken for a decode step
 
 
-def lane_for(kind: int, rows: int) -> int:
-    """0: decode step, 1: prefill, 2: training (`executor.lanes.Lane`)."""
+def lane_for(kind: int, rows: int, decode: bool = False) -> int:
+    """0: decode step, 1: prefill, 2: training (`executor.lanes.Lane`). An inference call its
+    worker marks a decode step is one whatever its rows (a large batch's, or one with prompts'
+    chunks packed beside its rows); an unmarked one is taken for one by its rows."""
     if kind == CallKind.TRAINING:
         return 2
-    return 0 if rows <= DECODE_ROWS else 1
+    return 0 if decode or rows <= DECODE_ROWS else 1
 
 
 def own_target_s(header: Call, lane: int) -> float | None:

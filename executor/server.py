@@ -244,7 +244,7 @@ class ExecutorServer:
             return
         client.last_seen = now = self.scheduler.clock()
         call = P.Call(call_id, header[2], header[6], header[3], "", (), header[9], header[10],
-                      header[11], header[12])
+                      header[11], header[12], header[13] != 0)
         if self.tap is not None:
             self.tap(client.name, call, x.clone())
         self.scheduler.add(PendingCall(client.identity, call, x, now, reply_seq=seq))

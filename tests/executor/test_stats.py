@@ -13,8 +13,8 @@ from wire.call.messages import Call, CallKind, Op
 from wire.figures import LaneFigures
 
 
-def pending(rows: int, kind: CallKind, arrived: float) -> PendingCall:
-    return PendingCall(b"c", Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8)),
+def pending(rows: int, kind: CallKind, arrived: float, decode: bool = False) -> PendingCall:
+    return PendingCall(b"c", Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8), decode=decode),
                        torch.empty(rows, 8), arrived)
 
 
@@ -26,6 +26,13 @@ def test_lanes_follow_kind_and_size() -> None:
         [Lane.DECODE, Lane.PREFILL, Lane.TRAINING]
     assert lane_of_batch([small_training, prefill]) == Lane.PREFILL
     assert lane_of_batch([prefill, decode]) == Lane.DECODE
+
+
+def test_a_call_marked_a_decode_step_is_one_whatever_its_rows() -> None:
+    packed = pending(4 + 252, CallKind.INFERENCE, 0.0, decode=True)  # rows + a chunk's tokens
+    wide = pending(64, CallKind.INFERENCE, 0.0, decode=True)  # a batch of 64 rows
+    assert [lane_of(c) for c in (packed, wide)] == [Lane.DECODE, Lane.DECODE]
+    assert lane_of(pending(4, CallKind.TRAINING, 0.0, decode=True)) == Lane.TRAINING
 
 
 def test_waits_and_compute_are_counted_per_lane() -> None:

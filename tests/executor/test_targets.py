@@ -95,12 +95,15 @@ def test_the_slice_follows_the_tightest_target_its_tenants_ask_for() -> None:
 
 
 def test_a_call_carries_its_own_target_for_its_lane() -> None:
-    def target(rows: int, kind: CallKind, decode_us: int, prefill_us: int) -> float | None:
+    def target(rows: int, kind: CallKind, decode_us: int, prefill_us: int,
+               decode: bool = False) -> float | None:
         return PendingCall(b"c", Call(0, Op.FORWARD, 0, kind, "float32", (rows, 8),
-                                      decode_target_us=decode_us, prefill_target_us=prefill_us),
-                           torch.empty(rows, 8), 0.0).target_s
+                                      decode_target_us=decode_us, prefill_target_us=prefill_us,
+                                      decode=decode), torch.empty(rows, 8), 0.0).target_s
 
     assert target(1, CallKind.INFERENCE, 250, 40_000) == pytest.approx(0.00025)
     assert target(64, CallKind.INFERENCE, 250, 40_000) == pytest.approx(0.04)
+    # a decode step of 64 rows (or rows with prompts' chunks packed) waits as its rows allow
+    assert target(64, CallKind.INFERENCE, 250, 40_000, decode=True) == pytest.approx(0.00025)
     assert target(1, CallKind.INFERENCE, 0, 40_000) is None  # the executor's own
     assert target(1, CallKind.TRAINING, 250, 40_000) is None  # training has none

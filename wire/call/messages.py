@@ -34,7 +34,8 @@ def target_us(ms: float) -> int:
 class CallTargets(msgspec.Struct, frozen=True, array_like=True):
     """How long a call may wait in the executor before its batch runs, as its tenants ask (the
     tightest of the tenants whose rows it carries), for each lane it may fall in: the executor
-    tells a decode step from a prefill by its rows. 0: the executor's own target for the lane."""
+    tells a decode step from a prefill by the call's `decode` mark, else by its rows. 0: the
+    executor's own target for the lane."""
 
     decode_us: int = 0
     prefill_us: int = 0
@@ -166,6 +167,9 @@ class Call(msgspec.Struct, tag="call", array_like=True):
     # the wait the call's tenants allow it in the executor (`CallTargets`), per lane it may fall in
     decode_target_us: int = 0
     prefill_target_us: int = 0
+    # it carries running sequences' next tokens: a decode step, in the decode lane whatever its
+    # rows (one with prompts' chunks packed beside them has more); False: the lane by its rows
+    decode: bool = False
 
 
 class Result(msgspec.Struct, tag="result", array_like=True):

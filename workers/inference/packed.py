@@ -1,12 +1,13 @@
 """Prompts' chunks and the running rows' decode step in one forward (a packed step).
 
-A prompt coming in by chunks (`chunks.py`), or a short one arriving while rows decode, had a
-forward of its own beside the running rows' decode step: the fixed part of a forward (every
-weight read once, through every executor call) twice a step. Here the step's input is one
-sequence: each running row's next token, then each chunk's tokens, with their own position ids;
-every weight-bearing layer sees all of them in one call. Only attention tells them apart: each
-layer's keys and values are split as they are appended (`PackedCache`), the rows' into the
-batch's cache and each chunk's into its prompt's own, and the rows attend by runs over theirs
+A prompt coming in by chunks (`chunks.py`), or a short one arriving while rows decode, had a forward
+of its own beside the running rows' decode step: the fixed part of a forward (every weight read
+once, through every executor call) twice a step. Here the step's input is one sequence: each running
+row's next token, then each chunk's tokens, with their own position ids; every weight-bearing layer
+sees all of them in one call, in the executor's decode lane like any decode step's (`decode_step`:
+by its rows alone it would be taken for a prefill). Only attention tells them apart: each layer's
+keys and values are split as they are appended (`PackedCache`), the rows' into the batch's cache and
+each chunk's into its prompt's own, and the rows attend by runs over theirs
 (`row_attention.attend`, the mask built from the batch's) while each chunk attends causally
 over its prompt so far. The head computes the rows' logits and each finished prompt's last.
 
@@ -31,6 +32,7 @@ from workers.inference.request import Request
 from workers.inference.rooms import cache_tensors
 from workers.inference.row_attention import Group
 from workers.inference.rows import RowAdapters
+from workers.remote.handle import decode_step
 
 
 @dataclass
@@ -150,13 +152,15 @@ def packs(request: Request, sequences: list, rows: RowAdapters) -> bool:
     return bool(sequences) and (rows.model is None or one or not rows.tunes_head())
 
 
+@decode_step()
 def step_forward(model: Any, rows: RowAdapters, batch: BatchCache, groups: tuple[Group, ...],
                  chunks: list[tuple[Partial, int]],
                  device: torch.device) -> tuple[torch.Tensor, list[Prefilled | None]]:
     """A decode step's forward over the batch's rows, runs `groups`, with `chunks` (prompts
     and their tokens this step) packed after them: the rows' logits [rows, vocab] on the host,
-    and each chunk's prompt's prefill once it is all in (else None). A failure takes the step
-    back (`BatchCache.undo_step`, each chunk's cache) before it raises."""
+    and each chunk's prompt's prefill once it is all in (else None). Its executor calls are
+    marked a decode step's (`decode_step`). A failure takes the step back
+    (`BatchCache.undo_step`, each chunk's cache) before it raises."""
     cache, mask, positions = batch.step_inputs()
     tokens = [seq.last for seq in batch.sequences]
     adapters = [s.request.adapter for s in batch.sequences]

@@ -29,7 +29,7 @@ from wire.figures import ExecutorFigures
 from wire.host import host
 from workers.remote.channel import Channel, Reconnect
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
-from workers.remote.handle import ExecutorError, ExecutorUnavailable
+from workers.remote.handle import ExecutorError, ExecutorUnavailable, decoding
 from workers.remote.replicas import Replicas
 from workers.remote.transport import Transport, choose
 
@@ -252,7 +252,8 @@ class ExecutorClient:
         out_bytes = nbytes(self.dtype, (rows, width))
         targets = self.targets
         call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape),
-                      decode_target_us=targets.decode_us, prefill_target_us=targets.prefill_us)
+                      decode_target_us=targets.decode_us, prefill_target_us=targets.prefill_us,
+                      decode=decoding())
         self._ensure_capacity(aligned(in_bytes) + out_bytes)
         if self._shm is not None:
             call.shm_in, call.shm_out = 0, aligned(in_bytes)
@@ -273,19 +274,18 @@ class ExecutorClient:
             return self._shm.view(call.shm_out, dtype, reply.shape)
         return from_bytes(frames[0].buffer, dtype, reply.shape)
 
-    def _call_fast(self, op: P.Op, layer: int, x: torch.Tensor,
-                   kind: P.CallKind) -> torch.Tensor:
+    def _call_fast(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
         deadline = None if self.call_timeout_s is None else \
             time.monotonic() + self.call_timeout_s
+        args = (op, layer, x, kind, self._next_id, self._channel.check_alive, deadline,
+                self.targets, decoding())
         try:
-            return self._fast.call(op, layer, x, kind, self._next_id,
-                                   self._channel.check_alive, deadline, self.targets)
+            return self._fast.call(*args)
         except NeedsCapacity as needed:
             self._ensure_capacity(needed.size)
             if self._fast is None:  # the executor could not map the larger memory
                 return self._call(op, layer, x, kind)
-            return self._fast.call(op, layer, x, kind, self._next_id,
-                                   self._channel.check_alive, deadline, self.targets)
+            return self._fast.call(*args)
         except CallFailed as failed:
             if failed.code == P.ErrorCode.UNKNOWN_CLIENT:
                 raise Reconnect from None

@@ -89,9 +89,9 @@ class FastPath:
 
     def call(self, op: int, layer: int, x: torch.Tensor, kind: int, call_id: int,
              check_alive: Callable[[], None], deadline: float | None,
-             targets: CallTargets = NO_TARGETS) -> torch.Tensor:
+             targets: CallTargets = NO_TARGETS, decode: bool = False) -> torch.Tensor:
         """The result, a view of shared memory (or of the device buffer) valid until the next
-        call."""
+        call. `decode`: a decode step's call (`Call.decode`)."""
         key = (layer, op, x.shape[0], x.dtype)
         plan = self._plans.get(key)
         if plan is None:
@@ -103,7 +103,7 @@ class FastPath:
         seq = self.seq
         H.publish_call(self.mapped, seq, call_id, op, kind, plan.dtype_code, plan.ndim, layer,
                        x.shape[0], plan.cols, plan.shm_in, plan.shm_out, targets.decode_us,
-                       targets.prefill_us)
+                       targets.prefill_us, decode)
         self.doorbell.ring()
         reply = self._await(seq, check_alive, deadline, self._spins[kind][layer])
         if reply[1] != H.OK:

@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
 import torch
 
 from wire.call.messages import CallKind, LayerSpec, Op
+
+_DECODING: ContextVar[bool] = ContextVar("decoding", default=False)
+
+
+@contextmanager
+def decode_step() -> Iterator[None]:
+    """The calls made inside carry running sequences' next tokens (`Call.decode`): the executor
+    runs them in its decode lane, first among ready work and never sliced, whatever their rows
+    (a large batch, or prompts' chunks packed beside the rows)."""
+    token = _DECODING.set(True)
+    try:
+        yield
+    finally:
+        _DECODING.reset(token)
+
+
+def decoding() -> bool:
+    """Whether the calls made now are a decode step's (`decode_step`)."""
+    return _DECODING.get()
 
 
 class ExecutorError(RuntimeError):

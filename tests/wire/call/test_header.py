@@ -11,17 +11,18 @@ from wire.call.messages import TARGET_MAX_US, CallKind, ErrorCode, Op
 def test_a_call_is_read_only_once_published_and_round_trips() -> None:
     mapped = mmap.mmap(-1, H.DATA_AT)
     H.REQUEST_BODY.pack_into(mapped, H.REQUEST_AT + 8, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2,
-                             300, 5, 64, H.DATA_AT, H.DATA_AT + 1024, 0, 0)
+                             300, 5, 64, H.DATA_AT, H.DATA_AT + 1024, 0, 0, 0)
     assert H.read_call(mapped, 1) is None  # the body alone: not published yet
     H.publish_call(mapped, 1, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2, 300, 5, 64, H.DATA_AT,
                    H.DATA_AT + 1024)
     assert H.read_call(mapped, 1) == (1, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2, 300, 5, 64,
-                                      H.DATA_AT, H.DATA_AT + 1024, 0, 0)  # no targets asked
+                                      H.DATA_AT, H.DATA_AT + 1024, 0, 0, 0)  # no targets asked
     assert H.read_call(mapped, 2) is None  # the executor waits for the next seq only
-    # the tenants' latency targets, up to the largest a u32 of microseconds holds
+    # the tenants' latency targets, up to the largest a u32 of microseconds holds, and the mark
+    # of a decode step's call
     H.publish_call(mapped, 2, 10, Op.FORWARD, CallKind.INFERENCE, 0, 2, 3, 1, 64, H.DATA_AT,
-                   H.DATA_AT + 1024, 250, TARGET_MAX_US)
-    assert H.read_call(mapped, 2)[-2:] == (250, TARGET_MAX_US)
+                   H.DATA_AT + 1024, 250, TARGET_MAX_US, decode=True)
+    assert H.read_call(mapped, 2)[-3:] == (250, TARGET_MAX_US, 1)
     assert H.REQUEST_AT + 8 + H.REQUEST_BODY.size <= H.REPLY_AT  # the request fits its slot
 
 

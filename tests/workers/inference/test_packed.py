@@ -71,6 +71,35 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
 
 
+@pytest.mark.parametrize("doorbell", [True, False], ids=["doorbell", "socket"])
+def test_a_packed_steps_calls_go_in_the_executors_decode_lane(doorbell: bool,
+                                                             executor_for) -> None:
+    """A real executor: a 100-token prompt at 48 a step beside a running row makes calls of
+    49 rows, over the 32 by which an unmarked call is taken for a decode step; marked a decode
+    step's, they all go in the decode lane (a prefill's would be sliced and run after other
+    tenants' decode steps), on the doorbell's header and on the socket's message alike."""
+    from workers.remote.client import ExecutorClient
+
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name=f"packed-{doorbell}",
+                            use_doorbell=doorbell)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+        plain, ours = build_pair("tiny-llama", "lora", client)
+        engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                                 chunk_tokens=48)
+        shapes = input_shapes(engine.decode_model)
+        before = client.stats().lanes
+        engine.add(Request("running", prompt(5), W.SamplingParams(max_tokens=8, temperature=0)))
+        steps = [engine.step()]
+        engine.add(Request("long", prompt(100, seed=1), GREEDY))
+        steps += steps_of(engine)
+        after = client.stats().lanes
+    finally:
+        client.close()
+    assert shapes[2:5] == [(1, 49), (1, 49), (1, 5)]  # packed steps: the row and a chunk
+    assert after["prefill"].calls == before["prefill"].calls  # none taken for a prefill
+    assert after["decode"].calls > before["decode"].calls
+    assert text(steps, "long") == plain_text(plain.eval(), tokenizer, prompt(100, seed=1), 12)
 
 
 def test_an_engine_told_not_to_pack_gives_each_prompt_forwards_of_its_own() -> None:
