@@ -28,24 +28,38 @@ class Detokenizer:
     def add(self, token: int) -> str:
         """Append a token; return the newly final text (may be empty)."""
         self.ids.append(token)
+        if not self._read(final=False):
+            return ""  # wait for the rest of the character
+        return self._emit_until_stop(len(self.text) - self._held_back())
+
+    def flush(self) -> str:
+        """The rest of the text, when the sequence ends without a stop string: a character its
+        last tokens leave unfinished as decoding the whole sequence gives it (U+FFFD)."""
+        if self.stopped:
+            return ""
+        if self.read < len(self.ids):
+            self._read(final=True)
+        return self._emit_until_stop(len(self.text))
+
+    def _read(self, final: bool) -> bool:
+        """Decode the window's new ids into `text`, unless they end in the middle of a
+        character (and the sequence goes on: not `final`); whether it did."""
         read = self.tokenizer.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
         window = self.tokenizer.decode(self.ids[self.prefix:], skip_special_tokens=True)
-        if window.endswith("\ufffd"):
-            return ""  # wait for the rest of the character
+        if window.endswith("\ufffd") and not final:
+            return False
         self.text += window[len(read):]
         self.prefix, self.read = self.read, len(self.ids)
+        return True
+
+    def _emit_until_stop(self, end: int) -> str:
+        """The text up to `end`, or up to a stop string that the new text completed."""
         start = max(0, self.emitted - max((len(s) for s in self.stop), default=0))
         cut = min((i for s in self.stop if (i := self.text.find(s, start)) >= 0), default=-1)
         if cut >= 0:
             self.stopped = True
             return self._emit(cut)
-        return self._emit(len(self.text) - self._held_back())
-
-    def flush(self) -> str:
-        """The rest of the text, when the sequence ends without a stop string."""
-        if self.stopped:
-            return ""
-        return self._emit(len(self.text))
+        return self._emit(end)
 
     def _held_back(self) -> int:
         """Length of the longest tail of the pending text that begins some stop string."""

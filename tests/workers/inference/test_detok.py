@@ -60,6 +60,19 @@ def test_the_streamed_text_is_the_whole_sequences_decoding(tokenizer, seed: int)
     assert len(whole) > 200 and len(ids) > 150
 
 
+def test_a_sequence_ending_inside_a_character_ends_as_its_whole_decoding(tokenizer) -> None:
+    """Cut off by max_tokens in the middle of a multi-byte character: the streamed text ends in
+    the replacement characters the whole sequence's decoding gives (was: the bytes dropped)."""
+    ids = tokenizer.encode("naïve 🚀🗼 東京", add_special_tokens=False)
+    cut = [n for n in range(1, len(ids) + 1)
+           if tokenizer.decode(ids[:n], skip_special_tokens=True).endswith("\ufffd")]
+    assert len(cut) >= 3  # the emoji and the CJK characters split across tokens
+    for n in cut:
+        whole = tokenizer.decode(ids[:n], skip_special_tokens=True)
+        assert streamed(tokenizer, ids[:n]) == whole
+        assert streamed(tokenizer, ids[:n], ["\ufffd"]) == whole[:whole.index("\ufffd")]
+
+
 def test_each_token_decodes_a_few_tokens_not_the_sequence(tokenizer) -> None:
     ids = tokenizer.encode("word " * 400, add_special_tokens=False)
     counting = Counting(tokenizer)
