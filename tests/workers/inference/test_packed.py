@@ -102,6 +102,32 @@ def test_a_packed_steps_calls_go_in_the_executors_decode_lane(doorbell: bool,
     assert text(steps, "long") == plain_text(plain.eval(), tokenizer, prompt(100, seed=1), 12)
 
 
+def test_a_decode_step_of_more_rows_than_a_lane_guess_goes_in_the_decode_lane(executor_for):
+    """A real executor: 40 rows decoding together make calls of 40 rows, which by their rows
+    alone would be taken for a prefill."""
+    from workers.remote.client import ExecutorClient
+
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="wide-batch")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+        _, ours = build_pair("tiny-llama", "lora", client)
+        engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                                 max_batch=40)
+        for n in range(40):
+            engine.add(Request(f"r{n}", prompt(3, seed=n), W.SamplingParams(max_tokens=4,
+                                                                             temperature=0)))
+        engine.step()  # the prompts' prefill (a prefill's calls) and a first decode step
+        shapes = input_shapes(engine.decode_model)
+        before = client.stats().lanes
+        steps_of(engine)
+        after = client.stats().lanes
+    finally:
+        client.close()
+    assert shapes == [(40, 1)] * 2  # two more decode steps of all 40 rows
+    assert after["prefill"].calls == before["prefill"].calls
+    assert after["decode"].calls > before["decode"].calls
+
+
 def test_an_engine_told_not_to_pack_gives_each_prompt_forwards_of_its_own() -> None:
     """`pack=False` (bench 15's comparison): a 40-token prompt's chunks and a short prompt
     arriving beside the running row each have a forward of their own; tokens unchanged."""
