@@ -48,7 +48,8 @@ class CostModel:
 
     def observe(self, key: tuple[int, Op], rows: int, seconds: float,
                 decode: bool = False) -> None:
-        """`decode`: a batch of decode steps only (also learned whole: `decode_batch_s`)."""
+        """`decode`: a batch of skinny decode steps only (also learned whole: `decode_batch_s`;
+        not a packed step's, whose chunk makes it a prefill's size)."""
         if rows <= 0:
             return
         per_row = max(seconds - self.overhead_s, 0.0) / rows

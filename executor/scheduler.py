@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from executor.calls import PendingCall, take
+from executor.calls import DECODE_ROWS, PendingCall, take
 from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, convoy
@@ -212,7 +212,8 @@ class Scheduler:
     def observe(self, batch: list[PendingCall], seconds: float) -> None:
         with self.lock:
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds,
-                              decode=all(c.lane == Lane.DECODE for c in batch))
+                              decode=all(c.lane == Lane.DECODE and c.rows <= DECODE_ROWS
+                                         for c in batch))
             now = self.clock()
             if batch[0].kind == CallKind.TRAINING:
                 self._long_done = now

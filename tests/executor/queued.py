@@ -30,10 +30,11 @@ def scheduler(policy, clock: Clock, **kw) -> Scheduler:
 
 
 def call(s: Scheduler, client: str, layer: int, rows: int = 1, kind: CallKind = INF,
-         op: Op = Op.FORWARD, decode_us: int = 0) -> PendingCall:
-    """A call queued now; `decode_us`: the decode target its tenants ask for (0: none)."""
+         op: Op = Op.FORWARD, decode_us: int = 0, decode: bool = False) -> PendingCall:
+    """A call queued now; `decode_us`: the decode target its tenants ask for (0: none);
+    `decode`: marked a decode step's by its worker."""
     pending = PendingCall(client.encode(), Call(0, op, layer, kind, "float32", (rows, 1),
-                                                decode_target_us=decode_us),
+                                                decode_target_us=decode_us, decode=decode),
                           torch.empty(rows, 1), s.clock())
     s.add(pending)
     return pending

@@ -49,6 +49,9 @@ def test_a_convoy_waits_as_long_as_a_batch_apart_would_cost(clock) -> None:
     assert clients_of(s.next_batch()) == ["a"]
     s.observe([call(s, "a", 0, rows=64)], 0.05)  # a prefill's batch is no decode batch's cost
     assert s.cost.decode_batch_s((0, Op.FORWARD)) == pytest.approx(0.001)
+    # nor a packed step's (a decode step with a prompt's chunk: its rows are no skinny matmul)
+    s.observe([call(s, "a", 0, rows=4 + 256, decode=True)], 0.05)
+    assert s.cost.decode_batch_s((0, Op.FORWARD)) == pytest.approx(0.001)
 
 
 def test_every_policy_keeps_the_target(clock) -> None:
