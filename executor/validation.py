@@ -20,6 +20,7 @@ from wire.call.tensors import DTYPES, from_bytes, nbytes
 
 FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16})
 INDICES = frozenset({torch.int64, torch.int32})
+KINDS = frozenset(int(k) for k in P.CallKind)
 MAX_ROWS = 1 << 24
 
 
@@ -103,7 +104,9 @@ class CallTable:
 def check_doorbell(table: CallTable, port: DoorbellPort, header: Header,
                    result_dtype: torch.dtype) -> torch.Tensor:
     """A doorbell call's input, a view of the client's memory; or CallRejected."""
-    _, call_id, op, _, dtype_code, ndim, layer, rows, cols, shm_in, shm_out, *_ = header
+    _, call_id, op, kind, dtype_code, ndim, layer, rows, cols, shm_in, shm_out, *_ = header
+    if kind not in KINDS:
+        raise CallRejected(call_id, P.ErrorCode.BAD_MESSAGE, f"no kind of call {kind}")
     if dtype_code >= len(DTYPE_CODES) or ndim not in (1, 2) or (ndim == 1) != (cols == 0):
         raise CallRejected(call_id, P.ErrorCode.BAD_TENSOR, "bad dtype or rank in the header")
     dtype = DTYPE_CODES[dtype_code]
