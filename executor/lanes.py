@@ -1,11 +1,11 @@
 """Lanes: what a call is for, read off its kind, its worker's mark and its size (decode step,
 prefill, training).
 
-A decode step (an inference call its worker marks so, or one of a few rows) is one of a token's ~50
-calls, so its wait adds straight to the token's latency; a prefill's wait adds to time-to-first-
-token but is small next to its own compute; a training call only needs throughput. The opportunistic
-policy runs decode steps first among ready queues, and the metrics report waits and compute time per
-lane. A call's lane is computed once, when it arrives (`PendingCall.lane`).
+A decode step (an inference call its worker marks so, or one of a few rows) is one of a token's
+~50 calls, so its wait adds straight to the token's latency; a prefill's wait adds to
+time-to-first-token but is small next to its own compute; a training call only needs throughput.
+The opportunistic policy runs decode steps first among ready queues, and the metrics report waits
+and compute time per lane. A call's lane is computed once, when it arrives (`PendingCall.lane`).
 """
 
 from __future__ import annotations
