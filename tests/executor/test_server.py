@@ -110,11 +110,10 @@ def test_bad_input_gets_an_error_and_others_keep_being_served(llama: ExecutorPro
         "a latency target past 32 bits": ([P.encode(P.Call(
             1, P.Op.FORWARD, q, P.CallKind.INFERENCE, "float32", (3, 64),
             prefill_target_us=P.TARGET_MAX_US + 1)), bytes(as_bytes(x))], P.ErrorCode.BAD_MESSAGE),
-        "no such kind of call": ([msgspec.msgpack.encode(
-            ["call", 1, P.Op.FORWARD, q, 7, "float32", [3, 64]])], P.ErrorCode.BAD_MESSAGE),
-        "a decode mark that is no bool": ([msgspec.msgpack.encode(
-            ["call", 1, P.Op.FORWARD, q, 0, "float32", [3, 64], -1, -1, 0, 0, 2])],
-            P.ErrorCode.BAD_MESSAGE),
+        "no such kind of call": ([msgspec.msgpack.encode(["call", 1, 0, q, 7, "float32", [3, 64]])],
+                                 P.ErrorCode.BAD_MESSAGE),
+        "a decode mark that is no bool": ([msgspec.msgpack.encode(  # P.Call's fields in order
+            ["call", 1, 0, q, 0, "float32", [3, 64], -1, -1, 0, 0, 2])], P.ErrorCode.BAD_MESSAGE),
         "shm without shm": ([P.encode(P.Call(1, P.Op.FORWARD, q, P.CallKind.INFERENCE,
                                              "float32", (3, 64), 0, 1024))],
                             P.ErrorCode.BAD_TENSOR),
@@ -233,32 +232,27 @@ def test_bad_doorbell_header_gets_an_error_and_the_client_goes_on(llama: Executo
     expected = client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE).clone()
     fast = client._fast
     size = client._shm.size
-    bad = {  # (dtype code, rank, layer, rows, cols, shm_in, shm_out) -> expected error code
-        (99, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
-        (0, 3, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
-        (0, 2, 10**6, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.UNKNOWN_LAYER,
-        (0, 2, 1, 2, 65, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
-        (0, 2, 1, 2, 64, size - 64, H.DATA_AT): P.ErrorCode.BAD_TENSOR,
-        (0, 2, 1, 2, 64, H.DATA_AT, 0): P.ErrorCode.BAD_TENSOR,  # over the headers: overlap
-        (0, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 8): P.ErrorCode.BAD_TENSOR,  # misaligned
-        (0, 2, 1, 10**9, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+    k = P.CallKind.INFERENCE
+    bad = {  # (kind, dtype code, rank, layer, rows, cols, shm_in, shm_out) -> expected error
+        (k, 99, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (k, 0, 3, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (k, 0, 2, 10**6, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.UNKNOWN_LAYER,
+        (k, 0, 2, 1, 2, 65, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (k, 0, 2, 1, 2, 64, size - 64, H.DATA_AT): P.ErrorCode.BAD_TENSOR,
+        (k, 0, 2, 1, 2, 64, H.DATA_AT, 0): P.ErrorCode.BAD_TENSOR,  # over the headers: overlap
+        (k, 0, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 8): P.ErrorCode.BAD_TENSOR,  # misaligned
+        (k, 0, 2, 1, 10**9, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_TENSOR,
+        (2, 0, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_MESSAGE,  # no such kind
+        (255, 0, 2, 1, 2, 64, H.DATA_AT, H.DATA_AT + 1024): P.ErrorCode.BAD_MESSAGE,
     }
-    for (dtype, ndim, layer, rows, cols, shm_in, shm_out), code in bad.items():
+    for (kind, dtype, ndim, layer, rows, cols, shm_in, shm_out), code in bad.items():
         fast.seq += 1
-        H.publish_call(fast.mapped, fast.seq, 7, P.Op.FORWARD, P.CallKind.INFERENCE, dtype, ndim,
-                       layer, rows, cols, shm_in, shm_out)
-        client._doorbell.ring()
-        reply = fast._await(fast.seq, client._channel.check_alive, None)
-        assert reply[1] != H.OK
-        assert H.read_error(fast.mapped, reply[1], reply[6])[0] == code, (dtype, ndim, layer)
-        assert torch.equal(bystander.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)
-    for kind in (len(P.CallKind), 255):  # no such kind of call
-        fast.seq += 1
-        H.publish_call(fast.mapped, fast.seq, 8, P.Op.FORWARD, kind, 0, 2, 1, 2, 64, H.DATA_AT,
-                       H.DATA_AT + 1024)
+        H.publish_call(fast.mapped, fast.seq, 7, P.Op.FORWARD, kind, dtype, ndim, layer, rows,
+                       cols, shm_in, shm_out)
         client._doorbell.ring()
         reply = fast._await(fast.seq, client._channel.check_alive, time.monotonic() + 30)
-        assert H.read_error(fast.mapped, reply[1], reply[6])[0] == P.ErrorCode.BAD_MESSAGE
+        assert reply[1] != H.OK
+        assert H.read_error(fast.mapped, reply[1], reply[6])[0] == code, (kind, dtype, layer)
         assert torch.equal(bystander.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)
     assert torch.equal(client.call(P.Op.FORWARD, 1, x, P.CallKind.INFERENCE), expected)
     client.close()
