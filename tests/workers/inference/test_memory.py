@@ -6,6 +6,7 @@ Each case runs in an interpreter of its own: malloc's settings hold for the whol
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -66,18 +67,21 @@ print(json.dumps({"kept": kept, "shares": shares, "held": held,
 """
 
 
-def cycles(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CYCLES, mode], cwd=ROOT,
-                         capture_output=True, text=True, check=True, timeout=120)
+def cycles(mode: str, env: dict[str, str] | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", CYCLES, mode], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=120, env={**os.environ, **(env or {})})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_a_prompt_joining_running_rows_again_writes_memory_already_faulted_in() -> None:
-    default, kept = cycles("default"), cycles("keep")
+    # malloc as it starts: blocks over 128 KiB mapped for themselves and unmapped when freed,
+    # the threshold held there (at its defaults glibc raises it to a block's size as that is
+    # freed, so some joins reuse a block: 3 of 5 in one CI run here)
+    default = cycles("default", {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
+    kept = cycles("keep")
     assert kept["kept"] is True and default["kept"] is False
-    # by default joins fault their whole cache in (malloc unmapped the last one's rooms; now
-    # and then one reuses a block, as malloc raises its mmap threshold to a size freed)
-    assert sorted(default["shares"][1:])[2] > 0.8, default["shares"]
+    # then every join faults its whole cache in (malloc unmapped the last one's rooms)
+    assert min(default["shares"]) > 0.8, default["shares"]
     # kept: the first join faults in what the rest mostly reuse (one of them grew the heap
     # by a quarter here: a room grown between two joins took part of the memory kept)
     later = sorted(kept["shares"][1:])
