@@ -39,7 +39,7 @@ def prompt(n: int, seed: int = 0) -> list[int]:
 
 def plain_text(plain, tokenizer, ids: list[int], tokens: int) -> str:
     with torch.no_grad():
-        t = torch.tensor([ids])
+        t = torch.tensor([ids], device=plain.device)
         out = plain.generate(input_ids=t, attention_mask=torch.ones_like(t), do_sample=False,
                              max_new_tokens=tokens, min_new_tokens=tokens)
     return tokenizer.decode(out[0, t.shape[1]:], skip_special_tokens=True)

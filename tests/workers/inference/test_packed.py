@@ -1,7 +1,8 @@
 """Prompts' chunks (and short prompts arriving) packed into the running rows' decode forward:
 one forward a step, every row's logits and the prompt's as if each ran alone, sliding windows
-held, every architecture's tokens plain generate()'s, rows of several adapters packed unless
-one wraps the head, and a failed packed step taken back with its chunks gone alone."""
+held, every architecture's tokens plain generate()'s (through an executor on a GPU too), rows of
+several adapters packed unless one wraps the head, and a failed packed step taken back with its
+chunks gone alone."""
 
 from __future__ import annotations
 
@@ -54,6 +55,37 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
     prompt's first token comes in the step its last chunk is in and its next with the running
     row's; gemma2 (eager attention) keeps a forward each. Both texts are plain generate()'s."""
     plain, tokenizer, engine = chunking(model)
+    assert engine.by_rows == (model != "tiny-gemma2")
+    chunk_beside_a_running_row(plain, tokenizer, engine)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_through_an_executor_a_chunk_shares_the_running_rows_forward(device: str,
+                                                                     executor_for) -> None:
+    """The same through an executor process on `device`, the worker's model there too: on a
+    GPU the packed step's forward (`step_forward`: the rows' masks and positions,
+    `Packed.attend`, `PackedCache.update`), row attention and the rooms' joins in place run on
+    the device; both texts are plain generate()'s on it."""
+    from workers.remote.client import ExecutorClient
+
+    options = {} if device == "cpu" else {"device": device}
+    client = ExecutorClient(executor_for("tiny-llama", **options).endpoint,
+                            name=f"packed-{device}", device=device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+        plain, ours = build_pair("tiny-llama", "lora", client, device=device)
+        engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                                 chunk_tokens=16)
+        assert engine.by_rows
+        chunk_beside_a_running_row(plain.to(device).eval(), tokenizer, engine)
+    finally:
+        client.close()
+
+
+def chunk_beside_a_running_row(plain, tokenizer, engine: InferenceEngine) -> None:
+    """A 70-token prompt at 16 a step beside a row decoding 20 tokens: its steps' forwards
+    (packed where the engine attends by rows), both requests' tokens a step, and their texts
+    against `plain`'s generate()."""
     shapes = input_shapes(engine.decode_model)
     running, long = ([t % tokenizer.vocab_size for t in prompt(n, seed)] for n, seed in
                      ((5, 0), (70, 1)))
@@ -62,70 +94,12 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
     engine.add(Request("long", long, GREEDY))
     steps += steps_of(engine)
     packed = engine.by_rows
-    assert packed == (model != "tiny-gemma2")
     chunked = [(1, 17)] * 4 + [(1, 7)] if packed else [(1, 16), (1, 1)] * 4 + [(1, 6), (2, 1)]
     assert shapes[3:3 + len(chunked)] == chunked  # after the prefill and two decode steps
     assert deltas(steps, "running")[2:7] == [1] * 5
     assert deltas(steps, "long")[:8] == [0] * 6 + ([1, 1] if packed else [2, 1])
     assert text(steps, "running") == plain_text(plain, tokenizer, running, 20)
     assert text(steps, "long") == plain_text(plain, tokenizer, long, 12)
-
-
-@pytest.mark.parametrize("doorbell", [True, False], ids=["doorbell", "socket"])
-def test_a_packed_steps_calls_go_in_the_executors_decode_lane(doorbell: bool,
-                                                             executor_for) -> None:
-    """A real executor: a 100-token prompt at 48 a step beside a running row makes calls of
-    49 rows, over the 32 by which an unmarked call is taken for a decode step; marked a decode
-    step's, they all go in the decode lane (a prefill's would be sliced and run after other
-    tenants' decode steps), on the doorbell's header and on the socket's message alike."""
-    from workers.remote.client import ExecutorClient
-
-    client = ExecutorClient(executor_for("tiny-llama").endpoint, name=f"packed-{doorbell}",
-                            use_doorbell=doorbell)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-        plain, ours = build_pair("tiny-llama", "lora", client)
-        engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                                 chunk_tokens=48)
-        shapes = input_shapes(engine.decode_model)
-        before = client.stats().lanes
-        engine.add(Request("running", prompt(5), W.SamplingParams(max_tokens=8, temperature=0)))
-        steps = [engine.step()]
-        engine.add(Request("long", prompt(100, seed=1), GREEDY))
-        steps += steps_of(engine)
-        after = client.stats().lanes
-    finally:
-        client.close()
-    assert shapes[2:5] == [(1, 49), (1, 49), (1, 5)]  # packed steps: the row and a chunk
-    assert after["prefill"].calls == before["prefill"].calls  # none taken for a prefill
-    assert after["decode"].calls > before["decode"].calls
-    assert text(steps, "long") == plain_text(plain.eval(), tokenizer, prompt(100, seed=1), 12)
-
-
-def test_a_decode_step_of_more_rows_than_a_lane_guess_goes_in_the_decode_lane(executor_for):
-    """A real executor: 40 rows decoding together make calls of 40 rows, which by their rows
-    alone would be taken for a prefill."""
-    from workers.remote.client import ExecutorClient
-
-    client = ExecutorClient(executor_for("tiny-llama").endpoint, name="wide-batch")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-        _, ours = build_pair("tiny-llama", "lora", client)
-        engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                                 max_batch=40)
-        for n in range(40):
-            engine.add(Request(f"r{n}", prompt(3, seed=n), W.SamplingParams(max_tokens=4,
-                                                                             temperature=0)))
-        engine.step()  # the prompts' prefill (a prefill's calls) and a first decode step
-        shapes = input_shapes(engine.decode_model)
-        before = client.stats().lanes
-        steps_of(engine)
-        after = client.stats().lanes
-    finally:
-        client.close()
-    assert shapes == [(40, 1)] * 2  # two more decode steps of all 40 rows
-    assert after["prefill"].calls == before["prefill"].calls
-    assert after["decode"].calls > before["decode"].calls
 
 
 def test_an_engine_told_not_to_pack_gives_each_prompt_forwards_of_its_own() -> None:

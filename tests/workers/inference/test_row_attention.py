@@ -1,6 +1,6 @@
 """Decode attention per run of rows from their first real position: the cheapest split, each
 row's output as if it ran alone, its padding never read, and every architecture's tokens those
-of plain generate()."""
+of plain generate() (through an executor on a GPU too)."""
 
 from __future__ import annotations
 
@@ -125,14 +125,42 @@ def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model, monk
     (a call costing nothing: each row from its own first position) where the attention is
     sdpa, gemma2's eager attention (soft caps) is left as it is. Rows leave the rooms in place
     and later ones join in the rows they left."""
-    in_place = {"keep_in_place": 0, "join_in_place": 0}
-    for name in in_place:
-        monkeypatch.setattr(RoomyLayer, name, counting(in_place, name))
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
     plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8,
                              attention_call_bytes=0)
     assert engine.by_rows == (model != "tiny-gemma2")
+    arriving_apart(plain, tokenizer, engine, monkeypatch)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_through_an_executor_rows_decode_by_runs_as_plain_generate(device: str, executor_for,
+                                                                   monkeypatch) -> None:
+    """The same through an executor process on `device`, the worker's model there too: on a
+    GPU the runs' attention (`row_attention.attend`), the rooms' joins and keeps in place and
+    the padding read back from the device's mask run there; texts as plain generate()'s on it."""
+    from workers.remote.client import ExecutorClient
+
+    options = {} if device == "cpu" else {"device": device}
+    client = ExecutorClient(executor_for("tiny-llama", **options).endpoint,
+                            name=f"rows-{device}", device=device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+        plain, ours = build_pair("tiny-llama", "lora", client, device=device)
+        engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
+                                 max_batch=8, attention_call_bytes=0)
+        assert engine.by_rows
+        arriving_apart(plain.to(device), tokenizer, engine, monkeypatch)
+    finally:
+        client.close()
+
+
+def arriving_apart(plain, tokenizer, engine: InferenceEngine, monkeypatch) -> None:
+    """Six prompts of other lengths, one every 3 steps: steps whose rows hold padding, rows
+    kept and joined in place, and every text `plain`'s generate()'s."""
+    in_place = {"keep_in_place": 0, "join_in_place": 0}
+    for name in in_place:
+        monkeypatch.setattr(RoomyLayer, name, counting(in_place, name))
     greedy = W.SamplingParams(max_tokens=8, temperature=0)
     lengths = (30, 3, 17, 9, 5, 12)  # one every 3 steps; the first leaves after step 6
     requests = [Request(str(n), list(range(n, 2 * n)), greedy) for n in lengths]
@@ -150,4 +178,4 @@ def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model, monk
     assert in_place["keep_in_place"] and in_place["join_in_place"], in_place
     for request in requests:
         expected = generated(plain, tokenizer, request.prompt_ids, 8)
-        assert text(events[request.id]) == expected, (model, request.id)
+        assert text(events[request.id]) == expected, request.id
