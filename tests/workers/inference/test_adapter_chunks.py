@@ -1,8 +1,8 @@
 # ruff: noqa: F811  (the fixtures imported from test_adapters are arguments here)
-"""Chunked prefill in a worker of many adapters (in-process executor): long prompts of two LoRA
-adapters come in by chunks side by side in one shared engine, each through its own adapter, a
-chunk rides in the decode forward of rows of other adapters, and every request still equals
-plain peft."""
+"""Chunked prefill in a worker of many adapters (in-process executor; the packed case through an
+executor process too, on a GPU where there is one): long prompts of two LoRA adapters come in
+by chunks side by side in one shared engine, each through its own adapter, a chunk rides in the
+decode forward of rows of other adapters, and every request still equals plain peft."""
 
 from __future__ import annotations
 
@@ -51,15 +51,38 @@ def test_long_prompts_come_in_by_chunks_each_through_its_own_adapter(saved, toke
         assert tokenizer.encode(texts[rid]) == expected, rid
 
 
+@pytest.mark.parametrize("device", ["in-process", "cpu", pytest.param("cuda",
+                                                                     marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("asks", [
     {"base": None, "a": "t/lora-a@1", "b": "t/lora-b@1"},
     {"base": "t/ia3@3", "a": "t/ia3@1", "b": "t/ia3@2"}], ids=["lora", "ia3"])
-def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks) -> None:
+def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks, device,
+                                                     executor_for) -> None:
     """In one engine of many adapters (LoRA's shared one, with the base model; IA3's group),
     rows of two decode while a third's prompt comes in 16 tokens a step (the least a step): one
     forward a step, each position through its own row's adapter (test_packed.py); each
-    request's tokens are plain peft's with its adapter alone."""
-    held = adapters(tokenizer, chunk_tokens=8)
+    request's tokens are plain peft's with its adapter alone. In-process, and through an
+    executor process on `device` with the worker's models there: on a GPU each position's
+    adapter (`lora_rows.along`, IA3's scales along the sequence) is picked on the device."""
+    if device == "in-process":
+        held = adapters(tokenizer, chunk_tokens=8)
+        check_packs_beside_other_adapters(saved, tokenizer, asks, held, "cpu")
+        return
+    from workers.remote.client import ExecutorClient
+
+    options = {} if device == "cpu" else {"device": device}
+    client = ExecutorClient(executor_for("tiny-llama", **options).endpoint,
+                            name=f"adapter-chunks-{device}", device=device)
+    try:
+        held = adapters(tokenizer, chunk_tokens=8, executor=client, device=device)
+        check_packs_beside_other_adapters(saved, tokenizer, asks, held, device)
+    finally:
+        client.close()
+
+
+def check_packs_beside_other_adapters(saved, tokenizer, asks, held, device: str) -> None:
+    """Rows of `asks`' "base" and "a" decoding in `held`'s engine while "b"'s prompt comes in
+    by chunks: packed forwards of 2 rows and MIN_TOKENS, texts plain peft's on `device`."""
     prompts = {"base": tokenizer.encode("request base says"),
                "a": tokenizer.encode("request a says"),
                "b": tokenizer.encode("request b says " * 10)}
@@ -95,5 +118,6 @@ def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks) -> 
     assert packed[0] == (1, 2 + MIN_TOKENS)
     for rid, model in asks.items():
         path = None if model is None else saved[model]
-        expected = tokenizer.encode(tokenizer.decode(plain_tokens(path, prompts[rid])))
+        expected = tokenizer.encode(tokenizer.decode(plain_tokens(path, prompts[rid],
+                                                                  device)))
         assert tokenizer.encode(texts[rid]) == expected, rid

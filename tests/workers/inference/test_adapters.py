@@ -52,26 +52,31 @@ def saved(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def plain_tokens(path: Path | None, prompt: list[int]) -> list[int]:
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
+def plain_tokens(path: Path | None, prompt: list[int], device: str = "cpu") -> list[int]:
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL)).to(device)
     if path is not None:
-        model = PeftModel.from_pretrained(model, path)
-    ids = torch.tensor([prompt])
+        model = PeftModel.from_pretrained(model, path, torch_device=device)
+    ids = torch.tensor([prompt], device=device)
     with torch.no_grad():
         out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                     max_new_tokens=8, min_new_tokens=8, do_sample=False)
     return out[0, len(prompt):].tolist()
 
 
-def adapters(tokenizer, capacity: int = 32, chunk_tokens: int = 0, **budget: int) -> Adapters:
-    executor = LocalExecutor.load(MODEL)
+def adapters(tokenizer, capacity: int = 32, chunk_tokens: int = 0, executor=None,
+             device: str = "cpu", **budget: int) -> Adapters:
+    """A worker's adapters over `executor` (an in-process one unless given), its models and
+    adapters on `device`."""
+    executor = executor or LocalExecutor.load(MODEL)
 
     def engine(model):
         return InferenceEngine(model, tokenizer, max_context=2048, eos_ids=(), max_batch=16,
                                chunk_tokens=chunk_tokens)
 
-    return Adapters(remote_model(MODEL, executor), engine, lambda: remote_model(MODEL, executor),
-                    budget=Budget(capacity, **budget))
+    def base():
+        return remote_model(MODEL, executor, device=device)
+
+    return Adapters(base(), engine, base, device=device, budget=Budget(capacity, **budget))
 
 
 def serve(adapters: Adapters, asks: list[tuple[str, str | None, Path | None]],
