@@ -92,6 +92,24 @@ def executor_for(executors: dict[str, ExecutorProcess], ipc_dir: Path):
     return get
 
 
+@pytest.fixture()
+def client_on(executor_for):
+    """`client_on(device, name)`: a client of the session's tiny-llama executor on `device` (on
+    the CPU, the default one), its tensors there; closed after the test."""
+    from workers.remote.client import ExecutorClient
+
+    clients = []
+
+    def get(device: str, name: str) -> ExecutorClient:
+        options = {} if device == "cpu" else {"device": device}
+        clients.append(ExecutorClient(executor_for("tiny-llama", **options).endpoint, name=name,
+                                      device=device))
+        return clients[-1]
+    yield get
+    for client in clients:
+        client.close()
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one test process per core, at most four (tests start processes of their own)."""
     return max(1, min(os.cpu_count() or 1, 4))

@@ -57,7 +57,7 @@ def test_long_prompts_come_in_by_chunks_each_through_its_own_adapter(saved, toke
     {"base": None, "a": "t/lora-a@1", "b": "t/lora-b@1"},
     {"base": "t/ia3@3", "a": "t/ia3@1", "b": "t/ia3@2"}], ids=["lora", "ia3"])
 def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks, device,
-                                                     executor_for) -> None:
+                                                     client_on) -> None:
     """In one engine of many adapters (LoRA's shared one, with the base model; IA3's group),
     rows of two decode while a third's prompt comes in 16 tokens a step (the least a step): one
     forward a step, each position through its own row's adapter (test_packed.py); each
@@ -66,18 +66,11 @@ def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks, dev
     adapter (`lora_rows.along`, IA3's scales along the sequence) is picked on the device."""
     if device == "in-process":
         held = adapters(tokenizer, chunk_tokens=8)
-        check_packs_beside_other_adapters(saved, tokenizer, asks, held, "cpu")
-        return
-    from workers.remote.client import ExecutorClient
-
-    options = {} if device == "cpu" else {"device": device}
-    client = ExecutorClient(executor_for("tiny-llama", **options).endpoint,
-                            name=f"adapter-chunks-{device}", device=device)
-    try:
-        held = adapters(tokenizer, chunk_tokens=8, executor=client, device=device)
-        check_packs_beside_other_adapters(saved, tokenizer, asks, held, device)
-    finally:
-        client.close()
+    else:
+        held = adapters(tokenizer, chunk_tokens=8, device=device,
+                        executor=client_on(device, f"adapter-chunks-{device}"))
+    check_packs_beside_other_adapters(saved, tokenizer, asks, held,
+                                      "cpu" if device == "in-process" else device)
 
 
 def check_packs_beside_other_adapters(saved, tokenizer, asks, held, device: str) -> None:

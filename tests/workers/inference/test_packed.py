@@ -61,25 +61,18 @@ def test_a_chunk_shares_the_running_rows_forward_on_every_architecture(model: st
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_through_an_executor_a_chunk_shares_the_running_rows_forward(device: str,
-                                                                     executor_for) -> None:
+                                                                     client_on) -> None:
     """The same through an executor process on `device`, the worker's model there too: on a
     GPU the packed step's forward (`step_forward`: the rows' masks and positions,
     `Packed.attend`, `PackedCache.update`), row attention and the rooms' joins in place run on
     the device; both texts are plain generate()'s on it."""
-    from workers.remote.client import ExecutorClient
-
-    options = {} if device == "cpu" else {"device": device}
-    client = ExecutorClient(executor_for("tiny-llama", **options).endpoint,
-                            name=f"packed-{device}", device=device)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-        plain, ours = build_pair("tiny-llama", "lora", client, device=device)
-        engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                                 chunk_tokens=16)
-        assert engine.by_rows
-        chunk_beside_a_running_row(plain.to(device).eval(), tokenizer, engine)
-    finally:
-        client.close()
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    plain, ours = build_pair("tiny-llama", "lora", client_on(device, f"packed-{device}"),
+                             device=device)
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
+                             chunk_tokens=16)
+    assert engine.by_rows
+    chunk_beside_a_running_row(plain.to(device).eval(), tokenizer, engine)
 
 
 def chunk_beside_a_running_row(plain, tokenizer, engine: InferenceEngine) -> None:

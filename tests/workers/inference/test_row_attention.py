@@ -134,25 +134,18 @@ def test_rows_of_every_architecture_decode_by_runs_as_plain_generate(model, monk
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_through_an_executor_rows_decode_by_runs_as_plain_generate(device: str, executor_for,
+def test_through_an_executor_rows_decode_by_runs_as_plain_generate(device: str, client_on,
                                                                    monkeypatch) -> None:
     """The same through an executor process on `device`, the worker's model there too: on a
     GPU the runs' attention (`row_attention.attend`), the rooms' joins and keeps in place and
     the padding read back from the device's mask run there; texts as plain generate()'s on it."""
-    from workers.remote.client import ExecutorClient
-
-    options = {} if device == "cpu" else {"device": device}
-    client = ExecutorClient(executor_for("tiny-llama", **options).endpoint,
-                            name=f"rows-{device}", device=device)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-        plain, ours = build_pair("tiny-llama", "lora", client, device=device)
-        engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(),
-                                 max_batch=8, attention_call_bytes=0)
-        assert engine.by_rows
-        arriving_apart(plain.to(device), tokenizer, engine, monkeypatch)
-    finally:
-        client.close()
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    plain, ours = build_pair("tiny-llama", "lora", client_on(device, f"rows-{device}"),
+                             device=device)
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8,
+                             attention_call_bytes=0)
+    assert engine.by_rows
+    arriving_apart(plain.to(device), tokenizer, engine, monkeypatch)
 
 
 def arriving_apart(plain, tokenizer, engine: InferenceEngine, monkeypatch) -> None:
