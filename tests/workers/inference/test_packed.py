@@ -38,14 +38,14 @@ def input_shapes(model) -> list[tuple[int, int]]:
     return shapes
 
 
-def chunking(model: str = "tiny-llama", pack: bool = True):
-    """`model` with a LoRA adapter, plain and ours (in-process executor), its tokenizer, and an
-    engine of ours that takes prompts 16 tokens a step."""
+def chunking(model: str = "tiny-llama", pack: bool = True, client=None, device: str = "cpu"):
+    """`model` with a LoRA adapter, plain and ours (over `client`, else an in-process executor)
+    on `device`, its tokenizer, and an engine of ours that takes prompts 16 tokens a step."""
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
-    plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
+    plain, ours = build_pair(model, "lora", client or LocalExecutor.load(model), device=device)
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
                              chunk_tokens=16, pack=pack)
-    return plain.eval(), tokenizer, engine
+    return plain.to(device).eval(), tokenizer, engine
 
 
 @pytest.mark.parametrize("model", TINY_MODELS)
@@ -66,13 +66,10 @@ def test_through_an_executor_a_chunk_shares_the_running_rows_forward(device: str
     GPU the packed step's forward (`step_forward`: the rows' masks and positions,
     `Packed.attend`, `PackedCache.update`), row attention and the rooms' joins in place run on
     the device; both texts are plain generate()'s on it."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-    plain, ours = build_pair("tiny-llama", "lora", client_on(device, f"packed-{device}"),
-                             device=device)
-    engine = InferenceEngine(ours.eval(), tokenizer, max_context=1024, eos_ids=(),
-                             chunk_tokens=16)
+    plain, tokenizer, engine = chunking(client=client_on(device, f"packed-{device}"),
+                                        device=device)
     assert engine.by_rows
-    chunk_beside_a_running_row(plain.to(device).eval(), tokenizer, engine)
+    chunk_beside_a_running_row(plain, tokenizer, engine)
 
 
 def chunk_beside_a_running_row(plain, tokenizer, engine: InferenceEngine) -> None:
@@ -194,12 +191,17 @@ def test_sliding_windows_hold_in_a_packed_step() -> None:
         assert text(steps, rid) == tokenizer.decode(expected, skip_special_tokens=True), rid
 
 
-def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(monkeypatch) -> None:
+@pytest.mark.parametrize("device", ["in-process", "cpu", pytest.param("cuda",
+                                                                     marks=pytest.mark.gpu)])
+def test_a_packed_step_that_fails_is_taken_back_and_its_chunks_go_alone(device, client_on,
+                                                                        monkeypatch) -> None:
     """The first and the second chunk's attention raise in the first layer, after that layer's
     keys and values were appended to the batch's cache and the prompt's (new, then one chunk
     in): each step is taken back, the chunk goes in a forward of its own and the rows decode
-    after it, and every request's tokens are still plain generate()'s."""
-    plain, tokenizer, engine = chunking()
+    after it, and every request's tokens are still plain generate()'s. In-process, and through
+    an executor process on `device` (on a GPU: the caches taken back there, `undo_step`)."""
+    plain, tokenizer, engine = chunking() if device == "in-process" else \
+        chunking(client=client_on(device, f"failing-{device}"), device=device)
     shapes = input_shapes(engine.decode_model)
     mask, failed = Segment.mask, []
 
