@@ -48,6 +48,6 @@ def test_a_stream_keeps_flowing_while_a_long_prompt_comes_in(deployment: Deploym
     assert "".join(parts) == reference.text(reference.greedy(short, STREAMED))
     meanwhile = sum(sent < t < answered for t in arrivals)
     # whole, the prompt's prefill is one step: the stream would get ~10 tokens (its 8 and
-    # the steps around); in chunks of 16 (256 for a first, unmeasured one) over 100
+    # the steps around); in chunks of 16 (gamma's target, measured or not) over 100
     assert meanwhile > 40, (meanwhile, len(arrivals))
     assert arrivals[-1] > answered  # the stream outlived the long prompt's request

@@ -15,7 +15,9 @@ from what the engine measures: its tokens cost AMORTIZED times a decode step (th
 then adds at most 1 / AMORTIZED to the prompt's prefill), or less where a running request asks
 an inter-token target (what the target leaves after a decode step and, unless the step packs
 it, the chunk's own fixed part); never fewer than MIN_TOKENS a step, so that a prompt always
-gets in. Until a long enough forward has been measured, UNMEASURED_TOKENS a step.
+gets in. Until a long enough forward has been measured, UNMEASURED_TOKENS a step, or
+MIN_TOKENS where a running request asks an inter-token target (which nothing measured can
+check; a tiny model's prefills may never take long enough to measure).
 """
 
 from __future__ import annotations
@@ -65,8 +67,8 @@ class ChunkBudget:
         chunks' own, whose fixed part the target must leave room for)."""
         if self.fixed:
             return self.fixed
-        if not (self.decode_s and self.token_s):
-            return UNMEASURED_TOKENS
+        if not (self.decode_s and self.token_s):  # a target then cannot be checked: the least
+            return MIN_TOKENS if inter_token_us else UNMEASURED_TOKENS
         seconds = AMORTIZED * self.decode_s
         if inter_token_us:
             seconds = min(seconds, inter_token_us / 1e6 - (1 if packed else 2) * self.decode_s)

@@ -214,6 +214,7 @@ def test_a_chunk_costs_amortized_decode_steps_or_what_a_target_leaves() -> None:
     budget.observe_prefill(0.015, 100)  # under two decode steps: too short to say
     budget.observe_prefill(1.0, LEARN_TOKENS - 1)  # too few tokens to tell from the fixed part
     assert budget.tokens() == UNMEASURED_TOKENS
+    assert budget.tokens(inter_token_us=100_000) == MIN_TOKENS  # a target nothing can check
     budget.observe_prefill(0.110, 100)  # 10 ms fixed, 1 ms a token
     assert budget.token_s == pytest.approx(0.001)
     assert budget.tokens() == 30  # 3 decode steps' worth
