@@ -65,12 +65,11 @@ def test_a_chunk_packs_beside_rows_of_other_adapters(saved, tokenizer, asks, dev
     executor process on `device` with the worker's models there: on a GPU each position's
     adapter (`lora_rows.along`, IA3's scales along the sequence) is picked on the device."""
     if device == "in-process":
-        held = adapters(tokenizer, chunk_tokens=8)
+        held, device = adapters(tokenizer, chunk_tokens=8), "cpu"
     else:
         held = adapters(tokenizer, chunk_tokens=8, device=device,
                         executor=client_on(device, f"adapter-chunks-{device}"))
-    check_packs_beside_other_adapters(saved, tokenizer, asks, held,
-                                      "cpu" if device == "in-process" else device)
+    check_packs_beside_other_adapters(saved, tokenizer, asks, held, device)
 
 
 def check_packs_beside_other_adapters(saved, tokenizer, asks, held, device: str) -> None:
