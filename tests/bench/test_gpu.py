@@ -162,8 +162,8 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
         "tests/wire/call/test_device.py", "tests/workers/inference/test_adapter_chunks.py",
         "tests/workers/inference/test_packed.py", "tests/workers/inference/test_placement.py",
         "tests/workers/inference/test_row_attention.py",
-        "tests/workers/remote/test_gpu_clients.py", "tests/workers/remote/test_transport.py",
-        "tests/workers/training/test_lean.py"]
+        "tests/workers/remote/test_gpu_clients.py", "tests/workers/remote/test_tail.py",
+        "tests/workers/remote/test_transport.py", "tests/workers/training/test_lean.py"]
 
 
 def test_a_stopped_test_stage_is_counted_from_pytests_verbose_lines(tmp_path) -> None:

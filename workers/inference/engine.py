@@ -36,6 +36,7 @@ from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator
 from workers.inference.sequence import Sequence, started
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
+from workers.remote.tail import Choosing, tail_of
 
 log = logging.getLogger("workers.engine")
 
@@ -48,6 +49,7 @@ class InferenceEngine:
                  pack: bool = True) -> None:
         self.prefill_model = model
         self.decode_model = model.get_base_model() if isinstance(model, PeftModel) else model
+        self.tail = tail_of(self.decode_model)  # the same modules whichever model runs them
         self.by_rows = install(self.decode_model)  # decode by runs of rows: row_attention.py
         self.packs = pack and self.by_rows  # prompts in the rows' decode forward: packed.py
         self.tokenizer = tokenizer
@@ -248,9 +250,12 @@ class InferenceEngine:
         prompt all in joins the rows); where that forward fails, each chunk goes alone first
         (a failure then stays its request's)."""
         groups = plan(batch.starts, self.call_positions) if self.by_rows else ()
-        try:
-            logits, done = step_forward(self.decode_model, self.rows, batch, groups, packed,
-                                        self.device)
+        greedy = [argmax_only(s.request.params, s.counts, s.allows_eos(), self.eos_ids,
+                              s.matcher is not None) for s in batch.sequences]
+        try:  # rows that all take their greedy choice want no logits (`Choosing`)
+            with Choosing(self.tail, all(greedy) and not packed) as chosen:
+                logits, done = step_forward(self.decode_model, self.rows, batch, groups, packed,
+                                            self.device)
         except ExecutorUnavailable:
             raise
         except Exception:
@@ -258,18 +263,14 @@ class InferenceEngine:
                 raise
             log.exception("a decode step with %d chunks failed: each goes alone", len(packed))
             return self._prefill_chunks(packed) + self._decode(batch, [])
-        best = greedy_choices(logits).tolist()  # what each plain greedy row takes
-        events = [self._accept(seq, Choice(best[row]) if self._argmax_only(seq)
+        best = chosen.ids or greedy_choices(logits).tolist()  # what each greedy row takes
+        events = [self._accept(seq, Choice(best[row]) if greedy[row]
                                else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
         events += self._drop_finished()
         for (partial, _), prefilled in zip(packed, done, strict=True):
             events += [] if prefilled is None else self._all_in(partial.request, prefilled)
         return events
-
-    def _argmax_only(self, seq: Sequence) -> bool:
-        return argmax_only(seq.request.params, seq.counts, seq.allows_eos(), self.eos_ids,
-                           seq.matcher is not None)
 
     def _choose(self, seq: Sequence, logits: torch.Tensor) -> Choice:
         allowed = None if seq.matcher is None else self.grammars.allowed(seq.matcher)

@@ -46,6 +46,7 @@ class Tail:
         self.greedy, self.lead = (greedy, lead) if greedy is not None else (None, None)
         if self.lead is not None:  # the tail's parts, the choices, the lead's output
             self.greedy_splits = [*self.splits, DIGITS, self.lead.spec.out_features]
+        self.choosing: Choosing | None = None
 
     def usable(self, residual: torch.Tensor) -> bool:
         return residual.dim() == 3 and residual.shape[1] == 1 and untouched(self.places)
@@ -56,12 +57,47 @@ class Tail:
         logits]."""
         greedy = self.lead is not None and self.lead.usable()
         spec, splits = (self.greedy, self.greedy_splits) if greedy else (self.spec, self.splits)
+        choosing = self.choosing if greedy else None
         y = remote_rows(last.handle, Op.FORWARD, spec.index, rows, CallKind.INFERENCE,
-                        spec.out_features, last.dtype)
+                        spec.out_features, last.dtype, fresh=choosing is None)
         parts = y.split_with_sizes(splits, dim=1)
         if greedy:
             self.lead.foresee(parts[3], parts[4])
-        return parts[:3]
+        if choosing is None:
+            return parts[:3]
+        choosing.ids = self.lead.foreseen.ids  # out of the call's memory before the next call
+        return parts[0].clone(), parts[1].clone(), parts[2][:, :0]
+
+
+class Choosing:
+    """Around a decode step's forward whose rows all take their greedy choice (`wanted`): the
+    tail's greedy call leaves the logits in the call's memory (the head returns [rows, 1, 0])
+    and `ids` gets the executor's choices; None where the step made no greedy call (the logits
+    came then). Not wanted, or no tail: nothing changes."""
+
+    __slots__ = ("ids", "tail")
+
+    def __init__(self, tail: Tail | None, wanted: bool) -> None:
+        self.tail = tail if wanted else None
+        self.ids: list[int] | None = None
+
+    def __enter__(self) -> Choosing:
+        if self.tail is not None:
+            self.tail.choosing = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tail is not None:
+            self.tail.choosing = None
+
+
+def tail_of(model: nn.Module) -> Tail | None:
+    """The tail installed in `model` (`enable_tail`), None where there is none."""
+    for module in model.modules():
+        control = getattr(module, "symbiosis_tail", None)
+        if control is not None:
+            return control.tail
+    return None
 
 
 def enable_tail(model: nn.Module, recipe: Recipe, specs: dict[str, LayerSpec],
