@@ -105,17 +105,16 @@ def uss() -> int:
 
 
 def best_speeds(ours: Ours, paths: list[Path], prompt: list[int], tokens: int,
-                mixed: bool, rounds: int = 3) -> dict[str, float]:
+                mixed: bool, threads: int, rounds: int = 3) -> dict[str, float]:
     """Tokens/s of len(paths) requests, each with its own adapter, in ours and in one peft
-    process holding them (`bench.peft_process`, in a process of its own at OpenMP's defaults;
-    `mixed`: one batch with `adapter_names`, else one generate an adapter), the same tokens,
-    rounds in turn: the best of `rounds` for each side."""
+    process holding them (`bench.peft_process`, in a process of its own at OpenMP's defaults,
+    on `threads`; `mixed`: one batch with `adapter_names`, else one generate an adapter), the
+    same tokens, rounds in turn: the best of `rounds` for each side."""
     for k, path in enumerate(paths):  # resident first: this measures decode, not loading
         ours.add(f"warm{k}", path, prompt, tokens=1)
     ours.drain()
     best = {"ours": 0.0, "plain": 0.0}
-    plain = PeftProcess(resolve_model(MODEL), paths, prompt, tokens, torch.get_num_threads(),
-                        mixed)
+    plain = PeftProcess(resolve_model(MODEL), paths, prompt, tokens, threads, mixed)
     with plain:
         for r in range(rounds):
             best["ours"] = max(best["ours"], _ours_round(ours, paths, prompt, tokens, r))

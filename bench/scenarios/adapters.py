@@ -2,8 +2,9 @@
 the real class, against the run's executor) beside one plain peft process holding all of them,
 on tiny-llama with LoRA r8 adapters: mixed-adapter batches, Zipf traffic over 10 and over 1,000
 adapters with 32 resident, cold loads, memory per resident adapter; IA3 and prompt-tuning
-adapters in other_methods.py. Both sides run in this process, one after the other, with the
-same torch threads."""
+adapters in other_methods.py. Ours' worker part runs in this process on a worker's threads (the
+worker manager's, 1 by default: `worker_threads`), the executor and each peft side on the run's
+threads (the speed rows' peft in a process of its own, the Zipf rows' in this one)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from bench.scenarios.adapter_sides import (
     resident_bytes,
     uss,
 )
-from bench.scenarios.common import Settings
+from bench.scenarios.common import Settings, worker_threads
 from bench.scenarios.other_methods import method_records
 from catalogue.resolve import resolve_model
 
@@ -75,7 +76,7 @@ def p95(latencies: list[float]) -> float:
 
 
 def many_adapters(settings: Settings) -> list[Record]:
-    torch.set_num_threads(settings.threads)
+    torch.set_num_threads(worker_threads())  # ours' worker part; plain's below get the run's
     many = 50 if settings.toy else 1000
     requests = 16 if settings.toy else 160 if settings.quick else 400
     executor = settings.executors.get(MODEL, policy="opportunistic", threads=settings.threads,
@@ -86,7 +87,7 @@ def many_adapters(settings: Settings) -> list[Record]:
     try:
         paths = make_adapters(root, many)
         ours = Ours(executor.endpoint, tokenizer)
-        mixed = mixed_batch(ours, paths[:8], prompt)
+        mixed = mixed_batch(ours, paths[:8], prompt, settings.threads)
         file_mib = (paths[1] / "adapter_model.safetensors").stat().st_size / 2**20
         per_adapter = resident_bytes(ours, paths[8:RESIDENT]) / 2**20  # none let go
         with_room = statistics.median(ours.cold_ms)  # each a copy of a resident one's modules
@@ -103,10 +104,12 @@ def many_adapters(settings: Settings) -> list[Record]:
         before = uss()
         plain = plain_holding(paths)
         plain_per_adapter = (uss() - before) / many / 2**20
+        torch.set_num_threads(settings.threads)
         plain_spread = serve_plain(plain, zipf(many, requests, seed=2), prompt)
+        torch.set_num_threads(worker_threads())
         others = [record for method in ("ia3", "prompt_tuning") for record in method_records(
             method, Ours(executor.endpoint, tokenizer),
-            make_adapters(root / method, 8 + RESIDENT // 2, method), prompt)]
+            make_adapters(root / method, 8 + RESIDENT // 2, method), prompt, settings.threads)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     name = "13 many adapters"
@@ -133,8 +136,8 @@ def many_adapters(settings: Settings) -> list[Record]:
     ]
 
 
-def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int],
+def mixed_batch(ours: Ours, paths: list[Path], prompt: list[int], threads: int,
                 tokens: int = 16) -> dict[str, float]:
     """Tokens/s of one batch of len(paths) requests, each with its own adapter, against one
-    peft process's mixed batch (`adapter_names`)."""
-    return best_speeds(ours, paths, prompt, tokens, mixed=True)
+    peft process's mixed batch (`adapter_names`, on `threads`)."""
+    return best_speeds(ours, paths, prompt, tokens, mixed=True, threads=threads)

@@ -15,10 +15,11 @@ BATCH = 8
 LABEL = {"ia3": "IA3", "prompt_tuning": "prompt tuning"}
 
 
-def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> list[Record]:
+def method_records(method: str, ours, paths: list[Path], prompt: list[int],
+                   threads: int) -> list[Record]:
     """`ours`: a fresh `adapter_sides.Ours`; `paths`: adapters of `method`, one config, more than
-    BATCH."""
-    speed = batch_speed(ours, paths[:BATCH], prompt)
+    BATCH; `threads`: the peft process's."""
+    speed = batch_speed(ours, paths[:BATCH], prompt, threads)
     file_mib = (paths[1] / "adapter_model.safetensors").stat().st_size / 2**20
     per_adapter = resident_bytes(ours, paths[BATCH:]) / 2**20
     name = "13 many adapters"
@@ -32,7 +33,8 @@ def method_records(method: str, ours, paths: list[Path], prompt: list[int]) -> l
     ]
 
 
-def batch_speed(ours, paths: list[Path], prompt: list[int], tokens: int = 16) -> dict[str, float]:
-    """Tokens/s of len(paths) requests, each with its own adapter, against one peft process
-    serving them one adapter a `generate`."""
-    return best_speeds(ours, paths, prompt, tokens, mixed=False)
+def batch_speed(ours, paths: list[Path], prompt: list[int], threads: int,
+                tokens: int = 16) -> dict[str, float]:
+    """Tokens/s of len(paths) requests, each with its own adapter, against one peft process (on
+    `threads`) serving them one adapter a `generate`."""
+    return best_speeds(ours, paths, prompt, tokens, mixed=False, threads=threads)
