@@ -22,6 +22,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_choosing_step_brings_the_greedy_choices_and_no_logits(device: str, client_on) -> None:
+    """A decode step of two rows inside `Choosing`: empty logits, plain transformers' argmax as
+    its ids; the step after it starts from the lead that call brought, its logits plain's."""
     plain, ours = build_pair(MODEL, "lora_qv", client_on(device, f"choosing-{device}"),
                              device=device)
     plain, ours = plain.to(device).eval(), ours.eval()
