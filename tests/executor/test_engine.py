@@ -1,11 +1,13 @@
 """The compute loop on a real registry: a sliced training batch gives the same rows as one matmul
 (cut into bands of columns where it is one, of rows elsewhere), and decode steps run between its
-slices."""
+slices. Each on the CPU and (gpu-marked) on a CUDA executor: its bands keep the process's threads,
+and no op writes into a client's memory itself there."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from catalogue.resolve import resolve_model
@@ -25,6 +27,14 @@ from wire.call.doorbell import WorkerDoorbell
 from wire.call.shm import SHM_DIR, ShmBuffer
 from wire.call.tensors import dtype_of, from_bytes
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _exact(device: str) -> dict:
+    """Tolerances against one matmul on the CPU: a CUDA kernel for a band may sum in another
+    order than the one for the whole."""
+    return {"rtol": 0, "atol": 1e-6} if device == "cpu" else {}
+
 
 def _pending(s: Scheduler, client: str, op: P.Op, layer: int, kind: P.CallKind,
              x: torch.Tensor) -> PendingCall:
@@ -39,11 +49,11 @@ def _rows(reply: list) -> torch.Tensor:
     return from_bytes(reply[1], dtype_of(header.dtype), tuple(header.shape)).clone()
 
 
-def _slicing(registry: LayerRegistry) -> tuple[Scheduler, Engine]:
+def _slicing(registry: LayerRegistry, device: str = "cpu") -> tuple[Scheduler, Engine]:
     """An engine whose training batches run in slices as small as they come."""
     scheduler = Scheduler(Opportunistic(Budgets(), tuner=SliceTuner(1e-9)),
                           widths=dict(enumerate(macs_per_row(registry))))
-    return scheduler, Engine(registry, scheduler, ClientTable(), ExecutorStats())
+    return scheduler, Engine(registry, scheduler, ClientTable(device), ExecutorStats(), device)
 
 
 def _train_beside_a_decode_step(scheduler: Scheduler, engine: Engine, op: P.Op, index: int,
@@ -69,12 +79,16 @@ def _train_beside_a_decode_step(scheduler: Scheduler, engine: Engine, op: P.Op, 
     return _rows(frames), between, gaps
 
 
-def test_a_training_matmul_runs_in_bands_of_columns_equal_to_the_whole() -> None:
-    registry = LayerRegistry.load(resolve_model("tiny-llama"))
-    scheduler, engine = _slicing(registry)
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_training_matmul_runs_in_bands_of_columns_equal_to_the_whole(device: str) -> None:
+    """On a CPU each band runs on one thread (beside inference workers a second one stalls it);
+    on a GPU the process's threads stay as they are."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
+    scheduler, engine = _slicing(registry, device)
     group = next(s for s in registry.specs if s.kind == P.LayerKind.GROUP and s.out_features
                  == 256)  # gate and up: 4 bands of 64 columns
     weight = registry.get(group.index).weight
+    host_weight = weight.cpu()
     threads_during: list[int] = []
 
     class Watched(Columns):
@@ -93,22 +107,24 @@ def test_a_training_matmul_runs_in_bands_of_columns_equal_to_the_whole() -> None
         assert torch.get_num_threads() == 2  # each band ran on one thread, then back
     finally:
         torch.set_num_threads(threads)
-    assert gaps == 3 and threads_during == [1, 1, 1, 1]
-    torch.testing.assert_close(y, torch.mm(x, weight.t()), rtol=0, atol=1e-6)
+    assert gaps == 3 and threads_during == [1 if device == "cpu" else 2] * 4
+    torch.testing.assert_close(y, torch.mm(x, host_weight.t()), **_exact(device))
     assert len(between) == 1  # after the first band
-    torch.testing.assert_close(between[0], step @ weight.t(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(between[0], step @ host_weight.t(), **_exact(device))
     down = next(s for s in registry.specs if s.name.endswith("0.mlp.down_proj"))
     grad = torch.randn(200, down.out_features)  # backward: bands of its 128 input columns
-    y, _, gaps = _train_beside_a_decode_step(*_slicing(registry), P.Op.BACKWARD, down.index, grad,
-                                             torch.randn(1, down.in_features))
+    y, _, gaps = _train_beside_a_decode_step(*_slicing(registry, device), P.Op.BACKWARD,
+                                             down.index, grad, torch.randn(1, down.in_features))
     assert gaps == 1
-    torch.testing.assert_close(y, torch.mm(grad, registry.get(down.index).weight), rtol=0,
-                               atol=1e-6)
+    torch.testing.assert_close(y, torch.mm(grad, registry.get(down.index).weight.cpu()),
+                               **_exact(device))
 
 
-def test_a_training_op_that_is_no_single_matmul_runs_in_bands_of_rows() -> None:
-    registry = LayerRegistry.load(resolve_model("tiny-llama"))
-    scheduler, engine = _slicing(registry)
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_training_op_that_is_no_single_matmul_runs_in_bands_of_rows(device: str) -> None:
+    """A stretch's backward (what a GPU trainer's layers call) in bands of rows."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
+    scheduler, engine = _slicing(registry, device)
     spec = next(s for s in registry.specs if s.kind == P.LayerKind.STRETCH)
     stretch = registry.get(spec.index).stretch
     torch.manual_seed(0)
@@ -118,14 +134,16 @@ def test_a_training_op_that_is_no_single_matmul_runs_in_bands_of_rows() -> None:
     y, between, gaps = _train_beside_a_decode_step(scheduler, engine, P.Op.BACKWARD, spec.index,
                                                    x, step)
     assert gaps == 2  # 200 rows: 67, 67, 66
-    torch.testing.assert_close(y, stretch.backward(x), rtol=0, atol=1e-6)
-    torch.testing.assert_close(between[0], stretch(step), rtol=0, atol=1e-6)
+    whole = stretch.backward(x.to(device)).cpu()
+    torch.testing.assert_close(y, whole, **_exact(device))
+    torch.testing.assert_close(between[0], stretch(step.to(device)).cpu(), **_exact(device))
 
 
-def test_an_empty_call_gets_an_empty_result() -> None:
-    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_empty_call_gets_an_empty_result(device: str) -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
     scheduler = Scheduler(Opportunistic(Budgets()))
-    engine = Engine(registry, scheduler, ClientTable(), ExecutorStats())
+    engine = Engine(registry, scheduler, ClientTable(device), ExecutorStats(), device)
     linear = next(s for s in registry.specs if s.kind == P.LayerKind.LINEAR)
     _pending(scheduler, "empty", P.Op.FORWARD, linear.index, P.CallKind.INFERENCE,
              torch.empty(0, linear.in_features))
@@ -133,15 +151,16 @@ def test_an_empty_call_gets_an_empty_result() -> None:
     assert _rows(frames).shape == (0, linear.out_features)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_lone_call_through_a_stretch_writes_its_result_into_the_clients_memory_itself(
-        ) -> None:
+        device: str) -> None:
     """A stretch's, a lead's and a greedy call's last step joins parts: for a lone doorbell call
-    it joins them straight into the client's result region (no write after); a plain linear
-    layer's result is written after, as before. Either way the client reads what the op
-    computes by itself."""
-    registry = LayerRegistry.load(resolve_model("tiny-llama"))
-    table = ClientTable("cpu")
-    engine = Engine(registry, Scheduler(), table, ExecutorStats())
+    on a CPU executor it joins them straight into the client's result region (no write after);
+    a plain linear layer's result is written after, as is every result of a GPU executor (its
+    results are on the device). Either way the client reads what the op computes by itself."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
+    table = ClientTable(device)
+    engine = Engine(registry, Scheduler(), table, ExecutorStats(), device)
     segment = ShmBuffer.create(1 << 20)
     doorbell = WorkerDoorbell.create_if_possible(SHM_DIR)
     assert doorbell is not None
@@ -171,8 +190,10 @@ def test_a_lone_call_through_a_stretch_writes_its_result_into_the_clients_memory
             assert reply is not None and reply[1] == H.OK and reply[4:6] == (rows,
                                                                             spec.out_features)
             result = segment.view(shm_out, torch.float32, (rows, spec.out_features))
-            assert torch.equal(result, registry.run(P.Op.FORWARD, registry.get(spec.index), x))
-            assert len(writes) - before == (1 if spec.kind == P.LayerKind.LINEAR else 0), spec
+            alone = registry.run(P.Op.FORWARD, registry.get(spec.index), x.to(device)).cpu()
+            assert torch.equal(result, alone)
+            written_after = spec.kind == P.LayerKind.LINEAR or device != "cpu"
+            assert len(writes) - before == (1 if written_after else 0), spec
     finally:
         table.remove(b"identity")
         doorbell.close()
