@@ -267,15 +267,20 @@ def test_prompt_and_prefix_tuning_decode_as_base_rows_once_prefilled(saved, toke
         assert got[request_id] == expected, request_id
 
 
+@pytest.mark.parametrize("device", ["in-process", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("first, second, third", [("t/lora-a@1", "t/lora-b@1", "t/lora-a@2"),
                                                   ("t/ia3@1", "t/ia3@2", "t/ia3@3")])
 def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_shape(
-        saved, tokenizer, caplog, first, second, third) -> None:
+        saved, tokenizer, caplog, first, second, third, device, client_on) -> None:
     """With room for more, an adapter of a resident one's shape (LoRA, or IA3 in its group) is
     made as a copy of its modules (peft's loader walks the whole model, longer with every
     adapter resident); every row stays exact, also once the adapter it was copied from is
-    gone."""
-    held = adapters(tokenizer)
+    gone. In-process, and on a GPU worker (the copies made on the device) through an executor
+    process there."""
+    if device == "in-process":
+        held, device = adapters(tokenizer), "cpu"
+    else:
+        held = adapters(tokenizer, device=device, executor=client_on(device, f"clone-{device}"))
     with caplog.at_level(logging.INFO, logger="workers.adapters"):
         got = serve(held, [(m, m, saved[m]) for m in (first, second, third)], tokenizer)
     copied = [r.getMessage() for r in caplog.records if "as a copy of" in r.getMessage()]
@@ -291,8 +296,8 @@ def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_sh
     for model in (first, second, third):
         prompt = tokenizer.encode(f"request {model} says")
         assert got[model] == tokenizer.encode(tokenizer.decode(plain_tokens(saved[model],
-                                                                            prompt)))
+                                                                            prompt, device)))
     for model in (second, third):
         prompt = tokenizer.encode(f"request {model}-again says")
         assert again[f"{model}-again"] == tokenizer.encode(tokenizer.decode(
-            plain_tokens(saved[model], prompt)))
+            plain_tokens(saved[model], prompt, device)))
