@@ -3,7 +3,8 @@ plain transformers + peft, through a real executor process: exact whichever adap
 whether they apply, and one call per layer instead of four when they do; a decode step's logits
 come with the last stretch unless an adapter touches the head, and (Llama-style models) the first
 layer's q/k/v come with the embedding (the lead) unless an adapter touches the embedding; a
-greedy step's last call brings the next step's lead too (one call per layer a token)."""
+greedy step's last call brings the next step's lead too (one call per layer a token). On a GPU
+(gpu-marked) training takes the stretches by default."""
 
 from __future__ import annotations
 
@@ -234,3 +235,22 @@ def test_a_sampled_token_other_than_the_greedy_choice_gets_its_own_lead(executor
         assert calls == 1 + LAYERS + 1 + 23 * (1 + LAYERS)  # the prompt, then the steps
     finally:
         client.close()
+
+
+@pytest.mark.gpu
+def test_training_on_a_gpu_takes_the_stretches_and_matches_plain_peft(client_on) -> None:
+    """A CUDA worker of a CUDA executor trains through the stretches by default (batches up to
+    `TRAIN_MAX_ROWS["cuda"]` rows): each layer's frozen part one autograd node with one backward
+    call, exact against plain peft on the same device."""
+    client = client_on("cuda", "stretch-train-cuda")
+    result = compare("tiny-llama", "lora_qv", client, device="cuda")
+    assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+    assert result["generate_equal"], result
+    _, ours = build_pair("tiny-llama", "lora_qv", client, seed=3, device="cuda")
+    ours.train()
+    ids = batch(4).to("cuda")
+    before = client.calls
+    ours(input_ids=ids, labels=ids).loss.backward()
+    # forward: the embedding, the first q/k/v, a stretch a layer, the head; backward: the head,
+    # then a stretch a layer (per projection it would be 10 and 8 calls)
+    assert client.calls - before == (1 + 1 + LAYERS + 1) + (1 + LAYERS)
