@@ -275,12 +275,10 @@ def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_sh
     """With room for more, an adapter of a resident one's shape (LoRA, or IA3 in its group) is
     made as a copy of its modules (peft's loader walks the whole model, longer with every
     adapter resident); every row stays exact, also once the adapter it was copied from is
-    gone. In-process, and on a GPU worker (the copies made on the device) through an executor
-    process there."""
-    if device == "in-process":
-        held, device = adapters(tokenizer), "cpu"
-    else:
-        held = adapters(tokenizer, device=device, executor=client_on(device, f"clone-{device}"))
+    gone. In-process, and on a GPU worker (copies made on the device) of a GPU executor."""
+    held = adapters(tokenizer) if device == "in-process" else adapters(
+        tokenizer, device=device, executor=client_on(device, f"clone-{device}"))
+    device = "cpu" if device == "in-process" else device
     with caplog.at_level(logging.INFO, logger="workers.adapters"):
         got = serve(held, [(m, m, saved[m]) for m in (first, second, third)], tokenizer)
     copied = [r.getMessage() for r in caplog.records if "as a copy of" in r.getMessage()]
