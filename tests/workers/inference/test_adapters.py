@@ -267,7 +267,7 @@ def test_prompt_and_prefix_tuning_decode_as_base_rows_once_prefilled(saved, toke
         assert got[request_id] == expected, request_id
 
 
-@pytest.mark.parametrize("device", ["in-process", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("first, second, third", [("t/lora-a@1", "t/lora-b@1", "t/lora-a@2"),
                                                   ("t/ia3@1", "t/ia3@2", "t/ia3@3")])
 def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_shape(
@@ -276,9 +276,8 @@ def test_a_worker_with_room_copies_a_resident_adapters_modules_for_one_of_its_sh
     made as a copy of its modules (peft's loader walks the whole model, longer with every
     adapter resident); every row stays exact, also once the adapter it was copied from is
     gone. In-process, and on a GPU worker (copies made on the device) of a GPU executor."""
-    held = adapters(tokenizer) if device == "in-process" else adapters(
+    held = adapters(tokenizer) if device == "cpu" else adapters(
         tokenizer, device=device, executor=client_on(device, f"clone-{device}"))
-    device = "cpu" if device == "in-process" else device
     with caplog.at_level(logging.INFO, logger="workers.adapters"):
         got = serve(held, [(m, m, saved[m]) for m in (first, second, third)], tokenizer)
     copied = [r.getMessage() for r in caplog.records if "as a copy of" in r.getMessage()]
