@@ -41,8 +41,8 @@ from bench.scenarios.gpu import GPU_SCENARIOS
 RESULTS = Path(__file__).parent / "results" / "gpu-check.json"
 TAIL = 12_000  # characters of each stage's output kept in the results
 TEST_TIMEOUT_S = 90  # one hung test must not take the whole stage
-# of the budget, at most, for the gpu-marked tests (10 took 182 s on an H100; 16 lighter ones,
-# mostly through the session's one CUDA executor, came since); what they leave goes to the scenarios
+# of the budget, at most, for the gpu-marked tests (10 took 182 s on an H100; the lighter ones
+# added since run mostly through the session's one CUDA executor); the rest goes to the scenarios
 TESTS_SHARE = 0.55
 # MPS changes what many processes on one device do: the long-context scenario is one process,
 # and fine-tuning measured the same with and without it (H200 and H100, 2026-11-26)
