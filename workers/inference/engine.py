@@ -263,7 +263,7 @@ class InferenceEngine:
                 raise
             log.exception("a decode step with %d chunks failed: each goes alone", len(packed))
             return self._prefill_chunks(packed) + self._decode(batch, [])
-        best = chosen.ids or greedy_choices(logits).tolist()  # what each greedy row takes
+        best = chosen.ids or (greedy_choices(logits).tolist() if any(greedy) else [])
         events = [self._accept(seq, Choice(best[row]) if greedy[row]
                                else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
