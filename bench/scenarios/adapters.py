@@ -112,6 +112,7 @@ def many_adapters(settings: Settings) -> list[Record]:
             make_adapters(root / method, 8 + RESIDENT // 2, method), prompt, settings.threads)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        torch.set_num_threads(settings.threads)  # the run's, for the scenarios after this one
     name = "13 many adapters"
     return [
         Record(name, "mixed-adapter decode, 8 adapters in one batch: tokens/s vs one peft "
