@@ -4,7 +4,8 @@ The manager is the one writer of job state; the gateway reads jobs and sends com
 job is `JobCommand(CREATE)` carrying the validated request (`NewJob`); `PAUSE`, `CANCEL` and
 `RESUME` act on a job, and the manager answers each with `JobState` once it took effect: at once
 for a job that is not training, and for a running one once its trainer stopped (the manager
-forwards a pause or cancel to it as `TrainerControl`). The manager gives a trainer its job
+forwards a pause or cancel to it as `TrainerControl`, and the torch threads it may use as jobs
+start and end as `TrainerThreads`). The manager gives a trainer its job
 (`TrainerJob`, in the trainer's spawn spec), and the trainer reports on its control channel
 (`TrainerReport`: started, events, checkpoints, then finished or stopped); the manager records
 each and acknowledges the last (`TrainerAck`) before the trainer exits. Neither the gateway nor
@@ -51,6 +52,11 @@ class TrainerHello(msgspec.Struct, tag="trainer_hello", array_like=True):
 class TrainerControl(msgspec.Struct, tag="trainer_control", array_like=True):
     job_id: str
     action: JobAction  # PAUSE or CANCEL
+
+
+class TrainerThreads(msgspec.Struct, tag="trainer_threads", array_like=True):
+    job_id: str
+    threads: int  # torch threads from its next step on (`workers.manager.capacity.ThreadShare`)
 
 
 DEFAULT_MAX_SEQ_LENGTH = 1024
@@ -194,4 +200,5 @@ class TrainerAck(msgspec.Struct, tag="trainer_ack", array_like=True):
 
 TrainerReport = TrainerStarted | TrainerEvent | TrainerCheckpoint | TrainerFinished | \
     TrainerStopped
-JobMessage = JobCommand | JobState | TrainerHello | TrainerControl | TrainerAck | TrainerReport
+JobMessage = JobCommand | JobState | TrainerHello | TrainerControl | TrainerThreads | TrainerAck \
+    | TrainerReport

@@ -24,6 +24,7 @@ from wire.jobs import (
     TrainerHello,
     TrainerStarted,
     TrainerStopped,
+    TrainerThreads,
 )
 from wire.store import StoreAnswer, StoreCommand
 
@@ -205,8 +206,8 @@ class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
 Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | AdapterCache
            | Unload
            | Stop | Status | StatusReply | Prefetch | JobCommand | JobState | TrainerHello
-           | TrainerControl | TrainerAck | TrainerStarted | TrainerEvent | TrainerCheckpoint
-           | TrainerFinished | TrainerStopped | StoreCommand | StoreAnswer)
+           | TrainerControl | TrainerThreads | TrainerAck | TrainerStarted | TrainerEvent
+           | TrainerCheckpoint | TrainerFinished | TrainerStopped | StoreCommand | StoreAnswer)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

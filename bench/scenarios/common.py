@@ -99,12 +99,22 @@ def client(kind: str, *, side: str, model: str, endpoint: str | None = None, thr
 
 
 def worker_threads() -> int:
-    """The torch threads of each of our clients: what the worker manager gives its inference
-    workers and trainers (`ManagerConfig.worker_threads`, 1 by default), whatever the baseline's
+    """The torch threads of each of our inference clients: what the worker manager gives its
+    inference workers (`ManagerConfig.worker_threads`, 1 by default), whatever the baseline's
     processes get. The executor has the machine's threads for the base layers."""
     from workers.manager.config import ManagerConfig
 
     return ManagerConfig().worker_threads
+
+
+def trainer_threads(settings: Settings, jobs: int) -> int:
+    """The torch threads of each of `jobs` trainers running at once: what the worker manager
+    gives them (`ManagerConfig.trainer_threads`; by default the cores, the executor's threads
+    here, shared out among the jobs, as plain's processes share them)."""
+    from workers.manager.capacity import ThreadShare
+    from workers.manager.config import ManagerConfig
+
+    return ThreadShare(settings.threads, ManagerConfig().trainer_threads).of(jobs)
 
 
 def run_ours(settings: Settings, clients: list[dict], *, model: str | None = None,
@@ -113,8 +123,11 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
                                      dtype=settings.dtype, device=settings.device)
-    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=worker_threads(),
-                    device=settings.client_device, dtype=settings.dtype, **c) for c in clients]
+    jobs = sum(c["kind"] == "train" for c in clients)
+    argvs = [client(side="ours", model=model, endpoint=process.endpoint,
+                    threads=trainer_threads(settings, jobs) if c["kind"] == "train"
+                    else worker_threads(), device=settings.client_device, dtype=settings.dtype,
+                    **c) for c in clients]
     return Group(argvs, forked=True, extra_pids=[process.pid], zygote=settings.preloaded(),
                  gpu=settings.on_gpu).run()
 

@@ -16,7 +16,7 @@ import msgspec
 import zmq
 
 from wire import manager as W
-from wire.jobs import JobAction, JobCommand, JobStatus, TrainerControl, TrainerStopped
+from wire.jobs import JobAction, JobCommand, JobStatus, TrainerAck, TrainerControl, TrainerStopped
 from wire.spawner import TrainerSpec
 from wire.store import StoreCommand
 from workers.manager.jobs import JobScheduler
@@ -37,8 +37,9 @@ class ManagerStandIn:
         self._next: list[Callable[[], object]] = []  # trainers' doings, after each message
         self.scheduler = JobScheduler(
             self.records.ledger, self._start,
-            lambda job: TrainerSpec(job=trainer_job(job, files), data_dir=str(data_dir),
-                                    base=job.model, executor="", manager=endpoint),
+            lambda job, threads: TrainerSpec(job=trainer_job(job, files),
+                                             data_dir=str(data_dir), base=job.model,
+                                             executor="", manager=endpoint, threads=threads),
             self._send, self._to_trainer, max_jobs=max_jobs)
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -90,5 +91,5 @@ class ManagerStandIn:
         if isinstance(message, TrainerControl):  # it stops after its "step"
             self._next.append(lambda: self.scheduler.report(TrainerStopped(
                 job_id, STOPPED[message.action], f"Job {STOPPED[message.action].value}")))
-        else:  # acknowledged: it exits
+        elif isinstance(message, TrainerAck):  # acknowledged: it exits
             self._next.append(lambda: self.scheduler.exited(self._trainers.pop(job_id), 0))

@@ -27,7 +27,7 @@ from wire.jobs import JobCommand, JobState, JobStatus, TrainerHello, TrainerRepo
 from wire.stopping import StopSignal
 from wire.store import StoreCommand
 from workers.manager.admission import Admission
-from workers.manager.capacity import job_capacity
+from workers.manager.capacity import ThreadShare, host_cores, job_capacity
 from workers.manager.config import ManagerConfig
 from workers.manager.executor_probe import ExecutorProbe
 from workers.manager.jobs import JobScheduler
@@ -70,11 +70,11 @@ class Manager:
         self.spawner = SpawnerProcess.start(self.config.model)
         if self.records is not None:
             max_jobs, budget = job_capacity(self.config.max_jobs, self.config.model)
-            self.jobs = JobScheduler(self.records.ledger, self.spawner.spawn,
-                                     partial(trainer_spec, self.config, self.worker_bind,
-                                             self.records.files),
+            spec = partial(trainer_spec, self.config, self.worker_bind, self.records.files)
+            self.jobs = JobScheduler(self.records.ledger, self.spawner.spawn, spec,
                                      self.links.reply, self.links.to_trainer,
-                                     max_jobs=max_jobs, budget=budget)
+                                     max_jobs=max_jobs, budget=budget,
+                                     threads=ThreadShare(host_cores(), self.config.trainer_threads))
             self.jobs.recover()
         preload(self.config, self.pool, self._start)
         log.info("worker manager ready: model=%s bind=%s max_workers=%d max_jobs=%s",

@@ -1,5 +1,5 @@
 """How many fine-tuning jobs run at once by default (`--max-jobs 0`): as many as the machine's
-cores allow, while their memory fits.
+cores allow, while their memory fits; and how many torch threads each runs on (`ThreadShare`).
 
 Cores: half of them (at least 2); each trainer computes attention, backward and the optimizer
 on a core beside the executor and the inference workers. Memory (`JobBudget`): half of what is
@@ -95,11 +95,34 @@ class JobBudget:
         return job_bytes(self.shape, recompute=recompute, dropout=dropout)
 
 
+def host_cores() -> int:
+    """The cores this process may run on (a container's or taskset's CPU set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ThreadShare:
+    """A trainer's torch threads: an operator's fixed count, else the cores shared out among the
+    jobs running at once. A trainer's own compute (attention, backward, optimizer) alternates
+    with the executor's calls for it, so a lone job may use every core between its calls; jobs
+    running together get a share each (as plain processes sharing the machine would), and as
+    jobs start and end the manager tells running trainers their new count."""
+
+    cores: int
+    fixed: int = 0  # `ManagerConfig.trainer_threads` (0: shared out)
+
+    def of(self, running: int) -> int:
+        return self.fixed or max(1, self.cores // max(1, running))
+
+
 def default_capacity(model: str, *, cores: int | None = None,
                      available_bytes: int | None = None) -> tuple[int, JobBudget | None]:
     """How many jobs at once by the cores, and the memory budget they share (None: the model's
     shape is unknown, and the cores alone decide)."""
-    by_cores = max(2, (cores or os.cpu_count() or 2) // 2)
+    by_cores = max(2, (cores or host_cores()) // 2)
     shape = model_shape(model)
     if shape is None:
         log.info("max_jobs %d (half the cores; the model's shape is unknown)", by_cores)

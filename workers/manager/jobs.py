@@ -9,7 +9,8 @@ between two steps; every gateway request waiting on it is answered when it did. 
 exits while its job is still "running" crashed or lost the executor: the job is requeued up to
 `max_attempts` times, then failed (or paused or cancelled, if that was asked of it). What a
 trainer reports is recorded by the `JobLedger`; its last report (finished or stopped) is
-acknowledged before it exits, so its exit never races its final status.
+acknowledged before it exits, so its exit never races its final status. As jobs start and end,
+running trainers are told their share of the cores (`ThreadShare`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from wire.jobs import (
     TrainerAck,
     TrainerControl,
     TrainerReport,
+    TrainerThreads,
 )
 from wire.spawner import TrainerSpec
-from workers.manager.capacity import JobBudget
+from workers.manager.capacity import JobBudget, ThreadShare
 from workers.manager.job_ledger import JobLedger
 
 log = logging.getLogger("workers.jobs")
@@ -51,22 +53,25 @@ class Trainer:
     waiting: list[tuple[bytes, str]] = field(default_factory=list)  # (gateway, request id)
     resume: tuple[bytes, str] | None = None  # a resume that came before it exited: after it
     bytes: int = 0  # what its job may take at most (`capacity.JobBudget`)
+    threads: int = 1  # its share of the cores: torch threads it runs on or is to be told
+    told: int = 1  # what it last heard (its spec's, or a `TrainerThreads`)
 
 
 class JobScheduler:
     def __init__(self, ledger: JobLedger, start: Callable[[TrainerSpec], None],
-                 trainer_spec: Callable[[JobRecord], TrainerSpec], answer: Answer,
+                 trainer_spec: Callable[[JobRecord, int], TrainerSpec], answer: Answer,
                  to_trainer: ToTrainer, *, max_jobs: int, budget: JobBudget | None = None,
-                 max_attempts: int = 3) -> None:
+                 max_attempts: int = 3, threads: ThreadShare | None = None) -> None:
         self.ledger = ledger
         self.jobs = ledger.jobs
         self.start = start  # asks the spawner for a trainer process
-        self.trainer_spec = trainer_spec
+        self.trainer_spec = trainer_spec  # a job's, given its torch threads
         self.answer = answer
         self.to_trainer = to_trainer
         self.max_jobs = max_jobs  # the config's, or `capacity.default_capacity`'s
         self.budget = budget  # by default, the memory the running jobs share
         self.max_attempts = max_attempts
+        self.threads = threads or ThreadShare(cores=1)  # by default one thread each
         self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
         self.told_to_wait: set[str] = set()  # jobs whose events say they wait for memory
 
@@ -89,13 +94,31 @@ class JobScheduler:
             return
         costs: dict[str, int] = {}
         told: list[tuple[str, str]] = []  # (job id, its event): written after the claim
-        for job in self.jobs.claim(self.max_jobs, slots=free,
-                                   fits=partial(self._fits, costs, told)):
-            log.info("starting trainer for job %s (tenant %s)", job.id, job.tenant)
-            self.trainers[job.id] = Trainer(job.id, bytes=costs.get(job.id, 0))
-            self.start(self.trainer_spec(job))
+        claimed = self.jobs.claim(self.max_jobs, slots=free,
+                                  fits=partial(self._fits, costs, told))
+        threads = self.threads.of(self.running + len(claimed))
+        for job in claimed:
+            log.info("starting trainer for job %s (tenant %s) on %d threads", job.id,
+                     job.tenant, threads)
+            self.trainers[job.id] = Trainer(job.id, bytes=costs.get(job.id, 0),
+                                            threads=threads, told=threads)
+            self.start(self.trainer_spec(job, threads))
         for job_id, message in told:
             self.jobs.event(job_id, message)
+        self._share_cores()
+
+    def _share_cores(self) -> None:
+        """Every trainer on the share of the cores for as many jobs as run now: told at once
+        if it said hello, else when it does."""
+        threads = self.threads.of(self.running)
+        for trainer in self.trainers.values():
+            trainer.threads = threads
+            if trainer.connected and trainer.told != threads:
+                self._tell_threads(trainer)
+
+    def _tell_threads(self, trainer: Trainer) -> None:
+        trainer.told = trainer.threads
+        self.to_trainer(trainer.job_id, TrainerThreads(trainer.job_id, trainer.threads))
 
     def _fits(self, costs: dict[str, int], told: list[tuple[str, str]], job: JobRecord) -> bool:
         """Whether the job's memory fits beside the running jobs' and those claimed with it
@@ -188,6 +211,8 @@ class JobScheduler:
         trainer.connected = True
         if trainer.asked is not None:
             self.to_trainer(job_id, TrainerControl(job_id, trainer.asked))
+        if trainer.told != trainer.threads:
+            self._tell_threads(trainer)
 
     def report(self, report: TrainerReport) -> None:
         """Record what a trainer reports; its last report is acknowledged (it may then exit)
@@ -218,7 +243,7 @@ class JobScheduler:
         if trainer.resume is not None:
             gateway, request = trainer.resume
             self.command(gateway, JobCommand(request, trainer.job_id, JobAction.RESUME))
-        self.schedule()
+        self.schedule()  # a queued job starts, and the running ones share the cores anew
         return True
 
     # -- internals -------------------------------------------------------------------------

@@ -36,8 +36,8 @@ def trainer_job(job: JobRecord, files: FileReader) -> TrainerJob:
                       validation_path=path(job.validation_file))
 
 
-def trainer_spec(config: ManagerConfig, manager: str, files: FileReader,
-                 job: JobRecord) -> S.TrainerSpec:
+def trainer_spec(config: ManagerConfig, manager: str, files: FileReader, job: JobRecord,
+                 threads: int) -> S.TrainerSpec:
     return S.TrainerSpec(job=trainer_job(job, files), data_dir=str(config.data_dir),
                          base=config.model, executor=config.executor, manager=manager,
-                         privacy=config.privacy, device=config.worker_device)
+                         threads=threads, privacy=config.privacy, device=config.worker_device)

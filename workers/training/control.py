@@ -1,7 +1,8 @@
-"""A trainer's line to the worker manager: it says hello, takes pause and cancel between steps
-(a non-blocking look at its socket, no database read), reports what the job did (events,
-checkpoints, the end) and waits for the manager to acknowledge its last report before it exits.
-The manager records every report: a trainer never writes the job's state itself."""
+"""A trainer's line to the worker manager: it says hello, takes pause and cancel and its share
+of the cores between steps (a non-blocking look at its socket, no database read), reports what
+the job did (events, checkpoints, the end) and waits for the manager to acknowledge its last
+report before it exits. The manager records every report: a trainer never writes the job's
+state itself."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import msgspec
 import zmq
 
 from wire import manager as W
-from wire.jobs import JobAction, TrainerAck, TrainerControl, TrainerHello, TrainerReport
+from wire.jobs import (
+    JobAction,
+    TrainerAck,
+    TrainerControl,
+    TrainerHello,
+    TrainerReport,
+    TrainerThreads,
+)
 from wire.spawner import trainer_key
 
 log = logging.getLogger("workers.trainer")
@@ -27,6 +35,7 @@ class ControlChannel:
         self.job_id = job_id
         self._ctx = zmq.Context()
         self._requested: JobAction | None = None
+        self.threads: int | None = None  # torch threads the manager last gave it, if any
         self.stopping = False  # SIGTERM came: the service is stopping (`stop_on_sigterm`)
         self._sigterm: object = None  # the handler before ours, put back on close
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -44,7 +53,7 @@ class ControlChannel:
 
     def requested(self) -> JobAction | None:
         """PAUSE or CANCEL if the manager asked for it (the latest ask wins; cancel beats
-        pause), else None. Never blocks."""
+        pause), else None; `threads` as last told. Never blocks."""
         while self._sock.poll(0):
             self._take(self._sock.recv())
         return self._requested
@@ -83,6 +92,8 @@ class ControlChannel:
             return False
         if isinstance(message, TrainerAck):
             return True
+        if isinstance(message, TrainerThreads):
+            self.threads = message.threads
         if isinstance(message, TrainerControl) and self._requested != JobAction.CANCEL:
             self._requested = message.action
         return False

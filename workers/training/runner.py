@@ -188,6 +188,7 @@ class Trainer:
     def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
                        position: int) -> None:
         action = self.control.requested()
+        self._follow_threads()
         if action is None and not self.control.stopping:
             return
         progress.epoch, progress.position = epoch, position
@@ -207,6 +208,13 @@ class Trainer:
                    "resume from this checkpoint" if status == JobStatus.QUEUED else
                    f"Job {status} at step {progress.step}; checkpoint saved")
         raise JobStopped(self._last(TrainerStopped(self.job.id, status, message)))
+
+    def _follow_threads(self) -> None:
+        """From this step on, its share of the cores (the manager's, as jobs start and end)."""
+        threads = self.control.threads
+        if threads and threads != torch.get_num_threads():
+            log.info("job %s: threads %d -> %d", self.job.id, torch.get_num_threads(), threads)
+            torch.set_num_threads(threads)
 
     def _save(self, model, optimizer, scheduler, progress) -> None:
         checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,

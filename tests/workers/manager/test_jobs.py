@@ -5,81 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.job_spec import JobSpec, PeftSpec
-from state.db import Database
 from state.jobs import new_id
+from tests.workers.manager.job_scheduling import create, new_job, running_job, scheduler_with
 from wire.jobs import (
     JobAction,
     JobCommand,
     JobState,
     JobStatus,
-    NewJob,
-    TrainerAck,
     TrainerControl,
     TrainerStopped,
 )
 from workers.manager.capacity import JobBudget, model_shape
-from workers.manager.file_store import FileStore
-from workers.manager.job_ledger import JobLedger
-from workers.manager.job_store import JobStore
-from workers.manager.jobs import JobScheduler
-from workers.manager.specs import trainer_job
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self.answers: list[tuple[bytes, JobState]] = []
-        self.controls: list[tuple[str, TrainerControl]] = []
-        self.acks: list[str] = []
-
-    def to_trainer(self, job_id: str, message) -> None:
-        if isinstance(message, TrainerAck):
-            self.acks.append(job_id)
-        else:
-            self.controls.append((job_id, message))
-
-
-def scheduler_with(tmp_path, max_jobs: int,
-                   budget: JobBudget | None = None) -> tuple[JobStore, JobScheduler, Recorder]:
-    db = Database(tmp_path / "state.db")
-    store, files = JobStore(db), FileStore(db, tmp_path)
-    seen = Recorder()
-    scheduler = JobScheduler(
-        JobLedger(store, files, tmp_path), lambda spec: seen.started.append(spec.id),
-        lambda job: trainer_job(job, files),  # the spec's job is all these tests look at
-        lambda gateway, state: seen.answers.append((gateway, state)),
-        seen.to_trainer, max_jobs=max_jobs, budget=budget)
-    return store, scheduler, seen
 
 
 @pytest.fixture()
 def setup(tmp_path):
     return scheduler_with(tmp_path, max_jobs=1)
-
-
-def new_job(tenant: str = "acme", priority: int = 0, problem: str | None = None,
-            recompute: bool = False) -> NewJob:
-    return NewJob(tenant=tenant, model="m", training_file="file", seed=1,
-                  spec=JobSpec(1, 1, 1.0, PeftSpec(gradient_checkpointing=recompute)),
-                  priority=priority, problem=problem)
-
-
-def create(scheduler: JobScheduler, tenant: str = "acme", priority: int = 0,
-           recompute: bool = False) -> str:
-    """A job as the gateway creates one: a command, answered once the job is stored."""
-    job_id = new_id("ftjob")
-    scheduler.command(b"gw", JobCommand(f"new-{job_id}", job_id, JobAction.CREATE,
-                                        new_job(tenant, priority, recompute=recompute)))
-    return job_id
-
-
-def running_job(scheduler: JobScheduler, pid: int) -> str:
-    """A job created into a free slot whose trainer (process `pid`) has said hello."""
-    job = create(scheduler)
-    scheduler.spawned(job, pid)
-    scheduler.hello(job)
-    return job
 
 
 def test_a_created_job_starts_at_once_and_the_next_when_a_slot_frees(setup) -> None:

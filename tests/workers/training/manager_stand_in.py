@@ -1,17 +1,19 @@
 """The manager's end of trainers' control channels, in a thread of the test: a ROUTER socket and
 the manager's own `JobLedger`, which records every report and acknowledges the last, as the
-worker manager does. Trainers run in the test's process against it."""
+worker manager does; to each trainer that says hello it sends what `greeting` holds for its job.
+Trainers run in the test's process against it."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
+import msgspec
 import zmq
 
 from state.db import Database, db_path
 from wire import manager as W
-from wire.jobs import TrainerAck, TrainerReport
+from wire.jobs import TrainerAck, TrainerHello, TrainerReport
 from wire.spawner import TrainerSpec
 from workers.manager.file_store import FileStore
 from workers.manager.job_ledger import JobLedger
@@ -26,6 +28,7 @@ class ManagerStandIn:
         self.jobs, self.files = JobStore(db), FileStore(db, data_dir)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.reports: list[TrainerReport] = []
+        self.greeting: list[msgspec.Struct] = []  # for a trainer that says hello (its job's)
         self.endpoint = f"ipc://{ipc_dir}/manager-stand-in.sock"
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -52,6 +55,10 @@ class ManagerStandIn:
                 continue
             identity, data = self._sock.recv_multipart()
             message = W.decode(data)
+            if isinstance(message, TrainerHello):
+                for said in self.greeting:
+                    if said.job_id == message.job_id:
+                        self._sock.send_multipart([identity, W.encode(said)])
             if isinstance(message, TrainerReport):
                 self.reports.append(message)
                 if self.ledger.record(message) is not None:

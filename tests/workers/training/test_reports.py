@@ -17,7 +17,14 @@ from gateway.job_spec import resolve
 from openapi.fine_tuning import Hyperparameters
 from state.jobs import new_id
 from tests.workers.training.manager_stand_in import ManagerStandIn
-from wire.jobs import NewJob, TrainerCheckpoint, TrainerEvent, TrainerFinished, TrainerStarted
+from wire.jobs import (
+    NewJob,
+    TrainerCheckpoint,
+    TrainerEvent,
+    TrainerFinished,
+    TrainerStarted,
+    TrainerThreads,
+)
 from workers.manager.adapter_store import AdapterRegistry
 
 MODEL = "tiny-llama"
@@ -182,4 +189,36 @@ def test_a_private_trainer_ends_its_job_once(executor_for, tmp_path, ipc_dir) ->
                 ("TrainerFinished", "TrainerStopped")]
         assert last == ["TrainerFinished"], last  # no failure reported after the success
     finally:
+        manager.close()
+
+
+def test_a_trainer_steps_on_the_threads_the_manager_gave_it(executor_for, tmp_path,
+                                                             ipc_dir) -> None:
+    """Spawned on one thread, told two when it said hello (as when another job ended): its steps
+    run on two, from its first step on."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from catalogue.resolve import resolve_model
+    from workers.training.control import ControlChannel
+    from workers.training.runner import Trainer
+
+    manager, before, control = ManagerStandIn(tmp_path, ipc_dir), torch.get_num_threads(), None
+    try:
+        job_id = running_job(manager, 4, 2, "threads")
+        spec = manager.spec(job_id, executor_for(MODEL).endpoint)
+        assert spec.threads == 1
+        manager.greeting.append(TrainerThreads(job_id, 2))
+        control = ControlChannel(spec.manager, job_id)
+        deadline = time.monotonic() + 30
+        while control.requested() is None and control.threads is None:
+            assert time.monotonic() < deadline, "the stand-in's greeting never came"
+            time.sleep(0.01)
+        trainer = Trainer(spec, AutoTokenizer.from_pretrained(resolve_model(MODEL)), control)
+        assert trainer.run() == 0 and manager.jobs.get(job_id).status == "succeeded"
+        assert torch.get_num_threads() == 2  # set to the spec's 1 first, then told 2
+    finally:
+        torch.set_num_threads(before)
+        if control is not None:
+            control.close()
         manager.close()
