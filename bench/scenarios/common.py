@@ -107,14 +107,17 @@ def worker_threads() -> int:
     return ManagerConfig().worker_threads
 
 
-def trainer_threads(settings: Settings, jobs: int) -> int:
-    """The torch threads of each of `jobs` trainers running at once: what the worker manager
-    gives them (`ManagerConfig.trainer_threads`; by default the cores, the executor's threads
-    here, shared out among the jobs, as plain's processes share them)."""
+def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:
+    """The torch threads of each of `jobs` trainers running at once, with steps of `tokens`: as
+    a trainer of the worker manager runs them (its share, `ManagerConfig.trainer_threads`: by
+    default the cores, the executor's threads here, shared out among the jobs, as plain's
+    processes share them; no more than its step keeps busy)."""
     from workers.manager.capacity import ThreadShare
     from workers.manager.config import ManagerConfig
+    from workers.training.threads import step_threads
 
-    return ThreadShare(settings.threads, ManagerConfig().trainer_threads).of(jobs)
+    share = ThreadShare(settings.threads, ManagerConfig().trainer_threads).of(jobs)
+    return step_threads(share, tokens)
 
 
 def run_ours(settings: Settings, clients: list[dict], *, model: str | None = None,
@@ -124,10 +127,14 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
                                      dtype=settings.dtype, device=settings.device)
     jobs = sum(c["kind"] == "train" for c in clients)
-    argvs = [client(side="ours", model=model, endpoint=process.endpoint,
-                    threads=trainer_threads(settings, jobs) if c["kind"] == "train"
-                    else worker_threads(), device=settings.client_device, dtype=settings.dtype,
-                    **c) for c in clients]
+
+    def threads(c: dict) -> int:
+        if c["kind"] != "train":
+            return worker_threads()
+        return trainer_threads(settings, jobs, c["batch"] * c["length"])
+
+    argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads(c),
+                    device=settings.client_device, dtype=settings.dtype, **c) for c in clients]
     return Group(argvs, forked=True, extra_pids=[process.pid], zygote=settings.preloaded(),
                  gpu=settings.on_gpu).run()
 

@@ -42,6 +42,7 @@ from workers.training.job_lock import JobLock
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
 from workers.training.methods import keep_for_backward, peft_config
 from workers.training.priority import yield_to_inference
+from workers.training.threads import step_threads
 
 log = logging.getLogger("workers.trainer")
 RECOMPUTED = ", layers recomputed in the backward"
@@ -147,8 +148,9 @@ class Trainer:
             order = batches(len(examples), hp.batch_size, self.job.seed, epoch)
             for position in range(progress.position, len(order)):
                 self._check_control(model, optimizer, scheduler, progress, epoch, position)
-                result = train_step(model, [examples[i] for i in order[position]], pad,
-                                    optimizer, scheduler, hp, on_gradients)
+                step = [examples[i] for i in order[position]]
+                self._use_threads(step, hp)
+                result = train_step(model, step, pad, optimizer, scheduler, hp, on_gradients)
                 progress.step += 1
                 progress.trained_tokens += result.tokens
                 progress.history.append({"step": progress.step, "train_loss": result.loss,
@@ -188,7 +190,6 @@ class Trainer:
     def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
                        position: int) -> None:
         action = self.control.requested()
-        self._follow_threads()
         if action is None and not self.control.stopping:
             return
         progress.epoch, progress.position = epoch, position
@@ -209,20 +210,20 @@ class Trainer:
                    f"Job {status} at step {progress.step}; checkpoint saved")
         raise JobStopped(self._last(TrainerStopped(self.job.id, status, message)))
 
-    def _follow_threads(self) -> None:
-        """From this step on, its share of the cores (the manager's, as jobs start and end)."""
-        threads = self.control.threads
-        if threads and threads != torch.get_num_threads():
-            log.info("job %s: threads %d -> %d", self.job.id, torch.get_num_threads(), threads)
+    def _use_threads(self, step: list[Example], hp: Hyperparameters) -> None:
+        """Its share of the cores (told as jobs start and end), as many as the step keeps busy."""
+        tokens = min(sum(len(e.ids) for e in step), hp.micro_batch_tokens)
+        threads = step_threads(self.control.threads or self.config.threads, tokens)
+        if threads != torch.get_num_threads():
+            log.debug("job %s: threads %d -> %d", self.job.id, torch.get_num_threads(), threads)
             torch.set_num_threads(threads)
 
     def _save(self, model, optimizer, scheduler, progress) -> None:
         checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
                         scheduler, progress)
 
-    def _register_checkpoint(self, path: Path, progress, epoch: int, metrics: dict) -> None:
-        self.control.report(TrainerCheckpoint(self.job.id, progress.step, epoch, metrics,
-                                              str(path)))
+    def _register_checkpoint(self, at: Path, progress, epoch: int, metrics: dict) -> None:
+        self.control.report(TrainerCheckpoint(self.job.id, progress.step, epoch, metrics, str(at)))
 
     def _finish(self, model, progress, valid: list[Example], hp: Hyperparameters) -> int:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
@@ -252,8 +253,7 @@ class Trainer:
             if path:
                 lineage[f"{key}_sha256"] = file_sha256(path)
         lineage["hyperparameters"] = self.spec.hyperparameters()
-        lineage["peft"] = {k: v for k, v in self.spec.peft_dict().items()
-                           if k != "init_adapter"}
+        lineage["peft"] = {k: v for k, v in self.spec.peft_dict().items() if k != "init_adapter"}
         return lineage
 
     def _fail(self, code: str, message: str, param: str | None = None) -> int:

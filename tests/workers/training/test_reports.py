@@ -194,18 +194,19 @@ def test_a_private_trainer_ends_its_job_once(executor_for, tmp_path, ipc_dir) ->
 
 def test_a_trainer_steps_on_the_threads_the_manager_gave_it(executor_for, tmp_path,
                                                              ipc_dir) -> None:
-    """Spawned on one thread, told two when it said hello (as when another job ended): its steps
-    run on two, from its first step on."""
+    """Spawned on one thread, told two when it said hello (as when another job ended): its step
+    of four examples (more than `TOKENS_PER_THREAD` tokens a thread) runs on two."""
     import torch
     from transformers import AutoTokenizer
 
     from catalogue.resolve import resolve_model
     from workers.training.control import ControlChannel
     from workers.training.runner import Trainer
+    from workers.training.threads import TOKENS_PER_THREAD
 
     manager, before, control = ManagerStandIn(tmp_path, ipc_dir), torch.get_num_threads(), None
     try:
-        job_id = running_job(manager, 4, 2, "threads")
+        job_id = running_job(manager, 4, 4, "threads")
         spec = manager.spec(job_id, executor_for(MODEL).endpoint)
         assert spec.threads == 1
         manager.greeting.append(TrainerThreads(job_id, 2))
@@ -215,6 +216,7 @@ def test_a_trainer_steps_on_the_threads_the_manager_gave_it(executor_for, tmp_pa
             assert time.monotonic() < deadline, "the stand-in's greeting never came"
             time.sleep(0.01)
         trainer = Trainer(spec, AutoTokenizer.from_pretrained(resolve_model(MODEL)), control)
+        assert sum(len(e.ids) for e in trainer._data()[0]) >= 2 * TOKENS_PER_THREAD
         assert trainer.run() == 0 and manager.jobs.get(job_id).status == "succeeded"
         assert torch.get_num_threads() == 2  # set to the spec's 1 first, then told 2
     finally:
