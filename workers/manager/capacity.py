@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -95,12 +97,24 @@ class JobBudget:
         return job_bytes(self.shape, recompute=recompute, dropout=dropout)
 
 
-def host_cores() -> int:
-    """The cores this process may run on (a container's or taskset's CPU set)."""
+def host_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may run on: its CPU set (a container's or taskset's), or fewer
+    under a container's CPU quota (cgroup v2 `cpu.max`, e.g. compose's `cpus: 2`)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return min(cores, quota_cores(cpu_max) or cores)
+
+
+def quota_cores(cpu_max: Path) -> int | None:
+    """The cores a cgroup v2 CPU quota allows ("200000 100000": 2; "max 100000": None), rounded
+    up; None without one."""
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, ZeroDivisionError):  # no file, or "max": no quota
+        return None
 
 
 @dataclass(frozen=True)
