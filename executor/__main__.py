@@ -26,10 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     from catalogue.resolve import resolve_model
     from executor.registry import LayerRegistry
     from executor.server import ExecutorServer
+    from wire.cores import within_quota
     from wire.stopping import StopSignal
 
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    torch.set_num_threads(config.threads or within_quota(torch.get_num_threads()))
     if config.shards > 1:
         from executor.group import run
 

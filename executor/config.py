@@ -27,7 +27,7 @@ class ExecutorConfig(BaseSettings):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32",
                                                             description="the weights' dtype")
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: "
-                                "torch's)")
+                                "torch's, or fewer under a container's CPU quota)")
     policy: Literal["opportunistic", "eager", "lockstep"] = Field(
         "opportunistic", description="batching policy")
     max_wait_ms: float = Field(20.0, ge=0, description="cap on how long any call waits for "

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 
 from catalogue.builtin import BUILTINS
 from catalogue.paths import local_path
+from wire.cores import host_cores
 
 log = logging.getLogger("workers.jobs")
 TRAINER_PROCESS_BYTES = 768 * 2**20  # API trainers on tiny-llama: 0.73 GiB each (issue 32)
@@ -95,26 +93,6 @@ class JobBudget:
 
     def cost(self, recompute: bool, dropout: bool = False) -> int:
         return job_bytes(self.shape, recompute=recompute, dropout=dropout)
-
-
-def host_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
-    """The cores this process may run on: its CPU set (a container's or taskset's), or fewer
-    under a container's CPU quota (cgroup v2 `cpu.max`, e.g. compose's `cpus: 2`)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return min(cores, quota_cores(cpu_max) or cores)
-
-
-def quota_cores(cpu_max: Path) -> int | None:
-    """The cores a cgroup v2 CPU quota allows ("200000 100000": 2; "max 100000": None), rounded
-    up; None without one."""
-    try:
-        quota, period = cpu_max.read_text().split()[:2]
-        return max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError, ZeroDivisionError):  # no file, or "max": no quota
-        return None
 
 
 @dataclass(frozen=True)

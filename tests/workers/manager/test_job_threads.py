@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.workers.manager.job_scheduling import create, running_job, scheduler_with
 from wire.jobs import TrainerThreads
-from workers.manager.capacity import ThreadShare, host_cores, quota_cores
+from workers.manager.capacity import ThreadShare
 
 
 def test_a_share_is_the_cores_over_the_running_jobs_or_an_operators_count() -> None:
@@ -56,19 +56,3 @@ def test_an_operators_count_is_never_told_anew(tmp_path) -> None:
     assert scheduler.exited(101, 0)
     assert seen.spawned_on == dict.fromkeys(jobs, 2) and seen.threads == []
 
-
-def test_the_cores_are_the_cpu_set_or_fewer_under_a_containers_quota(tmp_path) -> None:
-    import os
-
-    cpu_max = tmp_path / "cpu.max"
-    for text, cores in (("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000\n", 1),
-                        ("max 100000\n", None), ("", None)):
-        cpu_max.write_text(text)
-        assert quota_cores(cpu_max) == cores, text
-    assert quota_cores(tmp_path / "absent") is None  # cgroup v1, or not Linux
-    own = len(os.sched_getaffinity(0))
-    assert host_cores(tmp_path / "absent") == own
-    cpu_max.write_text("100000 100000\n")
-    assert host_cores(cpu_max) == 1
-    cpu_max.write_text(f"{100000 * (own + 4)} 100000\n")  # a quota above the CPU set
-    assert host_cores(cpu_max) == own
