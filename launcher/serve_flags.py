@@ -74,7 +74,7 @@ SETTINGS = [
     Setting("--max-jobs", "SYMBIOSIS_MAX_JOBS", "fine-tuning jobs running at once (0: sized to "
             "the machine)", COUNT),
     Setting("--trainer-threads", "SYMBIOSIS_TRAINER_THREADS", "torch threads of each trainer "
-            "(0: the cores shared out among the running jobs)", COUNT),
+            "at most (0: the cores shared out among the running jobs)", COUNT),
     Setting("--privacy", "SYMBIOSIS_PRIVACY", "workers and trainers use privacy mode: true or "
             "false", boolean),
     Setting("--worker-device", "SYMBIOSIS_WORKER_DEVICE", "where workers and trainers run "

@@ -60,9 +60,10 @@ class ManagerConfig(BaseSettings):
                                       "before one probe")
     max_batch: int = Field(32, ge=1, description="sequences a worker decodes at once")
     worker_threads: int = Field(1, ge=1, description="torch threads of each worker")
-    trainer_threads: int = Field(0, ge=0, description="torch threads of each trainer (0: the "
-                                 "cores shared out among the jobs running at once, told anew "
-                                 "as jobs start and end)")
+    trainer_threads: int = Field(0, ge=0, description="torch threads of each trainer at most, "
+                                 "one per 128 tokens of its step (0: the cores shared out "
+                                 "among the jobs running at once, told anew as jobs start and "
+                                 "end)")
     worker_device: str = Field("cpu", pattern=DEVICE, description="cpu or cuda[:N]: where "
                                "workers and trainers run attention, adapters, KV cache and "
                                "optimizer")

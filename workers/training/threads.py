@@ -11,5 +11,5 @@ TOKENS_PER_THREAD = 128
 
 
 def step_threads(share: int, tokens: int) -> int:
-    """Threads for a step of `tokens` (its largest micro-batch's) out of `share`."""
+    """Threads for a step of `tokens` (at most a micro-batch's) out of `share`."""
     return max(1, min(share, tokens // TOKENS_PER_THREAD))
