@@ -72,6 +72,7 @@ class JobScheduler:
         self.budget = budget  # by default, the memory the running jobs share
         self.max_attempts = max_attempts
         self.threads = threads or ThreadShare(cores=1)  # by default one thread each
+        self.share = 0  # the running trainers' threads, as last logged
         self.trainers: dict[str, Trainer] = {}  # job id -> its trainer (starting or running)
         self.told_to_wait: set[str] = set()  # jobs whose events say they wait for memory
 
@@ -111,6 +112,9 @@ class JobScheduler:
         """Every trainer on the share of the cores for as many jobs as run now: told at once
         if it said hello, else when it does."""
         threads = self.threads.of(self.running)
+        if threads != self.share and self.running:
+            log.info("%d job(s) running: each trainer on %d threads", self.running, threads)
+            self.share = threads
         for trainer in self.trainers.values():
             trainer.threads = threads
             if trainer.connected and trainer.told != threads:

@@ -3,6 +3,8 @@ trainers as jobs start and end (a trainer that has not said hello yet is told wh
 
 from __future__ import annotations
 
+import logging
+
 from tests.workers.manager.job_scheduling import create, running_job, scheduler_with
 from wire.jobs import TrainerThreads
 from workers.manager.capacity import ThreadShare
@@ -15,7 +17,8 @@ def test_a_share_is_the_cores_over_the_running_jobs_or_an_operators_count() -> N
     assert ThreadShare(cores=1).of(4) == 1  # the scheduler's default: one thread each
 
 
-def test_running_trainers_share_the_cores_as_jobs_start_and_end(tmp_path) -> None:
+def test_running_trainers_share_the_cores_as_jobs_start_and_end(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="workers.jobs")
     store, scheduler, seen = scheduler_with(tmp_path, max_jobs=3, threads=ThreadShare(cores=4))
     first = running_job(scheduler, 101)
     assert seen.spawned_on == {first: 4} and seen.threads == []  # alone: every core
@@ -35,6 +38,9 @@ def test_running_trainers_share_the_cores_as_jobs_start_and_end(tmp_path) -> Non
     assert scheduler.exited(102, 0)
     assert seen.threads[5:] == [TrainerThreads(third, 4)]
     assert seen.started == [first, second, third]
+    assert [r.getMessage() for r in caplog.records if "each trainer" in r.getMessage()] == [
+        f"{n} job(s) running: each trainer on {t} threads" for n, t in
+        ((1, 4), (2, 2), (3, 1), (2, 2), (1, 4))]
 
 
 def test_a_queued_job_that_starts_as_one_ends_keeps_the_running_ones_share(tmp_path) -> None:
