@@ -53,8 +53,7 @@ class Trainer:
     waiting: list[tuple[bytes, str]] = field(default_factory=list)  # (gateway, request id)
     resume: tuple[bytes, str] | None = None  # a resume that came before it exited: after it
     bytes: int = 0  # what its job may take at most (`capacity.JobBudget`)
-    threads: int = 1  # its share of the cores: torch threads it runs on or is to be told
-    told: int = 1  # what it last heard (its spec's, or a `TrainerThreads`)
+    threads: int = 1  # its torch threads as it last heard them (its spec's, `TrainerThreads`)
 
 
 class JobScheduler:
@@ -102,7 +101,7 @@ class JobScheduler:
             log.info("starting trainer for job %s (tenant %s) on %d threads", job.id,
                      job.tenant, threads)
             self.trainers[job.id] = Trainer(job.id, bytes=costs.get(job.id, 0),
-                                            threads=threads, told=threads)
+                                            threads=threads)
             self.start(self.trainer_spec(job, threads))
         for job_id, message in told:
             self.jobs.event(job_id, message)
@@ -116,13 +115,13 @@ class JobScheduler:
             log.info("%d job(s) running: each trainer on %d threads", self.running, threads)
             self.share = threads
         for trainer in self.trainers.values():
-            trainer.threads = threads
-            if trainer.connected and trainer.told != threads:
-                self._tell_threads(trainer)
+            if trainer.connected:
+                self._tell_threads(trainer, threads)
 
-    def _tell_threads(self, trainer: Trainer) -> None:
-        trainer.told = trainer.threads
-        self.to_trainer(trainer.job_id, TrainerThreads(trainer.job_id, trainer.threads))
+    def _tell_threads(self, trainer: Trainer, threads: int) -> None:
+        if trainer.threads != threads:
+            trainer.threads = threads
+            self.to_trainer(trainer.job_id, TrainerThreads(trainer.job_id, threads))
 
     def _fits(self, costs: dict[str, int], told: list[tuple[str, str]], job: JobRecord) -> bool:
         """Whether the job's memory fits beside the running jobs' and those claimed with it
@@ -215,8 +214,7 @@ class JobScheduler:
         trainer.connected = True
         if trainer.asked is not None:
             self.to_trainer(job_id, TrainerControl(job_id, trainer.asked))
-        if trainer.told != trainer.threads:
-            self._tell_threads(trainer)
+        self._tell_threads(trainer, self.threads.of(self.running))
 
     def report(self, report: TrainerReport) -> None:
         """Record what a trainer reports; its last report is acknowledged (it may then exit)
