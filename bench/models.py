@@ -39,6 +39,15 @@ def adapter(method: str, rank: int):
     raise ValueError(method)
 
 
+def as_worker(model):
+    """`model`'s forwards on as many of the process's threads (its share, as the worker manager
+    gives an inference worker) as their tokens keep busy, as a worker's (`workers.threads`)."""
+    from workers.threads import ForwardThreads
+
+    ForwardThreads(torch.get_num_threads()).attach(model)
+    return model
+
+
 def build(side: str, model: str, endpoint: str | None, method: str, rank: int, seed: int,
           privacy: bool = False, training: bool = False, free_base: bool = False,
           device: str = "cpu", dtype: torch.dtype = torch.float32, recompute: bool = False):
@@ -57,6 +66,8 @@ def build(side: str, model: str, endpoint: str | None, method: str, rank: int, s
         private = privacy and PrivacyConfig(backward=training)  # as a trainer builds its pools
         base = remote_model(model, endpoint, client_name=f"bench-{seed}", privacy=private,
                             device=device)
+        if not training:
+            as_worker(base)
         if base.dtype != dtype:
             raise ValueError(f"the executor serves {base.dtype}, the client asked for {dtype}")
     torch.manual_seed(seed)

@@ -13,7 +13,7 @@ import torch
 from peft import get_peft_model
 from transformers import AutoTokenizer
 
-from bench.models import RANKS, adapter
+from bench.models import RANKS, adapter, as_worker
 from catalogue.resolve import resolve_model
 from wire import manager as W
 
@@ -29,7 +29,8 @@ class SharedWorker:
         from workers.remote.build import remote_model
 
         def base():
-            return remote_model(model, executor, client_name="bench-shared", device=device)
+            return as_worker(remote_model(model, executor, client_name="bench-shared",
+                                          device=device))
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
         self.paths = write_adapters(base(), root, n)

@@ -73,6 +73,8 @@ SETTINGS = [
             "this long, then one probe", SPAN),
     Setting("--max-jobs", "SYMBIOSIS_MAX_JOBS", "fine-tuning jobs running at once (0: sized to "
             "the machine)", COUNT),
+    Setting("--worker-threads", "SYMBIOSIS_WORKER_THREADS", "torch threads of each inference "
+            "worker at most (0: the cores shared out among the live workers)", COUNT),
     Setting("--trainer-threads", "SYMBIOSIS_TRAINER_THREADS", "torch threads of each trainer "
             "at most (0: the cores shared out among the running jobs)", COUNT),
     Setting("--privacy", "SYMBIOSIS_PRIVACY", "workers and trainers use privacy mode: true or "

@@ -171,6 +171,13 @@ class Stop(msgspec.Struct, tag="stop", array_like=True):
     pass
 
 
+class WorkerThreads(msgspec.Struct, tag="worker_threads", array_like=True):
+    """A worker's share of the cores from now on (told as workers start and stop): its forwards
+    run on as many of them as their tokens keep busy (`workers.threads.ForwardThreads`)."""
+
+    threads: int
+
+
 # gateway <-> manager control
 class Status(msgspec.Struct, tag="status", array_like=True):
     pass
@@ -204,7 +211,7 @@ class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
 
 
 Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | AdapterCache
-           | Unload
+           | Unload | WorkerThreads
            | Stop | Status | StatusReply | Prefetch | JobCommand | JobState | TrainerHello
            | TrainerControl | TrainerThreads | TrainerAck | TrainerStarted | TrainerEvent
            | TrainerCheckpoint | TrainerFinished | TrainerStopped | StoreCommand | StoreAnswer)

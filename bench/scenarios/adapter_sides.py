@@ -14,7 +14,7 @@ from peft import PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from bench.models import adapter
+from bench.models import adapter, as_worker
 from bench.peft_process import PeftProcess, holding
 from catalogue.resolve import resolve_model
 from wire import manager as W
@@ -62,7 +62,7 @@ class Ours:
             return InferenceEngine(model, tokenizer, max_context=2048, eos_ids=(), max_batch=32)
 
         def base():
-            return remote_model(MODEL, endpoint, client_name="bench-adapters")
+            return as_worker(remote_model(MODEL, endpoint, client_name="bench-adapters"))
 
         self.adapters = Adapters(base(), engine, base, budget=Budget(capacity))
         self.cold_ms: list[float] = []

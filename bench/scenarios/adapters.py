@@ -3,8 +3,9 @@ the real class, against the run's executor) beside one plain peft process holdin
 on tiny-llama with LoRA r8 adapters: mixed-adapter batches, Zipf traffic over 10 and over 1,000
 adapters with 32 resident, cold loads, memory per resident adapter; IA3 and prompt-tuning
 adapters in other_methods.py. Ours' worker part runs in this process on a worker's threads (the
-worker manager's, 1 by default: `worker_threads`), the executor and each peft side on the run's
-threads (the speed rows' peft in a process of its own, the Zipf rows' in this one)."""
+worker manager's share for one worker, `worker_threads`; each forward on as many as its tokens
+keep busy), the executor and each peft side on the run's threads (the speed rows' peft in a
+process of its own, the Zipf rows' in this one)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def p95(latencies: list[float]) -> float:
 
 
 def many_adapters(settings: Settings) -> list[Record]:
-    torch.set_num_threads(worker_threads())  # ours' worker part; plain's below get the run's
+    torch.set_num_threads(worker_threads(settings))  # ours' worker part; plain's get the run's
     many = 50 if settings.toy else 1000
     requests = 16 if settings.toy else 160 if settings.quick else 400
     executor = settings.executors.get(MODEL, policy="opportunistic", threads=settings.threads,
@@ -106,7 +107,7 @@ def many_adapters(settings: Settings) -> list[Record]:
         plain_per_adapter = (uss() - before) / many / 2**20
         torch.set_num_threads(settings.threads)
         plain_spread = serve_plain(plain, zipf(many, requests, seed=2), prompt)
-        torch.set_num_threads(worker_threads())
+        torch.set_num_threads(worker_threads(settings))
         others = [record for method in ("ia3", "prompt_tuning") for record in method_records(
             method, Ours(executor.endpoint, tokenizer),
             make_adapters(root / method, 8 + RESIDENT // 2, method), prompt, settings.threads)]

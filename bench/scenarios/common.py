@@ -98,13 +98,16 @@ def client(kind: str, *, side: str, model: str, endpoint: str | None = None, thr
     return argv
 
 
-def worker_threads() -> int:
-    """The torch threads of each of our inference clients: what the worker manager gives its
-    inference workers (`ManagerConfig.worker_threads`, 1 by default), whatever the baseline's
-    processes get. The executor has the machine's threads for the base layers."""
+def worker_threads(settings: Settings, workers: int = 1) -> int:
+    """The torch threads of each of `workers` inference clients at once (each a tenant's
+    worker): what the worker manager gives its inference workers (their share,
+    `ManagerConfig.worker_threads`: by default the cores, the executor's threads here, shared
+    out among the live workers), whatever the baseline's processes get. Each client's forwards
+    use no more of them than their tokens keep busy (`bench.models.as_worker`)."""
+    from workers.manager.capacity import ThreadShare
     from workers.manager.config import ManagerConfig
 
-    return ManagerConfig().worker_threads
+    return ThreadShare(settings.threads, ManagerConfig().worker_threads).of(workers)
 
 
 def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:
@@ -114,7 +117,7 @@ def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:
     processes share them; no more than its step keeps busy)."""
     from workers.manager.capacity import ThreadShare
     from workers.manager.config import ManagerConfig
-    from workers.training.threads import step_threads
+    from workers.threads import step_threads
 
     share = ThreadShare(settings.threads, ManagerConfig().trainer_threads).of(jobs)
     return step_threads(share, tokens)
@@ -130,7 +133,7 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
 
     def threads(c: dict) -> int:
         if c["kind"] != "train":
-            return worker_threads()
+            return worker_threads(settings, len(clients) - jobs)
         return trainer_threads(settings, jobs, c["batch"] * c["length"])
 
     argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads(c),

@@ -27,6 +27,7 @@ from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
+from workers.threads import ForwardThreads
 
 log = logging.getLogger("workers.worker")
 
@@ -70,8 +71,10 @@ def preload(base: str) -> Preloaded:
     return Preloaded(tokenizer, int(context), tuple(sorted(eos)))
 
 
-def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
-    """The tenant's base model on the executor, and the adapters it will load into it."""
+def build_adapters(config: WorkerSpec, preloaded: Preloaded,
+                   threads: ForwardThreads | None = None) -> Adapters:
+    """The tenant's base model on the executor, and the adapters it will load into it; each base
+    model's forwards on as many of its `threads` as their tokens keep busy."""
     import torch
 
     from workers.device import claim_device
@@ -79,11 +82,14 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded) -> Adapters:
     from workers.remote.client import ExecutorClient
 
     torch.set_num_threads(config.threads)
+    threads = threads or ForwardThreads(config.threads)
     device = str(claim_device(config.device))
     client = ExecutorClient(config.executor, name=config.key, device=device)
 
     def build_base() -> Any:  # every base model of the worker calls through one connection
-        return remote_model(config.base, client, privacy=config.privacy, device=device)
+        model = remote_model(config.base, client, privacy=config.privacy, device=device)
+        threads.attach(model)
+        return model
 
     def make_engine(model: Any) -> InferenceEngine:
         pacer = Pacer(carry, lambda: client.calls, lambda: client.own_targets)
@@ -158,8 +164,9 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     sock.setsockopt(zmq.LINGER, 1000)
     sock.setsockopt(zmq.IDENTITY, config.key.encode())
     sock.connect(config.manager)
+    threads = ForwardThreads(config.threads)
     try:
-        adapters = build_adapters(config, preloaded)
+        adapters = build_adapters(config, preloaded, threads)
     except Exception as exc:
         log.exception("worker %s failed to start", config.key)
         sock.send(W.encode(load_failed(config.key, exc)))
@@ -170,7 +177,7 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
     reported, reserve = (0, 0), Reserve()
     try:
-        while _receive(sock, adapters, preloaded):
+        while _receive(sock, adapters, preloaded, threads):
             busy = [engine for engine in adapters.engines() if engine.has_work()]
             for engine in busy:
                 for event in _step(engine):
@@ -186,7 +193,8 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     return 0
 
 
-def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded) -> bool:
+def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
+             threads: ForwardThreads) -> bool:
     """Handle every waiting message; False when told to stop."""
     timeout = 0 if any(e.has_work() for e in adapters.engines()) else 1000
     while sock.poll(timeout):
@@ -201,6 +209,8 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded) -> bool
         if isinstance(message, W.Abort):
             for engine in adapters.engines():
                 engine.abort(message.id)
+        elif isinstance(message, W.WorkerThreads):
+            threads.share = message.threads
         elif isinstance(message, W.Unload):
             adapters.unload(message.model)
         elif isinstance(message, W.Prefetch):

@@ -9,11 +9,8 @@ is their one writer. Never imports torch."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import shutil
-import signal
 import time
 from functools import partial
 from pathlib import Path
@@ -38,6 +35,7 @@ from workers.manager.records import Records, answer
 from workers.manager.requests import Requests
 from workers.manager.spawner_client import SpawnerProcess
 from workers.manager.specs import trainer_spec, worker_spec
+from workers.manager.worker_threads import WorkerThreads
 
 log = logging.getLogger("workers.manager")
 STOP_GRACE_S = 10.0
@@ -58,6 +56,8 @@ class Manager:
         self._own_dir: Path | None = None  # made once the data dir is ours (`serve`)
         self.worker_bind = config.worker_bind
         self.probe = ExecutorProbe(config.executor, self.ctx)
+        self.threads = WorkerThreads(self.pool, ThreadShare(host_cores(), config.worker_threads),
+                                     lambda key, message: self.links.to_worker(key, message))
 
     def serve(self) -> None:
         self.records = self.jobs = None
@@ -100,6 +100,7 @@ class Manager:
                 if self.records is not None and self.records.inspector.fileno() in events:
                     for gateway, done in self.records.finished():
                         self.links.reply(gateway, done)
+                self.threads.tell()
                 if time.monotonic() > next_sweep:
                     next_sweep = time.monotonic() + 1
                     self._sweep()
@@ -180,6 +181,7 @@ class Manager:
             handle.pending.append(request)
 
     def _start(self, handle: WorkerHandle) -> None:
+        self.threads.spawning(handle)
         self.spawner.spawn(worker_spec(self.config, self.worker_bind, handle))
 
     def _status(self) -> W.StatusReply:
@@ -292,9 +294,4 @@ class Manager:
         for handle in list(self.pool.workers.values()):  # stopped but still there: kill
             if handle.state == "stopping" and handle.pid and \
                     time.monotonic() - handle.last_used > STOP_GRACE_S:
-                _kill(handle.pid)
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+                self.spawner.kill(handle.pid)

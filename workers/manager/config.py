@@ -59,7 +59,9 @@ class ManagerConfig(BaseSettings):
     breaker_cooldown_s: float = Field(30.0, gt=0, description="how long an open circuit refuses "
                                       "before one probe")
     max_batch: int = Field(32, ge=1, description="sequences a worker decodes at once")
-    worker_threads: int = Field(1, ge=1, description="torch threads of each worker")
+    worker_threads: int = Field(0, ge=0, description="torch threads of each worker at most, "
+                                "one per 128 tokens of its forward (0: the cores shared out "
+                                "among the live workers, told anew as workers start and stop)")
     trainer_threads: int = Field(0, ge=0, description="torch threads of each trainer at most, "
                                  "one per 128 tokens of its step (0: the cores shared out "
                                  "among the jobs running at once, told anew as jobs start and "

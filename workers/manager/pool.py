@@ -45,6 +45,7 @@ class WorkerHandle:
     inflight: dict[str, str] = field(default_factory=dict)  # request id -> its model_key
     pending: list[W.Generate] = field(default_factory=list)  # waiting for Ready
     adapters: W.AdapterCache | None = None  # what it last said it holds
+    threads: int = 1  # its share of the cores as it last heard it (`worker_threads`)
 
 
 class NoCapacity(Exception):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 
@@ -50,6 +52,12 @@ class SpawnerProcess:
             if line.strip():
                 events.append(S.decode_event(line))
         return events
+
+    @staticmethod
+    def kill(pid: int) -> None:
+        """A worker or trainer it forked, at once (one that did not stop when told)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

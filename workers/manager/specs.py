@@ -15,7 +15,7 @@ def worker_spec(config: ManagerConfig, manager: str, handle: WorkerHandle) -> S.
     return S.WorkerSpec(
         key=handle.key, tenant=handle.tenant, base=config.model, executor=config.executor,
         manager=manager, max_adapters=config.max_adapters, max_batch=config.max_batch,
-        threads=config.worker_threads, privacy=config.privacy, device=config.worker_device,
+        threads=handle.threads, privacy=config.privacy, device=config.worker_device,
         kv_budget_bytes=int(config.kv_budget_mb * 2**20),
         prefill_chunk_tokens=config.prefill_chunk_tokens,
         adapter_bytes=int(config.adapter_cache_mb * 2**20),

@@ -34,6 +34,7 @@ from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
 from workers.remote.layers import BaseWeightUnavailable
 from workers.remote.privacy import PrivacyConfig
+from workers.threads import step_threads
 from workers.training import checkpoint, gates
 from workers.training.allocator import give_back_large_frees
 from workers.training.control import ControlChannel
@@ -42,7 +43,6 @@ from workers.training.job_lock import JobLock
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
 from workers.training.methods import keep_for_backward, peft_config
 from workers.training.priority import yield_to_inference
-from workers.training.threads import step_threads
 
 log = logging.getLogger("workers.trainer")
 RECOMPUTED = ", layers recomputed in the backward"

@@ -8,29 +8,10 @@ from __future__ import annotations
 import threading
 import time
 
+from tests.workers.manager.stand_ins import Links, Spawner
 from wire import manager as W
 from workers.manager.broker import Manager
 from workers.manager.config import ManagerConfig
-
-
-class Links:
-    def __init__(self) -> None:
-        self.to_workers: list[tuple[str, W.Generate]] = []
-        self.replies: list[tuple[bytes, object]] = []
-
-    def to_worker(self, key: str, message: W.Generate) -> None:
-        self.to_workers.append((key, message))
-
-    def reply(self, gateway: bytes, message: object) -> None:
-        self.replies.append((gateway, message))
-
-
-class Spawner:
-    def __init__(self) -> None:
-        self.specs: list[object] = []
-
-    def spawn(self, spec: object) -> None:
-        self.specs.append(spec)
 
 
 def test_a_request_that_waited_for_its_worker_carries_when_the_gateway_received_it() -> None:

@@ -200,9 +200,9 @@ def test_a_trainer_steps_on_the_threads_the_manager_gave_it(executor_for, tmp_pa
     from transformers import AutoTokenizer
 
     from catalogue.resolve import resolve_model
+    from workers.threads import TOKENS_PER_THREAD
     from workers.training.control import ControlChannel
     from workers.training.runner import Trainer
-    from workers.training.threads import TOKENS_PER_THREAD
 
     manager, before, control = ManagerStandIn(tmp_path, ipc_dir), torch.get_num_threads(), None
     try:

@@ -1,0 +1,50 @@
+"""How many torch threads a worker's or a trainer's own compute runs on (attention, norms,
+adapters, KV cache; a trainer's backward and optimizer): its share of the cores (the worker
+manager's, `workers.manager.capacity.ThreadShare`), but no more than the tokens of the forward
+or step at hand keep busy. Under OpenMP's PASSIVE wait policy each op that runs on a second
+thread wakes it, which a small forward does not repay (a decode step of a few rows loses on a
+second thread), while a long prompt's prefill gains. One thread against two on a 2-core Xeon
+(bench/NOTES.md): a trainer alone, 1 x 64-token steps -5 %, 1 x 128 equal, 2 x 128 +7 %; a
+worker's prefill alone, 128 tokens 5 % slower on two, 512 15 % faster, 2,048 20-27 % faster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+TOKENS_PER_THREAD = 128
+
+
+def step_threads(share: int, tokens: int) -> int:
+    """Threads for a forward or step of `tokens` (a trainer's: at most a micro-batch's) out of
+    `share`."""
+    return max(1, min(share, tokens // TOKENS_PER_THREAD))
+
+
+class ForwardThreads:
+    """A worker's threads, set before each forward of its models (`attach`) by the forward's
+    tokens, out of the share the manager last told it (`share`): a decode step of a few rows
+    runs on one thread, a long prompt's prefill on up to the whole share."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Every forward of `model`'s decoder, however it is called (a peft model calls its base
+        model's `forward` directly; the decoder within is always called as a module)."""
+        decoder = getattr(model, "base_model", model)
+        decoder.register_forward_pre_hook(self._before, with_kwargs=True)
+
+    def _before(self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        tokens = kwargs.get("input_ids")
+        if tokens is None:
+            tokens = kwargs.get("inputs_embeds")  # prompt tuning's: its virtual tokens too
+        if tokens is None and args:
+            tokens = args[0]
+        count = tokens.shape[0] * tokens.shape[1] if tokens is not None and tokens.dim() > 1 \
+            else 1
+        threads = step_threads(self.share, count)
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
