@@ -20,24 +20,27 @@ def test_a_step_takes_a_thread_per_tokens_per_thread_up_to_its_share() -> None:
     assert step_threads(1, 4096) == 1
 
 
-def _watched(model: torch.nn.Module) -> list[int]:
-    """The threads each forward's first decoder layer ran on."""
+def _watched(base: torch.nn.Module) -> list[int]:
+    """The threads each forward's head ran on (inside the forward, after every layer)."""
     seen: list[int] = []
-    layer = model.get_base_model().model.layers[0] if hasattr(model, "get_base_model") \
-        else model.model.layers[0]
-    layer.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    base.get_output_embeddings().register_forward_pre_hook(
+        lambda *_: seen.append(torch.get_num_threads()))
     return seen
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
 @pytest.mark.parametrize("wrap", ["none", "lora", "prompt_tuning"])
-def test_a_workers_forwards_take_threads_by_their_tokens(wrap: str, threads_back) -> None:
-    base = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-llama")).eval()
+def test_a_workers_forwards_take_threads_by_their_tokens(name: str, wrap: str,
+                                                         threads_back) -> None:
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
     threads = ForwardThreads(share=3)
     threads.attach(base)  # as a worker attaches each base model it builds, before any adapter
-    model = base if wrap == "none" else get_peft_model(base, LoraConfig(
-        r=4, target_modules=["q_proj", "v_proj"]) if wrap == "lora" else PromptTuningConfig(
-        task_type=TaskType.CAUSAL_LM, num_virtual_tokens=64))
-    seen = _watched(model)
+    tuning = {"lora": LoraConfig(r=4, target_modules=["q_proj", "v_proj"] if name ==
+                                 "tiny-llama" else ["c_attn"]),
+              "prompt_tuning": PromptTuningConfig(task_type=TaskType.CAUSAL_LM,
+                                                  num_virtual_tokens=64)}
+    model = base if wrap == "none" else get_peft_model(base, tuning[wrap])
+    seen = _watched(base)
     torch.set_num_threads(3)
     with torch.no_grad():
         for rows, length in ((1, 256), (8, 1), (1, 640), (2, 128)):
