@@ -210,6 +210,7 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
             for engine in adapters.engines():
                 engine.abort(message.id)
         elif isinstance(message, W.WorkerThreads):
+            log.info("forwards on %d threads at most from now on", message.threads)
             threads.share = message.threads
         elif isinstance(message, W.Unload):
             adapters.unload(message.model)
