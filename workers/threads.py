@@ -38,13 +38,10 @@ class ForwardThreads:
         decoder.register_forward_pre_hook(self._before, with_kwargs=True)
 
     def _before(self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        tokens = kwargs.get("input_ids")
-        if tokens is None:
-            tokens = kwargs.get("inputs_embeds")  # prompt tuning's: its virtual tokens too
-        if tokens is None and args:
-            tokens = args[0]
-        count = tokens.shape[0] * tokens.shape[1] if tokens is not None and tokens.dim() > 1 \
-            else 1
+        # ids, or embeddings (prompt tuning's, its virtual tokens in front of each row)
+        given = (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), *args[:1])
+        tokens = next((t for t in given if isinstance(t, torch.Tensor) and t.dim() > 1), None)
+        count = 1 if tokens is None else tokens.shape[0] * tokens.shape[1]
         threads = step_threads(self.share, count)
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)

@@ -97,11 +97,12 @@ class JobBudget:
 
 @dataclass(frozen=True)
 class ThreadShare:
-    """A trainer's torch threads: an operator's fixed count, else the cores shared out among the
-    jobs running at once. A trainer's own compute (attention, backward, optimizer) alternates
-    with the executor's calls for it, so a lone job may use every core between its calls; jobs
-    running together get a share each (as plain processes sharing the machine would), and as
-    jobs start and end the manager tells running trainers their new count."""
+    """A trainer's (or an inference worker's) torch threads: an operator's fixed count, else the
+    cores shared out among the jobs running at once (the live workers). A trainer's own compute
+    (attention, backward, optimizer) alternates with the executor's calls for it, so a lone job
+    may use every core between its calls; jobs running together get a share each (as plain
+    processes sharing the machine would), and as jobs start and end the manager tells running
+    trainers their new count (workers: `workers.manager.worker_threads`)."""
 
     cores: int
     fixed: int = 0  # `ManagerConfig.trainer_threads` (0: shared out)
