@@ -14,6 +14,7 @@ import pytest
 from tests.e2e.adapters import save_adapter
 from tests.e2e.conftest import MODEL, deploy, register
 from tests.e2e.test_faults import manager_status
+from wire.cores import host_cores
 
 pytestmark = pytest.mark.slow
 RESIDENCY_S = 2.0
@@ -52,6 +53,15 @@ def test_a_burst_waits_for_slots_and_never_evicts_a_young_worker(tmp_path) -> No
         assert ages and all(age >= RESIDENCY_S for age in ages), ages
         assert len(ages) <= elapsed / RESIDENCY_S + 1
         assert "worker beta " not in " ".join(re.findall(r"evicting .*", log))
+        # the live workers share the cores: the pinned one alone, then beside a second
+        cores = host_cores()
+        shares = [(int(n), int(t)) for n, t in re.findall(
+            r"(\d+) worker\(s\) live: each on (\d+) threads at most", log)]
+        assert shares[:2] == [(1, cores), (2, max(1, cores // 2))], shares
+        assert all(t == max(1, cores // n) for n, t in shares)
+        told = {int(t) for t in re.findall(r"forwards on (\d+) threads at most from now on",
+                                           log)}
+        assert (told == set()) if cores == 1 else (max(1, cores // 2) in told), told
     finally:
         deployment.stack.stop()
 
