@@ -49,17 +49,29 @@ class ChunkBudget:
     def __init__(self, fixed: int = 0) -> None:
         self.fixed = fixed
         self.decode_s = 0.0  # a decode step of the running sequences
-        self.token_s = 0.0  # a prompt token, beyond a forward's fixed part
+        self.token_costs: dict[int, float] = {}  # a prompt token beyond a forward's fixed part,
+        # by the threads its forward ran on (a long prompt's whole prefill runs on more threads
+        # than a chunk step: `workers.threads`)
+
+    @property
+    def token_s(self) -> float:
+        """A prompt token's cost on the fewest threads measured (the highest): a chunk is sized
+        before its step's threads are known, and a cost measured on more (a long prompt's whole
+        prefill) would size it too large for a step on fewer."""
+        return self.token_costs[min(self.token_costs)] if self.token_costs else 0.0
 
     def observe_decode(self, seconds: float) -> None:
         self.decode_s = _smoothed(self.decode_s, seconds)
 
-    def observe_prefill(self, seconds: float, tokens: int) -> None:
-        """A prefill forward of `tokens` prompt tokens; one of fewer than LEARN_TOKENS, or that
-        took less than two decode steps, says too little about its tokens against its fixed
-        part (a prefill's own is more than a decode step's)."""
+    def observe_prefill(self, seconds: float, tokens: int, threads: int = 0) -> None:
+        """A prefill forward of `tokens` prompt tokens on `threads` (0: torch's now, which the
+        forward just ran on); one of fewer than LEARN_TOKENS, or that took less than two decode
+        steps, says too little about its tokens against its fixed part (a prefill's own is more
+        than a decode step's)."""
         if tokens >= LEARN_TOKENS and self.decode_s and seconds > 2 * self.decode_s:
-            self.token_s = _smoothed(self.token_s, (seconds - self.decode_s) / tokens)
+            threads = threads or torch.get_num_threads()
+            self.token_costs[threads] = _smoothed(self.token_costs.get(threads, 0.0),
+                                                  (seconds - self.decode_s) / tokens)
 
     def tokens(self, inter_token_us: int = 0, packed: bool = False) -> int:
         """A step's prompt tokens beside running sequences whose tightest inter-token target is

@@ -228,6 +228,22 @@ def test_a_chunk_costs_amortized_decode_steps_or_what_a_target_leaves() -> None:
     assert ChunkBudget(fixed=7).tokens() == 7
 
 
+def test_a_chunk_is_sized_by_a_tokens_cost_on_the_fewest_threads_measured(threads_back) -> None:
+    """A long prompt's whole prefill runs on more threads than a chunk step may get
+    (`workers.threads`): its cheaper tokens size no chunk while a cost on fewer is known."""
+    budget = ChunkBudget()
+    budget.observe_decode(0.010)
+    budget.observe_prefill(0.060, 100, threads=2)  # 0.5 ms a token on two threads
+    assert budget.tokens() == 60  # nothing measured on fewer
+    budget.observe_prefill(0.110, 100, threads=1)  # 1 ms a token on one
+    budget.observe_prefill(0.030, 100, threads=4)
+    assert budget.token_costs == pytest.approx({1: 0.001, 2: 0.0005, 4: 0.0002})
+    assert budget.tokens() == 30
+    torch.set_num_threads(1)  # by default, the threads the forward just ran on
+    budget.observe_prefill(0.210, 100)  # a quarter of the way to 2 ms
+    assert budget.token_costs[1] == pytest.approx(0.00125) and budget.tokens() == 24
+
+
 def test_a_steps_chunks_go_first_come_first_within_the_budget() -> None:
     chunker = Chunker()
     chunker.budget.observe_decode(0.010)
