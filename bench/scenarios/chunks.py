@@ -9,7 +9,9 @@ its own beside it (the engine before packed steps). Each side's warm-up
 serves one long prompt, so that the window sees a worker that has run a while: its process has
 held a joined batch's cache before (`workers.inference.memory`).
 Plain generate() has no continuous batching to compare with: an arrival there waits for the
-running sequences to end.
+running sequences to end. A prompt of that length alone, though, compares with one peft
+process's forward over it: ours on a lone worker's share of the cores, plain on the run's
+threads.
 
 Rows of mixed lengths decoding together (16): one prompt of 1,024 tokens and 7 of 64 arrive
 together and decode 64 tokens each, through one worker's engine with each row attending from its
@@ -39,9 +41,15 @@ def long_prompts(settings: Settings) -> list[Record]:
     chunked = run_ours(settings, [shape])
     whole = run_ours(settings, [{**shape, "chunk_tokens": WHOLE}])
     separate = run_ours(settings, [{**shape, "separate_forwards": True}])
+    alone = {"kind": "prefill", "method": "lora", "rank": 8, "length": shape["prompt"],
+             "duration": settings.duration, "warmup": shape["warmup"]}
+    ours_alone, plain_alone = run_ours(settings, [alone]), run_plain(settings, [alone])
     name = f"15 prompts of {shape['prompt']} tokens beside 4 running sequences"
     versus = "prefilled a chunk a step vs whole"
     return [
+        Record(f"15 a prompt of {shape['prompt']} tokens alone", "prefill forward, median, "
+               "ours vs one peft process", ours_alone.latency_ms(0.5), plain_alone.latency_ms(0.5),
+               "ms", higher_is_better=False),
         Record(name, f"gap between a running sequence's tokens, median, {versus}",
                chunked.latency_ms(0.5), whole.latency_ms(0.5), "ms", higher_is_better=False),
         Record(name, f"gap between a running sequence's tokens, p99, {versus}",
