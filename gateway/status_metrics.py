@@ -51,6 +51,12 @@ def manager_families(status: W.StatusReply) -> Iterator[Metric]:
                                   value=value)
     yield GaugeMetricFamily("symbiosis_executor_up", "Whether the executor answers",
                             value=int(status.executor_ok))
+    threads = GaugeMetricFamily("symbiosis_worker_threads", "A worker's share of the cores "
+                                "(torch threads at most), as it was last told", labels=["worker"])
+    for worker in status.workers:
+        if worker.threads:
+            threads.add_metric([worker.key], worker.threads)
+    yield threads
     yield from adapter_families(status.workers)
 
 

@@ -193,6 +193,7 @@ class WorkerInfo(msgspec.Struct, array_like=True):
     idle_s: float
     pinned: bool
     adapters: AdapterCache | None = None  # its last report
+    threads: int = 0  # its share of the cores as it last heard it (0: not known)
 
 
 class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):

@@ -31,7 +31,7 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
     stats.record_hold(0.25)
     workers = [W.WorkerInfo("a", "a", ["m"], 1, "ready", 0, 1.0, False,
-                            W.AdapterCache("a", 3, 4096, 5, 2)),
+                            W.AdapterCache("a", 3, 4096, 5, 2), threads=2),
                W.WorkerInfo("b", "b", ["m"], 2, "starting", 0, 0.0, False)]
     status = W.StatusReply(workers, True, {"worker_starts": 3}, stats.snapshot())
     got = samples(Metrics().render(status, {"queued": 2, "running": 1}).decode())
@@ -64,6 +64,8 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
             got[("symbiosis_worker_adapter_loads_total", worker)],
             got[("symbiosis_worker_adapters_let_go_total", worker)]) == (3, 4096, 5, 2)
     assert ("symbiosis_worker_resident_adapters", (("worker", "b"),)) not in got  # no report
+    assert got[("symbiosis_worker_threads", worker)] == 2
+    assert ("symbiosis_worker_threads", (("worker", "b"),)) not in got  # not known
     assert got[("symbiosis_jobs", (("status", "queued"),))] == 2
 
 

@@ -188,7 +188,7 @@ class Manager:
         now = time.monotonic()
         workers = [W.WorkerInfo(h.key, h.tenant, sorted(h.models), h.pid, h.state,
                                 len(h.inflight), now - h.last_used, self.pool.is_pinned(h.key),
-                                h.adapters)
+                                h.adapters, h.threads)
                    for h in self.pool.workers.values()]
         return W.StatusReply(workers, self.probe.alive, dict(self.pool.counters),
                              self.probe.figures if self.probe.alive else None)

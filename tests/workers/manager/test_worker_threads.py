@@ -70,6 +70,8 @@ def test_workers_share_the_cores_as_they_start_and_stop(manager, caplog) -> None
     assert _told(m) == [(acme, 2), (gamma, 2)]
     m.threads.tell()  # nothing changed: nothing sent
     assert _told(m) == []
+    assert {w.key: (w.state, w.threads) for w in m._status().workers} == {
+        acme: ("ready", 2), beta: ("stopping", 1), gamma: ("ready", 2)}  # as /metrics shows
     assert [r.getMessage() for r in caplog.records if "worker(s) live" in r.getMessage()] == [
         f"{n} worker(s) live: each on {t} threads at most" for n, t in
         ((1, 4), (2, 2), (3, 1), (2, 2))]
