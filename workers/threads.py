@@ -10,10 +10,12 @@ worker's prefill alone, 128 tokens 5 % slower on two, 512 15 % faster, 2,048 20-
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
+log = logging.getLogger("workers.threads")
 TOKENS_PER_THREAD = 128
 
 
@@ -21,6 +23,13 @@ def step_threads(share: int, tokens: int) -> int:
     """Threads for a forward or step of `tokens` (a trainer's: at most a micro-batch's) out of
     `share`."""
     return max(1, min(share, tokens // TOKENS_PER_THREAD))
+
+
+def use_threads(threads: int) -> None:
+    """torch's threads in this process from now on (set only when they change)."""
+    if threads != torch.get_num_threads():
+        log.debug("threads %d -> %d", torch.get_num_threads(), threads)
+        torch.set_num_threads(threads)
 
 
 class ForwardThreads:
@@ -42,6 +51,4 @@ class ForwardThreads:
         given = (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), *args[:1])
         tokens = next((t for t in given if isinstance(t, torch.Tensor) and t.dim() > 1), None)
         count = 1 if tokens is None else tokens.shape[0] * tokens.shape[1]
-        threads = step_threads(self.share, count)
-        if threads != torch.get_num_threads():
-            torch.set_num_threads(threads)
+        use_threads(step_threads(self.share, count))

@@ -105,7 +105,7 @@ class ThreadShare:
     trainers their new count (workers: `workers.manager.worker_threads`)."""
 
     cores: int
-    fixed: int = 0  # `ManagerConfig.trainer_threads` (0: shared out)
+    fixed: int = 0  # `ManagerConfig.trainer_threads` or `.worker_threads` (0: shared out)
 
     def of(self, running: int) -> int:
         return self.fixed or max(1, self.cores // max(1, running))

@@ -29,13 +29,9 @@ class WorkerThreads:
         """Workers starting or ready (one about to be spawned is in the pool already)."""
         return sum(h.state != "stopping" for h in self.pool.workers.values())
 
-    def now(self) -> int:
-        return self.share.of(self.live())
-
-    def spawning(self, handle: WorkerHandle) -> int:
-        """The threads a worker is spawned with: its share now."""
-        handle.threads = self.now()
-        return handle.threads
+    def spawning(self, handle: WorkerHandle) -> None:
+        """The threads a worker is spawned with (`WorkerSpec.threads`): its share now."""
+        handle.threads = self.share.of(self.live())
 
     def tell(self) -> None:
         """Tell each ready worker its share where it has changed since it last heard."""

@@ -34,7 +34,7 @@ from workers.remote.build import remote_model
 from workers.remote.handle import ExecutorUnavailable
 from workers.remote.layers import BaseWeightUnavailable
 from workers.remote.privacy import PrivacyConfig
-from workers.threads import step_threads
+from workers.threads import step_threads, use_threads
 from workers.training import checkpoint, gates
 from workers.training.allocator import give_back_large_frees
 from workers.training.control import ControlChannel
@@ -213,10 +213,7 @@ class Trainer:
     def _use_threads(self, step: list[Example], hp: Hyperparameters) -> None:
         """Its share of the cores (told as jobs start and end), as many as the step keeps busy."""
         tokens = min(sum(len(e.ids) for e in step), hp.micro_batch_tokens)
-        threads = step_threads(self.control.threads or self.config.threads, tokens)
-        if threads != torch.get_num_threads():
-            log.debug("job %s: threads %d -> %d", self.job.id, torch.get_num_threads(), threads)
-            torch.set_num_threads(threads)
+        use_threads(step_threads(self.control.threads or self.config.threads, tokens))
 
     def _save(self, model, optimizer, scheduler, progress) -> None:
         checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
