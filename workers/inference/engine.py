@@ -52,9 +52,7 @@ class InferenceEngine:
         self.tail = tail_of(self.decode_model)  # the same modules whichever model runs them
         self.by_rows = install(self.decode_model)  # decode by runs of rows: row_attention.py
         self.packs = pack and self.by_rows  # prompts in the rows' decode forward: packed.py
-        self.tokenizer = tokenizer
-        self.max_context = max_context
-        self.eos_ids = eos_ids
+        self.tokenizer, self.max_context, self.eos_ids = tokenizer, max_context, eos_ids
         self.max_batch = max_batch
         self.vocab_size = int(model.config.vocab_size)
         self.device = model.device
@@ -150,13 +148,14 @@ class InferenceEngine:
         except ExecutorUnavailable:
             self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
             raise
-        began = time.perf_counter()
+        began, threads = time.perf_counter(), 0
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
                 events += self._decode(batch, packed if batch is self.resident else [])
+                threads = threads or torch.get_num_threads()  # the forward the chunks were in
         if packed:  # the step's time: a decode step's and the chunks' tokens'
             self.chunks.budget.observe_prefill(time.perf_counter() - began,
-                                               sum(take for _, take in packed))
+                                               sum(take for _, take in packed), threads)
         elif running:
             self.chunks.budget.observe_decode(time.perf_counter() - began)
         return events
