@@ -148,7 +148,7 @@ class InferenceEngine:
         except ExecutorUnavailable:
             self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
             raise
-        began, threads = time.perf_counter(), 0
+        began, threads, tried = time.perf_counter(), 0, bool(packed)
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
                 events += self._decode(batch, packed if batch is self.resident else [])
@@ -156,7 +156,7 @@ class InferenceEngine:
         if packed:  # the step's time: a decode step's and the chunks' tokens'
             self.chunks.budget.observe_prefill(time.perf_counter() - began,
                                                sum(take for _, take in packed), threads)
-        elif running:
+        elif running and not tried:  # a packed step that failed is neither step's cost
             self.chunks.budget.observe_decode(time.perf_counter() - began)
         return events
 
@@ -247,7 +247,7 @@ class InferenceEngine:
     def _decode(self, batch: BatchCache, packed: list[tuple[Partial, int]]) -> list[W.Message]:
         """A decode step of the batch's rows, with the chunks `packed` in its forward (a
         prompt all in joins the rows); where that forward fails, each chunk goes alone first
-        (a failure then stays its request's)."""
+        (a failure then stays its request's), `packed` emptied: its time is no chunk's cost."""
         groups = plan(batch.starts, self.call_positions) if self.by_rows else ()
         greedy = [argmax_only(s.request.params, s.counts, s.allows_eos(), self.eos_ids,
                               s.matcher is not None) for s in batch.sequences]
@@ -261,7 +261,8 @@ class InferenceEngine:
             if not packed:
                 raise
             log.exception("a decode step with %d chunks failed: each goes alone", len(packed))
-            return self._prefill_chunks(packed) + self._decode(batch, [])
+            alone, packed[:] = packed[:], []
+            return self._prefill_chunks(alone) + self._decode(batch, [])
         best = chosen.ids or (greedy_choices(logits).tolist() if any(greedy) else [])
         events = [self._accept(seq, Choice(best[row]) if greedy[row]
                                else self._choose(seq, logits[row]))

@@ -26,7 +26,6 @@ from workers.inference.packed import Segment, packs, step_forward
 from workers.inference.request import Request
 from workers.inference.row_attention import install, plan
 from workers.inference.rows import RowAdapters
-from workers.threads import ForwardThreads
 
 GREEDY = W.SamplingParams(max_tokens=12, temperature=0)
 
@@ -264,34 +263,3 @@ def test_rows_of_several_adapters_pack_unless_an_adapter_wraps_the_head() -> Non
         running[0].request = Request("row", [], GREEDY, adapter="default")
         assert packs(Request("long", [], GREEDY, adapter="default"), running, rows)
         assert not packs(Request("long", [], GREEDY, adapter="default"), [], rows)
-
-
-def test_a_packed_steps_cost_is_learned_on_its_own_forwards_threads(threads_back) -> None:
-    """Rows beyond a KV budget decode offloaded, in a forward of their own after the packed
-    one, each on the threads its tokens keep busy (`workers.threads`, a share of 2): a chunk of
-    256 tokens beside a resident row on 2, the offloaded row's token on 1. The chunk's cost is
-    learned under the packed forward's threads, not the last forward's."""
-    _, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
-    ForwardThreads(2).attach(ours.get_base_model())  # as the worker's models (worker.py)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
-    probe = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
-    engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=(), chunk_tokens=256,
-                             kv_budget_bytes=150 * probe.kv_token_bytes)
-    learned, observe = [], engine.chunks.budget.observe_prefill
-
-    def recorded(seconds: float, tokens: int, threads: int = 0) -> None:
-        learned.append((tokens, threads or torch.get_num_threads()))
-        observe(seconds, tokens, threads)
-
-    engine.chunks.budget.observe_prefill = recorded
-    engine.add(Request("resident", prompt(40), W.SamplingParams(max_tokens=30, temperature=0)))
-    engine.step()
-    engine.add(Request("offloaded", prompt(3, seed=1), GREEDY))
-    engine.step()
-    assert len(engine.resident.sequences) == len(engine.offloaded.sequences) == 1
-    shapes = input_shapes(engine.decode_model)
-    engine.add(Request("long", prompt(300, seed=2), GREEDY))
-    learned.clear()
-    engine.step()
-    assert shapes == [(1, 1 + 256), (1, 1)]  # the packed forward, then the offloaded row's
-    assert learned == [(256, 2)]
