@@ -19,8 +19,8 @@ from workers.threads import ForwardThreads
 
 
 def recording(engine: InferenceEngine) -> tuple[list, list]:
-    """(tokens, whether threads were given) of each prefill cost the engine's chunk budget
-    learns from now on, and the seconds of each decode step's."""
+    """(tokens, the threads it is learned under) of each prefill cost the engine's chunk
+    budget learns from now on, and the seconds of each decode step's."""
     budget, prefills, decodes = engine.chunks.budget, [], []
     observe_prefill, observe_decode = budget.observe_prefill, budget.observe_decode
 
