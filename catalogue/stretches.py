@@ -2,7 +2,9 @@
 runs stretches, and by workers, which call them): the layers and, inside each, the output
 projection, the post-attention norm, the MLP, the input norm and the q/k/v projections; after
 the last layer, the final norm and the output head; before the first, the token embedding where
-the first layer's input norm takes it as it is (the lead: `executor.stretches.Lead`)."""
+the first layer's input norm takes it as it is (the lead: `executor.stretches.Lead`). Each of
+these architectures returns the head's output as its logits, nothing done to them after (no
+soft-capping, no scaling): the head's loss (`executor.loss`) relies on that."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_model(config.model)
     registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,
                                   fuse=config.fuse, stretch=config.stretch,
-                                  huge_pages=config.huge_pages)
+                                  head_loss=config.head_loss, huge_pages=config.huge_pages)
     server = ExecutorServer(registry, config)
     stop = StopSignal()
     server.start()

@@ -57,6 +57,8 @@ class ExecutorConfig(BaseSettings):
                        "as one matmul")
     stretch: bool = Field(True, description="offer stretches: a decoder layer's frozen part as "
                           "one call")
+    head_loss: bool = Field(True, description="offer the output head's loss for training as one "
+                            "call (the logits stay in the executor)")
     huge_pages: bool = Field(True, description="keep the weights on 2 MiB pages where Linux "
                              "allows (transparent_hugepage: always or madvise): a decode step "
                              "reads every weight once, and on 4 KiB pages pays a page walk for "

@@ -90,7 +90,8 @@ def run(config: ExecutorConfig) -> int:
                                 timeout=timedelta(seconds=config.shard_timeout_s))
         path = resolve_model(config.model)
         registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device="cpu",
-                                      fuse=False, stretch=False, huge_pages=config.huge_pages)
+                                      fuse=False, stretch=False, head_loss=False,
+                                      huge_pages=config.huge_pages)
         shards = shard_registry(registry, config.rank, config.shards, device, config.huge_pages)
         held = sum(s.weight.numel() * s.weight.element_size() for s in shards)
         log.info("rank %d of %d holds %.1f MiB of weights on %s", config.rank, config.shards,

@@ -1,4 +1,5 @@
-"""The frozen base layers, by stable layer id, and the three operations the executor runs on them.
+"""The frozen base layers, by stable layer id, and the three operations the executor runs on them
+(and the virtual layers built of them: stretches, the lead, greedy steps, the head's loss).
 
 Loading keeps every frozen weight-bearing layer (nn.Linear, transformers Conv1D, nn.Embedding,
 lm_head; tied weights once) and frees the rest of the model. Linear layers that receive the same
@@ -20,7 +21,8 @@ from transformers import AutoModelForCausalLM
 from transformers.pytorch_utils import Conv1D
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
-from executor import pages, stretches
+from catalogue.stretches import RECIPES
+from executor import loss, pages, stretches
 from executor.columns import Columns
 from executor.kernels import linear
 from wire.call.messages import LayerKind, LayerSpec, Op
@@ -32,14 +34,14 @@ class BaseLayer:
     weight: torch.Tensor  # linear: [out, in] (a transposed view for Conv1D); embedding: table
     bias: torch.Tensor | None = None
     embedding: nn.Module | None = None  # run as is: some models scale inside the embedding
-    stretch: stretches.Stretch | stretches.Lead | stretches.Greedy | None = None
+    stretch: stretches.Stretch | stretches.Lead | stretches.Greedy | loss.HeadLoss | None = None
 
 
 class UnsupportedOp(ValueError):
     pass
 
 
-FORWARD_ONLY = (LayerKind.LEAD, LayerKind.GREEDY)
+FORWARD_ONLY = (LayerKind.LEAD, LayerKind.GREEDY, LayerKind.LOSS)
 
 
 class LayerRegistry:
@@ -56,7 +58,7 @@ class LayerRegistry:
     @classmethod
     def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
              device: str = "cpu", fuse: bool = True, stretch: bool = True,
-             huge_pages: bool = True) -> LayerRegistry:
+             head_loss: bool = True, huge_pages: bool = True) -> LayerRegistry:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         model.eval()
         groups = trace_shared_inputs(model) if fuse else []
@@ -64,14 +66,14 @@ class LayerRegistry:
         if device == "cpu":
             _own_memory(model, huge_pages)
         registry = cls.from_model(model, groups, model_name=Path(path).name, stretch=stretch,
-                                  huge_pages=huge_pages)
+                                  head_loss=head_loss, huge_pages=huge_pages)
         del model
         gc.collect()
         return registry
 
     @classmethod
     def from_model(cls, model: nn.Module, groups: list[list[str]], *,
-                   model_name: str, stretch: bool = False,
+                   model_name: str, stretch: bool = False, head_loss: bool = False,
                    huge_pages: bool = False) -> LayerRegistry:
         layers: list[BaseLayer] = []
         dtype = next(model.parameters()).dtype
@@ -103,6 +105,11 @@ class LayerRegistry:
                        if layer.spec.kind == LayerKind.EMBEDDING}
             for spec, layer in stretches.build(model, by_name, fused, len(layers), lookups):
                 layers.append(BaseLayer(spec, by_name[spec.members[0]].weight, stretch=layer))
+        recipe = RECIPES.get(getattr(model.config, "model_type", ""))
+        if head_loss and recipe is not None and recipe.head in by_name:
+            layer = by_name[recipe.head]
+            spec, op = loss.build(len(layers), layer.spec, layer.weight, layer.bias)
+            layers.append(BaseLayer(spec, layer.weight, stretch=op))
         return cls(layers, model_name, dtype)
 
     def get(self, index: int) -> BaseLayer:

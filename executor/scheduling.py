@@ -4,6 +4,7 @@ latency targets, the policy, and each layer's work per row (the scheduler's cost
 from __future__ import annotations
 
 from executor.config import ExecutorConfig
+from executor.loss import HeadLoss
 from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
@@ -17,7 +18,9 @@ def macs_per_row(registry: LayerRegistry) -> list[int]:
     work = []
     for layer in registry.layers:
         spec = layer.spec
-        if layer.stretch is not None:
+        if isinstance(layer.stretch, HeadLoss):
+            work.append(layer.stretch.macs_per_row)
+        elif layer.stretch is not None:
             work.append(stretch_macs(layer.stretch))
         elif spec.kind == P.LayerKind.EMBEDDING:
             work.append(spec.out_features)

@@ -46,7 +46,7 @@ class CallTable:
             if s.kind in (P.LayerKind.EMBEDDING, P.LayerKind.LEAD):
                 self.layers.append(LayerShape(s.name, s.in_features,
                                               {P.Op.FORWARD: (0, s.out_features)}))
-            elif s.kind == P.LayerKind.GREEDY:
+            elif s.kind in (P.LayerKind.GREEDY, P.LayerKind.LOSS):
                 self.layers.append(LayerShape(s.name, 0, {
                     P.Op.FORWARD: (s.in_features, s.out_features)}))
             elif s.kind == P.LayerKind.STRETCH:  # backward: [inputs | residual output |

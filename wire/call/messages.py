@@ -15,11 +15,12 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 11  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 12  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
 # 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy;
 # 9: a stretch's backward takes its forward's residual output too; 10: calls carry their
-# tenants' latency targets; 11: the welcome names the executor's own targets
+# tenants' latency targets; 11: the welcome names the executor's own targets; 12: the head's
+# loss
 
 
 TARGET_MAX_US = 2**32 - 1  # a target travels as an unsigned 32-bit count of microseconds
@@ -81,6 +82,9 @@ class LayerKind(enum.IntEnum):
     #          ids as an embedding's (in_features: the table's rows)
     GREEDY = 5  # the last stretch through the head, then the lead of each row's greedy choice:
     #            [tail's output | the choice (wire.call.digits) | the lead's]: forward only
+    LOSS = 6  # the output head's token loss for training: [hidden | the label as digits] ->
+    #          [loss | its remainder | right | the hidden's gradient]: forward only
+    #          (executor.loss)
 
 
 class ErrorCode(enum.StrEnum):

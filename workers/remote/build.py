@@ -23,6 +23,7 @@ from workers.remote.client import ExecutorClient
 from workers.remote.fusion import FusedGroup
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteConv1D, RemoteEmbedding, RemoteLayer, RemoteLinear
+from workers.remote.loss import enable_head_loss
 from workers.remote.mapped import MappedCheckpoint
 from workers.remote.privacy import PrivacyConfig, PrivateExecutor, WeightSource, local_modules
 from workers.remote.stretch import enable_stretches
@@ -65,6 +66,8 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
         fuse_groups(net, handle)
     if stretch and not privacy:  # a stretch is not linear: privacy's masking cannot cover it
         enable_stretches(net, handle, dtype, train_stretch_rows)
+    if not privacy:  # the labels would reach the executor
+        enable_head_loss(net, handle)
     materialize_local(net, path, dtype, torch.device(device))
     if privacy:
         handle.warm(called_layers(net))

@@ -159,7 +159,7 @@ def _limit(given: float | None, configured_us: float) -> float:
 
 
 def _widths(spec: LayerSpec) -> dict[int, int]:
-    if spec.kind in (LayerKind.EMBEDDING, LayerKind.LEAD, LayerKind.GREEDY):
+    if spec.kind in (LayerKind.EMBEDDING, LayerKind.LEAD, LayerKind.GREEDY, LayerKind.LOSS):
         return {Op.FORWARD: spec.out_features}
     if spec.kind == LayerKind.STRETCH:
         return {Op.FORWARD: spec.out_features, Op.BACKWARD: spec.in_features}

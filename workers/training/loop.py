@@ -7,6 +7,7 @@ equal those of the batch in one piece.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from transformers import get_linear_schedule_with_warmup
 
 from wire.jobs import JobSpec
+from workers.remote.loss import head_loss
 from workers.training.data import IGNORE, Example, collate
 
 
@@ -63,10 +65,16 @@ def micro_batches(examples: list[Example], max_tokens: int) -> list[list[Example
 
 
 def _losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]):
+    """(the token losses' sum, the labels trained, the right answers): through the executor's
+    head loss where the model has one (`workers.remote.loss`), else from the logits."""
     batch = {name: t.to(model.device) for name, t in batch.items()}
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    fused = head_loss(model)
+    with fused.passing() if fused is not None else contextlib.nullcontext():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     length = batch["input_ids"].shape[1]
     logits = out.logits[:, -length:, :]  # prompt tuning prepends virtual tokens
+    if fused is not None:  # the "logits" are the final hidden states
+        return fused(logits[:, :-1, :], batch["labels"][:, 1:])
     logits, labels = logits[:, :-1, :].float(), batch["labels"][:, 1:]
     token_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                  ignore_index=IGNORE, reduction="sum")

@@ -1,0 +1,87 @@
+"""The head's loss: the output head, the token loss, its accuracy and its gradient, in one call.
+
+A trainer whose output head is frozen and untouched by adapters needs the logits only for the
+loss and for their gradient: it sends `<head>+loss` its final hidden states with each row's
+label (base-256 digits, `wire.call.digits`) and gets back, per row, the token loss (as a sum of
+two parts, exact in bfloat16 to ~16 bits), whether the head's greedy choice is the label, and
+the loss's gradient for the hidden states. Neither the logits nor their gradient cross the link
+or live in the trainer: a 50k vocabulary's logits are 200 KB a row in float32, twice over with
+the log-probabilities a loss keeps. A row whose label is outside the vocabulary (the trainer's
+ignored positions) gives zeros.
+
+The same arithmetic as a trainer's over the logits the head call returns: the logits in the
+executor's dtype, then in float32 the log-sum-exp, the loss, softmax minus one-hot, and that
+gradient back in the executor's dtype through the head's weight. Rows go through in chunks
+(`CHUNK_BYTES` of float32 logits each), so a call of thousands of rows never holds its logits
+at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from executor.kernels import linear
+from wire.call.digits import DIGITS, greedy_choices
+from wire.call.messages import LayerKind, LayerSpec
+
+CHUNK_BYTES = 64 * 2**20
+PARTS = 3  # the loss's two parts, the right answer
+
+
+class HeadLoss:
+    """[rows, hidden + DIGITS] -> [rows, 3 + hidden]: [loss | its remainder | right | gradient]."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.vocabulary, self.hidden = weight.shape
+        self.chunk = max(1, CHUNK_BYTES // (4 * self.vocabulary))
+        self._places = torch.tensor([256 ** (DIGITS - 1 - i) for i in range(DIGITS)],
+                                    device=weight.device)
+
+    @property
+    def macs_per_row(self) -> int:  # the head forward and the gradient's product
+        return 2 * self.vocabulary * self.hidden
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = x.new_empty(x.shape[0], PARTS + self.hidden)
+        self.into(x, out)
+        return out
+
+    def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        labels = self.labels(x[:, self.hidden:])
+        for start in range(0, x.shape[0], self.chunk):
+            stop = min(start + self.chunk, x.shape[0])
+            self._rows(x[start:stop, :self.hidden], labels[start:stop], out[start:stop])
+
+    def labels(self, digits: torch.Tensor) -> torch.Tensor:
+        """Each row's label, -1 where it is outside the vocabulary (or the digits are not
+        digits: a client's bad input is ignored rows, never an index out of range)."""
+        d = digits.float()
+        whole = (d == d.floor()) & (d >= 0) & (d < 256)
+        ids = (d.clamp(0, 255).long() * self._places).sum(1)
+        return ids.where(whole.all(1) & (ids < self.vocabulary), -1)
+
+    def _rows(self, h: torch.Tensor, labels: torch.Tensor, out: torch.Tensor) -> None:
+        logits = linear(h, self.weight, self.bias).float()
+        valid = labels >= 0
+        safe = labels.clamp(min=0)
+        lse = torch.logsumexp(logits, dim=1)
+        loss = (lse - logits.gather(1, safe[:, None])[:, 0]).where(valid, 0.0)
+        right = (greedy_choices(logits).to(labels.device) == labels) & valid
+        grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' place
+        grad[torch.arange(len(safe), device=safe.device), safe] -= 1.0
+        grad.mul_(valid[:, None])
+        high = loss.to(out.dtype)
+        out[:, 0] = high
+        out[:, 1] = (loss - high.float()).to(out.dtype)
+        out[:, 2] = right.to(out.dtype)
+        torch.mm(grad.to(out.dtype), self.weight, out=out[:, PARTS:])
+
+
+def build(index: int, head: LayerSpec, weight: torch.Tensor,
+          bias: torch.Tensor | None) -> tuple[LayerSpec, HeadLoss]:
+    """`<head>+loss` for a head layer (its weight [vocabulary, hidden])."""
+    hidden = head.in_features
+    spec = LayerSpec(index, f"{head.name}+loss", LayerKind.LOSS, hidden + DIGITS,
+                     PARTS + hidden, False, members=(head.name,), splits=(2, 1, hidden))
+    return spec, HeadLoss(weight, bias)

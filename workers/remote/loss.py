@@ -1,0 +1,106 @@
+"""The head's loss on the trainer's side: the output head, the token loss and its gradient in one
+executor call (`executor.loss`), so that the logits never cross the link nor live here.
+
+`enable_head_loss` gives a model's remote output head a `HeadLoss` where the executor offers
+`<head>+loss` and the architecture returns the head's output as its logits
+(`catalogue.stretches`). A training step asks `head_loss(model)` per step: it answers only while
+autograd records (evaluation keeps the head's own call: no gradient to compute) and while the head
+is still the model's output layer as it is (an adapter that wraps the head, LoRA on `lm_head` or
+`modules_to_save`, keeps the logits path). Inside `passing()` the head hands its input through,
+so the model's "logits" are its final hidden states; `__call__` sends them with the labels and
+returns the summed token loss as one autograd node (its backward: the gradient the call brought,
+scaled), the count of trained labels and of right answers. Privacy mode never enables it: the
+labels would reach the executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from catalogue.stretches import RECIPES
+from wire.call.digits import DIGITS, as_digits
+from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
+from workers.remote.handle import ExecutorHandle
+from workers.remote.layers import RemoteLayer, remote_rows
+
+
+class HeadLoss:
+    """The model's `<head>+loss` call (`spec`) for its remote output head `head`."""
+
+    def __init__(self, model: nn.Module, head: RemoteLayer, spec: LayerSpec,
+                 handle: ExecutorHandle) -> None:
+        self.model, self.head, self.spec, self.handle = model, head, spec, handle
+        self.vocabulary = head.spec.out_features
+
+    def usable(self) -> bool:
+        return torch.is_grad_enabled() and self.model.get_output_embeddings() is self.head
+
+    @contextmanager
+    def passing(self) -> Iterator[None]:
+        """The head hands its input through: the model's logits are its final hidden states."""
+        self.head.stage.passthrough = True
+        try:
+            yield
+        finally:
+            self.head.stage.passthrough = False
+
+    def __call__(self, hidden: torch.Tensor, labels: torch.Tensor
+                 ) -> tuple[torch.Tensor, int, int]:
+        """hidden [..., width], labels [...] (negative: ignored) -> (the token losses' sum, as an
+        autograd node of `hidden`; the labels trained; the right answers)."""
+        trained = (labels >= 0) & (labels < self.vocabulary)
+        ids = labels.where(trained, self.vocabulary)
+        width = hidden.shape[-1]
+        x = hidden.new_empty(*hidden.shape[:-1], width + DIGITS)
+        x[..., :width] = hidden.detach()
+        x[..., width:] = as_digits(ids.reshape(-1).to(x.device), x.dtype).view(
+            *hidden.shape[:-1], DIGITS)
+        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, x.view(-1, width + DIGITS),
+                        CallKind.TRAINING, self.spec.out_features, x.dtype, fresh=False)
+        parts = y[:, :3].float()  # the loss, its remainder, right: read before the next call
+        grad = y[:, 3:].to(hidden.dtype, copy=True).reshape(hidden.shape)
+        loss = _LossFn.apply(hidden, parts[:, :2].sum(), grad)
+        return loss, int(trained.sum()), int(parts[:, 2].sum())
+
+
+class _LossFn(torch.autograd.Function):
+    """The loss the call computed, with the gradient it brought for `hidden`."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, total: torch.Tensor, grad: torch.Tensor):
+        ctx.grad = grad
+        return total.clone()
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        grad, ctx.grad = ctx.grad, None
+        return grad * grad_loss.to(grad.dtype), None, None
+
+
+def enable_head_loss(model: nn.Module, handle: ExecutorHandle) -> HeadLoss | None:
+    """Install the head's loss in `model` (call before adapters wrap it) where the executor
+    offers it for this model's head and the architecture leaves the logits as the head gives
+    them; None otherwise."""
+    recipe = RECIPES.get(getattr(model.config, "model_type", ""))
+    if recipe is None:
+        return None
+    head = model.get_output_embeddings()
+    specs = {s.name: s for s in handle.layers}
+    spec = specs.get(f"{recipe.head}+loss")
+    if not isinstance(head, RemoteLayer) or head is not model.get_submodule(recipe.head) \
+            or spec is None or spec.kind != LayerKind.LOSS \
+            or spec.in_features != head.spec.in_features + DIGITS:
+        return None
+    model.symbiosis_head_loss = HeadLoss(model, head, spec, handle)
+    return model.symbiosis_head_loss
+
+
+def head_loss(model: nn.Module) -> HeadLoss | None:
+    """The head's loss installed in `model` (or the model an adapter wraps), where a step may use
+    it now."""
+    loss = getattr(model, "symbiosis_head_loss", None)
+    return loss if loss is not None and loss.usable() else None
