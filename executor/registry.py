@@ -105,8 +105,8 @@ class LayerRegistry:
                        if layer.spec.kind == LayerKind.EMBEDDING}
             for spec, layer in stretches.build(model, by_name, fused, len(layers), lookups):
                 layers.append(BaseLayer(spec, by_name[spec.members[0]].weight, stretch=layer))
-        recipe = RECIPES.get(getattr(model.config, "model_type", ""))
-        if head_loss and recipe is not None and recipe.head in by_name:
+        recipe = RECIPES.get(getattr(model.config, "model_type", "")) if head_loss else None
+        if recipe is not None and recipe.head in by_name:
             layer = by_name[recipe.head]
             spec, op = loss.build(len(layers), layer.spec, layer.weight, layer.bias)
             layers.append(BaseLayer(spec, layer.weight, stretch=op))

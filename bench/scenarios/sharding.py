@@ -59,7 +59,7 @@ def sharded(settings: Settings) -> list[Record]:
     model = "tiny-llama" if settings.toy else SPEED_MODEL
     seconds = 2 if settings.toy else 10 if settings.quick else 30
     whole = ExecutorProcess(model, "opportunistic", 2, "float32",
-                            extra=("--no-fuse", "--no-stretch"))
+                            extra=("--no-fuse", "--no-stretch", "--no-head-loss"))
     try:
         whole_rate = _calls_per_s(whole.endpoint, seconds)
         whole_mib = float(WHOLE.search("".join(whole.log)).group(1))

@@ -34,7 +34,8 @@ def layer_inputs(spec: P.LayerSpec, op: P.Op, rows: int, seed: int) -> torch.Ten
 @pytest.mark.parametrize("model", MODELS)
 def test_every_layer_equals_the_unsharded_executor(model: str, shards: int,
                                                    executor_for) -> None:
-    whole = ExecutorClient(executor_for(model, no_fuse="", no_stretch="").endpoint, name="whole")
+    whole = ExecutorClient(executor_for(model, no_fuse="", no_stretch="", no_head_loss="").endpoint,
+                           name="whole")
     split = ExecutorClient(executor_for(model, shards=str(shards)).endpoint, name="split")
     try:
         assert [s.name for s in split.layers] == [s.name for s in whole.layers]

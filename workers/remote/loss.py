@@ -5,12 +5,12 @@ executor call (`executor.loss`), so that the logits never cross the link nor liv
 `<head>+loss` and the architecture returns the head's output as its logits
 (`catalogue.stretches`). A training step asks `head_loss(model)` per step: it answers only while
 autograd records (evaluation keeps the head's own call: no gradient to compute) and while the head
-is still the model's output layer as it is (an adapter that wraps the head, LoRA on `lm_head` or
-`modules_to_save`, keeps the logits path). Inside `passing()` the head hands its input through,
-so the model's "logits" are its final hidden states; `__call__` sends them with the labels and
-returns the summed token loss as one autograd node (its backward: the gradient the call brought,
-scaled), the count of trained labels and of right answers. Privacy mode never enables it: the
-labels would reach the executor.
+is still the model's output layer as it is (an adapter that wraps the head, as LoRA on `lm_head`
+does, keeps the logits path; `modules_to_save` cannot copy a remote head at all). Inside
+`passing()` the head hands its input through, so the model's "logits" are its final hidden
+states; `__call__` sends them with the labels and returns the summed token loss as one autograd
+node (its backward: the gradient the call brought, scaled), the count of trained labels and of
+right answers. Privacy mode never enables it: the labels would reach the executor.
 """
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""The head's loss op (`executor.loss`) against the model's own head, cross-entropy and autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+
+from catalogue.resolve import resolve_model
+from executor.registry import LayerRegistry, UnsupportedOp
+from executor.validation import CallRejected, CallTable
+from wire.call.digits import DIGITS, as_digits
+from wire.call.messages import LayerKind, Op
+
+
+def reference(model_name: str, hidden: torch.Tensor, labels: torch.Tensor):
+    """Per row: (loss, right, the loss's gradient for the row's hidden state), by the model's
+    own head, F.cross_entropy and autograd; ignored rows (label -100) give zeros."""
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
+    h = hidden.clone().requires_grad_(True)
+    logits = model.get_output_embeddings()(h).float()
+    losses = F.cross_entropy(logits, labels, ignore_index=-100, reduction="none")
+    losses.sum().backward()
+    right = (logits.argmax(1) == labels) & (labels >= 0)
+    return losses.detach(), right.float(), h.grad
+
+
+def labelled(hidden: torch.Tensor, labels: torch.Tensor, vocabulary: int) -> torch.Tensor:
+    ids = labels.where(labels >= 0, vocabulary)
+    return torch.cat([hidden, as_digits(ids, hidden.dtype)], dim=1)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])  # gpt2: the head tied to wte
+def test_the_loss_its_right_answers_and_gradient_equal_the_heads(name: str) -> None:
+    registry = LayerRegistry.load(resolve_model(name))
+    layer = registry.by_name["lm_head+loss"]
+    vocabulary = registry.by_name["lm_head"].spec.out_features
+    assert (layer.spec.kind, layer.spec.in_features, layer.spec.out_features) == (
+        LayerKind.LOSS, 64 + DIGITS, 3 + 64)
+    torch.manual_seed(0)
+    hidden = torch.randn(9, 64)
+    head = registry.by_name["lm_head"]
+    labels = torch.randint(0, vocabulary, (9,))
+    labels[:3] = registry.run(Op.FORWARD, head, hidden[:3]).argmax(1)  # three right answers
+    labels[4] = -100
+    losses, right, grad = reference(name, hidden, labels)
+    y = registry.run(Op.FORWARD, layer, labelled(hidden, labels, vocabulary))
+    assert y[:, 1].abs().max() == 0  # float32: the loss needs no remainder
+    torch.testing.assert_close(y[:, 0], losses)
+    assert y[:, 2].tolist() == right.tolist() and right.sum() == 3
+    torch.testing.assert_close(y[:, 3:], grad)
+    assert y[4].abs().max() == 0
+
+
+def test_rows_go_through_in_chunks_and_into_a_given_result() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    op = registry.by_name["lm_head+loss"].stretch
+    torch.manual_seed(1)
+    x = labelled(torch.randn(11, 64), torch.randint(0, 256, (11,)), 256)
+    whole = op(x)
+    op.chunk = 4  # 4 + 4 + 3 rows
+    out = torch.full_like(whole, float("nan"))
+    op.into(x, out)
+    torch.testing.assert_close(out, whole)
+
+
+def test_labels_that_are_not_digits_of_a_token_are_ignored_rows() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    layer = registry.by_name["lm_head+loss"]
+    vocabulary = registry.by_name["lm_head"].spec.out_features
+    torch.manual_seed(2)
+    x = labelled(torch.randn(7, 64), torch.full((7,), 5), vocabulary)
+    bad = [(0, 1, float("nan")), (1, 2, 256.0), (2, 0, -1.0), (3, 2, 0.5), (4, 1, float("inf"))]
+    for row, column, value in bad:
+        x[row, 64 + column] = value
+    x[5, 64:] = as_digits(torch.tensor([vocabulary]), x.dtype)[0]  # one past the vocabulary
+    y = registry.run(Op.FORWARD, layer, x)
+    assert y[:6].abs().max() == 0
+    assert y[6, 0] > 0 and y[6, 3:].abs().max() > 0  # the good row is computed
+    assert torch.isfinite(y).all()
+
+
+def test_in_bfloat16_the_remainder_carries_the_loss_past_bfloat16s_digits() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-qwen2"), dtype=torch.bfloat16)
+    layer, head = registry.by_name["lm_head+loss"], registry.by_name["lm_head"]
+    vocabulary = head.spec.out_features
+    torch.manual_seed(3)
+    hidden = torch.randn(16, 64).to(torch.bfloat16)
+    labels = torch.randint(0, vocabulary, (16,))
+    expected = F.cross_entropy(registry.run(Op.FORWARD, head, hidden).float(), labels,
+                               reduction="none")  # a trainer's: float32 over bfloat16 logits
+    y = registry.run(Op.FORWARD, layer, labelled(hidden, labels, vocabulary))
+    assert y.dtype == torch.bfloat16
+    high_only = (y[:, 0].float() - expected).abs().max()
+    both = (y[:, 0].float() + y[:, 1].float() - expected).abs().max()
+    assert high_only > 1e-3 and both < 1e-4 * expected.abs().max(), (high_only, both)
+
+
+def test_only_forward_and_only_where_the_logits_are_the_heads() -> None:
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    with pytest.raises(UnsupportedOp):
+        registry.run(Op.BACKWARD, registry.by_name["lm_head+loss"], torch.zeros(1, 67))
+    table = CallTable(registry.specs)
+    index = registry.by_name["lm_head+loss"].spec.index
+    assert table.width_out(1, index, Op.FORWARD, torch.float32, (5, 67)) == 67
+    for op, shape in ((Op.FORWARD, (5, 64)), (Op.BACKWARD, (5, 67))):
+        with pytest.raises(CallRejected):
+            table.width_out(1, index, op, torch.float32, shape)
+    for name in ("tiny-gemma2", "tiny-starcoder"):  # soft-capped logits; no recipe
+        assert not any(s.kind == LayerKind.LOSS for s in LayerRegistry.load(
+            resolve_model(name)).specs)
+    off = LayerRegistry.load(resolve_model("tiny-llama"), head_loss=False)
+    assert not any(s.kind == LayerKind.LOSS for s in off.specs)

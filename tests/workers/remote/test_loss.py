@@ -1,0 +1,85 @@
+"""A training step's loss through the executor's head loss (`workers.remote.loss`) against plain
+peft's logits and cross-entropy: the same loss, right answers and adapter gradients, and the head
+never called for logits; where the head is adapted, soft-capped or private, the logits path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from executor.local import LocalExecutor
+from tests.peft_reference import build_pair
+from workers.remote import remote_model
+from workers.remote.loss import head_loss
+from workers.training.data import IGNORE
+from workers.training.loop import _losses
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def labelled_batch(plain, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Two sequences of 9 tokens; some labels ignored, some the plain model's own choice (so
+    that right answers are counted), the rest the inputs."""
+    ids = torch.randint(3, 250, (2, 9), generator=torch.Generator().manual_seed(seed))
+    labels = ids.clone()
+    labels[0, :3] = IGNORE
+    with torch.no_grad():
+        chosen = plain(input_ids=ids).logits[:, -9:].argmax(-1)  # virtual tokens come first
+    labels[1, 2:6] = chosen[1, 1:5]
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def step(model, batch: dict[str, torch.Tensor]) -> tuple[float, int, int, dict]:
+    model.train()
+    loss, count, right = _losses(model, batch)
+    loss.backward()
+    grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()
+             if p.requires_grad}
+    return float(loss), count, right, grads
+
+
+def assert_equal_steps(plain, ours, batch: dict[str, torch.Tensor]) -> None:
+    theirs, mine = step(plain, batch), step(ours, {k: v.to(ours.device) for k, v in
+                                                     batch.items()})
+    assert mine[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert mine[1:3] == theirs[1:3] and theirs[1] == 14 and theirs[2] >= 4, (mine, theirs)
+    assert set(mine[3]) == set(theirs[3])
+    scale = max(g.abs().max().item() for g in theirs[3].values())
+    worst = max((mine[3][n] - theirs[3][n]).abs().max().item() for n in theirs[3])
+    assert scale > 1e-3 and worst < 1e-5 * scale, (worst, scale)
+
+
+@pytest.mark.parametrize(("name", "method"), [
+    ("tiny-llama", "lora"), ("tiny-gpt2", "ia3"), ("tiny-qwen2", "prompt_tuning"),
+    ("tiny-mistral", "prefix_tuning")])
+def test_a_step_through_the_head_loss_equals_peft(name: str, method: str) -> None:
+    called: list[str] = []
+    handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append(spec.name))
+    plain, ours = build_pair(name, method, handle)
+    batch = labelled_batch(plain)
+    assert head_loss(ours) is not None
+    assert_equal_steps(plain, ours, batch)
+    assert called.count("lm_head+loss") == 1 and "lm_head" not in called
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_head_loss_through_an_executor_process_equals_peft(client_on, device: str) -> None:
+    plain, ours = build_pair("tiny-llama", "lora", client_on(device, f"loss-{device}"),
+                             device=device)
+    assert head_loss(ours) is not None
+    assert_equal_steps(plain, ours, labelled_batch(plain, seed=1))
+
+
+def test_the_logits_path_stays_where_the_head_is_not_the_executors_alone() -> None:
+    handle = LocalExecutor.load("tiny-llama")
+    plain, ours = build_pair("tiny-llama", "lora_qv_head", handle)  # LoRA on the head
+    assert head_loss(ours) is None
+    assert_equal_steps(plain, ours, labelled_batch(plain))
+    unadapted = remote_model("tiny-llama", handle)
+    assert head_loss(unadapted) is not None
+    with torch.no_grad():  # evaluation: no gradient to compute, the head's own call
+        assert head_loss(unadapted) is None
+    assert getattr(remote_model("tiny-llama", handle, privacy=True), "symbiosis_head_loss",
+                   None) is None  # the labels would reach the executor
+    gemma = remote_model("tiny-gemma2", LocalExecutor.load("tiny-gemma2"))
+    assert getattr(gemma, "symbiosis_head_loss", None) is None  # soft-capped logits
