@@ -12,8 +12,8 @@ ignored positions) gives zeros.
 The same arithmetic as a trainer's over the logits the head call returns: the logits in the
 executor's dtype, then in float32 the log-sum-exp, the loss, softmax minus one-hot, and that
 gradient back in the executor's dtype through the head's weight. Rows go through in chunks
-(`CHUNK_BYTES` of float32 logits each), so a call of thousands of rows never holds its logits
-at once.
+(`CHUNK_BYTES` of float32 logits each on a CPU, `DEVICE_CHUNK_BYTES` on a GPU, whose matmuls
+want thousands of rows), so a call of thousands of rows never holds all its logits at once.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from wire.call.digits import DIGITS, greedy_choices
 from wire.call.messages import LayerKind, LayerSpec
 
 CHUNK_BYTES = 64 * 2**20
+DEVICE_CHUNK_BYTES = 2**30
 PARTS = 3  # the loss's two parts, the right answer
 
 
@@ -34,7 +35,8 @@ class HeadLoss:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.weight, self.bias = weight, bias
         self.vocabulary, self.hidden = weight.shape
-        self.chunk = max(1, CHUNK_BYTES // (4 * self.vocabulary))
+        room = CHUNK_BYTES if weight.device.type == "cpu" else DEVICE_CHUNK_BYTES
+        self.chunk = max(1, room // (4 * self.vocabulary))
         self._places = torch.tensor([256 ** (DIGITS - 1 - i) for i in range(DIGITS)],
                                     device=weight.device)
 
