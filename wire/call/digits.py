@@ -1,7 +1,7 @@
-"""Token ids inside a float result (the greedy choice a `LayerKind.GREEDY` call brings): base-256
-digits, most significant first, exact in any float dtype (bfloat16 holds the integers to 256);
-and the greedy choice itself, computed alike by the executor for that call and by a worker
-choosing its rows' next tokens."""
+"""Token ids inside float rows (the greedy choice a `LayerKind.GREEDY` call brings, the labels a
+`LayerKind.LOSS` call takes): base-256 digits, most significant first, exact in any float dtype
+(bfloat16 holds the integers to 256); and the greedy choice itself, computed alike by the
+executor for that call and by a worker choosing its rows' next tokens."""
 
 from __future__ import annotations
 
