@@ -62,9 +62,9 @@ class HeadLoss:
         y = remote_rows(self.handle, Op.FORWARD, self.spec.index, x.view(-1, width + DIGITS),
                         CallKind.TRAINING, self.spec.out_features, x.dtype, fresh=False)
         parts = y[:, :3].float()  # the loss, its remainder, right: read before the next call
+        total, right = parts[:, :2].sum(), int(parts[:, 2].sum())
         grad = y[:, 3:].to(hidden.dtype, copy=True).reshape(hidden.shape)
-        loss = _LossFn.apply(hidden, parts[:, :2].sum(), grad)
-        return loss, int(trained.sum()), int(parts[:, 2].sum())
+        return _LossFn.apply(hidden, total, grad), int(trained.sum()), right
 
 
 class _LossFn(torch.autograd.Function):
