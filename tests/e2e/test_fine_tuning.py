@@ -200,7 +200,8 @@ def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) ->
     acme, beta, gamma = ft.client("acme"), ft.client("beta"), ft.client("gamma")
     files = {c: c.files.create(file=("m.jsonl", memorization_file()), purpose="fine-tune").id
              for c in (acme, beta)}
-    jobs = [(acme, create(acme, files[acme], method="lora", suffix="c1", epochs=6)),
+    jobs = [(acme, create(acme, files[acme], method="lora", suffix="c1", epochs=6,
+                          target_modules=["q_proj", "v_proj", "lm_head"])),
             (acme, create(acme, files[acme], method="ia3", suffix="c2", epochs=6)),
             (beta, create(beta, files[beta], method="prefix_tuning", suffix="c3", epochs=6))]
     stop = threading.Event()
@@ -210,7 +211,10 @@ def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) ->
         while not stop.is_set():
             # one token a request: a decode step runs as stretches, which training calls never
             # share; what meets the jobs' calls is each request's own head call after its
-            # prompt (max_tokens=8: 2-3 mixed batches a run, none in 2 runs of 10; 1: 9 a run)
+            # prompt (max_tokens=8: 2-3 mixed batches a run, none in 2 runs of 10; 1: 9 a run),
+            # and the head is called in training only by a job whose adapter wraps it (c1's
+            # LoRA on lm_head): the others' head and loss are one call of its own
+            # (`workers.remote.loss`)
             chunks = list(gamma.chat.completions.create(
                 model=MODEL, stream=True, max_tokens=1,
                 messages=[{"role": "user", "content": "Keep talking."}]))
