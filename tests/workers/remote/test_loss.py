@@ -35,7 +35,7 @@ def step(model, batch: dict[str, torch.Tensor]) -> tuple[float, int, int, dict]:
     loss.backward()
     grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()
              if p.requires_grad}
-    return float(loss), count, right, grads
+    return float(loss.detach()), count, right, grads
 
 
 def assert_equal_steps(plain, ours, batch: dict[str, torch.Tensor]) -> None:
