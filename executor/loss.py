@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from executor.kernels import linear
-from wire.call.digits import DIGITS, greedy_choices
+from wire.call.digits import DIGITS, greedy_choices, ids_of
 from wire.call.messages import LayerKind, LayerSpec
 
 CHUNK_BYTES = 64 * 2**20
@@ -37,8 +37,6 @@ class HeadLoss:
         self.vocabulary, self.hidden = weight.shape
         room = CHUNK_BYTES if weight.device.type == "cpu" else DEVICE_CHUNK_BYTES
         self.chunk = max(1, room // (4 * self.vocabulary))
-        self._places = torch.tensor([256 ** (DIGITS - 1 - i) for i in range(DIGITS)],
-                                    device=weight.device)
 
     @property
     def macs_per_row(self) -> int:  # the head forward and the gradient's product
@@ -50,18 +48,10 @@ class HeadLoss:
         return out
 
     def into(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        labels = self.labels(x[:, self.hidden:])
+        labels = ids_of(x[:, self.hidden:], self.vocabulary)
         for start in range(0, x.shape[0], self.chunk):
             stop = min(start + self.chunk, x.shape[0])
             self._rows(x[start:stop, :self.hidden], labels[start:stop], out[start:stop])
-
-    def labels(self, digits: torch.Tensor) -> torch.Tensor:
-        """Each row's label, -1 where it is outside the vocabulary (or the digits are not
-        digits: a client's bad input is ignored rows, never an index out of range)."""
-        d = digits.float()
-        whole = (d == d.floor()) & (d >= 0) & (d < 256)
-        ids = (d.clamp(0, 255).long() * self._places).sum(1)
-        return ids.where(whole.all(1) & (ids < self.vocabulary), -1)
 
     def _rows(self, h: torch.Tensor, labels: torch.Tensor, out: torch.Tensor) -> None:
         logits = linear(h, self.weight, self.bias).float()

@@ -23,6 +23,16 @@ def as_digits(ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return ids[:, None].div(_places(ids.device), rounding_mode="floor").remainder_(256).to(dtype)
 
 
+def ids_of(digits: torch.Tensor, limit: int) -> torch.Tensor:
+    """[rows, DIGITS] of any float dtype -> the ids [rows], -1 where a row's digits are not
+    digits (not whole, outside 0..255, NaN) or its id is not below `limit`: a client's bad
+    input is a row to ignore, never an index out of range."""
+    d = digits.float()
+    whole = ((d == d.floor()) & (d >= 0) & (d < 256)).all(1)
+    ids = (d.clamp(0, 255).long() * _places(d.device)).sum(1)
+    return ids.where(whole & (ids < limit), -1)
+
+
 def from_digits(digits: torch.Tensor) -> list[int]:
     """[rows, DIGITS] -> the ids, as a list (a step's few rows: one op, not one a digit)."""
     ids = []
