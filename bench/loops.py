@@ -128,17 +128,16 @@ def train(model, batch: int, length: int, until: float,
 
 
 def mean_loss(model, ids: torch.Tensor) -> torch.Tensor:
-    """The mean token loss of labels = inputs: on our side through the executor's head loss where
-    the model has it, as our trainer's steps go (`workers.training.loop`); else transformers'
-    own."""
+    """The mean token loss of labels = inputs: on our side, where the model has the executor's
+    head loss, by our trainer's own loss (`workers.training.loop.token_losses`, which goes
+    through it); else transformers' own."""
     if getattr(model, "symbiosis_executor", None) is not None:
         from workers.remote.loss import head_loss
+        from workers.training.loop import token_losses
 
-        fused = head_loss(model)
-        if fused is not None:
-            with fused.passing():
-                hidden = model(input_ids=ids).logits
-            loss, count, _ = fused(hidden[:, :-1], ids[:, 1:])
+        if head_loss(model) is not None:
+            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+            loss, count, _ = token_losses(model, batch)
             return loss / count
     return model(input_ids=ids, labels=ids).loss
 

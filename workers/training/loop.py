@@ -64,7 +64,7 @@ def micro_batches(examples: list[Example], max_tokens: int) -> list[list[Example
     return groups
 
 
-def _losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]):
+def token_losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]):
     """(the token losses' sum, the labels trained, the right answers): through the executor's
     head loss where the model has one (`workers.remote.loss`), else from the logits."""
     batch = {name: t.to(model.device) for name, t in batch.items()}
@@ -91,7 +91,7 @@ def train_step(model: torch.nn.Module, examples: list[Example], pad_id: int, opt
     loss_sum = correct = tokens = 0
     for group in micro_batches(examples, hp.micro_batch_tokens):
         batch = collate(group, pad_id)
-        token_loss, _, right = _losses(model, batch)
+        token_loss, _, right = token_losses(model, batch)
         (token_loss / total).backward()
         loss_sum += float(token_loss.detach())
         correct += right
@@ -113,7 +113,7 @@ def evaluate(model: torch.nn.Module, examples: list[Example], pad_id: int,
     """(mean token loss, token accuracy) over `examples`."""
     loss_sum = count = correct = 0
     for group in micro_batches(examples, micro_batch_tokens):
-        token_loss, n, right = _losses(model, collate(group, pad_id))
+        token_loss, n, right = token_losses(model, collate(group, pad_id))
         loss_sum += float(token_loss)
         count += n
         correct += right

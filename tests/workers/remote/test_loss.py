@@ -12,7 +12,7 @@ from tests.peft_reference import build_pair
 from workers.remote import remote_model
 from workers.remote.loss import head_loss
 from workers.training.data import IGNORE
-from workers.training.loop import _losses
+from workers.training.loop import token_losses
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -31,7 +31,7 @@ def labelled_batch(plain, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def step(model, batch: dict[str, torch.Tensor]) -> tuple[float, int, int, dict]:
     model.train()
-    loss, count, right = _losses(model, batch)
+    loss, count, right = token_losses(model, batch)
     loss.backward()
     grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()
              if p.requires_grad}
