@@ -55,6 +55,10 @@ class LayerRegistry:
     def specs(self) -> list[LayerSpec]:
         return [layer.spec for layer in self.layers]
 
+    @property
+    def offers_head_loss(self) -> bool:
+        return any(layer.spec.kind == LayerKind.LOSS for layer in self.layers)
+
     @classmethod
     def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
              device: str = "cpu", fuse: bool = True, stretch: bool = True,

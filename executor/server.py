@@ -54,7 +54,8 @@ class ExecutorServer:
         self.config = config
         self.scheduler = scheduler or build_scheduler(config, registry)
         self.clients = ClientTable(config.device)
-        self.stats = ExecutorStats(self.scheduler.targets, self.scheduler.training_slice_s)
+        self.stats = ExecutorStats(self.scheduler.targets, self.scheduler.training_slice_s,
+                                   head_loss=registry.offers_head_loss)
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
         self.tap = tap
         self.stopped = threading.Event()

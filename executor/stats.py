@@ -75,8 +75,10 @@ class LaneStats:
 
 class ExecutorStats:
     def __init__(self, targets: LatencyTargets | None = None,
-                 training_slice_s: Callable[[], float | None] = lambda: None) -> None:
+                 training_slice_s: Callable[[], float | None] = lambda: None, *,
+                 head_loss: bool = False) -> None:
         self.lock = threading.Lock()
+        self.head_loss = head_loss
         self.started = time.monotonic()
         self.kinds = {kind: KindStats() for kind in CallKind}
         targets = targets or LatencyTargets()
@@ -155,4 +157,5 @@ class ExecutorStats:
                                    errors=self.errors, kinds=kinds, lanes=lanes,
                                    training_slice_ms=None if slice_s is None else 1e3 * slice_s,
                                    training_holds=self.training_holds,
-                                   training_held_s=self.training_held_s)
+                                   training_held_s=self.training_held_s,
+                                   head_loss=self.head_loss)

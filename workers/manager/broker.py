@@ -69,7 +69,9 @@ class Manager:
         self.links = Links(self.ctx, prepare(self.config.bind), self.worker_bind)
         self.spawner = SpawnerProcess.start(self.config.model)
         if self.records is not None:
-            max_jobs, budget = job_capacity(self.config.max_jobs, self.config.model)
+            max_jobs, budget = job_capacity(  # privacy: a trainer's labels never leave it
+                self.config.max_jobs, self.config.model,
+                lambda: self.probe.offers_head_loss and not self.config.privacy)
             spec = partial(trainer_spec, self.config, self.worker_bind, self.records.files)
             self.jobs = JobScheduler(self.records.ledger, self.spawner.spawn, spec,
                                      self.links.reply, self.links.to_trainer,

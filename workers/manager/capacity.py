@@ -6,8 +6,12 @@ on a core beside the executor and the inference workers. Memory (`JobBudget`): h
 available when the manager starts (the rest stays for inference workers and the executor); a
 queued job starts while what the running jobs may take, with its own, fits. What a job may take
 at most: its process (`TRAINER_PROCESS_BYTES`, a forked trainer's private memory measured on a
-tiny model) plus the activations a full micro-batch keeps for the backward pass and its fp32
-logits three times over (the logits, their softmax, its gradient). Activations are counted as
+tiny model) plus the larger of its training step and its evaluation. A step keeps a full
+micro-batch's activations for the backward pass and its fp32 logits three times over (the logits,
+their softmax, its gradient), or, where the executor computes the head's loss (it offers it, the
+job does not adapt the head, privacy is off: `workers.remote.loss`), only that call's result (a
+loss, a right answer and a hidden state's gradient per token). An evaluation (jobs with a
+validation file) keeps no activations but the logits path's three. Activations are counted as
 Korthikanti et al. count them ("Reducing Activation Recomputation in Large Transformer Models",
 2022: 16-bit values per token, layer and hidden unit; an fp32 tensor of tokens x hidden is 2),
 for what a trainer keeps (`workers.training.lean`): per layer the residual stream at both norms'
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -35,6 +40,7 @@ log = logging.getLogger("workers.jobs")
 TRAINER_PROCESS_BYTES = 768 * 2**20  # API trainers on tiny-llama: 0.73 GiB each (issue 32)
 MICRO_BATCH_TOKENS = 4096  # workers.training.loop.Hyperparameters.micro_batch_tokens
 MEMORY_SHARE = 0.5
+HEAD = "lm_head"  # the output head's module name in every catalogue architecture
 
 
 @dataclass(frozen=True)
@@ -73,26 +79,51 @@ def layer_values(shape: Shape, dropout: bool = False) -> float:
 
 
 def job_bytes(shape: Shape, dtype_bytes: int = 4, *, recompute: bool = False,
-              dropout: bool = False) -> int:
-    """The most one job's trainer may take: its process, a full micro-batch's activations (all
-    layers', or with `recompute` each layer's input and one layer's), its logits."""
+              dropout: bool = False, head_loss: bool = False, validation: bool = False) -> int:
+    """The most one job's trainer may take: its process, and the larger of a step (a full
+    micro-batch's activations, all layers' or with `recompute` each layer's input and one
+    layer's; its logits, or with `head_loss` the executor's answer) and, with `validation`, an
+    evaluation (the logits alone)."""
     tokens = MICRO_BATCH_TOKENS
     value = tokens * shape.hidden * dtype_bytes // 2  # the paper counts 2-byte values
     layer = layer_values(shape, dropout)
     kept = layer + 2 * shape.layers if recompute else layer * shape.layers
     logits = 3 * tokens * shape.vocab * 4
-    return TRAINER_PROCESS_BYTES + int(kept * value) + logits
+    head = tokens * (shape.hidden + 3) * 4 if head_loss else logits
+    step = int(kept * value) + head
+    return TRAINER_PROCESS_BYTES + max(step, logits if validation else 0)
+
+
+def adapts_head(method: dict) -> bool:
+    """Whether a job's peft settings (`wire.jobs.PeftSpec` as stored) name the output head: its
+    trainer then computes the logits itself (peft's "all-linear" leaves the head out)."""
+    return HEAD in (method.get("target_modules") or [])
+
+
+def never() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
 class JobBudget:
-    """What running jobs may take together; each job counted by `job_bytes` for its model."""
+    """What running jobs may take together; each job counted by `job_bytes` for its model.
+    `head_loss`: whether the executor's trainers may use its head loss now (the manager asks)."""
 
     bytes: int
     shape: Shape
+    head_loss: Callable[[], bool] = never
 
-    def cost(self, recompute: bool, dropout: bool = False) -> int:
-        return job_bytes(self.shape, recompute=recompute, dropout=dropout)
+    def cost(self, recompute: bool, dropout: bool = False, *, head_loss: bool = False,
+             validation: bool = False) -> int:
+        return job_bytes(self.shape, recompute=recompute, dropout=dropout, head_loss=head_loss,
+                         validation=validation)
+
+    def cost_of(self, method: dict, validation: bool) -> int:
+        """A job's, by its stored peft settings and whether it has a validation file."""
+        return self.cost(bool(method.get("gradient_checkpointing")),
+                         bool(method.get("dropout")),
+                         head_loss=self.head_loss() and not adapts_head(method),
+                         validation=validation)
 
 
 @dataclass(frozen=True)
@@ -111,8 +142,8 @@ class ThreadShare:
         return self.fixed or max(1, self.cores // max(1, running))
 
 
-def default_capacity(model: str, *, cores: int | None = None,
-                     available_bytes: int | None = None) -> tuple[int, JobBudget | None]:
+def default_capacity(model: str, *, cores: int | None = None, available_bytes: int | None = None,
+                     head_loss: Callable[[], bool] = never) -> tuple[int, JobBudget | None]:
     """How many jobs at once by the cores, and the memory budget they share (None: the model's
     shape is unknown, and the cores alone decide)."""
     by_cores = max(2, (cores or host_cores()) // 2)
@@ -122,7 +153,7 @@ def default_capacity(model: str, *, cores: int | None = None,
         return by_cores, None
     available = available_bytes if available_bytes is not None else \
         psutil.virtual_memory().available
-    budget = JobBudget(int(available * MEMORY_SHARE), shape)
+    budget = JobBudget(int(available * MEMORY_SHARE), shape, head_loss)
     log.info("max_jobs %d by the cores, while their memory fits in %.1f GiB (half of %.1f GiB "
              "available): %d jobs of up to %.2f GiB, or %d recomputing their layers (%.2f GiB)",
              by_cores, budget.bytes / 2**30, available / 2**30,
@@ -131,7 +162,8 @@ def default_capacity(model: str, *, cores: int | None = None,
     return by_cores, budget
 
 
-def job_capacity(max_jobs: int, model: str) -> tuple[int, JobBudget | None]:
+def job_capacity(max_jobs: int, model: str,
+                 head_loss: Callable[[], bool] = never) -> tuple[int, JobBudget | None]:
     """An operator's `--max-jobs` count alone, or by default the cores' count and the memory
     budget."""
-    return (max_jobs, None) if max_jobs else default_capacity(model)
+    return (max_jobs, None) if max_jobs else default_capacity(model, head_loss=head_loss)

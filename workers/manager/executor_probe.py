@@ -32,6 +32,11 @@ class ExecutorProbe:
     def alive(self) -> bool:
         return time.monotonic() - self.last_answer < self.stale_s
 
+    @property
+    def offers_head_loss(self) -> bool:
+        """Whether the executor, answering now, computes the head's loss for trainers."""
+        return self.alive and self.figures is not None and self.figures.head_loss
+
     def ask(self, poller: zmq.Poller) -> None:
         """Send a stats request, first replacing a socket that went unanswered (in `poller`
         too, the owner's, which watches `socket`)."""

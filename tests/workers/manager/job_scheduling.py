@@ -58,18 +58,19 @@ def scheduler_with(tmp_path, max_jobs: int, budget: JobBudget | None = None,
 
 
 def new_job(tenant: str = "acme", priority: int = 0, problem: str | None = None,
-            recompute: bool = False) -> NewJob:
+            recompute: bool = False, targets: list[str] | None = None) -> NewJob:
+    peft = PeftSpec(gradient_checkpointing=recompute, target_modules=targets)
     return NewJob(tenant=tenant, model="m", training_file="file", seed=1,
-                  spec=JobSpec(1, 1, 1.0, PeftSpec(gradient_checkpointing=recompute)),
-                  priority=priority, problem=problem)
+                  spec=JobSpec(1, 1, 1.0, peft), priority=priority, problem=problem)
 
 
 def create(scheduler: JobScheduler, tenant: str = "acme", priority: int = 0,
-           recompute: bool = False) -> str:
+           recompute: bool = False, targets: list[str] | None = None) -> str:
     """A job as the gateway creates one: a command, answered once the job is stored."""
     job_id = new_id("ftjob")
     scheduler.command(b"gw", JobCommand(f"new-{job_id}", job_id, JobAction.CREATE,
-                                        new_job(tenant, priority, recompute=recompute)))
+                                        new_job(tenant, priority, recompute=recompute,
+                                                targets=targets)))
     return job_id
 
 

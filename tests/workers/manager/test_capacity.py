@@ -10,6 +10,7 @@ from workers.manager.capacity import (
     TRAINER_PROCESS_BYTES,
     JobBudget,
     Shape,
+    adapts_head,
     default_capacity,
     job_bytes,
     job_capacity,
@@ -67,3 +68,36 @@ def test_the_cores_count_the_jobs_and_half_the_memory_is_their_budget() -> None:
     assert default_capacity("tiny-llama", cores=2, available_bytes=64 * GIB)[0] == 2
     assert job_capacity(5, "llama-1b") == (5, None)  # an operator's count alone
     assert job_capacity(0, "llama-1b")[1] is not None
+
+
+def test_with_the_executors_head_loss_a_step_keeps_its_answer_not_the_logits() -> None:
+    llama_1b = model_shape("llama-1b")
+    logits = 3 * 4096 * llama_1b.vocab * 4
+    answer = 4096 * (2048 + 3) * 4  # a loss, a right answer and the hidden state's gradient
+    assert job_bytes(llama_1b) - job_bytes(llama_1b, head_loss=True) == logits - answer
+    # an evaluation keeps no activations but the logits path's three: a recomputing job with a
+    # validation file is counted at its evaluation, one without at its step
+    light = job_bytes(llama_1b, recompute=True, head_loss=True)
+    assert job_bytes(llama_1b, recompute=True, head_loss=True, validation=True) == \
+        TRAINER_PROCESS_BYTES + logits > light
+    assert job_bytes(llama_1b, head_loss=True, validation=True) == \
+        job_bytes(llama_1b, head_loss=True)  # its activations outweigh the logits
+    assert job_bytes(llama_1b, validation=True) == job_bytes(llama_1b)
+
+
+def test_a_jobs_cost_counts_the_head_loss_only_while_offered_and_the_head_not_adapted() -> None:
+    shape = model_shape("llama-1b")
+    offered = [False]
+    budget = JobBudget(1, shape, lambda: offered[0])
+    lora = {"method": "lora", "target_modules": None, "gradient_checkpointing": True}
+    on_head = {**lora, "target_modules": ["q_proj", "lm_head"]}
+    assert budget.cost_of(lora, False) == budget.cost_of(on_head, False) == \
+        job_bytes(shape, recompute=True)
+    offered[0] = True
+    assert budget.cost_of(lora, False) == job_bytes(shape, recompute=True, head_loss=True)
+    assert budget.cost_of(on_head, False) == job_bytes(shape, recompute=True)
+    assert budget.cost_of(lora, True) == job_bytes(shape, recompute=True, head_loss=True,
+                                                   validation=True)
+    assert not adapts_head({"method": "prompt_tuning", "target_modules": None})
+    assert adapts_head({"target_modules": ["lm_head"]})
+    assert not adapts_head({"target_modules": ["all-linear"]})  # peft's leaves the head out

@@ -213,6 +213,37 @@ def test_jobs_start_while_their_memory_fits_and_recomputing_ones_fit_more(tmp_pa
     assert scheduler.running == 7
 
 
+def test_with_the_executors_head_loss_more_jobs_fit_unless_they_adapt_the_head(
+        tmp_path) -> None:
+    """The same budget of 2.5 default jobs of the 1B model: while the executor offers the head's
+    loss, a job keeps no logits (9.4 GiB, not 11.6) and three run where two did; a job whose
+    LoRA adapts the head computes its logits itself and is counted with them; once the executor
+    no longer offers it (restarted with --no-head-loss, say), new jobs count them again."""
+    shape = model_shape("llama-1b")
+    offered = [True]
+    budget = JobBudget(int(2.5 * JobBudget(0, shape).cost(False)), shape, lambda: offered[0])
+    store, scheduler, seen = scheduler_with(tmp_path, max_jobs=8, budget=budget)
+    jobs = [create(scheduler) for _ in range(3)]
+    on_head = create(scheduler, targets=["q_proj", "lm_head"])
+    assert seen.started == jobs and store.get(on_head).status == "queued"
+    waiting = [e["message"] for e in store.events(on_head, after=None, limit=10)[0]
+               if e["message"].startswith("Waiting for memory")]
+    assert waiting == ["Waiting for memory: running jobs may take 28.1 GiB of the 29.1 GiB for "
+                       "jobs, and this one up to 11.6 GiB"]
+    for pid, job in ((11, jobs[0]), (12, jobs[1])):
+        scheduler.spawned(job, pid)
+        store.move(job, "succeeded")
+        assert scheduler.exited(pid, 0)
+    assert seen.started[3:] == [on_head]  # 9.4 + 11.6 GiB fit
+    offered[0] = False
+    late = create(scheduler)
+    assert store.get(late).status == "queued"
+    waiting = [e["message"] for e in store.events(late, after=None, limit=10)[0]
+               if e["message"].startswith("Waiting for memory")]
+    assert waiting == ["Waiting for memory: running jobs may take 21.0 GiB of the 29.1 GiB for "
+                       "jobs, and this one up to 11.6 GiB"]
+
+
 def test_a_waiting_job_paused_or_cancelled_is_forgotten_and_told_again_once_resumed(
         tmp_path) -> None:
     shape = model_shape("llama-1b")
