@@ -165,6 +165,7 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
         "tests/workers/inference/test_packed.py", "tests/workers/inference/test_placement.py",
         "tests/workers/inference/test_row_attention.py",
         "tests/workers/remote/test_gpu_clients.py", "tests/workers/remote/test_loss.py",
+        "tests/workers/remote/test_parts.py",
         "tests/workers/remote/test_stretch.py",
         "tests/workers/remote/test_tail.py",
         "tests/workers/remote/test_transport.py", "tests/workers/training/test_lean.py"]

@@ -30,6 +30,7 @@ from wire.host import host
 from workers.remote.channel import Channel, Reconnect
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
 from workers.remote.handle import ExecutorError, ExecutorUnavailable, decoding
+from workers.remote.parts import Input, Parts
 from workers.remote.replicas import Replicas
 from workers.remote.transport import Transport, choose
 
@@ -38,6 +39,8 @@ SHM_INITIAL = 1 << 20
 
 
 class ExecutorClient:
+    takes_parts = True  # `call` takes an input in `Parts` (copied into the call's memory)
+
     def __init__(self, endpoint: str, *, name: str = "worker", use_shm: bool = True,
                  use_doorbell: bool = True, connect_timeout_s: float = 10.0,
                  heartbeat_s: float = 2.0, call_timeout_s: float | None = None,
@@ -70,7 +73,7 @@ class ExecutorClient:
     def endpoint(self) -> str:
         return self.replicas.current
 
-    def call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+    def call(self, op: P.Op, layer: int, x: Input, kind: P.CallKind) -> torch.Tensor:
         with self._lock:
             for tried in range(1, len(self.replicas) + 1):
                 try:
@@ -83,8 +86,7 @@ class ExecutorClient:
                                 self.replicas.move())
             raise AssertionError("unreachable")
 
-    def _call_replica(self, op: P.Op, layer: int, x: torch.Tensor,
-                      kind: P.CallKind) -> torch.Tensor:
+    def _call_replica(self, op: P.Op, layer: int, x: Input, kind: P.CallKind) -> torch.Tensor:
         if self._channel is None:
             self._connect()
         for attempt in range(2):
@@ -235,21 +237,17 @@ class ExecutorClient:
 
     # -- calls ------------------------------------------------------------------------------------
 
-    def _call(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+    def _call(self, op: P.Op, layer: int, x: Input, kind: P.CallKind) -> torch.Tensor:
         self._next_id += 1
         self.calls += 1
         if self._fast is not None:
             return self._call_fast(op, layer, x, kind)
-        spec = self.layers[layer]
-        if x.is_floating_point():
-            wire_dtype = self.dtype
-            width = spec.in_features if op == P.Op.BACKWARD else spec.out_features
-        else:
-            wire_dtype = torch.int64
-            width = spec.out_features
-        rows = x.shape[0]
+        x = x.joined() if isinstance(x, Parts) else x
+        spec, floating = self.layers[layer], x.is_floating_point()
+        wire_dtype = self.dtype if floating else torch.int64
+        width = spec.in_features if floating and op == P.Op.BACKWARD else spec.out_features
         in_bytes = nbytes(wire_dtype, tuple(x.shape))
-        out_bytes = nbytes(self.dtype, (rows, width))
+        out_bytes = nbytes(self.dtype, (x.shape[0], width))
         targets = self.targets
         call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape),
                       decode_target_us=targets.decode_us, prefill_target_us=targets.prefill_us,
@@ -274,7 +272,7 @@ class ExecutorClient:
             return self._shm.view(call.shm_out, dtype, reply.shape)
         return from_bytes(frames[0].buffer, dtype, reply.shape)
 
-    def _call_fast(self, op: P.Op, layer: int, x: torch.Tensor, kind: P.CallKind) -> torch.Tensor:
+    def _call_fast(self, op: P.Op, layer: int, x: Input, kind: P.CallKind) -> torch.Tensor:
         deadline = None if self.call_timeout_s is None else \
             time.monotonic() + self.call_timeout_s
         args = (op, layer, x, kind, self._next_id, self._channel.check_alive, deadline,

@@ -26,6 +26,7 @@ from wire.call.spin import AdaptiveSpin, watch
 from wire.call.tensors import aligned, nbytes
 from wire.call.threads import copy_threads
 from wire.host import host
+from workers.remote.parts import Parts
 
 
 class NeedsCapacity(Exception):
@@ -87,17 +88,21 @@ class FastPath:
         self.data = device_buffer if device_buffer is not None else self.shm
         self._plans.clear()
 
-    def call(self, op: int, layer: int, x: torch.Tensor, kind: int, call_id: int,
+    def call(self, op: int, layer: int, x: torch.Tensor | Parts, kind: int, call_id: int,
              check_alive: Callable[[], None], deadline: float | None,
              targets: CallTargets = NO_TARGETS, decode: bool = False) -> torch.Tensor:
         """The result, a view of shared memory (or of the device buffer) valid until the next
-        call. `decode`: a decode step's call (`Call.decode`)."""
+        call. `decode`: a decode step's call (`Call.decode`). `x` in `Parts`: each copied into
+        its columns of the call's memory."""
         key = (layer, op, x.shape[0], x.dtype)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(layer, op, x)
-        with copy_threads(x):
-            plan.x.copy_(x)
+        if isinstance(x, Parts):
+            x.copy_into(plan.x)
+        else:
+            with copy_threads(x):
+                plan.x.copy_(x)
         synchronize(plan.x.device)  # on a GPU the executor reads it from another process
         self.seq += 1
         seq = self.seq
@@ -111,7 +116,7 @@ class FastPath:
             raise CallFailed(code, message)
         return plan.out
 
-    def _plan(self, layer: int, op: int, x: torch.Tensor) -> Plan:
+    def _plan(self, layer: int, op: int, x: torch.Tensor | Parts) -> Plan:
         width = self._widths[layer].get(op)
         if width is None:
             raise CallFailed("unsupported", f"layer {layer} does not take op {op}")

@@ -16,6 +16,7 @@ import torch
 from wire.call.messages import CallKind, LayerSpec, Op
 from wire.call.threads import copy_threads
 from workers.remote.layers import RemoteLinear, remote_rows
+from workers.remote.parts import Parts
 
 log = logging.getLogger("workers.remote.fusion")
 MAX_MISSES = 3
@@ -81,8 +82,7 @@ class _RemoteGroupFn(torch.autograd.Function):
     def backward(ctx, *grads: torch.Tensor):
         group: FusedGroup = ctx.group
         first = grads[0]
-        flat = torch.cat([g.reshape(-1, g.shape[-1]) for g in grads], dim=1)
-        grad_x = group.members[0].remote(Op.BACKWARD, flat.view(*first.shape[:-1], -1),
-                                         group.spec.index, group.spec.in_features,
-                                         CallKind.TRAINING, ctx.x_dtype)
-        return grad_x, None, None
+        parts = Parts([g.reshape(-1, g.shape[-1]) for g in grads])  # joined in the call
+        grad_x = remote_rows(group.members[0].executor, Op.BACKWARD, group.spec.index, parts,
+                             CallKind.TRAINING, group.spec.in_features, ctx.x_dtype)
+        return grad_x.view(*first.shape[:-1], -1), None, None

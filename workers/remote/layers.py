@@ -17,6 +17,7 @@ from transformers.pytorch_utils import Conv1D
 from wire.call.messages import CallKind, LayerSpec, Op
 from wire.call.threads import copy_threads
 from workers.remote.handle import ExecutorHandle
+from workers.remote.parts import Parts
 
 
 class BaseWeightUnavailable(RuntimeError):
@@ -144,15 +145,22 @@ class RemoteLayer:
         return remote_rows(self.executor, op, index, x, kind, width, dtype)
 
 
-def remote_rows(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor, kind: CallKind,
-                width: int, dtype: torch.dtype, fresh: bool = True) -> torch.Tensor:
-    """x [..., in] (ids: [...]) through a base layer: a fresh tensor [..., width] of `dtype`.
-    One call when it fits (the executor's result is copied out once), else row chunks.
-    `fresh=False`: the result may be a view of the call's memory, valid until the executor's
-    next call (for a caller that copies it out anyway, in parts)."""
+def remote_rows(executor: ExecutorHandle, op: Op, index: int, x: torch.Tensor | Parts,
+                kind: CallKind, width: int, dtype: torch.dtype,
+                fresh: bool = True) -> torch.Tensor:
+    """x [..., in] (ids: [...]; `Parts` [rows, in]) through a base layer: a fresh tensor
+    [..., width] of `dtype`. One call when it fits (the executor's result is copied out once),
+    else row chunks. `fresh=False`: the result may be a view of the call's memory, valid until
+    the executor's next call (for a caller that copies it out anyway, in parts)."""
+    row_bytes = 4 * max(width, x.shape[-1] if x.is_floating_point() else 1)
+    if isinstance(x, Parts) and (x.shape[0] * row_bytes > MAX_CALL_BYTES or
+                                 not getattr(executor, "takes_parts", False)):
+        x = x.joined()
     lead = x.shape[:-1] if x.is_floating_point() else x.shape
-    flat = x.reshape(-1, x.shape[-1]) if x.is_floating_point() else x.reshape(-1)
-    row_bytes = 4 * max(width, flat.shape[1] if flat.dim() == 2 else 1)
+    if isinstance(x, Parts):
+        flat = x
+    else:
+        flat = x.reshape(-1, x.shape[-1]) if x.is_floating_point() else x.reshape(-1)
     if flat.shape[0] * row_bytes <= MAX_CALL_BYTES:
         y = executor.call(op, index, flat, kind).view(*lead, width)
         same = y.dtype == dtype and y.device == x.device
