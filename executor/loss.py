@@ -30,20 +30,23 @@ PARTS = 3  # the loss's two parts, the right answer
 
 
 class HeadLoss:
-    """[rows, hidden + DIGITS] -> [rows, 3 + hidden]: [loss | its remainder | right | gradient]."""
+    """[rows, hidden + DIGITS] -> [rows, 3 + hidden]: [loss | its remainder | right | gradient];
+    without `gradient` (an evaluation's) [rows, 3], and the gradient's product is never made."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.weight, self.bias = weight, bias
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 gradient: bool = True) -> None:
+        self.weight, self.bias, self.gradient = weight, bias, gradient
         self.vocabulary, self.hidden = weight.shape
+        self.width = PARTS + (self.hidden if gradient else 0)
         room = CHUNK_BYTES if weight.device.type == "cpu" else DEVICE_CHUNK_BYTES
         self.chunk = max(1, room // (4 * self.vocabulary))
 
     @property
-    def macs_per_row(self) -> int:  # the head forward and the gradient's product
-        return 2 * self.vocabulary * self.hidden
+    def macs_per_row(self) -> int:  # the head forward, and the gradient's product
+        return (2 if self.gradient else 1) * self.vocabulary * self.hidden
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        out = x.new_empty(x.shape[0], PARTS + self.hidden)
+        out = x.new_empty(x.shape[0], self.width)
         self.into(x, out)
         return out
 
@@ -60,20 +63,26 @@ class HeadLoss:
         lse = torch.logsumexp(logits, dim=1)
         loss = (lse - logits.gather(1, safe[:, None])[:, 0]).where(valid, 0.0)
         right = (greedy_choices(logits).to(labels.device) == labels) & valid
-        grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' place
-        grad[torch.arange(len(safe), device=safe.device), safe] -= 1.0
-        grad.mul_(valid[:, None])
         high = loss.to(out.dtype)
         out[:, 0] = high
         out[:, 1] = (loss - high.float()).to(out.dtype)
         out[:, 2] = right.to(out.dtype)
+        if not self.gradient:
+            return
+        grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' place
+        grad[torch.arange(len(safe), device=safe.device), safe] -= 1.0
+        grad.mul_(valid[:, None])
         torch.mm(grad.to(out.dtype), self.weight, out=out[:, PARTS:])
 
 
 def build(index: int, head: LayerSpec, weight: torch.Tensor,
-          bias: torch.Tensor | None) -> tuple[LayerSpec, HeadLoss]:
-    """`<head>+loss` for a head layer (its weight [vocabulary, hidden])."""
-    hidden = head.in_features
-    spec = LayerSpec(index, f"{head.name}+loss", LayerKind.LOSS, hidden + DIGITS,
-                     PARTS + hidden, False, members=(head.name,), splits=(2, 1, hidden))
-    return spec, HeadLoss(weight, bias)
+          bias: torch.Tensor | None) -> list[tuple[LayerSpec, HeadLoss]]:
+    """For a head layer (its weight [vocabulary, hidden]): `<head>+loss` at `index`, with the
+    hidden states' gradient (a training step's), and `<head>+eval` after it, without (an
+    evaluation's)."""
+    hidden, members = head.in_features, (head.name,)
+    step = LayerSpec(index, f"{head.name}+loss", LayerKind.LOSS, hidden + DIGITS,
+                     PARTS + hidden, False, members=members, splits=(2, 1, hidden))
+    evaluation = LayerSpec(index + 1, f"{head.name}+eval", LayerKind.LOSS, hidden + DIGITS,
+                           PARTS, False, members=members, splits=(2, 1))
+    return [(step, HeadLoss(weight, bias)), (evaluation, HeadLoss(weight, bias, False))]

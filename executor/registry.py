@@ -112,8 +112,8 @@ class LayerRegistry:
         recipe = RECIPES.get(getattr(model.config, "model_type", "")) if head_loss else None
         if recipe is not None and recipe.head in by_name:
             layer = by_name[recipe.head]
-            spec, op = loss.build(len(layers), layer.spec, layer.weight, layer.bias)
-            layers.append(BaseLayer(spec, layer.weight, stretch=op))
+            for spec, op in loss.build(len(layers), layer.spec, layer.weight, layer.bias):
+                layers.append(BaseLayer(spec, layer.weight, stretch=op))
         return cls(layers, model_name, dtype)
 
     def get(self, index: int) -> BaseLayer:

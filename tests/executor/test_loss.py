@@ -51,6 +51,13 @@ def test_the_loss_its_right_answers_and_gradient_equal_the_heads(name: str) -> N
     assert y[:, 2].tolist() == right.tolist() and right.sum() == 3
     torch.testing.assert_close(y[:, 3:], grad)
     assert y[4].abs().max() == 0
+    evaluation = registry.by_name["lm_head+eval"]  # the same without the gradient
+    assert (evaluation.spec.kind, evaluation.spec.in_features, evaluation.spec.out_features,
+            evaluation.spec.index) == (LayerKind.LOSS, 64 + DIGITS, 3, layer.spec.index + 1)
+    assert torch.equal(registry.run(Op.FORWARD, evaluation, labelled(hidden, labels, vocabulary)),
+                       y[:, :3])
+    assert 2 * evaluation.stretch.macs_per_row == layer.stretch.macs_per_row == \
+        2 * vocabulary * 64
 
 
 def test_rows_go_through_in_chunks_and_into_a_given_result() -> None:

@@ -82,9 +82,9 @@ class LayerKind(enum.IntEnum):
     #          ids as an embedding's (in_features: the table's rows)
     GREEDY = 5  # the last stretch through the head, then the lead of each row's greedy choice:
     #            [tail's output | the choice (wire.call.digits) | the lead's]: forward only
-    LOSS = 6  # the output head's token loss for training: [hidden | the label as digits] ->
-    #          [loss | its remainder | right | the hidden's gradient]: forward only
-    #          (executor.loss)
+    LOSS = 6  # the output head's token loss: [hidden | the label as digits] -> [loss | its
+    #          remainder | right | the hidden's gradient] (`+loss`, training), or without the
+    #          gradient (`+eval`, evaluation): forward only (executor.loss)
 
 
 class ErrorCode(enum.StrEnum):

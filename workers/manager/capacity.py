@@ -6,12 +6,11 @@ on a core beside the executor and the inference workers. Memory (`JobBudget`): h
 available when the manager starts (the rest stays for inference workers and the executor); a
 queued job starts while what the running jobs may take, with its own, fits. What a job may take
 at most: its process (`TRAINER_PROCESS_BYTES`, a forked trainer's private memory measured on a
-tiny model) plus the larger of its training step and its evaluation. A step keeps a full
-micro-batch's activations for the backward pass and its fp32 logits three times over (the logits,
-their softmax, its gradient), or, where the executor computes the head's loss (it offers it, the
-job does not adapt the head, privacy is off: `workers.remote.loss`), only that call's result (a
-loss, a right answer and a hidden state's gradient per token). An evaluation (jobs with a
-validation file) keeps no activations but the logits path's three. Activations are counted as
+tiny model) plus what a step keeps: a full micro-batch's activations for the backward pass and
+its fp32 logits three times over (the logits, their softmax, its gradient), or, where the
+executor computes the head's loss (it offers it, the job does not adapt the head, privacy is off:
+`workers.remote.loss`), only that call's answer (a loss, a right answer and a hidden state's
+gradient per token; an evaluation's is smaller still). Activations are counted as
 Korthikanti et al. count them ("Reducing Activation Recomputation in Large Transformer Models",
 2022: 16-bit values per token, layer and hidden unit; an fp32 tensor of tokens x hidden is 2),
 for what a trainer keeps (`workers.training.lean`): per layer the residual stream at both norms'
@@ -79,19 +78,16 @@ def layer_values(shape: Shape, dropout: bool = False) -> float:
 
 
 def job_bytes(shape: Shape, dtype_bytes: int = 4, *, recompute: bool = False,
-              dropout: bool = False, head_loss: bool = False, validation: bool = False) -> int:
-    """The most one job's trainer may take: its process, and the larger of a step (a full
-    micro-batch's activations, all layers' or with `recompute` each layer's input and one
-    layer's; its logits, or with `head_loss` the executor's answer) and, with `validation`, an
-    evaluation (the logits alone)."""
+              dropout: bool = False, head_loss: bool = False) -> int:
+    """The most one job's trainer may take: its process, a full micro-batch's activations (all
+    layers', or with `recompute` each layer's input and one layer's), its logits (with
+    `head_loss`: the executor's answer instead)."""
     tokens = MICRO_BATCH_TOKENS
     value = tokens * shape.hidden * dtype_bytes // 2  # the paper counts 2-byte values
     layer = layer_values(shape, dropout)
     kept = layer + 2 * shape.layers if recompute else layer * shape.layers
-    logits = 3 * tokens * shape.vocab * 4
-    head = tokens * (shape.hidden + 3) * 4 if head_loss else logits
-    step = int(kept * value) + head
-    return TRAINER_PROCESS_BYTES + max(step, logits if validation else 0)
+    head = tokens * (shape.hidden + 3) * 4 if head_loss else 3 * tokens * shape.vocab * 4
+    return TRAINER_PROCESS_BYTES + int(kept * value) + head
 
 
 def adapts_head(method: dict) -> bool:
@@ -113,17 +109,13 @@ class JobBudget:
     shape: Shape
     head_loss: Callable[[], bool] = never
 
-    def cost(self, recompute: bool, dropout: bool = False, *, head_loss: bool = False,
-             validation: bool = False) -> int:
-        return job_bytes(self.shape, recompute=recompute, dropout=dropout, head_loss=head_loss,
-                         validation=validation)
+    def cost(self, recompute: bool, dropout: bool = False, head_loss: bool = False) -> int:
+        return job_bytes(self.shape, recompute=recompute, dropout=dropout, head_loss=head_loss)
 
-    def cost_of(self, method: dict, validation: bool) -> int:
-        """A job's, by its stored peft settings and whether it has a validation file."""
-        return self.cost(bool(method.get("gradient_checkpointing")),
-                         bool(method.get("dropout")),
-                         head_loss=self.head_loss() and not adapts_head(method),
-                         validation=validation)
+    def cost_of(self, method: dict) -> int:
+        """A job's, by its stored peft settings."""
+        return self.cost(bool(method.get("gradient_checkpointing")), bool(method.get("dropout")),
+                         self.head_loss() and not adapts_head(method))
 
 
 @dataclass(frozen=True)

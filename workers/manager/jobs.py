@@ -129,7 +129,7 @@ class JobScheduler:
         so once, in its events (`told`)."""
         if self.budget is None:
             return True
-        cost = self.budget.cost_of(job.method, job.validation_file is not None)
+        cost = self.budget.cost_of(job.method)
         taken = sum(t.bytes for t in self.trainers.values()) + sum(costs.values())
         if taken and taken + cost > self.budget.bytes:
             if job.id not in self.told_to_wait:

@@ -3,14 +3,15 @@ executor call (`executor.loss`), so that the logits never cross the link nor liv
 
 `enable_head_loss` gives a model's remote output head a `HeadLoss` where the executor offers
 `<head>+loss` and the architecture returns the head's output as its logits
-(`catalogue.stretches`). A training step asks `head_loss(model)` per step: it answers only while
-autograd records (evaluation keeps the head's own call: no gradient to compute) and while the head
-is still the model's output layer as it is (an adapter that wraps the head, as LoRA on `lm_head`
-does, keeps the logits path; `modules_to_save` cannot copy a remote head at all). Inside
-`passing()` the head hands its input through, so the model's "logits" are its final hidden
-states; `__call__` sends them with the labels and returns the summed token loss as one autograd
-node (its backward: the gradient the call brought, scaled), the count of trained labels and of
-right answers. Privacy mode never enables it: the labels would reach the executor.
+(`catalogue.stretches`). A step or an evaluation asks `head_loss(model)` each time: it answers
+while the head is still the model's output layer as it is (an adapter that wraps the head, as
+LoRA on `lm_head` does, keeps the logits path; `modules_to_save` cannot copy a remote head at
+all). Inside `passing()` the head hands its input through, so the model's "logits" are its final
+hidden states; `__call__` sends them with the labels and returns the summed token loss, the
+count of trained labels and of right answers. While autograd records, the loss is one autograd
+node whose backward is the gradient the call brought, scaled; otherwise (an evaluation) the call
+goes to `<head>+eval`, which computes no gradient. Privacy mode never enables it: the labels
+would reach the executor.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ from workers.remote.layers import RemoteLayer, remote_rows
 
 
 class HeadLoss:
-    """The model's `<head>+loss` call (`spec`) for its remote output head `head`."""
+    """The model's `<head>+loss` call (`spec`) and `<head>+eval` call (`evaluation`) for its
+    remote output head `head`."""
 
     def __init__(self, model: nn.Module, head: RemoteLayer, spec: LayerSpec,
-                 handle: ExecutorHandle) -> None:
-        self.model, self.head, self.spec, self.handle = model, head, spec, handle
+                 evaluation: LayerSpec, handle: ExecutorHandle) -> None:
+        self.model, self.head, self.handle = model, head, handle
+        self.spec, self.evaluation = spec, evaluation
         self.vocabulary = head.spec.out_features
 
     def usable(self) -> bool:
-        return torch.is_grad_enabled() and self.model.get_output_embeddings() is self.head
+        return self.model.get_output_embeddings() is self.head
 
     @contextmanager
     def passing(self) -> Iterator[None]:
@@ -50,8 +53,8 @@ class HeadLoss:
 
     def __call__(self, hidden: torch.Tensor, labels: torch.Tensor
                  ) -> tuple[torch.Tensor, int, int]:
-        """hidden [..., width], labels [...] (negative: ignored) -> (the token losses' sum, as an
-        autograd node of `hidden`; the labels trained; the right answers)."""
+        """hidden [..., width], labels [...] (negative: ignored) -> (the token losses' sum, while
+        autograd records an autograd node of `hidden`; the labels trained; the right answers)."""
         trained = (labels >= 0) & (labels < self.vocabulary)
         ids = labels.where(trained, self.vocabulary)
         width = hidden.shape[-1]
@@ -59,10 +62,14 @@ class HeadLoss:
         x[..., :width] = hidden.detach()
         x[..., width:] = as_digits(ids.reshape(-1).to(x.device), x.dtype).view(
             *hidden.shape[:-1], DIGITS)
-        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, x.view(-1, width + DIGITS),
-                        CallKind.TRAINING, self.spec.out_features, x.dtype, fresh=False)
+        step = torch.is_grad_enabled()
+        spec = self.spec if step else self.evaluation
+        y = remote_rows(self.handle, Op.FORWARD, spec.index, x.view(-1, width + DIGITS),
+                        CallKind.TRAINING, spec.out_features, x.dtype, fresh=False)
         parts = y[:, :3].float()  # the loss, its remainder, right: read before the next call
         total, right = parts[:, :2].sum(), int(parts[:, 2].sum())
+        if not step:
+            return total, int(trained.sum()), right
         grad = y[:, 3:].to(hidden.dtype, copy=True).reshape(hidden.shape)
         return _LossFn.apply(hidden, total, grad), int(trained.sum()), right
 
@@ -90,12 +97,13 @@ def enable_head_loss(model: nn.Module, handle: ExecutorHandle) -> HeadLoss | Non
         return None
     head = model.get_output_embeddings()
     specs = {s.name: s for s in handle.layers}
-    spec = specs.get(f"{recipe.head}+loss")
+    step, evaluation = specs.get(f"{recipe.head}+loss"), specs.get(f"{recipe.head}+eval")
     if not isinstance(head, RemoteLayer) or head is not model.get_submodule(recipe.head) \
-            or spec is None or spec.kind != LayerKind.LOSS \
-            or spec.in_features != head.spec.in_features + DIGITS:
+            or step is None or evaluation is None \
+            or any(s.kind != LayerKind.LOSS or s.in_features != head.spec.in_features + DIGITS
+                   for s in (step, evaluation)):
         return None
-    model.symbiosis_head_loss = HeadLoss(model, head, spec, handle)
+    model.symbiosis_head_loss = HeadLoss(model, head, step, evaluation, handle)
     return model.symbiosis_head_loss
 
 

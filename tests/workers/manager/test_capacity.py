@@ -75,14 +75,8 @@ def test_with_the_executors_head_loss_a_step_keeps_its_answer_not_the_logits() -
     logits = 3 * 4096 * llama_1b.vocab * 4
     answer = 4096 * (2048 + 3) * 4  # a loss, a right answer and the hidden state's gradient
     assert job_bytes(llama_1b) - job_bytes(llama_1b, head_loss=True) == logits - answer
-    # an evaluation keeps no activations but the logits path's three: a recomputing job with a
-    # validation file is counted at its evaluation, one without at its step
-    light = job_bytes(llama_1b, recompute=True, head_loss=True)
-    assert job_bytes(llama_1b, recompute=True, head_loss=True, validation=True) == \
-        TRAINER_PROCESS_BYTES + logits > light
-    assert job_bytes(llama_1b, head_loss=True, validation=True) == \
-        job_bytes(llama_1b, head_loss=True)  # its activations outweigh the logits
-    assert job_bytes(llama_1b, validation=True) == job_bytes(llama_1b)
+    assert job_bytes(llama_1b, recompute=True) - job_bytes(llama_1b, recompute=True,
+                                                           head_loss=True) == logits - answer
 
 
 def test_a_jobs_cost_counts_the_head_loss_only_while_offered_and_the_head_not_adapted() -> None:
@@ -91,13 +85,10 @@ def test_a_jobs_cost_counts_the_head_loss_only_while_offered_and_the_head_not_ad
     budget = JobBudget(1, shape, lambda: offered[0])
     lora = {"method": "lora", "target_modules": None, "gradient_checkpointing": True}
     on_head = {**lora, "target_modules": ["q_proj", "lm_head"]}
-    assert budget.cost_of(lora, False) == budget.cost_of(on_head, False) == \
-        job_bytes(shape, recompute=True)
+    assert budget.cost_of(lora) == budget.cost_of(on_head) == job_bytes(shape, recompute=True)
     offered[0] = True
-    assert budget.cost_of(lora, False) == job_bytes(shape, recompute=True, head_loss=True)
-    assert budget.cost_of(on_head, False) == job_bytes(shape, recompute=True)
-    assert budget.cost_of(lora, True) == job_bytes(shape, recompute=True, head_loss=True,
-                                                   validation=True)
+    assert budget.cost_of(lora) == job_bytes(shape, recompute=True, head_loss=True)
+    assert budget.cost_of(on_head) == job_bytes(shape, recompute=True)
     assert not adapts_head({"method": "prompt_tuning", "target_modules": None})
     assert adapts_head({"target_modules": ["lm_head"]})
     assert not adapts_head({"target_modules": ["all-linear"]})  # peft's leaves the head out

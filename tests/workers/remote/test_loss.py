@@ -11,8 +11,8 @@ from executor.local import LocalExecutor
 from tests.peft_reference import build_pair
 from workers.remote import remote_model
 from workers.remote.loss import head_loss
-from workers.training.data import IGNORE
-from workers.training.loop import token_losses
+from workers.training.data import IGNORE, Example
+from workers.training.loop import evaluate, token_losses
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -49,6 +49,15 @@ def assert_equal_steps(plain, ours, batch: dict[str, torch.Tensor]) -> None:
     assert scale > 1e-3 and worst < 1e-5 * scale, (worst, scale)
 
 
+def assert_equal_evaluations(plain, ours, batch: dict[str, torch.Tensor]) -> None:
+    """The trainer's `evaluate` (mean token loss, accuracy) of both on the batch's examples."""
+    examples = [Example(ids.tolist(), labels.tolist())
+                for ids, labels in zip(batch["input_ids"], batch["labels"], strict=True)]
+    theirs, mine = evaluate(plain, examples, 0, 4096), evaluate(ours, examples, 0, 4096)
+    assert mine[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert mine[1] == theirs[1] and theirs[1] >= 4 / 14, (mine, theirs)
+
+
 @pytest.mark.parametrize(("name", "method"), [
     ("tiny-llama", "lora"), ("tiny-gpt2", "ia3"), ("tiny-qwen2", "prompt_tuning"),
     ("tiny-mistral", "prefix_tuning")])
@@ -68,6 +77,20 @@ def test_the_head_loss_through_an_executor_process_equals_peft(client_on, device
                              device=device)
     assert head_loss(ours) is not None
     assert_equal_steps(plain, ours, labelled_batch(plain, seed=1))
+    assert_equal_evaluations(plain, ours, labelled_batch(plain, seed=2))
+
+
+@pytest.mark.parametrize(("name", "method"), [("tiny-llama", "lora"), ("tiny-gpt2", "ia3")])
+def test_an_evaluation_through_the_head_loss_without_its_gradient_equals_peft(
+        name: str, method: str) -> None:
+    """The trainer's `evaluate` (validation loss and accuracy) calls `<head>+eval` once a
+    micro-batch, never the head for logits nor `<head>+loss`, and gives plain peft's figures."""
+    called: list[str] = []
+    handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append(spec.name))
+    plain, ours = build_pair(name, method, handle)
+    assert_equal_evaluations(plain, ours, labelled_batch(plain, seed=2))
+    assert called.count("lm_head+eval") == 1 and "lm_head" not in called
+    assert "lm_head+loss" not in called
 
 
 def test_the_logits_path_stays_where_the_head_is_not_the_executors_alone() -> None:
@@ -75,10 +98,7 @@ def test_the_logits_path_stays_where_the_head_is_not_the_executors_alone() -> No
     plain, ours = build_pair("tiny-llama", "lora_qv_head", handle)  # LoRA on the head
     assert head_loss(ours) is None
     assert_equal_steps(plain, ours, labelled_batch(plain))
-    unadapted = remote_model("tiny-llama", handle)
-    assert head_loss(unadapted) is not None
-    with torch.no_grad():  # evaluation: no gradient to compute, the head's own call
-        assert head_loss(unadapted) is None
+    assert head_loss(remote_model("tiny-llama", handle)) is not None
     assert getattr(remote_model("tiny-llama", handle, privacy=True), "symbiosis_head_loss",
                    None) is None  # the labels would reach the executor
     gemma = remote_model("tiny-gemma2", LocalExecutor.load("tiny-gemma2"))
