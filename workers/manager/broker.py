@@ -97,8 +97,8 @@ class Manager:
                 if self.spawner.stdout in events or self.spawner.stdout.fileno() in events:
                     for event in self.spawner.read():
                         self._from_spawner(event)
-                if self.probe.socket in events:
-                    self.probe.receive()
+                if self.probe.socket in events and self.probe.receive() and self.jobs is not None:
+                    self.jobs.schedule()  # the head's loss offered: queued jobs may fit now
                 if self.records is not None and self.records.inspector.fileno() in events:
                     for gateway, done in self.records.finished():
                         self.links.reply(gateway, done)

@@ -49,12 +49,15 @@ class ExecutorProbe:
         with contextlib.suppress(zmq.Again):  # the executor is not taking messages: it is down
             self.socket.send(P.encode(P.StatsRequest()), zmq.NOBLOCK)
 
-    def receive(self) -> None:
+    def receive(self) -> bool:
+        """Read what came; True when the executor has just come to offer the head's loss (jobs
+        count less memory from now on)."""
+        offered = self.offers_head_loss
         while True:
             try:
                 data = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                return self.offers_head_loss and not offered
             try:
                 reply = P.decode_reply(data)
             except (msgspec.DecodeError, msgspec.ValidationError):

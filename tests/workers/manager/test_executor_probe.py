@@ -1,5 +1,6 @@
 """The manager's torch-free probe of the executor: whether it answers, its figures, and whether
-it computes the head's loss for trainers (which the job budget counts: `capacity.JobBudget`)."""
+it computes the head's loss for trainers (which the job budget counts: `capacity.JobBudget`),
+said once as it first does (the manager then schedules queued jobs again)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,21 @@ import zmq
 from workers.manager.executor_probe import ExecutorProbe
 
 
-def answered(probe: ExecutorProbe, timeout_s: float = 20.0) -> ExecutorProbe:
-    """As the manager asks: again each second (a request sent before the connection is up is
-    dropped)."""
+def answers(probe: ExecutorProbe, count: int, timeout_s: float = 20.0) -> list[bool]:
+    """As the manager asks (again each second: a request sent before the connection is up is
+    dropped), until `count` answers came: what `receive` said of each."""
     poller = zmq.Poller()
     poller.register(probe.socket, zmq.POLLIN)
     deadline = time.monotonic() + timeout_s
-    while not probe.alive and time.monotonic() < deadline:
+    said: list[bool] = []
+    while len(said) < count and time.monotonic() < deadline:
         probe.ask(poller)
+        heard = probe.last_answer
         if poller.poll(1000):
-            probe.receive()
-    return probe
+            offered = probe.receive()
+            if probe.last_answer > heard:
+                said.append(offered)
+    return said
 
 
 @pytest.mark.parametrize(("model", "options", "offers"), [
@@ -34,7 +39,9 @@ def test_the_probe_learns_whether_the_executor_computes_the_head_loss(
     ctx = zmq.Context()
     probe = ExecutorProbe(executor_for(model, **options).endpoint, ctx)
     assert not probe.offers_head_loss  # nothing heard yet: the logits are counted
-    assert answered(probe).alive and probe.figures is not None
+    said = answers(probe, 2)
+    assert probe.alive and probe.figures is not None
     assert probe.offers_head_loss is offers
+    assert said == [offers, False]  # the manager schedules again when it first hears the offer
     probe.close()
     ctx.term()
