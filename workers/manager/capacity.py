@@ -147,10 +147,13 @@ def default_capacity(model: str, *, cores: int | None = None, available_bytes: i
         psutil.virtual_memory().available
     budget = JobBudget(int(available * MEMORY_SHARE), shape, head_loss)
     log.info("max_jobs %d by the cores, while their memory fits in %.1f GiB (half of %.1f GiB "
-             "available): %d jobs of up to %.2f GiB, or %d recomputing their layers (%.2f GiB)",
+             "available): %d jobs of up to %.2f GiB, or %d recomputing their layers (%.2f GiB); "
+             "while the executor computes the head's loss %.2f and %.2f GiB",
              by_cores, budget.bytes / 2**30, available / 2**30,
              budget.bytes // budget.cost(False), budget.cost(False) / 2**30,
-             budget.bytes // budget.cost(True), budget.cost(True) / 2**30)
+             budget.bytes // budget.cost(True), budget.cost(True) / 2**30,
+             budget.cost(False, head_loss=True) / 2**30,
+             budget.cost(True, head_loss=True) / 2**30)
     return by_cores, budget
 
 
