@@ -8,9 +8,10 @@ queued job starts while what the running jobs may take, with its own, fits. What
 at most: its process (`TRAINER_PROCESS_BYTES`, a forked trainer's private memory measured on a
 tiny model) plus what a step keeps: a full micro-batch's activations for the backward pass and
 its fp32 logits three times over (the logits, their softmax, its gradient), or, where the
-executor computes the head's loss (it offers it, the job does not adapt the head, privacy is off:
-`workers.remote.loss`), only that call's answer (a loss, a right answer and a hidden state's
-gradient per token; an evaluation's is smaller still). Activations are counted as
+executor computes the head's loss (it offers it, the architecture's recipe names the head,
+`catalogue.stretches`; the job does not adapt it; privacy is off: `workers.remote.loss`), only
+that call's answer (a loss, a right answer and a hidden state's gradient per token; an
+evaluation's is smaller still). Activations are counted as
 Korthikanti et al. count them ("Reducing Activation Recomputation in Large Transformer Models",
 2022: 16-bit values per token, layer and hidden unit; an fp32 tensor of tokens x hidden is 2),
 for what a trainer keeps (`workers.training.lean`): per layer the residual stream at both norms'
@@ -33,13 +34,13 @@ import psutil
 
 from catalogue.builtin import BUILTINS
 from catalogue.paths import local_path
+from catalogue.stretches import RECIPES
 from wire.cores import host_cores
 
 log = logging.getLogger("workers.jobs")
 TRAINER_PROCESS_BYTES = 768 * 2**20  # API trainers on tiny-llama: 0.73 GiB each (issue 32)
 MICRO_BATCH_TOKENS = 4096  # workers.training.loop.Hyperparameters.micro_batch_tokens
 MEMORY_SHARE = 0.5
-HEAD = "lm_head"  # the output head's module name in every catalogue architecture
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,16 @@ class Shape:
     layers: int
     vocab: int
     intermediate: int  # the MLP's inner width
+    head: str | None = None  # the head whose loss the executor may compute (None: it cannot)
 
     @classmethod
-    def of(cls, config: dict) -> Shape:
+    def of(cls, config: dict, model_type: str | None = None) -> Shape:
         hidden = config.get("hidden_size") or config["n_embd"]
+        recipe = RECIPES.get(model_type or config.get("model_type", ""))
         return cls(hidden, config.get("num_hidden_layers") or config["n_layer"],
                    config["vocab_size"],
-                   config.get("intermediate_size") or config.get("n_inner") or 4 * hidden)
+                   config.get("intermediate_size") or config.get("n_inner") or 4 * hidden,
+                   recipe.head if recipe is not None else None)
 
 
 def model_shape(model: str) -> Shape | None:
@@ -64,7 +68,7 @@ def model_shape(model: str) -> Shape | None:
         if path is not None:
             return Shape.of(json.loads((path / "config.json").read_text()))
         if model in BUILTINS:
-            return Shape.of(BUILTINS[model].config)
+            return Shape.of(BUILTINS[model].config, BUILTINS[model].model_type)
     except (OSError, ValueError, KeyError):
         pass
     return None
@@ -90,10 +94,10 @@ def job_bytes(shape: Shape, dtype_bytes: int = 4, *, recompute: bool = False,
     return TRAINER_PROCESS_BYTES + int(kept * value) + head
 
 
-def adapts_head(method: dict) -> bool:
+def adapts_head(method: dict, head: str) -> bool:
     """Whether a job's peft settings (`wire.jobs.PeftSpec` as stored) name the output head: its
     trainer then computes the logits itself (peft's "all-linear" leaves the head out)."""
-    return HEAD in (method.get("target_modules") or [])
+    return head in (method.get("target_modules") or [])
 
 
 def never() -> bool:
@@ -114,8 +118,9 @@ class JobBudget:
 
     def cost_of(self, method: dict) -> int:
         """A job's, by its stored peft settings."""
+        head = self.shape.head
         return self.cost(bool(method.get("gradient_checkpointing")), bool(method.get("dropout")),
-                         self.head_loss() and not adapts_head(method))
+                         head is not None and self.head_loss() and not adapts_head(method, head))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ GIB = 2**30
 
 def test_a_jobs_most_is_its_process_a_micro_batchs_activations_and_its_logits() -> None:
     llama_1b = model_shape("llama-1b")
-    assert llama_1b == Shape(2048, 22, BUILTINS["llama-1b"].config["vocab_size"], 5632)
+    assert llama_1b == Shape(2048, 22, BUILTINS["llama-1b"].config["vocab_size"], 5632,
+                             "lm_head")
     # a layer keeps 2 norm inputs, q, k, v, attention's output and o_proj's input (7 tensors of
     # tokens x hidden at most) and the MLP's gate and up outputs (2 of tokens x 5632), in fp32:
     # (7 + 2 x 5632 / 2048) x 2 = 25 of the paper's 16-bit values a token and hidden unit
@@ -45,9 +46,9 @@ def test_lora_dropout_keeps_each_adapted_layers_dropped_input_and_its_mask() -> 
 def test_the_shape_is_read_from_a_config_or_the_catalogue(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"n_embd": 768, "n_layer": 12,
                                                       "vocab_size": 50257}))
-    assert model_shape(str(tmp_path)) == Shape(768, 12, 50257, 4 * 768)
+    assert model_shape(str(tmp_path)) == Shape(768, 12, 50257, 4 * 768)  # no model_type: no head
     assert model_shape("tiny-gpt2") == Shape(64, 2, BUILTINS["tiny-gpt2"].config["vocab_size"],
-                                             4 * 64)
+                                             4 * 64, "lm_head")
     assert model_shape(str(tmp_path / "missing")) is None
 
 
@@ -89,6 +90,8 @@ def test_a_jobs_cost_counts_the_head_loss_only_while_offered_and_the_head_not_ad
     offered[0] = True
     assert budget.cost_of(lora) == job_bytes(shape, recompute=True, head_loss=True)
     assert budget.cost_of(on_head) == job_bytes(shape, recompute=True)
-    assert not adapts_head({"method": "prompt_tuning", "target_modules": None})
-    assert adapts_head({"target_modules": ["lm_head"]})
-    assert not adapts_head({"target_modules": ["all-linear"]})  # peft's leaves the head out
+    assert not adapts_head({"method": "prompt_tuning", "target_modules": None}, "lm_head")
+    assert adapts_head({"target_modules": ["lm_head"]}, "lm_head")
+    assert not adapts_head({"target_modules": ["all-linear"]}, "lm_head")  # leaves the head out
+    headless = JobBudget(1, Shape(64, 2, 256, 256), lambda: True)  # no recipe: no head loss
+    assert headless.cost_of(lora) == job_bytes(headless.shape, recompute=True)
