@@ -93,7 +93,8 @@ class Engine:
         port = client.port if client is not None else None
         if port is None or port.device_buffer is not None:
             return None
-        width = self.registry.layers[call.layer].spec.out_features  # a forward's
+        spec = self.registry.layers[call.layer].spec
+        width = spec.in_features if call.op == P.Op.BACKWARD else spec.out_features
         try:
             return port.view(call.header.shm_out, self.registry.dtype, call.rows, width), port
         except ValueError:  # checked when the call came; its memory is gone since

@@ -24,7 +24,7 @@ from catalogue.base_layers import is_base_embedding, is_base_linear
 from catalogue.stretches import RECIPES
 from executor import loss, pages, stretches
 from executor.columns import Columns
-from executor.kernels import linear
+from executor.kernels import Linear, linear
 from wire.call.messages import LayerKind, LayerSpec, Op
 
 
@@ -135,12 +135,9 @@ class LayerRegistry:
             if layer.spec.kind == LayerKind.EMBEDDING:
                 table.append({Op.FORWARD: _lookup(layer)})
                 continue
-            weight, bias, weight_t = layer.weight, layer.bias, layer.weight.t()
-            table.append({
-                Op.FORWARD: lambda x, w=weight, b=bias: linear(x, w, b),
-                Op.FORWARD_NOBIAS: lambda x, w=weight: linear(x, w),
-                Op.BACKWARD: lambda x, w=weight_t: linear(x, w),
-            })
+            table.append({Op.FORWARD: Linear(layer.weight, layer.bias),
+                          Op.FORWARD_NOBIAS: Linear(layer.weight),
+                          Op.BACKWARD: Linear(layer.weight.t())})
         return table
 
     def columns(self) -> list[dict[int, Columns]]:

@@ -158,12 +158,12 @@ def test_an_empty_call_gets_an_empty_result(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_lone_call_through_a_stretch_writes_its_result_into_the_clients_memory_itself(
-        device: str) -> None:
-    """A stretch's, a lead's and a greedy call's last step joins parts: for a lone doorbell call
-    on a CPU executor it joins them straight into the client's result region (no write after);
-    a plain linear layer's result is written after, as is every result of a GPU executor (its
-    results are on the device). Either way the client reads what the op computes by itself."""
+def test_a_lone_call_writes_its_result_into_the_clients_memory_itself(device: str) -> None:
+    """A stretch's, a lead's and a greedy call's last step joins parts, and a linear layer's
+    product (forward and backward, `kernels.linear_into`) can be written where it goes: for a
+    lone doorbell call on a CPU executor each writes straight into the client's result region
+    (no write after), as no result of a GPU executor does (its results are on the device).
+    Either way the client reads what the op computes by itself."""
     registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
     table = ClientTable(device)
     engine = Engine(registry, Scheduler(), table, ExecutorStats(), device)
@@ -178,28 +178,31 @@ def test_a_lone_call_through_a_stretch_writes_its_result_into_the_clients_memory
         real = getattr(port, name)
         setattr(port, name, lambda offset, y, real=real: (writes.append(offset), real(offset, y)))
     kinds = (P.LayerKind.STRETCH, P.LayerKind.LEAD, P.LayerKind.GREEDY, P.LayerKind.LINEAR)
-    specs = [next(s for s in registry.specs if s.kind == kind) for kind in kinds]
+    calls = [(next(s for s in registry.specs if s.kind == kind), P.Op.FORWARD) for kind in kinds]
+    calls.append((calls[-1][0], P.Op.BACKWARD))
     shm_in, shm_out = H.DATA_AT, H.DATA_AT + (64 << 10)
     try:
-        for seq, spec in enumerate(specs, start=1):
+        for seq, (spec, op) in enumerate(calls, start=1):
             rows = 3
+            width_in, width_out = (spec.out_features, spec.in_features) \
+                if op == P.Op.BACKWARD else (spec.in_features, spec.out_features)
             x = torch.randint(0, 100, (rows,)) if spec.kind == P.LayerKind.LEAD \
-                else torch.randn(rows, spec.in_features)
+                else torch.randn(rows, width_in)
             view = segment.view(shm_in, x.dtype, tuple(x.shape))
             view.copy_(x)
-            header = P.Call(seq, P.Op.FORWARD, spec.index, P.CallKind.INFERENCE, "", (), shm_in,
-                            shm_out)
+            header = P.Call(seq, op, spec.index, P.CallKind.INFERENCE, "", (), shm_in, shm_out)
             before = len(writes)
             assert engine.execute([PendingCall(b"identity", header, view, 0.0,
                                                reply_seq=seq)]) == []
             reply = H.read_reply(segment.raw, seq)
-            assert reply is not None and reply[1] == H.OK and reply[4:6] == (rows,
-                                                                            spec.out_features)
-            result = segment.view(shm_out, torch.float32, (rows, spec.out_features))
-            alone = registry.run(P.Op.FORWARD, registry.get(spec.index), x.to(device)).cpu()
+            assert reply is not None and reply[1] == H.OK and reply[4:6] == (rows, width_out)
+            result = segment.view(shm_out, torch.float32, (rows, width_out))
+            alone = registry.run(op, registry.get(spec.index), x.to(device)).cpu()
             torch.testing.assert_close(result, alone, **_same(device))
-            written_after = spec.kind == P.LayerKind.LINEAR or device != "cpu"
-            assert len(writes) - before == (1 if written_after else 0), spec
+            if spec.kind == P.LayerKind.LINEAR:  # the product itself, not a near one
+                w = registry.get(spec.index).weight.cpu()
+                torch.testing.assert_close(result, x @ (w if op == P.Op.BACKWARD else w.t()))
+            assert len(writes) - before == (0 if device == "cpu" else 1), (spec, op)
     finally:
         table.remove(b"identity")
         doorbell.close()
