@@ -57,23 +57,44 @@ class HeadLoss:
             self._rows(x[start:stop, :self.hidden], labels[start:stop], out[start:stop])
 
     def _rows(self, h: torch.Tensor, labels: torch.Tensor, out: torch.Tensor) -> None:
+        """Over the logits in place: their largest, e^(logit - largest), its sum (the log-sum-exp
+        as torch's: log(sum) + largest), and the softmax by that sum, which is the gradient once
+        the label's one is taken off; five passes over the chunk's logits, no second copy."""
         logits = linear(h, self.weight, self.bias).float()
         valid = labels >= 0
         safe = labels.clamp(min=0)
-        lse = torch.logsumexp(logits, dim=1)
-        loss = (lse - logits.gather(1, safe[:, None])[:, 0]).where(valid, 0.0)
-        right = (greedy_choices(logits).to(labels.device) == labels) & valid
+        picked = logits.gather(1, safe[:, None])[:, 0]
+        top = logits.amax(dim=1)
+        right = self._right(logits, picked, top, labels, valid)
+        top.masked_fill_(top.isinf(), 0.0)  # as torch's logsumexp: an infinite row stays so
+        exps = logits.sub_(top[:, None]).exp_()
+        total = exps.sum(dim=1)
+        loss = (total.log() + top - picked).where(valid, 0.0)
         high = loss.to(out.dtype)
         out[:, 0] = high
         out[:, 1] = (loss - high.float()).to(out.dtype)
         out[:, 2] = right.to(out.dtype)
         if not self.gradient:
             return
-        grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' place
+        grad = exps.div_(total[:, None])  # the softmax, in the logits' place
         grad[torch.arange(len(safe), device=safe.device), safe] -= 1.0
-        grad.mul_(valid[:, None])
+        if not bool(valid.all()):
+            grad[~valid] = 0.0
         torch.mm(grad.to(out.dtype), self.weight, out=out[:, PARTS:])
 
+    @staticmethod
+    def _right(logits: torch.Tensor, picked: torch.Tensor, top: torch.Tensor,
+               labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Whether each row's greedy choice (its first largest logit) is its label: only a row
+        whose label's logit is the largest can be right, and only those rows are searched (all
+        of them in place where they are most)."""
+        right = valid & (picked == top)
+        rows = right.nonzero()[:, 0]
+        if 2 * len(rows) > len(right):
+            return right & (greedy_choices(logits).to(labels.device) == labels)
+        if len(rows):
+            right[rows] = greedy_choices(logits[rows]).to(labels.device) == labels[rows]
+        return right
 
 def build(index: int, head: LayerSpec, weight: torch.Tensor,
           bias: torch.Tensor | None) -> list[tuple[LayerSpec, HeadLoss]]:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
+from executor.loss import HeadLoss
 from executor.registry import LayerRegistry, UnsupportedOp
 from executor.validation import CallRejected, CallTable
 from wire.call.digits import DIGITS, as_digits
@@ -58,6 +59,29 @@ def test_the_loss_its_right_answers_and_gradient_equal_the_heads(name: str) -> N
                        y[:, :3])
     assert 2 * evaluation.stretch.macs_per_row == layer.stretch.macs_per_row == \
         2 * vocabulary * 64
+
+
+@pytest.mark.parametrize("labels", [[1, 3, -100, 0, 2, 5],  # two rows searched, one right
+                                    [1, 3, -100, 1, 1, 1]])  # most rows: all searched
+def test_a_right_answer_is_the_first_largest_logit_and_ties_go_to_the_first(
+        labels: list[int]) -> None:
+    """Tokens 1 and 3 share a head row, so their logits tie: a label of 1 is the greedy choice,
+    a label of 3 is not (argmax takes the first largest); the loss and its gradient equal
+    F.cross_entropy's whichever rows are searched."""
+    weight = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+    weight[3] = weight[1]
+    hidden = weight[1].repeat(6, 1) * 5 + torch.randn(6, 4) * 0.01
+    labels = torch.tensor(labels)
+    h = hidden.clone().requires_grad_(True)
+    logits = h @ weight.t()
+    losses = F.cross_entropy(logits, labels, ignore_index=-100, reduction="none")
+    losses.sum().backward()
+    expected = ((logits.argmax(1) == labels) & (labels >= 0)).float()
+    y = HeadLoss(weight, None)(labelled(hidden, labels, 6))
+    assert y[:, 2].tolist() == expected.tolist()
+    assert expected[1] == 0 and expected.sum() == (labels == 1).sum()  # the tie's second: wrong
+    torch.testing.assert_close(y[:, 0], losses.detach())
+    torch.testing.assert_close(y[:, 3:], h.grad)
 
 
 def test_rows_go_through_in_chunks_and_into_a_given_result() -> None:
