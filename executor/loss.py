@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from executor.kernels import linear
+from executor.kernels import linear, linear_into
 from wire.call.digits import DIGITS, greedy_choices, ids_of
 from wire.call.messages import LayerKind, LayerSpec
 
@@ -34,12 +34,13 @@ class HeadLoss:
     without `gradient` (an evaluation's) [rows, 3], and the gradient's product is never made."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
-                 gradient: bool = True) -> None:
+                 gradient: bool = True, room: Room | None = None) -> None:
         self.weight, self.bias, self.gradient = weight, bias, gradient
+        self.room = room or Room()
         self.vocabulary, self.hidden = weight.shape
         self.width = PARTS + (self.hidden if gradient else 0)
-        room = CHUNK_BYTES if weight.device.type == "cpu" else DEVICE_CHUNK_BYTES
-        self.chunk = max(1, room // (4 * self.vocabulary))
+        chunk_bytes = CHUNK_BYTES if weight.device.type == "cpu" else DEVICE_CHUNK_BYTES
+        self.chunk = max(1, chunk_bytes // (4 * self.vocabulary))
 
     @property
     def macs_per_row(self) -> int:  # the head forward, and the gradient's product
@@ -60,7 +61,7 @@ class HeadLoss:
         """Over the logits in place: their largest, e^(logit - largest), its sum (the log-sum-exp
         as torch's: log(sum) + largest), and the softmax by that sum, which is the gradient once
         the label's one is taken off; five passes over the chunk's logits, no second copy."""
-        logits = linear(h, self.weight, self.bias).float()
+        logits = self._logits(h)
         valid = labels >= 0
         safe = labels.clamp(min=0)
         picked = logits.gather(1, safe[:, None])[:, 0]
@@ -82,6 +83,16 @@ class HeadLoss:
             grad[~valid] = 0.0
         torch.mm(grad.to(out.dtype), self.weight, out=out[:, PARTS:])
 
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The chunk's logits in float32: on a CPU in float32 written into the room kept between
+        calls (a chunk's are up to `CHUNK_BYTES`, which malloc would map afresh each call and
+        the kernel fill with zeroed pages)."""
+        if h.device.type != "cpu" or self.weight.dtype != torch.float32:
+            return linear(h, self.weight, self.bias).float()
+        logits = self.room.take(h.shape[0], self.vocabulary)
+        linear_into(h, self.weight, self.bias, logits)
+        return logits
+
     @staticmethod
     def _right(logits: torch.Tensor, picked: torch.Tensor, top: torch.Tensor,
                labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -96,6 +107,19 @@ class HeadLoss:
             right[rows] = greedy_choices(logits[rows]).to(labels.device) == labels[rows]
         return right
 
+class Room:
+    """Float32 memory for a head's logits, grown to the most rows asked for (at most a chunk's)
+    and kept: the head's training and evaluation ops share one."""
+
+    def __init__(self) -> None:
+        self._memory = torch.empty(0)
+
+    def take(self, rows: int, width: int) -> torch.Tensor:
+        if self._memory.numel() < rows * width:
+            self._memory = torch.empty(rows * width)
+        return self._memory[:rows * width].view(rows, width)
+
+
 def build(index: int, head: LayerSpec, weight: torch.Tensor,
           bias: torch.Tensor | None) -> list[tuple[LayerSpec, HeadLoss]]:
     """For a head layer (its weight [vocabulary, hidden]): `<head>+loss` at `index`, with the
@@ -106,4 +130,6 @@ def build(index: int, head: LayerSpec, weight: torch.Tensor,
                      PARTS + hidden, False, members=members, splits=(2, 1, hidden))
     evaluation = LayerSpec(index + 1, f"{head.name}+eval", LayerKind.LOSS, hidden + DIGITS,
                            PARTS, False, members=members, splits=(2, 1))
-    return [(step, HeadLoss(weight, bias)), (evaluation, HeadLoss(weight, bias, False))]
+    room = Room()
+    return [(step, HeadLoss(weight, bias, room=room)),
+            (evaluation, HeadLoss(weight, bias, False, room))]

@@ -96,6 +96,24 @@ def test_rows_go_through_in_chunks_and_into_a_given_result() -> None:
     torch.testing.assert_close(out, whole)
 
 
+def test_the_logits_live_in_one_room_kept_between_calls_and_shared_with_evaluation() -> None:
+    """On a CPU a chunk's logits are written into memory the op keeps (a 50k vocabulary's are
+    tens of MB a call, mapped afresh by malloc each time otherwise), grown to the most rows asked
+    for; the evaluation op uses the same room, and results do not depend on what it held."""
+    registry = LayerRegistry.load(resolve_model("tiny-llama"))
+    step, evaluation = (registry.by_name[n].stretch for n in ("lm_head+loss", "lm_head+eval"))
+    assert step.room is evaluation.room
+    torch.manual_seed(4)
+    small, large = (labelled(torch.randn(n, 64), torch.randint(0, 256, (n,)), 256)
+                    for n in (3, 7))
+    first = step(large)
+    memory = step.room.take(7, 256).data_ptr()
+    assert step(small).shape == (3, 67) and evaluation(small).shape == (3, 3)
+    assert step.room.take(7, 256).data_ptr() == memory  # fewer rows: the same memory
+    assert torch.equal(step(large), first)
+    assert torch.equal(evaluation(large), first[:, :3])
+
+
 def test_labels_that_are_not_digits_of_a_token_are_ignored_rows() -> None:
     registry = LayerRegistry.load(resolve_model("tiny-llama"))
     layer = registry.by_name["lm_head+loss"]
