@@ -52,7 +52,8 @@ def linear_into(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                 out: torch.Tensor) -> None:
     """`linear(x, weight, bias)` written into `out` (contiguous [rows, out_features], the
     client's result memory): MKL's product, which `linear` itself takes where oneDNN does not
-    (a transposed weight: every backward), writes there without the copy a fresh result needs.
+    (a transposed weight: a backward's, a GPT-2 Conv1D's forward), writes there without the copy
+    a fresh result needs.
     Where `linear` takes oneDNN, MKL writing in place wins from `INTO_MIN_ROWS` rows (2-core
     Xeon, fp32, in place against oneDNN and a copy: 0.78-1.01x at 128 rows and 0.79-0.99x at 512
     over eight shapes from 768 x 768 to 768 x 50k and 2048 x 5632; at 8-64 rows 0.57-1.73x, a

@@ -107,16 +107,17 @@ class HeadLoss:
             right[rows] = greedy_choices(logits[rows]).to(labels.device) == labels[rows]
         return right
 
+
 class Room:
     """Float32 memory for a head's logits, grown to the most rows asked for (at most a chunk's)
     and kept: the head's training and evaluation ops share one."""
 
     def __init__(self) -> None:
-        self._memory = torch.empty(0)
+        self._memory = torch.empty(0, dtype=torch.float32)
 
     def take(self, rows: int, width: int) -> torch.Tensor:
         if self._memory.numel() < rows * width:
-            self._memory = torch.empty(rows * width)
+            self._memory = torch.empty(rows * width, dtype=torch.float32)
         return self._memory[:rows * width].view(rows, width)
 
 
