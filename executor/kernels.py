@@ -37,7 +37,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     if x.device.type != "cpu" or x.dim() != 2:
         return F.linear(x, weight, bias)
-    if x.shape[0] * weight.shape[0] * weight.shape[1] < SINGLE_THREAD_MACS:
+    if _tiny(x, weight):
         with one_thread():
             return F.linear(x, weight, bias)
     if _takes_onednn(x, weight):
@@ -62,12 +62,15 @@ def linear_into(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             or (x.shape[0] < INTO_MIN_ROWS and _takes_onednn(x, weight)):
         out.copy_(linear(x, weight, bias))
         return
-    tiny = x.shape[0] * weight.shape[0] * weight.shape[1] < SINGLE_THREAD_MACS
-    with one_thread() if tiny else contextlib.nullcontext():
+    with one_thread() if _tiny(x, weight) else contextlib.nullcontext():
         if bias is None:
             torch.mm(x, weight.t(), out=out)
         else:
             torch.addmm(bias, x, weight.t(), out=out)
+
+
+def _tiny(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return x.shape[0] * weight.shape[0] * weight.shape[1] < SINGLE_THREAD_MACS
 
 
 def _takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from executor.kernels import INTO_MIN_ROWS, Linear, linear, linear_into
+from executor.kernels import INTO_MIN_ROWS, ONEDNN_MIN_WEIGHT, Linear, linear, linear_into
 
 
 def _weights(out_features: int, in_features: int, dtype=torch.float32):
@@ -47,7 +47,7 @@ def test_a_forward_into_memory_equals_the_plain_product(rows: int, bias: bool) -
         x = torch.randn(rows, in_features)
         got = _into(x, weight, b)
         torch.testing.assert_close(got, F.linear(x, weight, b))
-        onednn = rows < INTO_MIN_ROWS and out_features * in_features >= 1 << 19
+        onednn = rows < INTO_MIN_ROWS and out_features * in_features >= ONEDNN_MIN_WEIGHT
         assert torch.equal(got, linear(x, weight, b) if onednn else F.linear(x, weight, b))
 
 
