@@ -152,14 +152,21 @@ def default_capacity(model: str, *, cores: int | None = None, available_bytes: i
         psutil.virtual_memory().available
     budget = JobBudget(int(available * MEMORY_SHARE), shape, head_loss)
     log.info("max_jobs %d by the cores, while their memory fits in %.1f GiB (half of %.1f GiB "
-             "available): %d jobs of up to %.2f GiB, or %d recomputing their layers (%.2f GiB); "
-             "while the executor computes the head's loss %.2f and %.2f GiB",
+             "available): %d jobs of up to %.2f GiB, or %d recomputing their layers (%.2f GiB)%s",
              by_cores, budget.bytes / 2**30, available / 2**30,
              budget.bytes // budget.cost(False), budget.cost(False) / 2**30,
-             budget.bytes // budget.cost(True), budget.cost(True) / 2**30,
-             budget.cost(False, head_loss=True) / 2**30,
-             budget.cost(True, head_loss=True) / 2**30)
+             budget.bytes // budget.cost(True), budget.cost(True) / 2**30, _with_head_loss(budget))
     return by_cores, budget
+
+
+def _with_head_loss(budget: JobBudget) -> str:
+    """The log's figures while the executor computes the head's loss, where it can (the
+    architecture's recipe names the head)."""
+    if budget.shape.head is None:
+        return ""
+    return (f"; while the executor computes the head's loss "
+            f"{budget.cost(False, head_loss=True) / 2**30:.2f} and "
+            f"{budget.cost(True, head_loss=True) / 2**30:.2f} GiB")
 
 
 def job_capacity(max_jobs: int, model: str,

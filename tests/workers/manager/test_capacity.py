@@ -95,3 +95,17 @@ def test_a_jobs_cost_counts_the_head_loss_only_while_offered_and_the_head_not_ad
     assert not adapts_head({"target_modules": ["all-linear"]}, "lm_head")  # leaves the head out
     headless = JobBudget(1, Shape(64, 2, 256, 256), lambda: True)  # no recipe: no head loss
     assert headless.cost_of(lora) == job_bytes(headless.shape, recompute=True)
+
+
+def test_the_log_gives_head_loss_figures_only_for_a_model_whose_head_the_executor_can_take(
+        tmp_path, caplog) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"n_embd": 768, "n_layer": 12,
+                                                      "vocab_size": 50257}))
+    caplog.set_level("INFO", logger="workers.jobs")
+    for model, named in ((str(tmp_path), False), ("llama-1b", True)):
+        caplog.clear()
+        budget = default_capacity(model, cores=4, available_bytes=64 * GIB)[1]
+        (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("max_jobs")]
+        assert ("head's loss" in line) is named
+        if named:
+            assert f"{budget.cost(False, head_loss=True) / GIB:.2f} and " in line
