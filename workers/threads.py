@@ -3,9 +3,10 @@ adapters, KV cache; a trainer's backward and optimizer): its share of the cores 
 manager's, `workers.manager.capacity.ThreadShare`), but no more than the tokens of the forward
 or step at hand keep busy. Under OpenMP's PASSIVE wait policy each op that runs on a second
 thread wakes it, which a small forward does not repay (a decode step of a few rows loses on a
-second thread), while a long prompt's prefill gains. One thread against two on a 2-core Xeon
-(bench/NOTES.md): a trainer alone, 1 x 64-token steps -5 %, 1 x 128 equal, 2 x 128 +7 %; a
-worker's prefill alone, 128 tokens 5 % slower on two, 512 15 % faster, 2,048 20-27 % faster.
+second thread), while a long prompt's prefill gains. Two threads against one on a 2-core Xeon
+(bench/NOTES.md): a worker's prefill alone, 128 tokens 5 % slower, 512 15 % faster, 2,048 20-27 %
+faster; a trainer's remote llama-160m LoRA step, 2 x 256 tokens 5 % and 2 x 512 17 % faster,
+2 x 128 as fast at a trainer's nice 10 and SCHED_BATCH (one thread 1-11 % faster without them).
 """
 
 from __future__ import annotations
