@@ -3,9 +3,10 @@ fine-tuning step's time goes, ours against plain transformers + peft.
 
 Both sides run the bench's training step (LoRA on q/v, AdamW, labels = inputs, gradient
 clipping) on the same device, each in its own process, best of `--steps` after a warm-up (ours
-on the threads a trainer takes for the step's tokens, `workers.threads`; plain at torch's). Ours
-is split into the time spent inside executor calls as the client sees them (`calls_ms`), of
-which the executor's compute for them (`executor_ms`, its own statistics) and the rest
+as a lone trainer runs: at its priority, with its allocator setting, on the threads it takes for
+the step's tokens, `workers.training` and `workers.threads`; plain at torch's defaults). Ours is
+split into the time spent inside executor calls as the client sees them (`calls_ms`), of which
+the executor's compute for them (`executor_ms`, its own statistics) and the rest
 (`overhead_ms`: transfer, waiting, synchronization), and the client's own work (`client_ms`:
 attention, norms, the adapter, backward glue, optimizer). One profiled step of ours adds
 torch.profiler's top operators by self CPU time (by CUDA time on a GPU); `--executor-profile`
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -72,6 +74,7 @@ def measure(args: argparse.Namespace) -> dict:
             "plain_ms": plain["step_ms"], "plain_median_ms": plain["median_ms"],
             "ours_ms": ours["step_ms"], "ours_median_ms": ours["median_ms"],
             "ratio": plain["step_ms"] / ours["step_ms"], "plain_threads": plain["threads"],
+            "plain_nice": plain["nice"],
             **{k: v for k, v in ours.items() if k not in ("step_ms", "median_ms")}}
 
 
@@ -89,9 +92,13 @@ def side(args: argparse.Namespace) -> dict:
     """One side's steps: the best and the median, and for ours where the best one's time
     went and one profiled step."""
     dtype = getattr(torch, args.dtype)
-    if args.side == "ours":  # a small step's ops on a second thread asleep cost its wake-ups
+    if args.side == "ours":  # as a lone trainer runs: its priority, allocator and threads
         from workers.threads import step_threads
+        from workers.training.allocator import give_back_large_frees
+        from workers.training.priority import yield_to_inference
 
+        yield_to_inference()
+        give_back_large_frees()
         torch.set_num_threads(step_threads(torch.get_num_threads(), args.batch * args.length))
     ids = torch.randint(0, 1000, (args.batch, args.length),
                         generator=torch.Generator().manual_seed(0)).to(args.device)
@@ -108,7 +115,7 @@ def side(args: argparse.Namespace) -> dict:
             after = clock.read() if clock else ()
             steps.append((seconds, *(b - a for a, b in zip(before, after, strict=True))))
     best = min(steps)
-    result = {"step_ms": 1e3 * best[0], "threads": torch.get_num_threads(),
+    result = {"step_ms": 1e3 * best[0], "threads": torch.get_num_threads(), "nice": os.nice(0),
               "median_ms": 1e3 * statistics.median(s[0] for s in steps)}
     if clock:
         step_s, calls, in_calls, computed = best

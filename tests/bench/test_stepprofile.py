@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 from bench.stepprofile import main
 from catalogue.resolve import resolve_model
 from workers.threads import step_threads
+from workers.training.priority import TRAINER_NICE
 
 
 def test_a_step_is_split_into_executor_calls_and_the_clients_own_work(tmp_path) -> None:
@@ -23,8 +24,10 @@ def test_a_step_is_split_into_executor_calls_and_the_clients_own_work(tmp_path) 
     assert 0 < result["executor_ms"] <= result["calls_ms"] < result["ours_ms"]
     assert result["client_ms"] > 0 and result["plain_ms"] > 0
     assert "_RemoteLinearFn" in result["profile"]
-    # ours on a trainer's threads for 2 x 16 tokens (one), plain on torch's default
+    # ours as a lone trainer: on its threads for 2 x 16 tokens (one), at its priority; plain
+    # at torch's default threads and the process's priority
     assert result["threads"] == step_threads(result["plain_threads"], 2 * 16) == 1
+    assert result["nice"] >= max(TRAINER_NICE, result["plain_nice"])
     # the executor's own profile, its server thread included: loading runs one traced forward
     # in the main thread (each linear layer once); the calls' matmuls run in the server's
     table = executor_table.read_text()
