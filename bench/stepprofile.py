@@ -94,11 +94,9 @@ def side(args: argparse.Namespace) -> dict:
     dtype = getattr(torch, args.dtype)
     if args.side == "ours":  # as a lone trainer runs: its priority, allocator and threads
         from workers.threads import step_threads
-        from workers.training.allocator import give_back_large_frees
-        from workers.training.priority import yield_to_inference
+        from workers.training.process import run_as_trainer
 
-        yield_to_inference()
-        give_back_large_frees()
+        run_as_trainer()
         torch.set_num_threads(step_threads(torch.get_num_threads(), args.batch * args.length))
     ids = torch.randint(0, 1000, (args.batch, args.length),
                         generator=torch.Generator().manual_seed(0)).to(args.device)

@@ -84,11 +84,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.kind == "train" and args.side == "ours":
-        from workers.training.allocator import give_back_large_frees
-        from workers.training.priority import yield_to_inference
+        from workers.training.process import run_as_trainer
 
-        yield_to_inference()  # as the spawner's trainers do
-        give_back_large_frees()
+        run_as_trainer()  # as the spawner's trainers do
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     if args.kind == "calls":

@@ -36,13 +36,12 @@ from workers.remote.layers import BaseWeightUnavailable
 from workers.remote.privacy import PrivacyConfig
 from workers.threads import step_threads, use_threads
 from workers.training import checkpoint, gates
-from workers.training.allocator import give_back_large_frees
 from workers.training.control import ControlChannel
 from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
 from workers.training.job_lock import JobLock
 from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
 from workers.training.methods import keep_for_backward, peft_config
-from workers.training.priority import yield_to_inference
+from workers.training.process import run_as_trainer
 
 log = logging.getLogger("workers.trainer")
 RECOMPUTED = ", layers recomputed in the backward"
@@ -271,8 +270,7 @@ def _existing(path: str | None, file_id: str) -> Path:
 def run(config: TrainerSpec, tokenizer: Any) -> int:
     """Process entry point. Returns non-zero when the job should be retried (it stays running
     at the manager, which requeues it)."""
-    yield_to_inference()
-    give_back_large_frees()
+    run_as_trainer()
     control = ControlChannel(config.manager, config.job_id)
     control.stop_on_sigterm()
     trainer = Trainer(config, tokenizer, control)
