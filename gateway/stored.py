@@ -49,13 +49,13 @@ def not_found(response_id: str) -> APIError:
 
 
 async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
-               earlier: list[dict[str, Any]], own: list) -> bool:
-    """Whether `response` (a Response's JSON) is kept with its conversation: the `earlier`
-    items and the request's `own`. A manager that cannot keep it (or a tenant whose storage
-    quota it would pass) is logged, not the request's failure: the response then says
-    `store: false`."""
+               before: StoredResponse | None, own: list) -> bool:
+    """Whether `response` (a Response's JSON) is kept with its conversation: what the response
+    it went on from (`before`) continued and the request's `own` items. A manager that cannot
+    keep it (or a tenant whose storage quota it would pass) is logged, not the request's
+    failure: the response then says `store: false`."""
     try:
-        await add(manager, tenant, response, earlier, own)
+        await add(manager, tenant, response, before, own)
     except APIError as exc:
         log.warning("response %s was not stored: %s", response["id"], exc.message)
         return False
@@ -63,14 +63,17 @@ async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
 
 
 async def add(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
-              earlier: list[dict[str, Any]], own: list,
+              before: StoredResponse | None, own: list,
               request: dict[str, Any] | None = None) -> None:
     """`response` kept with its conversation, and for a background one (queued) the
-    `request` that runs it; else the manager's refusal (`keep`: logged instead)."""
+    `request` that runs it; else the manager's refusal (`keep`: logged instead). The whole
+    conversation goes with it: the manager keeps only the `own` items and a link while the
+    response it went on from is kept (`workers.manager.response_store`)."""
+    earlier = before.continued() if before else []
     conversation = [*earlier, *(stored_item(item) for item in own)]
     record = json.dumps({"id": response["id"], "created_at": response["created_at"],
                          "body": response, "conversation": conversation, "own": len(own),
-                         "request": request})
+                         "previous": before.id if before else None, "request": request})
     await change(manager, StoreAction.ADD_RESPONSE, tenant.id, record=record,
                  answer_s=KEEP_S, quota_bytes=tenant.storage_quota())
 

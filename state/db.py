@@ -154,6 +154,10 @@ MIGRATIONS = [
     UPDATE responses SET status = COALESCE(json_extract(body, '$.status'), 'completed');
     CREATE INDEX responses_by_status ON responses (status);
     """,
+    """
+    ALTER TABLE responses ADD COLUMN previous TEXT;
+    CREATE INDEX responses_by_previous ON responses (previous);
+    """,
 ]
 
 

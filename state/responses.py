@@ -2,7 +2,12 @@
 that a later request can go on from it (`previous_response_id`) and a client can read it again.
 Kept RETENTION_S after creation, as OpenAI keeps them; read here, written by the worker manager
 (`workers.manager.response_store`). A background response (`background: true`) is kept from
-its creation, `queued`, with its request, until the gateway that runs it settles it."""
+its creation, `queued`, with its request, until the gateway that runs it settles it.
+
+A response that went on from a stored one keeps only its request's own items and a link to that
+one (`previous`), so a conversation of N turns takes N turns' room, not N^2: its whole
+conversation is read back along the links. A response that starts a conversation (or whose
+predecessor was gone when it was kept, or was deleted or expired since) keeps it whole."""
 
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ class ResponseReader:
         """The tenant's response, until it expires."""
         rows = self.db.query("SELECT * FROM responses WHERE id = ? AND tenant = ? AND "
                              "expires_at > ?", (response_id, tenant, int(time.time())))
-        return _stored(dict(rows[0])) if rows else None
+        return self._stored(rows[0]) if rows else None
 
     def pending(self) -> list[StoredResponse]:
         """The background responses not yet settled, every tenant's, oldest first."""
@@ -67,10 +72,31 @@ class ResponseReader:
             f"SELECT * FROM responses WHERE status IN ({', '.join('?' * len(PENDING))}) AND "
             "request IS NOT NULL AND expires_at > ? ORDER BY created_at",
             (*PENDING, int(time.time())))
-        return [_stored(dict(row)) for row in rows]
+        return [self._stored(row) for row in rows]
+
+    def _stored(self, row: Any) -> StoredResponse:
+        earlier = self.db.query(EARLIER, (row["previous"], row["tenant"])) \
+            if row["previous"] else []
+        return StoredResponse(row["id"], row["tenant"], row["created_at"], row["expires_at"],
+                              json.loads(row["body"]), conversation(earlier, row["conversation"]),
+                              row["own"], json.loads(row["request"]) if row["request"] else None)
 
 
-def _stored(row: dict[str, Any]) -> StoredResponse:
-    return StoredResponse(row["id"], row["tenant"], row["created_at"], row["expires_at"],
-                          json.loads(row["body"]), json.loads(row["conversation"]), row["own"],
-                          json.loads(row["request"]) if row["request"] else None)
+# a response's predecessors along their links, the first of the conversation first
+EARLIER = """
+    WITH RECURSIVE chain(id, previous, conversation, body, depth) AS (
+        SELECT id, previous, conversation, body, 0 FROM responses WHERE id = ?1 AND tenant = ?2
+        UNION ALL
+        SELECT r.id, r.previous, r.conversation, r.body, chain.depth + 1
+        FROM responses r JOIN chain ON r.id = chain.previous AND r.tenant = ?2)
+    SELECT conversation, body FROM chain ORDER BY depth DESC"""
+
+
+def conversation(earlier: list[Any], kept: str) -> list[dict[str, Any]]:
+    """The whole conversation a response answered: each predecessor's kept items and output in
+    turn (`earlier`: rows of `conversation` and `body`, the first first), then its own kept."""
+    items: list[dict[str, Any]] = []
+    for row in earlier:
+        items += json.loads(row["conversation"])
+        items += json.loads(row["body"])["output"]
+    return items + json.loads(kept)

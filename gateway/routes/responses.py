@@ -35,6 +35,7 @@ from gateway.serving import PromptResult
 from gateway.stored import found, previous
 from gateway.tenants import Tenant
 from openapi.responses import DeletedResponse, Response, ResponseItemList, ResponseRequest
+from state.responses import StoredResponse
 from wire import manager as W
 from wire.store import StoreAction
 
@@ -56,7 +57,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         raise renamed(refused) from None
     params.truncate = body.truncation == "auto"
     if body.background and run is None:
-        made = await _queue(request, tenant, body, earlier)
+        made = await _queue(request, tenant, body, before)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
@@ -90,7 +91,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         if run is not None:
             await stored.settle(state.manager, tenant.id, made)
         elif made["store"]:
-            made["store"] = await stored.keep(state.manager, tenant, made, earlier,
+            made["store"] = await stored.keep(state.manager, tenant, made, before,
                                               input_items(body))
             state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()
         return answer
@@ -115,13 +116,13 @@ def _started(state, tenant: Tenant, body: ResponseRequest):
 
 
 async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
-                 earlier: list[dict]) -> dict:
+                 before: StoredResponse | None) -> dict:
     """The background response, `queued` and kept with its request, which
     `gateway.background` then runs."""
     state = request.app.state
     made = described(body, Response(id=item_id("resp"), created_at=int(time.time()),
                                     status="queued", model=body.model, output=[]))
-    await stored.add(state.manager, tenant, made.model_dump(), earlier, input_items(body),
+    await stored.add(state.manager, tenant, made.model_dump(), before, input_items(body),
                      request=await request.json())
     state.metrics.stored.labels(tenant.id, "true").inc()
     state.background.run(found(state.responses, tenant.id, made.id))

@@ -1,6 +1,7 @@
 """Keeping a response (the gateway's side, with the manager's real records behind it): kept
-with its conversation, its own items given ids; when the manager cannot keep it, the request
-still has its answer, which then says it was not stored."""
+with its conversation (a link to the response it went on from), its own items given ids; when
+the manager cannot keep it, the request still has its answer, which then says it was not
+stored."""
 
 from __future__ import annotations
 
@@ -8,30 +9,38 @@ from gateway.stored import keep
 from gateway.tenants import Tenant
 from openapi.responses import FunctionCallOutputItem, MessageItem
 
-ID = f"resp_{'d' * 32}"
-EARLIER = [{"type": "message", "id": "msg_0", "role": "user", "status": "completed",
-            "content": [{"type": "input_text", "text": "Hi"}]}]
+ID, FIRST = f"resp_{'d' * 32}", f"resp_{'e' * 32}"
 
 
-def made() -> dict:
-    return {"id": ID, "created_at": 1_900_000_000, "output": [], "store": True}
+def made(response_id: str = ID, output: list | None = None) -> dict:
+    return {"id": response_id, "created_at": 1_900_000_000, "output": output or [],
+            "store": True}
 
 
 def test_a_response_is_kept_with_its_conversation_and_its_own_items(managed) -> None:
     client, _ = managed
+    keeping = client.app.state.manager, Tenant("acme")
+    answer = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+              "content": [{"type": "output_text", "text": "Hi", "annotations": []}]}
+    assert client.portal.call(keep, *keeping, made(FIRST, [answer]), None,
+                              [MessageItem(role="user", content="Hi")])
+    first = client.app.state.responses.get(FIRST, "acme")
     own = [MessageItem(role="assistant", content="Hello"),
            FunctionCallOutputItem(type="function_call_output", call_id="c1", output="sunny")]
-    assert client.portal.call(keep, client.app.state.manager, Tenant("acme"), made(), EARLIER,
-                              own)
+    assert client.portal.call(keep, *keeping, made(), first, own)
     stored = client.app.state.responses.get(ID, "acme")
-    assert stored.body == made() and stored.conversation[0] == EARLIER[0]
+    assert stored.body == made() and stored.conversation[:2] == first.continued()
+    assert first.continued()[0]["content"] == [{"type": "input_text", "text": "Hi"}]
     message, output = stored.input_items
+    assert stored.conversation == [*first.continued(), message, output]
     assert message["content"] == [{"type": "output_text", "text": "Hello"}]
     assert message["id"].startswith("msg_") and output["id"].startswith("fco_")
     assert message["status"] == output["status"] == "completed"
     assert client.app.state.responses.get(ID, "beta") is None
+    assert client.app.state.responses.db.query(  # kept as its own items and a link
+        "SELECT previous FROM responses WHERE id = ?", (ID,))[0][0] == FIRST
 
 
 def test_a_response_the_manager_cannot_keep_is_not_the_requests_failure(unmanaged) -> None:
     manager = unmanaged.app.state.manager
-    assert unmanaged.portal.call(keep, manager, Tenant("acme"), made(), [], []) is False
+    assert unmanaged.portal.call(keep, manager, Tenant("acme"), made(), None, []) is False

@@ -130,9 +130,8 @@ class StoreDesk:
     # -- responses ---------------------------------------------------------------------------
 
     def _add_response(self, command: StoreCommand) -> StoreAnswer:
-        self._fits(command, len(command.record.encode()), "response")
-        return StoreAnswer(id=command.id, made=self.responses.add(command.tenant,
-                                                                   command.record))
+        return StoreAnswer(id=command.id, made=self.responses.add(
+            command.tenant, command.record, lambda size: self._fits(command, size, "response")))
 
     def _settle_response(self, command: StoreCommand) -> StoreAnswer:
         """Kept whatever it takes (a background response's answer is not thrown away); `made`
