@@ -46,9 +46,9 @@ class ExecutorConfig(BaseSettings):
                                    "decode target); it then adapts to the decode waits measured "
                                    "(0: never slice)")
     max_batch_rows: int = Field(8192, ge=1, description="rows in one batch at most")
-    training_share: float = Field(0.25, gt=0, lt=1, description="the least share of batches "
-                                  "training keeps under load (of the last 1,024 run while it "
-                                  "had work)")
+    training_share: float = Field(0.25, gt=0, lt=1, description="the least share of the "
+                                  "compute time training keeps under load (of the last 1,024 "
+                                  "batches run while it had work)")
     spin_us: float = Field(5000.0, ge=0, description="watch for calls this long before "
                            "sleeping (0: never)")
     client_idle_s: float = Field(600.0, description="forget clients silent this long (their "

@@ -50,7 +50,7 @@ class Engine:
         self._result_code = CODE_OF[registry.dtype]
 
     def execute(self, batch: list[PendingCall],
-                between: Callable[[], None] | None = None) -> list[Reply]:
+                between: Callable[[float], None] | None = None) -> list[Reply]:
         """Run the batch; answer its doorbell calls; return the socket calls' replies."""
         started = self.scheduler.clock()
         first = batch[0]
@@ -101,37 +101,39 @@ class Engine:
             return None
 
     def _by_columns(self, columns: Columns, x: torch.Tensor, count: int,
-                    between: Callable[[], None]) -> tuple[torch.Tensor, float]:
+                    between: Callable[[float], None]) -> tuple[torch.Tensor, float]:
         """`x` through `columns` a band at a time, with `between` after each band but the last.
         On a CPU each band runs on one thread: slices only happen beside inference workers,
         whose own work holds cores, and a second matmul thread waiting for one of them stalls the
         band (6 tenants + 2 jobs, 2 cores, 20 s: training 23.6 -> 46.8 tok/s, the tenants' per-
         token latency 1.00x -> 1.13x of 8 tenants alone; bench NOTES)."""
-        y, elapsed = columns.empty(x), 0.0
+        y, elapsed, seconds = columns.empty(x), 0.0, 0.0
         cpu, inner = self.device.type == "cpu", columns.inner(count)
         for i, band in enumerate(columns.bands(count)):
             if i:
-                self._between(between)
+                self._between(between, seconds)
             with one_thread() if cpu else contextlib.nullcontext():
-                elapsed += D.timed(lambda x, band=band: columns.run(x, band, y, inner), x,
-                                   self.device)[1]
+                seconds = D.timed(lambda x, band=band: columns.run(x, band, y, inner), x,
+                                  self.device)[1]
+            elapsed += seconds
         return y, elapsed
 
     def _by_rows(self, run, x: torch.Tensor, count: int,
-                 between: Callable[[], None]) -> tuple[torch.Tensor, float]:
+                 between: Callable[[float], None]) -> tuple[torch.Tensor, float]:
         """`x` in bands of rows, with `between` after each band but the last."""
-        parts, elapsed = [], 0.0
+        parts, elapsed, seconds = [], 0.0, 0.0
         for start, stop in row_bands(x.shape[0], count):
             if parts:
-                self._between(between)
+                self._between(between, seconds)
             y, seconds = D.timed(run, x[start:stop], self.device)
             parts.append(y)
             elapsed += seconds
         return (parts[0] if len(parts) == 1 else torch.cat(parts)), elapsed
 
-    def _between(self, between: Callable[[], None]) -> None:
+    def _between(self, between: Callable[[float], None], seconds: float) -> None:
+        """After a slice that computed for `seconds`."""
         self.scheduler.slice_ran()  # the calls run now waited behind a slice
-        between()
+        between(seconds)
 
     def _inputs(self, batch: list[PendingCall]) -> torch.Tensor:
         """Rows from host memory and from clients' device buffers alike, on this device."""

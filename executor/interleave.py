@@ -1,14 +1,13 @@
 """What runs between the slices of a long batch (`Engine.execute`'s `between`).
 
 Between a training batch's slices: the ready decode steps, then the ready prefills, while training
-keeps its share of batches (`Scheduler.between_slices`). A prefill beside decoding tenants runs in
-slices itself, with only the ready decode steps between them. So neither a decode step nor a
+keeps its share of the compute time (`Scheduler.between_slices`). A prefill beside decoding tenants
+runs in slices itself, with only the ready decode steps between them. So neither a decode step nor a
 prefill waits behind a whole training batch, and a decode step waits behind no whole prefill: at
 most one slice of either (the slice is sized to the decode target, `executor.targets`). While
-training has more than its share, a training batch then waits for a decode step about to come
-before its next slice (`Scheduler.hold_training`; counted in the stats), so a token's next call
-does not find a slice begun in the gap before it.
-"""
+training has more than its share, a training batch then waits for a decode step about to come before
+its next slice (`Scheduler.hold_training`; counted in the stats), so a token's next call does not
+find a slice begun in the gap before it."""
 
 from __future__ import annotations
 
@@ -34,17 +33,17 @@ class Interleave:
         # before a wait for a decode step: the other serving thread must be the one receiving
         self.let_receive = let_receive
 
-    def between(self, batch: list[PendingCall]) -> Callable[[], None]:
+    def between(self, batch: list[PendingCall]) -> Callable[[float], None]:
         """What runs between `batch`'s slices, if the scheduler slices it."""
         if lane_of_batch(batch) == Lane.TRAINING:
             return self._after_training_slice
         return self._after_prefill_slice
 
-    def _after_training_slice(self) -> None:
-        self.scheduler.count_slice()
+    def _after_training_slice(self, seconds: float) -> None:
+        self.scheduler.count_slice(seconds)
         self._run(training=True)
 
-    def _after_prefill_slice(self) -> None:
+    def _after_prefill_slice(self, seconds: float) -> None:
         self._run(training=False)
 
     def _run(self, training: bool) -> None:

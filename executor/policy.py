@@ -12,7 +12,7 @@
   runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`;
   cut into bands of output columns where it is one matmul, `executor.columns`),
   with the decode steps, then the prefills that became ready run between slices (training keeps
-  its share of batches), so a token never waits behind a whole 256-row training matmul; a
+  its share of the compute time), so a token never waits behind a whole 256-row training matmul; a
   prefill beside decoding tenants runs in slices too (`executor.interleave`). While training has
   more than its share, a training batch waits for the decode steps due within `convoy_s` before
   it starts and between its slices (`Scheduler.hold_training`).

@@ -9,21 +9,20 @@ or an idle one is due here (within twice its usual gap from a reply to this laye
 carries every decoding tenant: on a skinny matmul one weight read serves 8 rows for about the cost
 of 4 (llama-160m, 8 tenants, 2 cores: 3.9 -> 7.7 calls per batch, 42 -> 54 tokens/s). Choosing among
 ready queues: any call waiting past `starvation_s` goes first; then inference before training, but
-training keeps at least `training_share` of the batches while it has work (`executor.share`); then
-the policy's order (first come first served; or for opportunistic batching decode steps first, then
-the queue farthest behind in the model: a layer's position in forward order, reversed for backward).
-Decode steps, prefills and training calls for one layer share its queue, so they can share a batch
-(one matmul for every tenant). A training batch, and a prefill beside decoding tenants, may run in
-slices (`slices`, as the policy says, sized by the waits of decode steps queued behind a slice:
-`observe_waits`). Between a training batch's slices the ready decode steps run, then the ready
-prefills, as long as training keeps `training_share` of the batches, each slice counting as one;
-between a prefill's slices, the ready decode steps (`between_slices`). While training has more than
-its share, a training batch, before it starts and between its slices, leaves the executor idle for a
-decode step about to come (queued for its convoy, or due: `hold_training`), so a token's calls do
-not each wait for a slice begun in the gap before them. Within a batch that exceeds
+training keeps at least `training_share` of the compute time while it has work (`executor.share`);
+then the policy's order (first come first served; or for opportunistic batching decode steps first,
+then the queue farthest behind in the model: a layer's position in forward order, reversed for
+backward). Decode steps, prefills and training calls for one layer share its queue, so they can
+share a batch (one matmul for every tenant). A training batch, and a prefill beside decoding
+tenants, may run in slices (`slices`, as the policy says, sized by the waits of decode steps queued
+behind a slice: `observe_waits`). Between a training batch's slices the ready decode steps run, then
+the ready prefills, as long as training keeps `training_share` of the compute time, each slice its
+own; between a prefill's slices, the ready decode steps (`between_slices`). While training has more
+than its share, a training batch, before it starts and between its slices, leaves the executor idle
+for a decode step about to come (queued for its convoy, or due: `hold_training`), so a token's calls
+do not each wait for a slice begun in the gap before them. Within a batch that exceeds
 `max_batch_rows`, clients are taken round-robin, so a client flooding one layer cannot crowd others
-out.
-"""
+out."""
 
 from __future__ import annotations
 
@@ -68,6 +67,7 @@ class Scheduler:
         # when the last training batch, or slice of one or of a prefill, ended: decode steps
         # queued before then waited behind it
         self._long_done = float("-inf")
+        self._sliced_s = 0.0  # the running training batch's slices so far, counted
         self._seq = 0
         self._next_forget = 0.0
 
@@ -119,7 +119,7 @@ class Scheduler:
                 self.presence[call.client].queued -= 1
                 trained += call.kind == CallKind.TRAINING
             self.share.queued -= trained
-            self.share.record(trained == len(batch))
+            self.share.running, self._sliced_s = trained == len(batch), 0.0
             return batch
 
     def observe_waits(self, batch: list[PendingCall], started: float) -> None:
@@ -168,7 +168,7 @@ class Scheduler:
         now, if any: the ready decode steps of one queue (they wait for their convoy here too:
         run piecemeal, 6 tenants fell into batches of 2-3), else, after a training slice, the
         ready prefills of one queue (which run in slices themselves). The rest of the queue
-        stays queued. After a training slice only while training keeps its share of batches."""
+        stays queued. After a training slice only while training keeps its share."""
         with self.lock:
             if training and not self.share.kept():
                 return None
@@ -191,15 +191,15 @@ class Scheduler:
         queue.extend(rest)
         if not queue:
             del self.busy[taken[0].key]
-        self.share.record(False, has_work=training)
         for call in taken:
             self.presence[call.client].queued -= 1
         return taken
 
-    def count_slice(self) -> None:
-        """A slice of a training batch counts as one training batch for the share."""
+    def count_slice(self, seconds: float) -> None:
+        """A slice of a training batch computed for `seconds`: training's for the share."""
         with self.lock:
-            self.share.record(True)
+            self.share.record(True, seconds)
+            self._sliced_s += seconds
 
     def ready_in(self) -> float | None:
         """Seconds until a batch may be ready (0: now); None when nothing is queued."""
@@ -210,7 +210,13 @@ class Scheduler:
             return max(0.0, min(waits)) if waits else None
 
     def observe(self, batch: list[PendingCall], seconds: float) -> None:
+        """`batch` computed for `seconds` (a training batch's slices counted already)."""
         with self.lock:
+            if all(c.kind == CallKind.TRAINING for c in batch):
+                self.share.record(True, max(seconds - self._sliced_s, 0.0))
+                self.share.running, self._sliced_s = False, 0.0
+            else:
+                self.share.record(False, seconds)
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds,
                               decode=all(c.lane == Lane.DECODE and c.rows <= DECODE_ROWS
                                          for c in batch))
@@ -252,7 +258,7 @@ class Scheduler:
         """Seconds a training batch (or its next slice) should leave the executor idle for a
         decode step about to come: one queued for its convoy, or an idle decode client due soon
         (`presence.convoy`); never longer than `convoy_s`, and only while training keeps its
-        share of batches. A slice started in such a gap is what a decode step waited for."""
+        share. A slice started in such a gap is what a decode step waited for."""
         convoy_s = self.policy.convoy_s
         if convoy_s <= 0 or not self.share.kept():
             return 0.0

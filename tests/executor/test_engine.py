@@ -73,10 +73,11 @@ def _train_beside_a_decode_step(scheduler: Scheduler, engine: Engine, op: P.Op, 
     between: list[torch.Tensor] = []
     gaps = 0
 
-    def run_decode_steps() -> None:
+    def run_decode_steps(seconds: float) -> None:
         nonlocal gaps
+        assert seconds > 0  # the slice's own compute
         gaps += 1
-        scheduler.count_slice()
+        scheduler.count_slice(seconds)
         while (batch := scheduler.between_slices()) is not None:
             between.extend(_rows(frames) for _, frames in engine.execute(batch))
 

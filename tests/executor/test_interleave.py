@@ -83,6 +83,7 @@ def test_after_a_training_slice_decode_steps_run_then_prefills_then_training_goe
     torch.manual_seed(1)
     batch = torch.randn(200, group.in_features)
     prompt, step = torch.randn(150, spec.in_features), torch.randn(1, spec.in_features)
+    scheduler.share.record(True, 1.0)  # training computed a second before: it has its share
     _queue(scheduler, "trainer", group.index, TRAINING, batch)
     training = scheduler.next_batch()
     _queue(scheduler, "prefiller", spec.index, INFERENCE, prompt)
@@ -110,7 +111,8 @@ def test_an_lm_heads_backward_runs_in_bands_of_its_sum_with_decode_steps_between
     _queue(scheduler, "decoder", spec.index, INFERENCE, step)
     slices = []
     between = interleave.between(training)
-    got = _rows(engine.execute(training, between=lambda: slices.append(1) or between()))
+    got = _rows(engine.execute(
+        training, between=lambda seconds: slices.append(seconds) or between(seconds)))
     assert len(slices) + 1 == -(-head.out_features // MIN_DEPTH)  # bands of MIN_DEPTH
     assert list(_rows(sent)) == ["decoder"]  # answered after the first band
     torch.testing.assert_close(got["trainer"], grad @ weight, rtol=1e-5, atol=1e-4)

@@ -88,7 +88,9 @@ def test_inference_first_but_training_keeps_its_share(clock) -> None:
         call(s, f"decoder-{i}", 1, kind=INF)
         if not s.queues.get((0, Op.BACKWARD)):
             call(s, "trainer", 0, rows=64, kind=TRAIN, op=Op.BACKWARD)
-        served.append(s.next_batch()[0].kind)
+        batch = s.next_batch()
+        s.observe(batch, 0.002)  # each batch computes as long: a batch's share is its time's
+        served.append(batch[0].kind)
     assert served[0] == TRAIN  # nothing served yet: training is below its share
     assert 0.2 <= served.count(TRAIN) / len(served) <= 0.3
     assert served[1] == INF
@@ -98,14 +100,20 @@ def test_decode_batches_run_while_training_had_nothing_queued_do_not_count_again
         clock) -> None:
     s = scheduler(Eager(), clock, training_share=0.25)
     call(s, "trainer", 0, rows=64, kind=TRAIN)
-    assert s.next_batch()[0].kind == TRAIN
+    batch = s.next_batch()
+    assert batch[0].kind == TRAIN
+    s.observe(batch, 0.004)
     for _ in range(20):  # the trainer computes its own part meanwhile
         call(s, "decoder", 1)
-        assert s.next_batch()[0].kind == INF
+        batch = s.next_batch()
+        assert batch[0].kind == INF
+        s.observe(batch, 0.004)
     call(s, "trainer", 0, rows=64, kind=TRAIN)
     clock.advance(0.001)
     call(s, "decoder", 1)
-    assert s.next_batch()[0].kind == INF  # training still has its share: inference first
+    batch = s.next_batch()
+    assert batch[0].kind == INF  # training still has its share: inference first
+    s.observe(batch, 0.004)
     assert s.share.of_recent() == 0.5
 
 

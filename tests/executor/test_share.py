@@ -1,4 +1,6 @@
-"""Training's share of batches: counted only while training has work, over a sliding window."""
+"""Training's share of the executor's compute time: counted only while training has work, over
+a sliding window of batches, each weighed by its compute seconds (a training batch run in short
+slices is not worth more than the decode batches between them)."""
 
 from __future__ import annotations
 
@@ -9,21 +11,33 @@ from executor.share import TrainingShare
 
 def test_batches_count_against_training_only_while_it_has_work() -> None:
     share = TrainingShare(0.25, window=8)
-    share.record(False)  # nothing of training's queued: counts for neither side
+    share.record(False, 0.004)  # nothing of training's queued: counts for neither side
     assert share.of_recent() == 0.0 and not share.kept()
     share.queued = 1
-    share.record(False)
-    share.record(True)
+    share.record(False, 0.004)
+    share.record(True, 0.004)
     assert share.of_recent() == 0.5 and share.kept()
     share.queued = 0
     for _ in range(5):
-        share.record(False)  # its trainers compute their own part meanwhile
+        share.record(False, 0.004)  # its trainers compute their own part meanwhile
     assert share.of_recent() == 0.5
-    share.record(False, has_work=True)  # between the slices of a training batch
+    share.running = True  # between the slices of a training batch
+    share.record(False, 0.004)
     assert share.of_recent() == pytest.approx(1 / 3)
-    share.record(False, has_work=True)
-    share.record(False, has_work=True)
+    share.record(False, 0.004)
+    share.record(False, 0.004)
     assert share.of_recent() == pytest.approx(1 / 5) and not share.kept()
     for _ in range(7):
-        share.record(True)  # the window holds the last 8: the oldest fall out
+        share.record(True, 0.004)  # the window holds the last 8: the oldest fall out
     assert share.of_recent() == pytest.approx(7 / 8)
+
+
+def test_a_batch_weighs_its_compute_time_not_one() -> None:
+    share = TrainingShare(0.25, window=64)
+    share.queued = 1
+    for _ in range(10):  # ten 0.5 ms slices beside ten 4 ms decode batches: 11 %, not a half
+        share.record(True, 0.0005)
+        share.record(False, 0.004)
+    assert share.of_recent() == pytest.approx(0.005 / 0.045) and not share.kept()
+    share.record(True, 0.010)
+    assert share.of_recent() == pytest.approx(0.015 / 0.055) and share.kept()

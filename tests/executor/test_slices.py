@@ -1,6 +1,6 @@
 """Slices, driven by a fake clock: which batches run in slices (training beside inference,
 a prefill beside other decoding tenants), and what runs between them (decode steps with their
-convoy, then prefills, while training keeps its share)."""
+convoy, then prefills, while training keeps its share of the compute time)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def test_between_slices_decode_steps_keep_their_convoy(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     call(s, "trainer", 0, rows=256, kind=TRAIN)
     assert s.next_batch()[0].kind == TRAIN
+    s.count_slice(0.001)  # its first slice ran
     call(s, "a", 2)
     call(s, "b", 1)  # behind a: a waits for it, between slices as anywhere
     assert clients_of(s.between_slices()) == ["b"]
@@ -68,30 +69,37 @@ def test_decode_steps_then_prefills_run_between_slices_while_training_keeps_its_
         clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
     call(s, "trainer", 0, rows=256, kind=TRAIN)
-    assert s.next_batch()[0].kind == TRAIN  # the training batch starts; counts as one
+    assert s.next_batch()[0].kind == TRAIN  # the training batch starts
+    s.count_slice(2.0)  # its first slice: 2 s of compute (a fake clock's seconds)
     decoders = [call(s, f"decoder-{i}", 1 + i % 2) for i in range(8)]
     prefill = call(s, "prefill", 1, rows=128)
     run = []
     while (batch := s.between_slices()) is not None:
         run.append(batch)
-    assert len(run) == 3  # one batch per layer, then the prefill: training at 1 in 4 >= 25%
+        s.observe(batch, 2.0)
+    assert len(run) == 3  # one batch per layer, then the prefill: training at 2 s of 6 >= 25%
     assert sorted(c.client for b in run[:2] for c in b) == sorted(c.client for c in decoders)
     assert run[2] == [prefill]  # it waits behind no whole training batch
     assert (1, Op.FORWARD) not in s.queues or not s.queues[(1, Op.FORWARD)]
-    s.count_slice()
+    s.count_slice(2.0)
     assert s.between_slices() is None  # nothing left
     interjected = 0
-    while call(s, "decoder-0", 1) and s.between_slices() is not None:
+    while call(s, "decoder-0", 1) and (batch := s.between_slices()) is not None:
+        s.observe(batch, 2.0)
         interjected += 1
-    assert interjected == 4  # 2 of the last 5 batches were training: then 2/6 ... 2/9 >= 25%
+    assert interjected == 4  # training had 4 s of 10: then 4/12 ... 4/16 >= 25%, 4/18 not
     assert len(s.queues[(1, Op.FORWARD)]) == 1  # the refused decode step waits
+    s.count_slice(0.25)  # a short slice weighs less: 4.25 of 18.25 s
+    assert s.between_slices() is None
+    s.count_slice(2.0)  # 6.25 of 20.25
+    assert s.between_slices() is not None
 
 
 def test_only_decode_steps_run_between_a_prefills_slices_whatever_the_share(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock, training_share=0.25)
     for _ in range(8):  # the recent batches were all training: its share is full
         call(s, "trainer", 0, rows=256, kind=TRAIN)
-        s.next_batch()
+        s.observe(s.next_batch(), 0.001)
     waiting = call(s, "other-prefill", 2, rows=128)
     decode = call(s, "decoder", 1)
     assert s.between_slices(training=False) == [decode]
@@ -103,7 +111,7 @@ def _train(s, batches: int) -> None:
     """`batches` training batches ran: training has had its share."""
     for _ in range(batches):
         call(s, "trainer", 2, rows=64, kind=TRAIN)
-        s.next_batch()
+        s.observe(s.next_batch(), 0.001)
 
 
 def _decode_every(s, clock, gap_s: float) -> None:
