@@ -7,7 +7,8 @@ prefill waits behind a whole training batch, and a decode step waits behind no w
 most one slice of either (the slice is sized to the decode target, `executor.targets`). While
 training has more than its share, a training batch then waits for a decode step about to come before
 its next slice (`Scheduler.hold_training`; counted in the stats), so a token's next call does not
-find a slice begun in the gap before it."""
+find a slice begun in the gap before it.
+"""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ than its share, a training batch, before it starts and between its slices, leave
 for a decode step about to come (queued for its convoy, or due: `hold_training`), so a token's calls
 do not each wait for a slice begun in the gap before them. Within a batch that exceeds
 `max_batch_rows`, clients are taken round-robin, so a client flooding one layer cannot crowd others
-out."""
+out.
+"""
 
 from __future__ import annotations
 
