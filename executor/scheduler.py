@@ -68,7 +68,6 @@ class Scheduler:
         # when the last training batch, or slice of one or of a prefill, ended: decode steps
         # queued before then waited behind it
         self._long_done = float("-inf")
-        self._sliced_s = 0.0  # the running training batch's slices so far, counted
         self._seq = 0
         self._next_forget = 0.0
 
@@ -120,7 +119,7 @@ class Scheduler:
                 self.presence[call.client].queued -= 1
                 trained += call.kind == CallKind.TRAINING
             self.share.queued -= trained
-            self.share.running, self._sliced_s = trained == len(batch), 0.0
+            self.share.start(trained == len(batch))
             return batch
 
     def observe_waits(self, batch: list[PendingCall], started: float) -> None:
@@ -199,8 +198,7 @@ class Scheduler:
     def count_slice(self, seconds: float) -> None:
         """A slice of a training batch computed for `seconds`: training's for the share."""
         with self.lock:
-            self.share.record(True, seconds)
-            self._sliced_s += seconds
+            self.share.sliced(seconds)
 
     def ready_in(self) -> float | None:
         """Seconds until a batch may be ready (0: now); None when nothing is queued."""
@@ -213,11 +211,7 @@ class Scheduler:
     def observe(self, batch: list[PendingCall], seconds: float) -> None:
         """`batch` computed for `seconds` (a training batch's slices counted already)."""
         with self.lock:
-            if all(c.kind == CallKind.TRAINING for c in batch):
-                self.share.record(True, max(seconds - self._sliced_s, 0.0))
-                self.share.running, self._sliced_s = False, 0.0
-            else:
-                self.share.record(False, seconds)
+            self.share.ran(all(c.kind == CallKind.TRAINING for c in batch), seconds)
             self.cost.observe(batch[0].key, sum(c.rows for c in batch), seconds,
                               decode=all(c.lane == Lane.DECODE and c.rows <= DECODE_ROWS
                                          for c in batch))

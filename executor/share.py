@@ -29,6 +29,24 @@ class TrainingShare:
         self._recent: deque[tuple[bool, float]] = deque(maxlen=window)  # counted batches
         self._training_s = 0.0  # the compute seconds of those that were training's
         self._counted_s = 0.0
+        self._sliced_s = 0.0  # the running training batch's slices so far, counted
+
+    def start(self, training: bool) -> None:
+        """A batch starts (not one run between slices): a training one runs until `ran`."""
+        self.running, self._sliced_s = training, 0.0
+
+    def sliced(self, seconds: float) -> None:
+        """A slice of the running training batch computed for `seconds`."""
+        self.record(True, seconds)
+        self._sliced_s += seconds
+
+    def ran(self, training: bool, seconds: float) -> None:
+        """A batch computed for `seconds` in all (a training batch's slices counted already)."""
+        if not training:
+            self.record(False, seconds)
+            return
+        self.record(True, max(seconds - self._sliced_s, 0.0))
+        self.running, self._sliced_s = False, 0.0
 
     def record(self, training: bool, seconds: float) -> None:
         """A batch (or a slice of one) computed for `seconds`; a non-training one counts

@@ -41,3 +41,19 @@ def test_a_batch_weighs_its_compute_time_not_one() -> None:
     assert share.of_recent() == pytest.approx(0.005 / 0.045) and not share.kept()
     share.record(True, 0.010)
     assert share.of_recent() == pytest.approx(0.015 / 0.055) and share.kept()
+
+
+def test_a_sliced_batch_counts_each_slice_and_then_only_its_rest() -> None:
+    share = TrainingShare(0.25, window=64)
+    share.start(training=True)
+    share.sliced(1.0)
+    share.ran(training=False, seconds=2.0)  # a decode batch between slices counts: it has work
+    share.sliced(1.0)
+    share.ran(training=True, seconds=3.0)  # the batch's 3 s in all: 1 s after its slices
+    assert share.of_recent() == pytest.approx(3 / 5) and not share.running
+    share.ran(training=False, seconds=2.0)  # nothing of training's queued or running now
+    assert share.of_recent() == pytest.approx(3 / 5)
+    share.start(training=False)
+    share.queued = 1
+    share.ran(training=False, seconds=5.0)
+    assert share.of_recent() == pytest.approx(3 / 10) and share.kept()
