@@ -18,7 +18,6 @@ from tests.workers.manager.test_store_desk import act, records
 from wire.store import StoreAction
 
 __all__ = ["records"]  # the fixture
-NOW = int(time.time())
 
 
 def rid(n: int) -> str:
@@ -36,16 +35,21 @@ def answered(turn: int) -> dict:
             "content": [{"type": "output_text", "text": f"answer {turn}", "annotations": []}]}
 
 
-def record(turn: int, earlier: list, previous: str | None, created_at: int = NOW,
+def record(turn: int, earlier: list, previous: str | None, created_at: int | None = None,
            own: int = 1) -> dict:
-    """Turn `turn`'s record as the gateway sends it: the whole conversation, its own last."""
+    """Turn `turn`'s record as the gateway sends it: the whole conversation, its own last
+    (created now, unless `created_at` says when)."""
+    created_at = int(time.time()) if created_at is None else created_at
     return {"id": rid(turn), "created_at": created_at, "own": own, "previous": previous,
             "body": {"id": rid(turn), "status": "completed", "output": [answered(turn)]},
             "conversation": [*earlier, asked(turn)]}
 
 
-def chain(records, turns: int, tenant: str = "acme", created_at: int = NOW) -> list[dict]:
-    """`turns` responses, each going on from the one before; their records."""
+def chain(records, turns: int, tenant: str = "acme", created_at: int | None = None) \
+        -> list[dict]:
+    """`turns` responses, each going on from the one before (a second apart, from
+    `created_at`, else now); their records."""
+    created_at = int(time.time()) if created_at is None else created_at
     made, earlier, previous = [], [], None
     for turn in range(turns):
         sent = record(turn, earlier, previous, created_at + turn)
@@ -91,9 +95,10 @@ def test_deleting_a_response_hands_its_conversation_to_the_next(records, gone: i
 
 
 def test_expiring_hands_each_conversation_on_in_turn(records) -> None:
-    first = NOW - RETENTION_S + 100  # turn t's retention ends at NOW + 100 + t
+    now = int(time.time())
+    first = now - RETENTION_S + 100  # turn t's retention ends at now + 100 + t
     sent = chain(records, 4, created_at=first)
-    assert records.responses.expire(NOW + 102) == 3  # turns 0..2
+    assert records.responses.expire(now + 102) == 3  # turns 0..2
     last = records.responses.get(rid(3), "acme")
     assert last.conversation == sent[3]["conversation"] and last.input_items == [asked(3)]
     assert kept(records, 3) == (sent[3]["conversation"], None)
@@ -144,10 +149,11 @@ def test_a_malformed_link_is_refused(records, previous) -> None:
 def test_responses_kept_before_the_links_read_as_they_were(tmp_path) -> None:
     before = Database(db_path(tmp_path), MIGRATIONS[:10])
     whole = [asked(0), answered(0), asked(1)]
+    now = int(time.time())
     with before.transaction() as conn:
         conn.execute("INSERT INTO responses (id, tenant, created_at, expires_at, body, "
                      "conversation, own) VALUES (?, 'acme', ?, ?, ?, ?, 1)",
-                     (rid(1), NOW, NOW + 60, json.dumps({"id": rid(1), "output": []}),
+                     (rid(1), now, now + 3600, json.dumps({"id": rid(1), "output": []}),
                       json.dumps(whole)))
     before.close()
     after = Database(db_path(tmp_path))
