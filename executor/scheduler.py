@@ -71,9 +71,10 @@ class Scheduler:
         self._seq = 0
         self._next_forget = 0.0
 
-    @property
-    def training_share(self) -> float:
-        return self.share.floor
+    def training_share_now(self) -> tuple[float, float]:
+        """Training's share of the recent compute time while it had work, and its floor."""
+        with self.lock:
+            return self.share.of_recent(), self.share.floor
 
     # -- called by the IO side -------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ class ExecutorServer:
         self.scheduler = scheduler or build_scheduler(config, registry)
         self.clients = ClientTable(config.device)
         self.stats = ExecutorStats(self.scheduler.targets, self.scheduler.training_slice_s,
+                                   training_share=self.scheduler.training_share_now,
                                    head_loss=registry.offers_head_loss)
         self.engine = Engine(registry, self.scheduler, self.clients, self.stats, config.device)
         self.tap = tap

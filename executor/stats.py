@@ -76,6 +76,7 @@ class LaneStats:
 class ExecutorStats:
     def __init__(self, targets: LatencyTargets | None = None,
                  training_slice_s: Callable[[], float | None] = lambda: None, *,
+                 training_share: Callable[[], tuple[float, float]] = lambda: (0.0, 0.0),
                  head_loss: bool = False) -> None:
         self.lock = threading.Lock()
         self.head_loss = head_loss
@@ -84,6 +85,7 @@ class ExecutorStats:
         targets = targets or LatencyTargets()
         self.lanes = {lane: LaneStats(target_s=targets.of(lane)) for lane in Lane}
         self.training_slice_s = training_slice_s
+        self.training_share = training_share  # (its recent share, its floor)
         self.mixed_batches = 0  # batches with both inference and training calls
         self.training_holds = 0  # a training batch waited between slices for a decode step
         self.training_held_s = 0.0
@@ -152,10 +154,12 @@ class ExecutorStats:
                 target_ms=None if s.target_s is None else 1e3 * s.target_s, met=s.met)
                 for lane, s in self.lanes.items()}
             slice_s = self.training_slice_s()
+            share, floor = self.training_share()
             return ExecutorFigures(uptime_s=uptime, queue_depth=self.queue_depth,
                                    clients=self.clients, mixed_batches=self.mixed_batches,
                                    errors=self.errors, kinds=kinds, lanes=lanes,
                                    training_slice_ms=None if slice_s is None else 1e3 * slice_s,
                                    training_holds=self.training_holds,
                                    training_held_s=self.training_held_s,
+                                   training_share=share, training_share_floor=floor,
                                    head_loss=self.head_loss)

@@ -110,6 +110,12 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
         yield GaugeMetricFamily("symbiosis_executor_training_slice_seconds", "Compute of one "
                                 "training slice, sized to the decode target",
                                 value=figures.training_slice_ms / 1e3)
+    yield GaugeMetricFamily("symbiosis_executor_training_share", "Training's share of the "
+                            "executor's recent compute time while it had work",
+                            value=figures.training_share)
+    yield GaugeMetricFamily("symbiosis_executor_training_share_floor", "The least share of the "
+                            "compute time training keeps under load",
+                            value=figures.training_share_floor)
     yield CounterMetricFamily("symbiosis_executor_training_holds", "Waits of a training batch, "
                               "between its slices, for a decode step about to come",
                               value=figures.training_holds)

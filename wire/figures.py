@@ -50,4 +50,7 @@ class ExecutorFigures(msgspec.Struct):
     training_slice_ms: float | None = None  # sized to the decode target (None: whole batches)
     training_holds: int = 0  # waits of a training batch, between its slices, for a decode step
     training_held_s: float = 0.0  # summed
+    # training's share of the recent compute time while it had work, and the least it keeps
+    training_share: float = 0.0
+    training_share_floor: float = 0.0
     head_loss: bool = False  # offers the head's loss: its trainers keep no logits

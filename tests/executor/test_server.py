@@ -158,13 +158,16 @@ def test_stats_as_typed_figures_and_as_the_gateway_renders_them(llama: ExecutorP
     client = ExecutorClient(llama.endpoint, name="stats")
     before = client.stats().kinds["inference"].rows
     client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.INFERENCE)
+    client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.TRAINING)
     figures = client.stats()
     client.close()
     assert figures.kinds["inference"].rows == before + 4
+    assert 0 < figures.training_share <= 1 and figures.training_share_floor == 0.25
     text = Metrics().render(W.StatusReply([], True, {}, figures)).decode()
     samples = {(s.name, s.labels.get("kind", s.labels.get("le", ""))): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
     assert samples[("symbiosis_executor_rows_total", "inference")] == before + 4
+    assert samples[("symbiosis_executor_training_share", "")] == figures.training_share
     assert samples[("symbiosis_executor_wait_ms_count", "inference")] == \
         figures.kinds["inference"].wait_ms.count
 

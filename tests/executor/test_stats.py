@@ -62,6 +62,7 @@ def test_each_lane_counts_the_calls_that_met_its_target() -> None:
     assert (prefill.target_ms, prefill.met) == (100.0, 1)  # waited 0.05 s
     assert figures.lanes["training"].target_ms is None and figures.lanes["training"].met == 0
     assert figures.training_slice_ms == 4.0
+    assert (figures.training_share, figures.training_share_floor) == (0.0, 0.0)  # none given
     assert (figures.training_holds, figures.training_held_s) == (0, 0.0)
     stats.record_hold(0.002)
     stats.record_hold(0.001)

@@ -25,7 +25,8 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 
 def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
-    stats = ExecutorStats(LatencyTargets(decode_s=0.75, prefill_s=0.25), lambda: 0.005)
+    stats = ExecutorStats(LatencyTargets(decode_s=0.75, prefill_s=0.25), lambda: 0.005,
+                          training_share=lambda: (0.375, 0.25))
     stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
                         pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
     stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
@@ -45,6 +46,8 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     assert ("symbiosis_executor_lane_wait_target_seconds", (("lane", "training"),)) not in got
     assert got[("symbiosis_executor_training_slice_seconds", ())] == 0.005
     assert got[("symbiosis_executor_training_holds_total", ())] == 1
+    assert got[("symbiosis_executor_training_share", ())] == 0.375
+    assert got[("symbiosis_executor_training_share_floor", ())] == 0.25
     assert got[("symbiosis_executor_training_held_seconds_total", ())] == 0.25
     assert got[("symbiosis_executor_rows_total", (("kind", "inference"),))] == 131
     # batches of 3 calls and of 1, for inference (the mixed one counts for both kinds)
