@@ -110,18 +110,16 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
         yield GaugeMetricFamily("symbiosis_executor_training_slice_seconds", "Compute of one "
                                 "training slice, sized to the decode target",
                                 value=figures.training_slice_ms / 1e3)
-    yield GaugeMetricFamily("symbiosis_executor_training_share", "Training's share of the "
-                            "executor's recent compute time while it had work",
-                            value=figures.training_share)
-    yield GaugeMetricFamily("symbiosis_executor_training_share_floor", "The least share of the "
-                            "compute time training keeps under load",
-                            value=figures.training_share_floor)
-    yield CounterMetricFamily("symbiosis_executor_training_holds", "Waits of a training batch, "
-                              "between its slices, for a decode step about to come",
-                              value=figures.training_holds)
-    yield CounterMetricFamily("symbiosis_executor_training_held_seconds", "Time training "
-                              "batches waited between their slices for decode steps",
-                              value=figures.training_held_s)
+    for family, name, doc, value in (
+            (GaugeMetricFamily, "training_share", "Training's share of the executor's recent "
+             "compute time while it had work", figures.training_share),
+            (GaugeMetricFamily, "training_share_floor", "The least share of the compute time "
+             "training keeps under load", figures.training_share_floor),
+            (CounterMetricFamily, "training_holds", "Waits of a training batch, between its "
+             "slices, for a decode step about to come", figures.training_holds),
+            (CounterMetricFamily, "training_held_seconds", "Time training batches waited "
+             "between their slices for decode steps", figures.training_held_s)):
+        yield family(f"symbiosis_executor_{name}", doc, value=value)
     for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
                                                             "milliseconds")):
         family = HistogramMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",
