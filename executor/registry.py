@@ -1,5 +1,6 @@
 """The frozen base layers, by stable layer id, and the three operations the executor runs on them
-(and the virtual layers built of them: stretches, the lead, greedy steps, the head's loss).
+(and the virtual layers built of them: stretches, kept stretches, the lead, greedy steps, the
+head's loss).
 
 Loading keeps every frozen weight-bearing layer (nn.Linear, transformers Conv1D, nn.Embedding,
 lm_head; tied weights once) and frees the rest of the model. Linear layers that receive the same
@@ -22,7 +23,7 @@ from transformers.pytorch_utils import Conv1D
 
 from catalogue.base_layers import is_base_embedding, is_base_linear
 from catalogue.stretches import RECIPES
-from executor import loss, pages, stretches
+from executor import kept, loss, pages, stretches
 from executor.columns import Columns
 from executor.kernels import Linear, linear
 from wire.call.messages import LayerKind, LayerSpec, Op
@@ -107,7 +108,8 @@ class LayerRegistry:
         if stretch:
             lookups = {layer.spec.name: _lookup(layer) for layer in layers
                        if layer.spec.kind == LayerKind.EMBEDDING}
-            for spec, layer in stretches.build(model, by_name, fused, len(layers), lookups):
+            built = stretches.build(model, by_name, fused, len(layers), lookups)
+            for spec, layer in [*built, *kept.build(len(layers) + len(built), built)]:
                 layers.append(BaseLayer(spec, by_name[spec.members[0]].weight, stretch=layer))
         recipe = RECIPES.get(getattr(model.config, "model_type", "")) if head_loss else None
         if recipe is not None and recipe.head in by_name:

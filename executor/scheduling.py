@@ -8,7 +8,7 @@ from executor.loss import HeadLoss
 from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
-from executor.stretches import macs_per_row as stretch_macs
+from executor.stretches import Greedy, Lead, Stretch
 from executor.targets import LatencyTargets
 from wire.call import messages as P
 
@@ -27,6 +27,15 @@ def macs_per_row(registry: LayerRegistry) -> list[int]:
         else:
             work.append(spec.in_features * spec.out_features)
     return work
+
+
+def stretch_macs(stretch: Stretch | Lead | Greedy) -> int:
+    if isinstance(stretch, Greedy):
+        return stretch_macs(stretch.tail) + stretch_macs(stretch.lead)
+    if isinstance(stretch, Lead):
+        return sum(t.spec.in_features * t.spec.out_features for t in stretch.targets)
+    parts = [stretch.o, *stretch.mlp_in, stretch.down, *stretch.targets]
+    return sum(p.spec.in_features * p.spec.out_features for p in parts)
 
 
 def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:

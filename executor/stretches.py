@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from catalogue.stretches import RECIPES, Recipe
+from executor.elementwise import activation_function, norm_function, norm_grad
 from executor.kernels import linear
 from wire.call.digits import DIGITS, as_digits, greedy_choices
 from wire.call.messages import LayerKind, LayerSpec
@@ -100,21 +100,28 @@ class Stretch(Joined):
         widths = [t.spec.out_features for t in self.targets]
         for target, g in zip(self.targets, grad_qkv.split(widths, dim=1), strict=True):
             grad_norm = grad_norm + linear(g, target.weight.t())  # q/k/v = norm W^T
-        with torch.enable_grad():
-            out = out.detach().requires_grad_(True)
-            (grad_through,) = torch.autograd.grad(self.in_norm(out), out, grad_norm)
-        return grad_out + grad_through
+        return grad_out + norm_grad(self.in_norm, out, grad_norm)
 
     def _mlp(self, attn: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The residual stream after attention and the MLP's hidden activations."""
+        h = self._attended(attn, residual)
+        return h, self._activated(self._inner(h))
+
+    def _attended(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         h = linear(attn, self.o.weight, self.o.bias)
         h += residual
+        return h
+
+    def _inner(self, h: torch.Tensor) -> list[torch.Tensor]:
+        """The MLP's input products of the residual stream `h` (one per `mlp_in`)."""
         n = self.post_norm(h)
-        u = [linear(n, m.weight, m.bias) for m in self.mlp_in]
+        return [linear(n, m.weight, m.bias) for m in self.mlp_in]
+
+    def _activated(self, u: list[torch.Tensor]) -> torch.Tensor:
         if self.gated:  # gate and up: fused into one matmul when the registry groups them
             gate, up = u if len(u) == 2 else u[0].chunk(2, dim=1)
-            return h, self.act(gate).mul_(up)
-        return h, self.act(u[0])
+            return self.act(gate).mul_(up)
+        return self.act(u[0])
 
     def _parts(self, attn: torch.Tensor, residual: torch.Tensor) -> list[torch.Tensor]:
         """The decoder layer's own arithmetic in its order (so results are bit for bit those
@@ -173,36 +180,6 @@ def with_qkv(h: torch.Tensor, in_norm: Callable[[torch.Tensor], torch.Tensor],
 
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-
-
-RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
-
-
-def norm_function(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The norm's forward without the module call around it, for the norms whose forward is
-    known (the same ops in the same order); any other norm runs as its module."""
-    if type(module).__name__ in RMS_NORMS and not module._forward_hooks:
-        weight = module.weight
-        # as a tensor: adding a Python float wraps it first (4.8 against 2.2 us), same sum
-        eps = torch.tensor(module.variance_epsilon, dtype=torch.float32, device=weight.device)
-
-        def rms_norm(h: torch.Tensor) -> torch.Tensor:
-            if h.dtype != torch.float32:
-                return module(h)
-            return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
-        return rms_norm
-    if type(module) is nn.LayerNorm:
-        return lambda h: F.layer_norm(h, module.normalized_shape, module.weight, module.bias,
-                                      module.eps)
-    return module
-
-
-def activation_function(module: Callable) -> Callable[[torch.Tensor], torch.Tensor]:
-    """F.silu for SiLU modules (their forward is exactly that); any other as itself."""
-    if type(module).__name__ in ("SiLUActivation", "SiLU") and not getattr(
-            module, "inplace", False):
-        return F.silu
-    return module
 
 
 def build(model: nn.Module, by_name: dict, groups: dict[tuple[str, ...], object],
@@ -285,11 +262,3 @@ def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name:
                      members=(o.spec.name, *(t.spec.name for t in targets)), splits=splits)
     return spec, stretch
 
-
-def macs_per_row(stretch: Stretch | Lead | Greedy) -> int:
-    if isinstance(stretch, Greedy):
-        return macs_per_row(stretch.tail) + macs_per_row(stretch.lead)
-    if isinstance(stretch, Lead):
-        return sum(t.spec.in_features * t.spec.out_features for t in stretch.targets)
-    parts = [stretch.o, *stretch.mlp_in, stretch.down, *stretch.targets]
-    return sum(p.spec.in_features * p.spec.out_features for p in parts)

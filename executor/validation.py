@@ -55,6 +55,11 @@ class CallTable:
                     P.Op.FORWARD: (s.in_features, s.out_features),
                     P.Op.BACKWARD: (s.in_features + s.splits[0] + s.out_features,
                                     s.in_features)}))
+            elif s.kind == P.LayerKind.KEPT:  # backward: [residual output | output grads |
+                # what the forward handed back] -> grads
+                self.layers.append(LayerShape(s.name, 0, {
+                    P.Op.FORWARD: (s.in_features, s.out_features),
+                    P.Op.BACKWARD: (s.splits[0] + s.out_features, s.in_features)}))
             else:
                 forward = (s.in_features, s.out_features)
                 self.layers.append(LayerShape(s.name, 0, {

@@ -25,13 +25,14 @@ def test_every_weight_bearing_layer_is_served_exactly(name: str) -> None:
     registry = LayerRegistry.load(resolve_model(name))
     modules = dict(model.named_modules())
     fused = (LayerKind.GROUP, LayerKind.STRETCH, LayerKind.LEAD, LayerKind.GREEDY,
-             LayerKind.LOSS)
+             LayerKind.LOSS, LayerKind.KEPT)
     assert [s.name for s in registry.specs if s.kind not in fused] == base_layer_names(model)
     torch.manual_seed(0)
     for layer in registry.layers:
         spec = layer.spec
-        if spec.kind in (LayerKind.STRETCH, LayerKind.LEAD, LayerKind.GREEDY, LayerKind.LOSS):
-            continue  # test_stretches_equal_..., tests/executor/test_loss.py
+        if spec.kind in (LayerKind.STRETCH, LayerKind.LEAD, LayerKind.GREEDY, LayerKind.LOSS,
+                         LayerKind.KEPT):
+            continue  # test_stretches_equal_..., tests/executor/test_loss.py, test_kept.py
         if spec.kind == LayerKind.GROUP:
             members = [modules[m] for m in spec.members]
             x = torch.randn(5, spec.in_features)

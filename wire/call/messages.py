@@ -15,12 +15,12 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 12  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 13  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
 # 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy;
 # 9: a stretch's backward takes its forward's residual output too; 10: calls carry their
 # tenants' latency targets; 11: the welcome names the executor's own targets; 12: the head's
-# loss
+# loss; 13: kept stretches
 
 
 TARGET_MAX_US = 2**32 - 1  # a target travels as an unsigned 32-bit count of microseconds
@@ -85,6 +85,10 @@ class LayerKind(enum.IntEnum):
     LOSS = 6  # the output head's token loss: [hidden | the label as digits] -> [loss | its
     #          remainder | right | the hidden's gradient] (`+loss`, training), or without the
     #          gradient (`+eval`, evaluation): forward only (executor.loss)
+    KEPT = 7  # a stretch for training that hands back what its backward needs: forward
+    #          [inputs] -> [the stretch's result | the residual before the MLP | the MLP's input
+    #          products]; backward [residual output | output gradients | those two] -> input
+    #          gradients, nothing computed twice (executor.kept)
 
 
 class ErrorCode(enum.StrEnum):

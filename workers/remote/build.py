@@ -38,7 +38,8 @@ class ModelMismatch(ValueError):
 def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
                  dtype: torch.dtype | None = None, device: str = "cpu", fuse: bool = True,
                  stretch: bool = True, train_stretch_rows: int | None = None,
-                 privacy: bool | Any = False, client_name: str = "worker",
+                 train_kept: bool | None = None, privacy: bool | Any = False,
+                 client_name: str = "worker",
                  **config_kwargs: Any) -> PreTrainedModel:
     """Build `model` (built-in name or HF directory) with its base layers in `executor`.
 
@@ -65,7 +66,7 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     if fuse:
         fuse_groups(net, handle)
     if stretch and not privacy:  # a stretch is not linear: privacy's masking cannot cover it
-        enable_stretches(net, handle, dtype, train_stretch_rows)
+        enable_stretches(net, handle, dtype, train_stretch_rows, train_kept)
     if not privacy:  # the labels would reach the executor
         enable_head_loss(net, handle)
     materialize_local(net, path, dtype, torch.device(device))

@@ -166,7 +166,7 @@ def _limit(given: float | None, configured_us: float) -> float:
 def _widths(spec: LayerSpec) -> dict[int, int]:
     if spec.kind in (LayerKind.EMBEDDING, LayerKind.LEAD, LayerKind.GREEDY, LayerKind.LOSS):
         return {Op.FORWARD: spec.out_features}
-    if spec.kind == LayerKind.STRETCH:
+    if spec.kind in (LayerKind.STRETCH, LayerKind.KEPT):
         return {Op.FORWARD: spec.out_features, Op.BACKWARD: spec.in_features}
     return {Op.FORWARD: spec.out_features, Op.FORWARD_NOBIAS: spec.out_features,
             Op.BACKWARD: spec.in_features}

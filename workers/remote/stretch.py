@@ -13,8 +13,10 @@ next layer's input norm | next layer's base q/k/v]. The next layer takes that no
 input (no second computation of it here) and the q/k/v wait on their remote layers (`Stage`) for
 it, so adapters on q/k/v (LoRA, IA3) still apply. In training, for batches
 small enough (`TRAIN_MAX_ROWS`, by the executor's device), the call is one autograd node whose
-backward is one call too (the executor recomputes the part of the stretch the input gradients
-need).
+backward is one call too: on a CPU executor through the layer's kept stretch
+(`executor.kept`: the forward hands back the MLP's input products and the residual before them,
+kept here for the backward, which so computes nothing twice), on a GPU one through the stretch
+itself (the executor recomputes the part of the stretch the input gradients need).
 Otherwise the layer runs its own forward, per projection.
 """
 
@@ -35,14 +37,17 @@ from workers.remote.lead import enable_lead
 from workers.remote.places import Ahead, places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
 
-# A stretch's backward recomputes part of its forward (the output projection and the MLP's input
-# products: `executor.stretches.Stretch.backward`): worth it while calls, not matmuls, dominate.
-# On a GPU executor they do for batches of some thousand rows; on a CPU one not clearly, so not
-# there: llama-160m, 2-core VM, one process alternating steps (best / median of 10-12):
-# 1 x 32 tokens 632 / 745 ms per projection against 702 / 748 with stretches, 1 x 128 1494 /
-# 1602 against 1301 / 1557, 2 x 256 3936 / 4510 against 4063 / 4219 (with the whole forward
-# recomputed, stretches were 0.99-1.11x slower: 1 x 32, 102-107 tokens/s against 96).
-TRAIN_MAX_ROWS = {"cpu": 0, "cuda": 4096}
+# In training a stretch saves calls (a llama-160m step: 27 instead of 97) and runs the frozen
+# norms and the MLP's activation in the executor. Its backward needs the MLP's input products:
+# the stretch recomputes them (`executor.stretches.Stretch.backward`), worth it where calls, not
+# matmuls, dominate (a GPU executor, up to some thousand rows); the kept stretch
+# (`executor.kept`) takes them back from the trainer. On a CPU executor (2-core Xeon, llama-160m,
+# a lone trainer, plain/ours by `bench.stepprofile`, bench/NOTES.md): 1 x 32 tokens 0.83x kept,
+# 0.73-0.74x per projection, 0.75x recomputing; 1 x 128 0.745x kept against 0.751x; 2 x 128
+# 0.77x against 0.83x (the kept stretch's results, 11 MB a call, are joined into the call's
+# memory where a projection writes its own in place). So there the kept ones, up to 64 rows.
+TRAIN_MAX_ROWS = {"cpu": 64, "cuda": 4096}
+KEPT = {"cpu": True}  # the executor's devices whose training takes the kept stretches
 
 
 class StretchControl:
@@ -50,8 +55,9 @@ class StretchControl:
 
     def __init__(self, layer: nn.Module, recipe: Recipe, spec: LayerSpec, handle: ExecutorHandle,
                  targets: list[RemoteLayer], next_layer: nn.Module | None,
-                 dtype: torch.dtype, train_rows: int) -> None:
+                 dtype: torch.dtype, train_rows: int, kept: LayerSpec | None = None) -> None:
         self.layer, self.spec, self.handle, self.dtype = layer, spec, handle, dtype
+        self.kept = kept  # the kept stretch training takes, if any (else the stretch itself)
         self.original = types.MethodType(type(layer).forward, layer)
         self.o: RemoteLayer = layer.get_submodule(recipe.o)
         frozen = [recipe.o, recipe.post_norm, *recipe.mlp_in, recipe.act, recipe.down]
@@ -77,9 +83,16 @@ class StretchControl:
             return False
         if self.layer.training and not self.train_ok:  # dropout inside the stretch
             return False
-        if torch.is_grad_enabled() and hidden_states.numel() > self.train_rows * self.hidden:
+        if torch.is_grad_enabled() and (hidden_states.numel() > self.train_rows * self.hidden
+                                        or self._recomputed()):
             return False
         return untouched(self.places)
+
+    def _recomputed(self) -> bool:
+        """Whether the layer recomputes itself in the backward (gradient checkpointing):
+        transformers checkpoints the layer class's forward, which the stretch's would bypass,
+        keeping every activation; so such a layer trains per projection."""
+        return self.layer.training and getattr(self.layer, "gradient_checkpointing", False)
 
     def take(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """The norm this stretch computed of `hidden_states` (its own output), for the next layer
@@ -127,14 +140,18 @@ class StretchControl:
                                     owned=training)
         return h
 
-    def forward_rows(self, rows: torch.Tensor, kind: CallKind,
-                     own: bool = True) -> tuple[torch.Tensor, ...]:
+    def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,
+                     spec: LayerSpec | None = None) -> tuple[torch.Tensor, ...]:
         """[rows, attention + hidden] -> (new residual rows, and where a layer follows their
-        norm and each next q/k/v's rows), each a tensor of its own (`own`, as autograd wants
-        of a Function's outputs) or a view of one fresh result."""
-        y = remote_rows(self.handle, Op.FORWARD, self.spec.index, rows, kind,
-                        self.spec.out_features, self.dtype, fresh=not own)
-        parts = y.split_with_sizes(self.splits, dim=1)  # Tensor.split: +4 us of Python
+        norm and each next q/k/v's rows; through the kept stretch (`spec`), what it hands
+        back for the backward last), each a tensor of its own (`own`, as autograd wants of a
+        Function's outputs) or a view of one fresh result."""
+        spec = spec or self.spec
+        y = remote_rows(self.handle, Op.FORWARD, spec.index, rows, kind, spec.out_features,
+                        self.dtype, fresh=not own)
+        # the worker's own splits (the next q/k/v one by one), and what a kept stretch hands back
+        splits = self.splits if spec is self.spec else [*self.splits, spec.splits[-1]]
+        parts = y.split_with_sizes(splits, dim=1)  # Tensor.split: +4 us of Python
         if not own:
             return parts
         # straight out of the call's memory: one copy of the result, not two
@@ -143,27 +160,36 @@ class StretchControl:
 
 class _StretchFn(torch.autograd.Function):
     """A stretch in training: one call forward, one call backward (input gradients only), which
-    brings the forward's residual output so the executor need not recompute it."""
+    brings the forward's residual output, and through a kept stretch what its forward handed
+    back (`executor.kept`), so the executor need not recompute them."""
 
     @staticmethod
     def forward(ctx, attn: torch.Tensor, residual: torch.Tensor, control: StretchControl):
         rows = torch.cat([attn, residual], dim=1)
-        outs = control.forward_rows(rows, CallKind.TRAINING)
-        ctx.save_for_backward(rows, outs[0])
-        ctx.control = control
-        return outs
+        ctx.control, ctx.width = control, rows.shape[1]
+        if control.kept is None:
+            outs = control.forward_rows(rows, CallKind.TRAINING)
+            ctx.save_for_backward(rows, outs[0])
+            return outs
+        *outs, handed = control.forward_rows(rows, CallKind.TRAINING, spec=control.kept)
+        ctx.save_for_backward(outs[0], handed)
+        return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
-        rows, out = ctx.saved_tensors
         control: StretchControl = ctx.control
-        grads = [g if g is not None else rows.new_zeros(rows.shape[0], width)
+        saved = ctx.saved_tensors
+        rows = saved[0].shape[0]
+        grads = [g if g is not None else saved[0].new_zeros(rows, width)
                  for g, width in zip(grads, control.splits, strict=True)]
-        x = torch.cat([rows, out, *grads], dim=1)
-        g = remote_rows(control.handle, Op.BACKWARD, control.spec.index, x, CallKind.TRAINING,
-                        control.spec.in_features, rows.dtype)
-        hidden = control.hidden
-        grad_attn, grad_residual = g.split([rows.shape[1] - hidden, hidden], dim=1)
+        spec = control.spec if control.kept is None else control.kept
+        if control.kept is None:  # [inputs | residual output | gradients]
+            x = torch.cat([*saved, *grads], dim=1)
+        else:  # [residual output | gradients | what the forward handed back]
+            x = torch.cat([saved[0], *grads, saved[1]], dim=1)
+        g = remote_rows(control.handle, Op.BACKWARD, spec.index, x, CallKind.TRAINING,
+                        spec.in_features, x.dtype)
+        grad_attn, grad_residual = g.split([ctx.width - control.hidden, control.hidden], dim=1)
         return grad_attn, grad_residual, None
 
 
@@ -175,13 +201,16 @@ def _dropout_after(layer: nn.Module, recipe: Recipe) -> bool:
 
 
 def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtype,
-                     train_rows: int | None = None) -> int:
+                     train_rows: int | None = None, kept: bool | None = None) -> int:
     """Give the decoder layers of `model` stretch calls where the executor offers them (call
     before adapters wrap the model); the number of layers that got one. `train_rows`: the
-    largest training batch that uses them (default: by the executor's device)."""
+    largest training batch that uses them; `kept`: whether training takes the kept stretches
+    where offered (defaults: by the executor's device)."""
+    device = getattr(handle, "device", "cpu").split(":")[0]
     if train_rows is None:
-        device = getattr(handle, "device", "cpu").split(":")[0]
         train_rows = TRAIN_MAX_ROWS.get(device, 0)
+    if kept is None:
+        kept = KEPT.get(device, False)
     recipe = RECIPES.get(getattr(model.config, "model_type", ""))
     specs = {s.name: s for s in handle.layers}
     if recipe is None or dtype != handle.dtype:
@@ -196,8 +225,9 @@ def enable_stretches(model: nn.Module, handle: ExecutorHandle, dtype: torch.dtyp
         spec = specs[names[i]]
         targets = staged_targets(spec, specs, modules)  # the next q/k/v
         following = decoder[i + 1] if i + 1 < len(decoder) else None
+        kept_spec = specs.get(f"{names[i]}+kept") if kept else None
         controls.append(StretchControl(layer, recipe, spec, handle, targets, following, dtype,
-                                       train_rows))
+                                       train_rows, kept_spec))
     forward = _llama_forward if recipe.style == "llama" else _gpt2_forward
     lead = enable_lead(model, recipe, handle)
     controls[-1].tail = enable_tail(model, recipe, specs, controls[-1], lead)

@@ -76,8 +76,8 @@ def test_dora_and_merging_fail_clearly(llama_executor) -> None:
 def test_fused_calls_are_fewer_and_exact() -> None:
     fused_exec, plain_exec = LocalExecutor.load("tiny-llama"), LocalExecutor.load("tiny-llama")
     ids = torch.tensor([[5, 6, 7, 8]])
-    fused = remote_model("tiny-llama", fused_exec)(ids).logits
-    plain = remote_model("tiny-llama", plain_exec, fuse=False)(ids).logits
+    fused = remote_model("tiny-llama", fused_exec, stretch=False)(ids).logits
+    plain = remote_model("tiny-llama", plain_exec, fuse=False, stretch=False)(ids).logits
     torch.testing.assert_close(fused, plain, rtol=0, atol=1e-5)
     # per layer: q/k/v + gate/up fused -> 4 calls instead of 7; + embedding + lm_head
     assert (fused_exec.calls, plain_exec.calls) == (2 * 4 + 2, 2 * 7 + 2)

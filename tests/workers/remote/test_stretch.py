@@ -3,8 +3,8 @@ plain transformers + peft, through a real executor process: exact whichever adap
 whether they apply, and one call per layer instead of four when they do; a decode step's logits
 come with the last stretch unless an adapter touches the head, and (Llama-style models) the first
 layer's q/k/v come with the embedding (the lead) unless an adapter touches the embedding; a
-greedy step's last call brings the next step's lead too (one call per layer a token). On a GPU
-(gpu-marked) training takes the stretches by default."""
+greedy step's last call brings the next step's lead too (one call per layer a token). Training
+takes the stretches too, on a CPU the kept ones, on a GPU (gpu-marked) the recomputing ones."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.peft_reference import TOLERANCE, batch, build_pair, compare
+from wire.call.messages import Op
 from workers.remote.client import ExecutorClient
 
 LAYERS = 2  # every tiny model has two decoder layers
@@ -45,8 +46,7 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
                                                                   executor_for) -> None:
     client = ExecutorClient(executor_for(model).endpoint, name=f"stretch-{model}-{method}")
     try:
-        # training stretches are off on a CPU executor by default (their backward recomputes):
-        # on here, so that training through them is checked too
+        # a CPU executor's training takes the (kept) stretches for batches up to 64 rows
         result = compare(model, method, client, train_stretch_rows=64)
         assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
         assert result["generate_equal"], result
@@ -85,6 +85,33 @@ def test_exact_either_way_and_one_call_per_layer_when_untouched(model: str, meth
         # q/k/v, whose input, the embeddings, needs no gradient unless an adapter trains them)
         backward = (1 + LAYERS if stretched else 4 * LAYERS) + (method == "lora_embed")
         assert client.calls - before == expected + backward
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_training_through_kept_or_recomputing_stretches_matches_plain_peft(kept: bool,
+                                                                          executor_for) -> None:
+    """A CPU executor's training takes the kept stretches (their forward hands back what the
+    backward needs: `executor.kept`); a GPU one's the stretches whose backward recomputes it.
+    Both exact against plain peft, here on a CPU, each layer's backward one call to its own."""
+    client = ExecutorClient(executor_for("tiny-llama").endpoint, name=f"stretch-kept-{kept}")
+    try:
+        result = compare("tiny-llama", "lora_qv", client, train_kept=kept)
+        assert max(result["logits"], result["grads"], result["params"]) <= TOLERANCE, result
+        _, ours = build_pair("tiny-llama", "lora_qv", client, seed=3, train_kept=kept)
+        ours.train()
+        names = {s.index: s.name for s in client.layers}
+        called: list[tuple[str, int]] = []
+        call = client.call
+        client.call = lambda op, layer, x, kind: called.append((names[layer], op)) or call(
+            op, layer, x, kind)
+        ids = batch(4)
+        ours(input_ids=ids, labels=ids).loss.backward()
+        suffix = "+kept" if kept else ""
+        expected = [(f"model.layers.{i}.stretch{suffix}", op) for op in (Op.FORWARD, Op.BACKWARD)
+                    for i in range(LAYERS)]
+        assert sorted(c for c in called if ".stretch" in c[0]) == sorted(expected)
     finally:
         client.close()
 
