@@ -34,6 +34,7 @@ from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
 from workers.remote.lead import enable_lead
+from workers.remote.parts import Parts
 from workers.remote.places import Ahead, places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
 
@@ -140,7 +141,7 @@ class StretchControl:
                                     owned=training)
         return h
 
-    def forward_rows(self, rows: torch.Tensor, kind: CallKind, own: bool = True,
+    def forward_rows(self, rows: torch.Tensor | Parts, kind: CallKind, own: bool = True,
                      spec: LayerSpec | None = None) -> tuple[torch.Tensor, ...]:
         """[rows, attention + hidden] -> (new residual rows, and where a layer follows their
         norm and each next q/k/v's rows; through the kept stretch (`spec`), what it hands
@@ -165,13 +166,14 @@ class _StretchFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, attn: torch.Tensor, residual: torch.Tensor, control: StretchControl):
-        rows = torch.cat([attn, residual], dim=1)
-        ctx.control, ctx.width = control, rows.shape[1]
+        ctx.control, ctx.width = control, attn.shape[1] + residual.shape[1]
         if control.kept is None:
+            rows = torch.cat([attn, residual], dim=1)
             outs = control.forward_rows(rows, CallKind.TRAINING)
             ctx.save_for_backward(rows, outs[0])
             return outs
-        *outs, handed = control.forward_rows(rows, CallKind.TRAINING, spec=control.kept)
+        *outs, handed = control.forward_rows(Parts([attn, residual]), CallKind.TRAINING,
+                                             spec=control.kept)  # joined in the call
         ctx.save_for_backward(outs[0], handed)
         return tuple(outs)
 
@@ -183,10 +185,10 @@ class _StretchFn(torch.autograd.Function):
         grads = [g if g is not None else saved[0].new_zeros(rows, width)
                  for g, width in zip(grads, control.splits, strict=True)]
         spec = control.spec if control.kept is None else control.kept
-        if control.kept is None:  # [inputs | residual output | gradients]
-            x = torch.cat([*saved, *grads], dim=1)
-        else:  # [residual output | gradients | what the forward handed back]
-            x = torch.cat([saved[0], *grads, saved[1]], dim=1)
+        # [inputs | residual output | gradients], or through the kept stretch [residual output |
+        # gradients | what its forward handed back]; joined in the call
+        order = [*saved, *grads] if control.kept is None else [saved[0], *grads, saved[1]]
+        x = Parts(order)
         g = remote_rows(control.handle, Op.BACKWARD, spec.index, x, CallKind.TRAINING,
                         spec.in_features, x.dtype)
         grad_attn, grad_residual = g.split([ctx.width - control.hidden, control.hidden], dim=1)
