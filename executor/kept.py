@@ -9,9 +9,9 @@ the one input product)], the trainer keeps h and u for the backward (as its own 
 the same products), and the backward takes [the residual output | the output gradients | h | u]
 and goes back through the next input norm, the down projection, the activation, the MLP's input
 products, the post-attention norm and the output projection, each product once. Still nothing
-is kept in the executor between forward and backward. Where moving 2 x intermediate columns a
-row costs more than their products (a GPU executor), workers keep the recomputing backward
-(`workers.remote.stretch`).
+is kept in the executor between forward and backward. Workers of a GPU executor keep the
+recomputing backward (`workers.remote.stretch`; the two not compared there: a GPU's products
+are cheap, and these results are 2 x intermediate columns a row more to move).
 """
 
 from __future__ import annotations

@@ -261,4 +261,3 @@ def _stretch(index: int, layer: nn.Module, prefix: str, recipe: Recipe, by_name:
                      o.spec.in_features + hidden, sum(splits), False,
                      members=(o.spec.name, *(t.spec.name for t in targets)), splits=splits)
     return spec, stretch
-

@@ -22,13 +22,20 @@ from executor.elementwise import (
     norm_grad,
 )
 
+MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"]
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"])
-def test_norms_and_activation_equal_the_modules_bit_for_bit(name: str) -> None:
+
+def first_layer(name: str):
+    """The model's recipe and its first decoder layer; the seed set."""
     model = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
     recipe = RECIPES[model.config.model_type]
-    layer = model.get_submodule(recipe.layers)[0]
     torch.manual_seed(0)
+    return recipe, model.get_submodule(recipe.layers)[0]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_norms_and_activation_equal_the_modules_bit_for_bit(name: str) -> None:
+    recipe, layer = first_layer(name)
     for module in (layer.get_submodule(recipe.post_norm), layer.get_submodule(recipe.in_norm)):
         with torch.no_grad():  # a trained norm's weight is not all ones
             module.weight.uniform_(0.5, 1.5)
@@ -53,12 +60,9 @@ def test_an_unknown_norm_runs_as_its_module() -> None:
     assert activation_function(silu) is silu
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"])
+@pytest.mark.parametrize("name", MODELS)
 def test_gradients_equal_autograds_through_the_modules(name: str) -> None:
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
-    recipe = RECIPES[model.config.model_type]
-    layer = model.get_submodule(recipe.layers)[0]
-    torch.manual_seed(0)
+    recipe, layer = first_layer(name)
     norm = layer.get_submodule(recipe.post_norm)
     with torch.no_grad():
         norm.weight.uniform_(0.5, 1.5)

@@ -43,10 +43,11 @@ from workers.remote.tail import Tail, enable_tail
 # the stretch recomputes them (`executor.stretches.Stretch.backward`), worth it where calls, not
 # matmuls, dominate (a GPU executor, up to some thousand rows); the kept stretch
 # (`executor.kept`) takes them back from the trainer. On a CPU executor (2-core Xeon, llama-160m,
-# a lone trainer, plain/ours by `bench.stepprofile`, bench/NOTES.md): 1 x 32 tokens 0.83x kept,
-# 0.73-0.74x per projection, 0.75x recomputing; 1 x 128 0.745x kept against 0.751x; 2 x 128
-# 0.77x against 0.83x (the kept stretch's results, 11 MB a call, are joined into the call's
-# memory where a projection writes its own in place). So there the kept ones, up to 64 rows.
+# a lone trainer, plain/ours by `bench.stepprofile`, bench/NOTES.md): 1 x 32 tokens 0.83x kept
+# (0.87x with its inputs as parts), 0.73-0.74x per projection, 0.75x recomputing; 1 x 128 0.745x
+# kept against 0.751x; 2 x 128 0.77x against 0.83x (the kept stretch's results, 11 MB a call,
+# are joined into the call's memory where a projection writes its own in place). So there the
+# kept ones, up to 64 rows.
 TRAIN_MAX_ROWS = {"cpu": 64, "cuda": 4096}
 KEPT = {"cpu": True}  # the executor's devices whose training takes the kept stretches
 
