@@ -22,6 +22,7 @@ from executor.elementwise import act_grad, gated_grad, norm_grad
 from executor.kernels import linear
 from executor.stretches import Stretch, with_qkv
 from wire.call.messages import LayerKind, LayerSpec
+from wire.call.threads import copy_threads
 
 
 class Kept(Stretch):
@@ -36,7 +37,9 @@ class Kept(Stretch):
     def _parts(self, attn: torch.Tensor, residual: torch.Tensor) -> list[torch.Tensor]:
         h = self._attended(attn, residual)
         u = self._inner(h)
-        d = linear(self._activated(u), self.down.weight, self.down.bias)
+        with copy_threads(u[0]):  # as a copy of its size: a second thread's wake-up costs more
+            m = self._activated(u)  # (12 llama-160m layers at 32 rows: 93 -> 89 ms, 2-core Xeon)
+        d = linear(m, self.down.weight, self.down.bias)
         d += h
         parts = [d] if self.in_norm is None else with_qkv(d, self.in_norm, self.targets)
         return [*parts, h, *u]
@@ -57,7 +60,8 @@ class Kept(Stretch):
         if not self.gated:
             return linear(act_grad(self.act, u, grad_m), self.mlp_in[0].weight.t())
         gate, up = u.chunk(2, dim=1)  # u: [gate | up], one fused product or two
-        grad_gate, grad_up = gated_grad(self.act, gate, up, grad_m)
+        with copy_threads(gate):
+            grad_gate, grad_up = gated_grad(self.act, gate, up, grad_m)
         weights = [m.weight for m in self.mlp_in]
         w_gate, w_up = weights if len(weights) == 2 else weights[0].chunk(2, dim=0)
         return torch.addmm(linear(grad_gate, w_gate.t()), grad_up, w_up)
