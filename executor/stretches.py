@@ -128,7 +128,11 @@ class Stretch(Joined):
         of its modules), with the fewest tensor ops: each costs 2-5 us of dispatch on a small
         CPU, which is most of a narrow stretch's time (tiny-llama: 180 -> 140 us). Adding in
         place is exact (a + b == b + a) and autograd-safe (no op here saves its output)."""
-        h, m = self._mlp(attn, residual)
+        return self._out(*self._mlp(attn, residual))
+
+    def _out(self, h: torch.Tensor, m: torch.Tensor) -> list[torch.Tensor]:
+        """From the residual stream `h` and the MLP's activations `m`: the new residual stream
+        (and where a layer follows its norm and the next q/k/v)."""
         d = linear(m, self.down.weight, self.down.bias)
         d += h
         if self.in_norm is None:

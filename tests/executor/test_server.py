@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -46,6 +47,15 @@ class RawClient:
 @pytest.fixture()
 def llama(executor_for) -> ExecutorProcess:
     return executor_for("tiny-llama")
+
+
+@pytest.fixture()
+def own_llama(ipc_dir) -> Iterator[ExecutorProcess]:
+    """An executor of the test's own: what its clients leave behind, and its figures, are the
+    test's alone (the shared one may still be running calls earlier tests left behind)."""
+    proc = ExecutorProcess.start("tiny-llama", ipc_dir / "own.sock")
+    yield proc
+    proc.stop()
 
 
 def layer_index(client: RawClient, name: str) -> int:
@@ -134,45 +144,34 @@ def test_calls_before_hello_are_refused(llama: ExecutorProcess) -> None:
     stranger.close()
 
 
-def test_client_vanishing_mid_call_does_not_disturb_others(ipc_dir) -> None:
-    """On an executor of its own: the calls the ghosts leave behind would run on into the next
-    tests' (and count in their figures) on the shared one."""
-    proc = ExecutorProcess.start("tiny-llama", ipc_dir / "ghosts.sock")
-    try:
-        good = ExecutorClient(proc.endpoint, name="survivor")
-        for _ in range(5):
-            ghost = RawClient(proc.endpoint)
-            head = layer_index(ghost, "lm_head")
-            ghost.send(*call(head, torch.randn(512, 64)))
-            ghost.close()  # gone before its reply
-        x = torch.randn(2, 64)
-        head = next(s.index for s in good.layers if s.name == "lm_head")
-        y = good.call(P.Op.FORWARD, head, x, P.CallKind.INFERENCE)
-        assert y.shape == (2, 50259)
-        good.close()
-        assert proc.alive()
-    finally:
-        proc.stop()
+def test_client_vanishing_mid_call_does_not_disturb_others(own_llama: ExecutorProcess) -> None:
+    good = ExecutorClient(own_llama.endpoint, name="survivor")
+    for _ in range(5):
+        ghost = RawClient(own_llama.endpoint)
+        head = layer_index(ghost, "lm_head")
+        ghost.send(*call(head, torch.randn(512, 64)))
+        ghost.close()  # gone before its reply
+    x = torch.randn(2, 64)
+    head = next(s.index for s in good.layers if s.name == "lm_head")
+    y = good.call(P.Op.FORWARD, head, x, P.CallKind.INFERENCE)
+    assert y.shape == (2, 50259)
+    good.close()
+    assert own_llama.alive()
 
 
-def test_stats_as_typed_figures_and_as_the_gateway_renders_them(ipc_dir) -> None:
-    """On an executor of its own: its figures count every client's calls, and the shared one
-    may still be running calls an earlier test's clients left behind."""
+def test_stats_as_typed_figures_and_as_the_gateway_renders_them(
+        own_llama: ExecutorProcess) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     from gateway.metrics import Metrics
     from wire import manager as W
 
-    proc = ExecutorProcess.start("tiny-llama", ipc_dir / "stats.sock")
-    try:
-        client = ExecutorClient(proc.endpoint, name="stats")
-        before = client.stats().kinds["inference"].rows
-        client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.INFERENCE)
-        client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.TRAINING)
-        figures = client.stats()
-        client.close()
-    finally:
-        proc.stop()
+    client = ExecutorClient(own_llama.endpoint, name="stats")
+    before = client.stats().kinds["inference"].rows
+    client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.INFERENCE)
+    client.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.TRAINING)
+    figures = client.stats()
+    client.close()
     assert figures.kinds["inference"].rows == before + 4
     assert 0 < figures.training_share <= 1 and figures.training_share_floor == 0.25
     text = Metrics().render(W.StatusReply([], True, {}, figures)).decode()

@@ -71,6 +71,8 @@ class StretchControl:
         self.hidden = spec.splits[0]
         # the residual stream, then (where a layer follows) its norm and the next q/k/v
         self.splits = [self.hidden, self.hidden, *self.widths] if targets else [self.hidden]
+        # through the kept stretch, what it hands back for the backward too
+        self.kept_splits = [*self.splits, kept.splits[-1]] if kept is not None else None
         self.train_rows = train_rows  # the largest training batch (rows) that uses the stretch
         self.train_ok = not any(isinstance(m, nn.Dropout) and m.p > 0
                                 for name in frozen for m in layer.get_submodule(name).modules()) \
@@ -151,8 +153,8 @@ class StretchControl:
         spec = spec or self.spec
         y = remote_rows(self.handle, Op.FORWARD, spec.index, rows, kind, spec.out_features,
                         self.dtype, fresh=not own)
-        # the worker's own splits (the next q/k/v one by one), and what a kept stretch hands back
-        splits = self.splits if spec is self.spec else [*self.splits, spec.splits[-1]]
+        # the worker's own splits (the next q/k/v one by one, not as the executor groups them)
+        splits = self.splits if spec is self.spec else self.kept_splits
         parts = y.split_with_sizes(splits, dim=1)  # Tensor.split: +4 us of Python
         if not own:
             return parts
