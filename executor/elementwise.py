@@ -2,7 +2,9 @@
 same ops in the same order), and their gradients for the kept stretch's backward
 (`executor.kept`): by formula for an RMS norm in float32 and a gated SiLU, the llama family's,
 where autograd's graph of a few ops costs more than the ops themselves on a few dozen rows
-(llama-160m, 32 rows: ~1 ms of a 3 ms backward); by autograd for any other."""
+(llama-160m, 32 rows: ~1 ms of a 3 ms backward); by autograd for any other. An RMS norm's
+forward and gradient run on one thread up to 2 MB of rows (`copy_threads`): the executor's
+other thread sleeps between ops, and waking it costs more than its half of a few hundred rows."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from wire.call.threads import copy_threads
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm"}  # the same forward, checked
 
@@ -30,13 +34,15 @@ class RMSNorm:
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         if h.dtype != torch.float32:
             return self.module(h)
-        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps))
+        with copy_threads(h):
+            return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps))
 
     def grad(self, h: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """y = w h r with r = (mean(h^2) + eps)^-1/2: dL/dh = r (w g) - h r^3 mean(w g h)."""
-        r = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        wg = grad * self.weight
-        return (wg - h * (r * r * (wg * h).mean(-1, keepdim=True))).mul_(r)
+        with copy_threads(h):
+            r = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            wg = grad * self.weight
+            return (wg - h * (r * r * (wg * h).mean(-1, keepdim=True))).mul_(r)
 
 
 def norm_function(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -48,7 +48,9 @@ class Kept(Stretch):
         grad_h = self._grad_output(out, grad)
         grad_m = linear(grad_h, self.down.weight.t())  # d = down(m) + h
         # h = o(attention) + residual; not in place: grad_h may be a view of the call's input
-        grad_h = grad_h + norm_grad(self.post_norm, h, self._grad_norm(u, grad_m))
+        through = norm_grad(self.post_norm, h, self._grad_norm(u, grad_m))
+        with copy_threads(through):
+            grad_h = grad_h + through
         return torch.cat([linear(grad_h, self.o.weight.t()), grad_h], dim=1)
 
     def _grad_norm(self, u: torch.Tensor, grad_m: torch.Tensor) -> torch.Tensor:

@@ -99,8 +99,12 @@ class Stretch(Joined):
                                                    dim=1)
         widths = [t.spec.out_features for t in self.targets]
         for target, g in zip(self.targets, grad_qkv.split(widths, dim=1), strict=True):
-            grad_norm = grad_norm + linear(g, target.weight.t())  # q/k/v = norm W^T
-        return grad_out + norm_grad(self.in_norm, out, grad_norm)
+            product = linear(g, target.weight.t())  # q/k/v = norm W^T
+            with copy_threads(product):
+                grad_norm = grad_norm + product
+        through = norm_grad(self.in_norm, out, grad_norm)
+        with copy_threads(through):
+            return grad_out + through
 
     def _mlp(self, attn: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The residual stream after attention and the MLP's hidden activations."""
@@ -109,7 +113,8 @@ class Stretch(Joined):
 
     def _attended(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         h = linear(attn, self.o.weight, self.o.bias)
-        h += residual
+        with copy_threads(h):
+            h += residual
         return h
 
     def _inner(self, h: torch.Tensor) -> list[torch.Tensor]:
@@ -134,7 +139,8 @@ class Stretch(Joined):
         """From the residual stream `h` and the MLP's activations `m`: the new residual stream
         (and where a layer follows its norm and the next q/k/v)."""
         d = linear(m, self.down.weight, self.down.bias)
-        d += h
+        with copy_threads(d):
+            d += h
         if self.in_norm is None:
             return [d]
         return with_qkv(d, self.in_norm, self.targets)

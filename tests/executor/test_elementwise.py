@@ -21,8 +21,15 @@ from executor.elementwise import (
     norm_function,
     norm_grad,
 )
+from wire.call.threads import SPLIT_MIN
 
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"]
+
+
+def one_thread_rows(hidden: int) -> int:
+    """Rows enough that a norm over them runs on one thread (`copy_threads`: torch would split
+    it, and a second thread's wake-up costs more than its half)."""
+    return SPLIT_MIN // hidden + 1
 
 
 def first_layer(name: str):
@@ -41,8 +48,9 @@ def test_norms_and_activation_equal_the_modules_bit_for_bit(name: str) -> None:
             module.weight.uniform_(0.5, 1.5)
         fast = norm_function(module)
         assert fast is not module  # every recipe's norm has a direct form
-        for rows in (1, 3, 64):
-            h = torch.randn(rows, module.weight.shape[0]) * 3
+        hidden = module.weight.shape[0]
+        for rows in (1, 3, 64, one_thread_rows(hidden)):
+            h = torch.randn(rows, hidden) * 3
             assert torch.equal(fast(h), module(h))
     act = layer.get_submodule(recipe.act)
     x = torch.randn(5, 32) * 4
@@ -68,10 +76,12 @@ def test_gradients_equal_autograds_through_the_modules(name: str) -> None:
         norm.weight.uniform_(0.5, 1.5)
     fast = norm_function(norm)
     assert isinstance(fast, RMSNorm) == (name != "tiny-gpt2")  # GPT-2's LayerNorm: autograd
-    h, grad = torch.randn(9, norm.weight.shape[0]) * 3, torch.randn(9, norm.weight.shape[0])
-    leaf = h.clone().requires_grad_(True)
-    (expected,) = torch.autograd.grad(norm(leaf), leaf, grad)
-    torch.testing.assert_close(norm_grad(fast, h, grad), expected, rtol=1e-5, atol=1e-6)
+    hidden = norm.weight.shape[0]
+    for rows in (9, one_thread_rows(hidden)):
+        h, grad = torch.randn(rows, hidden) * 3, torch.randn(rows, hidden)
+        leaf = h.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(norm(leaf), leaf, grad)
+        torch.testing.assert_close(norm_grad(fast, h, grad), expected, rtol=1e-5, atol=1e-6)
     act = layer.get_submodule(recipe.act)
     u, grad = torch.randn(9, 2, 48) * 3, torch.randn(9, 48)
     gate, up = u[:, 0].clone().requires_grad_(True), u[:, 1].clone().requires_grad_(True)
