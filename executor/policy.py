@@ -7,7 +7,9 @@
   and kind (a decode call waits little; prefill and training, whose own compute is long, may wait
   longer), capped by `max_wait`; and it never waits when no client is expected to join it.
   Decode steps wait longer (up to `max_wait`) for decode clients behind them in the pass or due
-  soon (`Scheduler`): every decoding tenant then shares one batch per layer.
+  soon (`Scheduler`): every decoding tenant then shares one batch per layer. Training calls wait
+  up to `max_wait` for every trainer computing its own part (`executor.readiness`): the jobs
+  then move through the model together, one batch per layer.
   Among ready queues, decode steps run before prefills and large batches; and a training batch
   runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`;
   cut into bands of output columns where it is one matmul, `executor.columns`),

@@ -4,8 +4,18 @@ scan, before training yields to decode steps about to come: `Scheduler.hold_trai
 A queue at `max_batch_rows` is ready; a queue of decode steps waits for its convoy (up to the
 policy's `convoy_s`, or the shortest wait a call's tenants allow, but not shorter than a batch of
 its own would cost) while a decode client is queued earlier in the pass or an idle one is due
-here (`executor.presence.convoy`); else the policy decides, up to the queue's deadline (which a
-call's target caps too), from the clients that may still join it.
+here (`executor.presence.convoy`); a queue of training calls waits likewise, up to `convoy_s`
+after its first call came, while an active trainer is neither in it nor queued elsewhere
+(`_trainers_to_come`); else the policy decides, up to the queue's deadline (which a call's target
+caps too), from the clients that may still join it.
+
+Training's convoy: trainers run the same sequence of calls and drift apart, and a call waited
+only for a trainer whose very next call was due at its layer, so 8 jobs of 1 x 32 steps on
+llama-160m ran 3.5 calls a batch, the executor computing 2.8 ms a token; waiting for every
+trainer, 7.7 calls a batch and 2.0 ms a token: 334 against 305 tok/s, the executor's compute
+3.9 against 5.3 s in a 6 s window (2 x 128 steps: 401 against 405 tok/s, compute 6.2 against
+7.3 s; one or two jobs: unchanged; 2-core Xeon, bench NOTES). A trainer computing its own part
+keeps the others waiting no longer than `convoy_s` a call.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from executor.calls import PendingCall
-from executor.lanes import Lane
+from executor.lanes import Lane, lane_of_batch
 from executor.presence import Key, convoy
 from wire.call.messages import Op
 
@@ -56,7 +66,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             if due.get(key, 0.0) > now:
                 yield queue, min(due[key], convoy_until) - now
                 continue
-        if now >= deadline:  # past its deadline: ready
+        convoying = now < calls[0].arrived + convoy_s and lane_of_batch(calls) == Lane.TRAINING
+        if now >= deadline and not convoying:  # past its deadline: ready
             yield queue, 0.0
             continue
         if active is None:
@@ -64,7 +75,10 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
                       if now - p.last_seen <= s.active_window_s}
             queued = {c for c in active if s.presence[c].queued}
         settled = {c.client for c in calls} | queued
-        if s.policy.ready(calls, now, deadline, _joiners(s, key, active), settled, active):
+        if convoying and _trainers_to_come(s, active, settled):
+            yield queue, calls[0].arrived + convoy_s - now
+        elif now >= deadline or s.policy.ready(calls, now, deadline, _joiners(s, key, active),
+                                               settled, active):
             yield queue, 0.0
         else:
             yield queue, deadline - now
@@ -89,3 +103,9 @@ def _joiners(s: Scheduler, key: Key, active: set[bytes]) -> Iterator[bytes]:
         p = s.presence[client]
         if p.queued == 0 and p.last_key is not None and s.successor.get(p.last_key) == key:
             yield client
+
+
+def _trainers_to_come(s: Scheduler, active: set[bytes], settled: set[bytes]) -> bool:
+    """Whether an active client whose last call was a training call has none queued now: it
+    computes its own part and comes back (to this queue, if it is behind)."""
+    return any(not s.presence[c].inference for c in active - settled)
