@@ -1,13 +1,15 @@
 """Training's convoy (`executor.readiness`): under the opportunistic policy a training batch
-waits, up to the policy's `convoy_s`, for every active trainer that has no call queued (it
-computes its own part and comes back), so that concurrent jobs share one batch per layer; never
-for an idle inference client, never past the cap, and never under the eager policy."""
+of fewer than `TRAINING_CONVOY_ROWS` rows waits, up to the policy's `convoy_s`, for every active
+trainer that has no call queued (it computes its own part and comes back), so that concurrent
+jobs share one batch per layer; never for an idle inference client, never past the cap, and
+never under the eager policy."""
 
 from __future__ import annotations
 
 import pytest
 
 from executor.policy import Eager, Opportunistic
+from executor.readiness import TRAINING_CONVOY_ROWS
 from executor.scheduler import Scheduler
 from tests.executor.queued import BUDGETS, TRAIN, call, clients_of, scheduler
 
@@ -42,6 +44,16 @@ def test_a_trainer_queued_elsewhere_is_not_waited_for(clock) -> None:
     assert s.next_batch() is None  # b computes again: a waits for it at layer 1
     call(s, "b", 1, rows=32, kind=TRAIN)
     assert sorted(clients_of(s.next_batch())) == ["a", "b"]
+
+
+def test_a_batch_of_enough_rows_waits_for_no_one(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    call(s, "b", 0, rows=32, kind=TRAIN)  # b idle after layer 0: not known to lead to layer 1
+    assert clients_of(s.next_batch()) == ["b"]
+    call(s, "a", 1, rows=TRAINING_CONVOY_ROWS - 1, kind=TRAIN)
+    assert s.next_batch() is None  # b is coming
+    call(s, "a", 1, rows=1, kind=TRAIN)  # its products run near their best rate now
+    assert clients_of(s.next_batch()) == ["a", "a"]
 
 
 def test_the_wait_ends_at_the_cap(clock) -> None:
