@@ -1,8 +1,8 @@
 """Training's convoy (`executor.readiness`): under the opportunistic policy a training batch
 of fewer than `TRAINING_CONVOY_ROWS` rows waits, up to the policy's `convoy_s`, for every active
 trainer that has no call queued (it computes its own part and comes back), so that concurrent
-jobs share one batch per layer; never for an idle inference client, never past the cap, and
-never under the eager policy."""
+jobs share one batch per layer; never for an inference client, nor while one is active beside
+the trainers, never past the cap, and never under the eager policy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from executor.policy import Eager, Opportunistic
 from executor.readiness import TRAINING_CONVOY_ROWS
 from executor.scheduler import Scheduler
-from tests.executor.queued import BUDGETS, TRAIN, call, clients_of, scheduler
+from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
 
 
 def seen(s: Scheduler, kinds: dict[str, object]) -> None:
@@ -66,13 +66,19 @@ def test_the_wait_ends_at_the_cap(clock) -> None:
     assert clients_of(s.next_batch()) == ["a"]
 
 
-def test_idle_inference_clients_and_the_eager_policy_hold_no_training(clock) -> None:
+def test_no_convoy_beside_inference_nor_under_the_eager_policy(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     seen(s, {"a": TRAIN})
     call(s, "tenant", 0)  # idle after layer 0, where no call is known to lead to layer 1
     assert clients_of(s.next_batch()) == ["tenant"]
     call(s, "a", 1, rows=32, kind=TRAIN)
     assert clients_of(s.next_batch()) == ["a"]  # the tenant is no trainer
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for name, kind in (("tenant", INF), ("b", TRAIN)):  # both idle after layer 0
+        call(s, name, 0, rows=32, kind=kind)
+        assert clients_of(s.next_batch()) == [name]
+    call(s, "a", 1, rows=32, kind=TRAIN)
+    assert clients_of(s.next_batch()) == ["a"]  # beside an active tenant b holds it back no more
     s = scheduler(Eager(), clock)
     seen(s, {"a": TRAIN, "b": TRAIN})
     call(s, "a", 1, rows=32, kind=TRAIN)
