@@ -14,12 +14,12 @@ Training's convoy: trainers run the same sequence of calls and drift apart, and 
 only for a trainer whose very next call was due at its layer, so 8 jobs of 1 x 32 steps on
 llama-160m ran 3.5 calls a batch, the executor computing 2.9 ms a token; waiting for every
 trainer, 7.7 calls a batch and 1.9 ms a token: 334 against 305 tok/s, the executor's compute
-3.9 against 5.3 s in a 6 s window (one or two jobs: unchanged; 2-core Xeon, bench NOTES). A
-trainer computing its own part
-keeps the others waiting no longer than `convoy_s` a call. From `TRAINING_CONVOY_ROWS` rows a
-batch waits for no one: its products run near their best rate already (12 kept llama-160m
-stretches: 3.0 ms a row at 32 rows, 1.55 at 128, 1.3 at 256), and waiting only left the executor
-idle while trainers computed (8 jobs of 2 x 128 steps in convoy: 387-395 against 406-407 tok/s).
+3.9 against 5.3 s in a 6 s window (2-core Xeon, bench NOTES; a lone job never waits: its trainer
+is queued wherever its call is). A trainer computing its own part keeps the others waiting no
+longer than `convoy_s` a call. From `TRAINING_CONVOY_ROWS` rows a batch waits for no one: its
+products run near their best rate already (12 kept llama-160m stretches: 3.0 ms a row at 32
+rows, 1.55 at 128, 1.3 at 256), and waiting only left the executor idle while trainers computed
+(8 jobs of 2 x 128 steps in convoy: 387-395 against 406-407 tok/s).
 """
 
 from __future__ import annotations
