@@ -113,10 +113,11 @@ def _joiners(s: Scheduler, key: Key, active: set[bytes]) -> Iterator[bytes]:
 
 
 def _trainers_only(s: Scheduler, active: set[bytes]) -> bool:
-    """Whether no active client is an inference client: beside tenants, training's batches are
-    held and sliced for their sake within its share, which a call waiting for a second trainer
-    would seem to fall behind (the Azure trace + 2 jobs, convoy beside it: time to first token
-    p99 1.29x / 1.78x / 1.14x of the trace alone, against 0.85-1.29x in twelve runs before)."""
+    """Whether no active client is an inference client. Beside tenants the convoy cost them (the
+    Azure trace + 2 jobs, convoy beside it: time to first token p99 1.29x / 1.78x / 1.14x of the
+    trace alone, against 0.85-1.29x in twelve runs before). Not traced; a likely cause is the
+    share (`executor.share`), which counts a training call waiting for its convoy as training
+    held back and so favours training over the tenants next."""
     return not any(s.presence[c].inference for c in active)
 
 
