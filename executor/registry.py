@@ -69,7 +69,7 @@ class LayerRegistry:
         groups = trace_shared_inputs(model) if fuse else []
         model.to(device)
         if device == "cpu":
-            _own_memory(model, huge_pages)
+            _own_memory(model, huge_pages, {member for group in groups for member in group})
         registry = cls.from_model(model, groups, model_name=Path(path).name, stretch=stretch,
                                   head_loss=head_loss, huge_pages=huge_pages)
         del model
@@ -195,13 +195,19 @@ def _lookup(layer: BaseLayer) -> Callable[[torch.Tensor], torch.Tensor]:
     return module
 
 
-def _own_memory(model: nn.Module, huge_pages: bool) -> None:
-    """Copy the weights out of the checkpoint's memory map, so the map can go (onto 2 MiB pages
-    with `huge_pages`: `executor.pages`). Otherwise every page read while loading (all of them)
-    stays resident in the executor next to the fused copies of q/k/v and gate/up: 1.7x the
-    weights for a Llama. Tied weights stay tied."""
+def _own_memory(model: nn.Module, huge_pages: bool, fused: set[str]) -> None:
+    """Copy the weights out of the checkpoint's memory map, so the map can go. Otherwise every
+    page read while loading (all of them) stays resident in the executor next to the fused
+    copies of q/k/v and gate/up: 1.7x the weights for a Llama. Tied weights stay tied.
+    With `huge_pages`, the weights of products onto 2 MiB pages (`executor.pages`), save those of
+    the modules in `fused` (groups that `_fuse` copies again, onto pages of their own) and the
+    embeddings (a lookup reads a row a token): a fresh 2 MiB page can cost 15-30 ms to fault in
+    on a VM whose host takes free memory back (a 2-core Xeon: llama-160m's executor ready in
+    10.5 s with every weight on them, 3.2 s with none; bench NOTES)."""
+    products = {id(module.weight) for name, module in model.named_modules()
+                if is_base_linear(module) and name not in fused}
     for param in model.parameters():  # each shared parameter once
-        param.data = pages.own_copy(param.data, huge_pages)
+        param.data = pages.own_copy(param.data, huge_pages and id(param) in products)
 
 
 def _fuse(index: int, members: list[BaseLayer], huge_pages: bool) -> BaseLayer:

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
 from executor import pages
-from executor.registry import LayerRegistry
+from executor.registry import LayerRegistry, _own_memory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
 
@@ -129,6 +129,31 @@ def test_a_fused_group_is_concatenated_into_advised_memory(huge):
     assert torch.equal(gate.weight, model.gate.weight)
 
 
+class LookedUpAndTied(TwoProjections):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1500, 700)  # 4.2 MB: looked up a row a token
+        self.tied = nn.Embedding(1500, 700)
+        self.head = nn.Linear(700, 1500, bias=False)
+        self.head.weight = self.tied.weight  # a product's weight too
+
+
+def test_only_products_not_copied_again_go_onto_huge_pages_at_load():
+    """`_own_memory` advises a product's weight (`up`, and `head` with the embedding tied to it);
+    a fused group's member (`gate`, which `_fuse` copies again) and an embedding looked up by
+    rows stay on small pages: each fresh 2 MiB page can cost milliseconds to fault in."""
+    model = LookedUpAndTied()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    _own_memory(model, True, {"gate"})
+    for name, param in model.named_parameters():
+        assert torch.equal(param, before[name]), name
+        advised = "hg" in mapping_of(param.data_ptr())[1]
+        assert advised == (name in ("up.weight", "tied.weight")), name
+    assert model.head.weight is model.tied.weight
+    _own_memory(model, False, set())
+    assert not any("hg" in mapping_of(p.data_ptr())[1] for p in model.parameters())
+
+
 def test_a_group_off_the_host_is_concatenated_where_it_is():
     model = TwoProjections().to("meta")  # stands for a GPU's: no host pages
     registry = LayerRegistry.from_model(model, [["gate", "up"]], model_name="two",
@@ -144,6 +169,6 @@ def advised_bytes(pid: int) -> int:
 
 def test_the_executor_process_keeps_its_weights_as_its_flag_says(executor_for):
     advised = advised_bytes(executor_for("tiny-llama").proc.pid)
-    assert advised >= 12 << 20  # the 12.8 MB head and the embedding table, in whole 2 MiB pages
+    assert advised >= 12 << 20  # the 12.8 MB head, in whole 2 MiB pages
     small = executor_for("tiny-llama", no_huge_pages="")
     assert advised_bytes(small.proc.pid) == 0
