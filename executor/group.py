@@ -89,9 +89,10 @@ def run(config: ExecutorConfig) -> int:
                                 world_size=config.shards,
                                 timeout=timedelta(seconds=config.shard_timeout_s))
         path = resolve_model(config.model)
+        # the whole model only until this rank copies its slices out (onto 2 MiB pages there)
         registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device="cpu",
                                       fuse=False, stretch=False, head_loss=False,
-                                      huge_pages=config.huge_pages)
+                                      huge_pages=False)
         shards = shard_registry(registry, config.rank, config.shards, device, config.huge_pages)
         held = sum(s.weight.numel() * s.weight.element_size() for s in shards)
         log.info("rank %d of %d holds %.1f MiB of weights on %s", config.rank, config.shards,
