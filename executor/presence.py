@@ -61,3 +61,9 @@ def convoy(presence: dict[bytes, Presence], successor: dict[Key, Key],
                 and (gap := p.gaps.get(key)) is not None and gap <= longest_gap_s:
             due[key] = max(due.get(key, 0.0), p.served + 2 * gap + DUE_SLACK_S)
     return behind, due
+
+
+def forget_departed(presence: dict[bytes, Presence], now: float, idle_s: float = 60.0) -> None:
+    """Drop clients with nothing queued, unseen for `idle_s` (or departed: `Scheduler.depart`)."""
+    for client in [c for c, p in presence.items() if p.queued == 0 and now - p.last_seen > idle_s]:
+        del presence[client]

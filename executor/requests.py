@@ -66,6 +66,7 @@ class Requests:
             self.send(identity, P.Stats(self._stats()))
         elif isinstance(message, P.Bye):
             self.clients.remove(identity)
+            self.scheduler.depart(identity)
 
     def _stats(self) -> ExecutorFigures:
         self.stats.queue_depth = self.scheduler.depth()

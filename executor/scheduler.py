@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from executor.calls import DECODE_ROWS, PendingCall, take
 from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
-from executor.presence import Key, Presence, convoy
+from executor.presence import Key, Presence, convoy, forget_departed
 from executor.readiness import queue_waits
 from executor.share import TrainingShare
 from executor.targets import LatencyTargets
@@ -224,11 +224,17 @@ class Scheduler:
                     me.served = now
             if now >= self._next_forget:
                 self._next_forget = now + 1.0
-                self._forget_departed(now)
+                forget_departed(self.presence, now)
 
     def depth(self) -> int:
         with self.lock:
             return sum(len(q) for q in self.queues.values())
+
+    def depart(self, client: bytes) -> None:
+        """`client` said goodbye or hung up: no batch waits for it from now on."""
+        with self.lock:
+            if (me := self.presence.get(client)) is not None:  # forgotten once idle
+                me.last_seen, me.served = float("-inf"), 0.0  # neither active nor due
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -293,8 +299,3 @@ class Scheduler:
         if op == Op.BACKWARD:
             return 2 * len(self.positions) - position
         return position
-
-    def _forget_departed(self, now: float, idle_s: float = 60.0) -> None:
-        for client in [c for c, p in self.presence.items()
-                       if p.queued == 0 and now - p.last_seen > idle_s]:
-            del self.presence[client]

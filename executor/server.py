@@ -225,6 +225,7 @@ class ExecutorServer:
             except bell.Hangup:
                 log.info("client %s closed its doorbell: forgotten", client.name)
                 self.clients.remove(client.identity)
+                self.scheduler.depart(client.identity)
         if router:
             with self._socket_lock:
                 self._drain()

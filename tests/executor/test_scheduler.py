@@ -205,6 +205,18 @@ def test_departed_clients_are_not_waited_for(clock) -> None:
     assert clients_of(s.next_batch()) == ["a"]
 
 
+def test_a_client_that_said_goodbye_is_not_waited_for(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    teach_layer_order(s, ["a", "b", "c"])
+    s.depart(b"b")  # its goodbye, or its doorbell hung up, within the active window
+    call(s, "a", 1)
+    assert s.next_batch() is None  # c may still come
+    call(s, "c", 1)
+    assert clients_of(s.next_batch()) == ["a", "c"]  # at once: b will not
+    call(s, "b", 1)  # a client calling again under that identity is active again
+    assert clients_of(s.next_batch()) == ["b"]
+
+
 def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock, starvation_s=0.2)
     prefill = call(s, "prefill", 0, rows=128)

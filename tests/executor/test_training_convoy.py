@@ -83,3 +83,11 @@ def test_no_convoy_beside_inference_nor_under_the_eager_policy(clock) -> None:
     seen(s, {"a": TRAIN, "b": TRAIN})
     call(s, "a", 1, rows=32, kind=TRAIN)
     assert clients_of(s.next_batch()) == ["a"]
+
+
+def test_a_trainer_that_said_goodbye_is_not_waited_for(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    seen(s, {"a": TRAIN, "b": TRAIN})
+    s.depart(b"b")  # its job ended: the trainer said goodbye
+    call(s, "a", 1, rows=32, kind=TRAIN)
+    assert clients_of(s.next_batch()) == ["a"]
