@@ -199,8 +199,8 @@ def _own_memory(model: nn.Module, huge_pages: bool, fused: set[str]) -> None:
     """Copy the weights out of the checkpoint's memory map, so the map can go. Otherwise every
     page read while loading (all of them) stays resident in the executor next to the fused
     copies of q/k/v and gate/up: 1.7x the weights for a Llama. Tied weights stay tied.
-    With `huge_pages`, the weights of products onto 2 MiB pages (`executor.pages`), save those of
-    the modules in `fused` (groups that `_fuse` copies again, onto pages of their own) and the
+    With `huge_pages`, the weights of products onto 2 MiB pages (`executor.pages`), except those
+    of the modules in `fused` (groups that `_fuse` copies again, onto pages of their own) and the
     embeddings (a lookup reads a row a token): a fresh 2 MiB page can cost 15-30 ms to fault in
     on a VM whose host takes free memory back (a 2-core Xeon: llama-160m's executor ready in
     10.5 s with every weight on them, 3.2 s with none; bench NOTES)."""
