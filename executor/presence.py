@@ -40,6 +40,15 @@ class Presence:
         self.decode = call.lane == Lane.DECODE
         self.queued += 1
 
+    def active(self, now: float, window_s: float) -> bool:
+        """Whether it called within the last `window_s` (and has not departed since)."""
+        return now - self.last_seen <= window_s
+
+    def depart(self) -> None:
+        """It said goodbye or hung up: neither active nor due from now on; forgotten once
+        nothing of it is queued (`forget_departed`)."""
+        self.last_seen, self.served = float("-inf"), 0.0
+
 
 def convoy(presence: dict[bytes, Presence], successor: dict[Key, Key],
            positions: dict[int, int], now: float, active_window_s: float,
@@ -55,7 +64,7 @@ def convoy(presence: dict[bytes, Presence], successor: dict[Key, Key],
         if not p.decode or p.last_key is None or p.last_key[1] == Op.BACKWARD:
             continue
         if p.queued:
-            if now - p.last_seen <= active_window_s:
+            if p.active(now, active_window_s):
                 behind.append((client, positions.get(p.last_key[0], p.last_key[0])))
         elif p.served and (key := successor.get(p.last_key)) is not None \
                 and (gap := p.gaps.get(key)) is not None and gap <= longest_gap_s:

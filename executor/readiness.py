@@ -78,8 +78,7 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             yield queue, 0.0
             continue
         if active is None:
-            active = {c for c, p in s.presence.items()
-                      if now - p.last_seen <= s.active_window_s}
+            active = {c for c, p in s.presence.items() if p.active(now, s.active_window_s)}
             queued = {c for c in active if s.presence[c].queued}
         settled = {c.client for c in calls} | queued
         if convoying and _trainers_only(s, active) and _trainers_to_come(s, active, settled):

@@ -155,7 +155,7 @@ class Scheduler:
         with self.lock:
             now = self.clock()
             if not any((p.inference if training else p.decode) and client not in own
-                       and now - p.last_seen <= self.active_window_s
+                       and p.active(now, self.active_window_s)
                        for client, p in self.presence.items()):
                 return None
             key = batch[0].key
@@ -233,8 +233,8 @@ class Scheduler:
     def depart(self, client: bytes) -> None:
         """`client` said goodbye or hung up: no batch waits for it from now on."""
         with self.lock:
-            if (me := self.presence.get(client)) is not None:  # forgotten once idle
-                me.last_seen, me.served = float("-inf"), 0.0  # neither active nor due
+            if (me := self.presence.get(client)) is not None:
+                me.depart()
 
     # -- internals -----------------------------------------------------------------------------
 
