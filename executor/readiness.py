@@ -1,5 +1,6 @@
 """How long each queue of calls should still wait before its batch may run (the scheduler's
-scan, before training yields to decode steps about to come: `Scheduler.hold_training`).
+scan), and how long training yields to decode steps about to come (`training_holds`, which the
+scan and `Scheduler.hold_training` apply).
 
 A queue at `max_batch_rows` is ready; a queue of decode steps waits for its convoy (up to the
 policy's `convoy_s`, or the shortest wait a call's tenants allow, but not shorter than a batch of
@@ -124,3 +125,16 @@ def _trainers_to_come(s: Scheduler, active: set[bytes], settled: set[bytes]) -> 
     """Whether an active client whose last call was a training call has none queued now: it
     computes its own part and comes back (to this queue, if it is behind)."""
     return any(not s.presence[c].inference for c in active - settled)
+
+
+def training_holds(s: Scheduler, now: float, convoy_until: float) -> float:
+    """Seconds a training batch (or its next slice) should leave the executor idle for a decode
+    step about to come: one queued for its convoy (until `convoy_until`), or an idle decode
+    client due soon (`presence.convoy`); never longer than `convoy_s`, and only while training
+    keeps its share. A slice started in such a gap is what a decode step waited for."""
+    convoy_s = s.policy.convoy_s
+    if convoy_s <= 0 or not s.share.kept():
+        return 0.0
+    _, due = convoy(s.presence, s.successor, s.positions, now, s.active_window_s, convoy_s)
+    return min(max(convoy_until, *due.values()) - now, convoy_s) if due \
+        else min(convoy_until - now, convoy_s)

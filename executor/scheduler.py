@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 from executor.calls import DECODE_ROWS, PendingCall, take
 from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
-from executor.presence import Key, Presence, convoy, forget_departed
-from executor.readiness import queue_waits
+from executor.presence import Key, Presence, forget_departed
+from executor.readiness import queue_waits, training_holds
 from executor.share import TrainingShare
 from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
@@ -240,7 +240,7 @@ class Scheduler:
 
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
-        training queue waits while decode steps are due (`_training_holds`)."""
+        training queue waits while decode steps are due (`readiness.training_holds`)."""
         held: list[tuple[deque[PendingCall], float]] = []
         convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
         for queue, wait in queue_waits(self, now):
@@ -252,32 +252,19 @@ class Scheduler:
                 convoy_until = max(convoy_until, now + wait)
             yield queue, wait
         if held:
-            hold = self._training_holds(now, convoy_until)
+            hold = training_holds(self, now, convoy_until)
             for queue, wait in held:
                 yield queue, max(wait, hold)
 
-    def _training_holds(self, now: float, convoy_until: float) -> float:
-        """Seconds a training batch (or its next slice) should leave the executor idle for a
-        decode step about to come: one queued for its convoy, or an idle decode client due soon
-        (`presence.convoy`); never longer than `convoy_s`, and only while training keeps its
-        share. A slice started in such a gap is what a decode step waited for."""
-        convoy_s = self.policy.convoy_s
-        if convoy_s <= 0 or not self.share.kept():
-            return 0.0
-        _, due = convoy(self.presence, self.successor, self.positions, now,
-                        self.active_window_s, convoy_s)
-        return min(max(convoy_until, *due.values()) - now, convoy_s) if due \
-            else min(convoy_until - now, convoy_s)
-
     def hold_training(self) -> bool:
         """Between a training batch's slices: wait while a decode step is about to come
-        (`_training_holds`), until one is queued; whether it waited."""
+        (`readiness.training_holds`), until one is queued; whether it waited."""
         with self.lock:
             now = self.clock()
             convoy_until = max((now + wait for queue, wait in queue_waits(self, now)
                                 if wait > 0 and lane_of_batch(queue) == Lane.DECODE),
                                default=now)
-            hold = self._training_holds(now, convoy_until)
+            hold = training_holds(self, now, convoy_until)
             if hold <= 0:
                 return False
             self.decode_came.wait(hold)
