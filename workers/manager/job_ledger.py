@@ -108,8 +108,9 @@ class JobLedger:
             self.jobs.event(job.id, f"Checkpoint at step {report.step} saved but not "
                             f"registered as a model: {exc}", level="warn")
             return
-        self.jobs.add_checkpoint(job.id, report.step, report.epoch, model_id, report.metrics,
-                                 report.path)
+        if self.jobs.add_checkpoint(job.id, report.step, report.epoch, model_id, report.metrics,
+                                    report.path) is None:
+            return  # a resuming trainer's retelling of one recorded before
         self.jobs.event(job.id, f"Checkpoint created at step {report.step}: {model_id}")
 
     def _finished(self, job: JobRecord, report: TrainerFinished) -> JobStatus:

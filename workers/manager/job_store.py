@@ -104,9 +104,13 @@ class JobStore(JobReader):
                 "AND json_extract(data, '$.step') > ?", (job_id, step)).rowcount
 
     def add_checkpoint(self, job_id: str, step: int, epoch: int, model: str, metrics: dict,
-                       path: str) -> str:
+                       path: str) -> str | None:
+        """The new checkpoint's id; None if the job has one of that step (told again)."""
         checkpoint_id = new_id("ftckpt")
         with self.db.transaction() as conn:
+            if conn.execute("SELECT 1 FROM checkpoints WHERE job_id = ? AND step = ?",
+                            (job_id, step)).fetchone():
+                return None
             conn.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (checkpoint_id, job_id, int(time.time()), step, epoch, model,
                           json.dumps(metrics), path))

@@ -1,15 +1,17 @@
 """Trainer checkpoints: the adapter (PEFT format) plus what resuming needs.
 
 DATA_DIR/jobs/<job>/checkpoints/step-<N>/ holds adapter_config.json,
-adapter_model.safetensors and trainer_state.pt (optimizer, scheduler, data position, history).
-Written to a staging directory and renamed, so a crash never leaves half a checkpoint. A job's
-results file is the CSV of its steps' history (`results_csv`).
+adapter_model.safetensors and trainer_state.pt (optimizer, scheduler, data position, history);
+one the job lists also told.json, the report the manager records it by (one saved only because
+the job stopped has none). Written to a staging directory and renamed, so a crash never leaves
+half a checkpoint. A job's results file is the CSV of its steps' history (`results_csv`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from peft import set_peft_model_state_dict
 from safetensors.torch import load_file
 
 STATE = "trainer_state.pt"
+TOLD = "told.json"
 
 
 @dataclass
@@ -47,7 +50,8 @@ def save_adapter(model, directory: Path) -> None:
     model.save_pretrained(directory, save_embedding_layers=False)
 
 
-def save(root: Path, model, optimizer, scheduler, progress: Progress) -> Path:
+def save(root: Path, model, optimizer, scheduler, progress: Progress,
+         told: dict | None = None) -> Path:
     target = root / f"step-{progress.step}"
     staging = root / f".step-{progress.step}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
@@ -55,6 +59,8 @@ def save(root: Path, model, optimizer, scheduler, progress: Progress) -> Path:
     save_adapter(model, staging)
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "progress": progress.__dict__}, staging / STATE)
+    if told is not None:
+        (staging / TOLD).write_text(json.dumps(told))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
@@ -63,6 +69,19 @@ def save(root: Path, model, optimizer, scheduler, progress: Progress) -> Path:
 def latest(root: Path) -> Path | None:
     found = [p for p in root.glob("step-*") if (p / STATE).exists()]
     return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def saved_at(root: Path, step: int) -> bool:
+    return (root / f"step-{step}" / STATE).exists()
+
+
+def told(root: Path) -> list[tuple[Path, dict]]:
+    """The listed checkpoints on disk, oldest first, each with its report (step, epoch,
+    metrics): a resuming trainer tells them again, as a crash may have come between a save and
+    the manager's record of it."""
+    found = [(p, json.loads((p / TOLD).read_text())) for p in root.glob("step-*")
+             if (p / STATE).exists() and (p / TOLD).exists()]
+    return sorted(found, key=lambda pair: pair[1]["step"])
 
 
 def restore(path: Path, model, optimizer, scheduler) -> Progress:

@@ -85,8 +85,7 @@ class Trainer:
             device = claim_device(self.config.device)
         except DeviceUnavailable as exc:
             return self._fail("device_unavailable", f"The job could not start: {exc}")
-        steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
-        total = hp.n_epochs * steps_per_epoch
+        total = hp.n_epochs * math.ceil(len(examples) / hp.batch_size)  # steps
         model = remote_model(self.config.base, self.config.executor,
                              client_name=f"trainer-{job.id}", device=str(device),
                              privacy=self.config.privacy and PrivacyConfig(backward=True))
@@ -113,6 +112,8 @@ class Trainer:
                                            f"{total} steps"
                                            + (RECOMPUTED if spec.peft.gradient_checkpointing
                                               else "")))
+        for path, told in checkpoint.told(root):  # a crash may have lost a report: again
+            self.control.report(TrainerCheckpoint(job.id, path=str(path), **told))
         model.train()
         try:
             self._epochs(model, optimizer, scheduler, hp, examples, valid, progress, total)
@@ -163,8 +164,7 @@ class Trainer:
                 every = self.spec.peft.checkpoint_every_steps
                 if every and progress.step % every == 0 and position + 1 < len(order):
                     progress.epoch, progress.position = epoch, position + 1  # resume point
-                    path = checkpoint.save(root, model, optimizer, scheduler, progress)
-                    self._register_checkpoint(path, progress, epoch + 1, {
+                    self._checkpoint(root, model, optimizer, scheduler, progress, epoch + 1, {
                         "step": progress.step, "train_loss": result.loss,
                         "train_mean_token_accuracy": result.accuracy})
             progress.epoch, progress.position = epoch + 1, 0
@@ -183,8 +183,7 @@ class Trainer:
                            f"loss={metrics['valid_loss']:.4f}", kind="metrics",
                            data={"step": progress.step, **metrics,
                                  "trained_tokens": progress.trained_tokens})
-            path = checkpoint.save(root, model, optimizer, scheduler, progress)
-            self._register_checkpoint(path, progress, epoch + 1, metrics)
+            self._checkpoint(root, model, optimizer, scheduler, progress, epoch + 1, metrics)
 
     def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
                        position: int) -> None:
@@ -215,11 +214,17 @@ class Trainer:
         use_threads(step_threads(self.control.threads or self.config.threads, tokens))
 
     def _save(self, model, optimizer, scheduler, progress) -> None:
-        checkpoint.save(checkpoint.checkpoint_root(self.data_dir, self.job.id), model, optimizer,
-                        scheduler, progress)
+        """A stop's checkpoint, unless this step's is on disk: the same state, perhaps listed."""
+        root = checkpoint.checkpoint_root(self.data_dir, self.job.id)
+        if not checkpoint.saved_at(root, progress.step):
+            checkpoint.save(root, model, optimizer, scheduler, progress)
 
-    def _register_checkpoint(self, at: Path, progress, epoch: int, metrics: dict) -> None:
-        self.control.report(TrainerCheckpoint(self.job.id, progress.step, epoch, metrics, str(at)))
+    def _checkpoint(self, root: Path, model, optimizer, scheduler, progress, epoch: int,
+                    metrics: dict) -> None:
+        """One the job lists: saved with its report, then reported."""
+        told = {"step": progress.step, "epoch": epoch, "metrics": metrics}
+        path = checkpoint.save(root, model, optimizer, scheduler, progress, told)
+        self.control.report(TrainerCheckpoint(self.job.id, path=str(path), **told))
 
     def _finish(self, model, progress, valid: list[Example], hp: Hyperparameters) -> int:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \

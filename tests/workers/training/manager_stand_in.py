@@ -1,11 +1,13 @@
 """The manager's end of trainers' control channels, in a thread of the test: a ROUTER socket and
 the manager's own `JobLedger`, which records every report and acknowledges the last, as the
-worker manager does; to each trainer that says hello it sends what `greeting` holds for its job.
+worker manager does (but for reports `unheard` picks, as a manager killed before it recorded them
+would); to each trainer that says hello it sends what `greeting` holds for its job.
 Trainers run in the test's process against it."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -29,6 +31,7 @@ class ManagerStandIn:
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.reports: list[TrainerReport] = []
         self.greeting: list[msgspec.Struct] = []  # for a trainer that says hello (its job's)
+        self.unheard: Callable[[TrainerReport], bool] = lambda report: False  # never recorded
         self.endpoint = f"ipc://{ipc_dir}/manager-stand-in.sock"
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -59,7 +62,7 @@ class ManagerStandIn:
                 for said in self.greeting:
                     if said.job_id == message.job_id:
                         self._sock.send_multipart([identity, W.encode(said)])
-            if isinstance(message, TrainerReport):
+            if isinstance(message, TrainerReport) and not self.unheard(message):
                 self.reports.append(message)
                 if self.ledger.record(message) is not None:
                     self._sock.send_multipart([identity, W.encode(TrainerAck(message.job_id))])

@@ -105,10 +105,13 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
         executor_for, tmp_path, ipc_dir) -> None:
     """The service stopping (its spawner sends SIGTERM) loses no step: the trainer ends the step
     it is in, saves a checkpoint, reports it and exits for a retry; run again, it resumes there
-    and finishes with every step counted once."""
+    and finishes with every step counted once. A listed checkpoint whose report never reached
+    the manager (step 2's here) is told again by the resuming trainer and listed once."""
     manager = ManagerStandIn(tmp_path, ipc_dir)
     try:
-        job_id = running_job(manager, 40, 1, "term")
+        job_id = running_job(manager, 40, 1, "term", checkpoint_every_steps=2)
+        manager.unheard = lambda report: isinstance(report, TrainerCheckpoint) and \
+            report.step == 2
         argv = trainer_argv(manager.spec(job_id, executor_for(MODEL).endpoint))
         first = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
@@ -127,6 +130,9 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
                       if isinstance(r, TrainerEvent) and r.kind == "metrics"]
         assert at == done_steps[-1] >= 3 and at < 40  # stopped between steps, mid-epoch
         assert (tmp_path / "jobs" / job_id / "checkpoints" / f"step-{at}").is_dir()
+        assert [c["step_number"] for c in manager.jobs.checkpoints(job_id, limit=50)[0]] == \
+            list(range(at - at % 2, 2, -2))  # 2's report unheard
+        manager.unheard = lambda report: False
         second = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         assert second.returncode == 0, second.stderr[-3000:]
         done = manager.jobs.get(job_id)
@@ -136,6 +142,8 @@ def test_sigterm_stops_a_trainer_at_a_step_with_a_checkpoint_it_resumes_from(
         steps = [r.data["step"] for r in manager.reports
                  if isinstance(r, TrainerEvent) and r.kind == "metrics"]
         assert sorted(set(steps)) == list(range(1, 41)) and steps[len(done_steps)] == at + 1
+        listed = [c["step_number"] for c in manager.jobs.checkpoints(job_id, limit=50)[0]]
+        assert listed == list(range(40, 0, -2))  # each once, 2 among them
     finally:
         manager.close()
 
