@@ -65,8 +65,13 @@ class Requests:
         elif isinstance(message, P.StatsRequest):
             self.send(identity, P.Stats(self._stats()))
         elif isinstance(message, P.Bye):
-            self.clients.remove(identity)
-            self.scheduler.depart(identity)
+            self.forget(identity)
+
+    def forget(self, identity: bytes) -> None:
+        """A client that said goodbye or hung up its doorbell: out of the table, and no batch
+        waits for it from now on (`Scheduler.depart`)."""
+        self.clients.remove(identity)
+        self.scheduler.depart(identity)
 
     def _stats(self) -> ExecutorFigures:
         self.stats.queue_depth = self.scheduler.depth()

@@ -224,8 +224,7 @@ class ExecutorServer:
                 self._ring(client)
             except bell.Hangup:
                 log.info("client %s closed its doorbell: forgotten", client.name)
-                self.clients.remove(client.identity)
-                self.scheduler.depart(client.identity)
+                self._requests.forget(client.identity)
         if router:
             with self._socket_lock:
                 self._drain()

@@ -1,5 +1,6 @@
 """The executor's answers to socket messages (`executor.requests`), in process on a real registry
-and scheduler: a goodbye forgets the client, and no batch waits for it from then on."""
+and scheduler: a goodbye forgets the client, and no batch waits for it from then on (the server
+forgets a client that hung up its doorbell by the same `Requests.forget`)."""
 
 from __future__ import annotations
 
