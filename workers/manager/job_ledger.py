@@ -95,6 +95,8 @@ class JobLedger:
         self.jobs.event(job.id, f"Fine-tuning job {how}: {report.detail}")
 
     def _checkpoint(self, job: JobRecord, report: TrainerCheckpoint) -> None:
+        if self.jobs.has_checkpoint(job.id, report.step):
+            return  # told again by a resuming trainer (its model may have been deleted since)
         model_id = f"{job.model_id}:ckpt-step-{report.step}"
         registry = self._registry(job)
         try:
@@ -108,9 +110,8 @@ class JobLedger:
             self.jobs.event(job.id, f"Checkpoint at step {report.step} saved but not "
                             f"registered as a model: {exc}", level="warn")
             return
-        if self.jobs.add_checkpoint(job.id, report.step, report.epoch, model_id, report.metrics,
-                                    report.path) is None:
-            return  # a resuming trainer's retelling of one recorded before
+        self.jobs.add_checkpoint(job.id, report.step, report.epoch, model_id, report.metrics,
+                                 report.path)
         self.jobs.event(job.id, f"Checkpoint created at step {report.step}: {model_id}")
 
     def _finished(self, job: JobRecord, report: TrainerFinished) -> JobStatus:

@@ -103,14 +103,14 @@ class JobStore(JobReader):
                 "DELETE FROM events WHERE job_id = ? AND type = 'metrics' AND data IS NOT NULL "
                 "AND json_extract(data, '$.step') > ?", (job_id, step)).rowcount
 
+    def has_checkpoint(self, job_id: str, step: int) -> bool:
+        return bool(self.db.query("SELECT 1 FROM checkpoints WHERE job_id = ? AND step = ?",
+                                  (job_id, step)))
+
     def add_checkpoint(self, job_id: str, step: int, epoch: int, model: str, metrics: dict,
-                       path: str) -> str | None:
-        """The new checkpoint's id; None if the job has one of that step (told again)."""
+                       path: str) -> str:
         checkpoint_id = new_id("ftckpt")
         with self.db.transaction() as conn:
-            if conn.execute("SELECT 1 FROM checkpoints WHERE job_id = ? AND step = ?",
-                            (job_id, step)).fetchone():
-                return None
             conn.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (checkpoint_id, job_id, int(time.time()), step, epoch, model,
                           json.dumps(metrics), path))

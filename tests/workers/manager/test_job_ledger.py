@@ -79,11 +79,14 @@ def test_paths_outside_the_jobs_directory_are_refused(ledger, tmp_path) -> None:
 def test_a_checkpoint_told_again_by_a_resuming_trainer_is_recorded_once(ledger,
                                                                           tmp_path) -> None:
     """A trainer resuming tells every listed checkpoint on its disk again (a crash may have come
-    between a save and its record): one recorded before stays one, with one event."""
+    between a save and its record): one recorded before stays one, with one event, and its model,
+    deleted by its tenant meanwhile, stays deleted; one not recorded is recorded and served."""
     job_id = running(ledger)
     steps = {n: save_adapter(tmp_path / "jobs" / job_id / "checkpoints" / f"step-{n}", "lora", n)
              for n in (5, 10)}
     ledger.record(TrainerCheckpoint(job_id, 5, 1, {"train_loss": 1.5}, str(steps[5])))
+    registry, model = AdapterRegistry(ledger.jobs.db, tmp_path, MODEL), ledger.jobs.get(job_id)
+    assert registry.delete(f"{model.model_id}:ckpt-step-5")
     ledger.record(TrainerStarted(job_id, 10, "10 examples"))
     for n in (5, 10):
         ledger.record(TrainerCheckpoint(job_id, n, n // 5, {"train_loss": 2.0}, str(steps[n])))
@@ -93,3 +96,5 @@ def test_a_checkpoint_told_again_by_a_resuming_trainer_is_recorded_once(ledger,
     said = messages(ledger, job_id)
     assert [m.startswith("Checkpoint created at step 5:") for m in said].count(True) == 1
     assert said[0].startswith("Checkpoint created at step 10:")
+    assert registry.get(f"{model.model_id}:ckpt-step-5") is None
+    assert registry.get(f"{model.model_id}:ckpt-step-10") is not None
