@@ -66,9 +66,15 @@ def save(root: Path, model, optimizer, scheduler, progress: Progress,
     return target
 
 
-def latest(root: Path) -> Path | None:
+def saved(root: Path) -> list[Path]:
+    """The whole checkpoints under `root` (a crash leaves only whole ones), oldest first."""
     found = [p for p in root.glob("step-*") if (p / STATE).exists()]
-    return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest(root: Path) -> Path | None:
+    found = saved(root)
+    return found[-1] if found else None
 
 
 def saved_at(root: Path, step: int) -> bool:
@@ -79,9 +85,7 @@ def told(root: Path) -> list[tuple[Path, dict]]:
     """The listed checkpoints on disk, oldest first, each with its report (step, epoch,
     metrics): a resuming trainer tells them again, as a crash may have come between a save and
     the manager's record of it."""
-    found = [(p, json.loads((p / TOLD).read_text())) for p in root.glob("step-*")
-             if (p / STATE).exists() and (p / TOLD).exists()]
-    return sorted(found, key=lambda pair: pair[1]["step"])
+    return [(p, json.loads((p / TOLD).read_text())) for p in saved(root) if (p / TOLD).exists()]
 
 
 def restore(path: Path, model, optimizer, scheduler) -> Progress:
