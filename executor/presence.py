@@ -15,6 +15,7 @@ Key = tuple[int, Op]
 GAP_SMOOTHING = 0.2
 DUE_SLACK_S = 200e-6
 PAUSE_S = 0.05  # a longer gap from a reply to the next call is a pause (between requests)
+AWAY_GAPS = 4  # away this many times its longest usual gap (and PAUSE_S): pausing
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Presence:
     decode: bool = False  # its last call was a decode step
     served: float = 0.0  # when its last batch finished (0: never)
     gaps: dict[Key, float] = field(default_factory=dict)  # served -> next call here, smoothed
+    route: set[Key] = field(default_factory=set)  # where it has called
 
     def arrive(self, call: PendingCall, successor: dict[Key, Key]) -> None:
         """A call of this client was queued."""
@@ -36,6 +38,7 @@ class Presence:
             old = self.gaps.get(call.key)
             self.gaps[call.key] = gap if old is None else old + GAP_SMOOTHING * (gap - old)
         self.last_seen, self.last_key = call.arrived, call.key
+        self.route.add(call.key)
         self.inference = call.kind == CallKind.INFERENCE
         self.decode = call.lane == Lane.DECODE
         self.queued += 1
@@ -43,6 +46,15 @@ class Presence:
     def active(self, now: float, window_s: float) -> bool:
         """Whether it called within the last `window_s` (and has not departed since)."""
         return now - self.last_seen <= window_s
+
+    def pausing(self, now: float) -> bool:
+        """Whether it has stayed away since its last reply longer than `PAUSE_S` and `AWAY_GAPS`
+        times the longest of its usual gaps (a trainer saving a checkpoint, say): not coming
+        back soon. Never before a gap was learned (one whose own work between calls always
+        takes longer than `PAUSE_S` is never counted as pausing)."""
+        if not self.served or self.queued or not self.gaps:
+            return False
+        return now - self.served > max(PAUSE_S, AWAY_GAPS * max(self.gaps.values()))
 
     def depart(self) -> None:
         """It said goodbye or hung up: neither active nor due from now on; forgotten once

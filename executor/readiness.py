@@ -4,9 +4,11 @@ scan and `Scheduler.hold_training` apply).
 
 A queue at `max_batch_rows` is ready; a queue of decode steps waits for its convoy (up to the
 policy's `convoy_s`, or the shortest wait a call's tenants allow, but not shorter than a batch of
-its own would cost) while a decode client is queued earlier in the pass or an idle one is due
-here (`executor.presence.convoy`); a queue of training calls waits likewise, up to `convoy_s`
-after its first call came, while an active trainer is neither in it nor queued elsewhere
+its own would cost) while a decode client that calls at its layer is queued earlier in the pass
+or an idle one is due here (`executor.presence.convoy`; a tenant whose adapter keeps it off the
+stretches takes the projections instead, and never comes to a stretch's queue); a queue of
+training calls waits likewise, up to `convoy_s` after its first call came, while an active
+trainer of the same shape (`Presence.route`) is neither in it nor queued elsewhere
 (`_trainers_to_come`) and no inference client is active (`_trainers_only`); else the policy
 decides, up to the queue's deadline (which a call's target caps too), from the clients that may
 still join it.
@@ -17,10 +19,12 @@ llama-160m ran 3.5 calls a batch, the executor computing 2.9 ms a token; waiting
 trainer, 7.7 calls a batch and 1.9 ms a token: 334 against 305 tok/s, the executor's compute
 3.9 against 5.3 s in a 6 s window (2-core Xeon, bench NOTES; a lone job never waits: its trainer
 is queued wherever its call is). A trainer computing its own part keeps the others waiting no
-longer than `convoy_s` a call. From `TRAINING_CONVOY_ROWS` rows a batch waits for no one: its
-products run near their best rate already (12 kept llama-160m stretches: 3.0 ms a row at 32
-rows, 1.55 at 128, 1.3 at 256), and waiting only left the executor idle while trainers computed
-(8 jobs of 2 x 128 steps in convoy: 387-395 against 406-407 tok/s).
+longer than `convoy_s` a call; one away past its usual gaps (`Presence.pausing`: a checkpoint
+being saved) not at all, though it counts as active for `active_window_s` after its last call.
+From `TRAINING_CONVOY_ROWS` rows a batch waits for no one: its products run near their best
+rate already (12 kept llama-160m stretches: 3.0 ms a row at 32 rows, 1.55 at 128, 1.3 at 256),
+and waiting only left the executor idle while trainers computed (8 jobs of 2 x 128 steps in
+convoy: 387-395 against 406-407 tok/s).
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             behind, due = waits_for
             position = s.positions.get(key[0], key[0])
             here = {c.client for c in calls}
-            if any(at < position and client not in here for client, at in behind):
+            if any(at < position and client not in here and key in s.presence[client].route
+                   for client, at in behind):
                 yield queue, convoy_until - now
                 continue
             if due.get(key, 0.0) > now:
@@ -82,7 +87,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             active = {c for c, p in s.presence.items() if p.active(now, s.active_window_s)}
             queued = {c for c in active if s.presence[c].queued}
         settled = {c.client for c in calls} | queued
-        if convoying and _trainers_only(s, active) and _trainers_to_come(s, active, settled):
+        if convoying and _trainers_only(s, active) and _trainers_to_come(s, calls[0].client,
+                                                                         active, settled, now):
             yield queue, calls[0].arrived + convoy_s - now
         elif now >= deadline or s.policy.ready(calls, now, deadline, _joiners(s, key, active),
                                                settled, active):
@@ -121,10 +127,17 @@ def _trainers_only(s: Scheduler, active: set[bytes]) -> bool:
     return not any(s.presence[c].inference for c in active)
 
 
-def _trainers_to_come(s: Scheduler, active: set[bytes], settled: set[bytes]) -> bool:
-    """Whether an active client whose last call was a training call has none queued now: it
-    computes its own part and comes back (to this queue, if it is behind)."""
-    return any(not s.presence[c].inference for c in active - settled)
+def _trainers_to_come(s: Scheduler, waiting: bytes, active: set[bytes], settled: set[bytes],
+                      now: float) -> bool:
+    """Whether an active client whose last call was a training call, and which walks the route of
+    the trainer `waiting` (every layer it has called, it has too: a job of the same shape), has
+    none queued now and is not pausing: it computes its own part and comes back (to this queue,
+    if it is behind). A job of another shape would not come soon, if at all: a 1 x 32 job's
+    steps take the kept stretches, a 2 x 128 job's the projections, and both the head's loss;
+    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy."""
+    route = s.presence[waiting].route
+    return any(not (p := s.presence[c]).inference and p.route >= route and not p.pausing(now)
+               for c in active - settled)
 
 
 def training_holds(s: Scheduler, now: float, convoy_until: float) -> float:

@@ -1,5 +1,5 @@
-"""What the scheduler learns of a client between calls: successors, gaps (pauses left out), and
-whom a decode step's convoy waits for."""
+"""What the scheduler learns of a client between calls: successors, gaps (pauses left out),
+when it is pausing, and whom a decode step's convoy waits for."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from executor.calls import PendingCall
-from executor.presence import DUE_SLACK_S, GAP_SMOOTHING, Presence, convoy
+from executor.presence import AWAY_GAPS, DUE_SLACK_S, GAP_SMOOTHING, PAUSE_S, Presence, convoy
 from wire.call.messages import Call, CallKind, Op
 
 
@@ -34,6 +34,22 @@ def test_gaps_are_smoothed_per_layer_and_pauses_are_not_learned() -> None:
     me.served = 1.011
     me.arrive(pending(1, 1.012), successor)  # still queued: no gap from a reply
     assert me.gaps == learned and me.queued == 2
+
+
+def test_a_client_pauses_once_away_past_pause_s_and_its_longest_gaps() -> None:
+    me, successor = Presence(0.0), {}
+    me.arrive(pending(0, 0.0, kind=CallKind.TRAINING), successor)
+    me.queued, me.served = 0, 0.001
+    assert not me.pausing(10.0)  # no gap learned yet: its own work may always take this long
+    me.arrive(pending(1, 0.003, kind=CallKind.TRAINING), successor)  # 2 ms after its reply
+    assert me.pausing(10.0) is False  # queued
+    me.queued, me.served = 0, 0.004
+    assert not me.pausing(0.004 + PAUSE_S) and me.pausing(0.004 + PAUSE_S + 1e-6)
+    me.arrive(pending(0, 0.004 + 0.040, kind=CallKind.TRAINING), successor)  # 40 ms: learned
+    me.queued, me.served = 0, 0.050
+    away = AWAY_GAPS * max(me.gaps.values())
+    assert away == pytest.approx(AWAY_GAPS * 0.040) and away > PAUSE_S  # the longest gap's now
+    assert not me.pausing(0.050 + away - 1e-6) and me.pausing(0.050 + away + 1e-6)
 
 
 def test_convoy_lists_queued_decode_clients_and_when_idle_ones_are_due() -> None:

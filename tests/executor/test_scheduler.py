@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from executor.policy import Eager, Lockstep, Opportunistic
+from executor.readiness import queue_waits
 from executor.scheduler import Scheduler
 from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler, walk_with_gaps
 from wire.call.messages import Op
 
 
 def teach_layer_order(s: Scheduler, clients: list[str]) -> None:
-    """Every client calls layer 0 then layer 1 once; afterwards each sits idle after layer 0."""
-    for layer in (0, 1):
+    """Every client calls layers 0, 1 and 2 once (its route: a client is waited for where it
+    calls); afterwards each sits idle after layer 0."""
+    for layer in (0, 1, 2):
         for name in clients:
             call(s, name, layer)
         while s.next_batch():
@@ -177,6 +179,25 @@ def test_a_decode_step_waits_for_a_decode_client_queued_behind_it(clock) -> None
     clock.advance(BUDGETS.max_wait_s)
     assert clients_of(s.next_batch()) == ["c"]
     assert clients_of(s.next_batch()) == ["a"]  # never longer than the cap
+
+
+def test_a_decode_step_waits_only_for_clients_that_call_at_its_layer(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    teach_layer_order(s, ["b"])  # b has decoded through layers 0, 1 and 2
+    for layer in (0, 1):  # c through 0 and 1 only: say its adapter takes other layers after
+        call(s, "c", layer)
+        clock.advance(0.001)  # past its own budget (b may be coming to layer 1)
+        assert clients_of(s.next_batch()) == ["c"]
+    call(s, "a", 2)
+    call(s, "c", 0)  # behind a in the pass, but it never comes to layer 2
+    clock.advance(0.001)  # past a's own budget
+
+    def wait_of(client: str) -> float:
+        return next(w for q, w in queue_waits(s, clock.now) if q[0].client == client.encode())
+
+    assert wait_of("a") <= 0
+    call(s, "b", 0)  # behind a too, and it comes there
+    assert wait_of("a") == pytest.approx(BUDGETS.max_wait_s - 0.001)
 
 
 def test_a_decode_step_waits_for_an_idle_client_due_within_twice_its_gap(clock) -> None:

@@ -17,6 +17,10 @@ from wire.call.messages import Op
 
 def test_between_slices_decode_steps_keep_their_convoy(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
+    for name in ("a", "b"):  # each has decoded at layer 2 before: a client is waited for where
+        call(s, name, 2)  # it calls
+    while s.next_batch():
+        pass
     call(s, "trainer", 0, rows=256, kind=TRAIN)
     assert s.next_batch()[0].kind == TRAIN
     s.count_slice(0.001)  # its first slice ran

@@ -2,25 +2,28 @@
 of fewer than `TRAINING_CONVOY_ROWS` rows waits, up to the policy's `convoy_s`, for every active
 trainer that has no call queued (it computes its own part and comes back), so that concurrent
 jobs share one batch per layer; never for an inference client, nor while one is active beside
-the trainers, never past the cap, and never under the eager policy."""
+the trainers, nor for a trainer of another shape (its route lacks a layer the waiting one's has)
+or away well past its usual gaps, never past the cap, and never under the eager policy."""
 
 from __future__ import annotations
 
 import pytest
 
 from executor.policy import Eager, Opportunistic
+from executor.presence import AWAY_GAPS, PAUSE_S
 from executor.readiness import TRAINING_CONVOY_ROWS
 from executor.scheduler import Scheduler
 from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
 
 
 def seen(s: Scheduler, kinds: dict[str, object]) -> None:
-    """Each client makes one call of its kind at layer 2 (so none is expected at layers 0-1),
-    and the calls run."""
-    for name, kind in kinds.items():
-        call(s, name, 2, rows=32, kind=kind)
-    while s.next_batch():
-        pass
+    """Each client makes one call of its kind at layer 1, then at layer 2 (its route: a trainer
+    is waited for where it calls; none is expected at layers 0-1 next), and the calls run."""
+    for layer in (1, 2):
+        for name, kind in kinds.items():
+            call(s, name, layer, rows=32, kind=kind)
+        while s.next_batch():
+            pass
 
 
 def test_a_training_batch_waits_for_a_trainer_computing_then_runs_with_it(clock) -> None:
@@ -33,6 +36,53 @@ def test_a_training_batch_waits_for_a_trainer_computing_then_runs_with_it(clock)
     assert s.next_batch() is None
     call(s, "b", 1, rows=32, kind=TRAIN)
     assert sorted(clients_of(s.next_batch())) == ["a", "b"]  # one batch, at once
+
+
+def test_a_trainer_is_waited_for_only_by_jobs_of_its_shape(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    routes = {"small": (1, 3), "twin": (1, 3), "large": (2, 3)}  # 1 x 32 steps: say the kept
+    for name, route in routes.items():  # stretches (1), larger ones the projections (2), both
+        for layer in route:  # the head's loss (3)
+            call(s, name, layer, rows=32, kind=TRAIN)
+            clock.advance(BUDGETS.max_wait_s)  # whomever it waits for
+            assert clients_of(s.next_batch()) == [name]
+    call(s, "small", 3, rows=32, kind=TRAIN)
+    assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # for twin, of its shape
+    call(s, "twin", 3, rows=32, kind=TRAIN)
+    assert sorted(clients_of(s.next_batch())) == ["small", "twin"]  # not for large
+    call(s, "large", 3, rows=32, kind=TRAIN)
+    assert clients_of(s.next_batch()) == ["large"]  # nor large for them
+    call(s, "small", 1, rows=32, kind=TRAIN)
+    assert s.next_batch() is None  # twin again
+    call(s, "large", 1, rows=32, kind=TRAIN)  # large now walks the small jobs' route too
+    call(s, "twin", 1, rows=32, kind=TRAIN)
+    assert sorted(clients_of(s.next_batch())) == ["large", "small", "twin"]
+    call(s, "small", 3, rows=32, kind=TRAIN)
+    call(s, "twin", 3, rows=32, kind=TRAIN)
+    assert s.next_batch() is None  # and is waited for by them
+    call(s, "large", 2, rows=32, kind=TRAIN)  # but waits for no one there: theirs is no superset
+    assert clients_of(s.next_batch()) == ["large"]
+
+
+def test_a_trainer_away_past_its_usual_gaps_is_not_waited_for(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for layer, gap in ((0, 0.0), (1, 0.002), (2, 0.002)):  # each back 2 ms after a reply
+        clock.advance(gap)
+        call(s, "a", layer, rows=32, kind=TRAIN)
+        call(s, "b", layer, rows=32, kind=TRAIN)
+        s.observe(s.next_batch(), 0.001)
+    replied = clock.now
+    assert max(PAUSE_S, AWAY_GAPS * 0.002) == PAUSE_S  # b pauses once 50 ms away, not 8
+    clock.advance(0.010)  # b computes its own part; a is back (its next pass's layer 1)
+    call(s, "a", 1, rows=32, kind=TRAIN)
+    assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # b is coming: the convoy
+    clock.advance(BUDGETS.max_wait_s)
+    assert clients_of(s.next_batch()) == ["a"]  # the cap
+    clock.advance(replied + PAUSE_S + 1e-4 - clock.now)  # b saves a checkpoint, say
+    call(s, "a", 1, rows=32, kind=TRAIN)  # b is still active (0.5 s), but pausing
+    assert s.ready_in() == pytest.approx(BUDGETS.training_wait_s, abs=2e-4)  # a's own wait
+    call(s, "b", 1, rows=32, kind=TRAIN)  # b back in time for it
+    assert sorted(clients_of(s.next_batch())) == ["a", "b"]
 
 
 def test_a_trainer_queued_elsewhere_is_not_waited_for(clock) -> None:
@@ -48,8 +98,9 @@ def test_a_trainer_queued_elsewhere_is_not_waited_for(clock) -> None:
 
 def test_a_batch_of_enough_rows_waits_for_no_one(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
-    call(s, "b", 0, rows=32, kind=TRAIN)  # b idle after layer 0: not known to lead to layer 1
-    assert clients_of(s.next_batch()) == ["b"]
+    for layer in (1, 0):  # b idle after layer 0: not known to lead to layer 1
+        call(s, "b", layer, rows=32, kind=TRAIN)
+        assert clients_of(s.next_batch()) == ["b"]
     call(s, "a", 1, rows=TRAINING_CONVOY_ROWS - 1, kind=TRAIN)
     assert s.next_batch() is None  # b is coming
     call(s, "a", 1, rows=1, kind=TRAIN)  # its products run near their best rate now
