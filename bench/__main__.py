@@ -57,6 +57,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "memory": training.memory,
     "capacity": training.capacity,
     "throughput": _with_plot,
+    "shapes": training.shapes,
     "decode": inference.decode,
     "policies": trace.policy_records,
     "together": inference.together,

@@ -33,8 +33,13 @@ class GroupResult:
 
     def tokens_per_s(self, kind: str | None = None) -> float:
         """Each client's tokens over its own window (to its last completed unit), summed."""
-        return sum(len(r["latencies"]) * r["tokens_per_unit"] / r["elapsed"]
-                   for r in self.results if (kind is None or r["kind"] == kind) and r["elapsed"])
+        return sum(rate for r, rate in zip(self.results, self.each_tokens_per_s(), strict=True)
+                   if kind is None or r["kind"] == kind)
+
+    def each_tokens_per_s(self) -> list[float]:
+        """Each client's tokens over its own window, in the order the clients were given."""
+        return [len(r["latencies"]) * r["tokens_per_unit"] / r["elapsed"] if r["elapsed"]
+                else 0.0 for r in self.results]
 
     def calls_per_token(self, kind: str = "decode") -> float:
         """Executor calls per token (prefills included), over every client that counted."""

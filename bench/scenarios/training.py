@@ -125,3 +125,22 @@ def _ceiling(settings: Settings, n: int, flops_per_token: float, plain: float) -
                   note=f"plain with free base matmuls {free:.0f} tok/s, plus "
                        f"{flops_per_token / 1e9:.2f} GFLOP/token at "
                        f"{settings.peak_gflops:.0f} GFLOP/s")
+
+
+def shapes(settings: Settings) -> list[Record]:
+    """Jobs of two shapes at once: a 1x32-step job beside a 2x128-step one. Each job's tokens/s
+    against the same pair of plain processes, and the small job's against itself alone: what
+    the executor's batching costs a job of another shape (training's convoy waits only for
+    trainers of the same shape, `executor.readiness`)."""
+    pair = jobs(1, SMALL, settings.duration) + jobs(1, LARGE, settings.duration)
+    ours = run_ours(settings, pair).each_tokens_per_s()
+    plain = run_plain(settings, pair).each_tokens_per_s()
+    alone = run_ours(settings, jobs(1, SMALL, settings.duration)).tokens_per_s()
+    name = "3b fine-tuning, jobs of two shapes"
+    return [Record(name, "a 1x32 job beside a 2x128 job: its tokens/s", ours[0], plain[0],
+                   "tok/s"),
+            Record(name, "a 2x128 job beside a 1x32 job: its tokens/s", ours[1], plain[1],
+                   "tok/s"),
+            Record(name, "both jobs: tokens/s", sum(ours), sum(plain), "tok/s"),
+            Record(name, "ours: a 1x32 job beside a 2x128 job vs alone: tokens/s", ours[0],
+                   alone, "tok/s")]

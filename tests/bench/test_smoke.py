@@ -16,7 +16,8 @@ from bench.__main__ import SCENARIOS
 PARTS = (["capacity", "sharding", "privacy", "mixed", "rate", "pacing"],
          ["policies", "memory", "decode", "mixed-trace", "targets", "long-prompts",
           "mixed-lengths"],
-         ["throughput", "adapters", "tenants", "coldstart", "together", "overhead", "methods"])
+         ["throughput", "adapters", "tenants", "coldstart", "together", "overhead", "methods",
+          "shapes"])
 
 
 @pytest.mark.slow
