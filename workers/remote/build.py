@@ -39,18 +39,21 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
                  dtype: torch.dtype | None = None, device: str = "cpu", fuse: bool = True,
                  stretch: bool = True, train_stretch_rows: int | None = None,
                  train_kept: bool | None = None, privacy: bool | Any = False,
-                 client_name: str = "worker",
+                 client_name: str = "worker", background: bool = False,
                  **config_kwargs: Any) -> PreTrainedModel:
     """Build `model` (built-in name or HF directory) with its base layers in `executor`.
 
     `executor` is an endpoint (ipc:// or tcp://) or a handle such as `LocalExecutor`.
     `privacy=True` (or a PrivacyConfig) masks every activation and gradient sent to the
     executor and keeps what would leak local (privacy.local_modules); it requires float32.
+    `background=True` (a trainer's) makes every call to an endpoint a training call, the model's
+    no-grad passes too (`ExecutorClient.background`).
     `config_kwargs` go to the model config (e.g. attn_implementation="eager").
     """
     path = resolve_model(model)
-    handle: ExecutorHandle = (ExecutorClient(executor, name=client_name, device=device)
-                              if isinstance(executor, str) else executor)
+    handle: ExecutorHandle = executor
+    if isinstance(executor, str):
+        handle = ExecutorClient(executor, name=client_name, device=device, background=background)
     dtype = dtype or handle.dtype
     hf_config = AutoConfig.from_pretrained(path, **config_kwargs)
     with torch.device("meta"):

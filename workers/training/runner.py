@@ -87,7 +87,7 @@ class Trainer:
             return self._fail("device_unavailable", f"The job could not start: {exc}")
         total = hp.n_epochs * math.ceil(len(examples) / hp.batch_size)  # steps
         model = remote_model(self.config.base, self.config.executor,
-                             client_name=f"trainer-{job.id}", device=str(device),
+                             client_name=f"trainer-{job.id}", device=str(device), background=True,
                              privacy=self.config.privacy and PrivacyConfig(backward=True))
         torch.manual_seed(job.seed)
         if spec.peft.init_adapter:  # continue from a fine-tuned model or a checkpoint

@@ -25,6 +25,7 @@ from tests.workers.training.manager_stand_in import ManagerStandIn
 from wire.jobs import NewJob
 from workers.manager.adapter_store import AdapterRegistry
 from workers.manager.job_store import JobStore
+from workers.remote.client import ExecutorClient
 from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example
 from workers.training.runner import run
@@ -50,18 +51,25 @@ def manager(tmp_path, ipc_dir):
     stand_in.close()
 
 
-def make_job(manager: ManagerStandIn, rows: list[dict], **method) -> tuple[JobStore, str]:
+def make_job(manager: ManagerStandIn, rows: list[dict], validation: list[dict] | None = None,
+             **method) -> tuple[JobStore, str]:
     files = manager.files
-    record = files.create("acme", "train.jsonl", "fine-tune",
-                          "\n".join(json.dumps(r) for r in rows).encode(), examples=len(rows))
+
+    def upload(name: str, rows: list[dict]) -> str:
+        return files.create("acme", name, "fine-tune", "\n".join(json.dumps(r) for r in rows)
+                            .encode(), examples=len(rows)).id
+
     jobs = manager.jobs
     settings = {"method": "lora", "r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None,
                 "max_seq_length": 128, "learning_rate": 5e-3, "warmup_ratio": 0.1,
                 "weight_decay": 0.0, **method}
     spec = resolve(Hyperparameters(n_epochs=3, batch_size=2),
                    settings, len(rows), 0)
-    job = jobs.create(new_id("ftjob"), NewJob(tenant="acme", model=MODEL, training_file=record.id,
-                                              suffix="eq", seed=1234, spec=spec))
+    valid = upload("valid.jsonl", validation) if validation else None
+    job = jobs.create(new_id("ftjob"), NewJob(tenant="acme", model=MODEL,
+                                              training_file=upload("train.jsonl", rows),
+                                              validation_file=valid, suffix="eq", seed=1234,
+                                              spec=spec))
     assert jobs.move(job.id, "queued") and jobs.move(job.id, "running")
     return jobs, job.id
 
@@ -192,6 +200,33 @@ def test_a_job_continues_from_a_fine_tuned_model(executor_for, tokenizer, tmp_pa
     fresh = next(e["data"]["train_loss"] for e in jobs.events(first, after=None, limit=100)[0]
                  if e["type"] == "metrics" and e["data"]["step"] == 1)
     assert first_loss < fresh - 0.05
+
+
+@pytest.mark.slow
+def test_a_jobs_evaluation_reaches_the_executor_as_training_work(executor_for, tokenizer,
+                                                                 manager) -> None:
+    """Its validation passes and the gate against the base run without grad: still training
+    calls (`ExecutorClient.background`), queued behind tenants' inference, not beside it."""
+    endpoint = executor_for(MODEL).endpoint
+    probe = ExecutorClient(endpoint, name="probe")
+
+    def calls() -> tuple[int, int]:
+        kinds = probe.stats().kinds
+        return kinds["inference"].calls, kinds["training"].calls
+
+    rows = gsm8k(6)
+    jobs, job_id = make_job(manager, rows[:4], validation=rows[4:])
+    before = calls()
+    try:
+        assert run(manager.spec(job_id, endpoint), tokenizer) == 0
+        inference, training = (a - b for a, b in zip(calls(), before, strict=True))
+    finally:
+        probe.close()
+    assert jobs.get(job_id).status == "succeeded", jobs.get(job_id).error
+    messages = [e["message"] for e in jobs.events(job_id, after=None, limit=100)[0]]
+    assert sum("validation loss=" in m for m in messages) == 3, messages  # one an epoch
+    assert any("validation_vs_base" in m for m in messages), messages
+    assert inference == 0 and training > 0, (inference, training)
 
 
 def test_chat_labels_cover_exactly_the_assistant_messages(tokenizer) -> None:
