@@ -28,6 +28,7 @@ class Presence:
     served: float = 0.0  # when its last batch finished (0: never)
     gaps: dict[Key, float] = field(default_factory=dict)  # served -> next call here, smoothed
     route: set[Key] = field(default_factory=set)  # where it has called
+    trains: set[int] = field(default_factory=set)  # the layers it has called a backward of
 
     def arrive(self, call: PendingCall, successor: dict[Key, Key]) -> None:
         """A call of this client was queued."""
@@ -39,6 +40,8 @@ class Presence:
             self.gaps[call.key] = gap if old is None else old + GAP_SMOOTHING * (gap - old)
         self.last_seen, self.last_key = call.arrived, call.key
         self.route.add(call.key)
+        if call.key[1] == Op.BACKWARD:
+            self.trains.add(call.key[0])
         self.inference = call.kind == CallKind.INFERENCE
         self.decode = call.lane == Lane.DECODE
         self.queued += 1

@@ -8,7 +8,7 @@ its own would cost) while a decode client that calls at its layer is queued earl
 or an idle one is due here (`executor.presence.convoy`; a tenant whose adapter keeps it off the
 stretches takes the projections instead, and never comes to a stretch's queue); a queue of
 training calls waits likewise, up to `convoy_s` after its first call came, while an active
-trainer of the same shape (`Presence.route`) is neither in it nor queued elsewhere
+trainer of the same shape (`Presence.trains`) is neither in it nor queued elsewhere
 (`_trainers_to_come`) and no inference client is active (`_trainers_only`); else the policy
 decides, up to the queue's deadline (which a call's target caps too), from the clients that may
 still join it.
@@ -129,14 +129,17 @@ def _trainers_only(s: Scheduler, active: set[bytes]) -> bool:
 
 def _trainers_to_come(s: Scheduler, waiting: bytes, active: set[bytes], settled: set[bytes],
                       now: float) -> bool:
-    """Whether an active client whose last call was a training call, and which walks the route of
-    the trainer `waiting` (every layer it has called, it has too: a job of the same shape), has
+    """Whether an active client whose last call was a training call, and which trains through
+    every layer the trainer `waiting` does (`Presence.trains`: a job of the same shape), has
     none queued now and is not pausing: it computes its own part and comes back (to this queue,
     if it is behind). A job of another shape would not come soon, if at all: a 1 x 32 job's
     steps take the kept stretches, a 2 x 128 job's the projections, and both the head's loss;
-    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy."""
-    route = s.presence[waiting].route
-    return any(not (p := s.presence[c]).inference and p.route >= route and not p.pausing(now)
+    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy. The
+    layers an evaluation's forward takes (a stretch without its kept twin, say) say nothing
+    of a job's shape: compared by those, a job that had evaluated waited for no peer that had
+    not."""
+    trains = s.presence[waiting].trains
+    return any(not (p := s.presence[c]).inference and p.trains >= trains and not p.pausing(now)
                for c in active - settled)
 
 

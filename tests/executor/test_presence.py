@@ -1,5 +1,5 @@
 """What the scheduler learns of a client between calls: successors, gaps (pauses left out),
-when it is pausing, and whom a decode step's convoy waits for."""
+when it is pausing, where it calls and trains, and whom a decode step's convoy waits for."""
 
 from __future__ import annotations
 
@@ -34,6 +34,14 @@ def test_gaps_are_smoothed_per_layer_and_pauses_are_not_learned() -> None:
     me.served = 1.011
     me.arrive(pending(1, 1.012), successor)  # still queued: no gap from a reply
     assert me.gaps == learned and me.queued == 2
+
+
+def test_route_holds_every_key_called_and_trains_the_layers_of_backward_calls() -> None:
+    me, successor = Presence(0.0), {}
+    for layer, op in ((0, Op.FORWARD), (1, Op.FORWARD), (1, Op.BACKWARD), (2, Op.FORWARD)):
+        me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
+    assert me.route == {(0, Op.FORWARD), (1, Op.FORWARD), (1, Op.BACKWARD), (2, Op.FORWARD)}
+    assert me.trains == {1}
 
 
 def test_a_client_pauses_once_away_past_pause_s_and_its_longest_gaps() -> None:

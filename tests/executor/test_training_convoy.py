@@ -2,8 +2,9 @@
 of fewer than `TRAINING_CONVOY_ROWS` rows waits, up to the policy's `convoy_s`, for every active
 trainer that has no call queued (it computes its own part and comes back), so that concurrent
 jobs share one batch per layer; never for an inference client, nor while one is active beside
-the trainers, nor for a trainer of another shape (its route lacks a layer the waiting one's has)
-or away well past its usual gaps, never past the cap, and never under the eager policy."""
+the trainers, nor for a trainer of another shape (it trains through fewer layers or others than
+the waiting one; an evaluation's forward counts none) or away well past its usual gaps, never
+past the cap, and never under the eager policy."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from executor.presence import AWAY_GAPS, PAUSE_S
 from executor.readiness import TRAINING_CONVOY_ROWS
 from executor.scheduler import Scheduler
 from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
+from wire.call.messages import Op
 
 
 def seen(s: Scheduler, kinds: dict[str, object]) -> None:
@@ -38,14 +40,19 @@ def test_a_training_batch_waits_for_a_trainer_computing_then_runs_with_it(clock)
     assert sorted(clients_of(s.next_batch())) == ["a", "b"]  # one batch, at once
 
 
+def train_through(s: Scheduler, clock, name: str, layers: tuple[int, ...]) -> None:
+    """`name` calls a backward at each of `layers` (where its steps train), each run alone."""
+    for layer in layers:
+        call(s, name, layer, rows=32, kind=TRAIN, op=Op.BACKWARD)
+        clock.advance(BUDGETS.max_wait_s)  # whomever it waits for
+        assert clients_of(s.next_batch()) == [name]
+
+
 def test_a_trainer_is_waited_for_only_by_jobs_of_its_shape(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
-    routes = {"small": (1, 3), "twin": (1, 3), "large": (2, 3)}  # 1 x 32 steps: say the kept
-    for name, route in routes.items():  # stretches (1), larger ones the projections (2), both
-        for layer in route:  # the head's loss (3)
-            call(s, name, layer, rows=32, kind=TRAIN)
-            clock.advance(BUDGETS.max_wait_s)  # whomever it waits for
-            assert clients_of(s.next_batch()) == [name]
+    shapes = {"small": (1,), "twin": (1,), "large": (2,)}  # 1 x 32 steps: say the kept
+    for name, layers in shapes.items():  # stretches (1), larger ones the projections (2), and
+        train_through(s, clock, name, layers)  # both the head's loss (3, forward only)
     call(s, "small", 3, rows=32, kind=TRAIN)
     assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # for twin, of its shape
     call(s, "twin", 3, rows=32, kind=TRAIN)
@@ -54,14 +61,27 @@ def test_a_trainer_is_waited_for_only_by_jobs_of_its_shape(clock) -> None:
     assert clients_of(s.next_batch()) == ["large"]  # nor large for them
     call(s, "small", 1, rows=32, kind=TRAIN)
     assert s.next_batch() is None  # twin again
-    call(s, "large", 1, rows=32, kind=TRAIN)  # large now walks the small jobs' route too
+    call(s, "large", 1, rows=32, kind=TRAIN, op=Op.BACKWARD)  # large now trains through 1 too
     call(s, "twin", 1, rows=32, kind=TRAIN)
-    assert sorted(clients_of(s.next_batch())) == ["large", "small", "twin"]
-    call(s, "small", 3, rows=32, kind=TRAIN)
-    call(s, "twin", 3, rows=32, kind=TRAIN)
-    assert s.next_batch() is None  # and is waited for by them
-    call(s, "large", 2, rows=32, kind=TRAIN)  # but waits for no one there: theirs is no superset
-    assert clients_of(s.next_batch()) == ["large"]
+    assert clients_of(s.next_batch()) == ["large"]  # waiting for no one: theirs is no superset
+    assert s.next_batch() is None  # but small and twin wait for it now
+    call(s, "large", 3, rows=32, kind=TRAIN)  # until it is queued elsewhere
+    batches = sorted(sorted(clients_of(s.next_batch())) for _ in range(2))
+    assert batches == [["large"], ["small", "twin"]]
+
+
+def test_an_evaluations_forward_leaves_a_jobs_shape_as_it_was(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for name in ("a", "b"):
+        train_through(s, clock, name, (1,))
+    for layer in (0, 2):  # a evaluates: forward only, through layers its steps never call
+        call(s, "a", layer, rows=32, kind=TRAIN)
+        clock.advance(BUDGETS.max_wait_s)
+        assert clients_of(s.next_batch()) == ["a"]
+    call(s, "a", 1, rows=32, kind=TRAIN)  # its next step: still b's shape
+    assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # b is coming: the convoy
+    call(s, "b", 1, rows=32, kind=TRAIN)
+    assert sorted(clients_of(s.next_batch())) == ["a", "b"]
 
 
 def test_a_trainer_away_past_its_usual_gaps_is_not_waited_for(clock) -> None:
