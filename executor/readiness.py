@@ -134,10 +134,10 @@ def _trainers_to_come(s: Scheduler, waiting: bytes, active: set[bytes], settled:
     none queued now and is not pausing: it computes its own part and comes back (to this queue,
     if it is behind). A job of another shape would not come soon, if at all: a 1 x 32 job's
     steps take the kept stretches, a 2 x 128 job's the projections, and both the head's loss;
-    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy. The
-    layers an evaluation's forward takes (a stretch without its kept twin, say) say nothing
-    of a job's shape: compared by those, a job that had evaluated waited for no peer that had
-    not."""
+    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy
+    (2-core Xeon, bench NOTES). The layers an evaluation's forward takes (a stretch without its
+    kept twin, say) say nothing of a job's shape: compared by those, a job that had evaluated
+    waited for no peer that had not."""
     trains = s.presence[waiting].trains
     return any(not (p := s.presence[c]).inference and p.trains >= trains and not p.pausing(now)
                for c in active - settled)
