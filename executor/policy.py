@@ -10,7 +10,8 @@
   soon (`Scheduler`): every decoding tenant then shares one batch per layer. Training calls wait
   up to `max_wait` for every trainer computing its own part (`executor.readiness`): the jobs
   then move through the model together, one batch per layer.
-  Among ready queues, decode steps run before prefills and large batches; and a training batch
+  Among ready queues, decode steps run before prefills and large batches, and small steps'
+  training calls before large steps' (`large_steps`); and a training batch
   runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`;
   cut into bands of output columns where it is one matmul, `executor.columns`),
   with the decode steps, then the prefills that became ready run between slices (training keeps
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane, lane_of_batch
+from executor.readiness import TRAINING_CONVOY_ROWS
 from executor.targets import LatencyTargets, SliceTuner
 from wire.call.messages import CallKind, Op
 
@@ -130,10 +132,13 @@ class Opportunistic(Policy):
     def order(self, queue: list[PendingCall], progress: int) -> tuple:
         # Decode steps first: a token's latency is the sum of its ~50 calls' waits, while a
         # prefill or a large batch hardly notices a short delay (the starvation bound keeps it
-        # from waiting long). Then farthest behind first: clients ahead in the model wait (they
+        # from waiting long). Among training queues, small steps' calls before large ones'
+        # (`large_steps`). Then farthest behind first: clients ahead in the model wait (they
         # are busy anyway) while those behind catch up, so scattered clients converge into one
         # batch per layer.
-        return (lane_of_batch(queue) != Lane.DECODE, progress, queue[0].seq)
+        lane = lane_of_batch(queue)
+        return (lane != Lane.DECODE, lane == Lane.TRAINING and large_steps(queue), progress,
+                queue[0].seq)
 
     @property
     def slice_s(self) -> float | None:
@@ -175,3 +180,13 @@ def make_policy(name: str, budgets: Budgets, targets: LatencyTargets | None = No
         tuner = None if slice_s == 0 else SliceTuner(target, slice_s)
         return Opportunistic(budgets, tuner=tuner)
     raise ValueError(f"unknown policy {name!r}")
+
+
+def large_steps(queue: Iterable[PendingCall]) -> bool:
+    """Whether every call queued is of `TRAINING_CONVOY_ROWS` rows or more: a large step's,
+    whose batch runs near its products' best rate. A small step's call beside it runs first:
+    it takes a fraction of the large batch's time, and its trainer gets back to its own part
+    while the large batch keeps the executor busy (a 1 x 32 job beside a 2 x 128 one, 2-core
+    AMD EPYC, three runs each in turn: the small job 49.8 / 51.4 / 52.1 against 45.3 / 47.4 /
+    46.3 tok/s, the large one 102-108 against 103-108)."""
+    return all(c.rows >= TRAINING_CONVOY_ROWS for c in queue)

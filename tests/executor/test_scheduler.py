@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from executor.policy import Eager, Lockstep, Opportunistic
-from executor.readiness import queue_waits
+from executor.readiness import TRAINING_CONVOY_ROWS, queue_waits
 from executor.scheduler import Scheduler
 from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler, walk_with_gaps
 from wire.call.messages import Op
@@ -253,3 +253,21 @@ def test_opportunistic_runs_decode_steps_before_a_prefill_until_it_starves(clock
     first = call(eager, "prefill", 0, rows=128)
     call(eager, "decoder", 1, rows=1)
     assert eager.next_batch() == [first]  # eager: first come, first served
+
+
+def test_opportunistic_runs_small_steps_training_calls_before_large_ones(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock, starvation_s=0.2)
+    large = call(s, "large", 0, rows=TRAINING_CONVOY_ROWS, kind=TRAIN)
+    small = call(s, "small", 2, rows=32, kind=TRAIN)  # further on: farthest-behind picks 0
+    clock.advance(BUDGETS.max_wait_s)  # past both calls' waits
+    assert s.next_batch() == [small]
+    assert s.next_batch() == [large]
+    below = call(s, "large", 0, rows=TRAINING_CONVOY_ROWS - 1, kind=TRAIN)  # its last step's
+    small = call(s, "small", 2, rows=32, kind=TRAIN)
+    clock.advance(BUDGETS.max_wait_s)
+    assert s.next_batch() == [below]  # both small: farthest behind first, as before
+    assert s.next_batch() == [small]
+    large = call(s, "large", 0, rows=TRAINING_CONVOY_ROWS, kind=TRAIN)
+    clock.advance(0.25)  # waited past the starvation bound
+    small = call(s, "small", 2, rows=32, kind=TRAIN)
+    assert s.next_batch() == [large]
