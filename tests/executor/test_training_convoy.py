@@ -19,8 +19,8 @@ from wire.call.messages import Op
 
 
 def seen(s: Scheduler, kinds: dict[str, object]) -> None:
-    """Each client makes one call of its kind at layer 1, then at layer 2 (its route: a trainer
-    is waited for where it calls; none is expected at layers 0-1 next), and the calls run."""
+    """Each client makes one call of its kind at layer 1, then at layer 2 (so none is expected
+    at layers 0-1 next), and the calls run."""
     for layer in (1, 2):
         for name, kind in kinds.items():
             call(s, name, layer, rows=32, kind=kind)
