@@ -46,9 +46,8 @@ class ExecutorClient:
                  heartbeat_s: float = 2.0, call_timeout_s: float | None = None,
                  curve_server_key: str | None = None, device: str = "cpu",
                  background: bool = False) -> None:
+        """`background` (a trainer's): every call goes as a training call, no-grad ones too."""
         self.replicas = Replicas(endpoint, name)
-        # a trainer's: every call is throughput work, sent as a training call whatever the grad
-        # mode (its evaluation and gate passes queue behind tenants' inference, with the jobs')
         self.background = background
         self.client_device = torch.device(device)  # where this process's tensors live
         self.transport = Transport.FRAMES
@@ -112,8 +111,7 @@ class ExecutorClient:
         with self._lock:
             if self._channel is None:
                 self._connect()
-            return self._channel.request(P.StatsRequest(), P.Stats,
-                                         self.connect_timeout_s).figures
+            return self._channel.request(P.StatsRequest(), P.Stats, self.connect_timeout_s).figures
 
     def __del__(self) -> None:  # never leave a context that blocks interpreter exit
         try:
@@ -278,8 +276,7 @@ class ExecutorClient:
         return from_bytes(frames[0].buffer, dtype, reply.shape)
 
     def _call_fast(self, op: P.Op, layer: int, x: Input, kind: P.CallKind) -> torch.Tensor:
-        deadline = None if self.call_timeout_s is None else \
-            time.monotonic() + self.call_timeout_s
+        deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
         args = (op, layer, x, kind, self._next_id, self._channel.check_alive, deadline,
                 self.targets, decoding())
         try:
