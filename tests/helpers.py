@@ -23,6 +23,18 @@ def short_tmp() -> Path:
     return Path(tempfile.mkdtemp(prefix="symb-", dir="/tmp"))
 
 
+def calls_by_kind(endpoint: str) -> tuple[int, int]:
+    """(inference, training) calls the executor at `endpoint` has run so far (its stats)."""
+    from workers.remote.client import ExecutorClient
+
+    probe = ExecutorClient(endpoint, name="probe")
+    try:
+        kinds = probe.stats().kinds
+    finally:
+        probe.close()
+    return kinds["inference"].calls, kinds["training"].calls
+
+
 @dataclass
 class ExecutorProcess:
     endpoint: str

@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from catalogue.resolve import resolve_model
+from tests.helpers import calls_by_kind
 from workers.remote.build import remote_model
-from workers.remote.client import ExecutorClient
 
 MODEL = "tiny-llama"
 
@@ -19,26 +19,19 @@ MODEL = "tiny-llama"
 def test_no_grad_calls_are_training_calls_only_for_a_background_client(executor_for,
                                                                        background: bool) -> None:
     endpoint = executor_for(MODEL).endpoint
-    probe = ExecutorClient(endpoint, name="probe")
     plain = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
     ours = remote_model(MODEL, endpoint, background=background, client_name="background")
     ids = torch.tensor([[11, 400, 7, 9000]])
-
-    def calls() -> tuple[int, int]:
-        kinds = probe.stats().kinds
-        return kinds["inference"].calls, kinds["training"].calls
-
     try:
-        before = calls()
+        before = calls_by_kind(endpoint)
         with torch.no_grad():
             logits = ours(ids).logits
             tokens = ours.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                    max_new_tokens=3, pad_token_id=0)
-        inference, training = (after - first for after, first in zip(calls(), before,
-                                                                        strict=True))
+        inference, training = (after - first for after, first in
+                               zip(calls_by_kind(endpoint), before, strict=True))
     finally:
         ours.symbiosis_executor.close()
-        probe.close()
     if background:
         assert inference == 0 and training > 0, (inference, training)
     else:

@@ -21,11 +21,11 @@ from openapi.fine_tuning import Hyperparameters
 from state.db import Database
 from state.jobs import new_id
 from state.training_file import parse
+from tests.helpers import calls_by_kind
 from tests.workers.training.manager_stand_in import ManagerStandIn
 from wire.jobs import NewJob
 from workers.manager.adapter_store import AdapterRegistry
 from workers.manager.job_store import JobStore
-from workers.remote.client import ExecutorClient
 from workers.training.checkpoint import checkpoint_root
 from workers.training.data import IGNORE, chat_example
 from workers.training.runner import run
@@ -208,20 +208,11 @@ def test_a_jobs_evaluation_reaches_the_executor_as_training_work(executor_for, t
     """Its validation passes and the gate against the base run without grad: still training
     calls (`ExecutorClient.background`), queued behind tenants' inference, not beside it."""
     endpoint = executor_for(MODEL).endpoint
-    probe = ExecutorClient(endpoint, name="probe")
-
-    def calls() -> tuple[int, int]:
-        kinds = probe.stats().kinds
-        return kinds["inference"].calls, kinds["training"].calls
-
     rows = gsm8k(6)
     jobs, job_id = make_job(manager, rows[:4], validation=rows[4:])
-    before = calls()
-    try:
-        assert run(manager.spec(job_id, endpoint), tokenizer) == 0
-        inference, training = (a - b for a, b in zip(calls(), before, strict=True))
-    finally:
-        probe.close()
+    before = calls_by_kind(endpoint)
+    assert run(manager.spec(job_id, endpoint), tokenizer) == 0
+    inference, training = (a - b for a, b in zip(calls_by_kind(endpoint), before, strict=True))
     assert jobs.get(job_id).status == "succeeded", jobs.get(job_id).error
     messages = [e["message"] for e in jobs.events(job_id, after=None, limit=100)[0]]
     assert sum("validation loss=" in m for m in messages) == 3, messages  # one an epoch
