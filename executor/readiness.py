@@ -8,10 +8,10 @@ its own would cost) while a decode client that calls at its layer is queued earl
 or an idle one is due here (`executor.presence.convoy`; a tenant whose adapter keeps it off the
 stretches takes the projections instead, and never comes to a stretch's queue); a queue of
 training calls waits likewise, up to `convoy_s` after its first call came, while an active
-trainer of the same shape (`Presence.trains`) is neither in it nor queued elsewhere
-(`_trainers_to_come`) and no inference client is active (`_trainers_only`); else the policy
-decides, up to the queue's deadline (which a call's target caps too), from the clients that may
-still join it.
+trainer of the same shape (`Presence.trains`) that calls at its layer is neither in it nor
+queued elsewhere (`_trainers_to_come`) and no inference client is active (`_trainers_only`);
+else the policy decides, up to the queue's deadline (which a call's target caps too), from the
+clients that may still join it.
 
 Training's convoy: trainers run the same sequence of calls and drift apart, and a call waited
 only for a trainer whose very next call was due at its layer, so 8 jobs of 1 x 32 steps on
@@ -87,8 +87,8 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             active = {c for c, p in s.presence.items() if p.active(now, s.active_window_s)}
             queued = {c for c in active if s.presence[c].queued}
         settled = {c.client for c in calls} | queued
-        if convoying and _trainers_only(s, active) and _trainers_to_come(s, calls[0].client,
-                                                                         active, settled, now):
+        if convoying and _trainers_only(s, active) \
+                and _trainers_to_come(s, key, calls[0].client, active, settled, now):
             yield queue, calls[0].arrived + convoy_s - now
         elif now >= deadline or s.policy.ready(calls, now, deadline, _joiners(s, key, active),
                                                settled, active):
@@ -127,20 +127,21 @@ def _trainers_only(s: Scheduler, active: set[bytes]) -> bool:
     return not any(s.presence[c].inference for c in active)
 
 
-def _trainers_to_come(s: Scheduler, waiting: bytes, active: set[bytes], settled: set[bytes],
-                      now: float) -> bool:
-    """Whether an active client whose last call was a training call, and which trains through
-    every layer the trainer `waiting` does (`Presence.trains`: a job of the same shape), has
-    none queued now and is not pausing: it computes its own part and comes back (to this queue,
-    if it is behind). A job of another shape would not come soon, if at all: a 1 x 32 job's
-    steps take the kept stretches, a 2 x 128 job's the projections, and both the head's loss;
-    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy
-    (2-core Xeon, bench NOTES). The layers an evaluation's forward takes (a stretch without its
-    kept twin, say) say nothing of a job's shape: compared by those, a job that had evaluated
-    waited for no peer that had not."""
+def _trainers_to_come(s: Scheduler, key: Key, waiting: bytes, active: set[bytes],
+                      settled: set[bytes], now: float) -> bool:
+    """Whether an active client whose last call was a training call, which has called at `key`
+    before (`Presence.route`) and trains through every layer the trainer `waiting` does
+    (`Presence.trains`: a job of the same shape), has none queued now and is not pausing: it
+    computes its own part and comes back (to this queue, if it is behind). A job of another
+    shape would not come soon, if at all: a 1 x 32 job's steps take the kept stretches, a 2 x 128
+    job's the projections, and both the head's loss; waiting for the other gave the small job
+    38-41 tok/s against 87-89 without the convoy (2-core Xeon, bench NOTES). The layers an
+    evaluation's forward takes (a stretch without its kept twin, the greedy steps of a held-out
+    prompt) say nothing of a job's shape, and a peer that never called there is not coming in
+    its step: an evaluation's call waits for no such peer (each waited up to `convoy_s`)."""
     trains = s.presence[waiting].trains
-    return any(not (p := s.presence[c]).inference and p.trains >= trains and not p.pausing(now)
-               for c in active - settled)
+    return any(not (p := s.presence[c]).inference and key in p.route and p.trains >= trains
+               and not p.pausing(now) for c in active - settled)
 
 
 def training_holds(s: Scheduler, now: float, convoy_until: float) -> float:

@@ -3,8 +3,9 @@ of fewer than `TRAINING_CONVOY_ROWS` rows waits, up to the policy's `convoy_s`, 
 trainer that has no call queued (it computes its own part and comes back), so that concurrent
 jobs share one batch per layer; never for an inference client, nor while one is active beside
 the trainers, nor for a trainer of another shape (it trains through fewer layers or others than
-the waiting one; an evaluation's forward counts none) or away well past its usual gaps, never
-past the cap, and never under the eager policy."""
+the waiting one; an evaluation's forward counts none) or one that never called at the queue's
+layer (an evaluation's) or away well past its usual gaps, never past the cap, and never under
+the eager policy."""
 
 from __future__ import annotations
 
@@ -40,10 +41,13 @@ def test_a_training_batch_waits_for_a_trainer_computing_then_runs_with_it(clock)
     assert sorted(clients_of(s.next_batch())) == ["a", "b"]  # one batch, at once
 
 
-def train_through(s: Scheduler, clock, name: str, layers: tuple[int, ...]) -> None:
-    """`name` calls a backward at each of `layers` (where its steps train), each run alone."""
-    for layer in layers:
-        call(s, name, layer, rows=32, kind=TRAIN, op=Op.BACKWARD)
+def train_through(s: Scheduler, clock, name: str, layers: tuple[int, ...],
+                  head: int | None = None) -> None:
+    """`name` calls a forward and a backward at each of `layers` (where its steps train), then a
+    forward at `head` (the head's loss, say), each run alone."""
+    ops = [(layer, op) for op in (Op.FORWARD, Op.BACKWARD) for layer in layers]
+    for layer, op in ops + ([(head, Op.FORWARD)] if head is not None else []):
+        call(s, name, layer, rows=32, kind=TRAIN, op=op)
         clock.advance(BUDGETS.max_wait_s)  # whomever it waits for
         assert clients_of(s.next_batch()) == [name]
 
@@ -52,7 +56,7 @@ def test_a_trainer_is_waited_for_only_by_jobs_of_its_shape(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     shapes = {"small": (1,), "twin": (1,), "large": (2,)}  # 1 x 32 steps: say the kept
     for name, layers in shapes.items():  # stretches (1), larger ones the projections (2), and
-        train_through(s, clock, name, layers)  # both the head's loss (3, forward only)
+        train_through(s, clock, name, layers, head=3)  # both the head's loss (3, forward only)
     call(s, "small", 3, rows=32, kind=TRAIN)
     assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # for twin, of its shape
     call(s, "twin", 3, rows=32, kind=TRAIN)
@@ -61,9 +65,12 @@ def test_a_trainer_is_waited_for_only_by_jobs_of_its_shape(clock) -> None:
     assert clients_of(s.next_batch()) == ["large"]  # nor large for them
     call(s, "small", 1, rows=32, kind=TRAIN)
     assert s.next_batch() is None  # twin again
-    call(s, "large", 1, rows=32, kind=TRAIN, op=Op.BACKWARD)  # large now trains through 1 too
     call(s, "twin", 1, rows=32, kind=TRAIN)
-    assert clients_of(s.next_batch()) == ["large"]  # waiting for no one: theirs is no superset
+    clock.advance(s.ready_in())  # their own wait, no convoy
+    assert sorted(clients_of(s.next_batch())) == ["small", "twin"]
+    train_through(s, clock, "large", (1,))  # large now trains through 1 too, waiting for no
+    call(s, "small", 1, rows=32, kind=TRAIN)  # one (theirs is no superset of its layers)
+    call(s, "twin", 1, rows=32, kind=TRAIN)
     assert s.next_batch() is None  # but small and twin wait for it now
     call(s, "large", 3, rows=32, kind=TRAIN)  # until it is queued elsewhere
     batches = sorted(sorted(clients_of(s.next_batch())) for _ in range(2))
@@ -82,6 +89,21 @@ def test_an_evaluations_forward_leaves_a_jobs_shape_as_it_was(clock) -> None:
     assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # b is coming: the convoy
     call(s, "b", 1, rows=32, kind=TRAIN)
     assert sorted(clients_of(s.next_batch())) == ["a", "b"]
+
+
+def test_an_evaluations_call_waits_for_no_trainer_that_never_calls_there(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for name in ("a", "b"):
+        train_through(s, clock, name, (1,))
+    call(s, "a", 4, rows=1, kind=TRAIN)  # a's held-out prompt's greedy step, say: b never came
+    assert s.ready_in() == pytest.approx(BUDGETS.training_wait_s, abs=2e-4)  # its own wait
+    clock.advance(s.ready_in())
+    assert clients_of(s.next_batch()) == ["a"]
+    call(s, "b", 4, rows=1, kind=TRAIN)  # b evaluates there too now
+    clock.advance(BUDGETS.max_wait_s)
+    assert clients_of(s.next_batch()) == ["b"]
+    call(s, "a", 4, rows=1, kind=TRAIN)
+    assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # so b is waited for there
 
 
 def test_a_trainer_away_past_its_usual_gaps_is_not_waited_for(clock) -> None:
