@@ -54,24 +54,38 @@ class HeadLoss:
     def __call__(self, hidden: torch.Tensor, labels: torch.Tensor
                  ) -> tuple[torch.Tensor, int, int]:
         """hidden [..., width], labels [...] (negative: ignored) -> (the token losses' sum, while
-        autograd records an autograd node of `hidden`; the labels trained; the right answers)."""
+        autograd records an autograd node of `hidden`; the labels trained; the right answers).
+        Only the rows of trained labels go to the executor: an ignored row's loss and gradient
+        are zero, and a chat job's prompt and a batch's padding make many rows of a step."""
         trained = (labels >= 0) & (labels < self.vocabulary)
-        ids = labels.where(trained, self.vocabulary)
-        width = hidden.shape[-1]
-        x = hidden.new_empty(*hidden.shape[:-1], width + DIGITS)
-        x[..., :width] = hidden.detach()
-        x[..., width:] = as_digits(ids.reshape(-1).to(x.device), x.dtype).view(
-            *hidden.shape[:-1], DIGITS)
+        count = int(trained.sum())
         step = torch.is_grad_enabled()
+        if count == 0:  # nothing here is learned: no call
+            total = hidden.new_zeros((), dtype=torch.float32)
+            return (_LossFn.apply(hidden, total, torch.zeros_like(hidden)) if step else total,
+                    0, 0)
+        width = hidden.shape[-1]
+        every = count == trained.numel()
+        x = hidden.new_empty(count, width + DIGITS)
+        if every:
+            x.view(*hidden.shape[:-1], -1)[..., :width] = hidden.detach()
+        else:
+            x[:, :width] = hidden.detach()[trained]
+        x[:, width:] = as_digits((labels if every else labels[trained]).reshape(-1).to(x.device),
+                                 x.dtype)
         spec = self.spec if step else self.evaluation
-        y = remote_rows(self.handle, Op.FORWARD, spec.index, x.view(-1, width + DIGITS),
-                        CallKind.TRAINING, spec.out_features, x.dtype, fresh=False)
+        y = remote_rows(self.handle, Op.FORWARD, spec.index, x, CallKind.TRAINING,
+                        spec.out_features, x.dtype, fresh=False)
         parts = y[:, :3].float()  # the loss, its remainder, right: read before the next call
         total, right = parts[:, :2].sum(), int(parts[:, 2].sum())
         if not step:
-            return total, int(trained.sum()), right
-        grad = y[:, 3:].to(hidden.dtype, copy=True).reshape(hidden.shape)
-        return _LossFn.apply(hidden, total, grad), int(trained.sum()), right
+            return total, count, right
+        if every:
+            grad = y[:, 3:].to(hidden.dtype, copy=True).reshape(hidden.shape)
+        else:
+            grad = torch.zeros_like(hidden)
+            grad[trained] = y[:, 3:].to(hidden.dtype)
+        return _LossFn.apply(hidden, total, grad), count, right
 
 
 class _LossFn(torch.autograd.Function):

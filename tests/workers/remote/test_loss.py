@@ -62,13 +62,32 @@ def assert_equal_evaluations(plain, ours, batch: dict[str, torch.Tensor]) -> Non
     ("tiny-llama", "lora"), ("tiny-gpt2", "ia3"), ("tiny-qwen2", "prompt_tuning"),
     ("tiny-mistral", "prefix_tuning")])
 def test_a_step_through_the_head_loss_equals_peft(name: str, method: str) -> None:
-    called: list[str] = []
-    handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append(spec.name))
+    """One `<head>+loss` call, of the 14 trained labels' rows only (2 of the 16 ignored)."""
+    called: list[tuple[str, int]] = []
+    handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append((spec.name,
+                                                                             x.shape[0])))
     plain, ours = build_pair(name, method, handle)
     batch = labelled_batch(plain)
     assert head_loss(ours) is not None
     assert_equal_steps(plain, ours, batch)
-    assert called.count("lm_head+loss") == 1 and "lm_head" not in called
+    names = [name for name, _ in called]
+    assert ("lm_head+loss", 14) in called and names.count("lm_head+loss") == 1
+    assert "lm_head" not in names
+
+
+def test_a_micro_batch_with_nothing_to_learn_makes_no_head_call() -> None:
+    """All its labels ignored (a prompt cut off before its answer, say): loss 0 and no
+    gradient, as peft's summed cross-entropy gives, and the executor never asked."""
+    called: list[str] = []
+    handle = LocalExecutor.load("tiny-llama", tap=lambda op, spec, x: called.append(spec.name))
+    plain, ours = build_pair("tiny-llama", "lora", handle)
+    batch = labelled_batch(plain)
+    batch["labels"][:] = IGNORE
+    theirs, mine = step(plain, batch), step(ours, batch)
+    assert mine[:3] == theirs[:3] == (0.0, 0, 0)
+    assert all(g.abs().max() == 0 for g in [*mine[3].values(), *theirs[3].values()])
+    assert set(mine[3]) == set(theirs[3])
+    assert called and not any(name.startswith("lm_head") for name in called)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -85,12 +104,14 @@ def test_an_evaluation_through_the_head_loss_without_its_gradient_equals_peft(
         name: str, method: str) -> None:
     """The trainer's `evaluate` (validation loss and accuracy) calls `<head>+eval` once a
     micro-batch, never the head for logits nor `<head>+loss`, and gives plain peft's figures."""
-    called: list[str] = []
-    handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append(spec.name))
+    called: list[tuple[str, int]] = []
+    handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append((spec.name,
+                                                                             x.shape[0])))
     plain, ours = build_pair(name, method, handle)
     assert_equal_evaluations(plain, ours, labelled_batch(plain, seed=2))
-    assert called.count("lm_head+eval") == 1 and "lm_head" not in called
-    assert "lm_head+loss" not in called
+    names = [name for name, _ in called]
+    assert ("lm_head+eval", 14) in called and names.count("lm_head+eval") == 1
+    assert "lm_head" not in names and "lm_head+loss" not in names
 
 
 def test_the_logits_path_stays_where_the_head_is_not_the_executors_alone() -> None:
