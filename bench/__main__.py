@@ -58,6 +58,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "capacity": training.capacity,
     "throughput": _with_plot,
     "shapes": training.shapes,
+    "chat": training.chat,
     "decode": inference.decode,
     "policies": trace.policy_records,
     "together": inference.together,

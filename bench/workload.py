@@ -1,7 +1,8 @@
 """One benchmark client: a model with its own adapter running one workload, either side.
 
     python -m bench.workload --side ours|plain --model M [--endpoint E]
-        --kind decode|prefill|train|long|beside|lengths|calls --sync-dir D --index I [--duration S]
+        --kind decode|prefill|train|chat|long|beside|lengths|calls --sync-dir D --index I
+        [--duration S]
         [--device cuda --dtype bfloat16] ...
 
 `ours` is a remote model on the shared executor; `plain` is transformers + peft with its own copy
@@ -18,11 +19,14 @@ from pathlib import Path
 
 import torch
 
-from bench.loops import calls, decode, decode_mixed, prefill, train
+from bench.loops import calls, decode, decode_mixed, prefill, train, train_chat
 from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
 from bench.sides import wait_policy
+from wire.jobs import DEFAULT_MAX_SEQ_LENGTH
 from workers.inference.memory import keep_freed
+
+CHAT_DATA = Path(__file__).parents[1] / "tests" / "data" / "gsm8k_train_chat_1000.jsonl"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,9 +34,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["ours", "plain"], default="ours")
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
-    p.add_argument("--kind", choices=["decode", "prefill", "train", "long", "beside", "lengths",
-                                      "calls"],
-                   required=True, help="long: long-context decode, --prompt tokens of context; "
+    p.add_argument("--kind", choices=["decode", "prefill", "train", "chat", "long", "beside",
+                                      "lengths", "calls"],
+                   required=True, help="chat: train on GSM8K's chat file, --batch examples a "
+                   "step; long: long-context decode, --prompt tokens of context; "
                    "beside (ours): --running sequences decode while prompts of --prompt tokens "
                    "keep arriving; lengths: --running sequences decode together, one prompt of "
                    "--prompt tokens, the others of --length")
@@ -83,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.kind == "train" and args.side == "ours":
+    training = args.kind in ("train", "chat")
+    if training and args.side == "ours":
         from workers.training.process import run_as_trainer
 
         run_as_trainer()  # as the spawner's trainers do
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_mixed(args.model, ranks, args.device, dtype)
     else:
         model = build(args.side, args.model, args.endpoint, args.method, args.rank, args.index,
-                      args.privacy, training=args.kind == "train", free_base=args.free_base,
+                      args.privacy, training=training, free_base=args.free_base,
                       device=args.device, dtype=dtype, recompute=args.recompute)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     handle = getattr(base, "symbiosis_executor", None)
@@ -115,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     paced = PacedTokens(handle, args.inter_token_target_ms) if args.inter_token_target_ms \
         else None
     engines = args.side == "ours" and args.kind in ("long", "beside", "lengths")
-    tokenizer = _tokenizer(args.model) if engines else None
+    tokenizer = _tokenizer(args.model) if engines or args.kind == "chat" else None
     if engines or (args.side == "ours" and args.adapters):
         keep_freed()  # these run a worker's engine: its process keeps freed memory, as a worker
     rng = torch.Generator().manual_seed(args.index)
@@ -186,6 +192,13 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
             return (*longctx.padded_rounds(model, prompts, args.tokens, until), args.running, {})
         return (*longctx.lengths_rounds(model, tokenizer, prompts, args.tokens, until,
                                         args.attention_call_bytes), args.running, {})
+    if args.kind == "chat":
+        from workers.training.data import load_examples
+
+        examples = load_examples(CHAT_DATA, tokenizer, DEFAULT_MAX_SEQ_LENGTH)  # a job's
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else tokenizer.eos_token_id  # as a trainer pads
+        return (*train_chat(model, examples, pad, args.batch, until), {})
     return (*train(model, args.batch, args.length, until, rng), args.batch * args.length, {})
 
 

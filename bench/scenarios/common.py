@@ -110,6 +110,9 @@ def worker_threads(settings: Settings, workers: int = 1) -> int:
     return ThreadShare(settings.threads, ManagerConfig().worker_threads).of(workers)
 
 
+TRAINING_KINDS = ("train", "chat")  # a chat job's `length`: about its examples' tokens
+
+
 def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:
     """The torch threads of each of `jobs` trainers running at once, with steps of `tokens`: as
     a trainer of the worker manager runs them (its share, `ManagerConfig.trainer_threads`: by
@@ -129,10 +132,10 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
                                      dtype=settings.dtype, device=settings.device)
-    jobs = sum(c["kind"] == "train" for c in clients)
+    jobs = sum(c["kind"] in TRAINING_KINDS for c in clients)
 
     def threads(c: dict) -> int:
-        if c["kind"] != "train":
+        if c["kind"] not in TRAINING_KINDS:
             return worker_threads(settings, len(clients) - jobs)
         return trainer_threads(settings, jobs, c["batch"] * c["length"])
 
