@@ -1,8 +1,8 @@
 """One optimizer step over a batch, with gradient accumulation; evaluation; the optimizer.
 
-A batch whose padded size exceeds `micro_batch_tokens` is split into micro-batches; the loss is
-the sum of token losses divided by the token count of the whole batch, so accumulated gradients
-equal those of the batch in one piece.
+A batch runs in micro-batches of examples of like lengths (`micro_batches`), none of more than
+`micro_batch_tokens` padded positions; the loss is the sum of token losses divided by the token
+count of the whole batch, so accumulated gradients equal those of the batch in one piece.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from transformers import get_linear_schedule_with_warmup
 from wire.jobs import JobSpec
 from workers.remote.loss import head_loss
 from workers.training.data import IGNORE, Example, collate
+
+FULL_ROWS = 256  # a micro-batch of these many tokens runs the executor's products near their best
+MAX_PADDING = 0.1  # of a micro-batch's tokens, past FULL_ROWS: a longer example starts the next
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,17 @@ def optimizer_for(model: torch.nn.Module, hp: Hyperparameters, total_steps: int)
 
 
 def micro_batches(examples: list[Example], max_tokens: int) -> list[list[Example]]:
+    """A step's examples in micro-batches of at most `max_tokens` padded positions, by length
+    (the step's gradient is their sum, in any order), each example joining the one before while
+    that holds under `FULL_ROWS` tokens or the padding stays within `MAX_PADDING` of them: GSM8K's
+    chat examples, 4 a step in file order, were 27 % padding, which every layer computed."""
     groups: list[list[Example]] = [[]]
-    for example in examples:
+    for example in sorted(examples, key=lambda e: len(e.ids)):
         group = groups[-1]
-        width = max([len(example.ids), *(len(e.ids) for e in group)])
-        if group and width * (len(group) + 1) > max_tokens:
+        real = sum(len(e.ids) for e in group)
+        padded = len(example.ids) * (len(group) + 1)  # the longest so far: sorted
+        wasteful = padded > (1 + MAX_PADDING) * (real + len(example.ids))
+        if group and (padded > max_tokens or (real >= FULL_ROWS and wasteful)):
             groups.append([example])
         else:
             group.append(example)
