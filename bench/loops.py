@@ -129,49 +129,52 @@ def train(model, batch: int, length: int, until: float,
 
 def train_chat(model, examples: list, pad_id: int, batch: int,
                until: float) -> tuple[list[float], float, float]:
-    """The same loop over a chat dataset, as a job's steps see one: `batch` examples a step in
-    file order (right-padded, only the assistant's tokens trained, `workers.training.data`).
-    (step seconds, when the last step ended, tokens a step: the batches' unpadded positions)."""
+    """Steps over a chat dataset, as a job's see one: `batch` examples a step in file order (only
+    the assistant's tokens trained, `workers.training.data`), AdamW, clipping. Ours by the
+    trainer's own step (`workers.training.loop.train_step`: micro-batches of like lengths, the
+    executor's head loss); plain as a Trainer-style loop does, the batch right-padded in one
+    piece. (step seconds, when the last step ended, tokens a step: the examples' own)."""
+    from workers.training import loop
     from workers.training.data import collate
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    hp = loop.Hyperparameters(1, batch, 1e-4, warmup_ratio=0.0)
+    ours = getattr(model, "symbiosis_executor", None) is not None
     model.train()
     latencies, tokens = [], 0
     while time.monotonic() < until:
         start = len(latencies) * batch
         group = [examples[(start + i) % len(examples)] for i in range(batch)]
-        tensors = {name: t.to(model.device) for name, t in collate(group, pad_id).items()}
         started = time.perf_counter()
-        _trained_mean(model, tensors).backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
+        if ours:
+            loop.train_step(model, group, pad_id, optimizer, schedule, hp)
+        else:
+            tensors = {name: t.to(model.device) for name, t in collate(group, pad_id).items()}
+            model(**tensors).loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, hp.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad()
         settle(model.device)
         latencies.append(time.perf_counter() - started)
-        tokens += int(tensors["attention_mask"].sum())
+        tokens += sum(len(e.ids) for e in group)
     return latencies, time.monotonic(), tokens / max(len(latencies), 1)
 
 
-def _trained_mean(model, batch: dict[str, torch.Tensor],
-                  plain: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-    """The mean loss over the trained labels: ours by the trainer's own loss
-    (`workers.training.loop.token_losses`), through the executor's head loss where the model
-    has one; else transformers' own (of `plain`, where given, instead of `batch`)."""
+def mean_loss(model, ids: torch.Tensor) -> torch.Tensor:
+    """The mean token loss of labels = inputs: on our side, where the model has the executor's
+    head loss, by our trainer's own loss (`workers.training.loop.token_losses`, which goes
+    through it); else transformers' own."""
     if getattr(model, "symbiosis_executor", None) is not None:
         from workers.remote.loss import head_loss
         from workers.training.loop import token_losses
 
         if head_loss(model) is not None:
+            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
             loss, count, _ = token_losses(model, batch)
-            return loss / max(count, 1)
-    return model(**(plain or batch)).loss
-
-
-def mean_loss(model, ids: torch.Tensor) -> torch.Tensor:
-    """The mean token loss of labels = inputs (plain: transformers' own, without a mask)."""
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-    return _trained_mean(model, batch, plain={"input_ids": ids, "labels": ids})
+            return loss / count
+    return model(input_ids=ids, labels=ids).loss
 
 
 def train_step(model, optimizer, params, ids: torch.Tensor) -> float:

@@ -153,14 +153,15 @@ CHAT_WINDOW_S = 30.0  # steps of ~1,100 tokens take seconds here: a 6 s window c
 
 def chat(settings: Settings) -> list[Record]:
     """One job on GSM8K's chat file (tests/data), `CHAT_BATCH` examples a step in file order,
-    right-padded, only the assistant's tokens trained (under half a batch's positions with the
-    Llama tokenizer), as a job's steps are: what a user's chat fine-tuning gets, where the bench's
-    other jobs train on every position of fixed-length rows."""
+    only the assistant's tokens trained (under half a batch's positions with the Llama
+    tokenizer): ours by the trainer's own step, plain padded in one piece (`bench.loops.
+    train_chat`). What a user's chat fine-tuning gets, where the bench's other jobs train on
+    every position of fixed-length rows."""
     window = settings.duration if settings.toy else max(settings.duration, CHAT_WINDOW_S)
     job = [{"kind": "chat", "method": "lora", "rank": 8, "batch": CHAT_BATCH, "length": 256,
             "duration": window}]
     ours, plain = run_ours(settings, job), run_plain(settings, job)
     return [Record("3c fine-tuning on chat data", f"GSM8K chat, batch {CHAT_BATCH}, N=1: tokens/s",
                    ours.tokens_per_s(), plain.tokens_per_s(), "tok/s",
-                   note="tokens: the batches' positions without padding; ours trains the same "
-                        "examples in the same order")]
+                   note="tokens: the examples' own, without padding; both sides train the "
+                        "same examples in the same order")]
