@@ -68,8 +68,12 @@ def test_a_trainer_is_waited_for_only_by_jobs_of_its_shape(clock) -> None:
     call(s, "twin", 1, rows=32, kind=TRAIN)
     clock.advance(s.ready_in())  # their own wait, no convoy
     assert sorted(clients_of(s.next_batch())) == ["small", "twin"]
-    train_through(s, clock, "large", (1,))  # large now trains through 1 too, waiting for no
-    call(s, "small", 1, rows=32, kind=TRAIN)  # one (theirs is no superset of its layers)
+    for op in (Op.FORWARD, Op.BACKWARD):  # large now trains through 1 too
+        call(s, "large", 1, rows=32, kind=TRAIN, op=op)
+        assert s.ready_in() < BUDGETS.max_wait_s  # waiting for no one: theirs is no superset
+        clock.advance(s.ready_in())
+        assert clients_of(s.next_batch()) == ["large"]
+    call(s, "small", 1, rows=32, kind=TRAIN)
     call(s, "twin", 1, rows=32, kind=TRAIN)
     assert s.next_batch() is None  # but small and twin wait for it now
     call(s, "large", 3, rows=32, kind=TRAIN)  # until it is queued elsewhere
