@@ -16,6 +16,7 @@ GAP_SMOOTHING = 0.2
 DUE_SLACK_S = 200e-6
 PAUSE_S = 0.05  # a longer gap from a reply to the next call is a pause (between requests)
 AWAY_GAPS = 4  # away this many times its longest usual gap (and PAUSE_S): pausing
+LATELY_PASSES = 2  # a key called within this many of a client's passes is on its way (`lately`)
 
 
 @dataclass
@@ -27,8 +28,11 @@ class Presence:
     decode: bool = False  # its last call was a decode step
     served: float = 0.0  # when its last batch finished (0: never)
     gaps: dict[Key, float] = field(default_factory=dict)  # served -> next call here, smoothed
-    route: set[Key] = field(default_factory=set)  # where it has called
-    trains: set[int] = field(default_factory=set)  # the layers it has called a backward of
+    route: dict[Key, int] = field(default_factory=dict)  # where it has called: its latest call's
+    calls: int = 0  # number there, of its calls so far
+    pass_calls: int = 0  # calls from its one before at a key to its latest there (0: no repeat)
+    _lately: set[Key] | None = field(default=None, repr=False)  # of its calls so far
+    _trains: set[int] | None = field(default=None, repr=False)  # likewise
 
     def arrive(self, call: PendingCall, successor: dict[Key, Key]) -> None:
         """A call of this client was queued."""
@@ -39,12 +43,30 @@ class Presence:
             old = self.gaps.get(call.key)
             self.gaps[call.key] = gap if old is None else old + GAP_SMOOTHING * (gap - old)
         self.last_seen, self.last_key = call.arrived, call.key
-        self.route.add(call.key)
-        if call.key[1] == Op.BACKWARD:
-            self.trains.add(call.key[0])
+        self.calls += 1
+        before = self.route.get(call.key)
+        if before is not None and before < self.calls - 1:
+            self.pass_calls = self.calls - before
+        self.route[call.key] = self.calls
+        self._lately = self._trains = None
         self.inference = call.kind == CallKind.INFERENCE
         self.decode = call.lane == Lane.DECODE
         self.queued += 1
+
+    def lately(self) -> set[Key]:
+        """Where it called within its last `LATELY_PASSES` passes (everywhere it called, before it
+        came back to a key): where its steps call now. The keys of an evaluation it made an epoch
+        ago, or of a shorter last batch, fall out of it once it has walked its steps since."""
+        if self._lately is None:
+            since = self.calls - LATELY_PASSES * self.pass_calls if self.pass_calls else 0
+            self._lately = {key for key, at in self.route.items() if at > since}
+        return self._lately
+
+    def trains(self) -> set[int]:
+        """The layers of its backward calls lately: where a job's steps train (its shape)."""
+        if self._trains is None:
+            self._trains = {layer for layer, op in self.lately() if op == Op.BACKWARD}
+        return self._trains
 
     def active(self, now: float, window_s: float) -> bool:
         """Whether it called within the last `window_s` (and has not departed since)."""

@@ -130,17 +130,20 @@ def _trainers_only(s: Scheduler, active: set[bytes]) -> bool:
 def _trainers_to_come(s: Scheduler, key: Key, waiting: bytes, active: set[bytes],
                       settled: set[bytes], now: float) -> bool:
     """Whether an active client whose last call was a training call, which has called at `key`
-    before (`Presence.route`) and trains through every layer the trainer `waiting` does
-    (`Presence.trains`: a job of the same shape), has none queued now and is not pausing: it
-    computes its own part and comes back (to this queue, if it is behind). A job of another
-    shape would not come soon, if at all: a 1 x 32 job's steps take the kept stretches, a 2 x 128
-    job's the projections, and both the head's loss; waiting for the other gave the small job
-    38-41 tok/s against 87-89 without the convoy (2-core Xeon, bench NOTES). The layers an
-    evaluation's forward takes (a stretch without its kept twin, the greedy steps of a held-out
-    prompt) say nothing of a job's shape, and a peer that never called there is not coming in
-    its step: an evaluation's call waits for no such peer (each waited up to `convoy_s`)."""
-    trains = s.presence[waiting].trains
-    return any(not (p := s.presence[c]).inference and key in p.route and p.trains >= trains
+    lately (`Presence.lately`: within its last two passes) and trains through every layer the
+    trainer `waiting` trains through lately (`Presence.trains`: a job of the same shape), has
+    none queued now and is not pausing: it computes its own part and comes back (to this queue,
+    if it is behind). A job of another shape would not come soon, if at all: a 1 x 32 job's
+    steps take the kept stretches, a 2 x 128 job's the projections, and both the head's loss;
+    waiting for the other gave the small job 38-41 tok/s against 87-89 without the convoy
+    (2-core Xeon, bench NOTES). The layers an evaluation's forward takes (a stretch without its
+    kept twin, the greedy steps of a held-out prompt) say nothing of a job's shape, and a peer
+    that has not called there lately is not coming in its step: an evaluation's call waits for
+    no such peer (each waited up to `convoy_s`), nor, once a job's last short batch is passes
+    behind it, does the job's next step wait only for peers that trained through that batch's
+    layers too."""
+    mine = s.presence[waiting].trains()
+    return any(not (p := s.presence[c]).inference and key in p.lately() and p.trains() >= mine
                and not p.pausing(now) for c in active - settled)
 
 

@@ -40,8 +40,31 @@ def test_route_holds_every_key_called_and_trains_the_layers_of_backward_calls() 
     me, successor = Presence(0.0), {}
     for layer, op in ((0, Op.FORWARD), (1, Op.FORWARD), (1, Op.BACKWARD), (2, Op.FORWARD)):
         me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
-    assert me.route == {(0, Op.FORWARD), (1, Op.FORWARD), (1, Op.BACKWARD), (2, Op.FORWARD)}
-    assert me.trains == {1}
+    assert me.route == {(0, Op.FORWARD): 1, (1, Op.FORWARD): 2, (1, Op.BACKWARD): 3,
+                        (2, Op.FORWARD): 4}
+    assert me.pass_calls == 0 and me.lately() == set(me.route)  # no pass walked yet: all
+    assert me.trains() == {1}
+
+
+def test_lately_keeps_the_keys_of_its_last_two_passes() -> None:
+    me, successor = Presence(0.0), {}
+    step = ((1, Op.FORWARD), (1, Op.BACKWARD), (9, Op.FORWARD))  # 9: the head's loss, say
+    for layer, op in (*step, (4, Op.FORWARD), (4, Op.FORWARD), *step):  # an evaluation between
+        me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
+    assert me.pass_calls == 5  # its step came back to each key 5 calls on (the 2nd 4 repeats no
+    assert (4, Op.FORWARD) in me.lately()  # pass: a key called twice in a row)
+    for _ in range(3):
+        for layer, op in step:
+            me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
+    assert me.pass_calls == 3 and me.lately() == set(step)  # the evaluation 4 passes ago: out
+    for layer, op in ((1, Op.FORWARD), (2, Op.FORWARD), (2, Op.BACKWARD), (1, Op.BACKWARD),
+                      (9, Op.FORWARD)):  # a last, shorter batch trains through 2 as well
+        me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
+    assert me.trains() == {1, 2}
+    for _ in range(3):
+        for layer, op in step:
+            me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
+    assert me.trains() == {1}
 
 
 def test_a_client_pauses_once_away_past_pause_s_and_its_longest_gaps() -> None:

@@ -3,9 +3,9 @@ of fewer than `TRAINING_CONVOY_ROWS` rows waits, up to the policy's `convoy_s`, 
 trainer that has no call queued (it computes its own part and comes back), so that concurrent
 jobs share one batch per layer; never for an inference client, nor while one is active beside
 the trainers, nor for a trainer of another shape (it trains through fewer layers or others than
-the waiting one; an evaluation's forward counts none) or one that never called at the queue's
-layer (an evaluation's) or away well past its usual gaps, never past the cap, and never under
-the eager policy."""
+the waiting one, lately; an evaluation's forward counts none) or one that has not called at the
+queue's layer lately (an evaluation's, now or an epoch ago) or away well past its usual gaps,
+never past the cap, and never under the eager policy."""
 
 from __future__ import annotations
 
@@ -108,6 +108,37 @@ def test_an_evaluations_call_waits_for_no_trainer_that_never_calls_there(clock) 
     assert clients_of(s.next_batch()) == ["b"]
     call(s, "a", 4, rows=1, kind=TRAIN)
     assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)  # so b is waited for there
+
+
+def test_an_evaluations_call_waits_for_no_trainer_that_evaluated_there_passes_ago(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for name in ("a", "b"):
+        train_through(s, clock, name, (1,), head=3)
+    for name in ("a", "b"):  # both evaluate at 4 (an epoch's validation, say)
+        call(s, name, 4, rows=1, kind=TRAIN)
+        clock.advance(BUDGETS.max_wait_s)
+        assert clients_of(s.next_batch()) == [name]
+    for _ in range(3):  # b trains on: its steps never call at 4
+        train_through(s, clock, "b", (1,), head=3)
+    call(s, "a", 4, rows=1, kind=TRAIN)  # a evaluates again: b is not coming there
+    assert clients_of(s.next_batch()) == ["a"]  # nor expected next (after its head): at once
+
+
+def test_a_jobs_last_short_batch_leaves_its_shape_passes_later(clock) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+    for name in ("a", "b"):
+        train_through(s, clock, name, (1,), head=3)
+    train_through(s, clock, "a", (1, 2), head=3)  # its epoch's last batch trains through 2 too
+    call(s, "a", 1, rows=32, kind=TRAIN)
+    assert s.ready_in() < BUDGETS.max_wait_s  # b never trained through 2: not of its shape now
+    clock.advance(s.ready_in())
+    assert clients_of(s.next_batch()) == ["a"]
+    for name in ("a", "b", "a", "b", "a"):
+        train_through(s, clock, name, (1,), head=3)
+    call(s, "a", 1, rows=32, kind=TRAIN)  # that batch is passes behind a: b's shape again
+    assert s.ready_in() == pytest.approx(BUDGETS.max_wait_s)
+    call(s, "b", 1, rows=32, kind=TRAIN)
+    assert sorted(clients_of(s.next_batch())) == ["a", "b"]
 
 
 def test_a_trainer_away_past_its_usual_gaps_is_not_waited_for(clock) -> None:
