@@ -7,17 +7,18 @@ executor call (`executor.loss`), so that the logits never cross the link nor liv
 while the head is still the model's output layer as it is (an adapter that wraps the head, as
 LoRA on `lm_head` does, keeps the logits path; `modules_to_save` cannot copy a remote head at
 all). Inside `passing()` the head hands its input through, so the model's "logits" are its final
-hidden states; `__call__` sends them with the labels and returns the summed token loss, the
-count of trained labels and of right answers. While autograd records, the loss is one autograd
-node whose backward is the gradient the call brought, scaled; otherwise (an evaluation) the call
-goes to `<head>+eval`, which computes no gradient. Privacy mode never enables it: the labels
-would reach the executor.
+hidden states (and, given the labels, the last decoder layer computes after its attention only
+the rows whose next token is trained: `workers.remote.trained_rows`); `__call__` sends them
+with the labels and returns the summed token loss, the count of trained labels and of right
+answers. While autograd records, the loss is one autograd node whose backward is the gradient
+the call brought, scaled; otherwise (an evaluation) the call goes to `<head>+eval`, which
+computes no gradient. Privacy mode never enables it: the labels would reach the executor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from wire.call.digits import DIGITS, as_digits
 from wire.call.messages import CallKind, LayerKind, LayerSpec, Op
 from workers.remote.handle import ExecutorHandle
 from workers.remote.layers import RemoteLayer, remote_rows
+from workers.remote.trained_rows import TrainedRows, enable_trained_rows
 
 
 class HeadLoss:
@@ -34,8 +36,8 @@ class HeadLoss:
     remote output head `head`."""
 
     def __init__(self, model: nn.Module, head: RemoteLayer, spec: LayerSpec,
-                 evaluation: LayerSpec, handle: ExecutorHandle) -> None:
-        self.model, self.head, self.handle = model, head, handle
+                 evaluation: LayerSpec, handle: ExecutorHandle, rows: TrainedRows) -> None:
+        self.model, self.head, self.handle, self.rows = model, head, handle, rows
         self.spec, self.evaluation = spec, evaluation
         self.vocabulary = head.spec.out_features
 
@@ -43,13 +45,23 @@ class HeadLoss:
         return self.model.get_output_embeddings() is self.head
 
     @contextmanager
-    def passing(self) -> Iterator[None]:
-        """The head hands its input through: the model's logits are its final hidden states."""
+    def passing(self, labels: torch.Tensor | None = None) -> Iterator[None]:
+        """The head hands its input through: the model's logits are its final hidden states;
+        given the batch's `labels` ([batch, length]), only the rows a label after them trains."""
         self.head.stage.passthrough = True
         try:
-            yield
+            with self.rows.only(self._wanted(labels)) if labels is not None else nullcontext():
+                yield
         finally:
             self.head.stage.passthrough = False
+
+    def _wanted(self, labels: torch.Tensor) -> torch.Tensor:
+        wanted = torch.zeros_like(labels, dtype=torch.bool)
+        wanted[:, :-1] = self.trained(labels[:, 1:])
+        return wanted
+
+    def trained(self, labels: torch.Tensor) -> torch.Tensor:
+        return (labels >= 0) & (labels < self.vocabulary)
 
     def __call__(self, hidden: torch.Tensor, labels: torch.Tensor
                  ) -> tuple[torch.Tensor, int, int]:
@@ -57,7 +69,7 @@ class HeadLoss:
         autograd records an autograd node of `hidden`; the labels trained; the right answers).
         Only the rows of trained labels go to the executor: an ignored row's loss and gradient
         are zero, and a chat job's prompt and a batch's padding make many rows of a step."""
-        trained = (labels >= 0) & (labels < self.vocabulary)
+        trained = self.trained(labels)
         count = int(trained.sum())
         step = torch.is_grad_enabled()
         if count == 0:  # nothing here is learned: no call
@@ -117,7 +129,8 @@ def enable_head_loss(model: nn.Module, handle: ExecutorHandle) -> HeadLoss | Non
             or any(s.kind != LayerKind.LOSS or s.in_features != head.spec.in_features + DIGITS
                    for s in (step, evaluation)):
         return None
-    model.symbiosis_head_loss = HeadLoss(model, head, step, evaluation, handle)
+    model.symbiosis_head_loss = HeadLoss(model, head, step, evaluation, handle,
+                                         enable_trained_rows(model, recipe))
     return model.symbiosis_head_loss
 
 

@@ -37,6 +37,7 @@ from workers.remote.lead import enable_lead
 from workers.remote.parts import Parts
 from workers.remote.places import Ahead, places, staged_targets, untouched
 from workers.remote.tail import Tail, enable_tail
+from workers.remote.trained_rows import scattered
 
 # In training a stretch saves calls (a llama-160m step: 27 instead of 97) and runs the frozen
 # norms and the MLP's activation in the executor. Its backward needs the MLP's input products:
@@ -127,15 +128,20 @@ class StretchControl:
         self.calls += 1
         targets = self.targets
         training = torch.is_grad_enabled() and (attn.requires_grad or residual.requires_grad)
+        chosen = self.chosen(residual)
+        if chosen is not None:
+            attn_rows, residual_rows = attn_rows[chosen], residual_rows[chosen]
         if training:
             outs = _StretchFn.apply(attn_rows, residual_rows, self)
         else:  # views of one fresh result: nothing holds them but this forward
             rows = torch.cat([attn_rows, residual_rows], dim=1)
-            if self.tail is not None and self.tail.usable(residual):
+            if chosen is None and self.tail is not None and self.tail.usable(residual):
                 targets = self.tail.targets
                 outs = self.tail.run(self, rows)
             else:
                 outs = self.forward_rows(rows, CallKind.INFERENCE, own=False)
+        if chosen is not None:  # the last layer's, under the head's loss: no layer follows
+            return scattered(outs[0], chosen, residual.shape)
         h = outs[0].view(residual.shape)
         if targets:
             lead = residual.shape[:-1]
@@ -143,6 +149,11 @@ class StretchControl:
                                     [out.view(*lead, out.shape[1]) for out in outs[2:]],
                                     owned=training)
         return h
+
+    def chosen(self, residual: torch.Tensor) -> torch.Tensor | None:
+        """The rows a loss wants of the last layer (`workers.remote.trained_rows`), if only some."""
+        rows = None if self.targets else getattr(self.layer, "symbiosis_trained_rows", None)
+        return rows.chosen(residual.shape) if rows is not None else None
 
     def forward_rows(self, rows: torch.Tensor | Parts, kind: CallKind, own: bool = True,
                      spec: LayerSpec | None = None) -> tuple[torch.Tensor, ...]:

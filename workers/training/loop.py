@@ -78,7 +78,7 @@ def token_losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]):
     head loss where the model has one (`workers.remote.loss`), else from the logits."""
     batch = {name: t.to(model.device) for name, t in batch.items()}
     fused = head_loss(model)
-    with fused.passing() if fused is not None else contextlib.nullcontext():
+    with fused.passing(batch["labels"]) if fused is not None else contextlib.nullcontext():
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     length = batch["input_ids"].shape[1]
     logits = out.logits[:, -length:, :]  # prompt tuning prepends virtual tokens

@@ -1,6 +1,7 @@
 """A training step's loss through the executor's head loss (`workers.remote.loss`) against plain
-peft's logits and cross-entropy: the same loss, right answers and adapter gradients, and the head
-never called for logits; where the head is adapted, soft-capped or private, the logits path."""
+peft's logits and cross-entropy: the same loss, right answers and adapter gradients, the head
+never called for logits, nor the last layer after its attention for rows no label trains; where
+the head is adapted, soft-capped or private, the logits path."""
 
 from __future__ import annotations
 
@@ -62,7 +63,10 @@ def assert_equal_evaluations(plain, ours, batch: dict[str, torch.Tensor]) -> Non
     ("tiny-llama", "lora"), ("tiny-gpt2", "ia3"), ("tiny-qwen2", "prompt_tuning"),
     ("tiny-mistral", "prefix_tuning")])
 def test_a_step_through_the_head_loss_equals_peft(name: str, method: str) -> None:
-    """One `<head>+loss` call, of the 14 trained labels' rows only (2 of the 16 ignored)."""
+    """One `<head>+loss` call, of the 14 trained labels' rows only (2 of the 16 ignored), and
+    after its attention the last layer's calls (its MLP's projections, or its stretch) of those
+    rows too (`workers.remote.trained_rows`), the first layer's of every row (18, or 26 with
+    prompt tuning's virtual tokens); LoRA and IA3 take the projections, the rest the stretches."""
     called: list[tuple[str, int]] = []
     handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append((spec.name,
                                                                              x.shape[0])))
@@ -73,6 +77,9 @@ def test_a_step_through_the_head_loss_equals_peft(name: str, method: str) -> Non
     names = [name for name, _ in called]
     assert ("lm_head+loss", 14) in called and names.count("lm_head+loss") == 1
     assert "lm_head" not in names
+    after = {layer: {rows for name, rows in called if f".{layer}.mlp." in name
+                     or f".{layer}.stretch" in name} for layer in (0, 1)}  # tiny: 2 layers
+    assert after[1] == {14} and len(after[0]) == 1 and min(after[0]) > 14, after
 
 
 def test_a_micro_batch_with_nothing_to_learn_makes_no_head_call() -> None:

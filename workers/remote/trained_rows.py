@@ -1,0 +1,82 @@
+"""The last decoder layer after its attention computes only the rows whose next token is
+trained, while the head's loss runs (`workers.remote.loss`).
+
+The head's loss takes the final hidden states of the trained labels' rows only; every earlier
+layer must compute every row (the last layer's attention reads their keys and values), but after
+the last layer's attention a row that no label trains goes nowhere. A chat job's prompt and a
+batch's padding are about half a GSM8K batch's rows, and the last layer's MLP a twentieth of
+llama-160m's frozen products. `enable_trained_rows` gives the last decoder layer a `TrainedRows`
+(`symbiosis_trained_rows`), which its stretch call reads (`workers.remote.stretch`), and swaps
+its MLP's forward for one that runs the chosen rows only (adapters on the MLP's projections
+still apply: peft wraps them, not the MLP); the rows left out come back as zeros, which no loss
+reads, so the loss and every gradient are plain peft's.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from catalogue.stretches import Recipe
+
+
+class TrainedRows:
+    """The rows (of `[batch, length]`) whose next token is trained, while a loss is computed."""
+
+    def __init__(self) -> None:
+        self.wanted: torch.Tensor | None = None  # [batch, tokens], right-aligned to the rows
+
+    @contextmanager
+    def only(self, wanted: torch.Tensor) -> Iterator[None]:
+        self.wanted = wanted
+        try:
+            yield
+        finally:
+            self.wanted = None
+
+    def chosen(self, shape: torch.Size) -> torch.Tensor | None:
+        """The flat indices of the wanted rows of a `[batch, length, width]` input (virtual
+        tokens that prompt tuning prepends are not wanted); None: all rows run (none chosen,
+        all of them, or not the shape of the batch in hand)."""
+        wanted = self.wanted
+        if wanted is None or len(shape) != 3 or wanted.shape[0] != shape[0] \
+                or wanted.shape[1] > shape[1]:
+            return None
+        count = int(wanted.sum())
+        if count == 0 or count == shape[0] * shape[1]:
+            return None
+        if wanted.shape[1] < shape[1]:
+            wanted = F.pad(wanted, (shape[1] - wanted.shape[1], 0))
+        return wanted.reshape(-1).nonzero().squeeze(1)
+
+
+def scattered(rows: torch.Tensor, chosen: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """`rows` (the chosen ones) put back at their places among `shape[:-1]`'s, zeros between."""
+    flat = rows.new_zeros(shape[:-1].numel(), rows.shape[-1])
+    return flat.index_copy(0, chosen, rows).view(*shape[:-1], rows.shape[-1])
+
+
+def enable_trained_rows(model: nn.Module, recipe: Recipe) -> TrainedRows:
+    """Give the model's last decoder layer (and its MLP) a `TrainedRows`."""
+    layer = model.get_submodule(recipe.layers)[-1]
+    mlp = layer.get_submodule(recipe.down.rsplit(".", 1)[0])
+    rows = layer.symbiosis_trained_rows = TrainedRows()
+    original = types.MethodType(type(mlp).forward, mlp)
+
+    def forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # a layer recomputed in the backward (gradient checkpointing) does so past the loss
+        recomputed = layer.training and getattr(layer, "gradient_checkpointing", False)
+        chosen = None if recomputed else rows.chosen(x.shape)
+        if chosen is None:
+            return original(x, *args, **kwargs)
+        y = original(x.reshape(-1, x.shape[-1])[chosen].unsqueeze(0), *args, **kwargs)
+        return scattered(y[0], chosen, x.shape)
+
+    mlp.forward = types.MethodType(forward, mlp)
+    return rows
