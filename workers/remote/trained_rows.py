@@ -27,9 +27,11 @@ from catalogue.stretches import Recipe
 
 
 class TrainedRows:
-    """The rows (of `[batch, length]`) whose next token is trained, while a loss is computed."""
+    """The rows (of `[batch, length]`) whose next token is trained, while a loss is computed, for
+    the decoder layer `layer`."""
 
-    def __init__(self) -> None:
+    def __init__(self, layer: nn.Module) -> None:
+        self.layer = layer
         self.wanted: torch.Tensor | None = None  # [batch, tokens], right-aligned to the rows
 
     @contextmanager
@@ -43,10 +45,12 @@ class TrainedRows:
     def chosen(self, shape: torch.Size) -> torch.Tensor | None:
         """The flat indices of the wanted rows of a `[batch, length, width]` input (virtual
         tokens that prompt tuning prepends are not wanted); None: all rows run (none chosen,
-        all of them, or not the shape of the batch in hand)."""
+        all of them, not the shape of the batch in hand, or a layer recomputed in the backward,
+        as gradient checkpointing does, past the loss)."""
         wanted = self.wanted
         if wanted is None or len(shape) != 3 or wanted.shape[0] != shape[0] \
-                or wanted.shape[1] > shape[1]:
+                or wanted.shape[1] > shape[1] \
+                or (self.layer.training and getattr(self.layer, "gradient_checkpointing", False)):
             return None
         count = int(wanted.sum())
         if count == 0 or count == shape[0] * shape[1]:
@@ -66,17 +70,16 @@ def enable_trained_rows(model: nn.Module, recipe: Recipe) -> TrainedRows:
     """Give the model's last decoder layer (and its MLP) a `TrainedRows`."""
     layer = model.get_submodule(recipe.layers)[-1]
     mlp = layer.get_submodule(recipe.down.rsplit(".", 1)[0])
-    rows = layer.symbiosis_trained_rows = TrainedRows()
-    original = types.MethodType(type(mlp).forward, mlp)
+    layer.symbiosis_trained_rows = mlp.symbiosis_trained_rows = TrainedRows(layer)
+    mlp.forward = types.MethodType(_mlp_forward, mlp)
+    return layer.symbiosis_trained_rows
 
-    def forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        # a layer recomputed in the backward (gradient checkpointing) does so past the loss
-        recomputed = layer.training and getattr(layer, "gradient_checkpointing", False)
-        chosen = None if recomputed else rows.chosen(x.shape)
-        if chosen is None:
-            return original(x, *args, **kwargs)
-        y = original(x.reshape(-1, x.shape[-1])[chosen].unsqueeze(0), *args, **kwargs)
-        return scattered(y[0], chosen, x.shape)
 
-    mlp.forward = types.MethodType(forward, mlp)
-    return rows
+def _mlp_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The MLP's own forward, of the chosen rows only where some are (`TrainedRows.chosen`)."""
+    forward = type(self).forward
+    chosen = self.symbiosis_trained_rows.chosen(x.shape)
+    if chosen is None:
+        return forward(self, x, *args, **kwargs)
+    y = forward(self, x.reshape(-1, x.shape[-1])[chosen].unsqueeze(0), *args, **kwargs)
+    return scattered(y[0], chosen, x.shape)

@@ -6,12 +6,14 @@ tests/workers/remote/test_loss.py."""
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from workers.remote.trained_rows import TrainedRows, scattered
 
 
 def test_chosen_rows_are_the_wanted_ones_right_aligned() -> None:
-    rows = TrainedRows()
+    layer = nn.Linear(8, 8)
+    rows = TrainedRows(layer)
     wanted = torch.tensor([[False, True, True], [True, False, False]])
     with rows.only(wanted):
         assert rows.chosen(torch.Size([2, 3, 8])).tolist() == [1, 2, 3]
@@ -23,6 +25,11 @@ def test_chosen_rows_are_the_wanted_ones_right_aligned() -> None:
     for every in (torch.zeros(2, 3, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)):
         with rows.only(every):  # none wanted, or all: every row runs, as without
             assert rows.chosen(torch.Size([2, 3, 8])) is None
+    layer.gradient_checkpointing = True  # recomputed in the backward, outside the loss
+    with rows.only(wanted):
+        assert rows.chosen(torch.Size([2, 3, 8])) is None
+        layer.eval()  # an evaluation recomputes nothing
+        assert rows.chosen(torch.Size([2, 3, 8])).tolist() == [1, 2, 3]
 
 
 def test_scattered_puts_the_rows_back_with_zeros_between() -> None:
