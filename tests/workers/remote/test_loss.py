@@ -106,11 +106,13 @@ def test_the_head_loss_through_an_executor_process_equals_peft(client_on, device
     assert_equal_evaluations(plain, ours, labelled_batch(plain, seed=2))
 
 
-@pytest.mark.parametrize(("name", "method"), [("tiny-llama", "lora"), ("tiny-gpt2", "ia3")])
+@pytest.mark.parametrize(("name", "method"), [("tiny-llama", "lora"), ("tiny-gpt2", "ia3"),
+                                           ("tiny-mistral", "prefix_tuning")])
 def test_an_evaluation_through_the_head_loss_without_its_gradient_equals_peft(
         name: str, method: str) -> None:
     """The trainer's `evaluate` (validation loss and accuracy) calls `<head>+eval` once a
-    micro-batch, never the head for logits nor `<head>+loss`, and gives plain peft's figures."""
+    micro-batch, never the head for logits nor `<head>+loss`, and gives plain peft's figures;
+    the last layer after its attention (projections, or a stretch) takes the trained rows only."""
     called: list[tuple[str, int]] = []
     handle = LocalExecutor.load(name, tap=lambda op, spec, x: called.append((spec.name,
                                                                              x.shape[0])))
@@ -119,6 +121,7 @@ def test_an_evaluation_through_the_head_loss_without_its_gradient_equals_peft(
     names = [name for name, _ in called]
     assert ("lm_head+eval", 14) in called and names.count("lm_head+eval") == 1
     assert "lm_head" not in names and "lm_head+loss" not in names
+    assert {rows for name, rows in called if ".1.mlp." in name or ".1.stretch" in name} == {14}
 
 
 def test_the_logits_path_stays_where_the_head_is_not_the_executors_alone() -> None:
