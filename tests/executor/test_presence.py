@@ -51,8 +51,9 @@ def test_lately_keeps_the_keys_of_its_last_two_passes() -> None:
     step = ((1, Op.FORWARD), (1, Op.BACKWARD), (9, Op.FORWARD))  # 9: the head's loss, say
     for layer, op in (*step, (4, Op.FORWARD), (4, Op.FORWARD), *step):  # an evaluation between
         me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
-    assert me.pass_calls == 5  # its step came back to each key 5 calls on (the 2nd 4 repeats no
-    assert (4, Op.FORWARD) in me.lately()  # pass: a key called twice in a row)
+    # its step came back to each key 5 calls on (the second call at 4, right after the first,
+    assert me.pass_calls == 5  # is no pass)
+    assert (4, Op.FORWARD) in me.lately()
     for _ in range(3):
         for layer, op in step:
             me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
