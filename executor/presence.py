@@ -28,8 +28,8 @@ class Presence:
     decode: bool = False  # its last call was a decode step
     served: float = 0.0  # when its last batch finished (0: never)
     gaps: dict[Key, float] = field(default_factory=dict)  # served -> next call here, smoothed
-    route: dict[Key, int] = field(default_factory=dict)  # where it has called: its latest call's
-    calls: int = 0  # number there, of its calls so far
+    route: dict[Key, int] = field(default_factory=dict)  # where it called: its latest call's no.
+    calls: int = 0  # its calls so far (their numbers)
     pass_calls: int = 0  # calls from its one before at a key to its latest there (0: no repeat)
     _lately: set[Key] | None = field(default=None, repr=False)  # of its calls so far
     _trains: set[int] | None = field(default=None, repr=False)  # likewise

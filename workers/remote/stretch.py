@@ -152,7 +152,7 @@ class StretchControl:
 
     def chosen(self, residual: torch.Tensor) -> torch.Tensor | None:
         """The rows a loss wants of the last layer (`workers.remote.trained_rows`), if only some."""
-        rows = None if self.targets else getattr(self.layer, "symbiosis_trained_rows", None)
+        rows = getattr(self.layer, "symbiosis_trained_rows", None)  # the last layer's only
         return rows.chosen(residual.shape) if rows is not None else None
 
     def forward_rows(self, rows: torch.Tensor | Parts, kind: CallKind, own: bool = True,
