@@ -4,9 +4,10 @@ scan and `Scheduler.hold_training` apply).
 
 A queue at `max_batch_rows` is ready; a queue of decode steps waits for its convoy (up to the
 policy's `convoy_s`, or the shortest wait a call's tenants allow, but not shorter than a batch of
-its own would cost) while a decode client that calls at its layer is queued earlier in the pass
-or an idle one is due here (`executor.presence.convoy`; a tenant whose adapter keeps it off the
-stretches takes the projections instead, and never comes to a stretch's queue); a queue of
+its own would cost) while a decode client that called at its layer lately (`Presence.lately`)
+is queued earlier in the pass or an idle one is due here (`executor.presence.convoy`; a tenant
+whose adapter keeps it off the stretches takes the projections instead, and never comes to a
+stretch's queue, nor, two passes on, does one whose adapters moved it off them); a queue of
 training calls waits likewise, up to `convoy_s` after its first call came, while an active
 trainer of the same shape (`Presence.trains`) that calls at its layer is neither in it nor
 queued elsewhere (`_trainers_to_come`) and no inference client is active (`_trainers_only`);
@@ -71,7 +72,7 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             behind, due = waits_for
             position = s.positions.get(key[0], key[0])
             here = {c.client for c in calls}
-            if any(at < position and client not in here and key in s.presence[client].route
+            if any(at < position and client not in here and key in s.presence[client].lately()
                    for client, at in behind):
                 yield queue, convoy_until - now
                 continue

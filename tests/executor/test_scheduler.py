@@ -200,6 +200,35 @@ def test_a_decode_step_waits_only_for_clients_that_call_at_its_layer(clock) -> N
     assert wait_of("a") == pytest.approx(BUDGETS.max_wait_s - 0.001)
 
 
+def test_a_decode_step_stops_waiting_for_a_client_two_passes_after_it_left_its_layer(clock
+                                                                                     ) -> None:
+    s = scheduler(Opportunistic(BUDGETS), clock)
+
+    def walk(client: str, layers: tuple[int, ...]) -> None:
+        for layer in layers:
+            call(s, client, layer)
+            clock.advance(0.001)  # past its own budget
+            assert clients_of(s.next_batch()) == [client]
+
+    def wait_of(client: str) -> float:
+        return next(w for q, w in queue_waits(s, clock.now) if q[0].client == client.encode())
+
+    walk("c", (0, 1, 2, 0, 1, 2))  # c decoded through layers 0, 1 and 2
+    walk("c", (0, 1))  # then its adapters moved it off layer 2 (say, onto the projections)
+    call(s, "a", 2)
+    call(s, "c", 0)  # behind a: within two passes it may still come (routes vary by step)
+    clock.advance(0.001)
+    assert wait_of("a") == pytest.approx(BUDGETS.max_wait_s - 0.001)
+    clock.advance(BUDGETS.max_wait_s)
+    assert clients_of(s.next_batch()) == ["c"]
+    assert clients_of(s.next_batch()) == ["a"]
+    walk("c", (1, 0, 1))  # its second pass without layer 2
+    call(s, "a", 2)
+    call(s, "c", 0)  # behind a again, but it no longer comes there: a waits for no one
+    clock.advance(0.001)
+    assert wait_of("a") <= 0
+
+
 def test_a_decode_step_waits_for_an_idle_client_due_within_twice_its_gap(clock) -> None:
     s = scheduler(Opportunistic(BUDGETS), clock)
     walk_with_gaps(s, clock)  # a and b walk layers 0 -> 1; each calls 2 ms after its reply
