@@ -58,9 +58,16 @@ class Presence:
         came back to a key): where its steps call now. The keys of an evaluation it made an epoch
         ago, or of a shorter last batch, fall out of it once it has walked its steps since."""
         if self._lately is None:
-            since = self.calls - LATELY_PASSES * self.pass_calls if self.pass_calls else 0
+            since = self._lately_since()
             self._lately = {key for key, at in self.route.items() if at > since}
         return self._lately
+
+    def called_lately(self, key: Key) -> bool:
+        """`key in self.lately()`, without building the set (the convoys ask it on every scan)."""
+        return self.route.get(key, 0) > self._lately_since()
+
+    def _lately_since(self) -> int:
+        return self.calls - LATELY_PASSES * self.pass_calls if self.pass_calls else 0
 
     def trains(self) -> set[int]:
         """The layers of its backward calls lately: where a job's steps train (its shape)."""

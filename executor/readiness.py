@@ -72,7 +72,7 @@ def queue_waits(s: Scheduler, now: float) -> Iterator[tuple[deque[PendingCall], 
             behind, due = waits_for
             position = s.positions.get(key[0], key[0])
             here = {c.client for c in calls}
-            if any(at < position and client not in here and key in s.presence[client].lately()
+            if any(at < position and client not in here and s.presence[client].called_lately(key)
                    for client, at in behind):
                 yield queue, convoy_until - now
                 continue
@@ -144,7 +144,7 @@ def _trainers_to_come(s: Scheduler, key: Key, waiting: bytes, active: set[bytes]
     behind it, does the job's next step wait only for peers that trained through that batch's
     layers too."""
     mine = s.presence[waiting].trains()
-    return any(not (p := s.presence[c]).inference and key in p.lately() and p.trains() >= mine
+    return any(not (p := s.presence[c]).inference and p.called_lately(key) and p.trains() >= mine
                and not p.pausing(now) for c in active - settled)
 
 

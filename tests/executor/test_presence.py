@@ -53,11 +53,13 @@ def test_lately_keeps_the_keys_of_its_last_two_passes() -> None:
         me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
     # its step came back to each key 5 calls on (the second call at 4, right after the first,
     assert me.pass_calls == 5  # is no pass)
-    assert (4, Op.FORWARD) in me.lately()
+    assert (4, Op.FORWARD) in me.lately() and me.called_lately((4, Op.FORWARD))
     for _ in range(3):
         for layer, op in step:
             me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
     assert me.pass_calls == 3 and me.lately() == set(step)  # the evaluation 4 passes ago: out
+    assert {key for key in me.route if me.called_lately(key)} == me.lately()  # asked key by key
+    assert not me.called_lately((7, Op.FORWARD))  # never called there
     for layer, op in ((1, Op.FORWARD), (2, Op.FORWARD), (2, Op.BACKWARD), (1, Op.BACKWARD),
                       (9, Op.FORWARD)):  # a last, shorter batch trains through 2 as well
         me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
