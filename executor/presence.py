@@ -64,7 +64,8 @@ class Presence:
 
     def called_lately(self, key: Key) -> bool:
         """`key in self.lately()`, without building the set (the convoys ask it on every scan)."""
-        return self.route.get(key, 0) > self._lately_since()
+        at = self.route.get(key)
+        return at is not None and at > self._lately_since()
 
     def _lately_since(self) -> int:
         return self.calls - LATELY_PASSES * self.pass_calls if self.pass_calls else 0

@@ -54,6 +54,8 @@ def test_lately_keeps_the_keys_of_its_last_two_passes() -> None:
     # its step came back to each key 5 calls on (the second call at 4, right after the first,
     assert me.pass_calls == 5  # is no pass)
     assert (4, Op.FORWARD) in me.lately() and me.called_lately((4, Op.FORWARD))
+    assert not me.called_lately((7, Op.FORWARD))  # never called there (2 passes reach back
+    # before its first call)
     for _ in range(3):
         for layer, op in step:
             me.arrive(pending(layer, 0.0, op=op, kind=CallKind.TRAINING), successor)
