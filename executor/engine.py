@@ -21,7 +21,6 @@ import torch
 from executor.calls import PendingCall
 from executor.clients import ClientTable
 from executor.columns import Columns, row_bands
-from executor.ports import DoorbellPort
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
 from executor.sharding import ShardsBroken
@@ -33,6 +32,10 @@ from wire.call.tensors import as_bytes, name_of
 from wire.call.threads import copy_threads, one_thread
 
 log = logging.getLogger("executor.engine")
+# A batch of several calls has its op write each call's rows into the call's memory itself
+# (`Joined.into_rows`) where every call's result is at least this large: below it a join per
+# call costs more in dispatch than the copy it saves (a decode step's row: 5 us against 0.3).
+IN_PLACE_CALL_BYTES = 64 * 2**10
 
 Reply = tuple[bytes, list]  # (client identity, frames after the identity)
 
@@ -56,12 +59,14 @@ class Engine:
         first = batch[0]
         run = self._runners[first.layer][first.op]
         count = self.scheduler.slices(batch) if between is not None else None
-        in_place = self._in_place(batch, run) if count is None else None
+        outs = self._in_place(batch, run) if count is None else None
         try:
             x = self._inputs(batch)
-            if in_place is not None:
-                y, elapsed = D.timed(lambda x: run.into(x, in_place[0]), x, self.device)
-                y = in_place[0]
+            if outs is not None:
+                into = (lambda x: run.into(x, outs[0])) if len(outs) == 1 \
+                    else (lambda x: run.into_rows(x, outs))
+                y, elapsed = D.timed(into, x, self.device)
+                y = outs[0]  # the first call's rows: the shape its replies name
             elif count is None:  # an empty call runs once too: it gets an empty result
                 y, elapsed = D.timed(run, x, self.device)
             elif (columns := self._columns[first.layer].get(first.op)) is not None:
@@ -79,26 +84,33 @@ class Engine:
         self.scheduler.observe_waits(batch, started)
         self.stats.record_batch(batch, started, elapsed)
         with copy_threads(y):
-            return self._deliver(batch, y, in_place[1] if in_place is not None else None)
+            return self._deliver(batch, y, outs is not None)
 
-    def _in_place(self, batch: list[PendingCall], run) -> tuple[torch.Tensor, DoorbellPort] | None:
-        """(the client's result region, its port) where the op writes its result there itself:
-        a lone doorbell call on the host, an op that can (`into`: stretches, leads, greedy
-        calls, whose last step joins parts). Else None: the result is written after."""
-        call = batch[0]
-        if len(batch) > 1 or call.reply_seq < 0 or self.device.type != "cpu" \
-                or not hasattr(run, "into"):
+    def _in_place(self, batch: list[PendingCall], run) -> list[torch.Tensor] | None:
+        """Each call's result region, in the batch's order, where the op writes the results
+        there itself: doorbell calls on the host, and an op that can (`into`: a lone call's
+        linear layer, stretch, lead or greedy step, whose last step joins parts; `into_rows`:
+        several calls' joined parts, each call's result `IN_PLACE_CALL_BYTES` or more). Else
+        None: the results are written after."""
+        first, several = batch[0], len(batch) > 1
+        if self.device.type != "cpu" or not hasattr(run, "into_rows" if several else "into"):
             return None
-        client = self.clients.get(call.client)
-        port = client.port if client is not None else None
-        if port is None or port.device_buffer is not None:
+        spec = self.registry.layers[first.layer].spec
+        width = spec.in_features if first.op == P.Op.BACKWARD else spec.out_features
+        dtype = self.registry.dtype
+        if several and min(c.rows for c in batch) * width * dtype.itemsize < IN_PLACE_CALL_BYTES:
             return None
-        spec = self.registry.layers[call.layer].spec
-        width = spec.in_features if call.op == P.Op.BACKWARD else spec.out_features
-        try:
-            return port.view(call.header.shm_out, self.registry.dtype, call.rows, width), port
-        except ValueError:  # checked when the call came; its memory is gone since
-            return None
+        outs = []
+        for call in batch:
+            client = self.clients.get(call.client) if call.reply_seq >= 0 else None
+            port = client.port if client is not None else None
+            if port is None or port.device_buffer is not None:
+                return None
+            try:
+                outs.append(port.view(call.header.shm_out, dtype, call.rows, width))
+            except ValueError:  # checked when the call came; its memory is gone since
+                return None
+        return outs
 
     def _by_columns(self, columns: Columns, x: torch.Tensor, count: int,
                     between: Callable[[float], None]) -> tuple[torch.Tensor, float]:
@@ -143,17 +155,18 @@ class Engine:
         return x
 
     def _deliver(self, batch: list[PendingCall], y: torch.Tensor,
-                 written_to: DoorbellPort | None = None) -> list[Reply]:
+                 in_place: bool = False) -> list[Reply]:
         """Each call's rows to its client: doorbell results are written first, then (after one
         wait for the device) published; socket calls' replies are returned. A batch of several
         calls on the host sends each its rows as bytes of the batch's result (no tensor op per
-        call); a lone call copies its whole result, which costs less than taking bytes, unless
-        the op wrote it into `written_to` (that call's port) itself."""
+        call); a lone call copies its whole result, which costs less than taking bytes; unless
+        the op wrote every call's rows into its memory itself (`in_place`: `y` is then the first
+        call's, for the shape)."""
         replies: list[Reply] = []
         written = []
         ndim, cols = y.dim(), (y.shape[1] if y.dim() == 2 else 0)
         single = len(batch) == 1
-        host = not single and y.device.type == "cpu"
+        host = not single and not in_place and y.device.type == "cpu"
         if host:
             y = y.detach() if y.requires_grad else y
             y = y if y.is_contiguous() else y.contiguous()
@@ -170,7 +183,7 @@ class Engine:
             port = client.port if client is not None else None
             if port is None:
                 continue  # it left while its call ran
-            if port is written_to:
+            if in_place:
                 written.append((call, port))
                 continue
             try:

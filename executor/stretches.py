@@ -57,6 +57,18 @@ class Joined:
             else:
                 torch.cat(parts, dim=1, out=out)
 
+    def into_rows(self, x: torch.Tensor, outs: list[torch.Tensor]) -> None:
+        """The parts joined straight into several calls' memory, `outs` each call's rows in the
+        batch's order: each byte written once, where a joined result of our own, then copied
+        call by call, passes over them twice more (a kept stretch's 256 rows, 8.9 MB: 0.8 ms
+        against 2.5, 2-core AMD EPYC)."""
+        parts, start = self.parts(x), 0
+        for out in outs:
+            stop = start + out.shape[0]
+            with copy_threads(out):
+                torch.cat([p[start:stop] for p in parts], dim=1, out=out)
+            start = stop
+
 
 class Stretch(Joined):
     """Forward: x [rows, attention width + hidden] -> [rows, hidden (+ hidden + next q/k/v

@@ -159,7 +159,8 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
     from bench.gpucheck import gpu_test_files
 
     assert gpu_test_files(Path("tests")) == [
-        "tests/executor/test_engine.py", "tests/wire/call/test_device.py",
+        "tests/executor/test_engine.py", "tests/executor/test_in_place.py",
+        "tests/wire/call/test_device.py",
         "tests/wire/call/test_digits.py", "tests/workers/inference/test_adapter_chunks.py",
         "tests/workers/inference/test_adapters.py",
         "tests/workers/inference/test_packed.py", "tests/workers/inference/test_placement.py",

@@ -1,11 +1,9 @@
 """The compute loop on a real registry: a sliced training batch gives the same rows as one matmul
 (cut into bands of columns where it is one, of rows elsewhere), and decode steps run between its
-slices. Each on the CPU and (gpu-marked) on a CUDA executor: its bands keep the process's threads,
-and no op writes into a client's memory itself there."""
+slices. Each on the CPU and (gpu-marked) on a CUDA executor: its bands keep the process's threads.
+Results written into a client's memory by the op itself: test_in_place.py."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -21,10 +19,7 @@ from executor.scheduler import Scheduler
 from executor.scheduling import macs_per_row
 from executor.stats import ExecutorStats
 from executor.targets import SliceTuner
-from wire.call import header as H
 from wire.call import messages as P
-from wire.call.doorbell import WorkerDoorbell
-from wire.call.shm import SHM_DIR, ShmBuffer
 from wire.call.tensors import dtype_of, from_bytes
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -156,56 +151,3 @@ def test_an_empty_call_gets_an_empty_result(device: str) -> None:
              torch.empty(0, linear.in_features))
     [(_, frames)] = engine.execute(scheduler.next_batch(), between=lambda: None)
     assert _rows(frames).shape == (0, linear.out_features)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_a_lone_call_writes_its_result_into_the_clients_memory_itself(device: str) -> None:
-    """A stretch's, a lead's and a greedy call's last step joins parts, and a linear layer's
-    product (forward and backward, `kernels.linear_into`) can be written where it goes: for a
-    lone doorbell call on a CPU executor each writes straight into the client's result region
-    (no write after), as no result of a GPU executor does (its results are on the device).
-    Either way the client reads what the op computes by itself."""
-    registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
-    table = ClientTable(device)
-    engine = Engine(registry, Scheduler(), table, ExecutorStats(), device)
-    segment = ShmBuffer.create(1 << 20)
-    doorbell = WorkerDoorbell.create_if_possible(SHM_DIR)
-    assert doorbell is not None
-    hello = P.Hello("client", os.getpid(), shm_name=segment.name, shm_size=segment.size,
-                    shm_token=segment.write_token(), doorbell=str(doorbell.prefix))
-    port = table.admit(b"identity", hello, os.geteuid()).port
-    writes: list[int] = []
-    for name in ("write", "write_bytes"):
-        real = getattr(port, name)
-        setattr(port, name, lambda offset, y, real=real: (writes.append(offset), real(offset, y)))
-    kinds = (P.LayerKind.STRETCH, P.LayerKind.LEAD, P.LayerKind.GREEDY, P.LayerKind.LINEAR)
-    calls = [(next(s for s in registry.specs if s.kind == kind), P.Op.FORWARD) for kind in kinds]
-    calls.append((calls[-1][0], P.Op.BACKWARD))
-    shm_in, shm_out = H.DATA_AT, H.DATA_AT + (64 << 10)
-    try:
-        for seq, (spec, op) in enumerate(calls, start=1):
-            rows = 3
-            width_in, width_out = (spec.out_features, spec.in_features) \
-                if op == P.Op.BACKWARD else (spec.in_features, spec.out_features)
-            x = torch.randint(0, 100, (rows,)) if spec.kind == P.LayerKind.LEAD \
-                else torch.randn(rows, width_in)
-            view = segment.view(shm_in, x.dtype, tuple(x.shape))
-            view.copy_(x)
-            header = P.Call(seq, op, spec.index, P.CallKind.INFERENCE, "", (), shm_in, shm_out)
-            before = len(writes)
-            assert engine.execute([PendingCall(b"identity", header, view, 0.0,
-                                               reply_seq=seq)]) == []
-            reply = H.read_reply(segment.raw, seq)
-            assert reply is not None and reply[1] == H.OK and reply[4:6] == (rows, width_out)
-            result = segment.view(shm_out, torch.float32, (rows, width_out))
-            alone = registry.run(op, registry.get(spec.index), x.to(device)).cpu()
-            torch.testing.assert_close(result, alone, **_same(device))
-            if spec.kind == P.LayerKind.LINEAR:  # the product itself, not a near one
-                w = registry.get(spec.index).weight.cpu()
-                torch.testing.assert_close(result, x @ (w if op == P.Op.BACKWARD else w.t()))
-            assert len(writes) - before == (0 if device == "cpu" else 1), (spec, op)
-    finally:
-        table.remove(b"identity")
-        doorbell.close()
-        segment.close()
-        segment.unlink()
