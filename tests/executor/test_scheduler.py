@@ -200,8 +200,8 @@ def test_a_decode_step_waits_only_for_clients_that_call_at_its_layer(clock) -> N
     assert wait_of("a") == pytest.approx(BUDGETS.max_wait_s - 0.001)
 
 
-def test_a_decode_step_stops_waiting_for_a_client_two_passes_after_it_left_its_layer(clock
-                                                                                     ) -> None:
+def test_a_decode_step_stops_waiting_for_a_client_that_left_its_layer(clock) -> None:
+    """Two passes after it last called there (`Presence.called_lately`)."""
     s = scheduler(Opportunistic(BUDGETS), clock)
 
     def walk(client: str, layers: tuple[int, ...]) -> None:
