@@ -100,17 +100,17 @@ def test_a_lone_call_writes_its_result_into_the_clients_memory_itself(device: st
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_several_calls_joined_parts_go_into_each_clients_memory_when_large(device: str
-                                                                          ) -> None:
-    """A batch of three clients' calls of a stretch and of a kept stretch (a training step's
-    forward): from `IN_PLACE_CALL_BYTES` a call the op joins each call's rows into its memory
+def test_several_calls_joined_parts_go_into_each_clients_memory_when_large(device: str) -> None:
+    """A batch of three clients' calls of a stretch, a kept stretch (a training step's
+    forward), a lead and a greedy step (several sequences' prompts, or their greedy steps, in
+    one call each): from `IN_PLACE_CALL_BYTES` a call the op joins each call's rows into its memory
     (no write after, on the CPU); below it (a decode step's few rows) the batch's result is
     written to each after. Each client gets its rows of what the op gives the batch's rows."""
     registry = LayerRegistry.load(resolve_model("tiny-llama"), device=device)
     table = ClientTable(device)
     engine = Engine(registry, Scheduler(), table, ExecutorStats(), device)
     writes: list[int] = []
-    kinds = (P.LayerKind.STRETCH, P.LayerKind.KEPT)
+    kinds = (P.LayerKind.STRETCH, P.LayerKind.KEPT, P.LayerKind.LEAD, P.LayerKind.GREEDY)
     specs = [next(s for s in registry.specs if s.kind == kind) for kind in kinds]
     names = [b"a", b"b", b"c"]
     seq = 0
@@ -120,7 +120,8 @@ def test_several_calls_joined_parts_go_into_each_clients_memory_when_large(devic
             large = -(-IN_PLACE_CALL_BYTES // (4 * spec.out_features))  # rows of a large call
             for rows in ([large, large + 5, large], [1, large, 2]):
                 seq += 1
-                xs = [torch.randn(n, spec.in_features) for n in rows]
+                xs = [torch.randint(0, 100, (n,)) if spec.kind == P.LayerKind.LEAD
+                      else torch.randn(n, spec.in_features) for n in rows]
                 batch = [_call(segment, name, seq, spec, P.Op.FORWARD, x)
                          for segment, name, x in zip(segments, names, xs, strict=True)]
                 before = len(writes)
@@ -131,5 +132,6 @@ def test_several_calls_joined_parts_go_into_each_clients_memory_when_large(devic
                     torch.testing.assert_close(
                         _result(segment, seq, mine.shape[0], spec.out_features), mine,
                         **_same(device))
-                in_place = device == "cpu" and min(rows) > 2
+                # (a greedy step's one row, its logits with it, is large enough by itself)
+                in_place = device == "cpu" and min(rows) >= large
                 assert len(writes) - before == (0 if in_place else len(names)), (spec, rows)
