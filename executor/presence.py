@@ -31,8 +31,7 @@ class Presence:
     route: dict[Key, int] = field(default_factory=dict)  # where it called: its latest call's no.
     calls: int = 0  # its calls so far (their numbers)
     pass_calls: int = 0  # calls from its one before at a key to its latest there (0: no repeat)
-    _lately: set[Key] | None = field(default=None, repr=False)  # of its calls so far
-    _trains: set[int] | None = field(default=None, repr=False)  # likewise
+    _trains: set[int] | None = field(default=None, repr=False)  # of its calls so far
 
     def arrive(self, call: PendingCall, successor: dict[Key, Key]) -> None:
         """A call of this client was queued."""
@@ -48,7 +47,7 @@ class Presence:
         if before is not None and before < self.calls - 1:
             self.pass_calls = self.calls - before
         self.route[call.key] = self.calls
-        self._lately = self._trains = None
+        self._trains = None
         self.inference = call.kind == CallKind.INFERENCE
         self.decode = call.lane == Lane.DECODE
         self.queued += 1
@@ -57,10 +56,8 @@ class Presence:
         """Where it called within its last `LATELY_PASSES` passes (everywhere it called, before it
         came back to a key): where its steps call now. The keys of an evaluation it made an epoch
         ago, or of a shorter last batch, fall out of it once it has walked its steps since."""
-        if self._lately is None:
-            since = self._lately_since()
-            self._lately = {key for key, at in self.route.items() if at > since}
-        return self._lately
+        since = self._lately_since()
+        return {key for key, at in self.route.items() if at > since}
 
     def called_lately(self, key: Key) -> bool:
         """`key in self.lately()`, without building the set (the convoys ask it on every scan)."""
@@ -71,7 +68,8 @@ class Presence:
         return self.calls - LATELY_PASSES * self.pass_calls if self.pass_calls else 0
 
     def trains(self) -> set[int]:
-        """The layers of its backward calls lately: where a job's steps train (its shape)."""
+        """The layers of its backward calls lately: where a job's steps train (its shape); kept
+        until its next call (the training convoy asks it of every active peer on each scan)."""
         if self._trains is None:
             self._trains = {layer for layer, op in self.lately() if op == Op.BACKWARD}
         return self._trains

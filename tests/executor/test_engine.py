@@ -31,12 +31,6 @@ def _exact(device: str) -> dict:
     return {"rtol": 0, "atol": 1e-6} if device == "cpu" else {}
 
 
-def _same(device: str) -> dict:
-    """The same op on the same rows: equal on the CPU; on a GPU within float32's tolerance (a
-    kernel chosen by the input's alignment may differ)."""
-    return {"rtol": 0, "atol": 0} if device == "cpu" else {}
-
-
 def _pending(s: Scheduler, client: str, op: P.Op, layer: int, kind: P.CallKind,
              x: torch.Tensor) -> PendingCall:
     call = PendingCall(client.encode(), P.Call(0, op, layer, kind, "float32", tuple(x.shape)), x,
