@@ -114,14 +114,15 @@ def calls(endpoint: str, layer_name: str, until: float) -> tuple[list[float], fl
     return latencies, now, 1
 
 
-def train(model, batch: int, length: int, until: float,
-          rng: torch.Generator) -> tuple[list[float], float]:
-    """A Trainer-style loop: AdamW, labels = inputs, gradient clipping."""
+def train(model, batch: int, length: int, until: float, rng: torch.Generator,
+          least: int = 0) -> tuple[list[float], float]:
+    """A Trainer-style loop: AdamW, labels = inputs, gradient clipping; steps until the window
+    closes and at least `least` of them."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
     model.train()
     latencies = []
-    while time.monotonic() < until:
+    while time.monotonic() < until or len(latencies) < least:
         ids = torch.randint(0, 50000, (batch, length), generator=rng).to(model.device)
         latencies.append(train_step(model, optimizer, params, ids))
     return latencies, time.monotonic()

@@ -64,7 +64,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="where the client runs its part")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--warmup", type=float, default=0,
-                   help="seconds of the same work before the barrier (kernels, allocator)")
+                   help="seconds of the same work before the barrier (kernels, allocator); "
+                        "train: at least one step")
+    p.add_argument("--min-units", type=int, default=0,
+                   help="train: at least this many steps in the window, however long they take")
     p.add_argument("--decode-target-ms", type=float, default=0,
                    help="ours: this client's decode steps' target in the executor, as a "
                         "tenant's `decode_target_ms` (0: the executor's own)")
@@ -199,7 +202,9 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id  # as a trainer pads
         return (*train_chat(model, examples, pad, args.batch, until), {})
-    return (*train(model, args.batch, args.length, until, rng), args.batch * args.length, {})
+    least = 1 if warm else args.min_units
+    return (*train(model, args.batch, args.length, until, rng, least), args.batch * args.length,
+            {})
 
 
 def _tokenizer(model: str):

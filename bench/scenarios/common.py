@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +81,11 @@ class Settings:
         if self.window_s is not None:
             return self.window_s
         return 2.0 if self.toy else 6.0 if self.quick else 30.0
+
+    @property
+    def rounds(self) -> int:
+        """Windows a side for rows measured in turn (`in_turn`): one in toy runs."""
+        return 1 if self.toy else 2
 
     def n(self, clients: int) -> int:
         """A scenario's client count (2 in toy runs)."""
@@ -188,6 +195,18 @@ def run_plain(settings: Settings, clients: list[dict], *, model: str | None = No
     return Group(argvs, forked=not fresh, side="plain",
                  zygote=None if fresh else settings.preloaded("plain"),
                  gpu=settings.on_gpu).run()
+
+
+def in_turn(settings: Settings, clients: list[dict],
+            sides: tuple[Callable, Callable] = (run_ours, run_plain)) -> tuple[float, float]:
+    """Ours' and plain's tokens/s (`sides` runs them), each the mean of `settings.rounds`
+    windows run in turn (ours, plain, plain, ours, ...), so that a host that speeds up or slows
+    down over a row's windows weighs on both sides alike."""
+    rates: list[list[float]] = [[], []]
+    for r in range(settings.rounds):
+        for side in (0, 1) if r % 2 == 0 else (1, 0):
+            rates[side].append(sides[side](settings, clients).tokens_per_s())
+    return statistics.fmean(rates[0]), statistics.fmean(rates[1])
 
 
 def gb(n_bytes: float) -> float:

@@ -188,3 +188,20 @@ def test_rows_of_mixed_lengths_decode_until_the_window_closes_on_either_side() -
     started = time.monotonic()
     gaps, last = padded_rounds(model, prompts, tokens=6, until=started + window)
     assert len(gaps) >= 6 - 1 and all(g > 0 for g in gaps) and last >= started + window
+
+
+def test_a_training_window_takes_at_least_its_steps_and_a_warm_up_one() -> None:
+    """A window too short for a step still counts `--min-units` of them (8 jobs of 2 x 128
+    made about one each in a quick window), and a warm-up makes one whatever its seconds."""
+    from bench.workload import _work, parser
+
+    model = _model()
+    for min_units, warm, steps in ((0, False, 0), (3, False, 3), (0, True, 1), (3, True, 1)):
+        args = parser().parse_args(["--kind", "train", "--side", "plain", "--model",
+                                    "tiny-llama", "--sync-dir", ".", "--index", "0",
+                                    "--batch", "1", "--length", "8",
+                                    "--min-units", str(min_units)])
+        rng, started = torch.Generator().manual_seed(0), time.monotonic()
+        latencies, done, per_unit, _ = _work(args, model, None, started - 1, rng, warm=warm)
+        assert len(latencies) == steps and per_unit == 8 and done >= started
+        assert all(seconds > 0 for seconds in latencies)
