@@ -11,8 +11,6 @@ from bench.scenarios.common import Settings, gb, in_turn, matmul_params, run_our
 
 LARGE = {"batch": 2, "length": 128}
 SMALL = {"batch": 1, "length": 32}
-
-
 WARM_UP_S = 0.001  # a training client's warm-up is at least one step (`bench.workload`)
 MIN_STEPS = 2  # 8 jobs of 2 x 128 make about one step each in a quick 6 s window
 
@@ -26,9 +24,12 @@ def steady(settings: Settings, n: int, shape: dict) -> list[dict]:
     """`jobs` measured in their steady state: each makes a step before the window (so a
     first step's one-time costs, fresh memory and first calls, stay out of it) and at least
     `MIN_STEPS` in it."""
-    least = 0 if settings.toy else MIN_STEPS
-    return [{**job, "warmup": WARM_UP_S, "min_units": least}
+    return [{**job, "warmup": WARM_UP_S, "min_units": _least(settings)}
             for job in jobs(n, shape, settings.duration)]
+
+
+def _least(settings: Settings) -> int:
+    return 0 if settings.toy else MIN_STEPS
 
 
 def memory(settings: Settings) -> list[Record]:
@@ -104,7 +105,7 @@ def throughput(settings: Settings) -> tuple[list[Record], dict]:
     counts = (1, 2) if settings.toy else (1, 8) if settings.quick else (1, 2, 4, 8)
     last = counts[-1]
     note = (f"each side the mean of {settings.rounds} windows, in turn; each job a step before "
-            f"a window, {steady(settings, 1, SMALL)[0]['min_units']} or more in it")
+            f"a window, {_least(settings)} or more in it")
     curves: dict = {}
     records = []
     for regime, shape in (("small steps 1x32", SMALL), ("large steps 2x128", LARGE)):
