@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class Group:
     zygote: Zygote | None = None  # the run's preloaded parent; else one just for this group
     gpu: bool = False  # sample the GPU's memory and utilization through the window
     side: str = "ours"  # whose environment the clients get (`bench.sides`)
+    at_go: Callable[[], object] | None = None  # called as the window opens (warm-ups done)
 
     def run(self, timeout_s: float = 1800) -> GroupResult:
         sync = Path(tempfile.mkdtemp(prefix="symb-bench-"))
@@ -92,6 +94,8 @@ class Group:
             sampler = GpuSampler() if self.gpu and GpuSampler.available() else None
             with PeakPss(lambda: parents + self.extra_pids) as pss, \
                     sampler or contextlib.nullcontext():
+                if self.at_go is not None:
+                    self.at_go()
                 (sync / "go").touch()
                 self._wait(clients.done, timeout_s)
             if clients.failed:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from bench.group import GroupResult
 from bench.records import Record
 from bench.scenarios.common import Settings, run_ours, run_plain
-from bench.scenarios.inference import DECODE_WARMUP_S
+from bench.scenarios.inference import decode_warmup
 
 PROMPT = 1024
 WHOLE = 10**9  # a chunk larger than any prompt: each prefilled whole
@@ -37,7 +37,7 @@ PADDED = 10**15  # bytes an attention call is counted to cost: never split, the 
 def long_prompts(settings: Settings) -> list[Record]:
     shape = {"kind": "beside", "method": "lora", "rank": 8, "running": 4,
              "prompt": 128 if settings.toy else PROMPT, "duration": settings.duration,
-             "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
+             "warmup": decode_warmup(settings)}
     chunked = run_ours(settings, [shape])
     whole = run_ours(settings, [{**shape, "chunk_tokens": WHOLE}])
     separate = run_ours(settings, [{**shape, "separate_forwards": True}])
@@ -79,7 +79,7 @@ def mixed_lengths(settings: Settings) -> list[Record]:
              "prompt": 256 if settings.toy else PROMPT, "length": SHORT, "tokens": TOKENS,
              "duration": settings.duration if settings.toy else max(settings.duration,
                                                                     LENGTHS_WINDOW_S),
-             "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
+             "warmup": decode_warmup(settings)}
     by_runs = run_ours(settings, [shape])
     padded = run_ours(settings, [{**shape, "attention_call_bytes": PADDED}])
     plain = run_plain(settings, [shape])

@@ -134,8 +134,10 @@ def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:
 
 
 def run_ours(settings: Settings, clients: list[dict], *, model: str | None = None,
-             policy: str = "opportunistic") -> GroupResult:
-    """Clients forked from a preloaded parent, against a fresh executor (counted in memory)."""
+             policy: str = "opportunistic",
+             at_go: Callable[[], object] | None = None) -> GroupResult:
+    """Clients forked from a preloaded parent, against a fresh executor (counted in memory);
+    `at_go` is called as their window opens, after their warm-ups."""
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
                                      dtype=settings.dtype, device=settings.device)
@@ -149,27 +151,29 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
     argvs = [client(side="ours", model=model, endpoint=process.endpoint, threads=threads(c),
                     device=settings.client_device, dtype=settings.dtype, **c) for c in clients]
     return Group(argvs, forked=True, extra_pids=[process.pid], zygote=settings.preloaded(),
-                 gpu=settings.on_gpu).run()
+                 gpu=settings.on_gpu, at_go=at_go).run()
 
 
 def watched(settings: Settings, clients: list[dict], policy: str = "opportunistic", *,
             model: str | None = None) -> tuple[GroupResult, dict]:
-    """`run_ours`, and what the executor's decode lane did meanwhile: its target, the share of
-    decode calls that met it, calls per batch, their mean wait, the executor's compute per
-    batch, the training slice at the end."""
+    """`run_ours`, and what the executor's decode lane did from the window's opening (the
+    clients' warm-ups left out) to the last client's end: its target, the share of decode calls
+    that met it, calls per batch, their mean wait, the executor's compute per batch, the
+    training slice at the end."""
     from workers.remote.client import ExecutorClient
 
     process = settings.executors.get(model or settings.model, policy=policy,
                                      threads=settings.threads, dtype=settings.dtype,
                                      device=settings.device)
     probe = ExecutorClient(process.endpoint, name="bench-probe")
+    opened = []
     try:
-        before = probe.stats().lanes["decode"]
-        result = run_ours(settings, clients, policy=policy, model=model)
+        result = run_ours(settings, clients, policy=policy, model=model,
+                          at_go=lambda: opened.append(probe.stats().lanes["decode"]))
         after = probe.stats()
     finally:
         probe.close()
-    lane = after.lanes["decode"]
+    before, lane = opened[0], after.lanes["decode"]
     calls, batches = lane.calls - before.calls, lane.batches - before.batches
     computed = lane.compute_s - before.compute_s
     return result, {"target_ms": lane.target_ms or 0.0,

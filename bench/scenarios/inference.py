@@ -6,8 +6,9 @@ from bench.group import Group
 from bench.models import RANKS
 from bench.records import Record
 from bench.scenarios.common import Settings, client, run_ours, run_plain, watched
+from bench.scenarios.training import LARGE, WARM_UP_S, jobs
 
-MIXED_WINDOW_S = 20.0
+MIXED_WINDOW_S = 20.0  # beside 6 tenants a job's step takes ~10 s on 2 cores
 DECODE_WARMUP_S = 2.0  # each decode client's same work before the window: steady decode, which
 # a 6 s window of cold clients did not show (a shared worker's first round ran ~20 % slower)
 
@@ -17,14 +18,36 @@ def tenants(n: int, duration: float, kind: str = "decode", methods=("lora",), **
              "duration": duration, **extra} for i in range(n)]
 
 
+def decode_warmup(settings: Settings) -> float:
+    return DECODE_WARMUP_S * (0.25 if settings.toy else 1)
+
+
+def mixed_window(settings: Settings) -> float:
+    """The mixed scenarios' windows (6, 6c, 6d): at least MIXED_WINDOW_S (toy: the toy's)."""
+    return settings.duration if settings.toy else max(settings.duration, MIXED_WINDOW_S)
+
+
+def mixed_tenants(settings: Settings, n: int) -> list[dict]:
+    """`n` decoding tenants of the mixed scenarios, each in steady decode as the window opens
+    (it has decoded for `decode_warmup` before)."""
+    return tenants(n, mixed_window(settings), warmup=decode_warmup(settings))
+
+
+def mixed_jobs(settings: Settings) -> list[dict]:
+    """The mixed scenarios' 2 fine-tuning jobs of 2 x 128 steps (toy: one), each as the window
+    opens at the start of a step, not its first: a first step's one-time costs and its place
+    in a window of a few steps stay out of it."""
+    return [{**job, "warmup": WARM_UP_S}
+            for job in jobs(1 if settings.toy else 2, LARGE, mixed_window(settings))]
+
+
 def decode(settings: Settings) -> list[Record]:
     """8 tenants, each with its own LoRA adapter (ranks 8-64), greedy decode of 32 tokens: each
     in a worker of its own (ours) against 8 processes and against one peft process with
     mixed-adapter batches; and all in one worker of the shared pool against the latter. Every
     client decodes for DECODE_WARMUP_S before the window opens."""
     n = settings.n(8)
-    window = {"duration": settings.duration,
-              "warmup": DECODE_WARMUP_S * (0.25 if settings.toy else 1)}
+    window = {"duration": settings.duration, "warmup": decode_warmup(settings)}
     ours = run_ours(settings, tenants(n, **window))
     plain = run_plain(settings, tenants(n, **window), fresh=True)  # memory too
     mixed = Group([client("decode", side="plain", model=settings.model, threads=settings.threads,
@@ -52,16 +75,13 @@ def decode(settings: Settings) -> list[Record]:
 
 
 def mixed(settings: Settings) -> list[Record]:
-    """6 inference tenants + 2 fine-tuning jobs against 8 inference tenants (both ours), in
-    windows of at least MIXED_WINDOW_S: beside 6 tenants a job's step takes ~10 s on 2 cores, so
-    a 6 s window counted the first step or none."""
-    window = settings.duration if settings.toy else max(settings.duration, MIXED_WINDOW_S)
-    training = [{"kind": "train", "method": "lora", "rank": 8, "batch": 2, "length": 128,
-                 "duration": window}] * 2
+    """6 inference tenants + 2 fine-tuning jobs against 8 inference tenants (both ours), and the
+    jobs against themselves alone, each client in its steady state (`mixed_tenants`,
+    `mixed_jobs`)."""
+    training = mixed_jobs(settings)
     inference = settings.n(8) - len(training) if not settings.toy else 1
-    training = training[:1] if settings.toy else training
-    with_jobs, mixed_lane = watched(settings, tenants(inference, window) + training)
-    only, only_lane = watched(settings, tenants(inference + len(training), window))
+    with_jobs, mixed_lane = watched(settings, mixed_tenants(settings, inference) + training)
+    only, only_lane = watched(settings, mixed_tenants(settings, inference + len(training)))
     jobs_alone = run_ours(settings, training)
     target = mixed_lane["target_ms"]
     return [

@@ -10,15 +10,13 @@ from __future__ import annotations
 from bench.group import GroupResult
 from bench.records import Record
 from bench.scenarios.common import Settings, watched
-from bench.scenarios.inference import MIXED_WINDOW_S, tenants
+from bench.scenarios.inference import mixed_jobs, mixed_tenants
 from bench.scenarios.targets import first_tenant, other_tenants
 
 
 def inter_token_target(settings: Settings) -> list[Record]:
-    window = settings.duration if settings.toy else max(settings.duration, MIXED_WINDOW_S)
-    jobs = [{"kind": "train", "method": "lora", "rank": 8, "batch": 2, "length": 128,
-             "duration": window}] * (1 if settings.toy else 2)
-    inference = tenants(2 if settings.toy else settings.n(8) - len(jobs), window)
+    jobs = mixed_jobs(settings)
+    inference = mixed_tenants(settings, 2 if settings.toy else settings.n(8) - len(jobs))
     plain, plain_lane = watched(settings, inference + jobs)
     target_ms = first_tenant(plain).latency_ms(0.5)
     paced, paced_lane = watched(settings, [{**inference[0], "inter_token_target_ms": target_ms},

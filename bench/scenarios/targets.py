@@ -10,16 +10,14 @@ from dataclasses import replace
 from bench.group import GroupResult
 from bench.records import Record
 from bench.scenarios.common import Settings, watched
-from bench.scenarios.inference import MIXED_WINDOW_S, tenants
+from bench.scenarios.inference import mixed_jobs, mixed_tenants
 
 TIGHT_MS = 0.1  # a tenth of the executor's own decode target (1 ms)
 
 
 def own_target(settings: Settings) -> list[Record]:
-    window = settings.duration if settings.toy else max(settings.duration, MIXED_WINDOW_S)
-    jobs = [{"kind": "train", "method": "lora", "rank": 8, "batch": 2, "length": 128,
-             "duration": window}] * (1 if settings.toy else 2)
-    inference = tenants(2 if settings.toy else settings.n(8) - len(jobs), window)
+    jobs = mixed_jobs(settings)
+    inference = mixed_tenants(settings, 2 if settings.toy else settings.n(8) - len(jobs))
     tight, tight_lane = watched(settings, [{**inference[0], "decode_target_ms": TIGHT_MS},
                                             *inference[1:], *jobs])
     plain, plain_lane = watched(settings, inference + jobs)

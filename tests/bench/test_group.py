@@ -51,3 +51,16 @@ def test_a_client_dying_before_the_barrier_fails_the_group_quickly(zygote) -> No
     assert time.monotonic() - started < 60  # not the group's 30-minute timeout
     again = Group([_decode()], forked=True, zygote=zygote).run()  # the parent goes on serving
     assert len(again.results) == 1
+
+
+def test_the_window_opens_after_every_clients_warm_up(zygote) -> None:
+    """`at_go` (where `watched` reads the executor's figures before the window) runs once, when
+    both clients have built their model and warmed up for 2 s: their 0.5 s windows are what is
+    left after it."""
+    started, opened = time.monotonic(), []
+    warm = [*_decode(), "--warmup", "2.0"]
+    Group([warm, warm], forked=True, zygote=zygote,
+          at_go=lambda: opened.append(time.monotonic())).run()
+    ended = time.monotonic()
+    assert len(opened) == 1 and opened[0] - started >= 2.0
+    assert ended - opened[0] < 2.0  # called at the launch, it would have the warm-ups after it
