@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bench.kinds import KINDS, TRAINING_KINDS
 from bench.loops import calls, decode, decode_mixed, prefill, train, train_chat
 from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
@@ -34,10 +35,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["ours", "plain"], default="ours")
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
-    p.add_argument("--kind", choices=["decode", "prefill", "train", "chat", "long", "beside",
-                                      "lengths", "calls"],
-                   required=True, help="chat: train on GSM8K's chat file, --batch examples a "
-                   "step; long: long-context decode, --prompt tokens of context; "
+    p.add_argument("--kind", choices=KINDS, required=True,
+                   help="chat: train on GSM8K's chat file, --batch examples a step; long: "
+                   "long-context decode, --prompt tokens of context; "
                    "beside (ours): --running sequences decode while prompts of --prompt tokens "
                    "keep arriving; lengths: --running sequences decode together, one prompt of "
                    "--prompt tokens, the others of --length")
@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    training = args.kind in ("train", "chat")
+    training = args.kind in TRAINING_KINDS
     if training and args.side == "ours":
         from workers.training.process import run_as_trainer
 

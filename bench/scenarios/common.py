@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.executors import ExecutorPool
 from bench.group import Group, GroupResult
+from bench.kinds import TRAINING_KINDS
 from bench.sides import environment
 from bench.zygote import Zygote
 
@@ -115,9 +116,6 @@ def worker_threads(settings: Settings, workers: int = 1) -> int:
     from workers.manager.config import ManagerConfig
 
     return ThreadShare(settings.threads, ManagerConfig().worker_threads).of(workers)
-
-
-TRAINING_KINDS = ("train", "chat")  # a chat job's `length`: about its examples' tokens
 
 
 def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:

@@ -1,0 +1,6 @@
+"""The benchmark client's kinds of work (`python -m bench.workload --kind`), for the client and
+the scenarios that start it."""
+
+INFERENCE_KINDS = ("decode", "prefill", "long", "beside", "lengths", "calls")
+TRAINING_KINDS = ("train", "chat")  # a chat job's `length`: about its examples' tokens
+KINDS = INFERENCE_KINDS + TRAINING_KINDS
