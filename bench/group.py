@@ -2,7 +2,9 @@
 
 Baseline clients are separate processes (what a user would run otherwise); ours are forked
 from one preloaded parent, as the worker manager does. All wait at a barrier (files in a sync
-directory) until every client has built its model, then run for the same window.
+directory) until every client has built its model, then run for the same window. A held client
+(`--held`) runs on past its window until the others are done (the directory's `release` file),
+so that all they measure ran beside it.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Group:
                 if self.at_go is not None:
                     self.at_go()
                 (sync / "go").touch()
+                self._release(sync, clients, timeout_s)
                 self._wait(clients.done, timeout_s)
             if clients.failed:
                 raise RuntimeError("a benchmark client failed")
@@ -110,6 +113,16 @@ class Group:
             if zygote is not None and zygote is not self.zygote:
                 zygote.close()
             shutil.rmtree(sync, ignore_errors=True)
+
+    def _release(self, sync: Path, clients, timeout_s: float) -> None:
+        """Let the held clients end their windows once the others have written their results
+        (or all have exited: a held client's window ends by itself at last, `HELD_MAX_S`)."""
+        held = [i for i, argv in enumerate(self.argvs) if "--held" in argv]
+        if held:
+            others = [i for i in range(len(self.argvs)) if i not in held]
+            self._wait(lambda: all((sync / f"{i}.json").exists() for i in others)
+                       or clients.done(), timeout_s)
+        (sync / "release").touch()
 
     @staticmethod
     def _wait(done, timeout_s: float) -> None:

@@ -4,6 +4,8 @@ until the window closes and returns each unit's latency and when the last unit e
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -18,12 +20,31 @@ def settle(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+HELD_MAX_S = 600.0  # a held client's window closes this long after `until` at the latest
+
+
+@dataclass(frozen=True)
+class Window:
+    """When a decode client's window closes: at `until`, or for a held client (`release`: its
+    group's release file) only once its group releases it after that, so that what the group's
+    other clients measure runs beside it throughout (a mixed scenario's jobs make their steps
+    beside decoding tenants, `bench.group`)."""
+
+    until: float
+    release: Path | None = None
+
+    def closed(self, now: float) -> bool:
+        if now < self.until:
+            return False
+        return self.release is None or now >= self.until + HELD_MAX_S or self.release.exists()
+
+
 class TokenClock(StoppingCriteria):
     """Stamps each generated token and ends the generation when the window closes, so a
     client's last generate() does not run past the measured window."""
 
-    def __init__(self, until: float, paced: PacedTokens | None = None) -> None:
-        self.until = until
+    def __init__(self, until: float | Window, paced: PacedTokens | None = None) -> None:
+        self.window = until if isinstance(until, Window) else Window(until)
         self.stamps: list[float] = []
         self.paced = paced  # the client's end-to-end target between tokens, if it asks one
 
@@ -32,7 +53,7 @@ class TokenClock(StoppingCriteria):
         self.stamps.append(now)
         if self.paced is not None:
             self.paced.token()
-        return torch.full((input_ids.shape[0],), now >= self.until, dtype=torch.bool,
+        return torch.full((input_ids.shape[0],), self.window.closed(now), dtype=torch.bool,
                           device=input_ids.device)  # transformers ands it with a tensor there
 
     @property
@@ -52,7 +73,7 @@ class TokenClock(StoppingCriteria):
         return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
 
 
-def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator,
+def decode(model, prompt: int, tokens: int, until: float | Window, rng: torch.Generator,
            first: bool = True, paced: PacedTokens | None = None
            ) -> tuple[list[float], float, list[float]]:
     """generate() calls until the window closes: each token's latency, when the last came, and
@@ -60,7 +81,7 @@ def decode(model, prompt: int, tokens: int, until: float, rng: torch.Generator,
     the latencies (it also paid the prefill)."""
     model.eval()
     clock, latencies, firsts = TokenClock(until, paced), [], []
-    while time.monotonic() < until:
+    while not clock.window.closed(time.monotonic()):
         ids = torch.randint(0, 50000, (1, prompt), generator=rng).to(model.device)
         gaps = clock.generate(model, ids, tokens)
         firsts += gaps[:1]

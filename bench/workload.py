@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bench.kinds import KINDS, TRAINING_KINDS
-from bench.loops import calls, decode, decode_mixed, prefill, train, train_chat
+from bench.loops import Window, calls, decode, decode_mixed, prefill, train, train_chat
 from bench.models import RANKS, build, build_mixed
 from bench.paced import PacedTokens
 from bench.sides import wait_policy
@@ -68,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
                         "train: at least one step")
     p.add_argument("--min-units", type=int, default=0,
                    help="train: at least this many steps in the window, however long they take")
+    p.add_argument("--held", action="store_true",
+                   help="decode: past --duration, until the group's other clients are done")
     p.add_argument("--decode-target-ms", type=float, default=0,
                    help="ours: this client's decode steps' target in the executor, as a "
                         "tenant's `decode_target_ms` (0: the executor's own)")
@@ -91,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.held and (args.kind != "decode" or args.adapters):
+        raise SystemExit("--held: a decode client of one adapter only")
     training = args.kind in TRAINING_KINDS
     if training and args.side == "ours":
         from workers.training.process import run_as_trainer
@@ -165,7 +169,8 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
     if args.kind == "decode" and args.adapters:
         return (*decode_mixed(model, args.adapters, args.prompt, args.tokens, until, rng), 1, {})
     if args.kind == "decode":
-        latencies, done, firsts = decode(model, args.prompt, args.tokens, until, rng,
+        window = Window(until, args.sync_dir / "release" if args.held and not warm else None)
+        latencies, done, firsts = decode(model, args.prompt, args.tokens, window, rng,
                                          paced=paced)
         return latencies, done, 1, {"first_tokens": firsts}
     if args.kind == "prefill":

@@ -24,11 +24,12 @@ def steady(settings: Settings, n: int, shape: dict) -> list[dict]:
     """`jobs` measured in their steady state: each makes a step before the window (so a
     first step's one-time costs, fresh memory and first calls, stay out of it) and at least
     `MIN_STEPS` in it."""
-    return [{**job, "warmup": WARM_UP_S, "min_units": _least(settings)}
+    return [{**job, "warmup": WARM_UP_S, "min_units": least_steps(settings)}
             for job in jobs(n, shape, settings.duration)]
 
 
-def _least(settings: Settings) -> int:
+def least_steps(settings: Settings) -> int:
+    """A job's least steps in a measured window (none in toy runs)."""
     return 0 if settings.toy else MIN_STEPS
 
 
@@ -105,7 +106,7 @@ def throughput(settings: Settings) -> tuple[list[Record], dict]:
     counts = (1, 2) if settings.toy else (1, 8) if settings.quick else (1, 2, 4, 8)
     last = counts[-1]
     note = (f"each side the mean of {settings.rounds} windows, in turn; each job a step before "
-            f"a window, {_least(settings)} or more in it")
+            f"a window, {least_steps(settings)} or more in it")
     curves: dict = {}
     records = []
     for regime, shape in (("small steps 1x32", SMALL), ("large steps 2x128", LARGE)):

@@ -64,3 +64,13 @@ def test_the_window_opens_after_every_clients_warm_up(zygote) -> None:
     ended = time.monotonic()
     assert len(opened) == 1 and opened[0] - started >= 2.0
     assert ended - opened[0] < 2.0  # called at the launch, it would have the warm-ups after it
+
+
+def test_a_held_client_decodes_until_the_others_are_done(zygote) -> None:
+    """A mixed scenario's tenants (`--held`) decode past their window until the jobs beside them
+    have made their steps; with no other client a held one ends with its window."""
+    held = [*_decode(0.5), "--held"]
+    beside = Group([held, _decode(2.0)], forked=True, zygote=zygote).run()
+    assert beside.results[0]["elapsed"] >= 2.0  # its own window: 0.5 s
+    alone = Group([held], forked=True, zygote=zygote).run()
+    assert 0.5 <= alone.results[0]["elapsed"] < 2.0

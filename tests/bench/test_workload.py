@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from bench.group import GroupResult
-from bench.loops import TokenClock, decode
+from bench.loops import HELD_MAX_S, TokenClock, Window, decode
 from catalogue.resolve import resolve_model
 
 
@@ -205,3 +205,13 @@ def test_a_training_window_takes_at_least_its_steps_and_a_warm_up_one() -> None:
         latencies, done, per_unit, _ = _work(args, model, None, started - 1, rng, warm=warm)
         assert len(latencies) == steps and per_unit == 8 and done >= started
         assert all(seconds > 0 for seconds in latencies)
+
+
+def test_a_held_window_closes_once_released_after_its_time(tmp_path) -> None:
+    release = tmp_path / "release"
+    held, plain = Window(100.0, release), Window(100.0)
+    assert not held.closed(99.9) and not plain.closed(99.9)
+    assert plain.closed(100.0) and not held.closed(100.0) and not held.closed(100 + HELD_MAX_S / 2)
+    assert held.closed(100.0 + HELD_MAX_S)  # a group that never releases it: at last
+    release.touch()
+    assert not held.closed(99.9) and held.closed(100.0)
