@@ -6,7 +6,7 @@ from bench.group import Group
 from bench.models import RANKS
 from bench.records import Record
 from bench.scenarios.common import Settings, client, run_ours, run_plain, watched
-from bench.scenarios.training import LARGE, WARM_UP_S, jobs, least_steps
+from bench.scenarios.training import LARGE, steady
 
 MIXED_WINDOW_S = 20.0  # at least: the jobs' steps may hold their tenants longer (`mixed_jobs`)
 DECODE_WARMUP_S = 2.0  # each decode client's same work before the window: steady decode, which
@@ -37,13 +37,10 @@ def mixed_tenants(settings: Settings, n: int, window: float | None = None) -> li
 
 
 def mixed_jobs(settings: Settings) -> list[dict]:
-    """The mixed scenarios' 2 fine-tuning jobs of 2 x 128 steps (toy: one), each as the window
-    opens at the start of a step, not its first (a first step's one-time costs stay out), and
-    at least `least_steps` of them in it, however long they take: beside 6 tenants a step
-    took 11-39 s on 2 cores, and a 20 s window's one step, ending after the tenants had
-    stopped, counted training that mostly ran alone."""
-    return [{**job, "warmup": WARM_UP_S, "min_units": least_steps(settings)}
-            for job in jobs(1 if settings.toy else 2, LARGE, mixed_window(settings))]
+    """The mixed scenarios' 2 fine-tuning jobs of 2 x 128 steps (toy: one), in their steady
+    state (`steady`): beside 6 tenants a step took 11-39 s on 2 cores, and a 20 s window's one
+    step, ending after the tenants had stopped, counted training that mostly ran alone."""
+    return steady(settings, 1 if settings.toy else 2, LARGE, mixed_window(settings))
 
 
 def decode(settings: Settings) -> list[Record]:

@@ -20,12 +20,13 @@ def jobs(n: int, shape: dict, duration: float) -> list[dict]:
             for _ in range(n)]
 
 
-def steady(settings: Settings, n: int, shape: dict) -> list[dict]:
+def steady(settings: Settings, n: int, shape: dict,
+           duration: float | None = None) -> list[dict]:
     """`jobs` measured in their steady state: each makes a step before the window (so a
     first step's one-time costs, fresh memory and first calls, stay out of it) and at least
-    `MIN_STEPS` in it."""
+    `least_steps` in it, however long they take; windows of `duration` (the settings')."""
     return [{**job, "warmup": WARM_UP_S, "min_units": least_steps(settings)}
-            for job in jobs(n, shape, settings.duration)]
+            for job in jobs(n, shape, duration or settings.duration)]
 
 
 def least_steps(settings: Settings) -> int:
