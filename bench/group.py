@@ -50,9 +50,13 @@ class GroupResult:
         tokens = sum(len(r["latencies"]) * r["tokens_per_unit"] for r in counted)
         return sum(r["executor_calls"] for r in counted) / tokens if tokens else float("nan")
 
+    def first_tokens(self) -> list[float]:
+        """Decode clients' times to first token (prefill included), seconds, in order."""
+        return sorted(x for r in self.results for x in r.get("first_tokens", []))
+
     def first_token_ms(self, q: float) -> float:
         """The q-quantile of decode clients' time to first token (prefill included)."""
-        values = sorted(x for r in self.results for x in r.get("first_tokens", []))
+        values = self.first_tokens()
         return 1e3 * values[min(len(values) - 1, int(q * len(values)))] if values \
             else float("nan")
 

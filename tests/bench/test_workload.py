@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 
 from bench.group import GroupResult
 from bench.loops import HELD_MAX_S, TokenClock, Window, decode
+from bench.scenarios.inference import first_token_spread
 from catalogue.resolve import resolve_model
 
 
@@ -50,6 +51,17 @@ def test_time_to_first_token_is_a_quantile_of_decode_clients_first_waits() -> No
         peak_pss=0, setup_s=0.0)
     assert result.first_token_ms(0.99) == pytest.approx(1000.0)
     assert result.first_token_ms(0.5) == pytest.approx(510.0)
+
+
+def test_a_first_token_quantile_names_its_samples_and_the_quantiles_below_it() -> None:
+    def firsts(seconds: list[float]) -> GroupResult:
+        return GroupResult([{"kind": "decode", "latencies": [], "tokens_per_unit": 1,
+                             "elapsed": 1.0, "first_tokens": seconds}], peak_pss=0, setup_s=0.0)
+
+    beside, alone = firsts([0.2] * 79 + [0.9]), firsts([0.1, 0.3, 0.3, 0.5])
+    assert beside.first_token_ms(0.99) == pytest.approx(900.0)  # of 80: the largest
+    assert first_token_spread(beside, alone) == \
+        "of 80 / 4 first tokens; p50 200 / 300 ms, p90 200 / 500 ms"
 
 
 def test_throughput_is_each_clients_work_over_its_own_window() -> None:
