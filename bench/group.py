@@ -51,7 +51,7 @@ class GroupResult:
         return sum(r["executor_calls"] for r in counted) / tokens if tokens else float("nan")
 
     def first_tokens(self) -> list[float]:
-        """Decode clients' times to first token (prefill included), seconds, in order."""
+        """Decode clients' times to first token (prefill included), seconds, shortest first."""
         return sorted(x for r in self.results for x in r.get("first_tokens", []))
 
     def first_token_ms(self, q: float) -> float:
