@@ -56,18 +56,20 @@ class GroupResult:
 
     def first_token_ms(self, q: float) -> float:
         """The q-quantile of decode clients' time to first token (prefill included)."""
-        values = self.first_tokens()
-        return 1e3 * values[min(len(values) - 1, int(q * len(values)))] if values \
-            else float("nan")
+        return quantile_ms(self.first_tokens(), q)
 
     def latency_ms(self, q: float | None = None, kind: str | None = None) -> float:
         values = sorted(x for r in self.results if kind is None or r["kind"] == kind
                         for x in r["latencies"])
-        if not values:
-            return float("nan")
         if q is None:
-            return 1e3 * statistics.fmean(values)
-        return 1e3 * values[min(len(values) - 1, int(q * len(values)))]
+            return 1e3 * statistics.fmean(values) if values else float("nan")
+        return quantile_ms(values, q)
+
+
+def quantile_ms(values: list[float], q: float) -> float:
+    """The q-quantile of sorted seconds `values` in ms, by nearest rank (of 100 values or
+    fewer, p99 is the largest); NaN when there are none."""
+    return 1e3 * values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.group import Group, GroupResult
+from bench.group import Group, GroupResult, quantile_ms
 from bench.models import RANKS
 from bench.records import Record
 from bench.scenarios.common import Settings, client, run_ours, run_plain, watched
@@ -112,10 +112,10 @@ def mixed(settings: Settings) -> list[Record]:
 def first_token_spread(ours: GroupResult, other: GroupResult) -> str:
     """How many first tokens a p99 came from (of 100 or fewer: the largest) and the
     quantiles below it, ours against the other run's: one slow sample moves a p99 of ~80."""
-    counts = len(ours.first_tokens()), len(other.first_tokens())
-    quantiles = ", ".join(f"p{round(100 * q)} {ours.first_token_ms(q):.0f} / "
-                          f"{other.first_token_ms(q):.0f} ms" for q in (0.5, 0.9))
-    return f"of {counts[0]} / {counts[1]} first tokens; {quantiles}"
+    mine, theirs = ours.first_tokens(), other.first_tokens()
+    quantiles = ", ".join(f"p{round(100 * q)} {quantile_ms(mine, q):.0f} / "
+                          f"{quantile_ms(theirs, q):.0f} ms" for q in (0.5, 0.9))
+    return f"of {len(mine)} / {len(theirs)} first tokens; {quantiles}"
 
 
 def privacy(settings: Settings) -> list[Record]:
