@@ -1,5 +1,5 @@
 """`python -m executor --model NAME_OR_PATH --bind ENDPOINT [--device] [--dtype] [--policy]
-[--shards N]`."""
+[--shards N] [--idle]`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = parse_args(argv)
+    if config.idle:
+        from executor.priority import run_idle
+
+        run_idle()  # before torch starts any thread: they inherit it
     import torch
 
     from catalogue.resolve import resolve_model

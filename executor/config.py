@@ -63,6 +63,9 @@ class ExecutorConfig(BaseSettings):
                              "allows (transparent_hugepage: always or madvise): a decode step "
                              "reads every weight once, and on 4 KiB pages pays a page walk for "
                              "each 4 KiB")
+    idle: bool = Field(False, description="run at Linux's idle scheduling priority (SCHED_IDLE): "
+                       "its compute takes only the cycles no other process wants (an executor "
+                       "serving fine-tuning jobs beside one serving inference)")
     shards: int = Field(1, ge=1, description="run as this many ranks of one torch.distributed "
                         "group, each holding a slice of every base layer")
     rank: int = Field(0, ge=0, description="this process's rank (0 serves clients)")

@@ -1,6 +1,7 @@
 """Start and stop the whole system as host processes: executor, worker manager, gateway.
 
-Used by `symbiosis serve` and by the end-to-end tests. Each child's stderr is kept (and relayed
+Used by `symbiosis serve` and by the end-to-end tests. With `SYMBIOSIS_IDLE_TRAINING`, a second
+executor at idle priority serves the fine-tuning jobs. Each child's stderr is kept (and relayed
 with a prefix when asked); each is started only once the previous one answers its own probe
 (the executor and the manager a ping on their sockets, the gateway `/health`). The HTTP port is
 bound here, exclusively, before anything starts (the gateway serves on the inherited socket), so
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.arguments import TRUE
 from launcher.claim import claim, release
 from launcher.mps import MpsDaemon
 from wire.endpoints import private_dir, runtime_dir
@@ -92,10 +94,15 @@ class Stack:
             "SYMBIOSIS_MANAGER": f"ipc://{self.run_dir}/manager.sock",
             "SYMBIOSIS_HOST": self.host, "SYMBIOSIS_PORT": str(self.port), **self.env,
             **(self.mps.env() if self.mps is not None else {}),
+            "SYMBIOSIS_TRAINING_EXECUTOR": (  # "": the trainers use the executor
+                f"ipc://{self.run_dir}/training-executor.sock" if self.idle_training else ""),
         }
 
-    def claim(self) -> None:
-        """Claim the data dir for this stack (DataDirInUse while another stack has it)."""
+    @property
+    def idle_training(self) -> bool:  # the jobs' own executor, at idle priority
+        return {**os.environ, **self.env}.get("SYMBIOSIS_IDLE_TRAINING", "").lower() in TRUE
+
+    def claim(self) -> None:  # the data dir for this stack (DataDirInUse: another has it)
         if self.claim_fd is None:
             self.claim_fd = claim(self.data_dir)
 
@@ -128,9 +135,9 @@ class Stack:
         self.start_mps()
         env = self.service_env()
         self._recipes = {
-            "executor": ([sys.executable, "-m", "executor", "--model", self.model, "--bind",
-                          env["SYMBIOSIS_EXECUTOR"], *self.executor_args],
-                         lambda: executor_answers(env["SYMBIOSIS_EXECUTOR"], 1000), ()),
+            **self._executor("executor", env["SYMBIOSIS_EXECUTOR"]),
+            **(self._executor("training-executor", env["SYMBIOSIS_TRAINING_EXECUTOR"], "--idle")
+               if self.idle_training else {}),
             "manager": ([sys.executable, "-m", "workers.manager", "--executor",
                          env["SYMBIOSIS_EXECUTOR"], "--model", self.model, "--bind",
                          env["SYMBIOSIS_MANAGER"], *self.manager_args],
@@ -145,6 +152,12 @@ class Stack:
             self.stop()
             raise
         return self
+
+    def _executor(self, name: str, endpoint: str, *flags: str) -> dict[str, tuple]:
+        """An executor's recipe: its command line and its readiness probe."""
+        return {name: ([sys.executable, "-m", "executor", "--model", self.model, "--bind",
+                        endpoint, *self.executor_args, *flags],
+                       lambda: executor_answers(endpoint, 1000), ())}
 
     def supervise(self, timeout_s: float = 120) -> list[str]:
         """Restart every service that died: at once after a minute of uptime, else after a
@@ -200,8 +213,7 @@ class Stack:
             self._remove_sockets()
         self._let_go()
 
-    def _let_go(self) -> None:
-        """Release the data dir's claim (`claim`), if this stack holds it."""
+    def _let_go(self) -> None:  # the data dir's claim (`claim`), if this stack holds it
         if self.claim_fd is not None:
             release(self.claim_fd)
             self.claim_fd = None
@@ -216,7 +228,7 @@ class Stack:
                 self.run_dir.rmdir()
 
     def _stop_services(self, timeout_s: float) -> None:
-        for name in ("gateway", "manager", "executor"):
+        for name in ("gateway", "manager", "training-executor", "executor"):
             service = self.services.get(name)
             if service is not None and service.alive():
                 service.proc.send_signal(signal.SIGTERM)
@@ -226,7 +238,7 @@ class Stack:
                     service.proc.kill()
                     service.proc.wait()
 
-    def kill(self, name: str) -> None:
+    def kill(self, name: str) -> None:  # one service, SIGKILL
         self.services[name].proc.kill()
         self.services[name].proc.wait()
 
@@ -236,11 +248,9 @@ class Stack:
 
         procs = []
         for service in self.services.values():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 parent = psutil.Process(service.proc.pid)
                 procs += [parent, *parent.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                pass
         for proc in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()

@@ -24,10 +24,10 @@ def memorization_file(n: int = 10) -> bytes:
 
 
 def start_stack(data_dir: Path, port: int | None = None, *, max_jobs: int = 3,
-                executor_args: tuple[str, ...] = ()) -> Stack:
+                executor_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> Stack:
     keys = ",".join(f"{t}={k}" for t, k in KEYS.items())
     return Stack(data_dir, MODEL, port=port or free_port(), env={"SYMBIOSIS_API_KEYS": keys,
-                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY},
+                                       "SYMBIOSIS_ADMIN_KEYS": OPERATOR_KEY, **(env or {})},
                  manager_args=("--max-jobs", str(max_jobs)),
                  executor_args=executor_args).start()
 

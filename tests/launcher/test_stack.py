@@ -30,3 +30,19 @@ def test_a_service_that_keeps_dying_is_retried_with_growing_delays(tmp_path) -> 
     gaps = [b - a for a, b in itertools.pairwise(tries)]
     assert all(gap >= delay for gap, delay in zip(gaps, delays[1:], strict=False))
     assert all("code 3" in line for _, line in events if "exited" in line)
+
+
+def test_idle_training_gives_the_jobs_an_executor_of_their_own(tmp_path, monkeypatch) -> None:
+    from workers.manager.config import ManagerConfig
+
+    monkeypatch.delenv("SYMBIOSIS_IDLE_TRAINING", raising=False)
+    monkeypatch.setenv("SYMBIOSIS_TRAINING_EXECUTOR", "ipc:///elsewhere")  # the stack's own wins
+    assert Stack(tmp_path).service_env()["SYMBIOSIS_TRAINING_EXECUTOR"] == ""
+    env = Stack(tmp_path, env={"SYMBIOSIS_IDLE_TRAINING": "yes"}).service_env()
+    assert env["SYMBIOSIS_TRAINING_EXECUTOR"] == \
+        f"ipc://{Stack(tmp_path).run_dir}/training-executor.sock"
+    for variable in ("SYMBIOSIS_EXECUTOR", "SYMBIOSIS_TRAINING_EXECUTOR"):
+        monkeypatch.setenv(variable, env[variable])
+    config = ManagerConfig()
+    assert (config.executor, config.training_executor) == \
+        (env["SYMBIOSIS_EXECUTOR"], env["SYMBIOSIS_TRAINING_EXECUTOR"])

@@ -39,5 +39,6 @@ def trainer_job(job: JobRecord, files: FileReader) -> TrainerJob:
 def trainer_spec(config: ManagerConfig, manager: str, files: FileReader, job: JobRecord,
                  threads: int) -> S.TrainerSpec:
     return S.TrainerSpec(job=trainer_job(job, files), data_dir=str(config.data_dir),
-                         base=config.model, executor=config.executor, manager=manager,
+                         base=config.model,
+                         executor=config.training_executor or config.executor, manager=manager,
                          threads=threads, privacy=config.privacy, device=config.worker_device)
