@@ -63,6 +63,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "policies": trace.policy_records,
     "together": inference.together,
     "mixed": inference.mixed,
+    "mixed-idle": inference.mixed_idle,
     "mixed-trace": trace_mixed.mixed_trace,
     "targets": targets.own_target,
     "pacing": pacing.inter_token_target,

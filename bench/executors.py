@@ -71,10 +71,13 @@ class ExecutorPool:
         self._running: dict[tuple, ExecutorProcess] = {}
 
     def get(self, model: str, *, policy: str = "opportunistic", threads: int | None = None,
-            dtype: str = "float32", device: str = "cpu") -> ExecutorProcess:
-        key = (model, policy, threads, dtype, device)
+            dtype: str = "float32", device: str = "cpu", idle: bool = False) -> ExecutorProcess:
+        """With `idle`, an executor at idle priority (`--idle`), another process than the one
+        of the same settings without."""
+        key = (model, policy, threads, dtype, device, idle)
         if key not in self._running or self._running[key].proc.poll() is not None:
-            self._running[key] = ExecutorProcess(model, policy, threads, dtype, device)
+            self._running[key] = ExecutorProcess(model, policy, threads, dtype, device,
+                                                 ("--idle",) if idle else ())
         return self._running[key]
 
     def close(self) -> None:

@@ -1,7 +1,9 @@
-"""Inference scenarios: decode (4), mixed with training (6), privacy (7), PEFT methods (9)."""
+"""Inference scenarios: decode (4), mixed with training (6; 6e with the jobs on an idle
+executor), privacy (7), PEFT methods (9)."""
 
 from __future__ import annotations
 
+from bench.executors import ExecutorProcess
 from bench.group import Group, GroupResult, quantile_ms
 from bench.models import RANKS
 from bench.records import Record
@@ -82,13 +84,7 @@ def mixed(settings: Settings) -> list[Record]:
     `mixed_jobs`). The 8 tenants decode for as long as the 6 did beside the jobs: a quantile
     of first tokens from windows of unlike lengths compared unlike samples' extremes (p99 of
     ~80 first tokens against ~30)."""
-    training = mixed_jobs(settings)
-    inference = settings.n(8) - len(training) if not settings.toy else 1
-    with_jobs, mixed_lane = watched(settings, mixed_tenants(settings, inference) + training)
-    held_s = max(r["elapsed"] for r in with_jobs.results if r["kind"] == "decode")
-    only, only_lane = watched(settings, mixed_tenants(settings, inference + len(training),
-                                                      window=held_s))
-    jobs_alone = run_ours(settings, training)
+    with_jobs, mixed_lane, only, only_lane, jobs_alone = mixed_runs(settings)
     target = mixed_lane["target_ms"]
     return [
         Record("6 mixed", f"decode steps that waited <= the {target:g} ms target, 6 tenants + "
@@ -107,6 +103,44 @@ def mixed(settings: Settings) -> list[Record]:
         Record("6 mixed", "total tokens/s (inference + training) vs 8 tenants",
                with_jobs.tokens_per_s(), only.tokens_per_s(), "tok/s"),
     ]
+
+
+def mixed_idle(settings: Settings) -> list[Record]:
+    """6e: scenario 6's load and baselines with the 2 jobs on an executor of their own at idle
+    priority (`symbiosis serve --idle-training`, `executor.priority`): the tenants keep the
+    serving executor, the jobs take the cycles they leave (a second copy of the weights; the
+    jobs alone, the baseline, on the one executor as in 6)."""
+    idle = settings.executors.get(settings.model, threads=settings.threads, dtype=settings.dtype,
+                                  device=settings.device, idle=True)
+    with_jobs, _, only, _, jobs_alone = mixed_runs(settings, idle)
+    name = "6e mixed, the jobs on an idle executor"
+    return [
+        Record(name, "inference per-token latency, 6 tenants + 2 jobs vs 8 tenants",
+               with_jobs.latency_ms(kind="decode"), only.latency_ms(kind="decode"), "ms",
+               "<= 1.2x", higher_is_better=False),
+        Record(name, "inference time to first token p99, 6 tenants + 2 jobs vs 8 tenants",
+               with_jobs.first_token_ms(0.99), only.first_token_ms(0.99), "ms", "<= 1.3x",
+               higher_is_better=False, note=first_token_spread(with_jobs, only)),
+        Record(name, "training tokens/s beside 6 inference tenants vs the 2 jobs alone",
+               with_jobs.tokens_per_s(kind="train"), jobs_alone.tokens_per_s(kind="train"),
+               "tok/s", ">= 0.5x"),
+        Record(name, "total tokens/s (inference + training) vs 8 tenants",
+               with_jobs.tokens_per_s(), only.tokens_per_s(), "tok/s"),
+    ]
+
+
+def mixed_runs(settings: Settings, training: ExecutorProcess | None = None) -> tuple:
+    """The mixed scenarios' three runs: the tenants beside the jobs (these on `training` if
+    given), 8 tenants alone for as long, the jobs alone; the first two with their decode lanes
+    (`watched`)."""
+    jobs = mixed_jobs(settings)
+    inference = settings.n(8) - len(jobs) if not settings.toy else 1
+    with_jobs, mixed_lane = watched(settings, mixed_tenants(settings, inference) + jobs,
+                                    training=training)
+    held_s = max(r["elapsed"] for r in with_jobs.results if r["kind"] == "decode")
+    only, only_lane = watched(settings, mixed_tenants(settings, inference + len(jobs),
+                                                      window=held_s))
+    return with_jobs, mixed_lane, only, only_lane, run_ours(settings, jobs)
 
 
 def first_token_spread(ours: GroupResult, other: GroupResult) -> str:
