@@ -1,5 +1,5 @@
 """`python -m executor --model NAME_OR_PATH --bind ENDPOINT [--device] [--dtype] [--policy]
-[--shards N] [--idle]`."""
+[--shards N] [--idle] [--idle-twin ENDPOINT]`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 
 from executor.config import ExecutorConfig
 from wire.flags import add_flags, given
+
+log = logging.getLogger("executor")
 
 
 def parse_args(argv: list[str] | None) -> ExecutorConfig:
@@ -29,32 +31,53 @@ def main(argv: list[str] | None = None) -> int:
 
     from catalogue.resolve import resolve_model
     from executor.registry import LayerRegistry
-    from executor.server import ExecutorServer
+    from executor.twin import fork_twin
     from wire.cores import within_quota
-    from wire.stopping import StopSignal
 
-    torch.set_num_threads(config.threads or within_quota(torch.get_num_threads()))
+    threads = config.threads or within_quota(torch.get_num_threads())
     if config.shards > 1:
         from executor.group import run
 
+        torch.set_num_threads(threads)
         return run(config)
-    log = logging.getLogger("executor")
+    torch.set_num_threads(1 if config.idle_twin else threads)  # no OpenMP team before a fork
     path = resolve_model(config.model)
     registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,
                                   fuse=config.fuse, stretch=config.stretch,
                                   head_loss=config.head_loss, huge_pages=config.huge_pages)
+    twin = None
+    if config.idle_twin:
+        twin_config = config.model_copy(update={"bind": config.idle_twin, "idle_twin": None,
+                                                "idle": True})
+        twin = fork_twin(lambda: serve(registry, twin_config, path.name, threads))
+    return serve(registry, config, path.name, threads, twin)
+
+
+def serve(registry, config: ExecutorConfig, name: str, threads: int,
+          twin_pid: int | None = None) -> int:
+    """Serve until SIGTERM (or, with a twin, until the twin goes: then 1)."""
+    import torch
+
+    from executor.server import ExecutorServer
+    from executor.twin import Twin
+    from wire.stopping import StopSignal
+
+    torch.set_num_threads(threads)
     server = ExecutorServer(registry, config)
     stop = StopSignal()
+    twin = Twin(twin_pid, stop) if twin_pid else None
     server.start()
     log.info("executor ready: model=%s layers=%d weights=%.1f MiB dtype=%s device=%s "
-             "policy=%s bind=%s", path.name, len(registry.layers),
+             "policy=%s bind=%s%s", name, len(registry.layers),
              registry.parameter_bytes() / 2**20, config.dtype, config.device, config.policy,
-             config.bind)
+             config.bind, " (idle priority)" if config.idle else "")
     stop.wait()
     log.info("executor stopping")
     server.stop()
+    if twin is not None:
+        twin.stop()
     log.info("executor stopped")
-    return 0
+    return 1 if twin is not None and twin.lost is not None else 0
 
 
 if __name__ == "__main__":

@@ -66,6 +66,9 @@ class ExecutorConfig(BaseSettings):
     idle: bool = Field(False, description="run at Linux's idle scheduling priority (SCHED_IDLE): "
                        "its compute takes only the cycles no other process wants (an executor "
                        "serving fine-tuning jobs beside one serving inference)")
+    idle_twin: str | None = Field(None, description="also serve fine-tuning jobs at this "
+                                  "endpoint, from a forked twin at idle priority that shares "
+                                  "the weights' memory (CPU only)")
     shards: int = Field(1, ge=1, description="run as this many ranks of one torch.distributed "
                         "group, each holding a slice of every base layer")
     rank: int = Field(0, ge=0, description="this process's rank (0 serves clients)")
@@ -78,11 +81,12 @@ class ExecutorConfig(BaseSettings):
     curve_secret_key: str | None = Field(None, validation_alias=AliasChoices(
         "curve_secret_key", "SYMBIOSIS_EXECUTOR_CURVE_SECRET"))  # z85: CurveZMQ on tcp://
 
-    @field_validator("bind")
+    @field_validator("bind", "idle_twin")
     @classmethod
-    def _endpoint(cls, bind: str) -> str:
-        if not bind.startswith(("ipc://", "tcp://", "inproc://")):
-            raise ValueError(f"bind must be an ipc://, tcp:// or inproc:// endpoint: {bind!r}")
+    def _endpoint(cls, bind: str | None) -> str | None:
+        if bind is not None and not bind.startswith(("ipc://", "tcp://", "inproc://")):
+            raise ValueError(f"an executor binds an ipc://, tcp:// or inproc:// endpoint: "
+                             f"{bind!r}")
         return bind
 
     @model_validator(mode="after")
@@ -91,6 +95,8 @@ class ExecutorConfig(BaseSettings):
             raise ValueError(f"device must be cpu or cuda[:N], not {self.device!r}")
         if self.rank >= self.shards:
             raise ValueError(f"rank {self.rank} is outside a group of {self.shards}")
+        if self.idle_twin is not None and (self.device != "cpu" or self.shards > 1):
+            raise ValueError("an idle twin is forked on a CPU executor of one shard only")
         if self.rank > 0 and self.rendezvous is None:
             raise ValueError("a rank other than 0 needs --rendezvous tcp://HOST:PORT of rank 0")
         return self

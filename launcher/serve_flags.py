@@ -53,9 +53,9 @@ SETTINGS = [
             "slices (0: whole)", AMOUNT),
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
             "batches training keeps under load", bounded(float, 0, 1, above=True)),
-    Setting("--idle-training", "SYMBIOSIS_IDLE_TRAINING", "true: fine-tuning jobs run on an "
-            "executor of their own at Linux's idle priority, in the cycles inference leaves (a "
-            "second copy of the base weights)", boolean),
+    Setting("--idle-training", "SYMBIOSIS_IDLE_TRAINING", "true: fine-tuning jobs run on the "
+            "executor's idle twin, a fork at Linux's idle priority that shares its weights, in "
+            "the cycles inference leaves", boolean),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
             "alive at once", positive),
     Setting("--max-adapters", "SYMBIOSIS_MAX_ADAPTERS", "adapters a tenant's worker holds at "
@@ -120,6 +120,7 @@ ENV_ONLY = {  # variable -> why it is no flag of `symbiosis serve`
     "SYMBIOSIS_EXECUTOR_BIND": "the stack gives its services private endpoints of its own",
     "SYMBIOSIS_TRAINING_EXECUTOR": "the stack gives its services private endpoints of its own",
     "SYMBIOSIS_EXECUTOR_IDLE": "for the jobs' own executor only (`--idle-training` starts it)",
+    "SYMBIOSIS_EXECUTOR_IDLE_TWIN": "the stack gives its services private endpoints of its own",
     "SYMBIOSIS_EXECUTOR_CURVE_SECRET": "a secret: never on a command line (ps shows it)",
     "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC": "for clients of a remote executor, not a local stack",
     "SYMBIOSIS_API_KEYS": "secrets: never on a command line (ps shows them)",

@@ -1,12 +1,12 @@
 """Start and stop the whole system as host processes: executor, worker manager, gateway.
 
-Used by `symbiosis serve` and by the end-to-end tests. With `SYMBIOSIS_IDLE_TRAINING`, a second
-executor at idle priority serves the fine-tuning jobs. Each child's stderr is kept (and relayed
+Used by `symbiosis serve` and by the end-to-end tests. Each child's stderr is kept (and relayed
 with a prefix when asked); each is started only once the previous one answers its own probe
-(the executor and the manager a ping on their sockets, the gateway `/health`). The HTTP port is
-bound here, exclusively, before anything starts (the gateway serves on the inherited socket), so
-a port in use fails at once and a restarted gateway never races for it. `supervise()` restarts a
-service that died, with exponential backoff (as compose's `restart: unless-stopped` does).
+(the executor and the manager a ping on their sockets, its idle twin's too under
+`SYMBIOSIS_IDLE_TRAINING`, the gateway `/health`). The HTTP port is bound here, exclusively,
+before anything starts (the gateway serves on the inherited socket), so a port in use fails at
+once and a restarted gateway never races for it. `supervise()` restarts a service that died,
+with exponential backoff (as compose's `restart: unless-stopped` does).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Stack:
         }
 
     @property
-    def idle_training(self) -> bool:  # the jobs' own executor, at idle priority
+    def idle_training(self) -> bool:  # the jobs' own executor: the idle twin (`executor.twin`)
         return {**os.environ, **self.env}.get("SYMBIOSIS_IDLE_TRAINING", "").lower() in TRUE
 
     def claim(self) -> None:  # the data dir for this stack (DataDirInUse: another has it)
@@ -135,9 +135,8 @@ class Stack:
         self.start_mps()
         env = self.service_env()
         self._recipes = {
-            **self._executor("executor", env["SYMBIOSIS_EXECUTOR"]),
-            **(self._executor("training-executor", env["SYMBIOSIS_TRAINING_EXECUTOR"], "--idle")
-               if self.idle_training else {}),
+            "executor": self._executor(env["SYMBIOSIS_EXECUTOR"],
+                                       env["SYMBIOSIS_TRAINING_EXECUTOR"]),
             "manager": ([sys.executable, "-m", "workers.manager", "--executor",
                          env["SYMBIOSIS_EXECUTOR"], "--model", self.model, "--bind",
                          env["SYMBIOSIS_MANAGER"], *self.manager_args],
@@ -153,11 +152,12 @@ class Stack:
             raise
         return self
 
-    def _executor(self, name: str, endpoint: str, *flags: str) -> dict[str, tuple]:
-        """An executor's recipe: its command line and its readiness probe."""
-        return {name: ([sys.executable, "-m", "executor", "--model", self.model, "--bind",
-                        endpoint, *self.executor_args, *flags],
-                       lambda: executor_answers(endpoint, 1000), ())}
+    def _executor(self, endpoint: str, twin: str) -> tuple:
+        """The executor's command line (its idle twin's endpoint, if any) and readiness."""
+        flags = ("--idle-twin", twin) if twin else ()
+        return ([sys.executable, "-m", "executor", "--model", self.model, "--bind", endpoint,
+                 *self.executor_args, *flags],
+                lambda: all(executor_answers(e, 1000) for e in (endpoint, twin) if e), ())
 
     def supervise(self, timeout_s: float = 120) -> list[str]:
         """Restart every service that died: at once after a minute of uptime, else after a
@@ -228,7 +228,7 @@ class Stack:
                 self.run_dir.rmdir()
 
     def _stop_services(self, timeout_s: float) -> None:
-        for name in ("gateway", "manager", "training-executor", "executor"):
+        for name in ("gateway", "manager", "executor"):
             service = self.services.get(name)
             if service is not None and service.alive():
                 service.proc.send_signal(signal.SIGTERM)

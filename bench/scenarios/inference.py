@@ -25,7 +25,7 @@ def decode_warmup(settings: Settings) -> float:
 
 
 def mixed_window(settings: Settings) -> float:
-    """The mixed scenarios' windows (6, 6c, 6d): at least MIXED_WINDOW_S (toy: the toy's)."""
+    """The mixed scenarios' windows (6, 6c, 6d, 6e): at least MIXED_WINDOW_S (toy: the toy's)."""
     return settings.duration if settings.toy else max(settings.duration, MIXED_WINDOW_S)
 
 

@@ -1,5 +1,5 @@
-"""`symbiosis serve --idle-training`: the fine-tuning jobs run on an executor of their own at
-Linux's idle priority (`executor.priority`), while inference keeps the serving executor; the job
+"""`symbiosis serve --idle-training`: the fine-tuning jobs run on the executor's idle twin
+(`executor.twin`, at Linux's idle priority), while inference keeps the serving executor; the job
 trains as it does on the one executor (it learns its answer) and is served by the other."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import zmq
 
@@ -53,8 +54,10 @@ def test_the_jobs_train_on_an_idle_executor_of_their_own_and_inference_on_the_ot
         env = stack.service_env()
         serving, training = env["SYMBIOSIS_EXECUTOR"], env["SYMBIOSIS_TRAINING_EXECUTOR"]
         assert training.endswith("/training-executor.sock") and training != serving
-        assert policies(stack.services["training-executor"].proc.pid) == {os.SCHED_IDLE}
-        assert os.SCHED_IDLE not in policies(stack.services["executor"].proc.pid)
+        executor = psutil.Process(stack.services["executor"].proc.pid)
+        [twin] = executor.children()  # the executor's idle twin (`executor.twin`)
+        assert policies(twin.pid) == {os.SCHED_IDLE}
+        assert os.SCHED_IDLE not in policies(executor.pid)
         client = Deployment(stack, {}).client("acme")
         upload = client.files.create(file=("memo.jsonl", memorization_file()),
                                      purpose="fine-tune")
@@ -66,7 +69,7 @@ def test_the_jobs_train_on_an_idle_executor_of_their_own_and_inference_on_the_ot
         assert "inference" not in trained.kinds or trained.kinds["inference"].calls == 0
         assert served.kinds["inference"].calls > 0
         assert "training" not in served.kinds or served.kinds["training"].calls == 0
-        assert policies(stack.services["training-executor"].proc.pid) == {os.SCHED_IDLE}
+        assert policies(twin.pid) == {os.SCHED_IDLE}
     finally:
         stack.stop()
-    assert not stack.services["training-executor"].alive()
+    assert not twin.is_running()

@@ -19,7 +19,7 @@ from workers.manager.config import ManagerConfig
 SAMPLES = ["-1", "0", "0.5", "1", "1.0", "2", "65535", "65536", "1e3", "inf", "x", "", "true",
            "YES", "off", "cpu", "cuda", "cuda:1", "cuda:123", "cudax", "gpu", "float16", "fp16",
            "eager", "greedy"]
-LAUNCHER_OWN = {"--mps"}  # read by the launcher itself (launcher/mps.py), not by a service
+LAUNCHER_OWN = {"--mps", "--idle-training"}  # read by the launcher itself (mps.py, stack.py)
 RULED = [s for s in serve_flags.SETTINGS if s.type is not str and s.flag not in LAUNCHER_OWN]
 
 

@@ -1,0 +1,78 @@
+"""The executor's idle twin (`--idle-twin`, `executor.twin`): a fork that serves the jobs at
+idle priority from the serving executor's own weight pages, computes what it computes, and
+shares its fate."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+
+from executor.config import ExecutorConfig
+from tests.helpers import ExecutorProcess
+from wire.call import messages as P
+from workers.remote.client import ExecutorClient
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SCHED_IDLE and fork: Linux's")
+MODEL = "llama-160m"  # 618.5 MiB of float32 weights: a copy could not hide in the twin's own
+
+
+def start(model: str, path) -> tuple[ExecutorProcess, str, psutil.Process]:
+    """The serving executor, its twin's endpoint (answering) and its twin's process."""
+    twin = f"ipc://{path}-twin.sock"
+    proc = ExecutorProcess.start(model, path, idle_twin=twin)
+    deadline = time.monotonic() + 60
+    while not any("(idle priority)" in line for line in proc.log):
+        assert proc.alive() and time.monotonic() < deadline, "".join(proc.log)
+        time.sleep(0.05)
+    [child] = psutil.Process(proc.proc.pid).children()
+    return proc, twin, child
+
+
+def policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.slow
+def test_the_twin_runs_at_idle_priority_on_the_executors_own_weight_pages(ipc_dir) -> None:
+    proc, twin, child = start(MODEL, ipc_dir / "twin-160m.sock")
+    clients = [ExecutorClient(e, name=f"twin-{i}") for i, e in enumerate((proc.endpoint, twin))]
+    try:
+        assert policies(child.pid) == {os.SCHED_IDLE}
+        assert os.SCHED_IDLE not in policies(proc.proc.pid)
+        x = torch.randn(3, 768)
+        served, trained = (c.call(P.Op.FORWARD, 1, x, P.CallKind.TRAINING) for c in clients)
+        assert torch.equal(served, trained) and served.abs().sum() > 0
+        weights = 618.5 * 2**20
+        assert child.memory_full_info().uss < weights / 4  # its own pages: not the weights
+        together = sum(p.memory_full_info().pss for p in (psutil.Process(proc.proc.pid), child))
+        alone = psutil.Process(proc.proc.pid).memory_info().rss
+        assert together < alone + weights / 4  # the weights held once by the two
+    finally:
+        for client in clients:
+            client.close()
+        assert proc.stop() == 0
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_executor_and_its_twin_share_their_fate(ipc_dir) -> None:
+    proc, _, child = start("tiny-llama", ipc_dir / "fate.sock")
+    child.send_signal(signal.SIGKILL)
+    assert proc.proc.wait(20) == 1  # for the supervisor to start both again
+    assert any("the idle twin exited (code -9)" in line for line in proc.log)
+    proc, _, child = start("tiny-llama", ipc_dir / "fate.sock")
+    proc.proc.send_signal(signal.SIGKILL)
+    proc.proc.wait()
+    child.wait(20)  # its SIGTERM when the serving executor died: it stops
+
+
+def test_a_twin_is_forked_on_one_cpu_executor_only() -> None:
+    assert ExecutorConfig(idle_twin="ipc:///tmp/t.sock").idle_twin == "ipc:///tmp/t.sock"
+    for options in ({"device": "cuda"}, {"shards": 2}, {"idle_twin": "/tmp/t.sock"}):
+        with pytest.raises(ValueError):
+            ExecutorConfig(**{"idle_twin": "ipc:///tmp/t.sock", **options})
