@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -21,14 +22,19 @@ class ExecutorProcess:
 
     def __init__(self, model: str, policy: str, threads: int | None, dtype: str,
                  device: str = "cpu", extra: tuple[str, ...] = (),
-                 profile: Path | None = None) -> None:
+                 profile: Path | None = None, twin: bool = False) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="symb-bench-"))  # removed on stopping
         self.endpoint = f"ipc://{self.directory / 'executor.sock'}"
+        # where the jobs call: the idle twin's endpoint (`executor.twin`), if it has one
+        self.training_endpoint = f"ipc://{self.directory / 'twin.sock'}" if twin \
+            else self.endpoint
         self.profile = profile
         args = ["--model", model, "--bind", self.endpoint, "--policy", policy, "--dtype", dtype,
                 "--device", device]
         if threads:
             args += ["--threads", str(threads)]
+        if twin:
+            args += ["--idle-twin", self.training_endpoint]
         args += list(extra)
         launcher = ["bench.profiled", "--out", str(profile), "--"] if profile else ["executor"]
         args = [sys.executable, "-m", *launcher, *args]
@@ -37,11 +43,15 @@ class ExecutorProcess:
         ready, log = threading.Event(), []
         self.log = log
 
+        waiting = {self.endpoint, self.training_endpoint}  # its twin's too, if it has one
+
         def pump() -> None:
             for line in self.proc.stderr:
                 log.append(line)
                 if "executor ready" in line:
-                    ready.set()
+                    waiting.difference_update(e for e in list(waiting) if f"bind={e}" in line)
+                    if not waiting:
+                        ready.set()
 
         threading.Thread(target=pump, daemon=True).start()
         deadline = time.monotonic() + 900
@@ -53,6 +63,15 @@ class ExecutorProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def pids(self) -> list[int]:
+        """Its process and its twin's, if any (for memory)."""
+        import psutil
+
+        with contextlib.suppress(psutil.NoSuchProcess):
+            return [self.pid, *(p.pid for p in psutil.Process(self.pid).children())]
+        return [self.pid]
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -71,13 +90,13 @@ class ExecutorPool:
         self._running: dict[tuple, ExecutorProcess] = {}
 
     def get(self, model: str, *, policy: str = "opportunistic", threads: int | None = None,
-            dtype: str = "float32", device: str = "cpu", idle: bool = False) -> ExecutorProcess:
-        """With `idle`, an executor at idle priority (`--idle`), another process than the one
-        of the same settings without."""
-        key = (model, policy, threads, dtype, device, idle)
+            dtype: str = "float32", device: str = "cpu", twin: bool = False) -> ExecutorProcess:
+        """With `twin`, an executor with its idle twin for the jobs (`executor.twin`), another
+        process than the one of the same settings without."""
+        key = (model, policy, threads, dtype, device, twin)
         if key not in self._running or self._running[key].proc.poll() is not None:
             self._running[key] = ExecutorProcess(model, policy, threads, dtype, device,
-                                                 ("--idle",) if idle else ())
+                                                 twin=twin)
         return self._running[key]
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.executors import ExecutorPool, ExecutorProcess
+from bench.executors import ExecutorPool
 from bench.group import Group, GroupResult
 from bench.kinds import TRAINING_KINDS
 from bench.sides import environment
@@ -133,13 +133,13 @@ def trainer_threads(settings: Settings, jobs: int, tokens: int) -> int:
 
 def run_ours(settings: Settings, clients: list[dict], *, model: str | None = None,
              policy: str = "opportunistic", at_go: Callable[[], object] | None = None,
-             training: ExecutorProcess | None = None) -> GroupResult:
+             twin: bool = False) -> GroupResult:
     """Clients forked from a preloaded parent, against a fresh executor (counted in memory);
-    `at_go` is called as their window opens, after their warm-ups. With `training`, the
-    fine-tuning clients use that executor instead (counted too)."""
+    `at_go` is called as their window opens, after their warm-ups. With `twin`, an executor
+    whose idle twin serves the fine-tuning clients (`symbiosis serve --idle-training`)."""
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
-                                     dtype=settings.dtype, device=settings.device)
+                                     dtype=settings.dtype, device=settings.device, twin=twin)
     jobs = sum(c["kind"] in TRAINING_KINDS for c in clients)
 
     def threads(c: dict) -> int:
@@ -148,19 +148,16 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
         return trainer_threads(settings, jobs, c["batch"] * c["length"])
 
     def endpoint(c: dict) -> str:
-        return (training or process).endpoint if c["kind"] in TRAINING_KINDS \
-            else process.endpoint
+        return process.training_endpoint if c["kind"] in TRAINING_KINDS else process.endpoint
 
     argvs = [client(side="ours", model=model, endpoint=endpoint(c), threads=threads(c),
                     device=settings.client_device, dtype=settings.dtype, **c) for c in clients]
-    pids = [process.pid] + ([training.pid] if training else [])
-    return Group(argvs, forked=True, extra_pids=pids, zygote=settings.preloaded(),
+    return Group(argvs, forked=True, extra_pids=process.pids, zygote=settings.preloaded(),
                  gpu=settings.on_gpu, at_go=at_go).run()
 
 
 def watched(settings: Settings, clients: list[dict], policy: str = "opportunistic", *,
-            model: str | None = None,
-            training: ExecutorProcess | None = None) -> tuple[GroupResult, dict]:
+            model: str | None = None, twin: bool = False) -> tuple[GroupResult, dict]:
     """`run_ours`, and what the executor's decode lane did from the window's opening (the
     clients' warm-ups left out) to the last client's end: its target, the share of decode calls
     that met it, calls per batch, their mean wait, the executor's compute per batch, the
@@ -169,11 +166,11 @@ def watched(settings: Settings, clients: list[dict], policy: str = "opportunisti
 
     process = settings.executors.get(model or settings.model, policy=policy,
                                      threads=settings.threads, dtype=settings.dtype,
-                                     device=settings.device)
+                                     device=settings.device, twin=twin)
     probe = ExecutorClient(process.endpoint, name="bench-probe")
     opened = []
     try:
-        result = run_ours(settings, clients, policy=policy, model=model, training=training,
+        result = run_ours(settings, clients, policy=policy, model=model, twin=twin,
                           at_go=lambda: opened.append(probe.stats().lanes["decode"]))
         after = probe.stats()
     finally:

@@ -3,7 +3,6 @@ executor), privacy (7), PEFT methods (9)."""
 
 from __future__ import annotations
 
-from bench.executors import ExecutorProcess
 from bench.group import Group, GroupResult, quantile_ms
 from bench.models import RANKS
 from bench.records import Record
@@ -106,14 +105,12 @@ def mixed(settings: Settings) -> list[Record]:
 
 
 def mixed_idle(settings: Settings) -> list[Record]:
-    """6e: scenario 6's load and baselines with the 2 jobs on an executor of their own at idle
-    priority (`symbiosis serve --idle-training`, `executor.priority`): the tenants keep the
-    serving executor, the jobs take the cycles they leave (a second copy of the weights; the
-    jobs alone, the baseline, on the one executor as in 6)."""
-    idle = settings.executors.get(settings.model, threads=settings.threads, dtype=settings.dtype,
-                                  device=settings.device, idle=True)
-    with_jobs, _, only, _, jobs_alone = mixed_runs(settings, idle)
-    name = "6e mixed, the jobs on an idle executor"
+    """6e: scenario 6's load and baselines with the 2 jobs on the executor's idle twin (`symbiosis
+    serve --idle-training`, `executor.twin`): the tenants keep the serving executor, the jobs
+    take the cycles they leave on its weights' pages (the jobs alone, the baseline, on the one
+    executor as in 6)."""
+    with_jobs, _, only, _, jobs_alone = mixed_runs(settings, twin=True)
+    name = "6e mixed, the jobs on the idle twin"
     return [
         Record(name, "inference per-token latency, 6 tenants + 2 jobs vs 8 tenants",
                with_jobs.latency_ms(kind="decode"), only.latency_ms(kind="decode"), "ms",
@@ -129,14 +126,14 @@ def mixed_idle(settings: Settings) -> list[Record]:
     ]
 
 
-def mixed_runs(settings: Settings, training: ExecutorProcess | None = None) -> tuple:
-    """The mixed scenarios' three runs: the tenants beside the jobs (these on `training` if
-    given), 8 tenants alone for as long, the jobs alone; the first two with their decode lanes
-    (`watched`)."""
+def mixed_runs(settings: Settings, twin: bool = False) -> tuple:
+    """The mixed scenarios' three runs: the tenants beside the jobs (with `twin`, these on the
+    executor's idle twin), 8 tenants alone for as long, the jobs alone; the first two with their
+    decode lanes (`watched`)."""
     jobs = mixed_jobs(settings)
     inference = settings.n(8) - len(jobs) if not settings.toy else 1
     with_jobs, mixed_lane = watched(settings, mixed_tenants(settings, inference) + jobs,
-                                    training=training)
+                                    twin=twin)
     held_s = max(r["elapsed"] for r in with_jobs.results if r["kind"] == "decode")
     only, only_lane = watched(settings, mixed_tenants(settings, inference + len(jobs),
                                                       window=held_s))
