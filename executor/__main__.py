@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = parse_args(argv)
     if config.idle:
-        from executor.priority import run_idle
+        from executor.priority import lowest_priority
 
-        run_idle()  # before torch starts any thread: they inherit it
+        lowest_priority()  # before torch starts any thread: they inherit it
     import torch
 
     from catalogue.resolve import resolve_model
@@ -70,7 +70,7 @@ def serve(registry, config: ExecutorConfig, name: str, threads: int,
     log.info("executor ready: model=%s layers=%d weights=%.1f MiB dtype=%s device=%s "
              "policy=%s bind=%s%s", name, len(registry.layers),
              registry.parameter_bytes() / 2**20, config.dtype, config.device, config.policy,
-             config.bind, " (idle priority)" if config.idle else "")
+             config.bind, " (lowest priority)" if config.idle else "")
     stop.wait()
     log.info("executor stopping")
     server.stop()

@@ -63,11 +63,11 @@ class ExecutorConfig(BaseSettings):
                              "allows (transparent_hugepage: always or madvise): a decode step "
                              "reads every weight once, and on 4 KiB pages pays a page walk for "
                              "each 4 KiB")
-    idle: bool = Field(False, description="run at Linux's idle scheduling priority (SCHED_IDLE): "
-                       "its compute takes only the cycles no other process wants (an executor "
-                       "serving fine-tuning jobs beside one serving inference)")
+    idle: bool = Field(False, description="run at the lowest priority (SCHED_BATCH, nice 19): "
+                       "its compute takes the cycles other processes leave (an executor serving "
+                       "fine-tuning jobs beside one serving inference)")
     idle_twin: str | None = Field(None, description="also serve fine-tuning jobs at this "
-                                  "endpoint, from a forked twin at idle priority that shares "
+                                  "endpoint, from a forked twin at the lowest priority that shares "
                                   "the weights' memory (CPU only)")
     shards: int = Field(1, ge=1, description="run as this many ranks of one torch.distributed "
                         "group, each holding a slice of every base layer")

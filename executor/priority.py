@@ -1,13 +1,18 @@
-"""An executor that serves only fine-tuning jobs, beside one that serves inference, runs at Linux's
-idle scheduling priority (SCHED_IDLE): its compute takes only the cycles no other process wants,
-so the serving executor and the inference workers keep their cores while jobs fill the gaps
-(`symbiosis serve --idle-training`). Measured beside 6 decoding tenants on a 2-core host (bench
-NOTES, "the jobs on a second executor at SCHED_IDLE"): training 2.5-3x what it keeps in the one
-executor, at the same per-token latency; at nice 0 instead, the latency 1.6x.
+"""An executor that serves only fine-tuning jobs, beside one that serves inference, runs at the
+lowest priority a process can take for itself, batch work at nice 19 (SCHED_BATCH: no wake-up
+preemption of others): its compute takes the cycles the serving executor and the inference
+workers leave, and a sliver more (`--idle`; the serving executor's idle twin, `executor.twin`,
+which `symbiosis serve --idle-training` starts).
+
+Measured beside 6 decoding tenants on a 2-core host (bench 6e, NOTES): SCHED_IDLE instead kept
+less training at the same latency (~0.25x of the jobs alone against ~0.33x at nice 19; SCHED_IDLE
+gives a thread no share at all while anything else runs), nice 10 as much training at 1.34x the
+tenants' latency, a second executor at nice 0 1.6x. Nice 19 still leaves training a floor: a
+host that inference keeps busy slows the jobs to a crawl but never stops them.
 
 Applied to every thread the process has, before torch starts its OpenMP team, whose threads
-inherit it. An unprivileged process cannot leave SCHED_IDLE, so the whole process stays there.
-(One thread of a shared executor at SCHED_IDLE would not do: holding the GIL, it would stall the
+inherit it. An unprivileged process cannot raise its priority again, so it stays there. (One
+thread of a shared executor at a low priority would not do: holding the GIL, it would stall the
 serving threads behind it.)"""
 
 from __future__ import annotations
@@ -17,17 +22,19 @@ import logging
 import os
 
 log = logging.getLogger("executor")
+NICE = 19
 
 
-def run_idle() -> bool:
-    """Put every thread of this process at SCHED_IDLE; False where the host has no such policy
-    (or refuses it), with a warning: the executor then runs at its usual priority."""
+def lowest_priority() -> bool:
+    """Put every thread of this process at SCHED_BATCH, nice 19; False where the host refuses
+    (not Linux), with a warning: the executor then runs at its usual priority."""
     try:
         threads = [int(tid) for tid in os.listdir("/proc/self/task")]
         for tid in threads:
             with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, tid, NICE)
     except (OSError, AttributeError) as exc:
-        log.warning("could not run at idle priority (SCHED_IDLE): %s", exc)
+        log.warning("could not run at the lowest priority (SCHED_BATCH, nice 19): %s", exc)
         return False
     return True

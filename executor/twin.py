@@ -1,6 +1,6 @@
 """The jobs' own executor as a forked twin of the serving one (`--idle-twin ENDPOINT`, what
 `symbiosis serve --idle-training` starts): forked once the weights are loaded, it serves the
-fine-tuning jobs at idle priority (`executor.priority`) from the same physical pages, which
+fine-tuning jobs at the lowest priority (`executor.priority`) from the same physical pages, which
 neither process ever writes, so the base model is held once, not twice.
 
 It forks before torch starts its OpenMP team (the weights are loaded on one thread; a child of a
@@ -30,8 +30,8 @@ STOP_S = 20.0  # the twin's own stop: its calls in flight, its server's threads
 
 
 def fork_twin(serve_twin: Callable[[], int]) -> int:
-    """Fork the twin, which runs `serve_twin()` at idle priority and exits with its code. Every
-    object goes to the collector's permanent generation first, so that the twin's collections
+    """Fork the twin, which runs `serve_twin()` at the lowest priority and exits with its code.
+    Every object goes to the collector's permanent generation first, so that the twin's collections
     never write to their headers and their pages stay shared (`workers.spawner` does the same)."""
     parent = os.getpid()
     gc.freeze()
@@ -42,9 +42,9 @@ def fork_twin(serve_twin: Callable[[], int]) -> int:
     try:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() == parent:  # else the serving executor died before the line above
-            from executor.priority import run_idle
+            from executor.priority import lowest_priority
 
-            run_idle()
+            lowest_priority()
             code = serve_twin()
     except BaseException:
         log.exception("the idle twin crashed")

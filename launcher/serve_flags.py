@@ -54,7 +54,7 @@ SETTINGS = [
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
             "batches training keeps under load", bounded(float, 0, 1, above=True)),
     Setting("--idle-training", "SYMBIOSIS_IDLE_TRAINING", "true: fine-tuning jobs run on the "
-            "executor's idle twin, a fork at Linux's idle priority that shares its weights, in "
+            "executor's idle twin, a fork at the lowest priority that shares its weights, in "
             "the cycles inference leaves", boolean),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
             "alive at once", positive),

@@ -23,6 +23,12 @@ def short_tmp() -> Path:
     return Path(tempfile.mkdtemp(prefix="symb-", dir="/tmp"))
 
 
+def priorities(pid: int) -> set[tuple[int, int]]:
+    """(scheduling policy, nice) of each thread of the process (Linux)."""
+    return {(os.sched_getscheduler(int(tid)), os.getpriority(os.PRIO_PROCESS, int(tid)))
+            for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 def calls_by_kind(endpoint: str) -> tuple[int, int]:
     """(inference, training) calls the executor at `endpoint` has run so far (its stats)."""
     from workers.remote.client import ExecutorClient

@@ -1,5 +1,5 @@
-"""The executor's idle twin (`--idle-twin`, `executor.twin`): a fork that serves the jobs at
-idle priority from the serving executor's own weight pages, computes what it computes, and
+"""The executor's idle twin (`--idle-twin`, `executor.twin`): a fork that serves the jobs at the
+lowest priority from the serving executor's own weight pages, computes what it computes, and
 shares its fate."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from executor.config import ExecutorConfig
-from tests.helpers import ExecutorProcess
+from executor.priority import NICE
+from tests.helpers import ExecutorProcess, priorities
 from wire.call import messages as P
 from workers.remote.client import ExecutorClient
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SCHED_IDLE and fork: Linux's")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="per-thread priorities: Linux's")
 MODEL = "llama-160m"  # 618.5 MiB of float32 weights: a copy could not hide in the twin's own
 
 
@@ -27,24 +28,21 @@ def start(model: str, path) -> tuple[ExecutorProcess, str, psutil.Process]:
     twin = f"ipc://{path}-twin.sock"
     proc = ExecutorProcess.start(model, path, idle_twin=twin)
     deadline = time.monotonic() + 60
-    while not any("(idle priority)" in line for line in proc.log):
+    while not any("(lowest priority)" in line for line in proc.log):
         assert proc.alive() and time.monotonic() < deadline, "".join(proc.log)
         time.sleep(0.05)
     [child] = psutil.Process(proc.proc.pid).children()
     return proc, twin, child
 
 
-def policies(pid: int) -> set[int]:
-    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
-
-
 @pytest.mark.slow
-def test_the_twin_runs_at_idle_priority_on_the_executors_own_weight_pages(ipc_dir) -> None:
+def test_the_twin_runs_at_the_lowest_priority_on_the_executors_own_weight_pages(
+        ipc_dir) -> None:
     proc, twin, child = start(MODEL, ipc_dir / "twin-160m.sock")
     clients = [ExecutorClient(e, name=f"twin-{i}") for i, e in enumerate((proc.endpoint, twin))]
     try:
-        assert policies(child.pid) == {os.SCHED_IDLE}
-        assert os.SCHED_IDLE not in policies(proc.proc.pid)
+        assert priorities(child.pid) == {(os.SCHED_BATCH, NICE)}
+        assert (os.SCHED_BATCH, NICE) not in priorities(proc.proc.pid)
         x = torch.randn(3, 768)
         served, trained = (c.call(P.Op.FORWARD, 1, x, P.CallKind.TRAINING) for c in clients)
         assert torch.equal(served, trained) and served.abs().sum() > 0

@@ -22,7 +22,7 @@ class ManagerConfig(BaseSettings):
                           description="the executor's endpoint")
     training_executor: str = Field("", description="the endpoint of the executor that serves "
                                    "fine-tuning jobs (default: the executor; `symbiosis serve "
-                                   "--idle-training` starts one at idle priority)")
+                                   "--idle-training` starts one at the lowest priority)")
     model: str = Field("tiny-llama", description="the base model (built-in name or HF "
                        "directory)")
     bind: str = Field(default_factory=default_manager,
