@@ -14,42 +14,29 @@ the serving executor stops."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import logging
 import os
 import signal
 import threading
 from collections.abc import Callable
 
+from wire.forking import fork_child
 from wire.stopping import StopSignal
 
 log = logging.getLogger("executor")
-PR_SET_PDEATHSIG = 1
 STOP_S = 20.0  # the twin's own stop: its calls in flight, its server's threads
 
 
 def fork_twin(serve_twin: Callable[[], int]) -> int:
-    """Fork the twin, which runs `serve_twin()` at the lowest priority and exits with its code.
-    Every object goes to the collector's permanent generation first, so that the twin's collections
-    never write to their headers and their pages stay shared (`workers.spawner` does the same)."""
-    parent = os.getpid()
-    gc.freeze()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() == parent:  # else the serving executor died before the line above
-            from executor.priority import lowest_priority
+    """Fork the twin, which runs `serve_twin()` at the lowest priority and exits with its code
+    (`wire.forking`: it shares the serving executor's memory and dies with it)."""
+    def twin() -> int:
+        from executor.priority import lowest_priority
 
-            lowest_priority()
-            code = serve_twin()
-    except BaseException:
-        log.exception("the idle twin crashed")
-    finally:
-        os._exit(code)  # never the serving executor's exit handlers in its fork
+        lowest_priority()
+        return serve_twin()
+
+    return fork_child(twin, "the idle twin")
 
 
 class Twin:

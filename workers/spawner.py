@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import gc
 import logging
 import os
 import select
@@ -35,6 +33,7 @@ import transformers  # noqa: F401
 import workers.remote.build  # noqa: F401
 from wire import spawner as S
 from wire.call.device import assert_fork_safe
+from wire.forking import fork_child
 from workers.inference.worker import Preloaded, preload, serve
 from workers.training.runner import run as train
 
@@ -43,33 +42,22 @@ from workers.training.runner import run as train
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 log = logging.getLogger("workers.spawner")
-PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 8.0  # under the manager's 10 s wait for us (`SpawnerClient.stop`)
 
 
 def spawn(target, preloaded: Preloaded) -> int:
-    """Fork a child that runs `target(preloaded)` and exits with its return code.
-
-    Every object the parent holds goes to the collector's permanent generation first: a child's
-    collections then never write to those objects' headers, so their pages stay shared
-    (without it a worker's private memory grew ~4x after its first full collection)."""
+    """Fork a child that runs `target(preloaded)` and exits with its return code, sharing the
+    spawner's memory and dying with it (`wire.forking`)."""
     assert_fork_safe()
-    gc.freeze()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
+
+    def child() -> int:
         os.setpgid(0, 0)  # signals for the spawner's group do not reach workers twice
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # die with the spawner
         sys.stdin.close()
-        code = target(preloaded)
-    except BaseException:
-        log.exception("child process crashed")
-    finally:
-        os._exit(code)  # never run the parent's exit handlers in a forked child
+        return target(preloaded)
+
+    return fork_child(child, "child process")
 
 
 def reap(children: dict[int, str], out) -> None:
