@@ -33,6 +33,7 @@ def fork_twin(serve_twin: Callable[[], int]) -> int:
     def twin() -> int:
         from executor.priority import lowest_priority
 
+        os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the serving executor, which stops it
         lowest_priority()
         return serve_twin()
 

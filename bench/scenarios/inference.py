@@ -1,5 +1,5 @@
-"""Inference scenarios: decode (4), mixed with training (6; 6e with the jobs on an idle
-executor), privacy (7), PEFT methods (9)."""
+"""Inference scenarios: decode (4), mixed with training (6; 6e with the jobs on the executor's
+idle twin), privacy (7), PEFT methods (9)."""
 
 from __future__ import annotations
 
