@@ -90,17 +90,7 @@ def mixed(settings: Settings) -> list[Record]:
                "2 jobs vs 8 tenants", mixed_lane["met_percent"], only_lane["met_percent"], "%",
                note=f"training slice at the end of the mixed run: {mixed_lane['slice_ms']:.2f} "
                     "ms (it adapts to the target)"),
-        Record("6 mixed", "inference per-token latency, 6 tenants + 2 jobs vs 8 tenants",
-               with_jobs.latency_ms(kind="decode"), only.latency_ms(kind="decode"), "ms",
-               "<= 1.2x", higher_is_better=False),
-        Record("6 mixed", "inference time to first token p99, 6 tenants + 2 jobs vs 8 tenants",
-               with_jobs.first_token_ms(0.99), only.first_token_ms(0.99), "ms", "<= 1.3x",
-               higher_is_better=False, note=first_token_spread(with_jobs, only)),
-        Record("6 mixed", "training tokens/s beside 6 inference tenants vs the 2 jobs alone",
-               with_jobs.tokens_per_s(kind="train"), jobs_alone.tokens_per_s(kind="train"),
-               "tok/s", ">= 0.5x"),
-        Record("6 mixed", "total tokens/s (inference + training) vs 8 tenants",
-               with_jobs.tokens_per_s(), only.tokens_per_s(), "tok/s"),
+        *mixed_records("6 mixed", with_jobs, only, jobs_alone),
     ]
 
 
@@ -110,7 +100,14 @@ def mixed_idle(settings: Settings) -> list[Record]:
     take the cycles they leave on its weights' pages (the jobs alone, the baseline, on the one
     executor as in 6). CPU executors only: a twin is never forked on a GPU."""
     with_jobs, _, only, _, jobs_alone = mixed_runs(settings, twin=True)
-    name = "6e mixed, the jobs on the idle twin"
+    return mixed_records("6e mixed, the jobs on the idle twin", with_jobs, only, jobs_alone)
+
+
+def mixed_records(name: str, with_jobs: GroupResult, only: GroupResult,
+                  jobs_alone: GroupResult) -> list[Record]:
+    """A mixed scenario's rows from its runs (`mixed_runs`): the tenants' latency and first
+    token beside the jobs against 8 tenants alone, the jobs' training against the jobs alone,
+    all tokens against 8 tenants."""
     return [
         Record(name, "inference per-token latency, 6 tenants + 2 jobs vs 8 tenants",
                with_jobs.latency_ms(kind="decode"), only.latency_ms(kind="decode"), "ms",
