@@ -177,6 +177,15 @@ class ClientTable:
                  hello.pid, memory, "yes" if doorbell else "no")
         return state
 
+    def close(self) -> None:
+        """Forget every client and unpin all their memory, once no batch runs any more. A table
+        dropped with memory still pinned would leave its pages registered after they are
+        unmapped: a later mapping at the same address is refused its pin (CUDA error 712), and
+        copies to it land in the old pages (seen on an H200: results of zeros)."""
+        for identity in list(self._clients):
+            self.remove(identity)
+        self.settle()
+
     def remove(self, identity: bytes) -> None:
         with self._lock:
             state = self._clients.pop(identity, None)

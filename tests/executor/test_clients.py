@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 
+from executor import clients
 from executor.clients import ClientTable
 from wire.call import messages as P
 from wire.call.doorbell import WorkerDoorbell
@@ -56,6 +57,22 @@ def test_a_gpu_executor_pins_a_client_and_unpins_only_once_settled(segment, stan
     assert table.pins.retiring == 1
     table.pins.settle()  # what `ClientTable.settle` does after the stream's wait
     assert _registered(stand_in) == ["cuMemHostRegister", "cuMemHostUnregister"]
+
+
+def test_a_closed_table_forgets_its_clients_and_unpins_their_memory_after_the_devices_wait(
+        segment, stand_in, monkeypatch) -> None:
+    """Pages left registered after the table is gone stay registered when they are unmapped:
+    a new mapping at their address was refused its pin on an H200 and got results of zeros."""
+    table = ClientTable("cuda:0", driver=stand_in.driver())
+    state = _admit(table, segment)
+    pinned = hex(state.shm.bytes.data_ptr())
+    at_the_wait: list[list[str]] = []  # what was unpinned when the device was waited for
+    monkeypatch.setattr(clients.D, "synchronize", lambda device: at_the_wait.append(
+        [str(device), *_registered(stand_in)]))
+    table.close()
+    assert at_the_wait == [["cuda:0", "cuMemHostRegister"]]
+    assert f"cuMemHostUnregister {pinned}" in stand_in.log()
+    assert table.get(b"identity") is None and (table.pins.pinned, table.pins.retiring) == (0, 0)
 
 
 def test_a_remap_pins_the_new_segment_and_retires_the_old(segment, stand_in) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 
 import pytest
 import torch
@@ -81,7 +81,7 @@ def test_a_lone_call_writes_its_result_into_the_clients_memory_itself(device: st
     kinds = (P.LayerKind.STRETCH, P.LayerKind.LEAD, P.LayerKind.GREEDY, P.LayerKind.LINEAR)
     calls = [(next(s for s in registry.specs if s.kind == kind), P.Op.FORWARD) for kind in kinds]
     calls.append((calls[-1][0], P.Op.BACKWARD))
-    with _client(table, b"identity", writes) as segment:
+    with closing(table), _client(table, b"identity", writes) as segment:
         for seq, (spec, op) in enumerate(calls, start=1):
             rows = 3
             width_in, width_out = (spec.out_features, spec.in_features) \
@@ -114,7 +114,7 @@ def test_several_calls_joined_parts_go_into_each_clients_memory_when_large(devic
     specs = [next(s for s in registry.specs if s.kind == kind) for kind in kinds]
     names = [b"a", b"b", b"c"]
     seq = 0
-    with ExitStack() as stack:
+    with closing(table), ExitStack() as stack:
         segments = [stack.enter_context(_client(table, name, writes)) for name in names]
         for spec in specs:
             large = -(-IN_PLACE_CALL_BYTES // (4 * spec.out_features))  # rows of a large call

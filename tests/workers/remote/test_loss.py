@@ -16,6 +16,9 @@ from workers.training.data import IGNORE, Example
 from workers.training.loop import evaluate, token_losses
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+# float32 on a GPU against plain peft on the CPU: the head's 50,259-word products and sums run
+# in another order (an H200: gradients 1.3e-5 of the largest apart, 4.5e-5 in 3.4)
+RELATIVE = {"cpu": 1e-5, "cuda": 1e-4}
 
 
 def labelled_batch(plain, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -39,23 +42,24 @@ def step(model, batch: dict[str, torch.Tensor]) -> tuple[float, int, int, dict]:
     return float(loss.detach()), count, right, grads
 
 
-def assert_equal_steps(plain, ours, batch: dict[str, torch.Tensor]) -> None:
+def assert_equal_steps(plain, ours, batch: dict[str, torch.Tensor], rel: float = 1e-5) -> None:
     theirs, mine = step(plain, batch), step(ours, {k: v.to(ours.device) for k, v in
                                                      batch.items()})
-    assert mine[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert mine[0] == pytest.approx(theirs[0], rel=rel)
     assert mine[1:3] == theirs[1:3] and theirs[1] == 14 and theirs[2] >= 4, (mine, theirs)
     assert set(mine[3]) == set(theirs[3])
     scale = max(g.abs().max().item() for g in theirs[3].values())
     worst = max((mine[3][n] - theirs[3][n]).abs().max().item() for n in theirs[3])
-    assert scale > 1e-3 and worst < 1e-5 * scale, (worst, scale)
+    assert scale > 1e-3 and worst < rel * scale, (worst, scale)
 
 
-def assert_equal_evaluations(plain, ours, batch: dict[str, torch.Tensor]) -> None:
+def assert_equal_evaluations(plain, ours, batch: dict[str, torch.Tensor],
+                             rel: float = 1e-5) -> None:
     """The trainer's `evaluate` (mean token loss, accuracy) of both on the batch's examples."""
     examples = [Example(ids.tolist(), labels.tolist())
                 for ids, labels in zip(batch["input_ids"], batch["labels"], strict=True)]
     theirs, mine = evaluate(plain, examples, 0, 4096), evaluate(ours, examples, 0, 4096)
-    assert mine[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert mine[0] == pytest.approx(theirs[0], rel=rel)
     assert mine[1] == theirs[1] and theirs[1] >= 4 / 14, (mine, theirs)
 
 
@@ -102,8 +106,8 @@ def test_the_head_loss_through_an_executor_process_equals_peft(client_on, device
     plain, ours = build_pair("tiny-llama", "lora", client_on(device, f"loss-{device}"),
                              device=device)
     assert head_loss(ours) is not None
-    assert_equal_steps(plain, ours, labelled_batch(plain, seed=1))
-    assert_equal_evaluations(plain, ours, labelled_batch(plain, seed=2))
+    assert_equal_steps(plain, ours, labelled_batch(plain, seed=1), RELATIVE[device])
+    assert_equal_evaluations(plain, ours, labelled_batch(plain, seed=2), RELATIVE[device])
 
 
 @pytest.mark.parametrize(("name", "method"), [("tiny-llama", "lora"), ("tiny-gpt2", "ia3"),
