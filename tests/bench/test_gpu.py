@@ -117,7 +117,8 @@ def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
     env = {**os.environ, "PATH": f"{control}{os.pathsep}{os.environ['PATH']}",
            "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipes")}
     run = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--device", "cpu", "--toy",
-                          "--tests", "tests/wire/call/test_device.py", "--out", str(out)],
+                          "--tests", "tests/wire/call/test_device.py", "--out", str(out),
+                          "--logs", str(tmp_path / "logs")],
                          capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     document = json.loads(out.read_text())
@@ -125,8 +126,7 @@ def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
     assert (document["device"], document["device_name"]) == ("cpu", "cpu")
     tests = document["stages"]["gpu tests"]
     assert (tests["passed"], tests["failed"], tests["skipped"]) == (0, 0, 1)
-    passes = (("scenarios without MPS", False,
-               {"12 GPU fine-tuning", "12 GPU decode", "12 GPU long context"}),
+    passes = (("scenarios without MPS", False, {"12 GPU fine-tuning", "12 GPU long context"}),
               ("scenarios under MPS", True, {"12 GPU decode"}))  # MPS: many decode processes
     for name, mps, scenarios in passes:
         stage = document["stages"][name]
@@ -139,8 +139,13 @@ def test_gpu_check_runs_every_stage_on_a_cpu_at_toy_size(tmp_path) -> None:
         assert not [r for r in stage["records"] if "GPU busy" in r["metric"]]
         batching = [r["ours"] for r in stage["records"]
                     if r["metric"].endswith("decode calls per executor batch")]
-        assert len(batching) == 1 and batching[0] >= 1  # the executor's decode lane, watched
+        assert len(batching) == mps and all(b >= 1 for b in batching)  # the decode lane
     assert [c["args"] for c in calls(tmp_path)] == [["-d"], []]  # started and quit once
+    logs = {path.name: path.read_text() for path in (tmp_path / "logs").iterdir()}
+    assert set(logs) == {"gpu-tests.log", "scenarios.log", "scenarios-mps.log"}
+    assert "test_device.py" in logs["gpu-tests.log"]  # each stage's whole output, kept
+    assert "== gpu-long" in logs["scenarios.log"] and "== gpu-decode" in logs["scenarios-mps.log"]
+    assert tests["output_tail"] == logs["gpu-tests.log"][-len(tests["output_tail"]):]
     assert "verdict: harness check passed (no GPU)" in run.stdout
 
 
@@ -153,6 +158,13 @@ def test_the_gpu_scenarios_measure_the_gpu(tmp_path) -> None:
     assert memory and all(r["note"] == "GPU memory (nvidia-smi)" for r in memory)
     busy = [r for r in document["records"] if "GPU busy" in r["metric"]]
     assert len(busy) == 1 and 0 <= busy[0]["ours"] <= 100
+
+
+def test_gpu_check_runs_every_gpu_scenario_in_one_of_its_passes() -> None:
+    from bench.gpucheck import PASSES
+    from bench.scenarios.gpu import GPU_SCENARIOS
+
+    assert sorted(PASSES[False] + PASSES[True]) == sorted(GPU_SCENARIOS)
 
 
 def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> None:
