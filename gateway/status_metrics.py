@@ -38,6 +38,9 @@ class StatusCollector:
         yield from manager_families(self.status)
         if self.status.executor is not None:
             yield from executor_families(self.status.executor)
+        if self.status.training_executor is not None:
+            yield from executor_families(self.status.training_executor,
+                                         "symbiosis_training_executor")
 
 
 def manager_families(status: W.StatusReply) -> Iterator[Metric]:
@@ -80,26 +83,29 @@ def adapter_families(workers: list[W.WorkerInfo]) -> Iterator[Metric]:
     yield from families
 
 
-def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
-    yield GaugeMetricFamily("symbiosis_executor_queue_depth", "Calls waiting in the executor",
+def executor_families(figures: ExecutorFigures,
+                      prefix: str = "symbiosis_executor") -> Iterator[Metric]:
+    """An executor's figures; `prefix` names whose (the fine-tuning jobs' own executor, the
+    idle twin: `symbiosis_training_executor`)."""
+    yield GaugeMetricFamily(f"{prefix}_queue_depth", "Calls waiting in the executor",
                             value=figures.queue_depth)
-    yield GaugeMetricFamily("symbiosis_executor_clients", "Clients connected to the executor",
+    yield GaugeMetricFamily(f"{prefix}_clients", "Clients connected to the executor",
                             value=figures.clients)
-    yield CounterMetricFamily("symbiosis_executor_mixed_batches", "Batches with inference and "
+    yield CounterMetricFamily(f"{prefix}_mixed_batches", "Batches with inference and "
                               "training calls", value=figures.mixed_batches)
-    yield CounterMetricFamily("symbiosis_executor_errors", "Calls that failed",
+    yield CounterMetricFamily(f"{prefix}_errors", "Calls that failed",
                               value=figures.errors)
-    yield from counters("symbiosis_executor", "kind", figures.kinds, (
+    yield from counters(prefix, "kind", figures.kinds, (
         ("calls", "calls", "Calls"), ("rows", "rows", "Rows"),
         ("batches", "batches", "Batches holding a call of this kind"),
         ("compute_seconds", "compute_s", "Compute time of those batches")))
-    yield from counters("symbiosis_executor_lane", "lane", figures.lanes, (
+    yield from counters(f"{prefix}_lane", "lane", figures.lanes, (
         ("calls", "calls", "Calls"),
         ("compute_seconds", "compute_s", "Compute time of the batches this lane led"),
         ("wait_seconds", "wait_s", "Time calls waited"),
         ("target_met", "met", "Calls that waited no longer than their latency target (their "
          "tenant's, else the lane's)")))
-    target = GaugeMetricFamily("symbiosis_executor_lane_wait_target_seconds", "Latency target: "
+    target = GaugeMetricFamily(f"{prefix}_lane_wait_target_seconds", "Latency target: "
                                "the longest a call of the lane should wait, where its tenant "
                                "asks for no other", labels=["lane"])
     for lane, figure in figures.lanes.items():
@@ -107,7 +113,7 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
             target.add_metric([lane], figure.target_ms / 1e3)
     yield target
     if figures.training_slice_ms is not None:
-        yield GaugeMetricFamily("symbiosis_executor_training_slice_seconds", "Compute of one "
+        yield GaugeMetricFamily(f"{prefix}_training_slice_seconds", "Compute of one "
                                 "training slice, sized to the decode target",
                                 value=figures.training_slice_ms / 1e3)
     for family, name, doc, value in (
@@ -119,10 +125,10 @@ def executor_families(figures: ExecutorFigures) -> Iterator[Metric]:
              "slices, for a decode step about to come", figures.training_holds),
             (CounterMetricFamily, "training_held_seconds", "Time training batches waited "
              "between their slices for decode steps", figures.training_held_s)):
-        yield family(f"symbiosis_executor_{name}", doc, value=value)
+        yield family(f"{prefix}_{name}", doc, value=value)
     for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
                                                             "milliseconds")):
-        family = HistogramMetricFamily(f"symbiosis_executor_{metric}", f"{doc} by call kind",
+        family = HistogramMetricFamily(f"{prefix}_{metric}", f"{doc} by call kind",
                                        labels=["kind"])
         for kind, figure in figures.kinds.items():
             histogram: HistogramFigures = getattr(figure, metric)

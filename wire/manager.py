@@ -201,6 +201,7 @@ class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):
     executor_ok: bool
     counters: dict[str, int]
     executor: ExecutorFigures | None = None
+    training_executor: ExecutorFigures | None = None  # the jobs' own (the idle twin), if any
 
 
 class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -15,6 +16,7 @@ from executor.priority import NICE
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import Deployment
 from tests.e2e.jobs import ANSWER, ask, create, memorization_file, start_stack, wait
+from tests.e2e.test_metrics import scrape
 from tests.helpers import calls_by_kind, priorities
 
 pytestmark = [pytest.mark.slow,
@@ -32,7 +34,8 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
         [twin] = executor.children()  # the executor's idle twin (`executor.twin`)
         assert priorities(twin.pid) == {(os.SCHED_BATCH, NICE)}
         assert (os.SCHED_BATCH, NICE) not in priorities(executor.pid)
-        client = Deployment(stack, {}).client("acme")
+        deployment = Deployment(stack, {})
+        client = deployment.client("acme")
         upload = client.files.create(file=("memo.jsonl", memorization_file()),
                                      purpose="fine-tune")
         job = wait(client, create(client, upload.id), ("succeeded",))
@@ -43,6 +46,25 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
         assert twin_inference == 0 and twin_training > 0
         assert inference > 0 and training_calls == 0
         assert priorities(twin.pid) == {(os.SCHED_BATCH, NICE)}
+        assert metrics(deployment, twin_training) == {
+            ("symbiosis_executor_calls_total", "training"): 0,
+            ("symbiosis_training_executor_calls_total", "training"): twin_training,
+            ("symbiosis_training_executor_calls_total", "inference"): 0}
     finally:
         stack.stop()
     assert not twin.is_running()
+
+
+def metrics(deployment: Deployment, twin_training: int, timeout_s: float = 10.0) -> dict:
+    """/metrics' call counts of both executors once the twin's training calls show there (the
+    manager asks each executor for its figures every second)."""
+    names = ("symbiosis_executor_calls_total", "symbiosis_training_executor_calls_total")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        scraped = scrape(deployment)
+        counts = {(name, kind): scraped.get((name, (("kind", kind),)))
+                  for name, kind in ((names[0], "training"), (names[1], "training"),
+                                     (names[1], "inference"))}
+        if counts[(names[1], "training")] == twin_training or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.5)

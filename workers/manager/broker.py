@@ -26,7 +26,7 @@ from wire.store import StoreCommand
 from workers.manager.admission import Admission
 from workers.manager.capacity import ThreadShare, host_cores, job_capacity
 from workers.manager.config import ManagerConfig
-from workers.manager.executor_probe import ExecutorProbe
+from workers.manager.executor_probe import ExecutorProbes
 from workers.manager.jobs import JobScheduler
 from workers.manager.links import Links
 from workers.manager.pool import NoCapacity, NotYet, WorkerHandle, WorkerPool, model_key
@@ -55,7 +55,7 @@ class Manager:
         self.ctx = zmq.Context()
         self._own_dir: Path | None = None  # made once the data dir is ours (`serve`)
         self.worker_bind = config.worker_bind
-        self.probe = ExecutorProbe(config.executor, self.ctx)
+        self.probes = ExecutorProbes(config.executor, config.training_executor, self.ctx)
         self.threads = WorkerThreads(self.pool, ThreadShare(host_cores(), config.worker_threads),
                                      lambda key, message: self.links.to_worker(key, message))
 
@@ -71,7 +71,7 @@ class Manager:
         if self.records is not None:
             max_jobs, budget = job_capacity(  # privacy: a trainer's labels never leave it
                 self.config.max_jobs, self.config.model,
-                lambda: self.probe.offers_head_loss and not self.config.privacy)
+                lambda: self.probes.serving.offers_head_loss and not self.config.privacy)
             spec = partial(trainer_spec, self.config, self.worker_bind, self.records.files)
             self.jobs = JobScheduler(self.records.ledger, self.spawner.spawn, spec,
                                      self.links.reply, self.links.to_trainer,
@@ -85,10 +85,10 @@ class Manager:
         poller = zmq.Poller()
         self.links.register(poller)
         poller.register(self.spawner.stdout, zmq.POLLIN)
-        poller.register(self.probe.socket, zmq.POLLIN)
+        self.probes.register(poller)
         if self.records is not None:  # an adapter upload read off the loop is done
             poller.register(self.records.inspector.fileno(), zmq.POLLIN)
-        self.probe.ask(poller)
+        self.probes.ask(poller)
         next_sweep = time.monotonic() + 1
         try:
             while not self.stopped.is_set():
@@ -97,7 +97,7 @@ class Manager:
                 if self.spawner.stdout in events or self.spawner.stdout.fileno() in events:
                     for event in self.spawner.read():
                         self._from_spawner(event)
-                if self.probe.socket in events and self.probe.receive() and self.jobs is not None:
+                if self.probes.receive(events) and self.jobs is not None:
                     self.jobs.schedule()  # the head's loss offered: queued jobs may fit now
                 if self.records is not None and self.records.inspector.fileno() in events:
                     for gateway, done in self.records.finished():
@@ -106,11 +106,11 @@ class Manager:
                 if time.monotonic() > next_sweep:
                     next_sweep = time.monotonic() + 1
                     self._sweep()
-                    self.probe.ask(poller)
+                    self.probes.ask(poller)
         finally:
             self.spawner.stop()
             self.links.close()
-            self.probe.close()
+            self.probes.close()
             self.ctx.term()
             if self.records is not None:
                 self.records.close()
@@ -192,8 +192,8 @@ class Manager:
                                 len(h.inflight), now - h.last_used, self.pool.is_pinned(h.key),
                                 h.adapters, h.threads)
                    for h in self.pool.workers.values()]
-        return W.StatusReply(workers, self.probe.alive, dict(self.pool.counters),
-                             self.probe.figures if self.probe.alive else None)
+        return W.StatusReply(workers, self.probes.serving.alive, dict(self.pool.counters),
+                             *self.probes.figures())
 
     # -- worker side -------------------------------------------------------------------------
 

@@ -76,3 +76,38 @@ class ExecutorProbe:
         sock.setsockopt(zmq.IMMEDIATE, 1)  # replicas: the requests go to those connected
         connect_all(sock, self.endpoint)
         return sock
+
+
+class ExecutorProbes:
+    """The serving executor's probe and, where fine-tuning jobs have an executor of their own
+    (the idle twin: `training_executor`), that one's too, polled together."""
+
+    def __init__(self, executor: str, training_executor: str, ctx: zmq.Context) -> None:
+        self.serving = ExecutorProbe(executor, ctx)
+        self.training = ExecutorProbe(training_executor, ctx) \
+            if training_executor and training_executor != executor else None
+        self._all = [p for p in (self.serving, self.training) if p is not None]
+
+    def register(self, poller: zmq.Poller) -> None:
+        for probe in self._all:
+            poller.register(probe.socket, zmq.POLLIN)
+
+    def ask(self, poller: zmq.Poller) -> None:
+        for probe in self._all:
+            probe.ask(poller)
+
+    def receive(self, events: dict) -> bool:
+        """Read what came; True when the serving executor has just come to offer the head's
+        loss (`ExecutorProbe.receive`)."""
+        if self.training is not None and self.training.socket in events:
+            self.training.receive()
+        return self.serving.socket in events and self.serving.receive()
+
+    def figures(self) -> tuple[ExecutorFigures | None, ExecutorFigures | None]:
+        """(the serving executor's, the training executor's), each None unless it answers."""
+        return tuple(p.figures if p is not None and p.alive else None  # type: ignore[return-value]
+                     for p in (self.serving, self.training))
+
+    def close(self) -> None:
+        for probe in self._all:
+            probe.close()

@@ -34,5 +34,5 @@ def test_a_request_that_waited_for_its_worker_carries_when_the_gateway_received_
         assert before - 1.5 <= sent.arrived <= after - 1.5
         assert manager.links.replies == []
     finally:
-        manager.probe.close()
+        manager.probes.close()
         manager.ctx.term()

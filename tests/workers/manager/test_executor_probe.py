@@ -9,7 +9,7 @@ import time
 import pytest
 import zmq
 
-from workers.manager.executor_probe import ExecutorProbe
+from workers.manager.executor_probe import ExecutorProbe, ExecutorProbes
 
 
 def answers(probe: ExecutorProbe, count: int, timeout_s: float = 20.0) -> list[bool]:
@@ -44,4 +44,28 @@ def test_the_probe_learns_whether_the_executor_computes_the_head_loss(
     assert probe.offers_head_loss is offers
     assert said == [offers, False]  # the manager schedules again when it first hears the offer
     probe.close()
+    ctx.term()
+
+
+def test_the_jobs_own_executor_is_probed_beside_the_serving_one(executor_for) -> None:
+    """With an executor for the fine-tuning jobs (the idle twin), the manager hears both, each
+    its own figures (here two executors that differ in offering the head's loss); without one,
+    or with the serving one named, it probes one."""
+    ctx = zmq.Context()
+    serving = executor_for("tiny-llama").endpoint
+    training = executor_for("tiny-llama", no_head_loss="").endpoint
+    for alone in (ExecutorProbes(serving, "", ctx), ExecutorProbes(serving, serving, ctx)):
+        assert alone.training is None
+        alone.close()
+    probes = ExecutorProbes(serving, training, ctx)
+    poller = zmq.Poller()
+    probes.register(poller)
+    deadline = time.monotonic() + 20
+    while None in probes.figures() and time.monotonic() < deadline:
+        probes.ask(poller)
+        probes.receive(dict(poller.poll(1000)))
+    heard, trained = probes.figures()
+    assert heard is not None and trained is not None
+    assert heard.head_loss and not trained.head_loss
+    probes.close()
     ctx.term()

@@ -33,7 +33,7 @@ def manager():
 
     yield make
     for manager in made:
-        manager.probe.close()
+        manager.probes.close()
         manager.ctx.term()
 
 
