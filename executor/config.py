@@ -81,6 +81,11 @@ class ExecutorConfig(BaseSettings):
     curve_secret_key: str | None = Field(None, validation_alias=AliasChoices(
         "curve_secret_key", "SYMBIOSIS_EXECUTOR_CURVE_SECRET"))  # z85: CurveZMQ on tcp://
 
+    @field_validator("idle_twin", mode="before")
+    @classmethod
+    def _no_twin(cls, twin: str | None) -> str | None:
+        return twin or None  # empty: none (compose passes every variable, set or not)
+
     @field_validator("bind", "idle_twin")
     @classmethod
     def _endpoint(cls, bind: str | None) -> str | None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import openai
+import psutil
 import pytest
 
 from launcher.stack import free_port
@@ -39,6 +40,8 @@ def config(*files: str, env: dict | None = None) -> dict:
     return json.loads(out.stdout)
 
 
+TWIN_ENV = {"SYMBIOSIS_EXECUTOR_IDLE_TWIN": "tcp://0.0.0.0:5557",
+            "SYMBIOSIS_TRAINING_EXECUTOR": "tcp://executor:5557"}
 REMOTE_ENV = {"SYMBIOSIS_EXECUTOR": "tcp://executor.example:5555",
               "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC": "x" * 40}
 
@@ -76,6 +79,7 @@ def test_structure() -> None:
         assert {"type": "volume", "source": "data", "target": "/data"}.items() <= \
             service["volumes"][0].items(), name
         env = service["environment"]
+        assert env["SYMBIOSIS_EXECUTOR_IDLE_TWIN"] == env["SYMBIOSIS_TRAINING_EXECUTOR"] == ""
         assert env["SYMBIOSIS_EXECUTOR"] == "tcp://executor:5555"
         assert env["SYMBIOSIS_MANAGER"] == "tcp://workers:5556"
         assert env["SYMBIOSIS_DATA_DIR"] == "/data"
@@ -114,11 +118,14 @@ def test_commands_accept_their_flags(service: str) -> None:
 
 
 @pytest.mark.slow
-def test_the_services_commands_bring_up_a_working_system(tmp_path) -> None:
+@pytest.mark.parametrize("twin", [False, True], ids=["one executor", "idle twin"])
+def test_the_services_commands_bring_up_a_working_system(tmp_path, twin: bool) -> None:
     """Each service's compose command, run as a host process with the compose environment
-    (service names and ports mapped to loopback, the volume to a directory)."""
-    doc = config("compose.yaml", env={"SYMBIOSIS_API_KEYS": "acme=sk-compose"})
-    ports = {"5555": str(free_port()), "5556": str(free_port()), "8000": str(free_port())}
+    (service names and ports mapped to loopback, the volume to a directory); with the two
+    variables of idle training, the executor's twin serves too."""
+    doc = config("compose.yaml", env={"SYMBIOSIS_API_KEYS": "acme=sk-compose",
+                                      **(TWIN_ENV if twin else {})})
+    ports = {port: str(free_port()) for port in ("5555", "5556", "5557", "8000")}
 
     def local(value: str) -> str:
         value = re.sub(r"tcp://(executor|workers|0\.0\.0\.0|127\.0\.0\.1):(\d+)",
@@ -146,6 +153,9 @@ def test_the_services_commands_bring_up_a_working_system(tmp_path) -> None:
                                api_key="sk-compose", max_retries=0)
         out = client.completions.create(model="tiny-llama", prompt="Hello", max_tokens=4)
         assert out.usage.completion_tokens >= 1
+        ping = [sys.executable, "-m", "executor.ping", f"tcp://127.0.0.1:{ports['5557']}"]
+        answered = subprocess.run(ping, capture_output=True, timeout=60).returncode == 0
+        assert answered is twin and len(psutil.Process(procs[0].pid).children()) == twin
     finally:
         for proc in reversed(procs):
             proc.terminate()

@@ -74,3 +74,10 @@ def test_a_twin_is_forked_on_one_cpu_executor_only() -> None:
     for options in ({"device": "cuda"}, {"shards": 2}, {"idle_twin": "/tmp/t.sock"}):
         with pytest.raises(ValueError):
             ExecutorConfig(**{"idle_twin": "ipc:///tmp/t.sock", **options})
+
+
+def test_an_empty_twin_endpoint_is_none(monkeypatch) -> None:
+    """compose passes `SYMBIOSIS_EXECUTOR_IDLE_TWIN` empty where idle training is off."""
+    monkeypatch.setenv("SYMBIOSIS_EXECUTOR_IDLE_TWIN", "")
+    assert ExecutorConfig().idle_twin is None
+    assert ExecutorConfig(device="cuda", idle_twin="").idle_twin is None  # no twin to refuse
