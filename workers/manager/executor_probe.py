@@ -105,9 +105,12 @@ class ExecutorProbes:
 
     def figures(self) -> tuple[ExecutorFigures | None, ExecutorFigures | None]:
         """(the serving executor's, the training executor's), each None unless it answers."""
-        return tuple(p.figures if p is not None and p.alive else None  # type: ignore[return-value]
-                     for p in (self.serving, self.training))
+        return _answered(self.serving), _answered(self.training)
 
     def close(self) -> None:
         for probe in self._all:
             probe.close()
+
+
+def _answered(probe: ExecutorProbe | None) -> ExecutorFigures | None:
+    return probe.figures if probe is not None and probe.alive else None
