@@ -110,6 +110,8 @@ async def operator_view(request: Request) -> dict:
                for w in (status.workers if status else [])]
     return {"executor_up": bool(status and status.executor_ok),
             "executor": executor_figures(status.executor if status else None),
+            "training_executor": executor_figures(status.training_executor)
+            if status and status.training_executor else None,  # the idle twin's, when it runs
             "workers": workers, "manager": dict(status.counters) if status else {},
             "jobs": state.jobs.count_by_status()}
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -81,3 +83,27 @@ def deployment(tmp_path_factory) -> Iterator[Deployment]:
     dep = deploy(tmp_path_factory.mktemp("e2e"))
     yield dep
     dep.stack.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's package), driven by Playwright."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is missing under CI (apt-get install chromium)")
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+def sign_in(browser, deployment: Deployment, key: str):
+    page = browser.new_page(viewport={"width": 1200, "height": 1400})
+    page.goto(f"{deployment.stack.base_url}/dashboard")
+    page.fill("#key", key)
+    page.click("#sign-in-button")
+    return page

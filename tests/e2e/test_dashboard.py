@@ -7,7 +7,6 @@ operator sees the live executor's batching. Screenshots go to SYMBIOSIS_TEST_ART
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -15,26 +14,11 @@ import httpx
 import pytest
 
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment
+from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment, sign_in
 from tests.e2e.jobs import memorization_file, wait
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = Path(os.environ.get("SYMBIOSIS_TEST_ARTIFACTS", "test-artifacts"))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is missing under CI (apt-get install chromium)")
-        pytest.skip("no Chromium here (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +35,6 @@ def finished_job(deployment: Deployment) -> str:
         extra_body={"peft": {"method": "lora"}}).id
     wait(client, job, ("succeeded",))
     return job
-
-
-def sign_in(browser, deployment: Deployment, key: str):
-    page = browser.new_page(viewport={"width": 1200, "height": 1400})
-    page.goto(f"{deployment.stack.base_url}/dashboard")
-    page.fill("#key", key)
-    page.click("#sign-in-button")
-    return page
 
 
 def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
@@ -157,6 +133,7 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
     assert lanes["training"][2:] == ["", ""]  # training has no target
     assert float(page.text_content("#training-slice")) > 0
     assert page.is_hidden("#jobs") and page.text_content("#who") == "operator"
+    assert page.is_hidden("#twin")  # one executor: no idle twin
     workers = page.eval_on_selector_all("#workers-table tr", "rows => rows.length")
     assert workers >= 2  # a header and at least the worker that just answered
     for _ in range(3):  # traffic between two refreshes: a point of rows per batch and wait

@@ -14,7 +14,7 @@ import pytest
 
 from executor.priority import NICE
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import Deployment
+from tests.e2e.conftest import OPERATOR_KEY, Deployment, sign_in
 from tests.e2e.jobs import ANSWER, ask, create, memorization_file, start_stack, wait
 from tests.e2e.test_metrics import scrape
 from tests.helpers import calls_by_kind, priorities
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
-        tmp_path: Path) -> None:
+        tmp_path: Path, browser) -> None:
     stack = start_stack(tmp_path / "data", env={"SYMBIOSIS_IDLE_TRAINING": "true"})
     try:
         env = stack.service_env()
@@ -50,6 +50,7 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
             ("symbiosis_executor_calls_total", "training"): 0,
             ("symbiosis_training_executor_calls_total", "training"): twin_training,
             ("symbiosis_training_executor_calls_total", "inference"): 0}
+        assert twin_in_the_dashboard(browser, deployment) == {"training": twin_training}
     finally:
         stack.stop()
     assert not twin.is_running()
@@ -68,3 +69,14 @@ def metrics(deployment: Deployment, twin_training: int, timeout_s: float = 10.0)
         if counts[(names[1], "training")] == twin_training or time.monotonic() > deadline:
             return counts
         time.sleep(0.5)
+
+
+def twin_in_the_dashboard(browser, deployment: Deployment) -> dict[str, int]:
+    """The operator's dashboard, in a real browser: the twin's calls by kind, those it ran."""
+    page = sign_in(browser, deployment, OPERATOR_KEY)
+    page.wait_for_selector("#twin-kinds-table tr[data-kind]")
+    rows = page.eval_on_selector_all(
+        "#twin-kinds-table tr[data-kind]",
+        "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    page.close()
+    return {kind: int(calls) for kind, calls, *_ in rows if int(calls)}
