@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
-        tmp_path: Path, browser) -> None:
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
     stack = start_stack(tmp_path / "data", env={"SYMBIOSIS_IDLE_TRAINING": "true"})
     try:
         env = stack.service_env()
@@ -50,6 +50,7 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
             ("symbiosis_executor_calls_total", "training"): 0,
             ("symbiosis_training_executor_calls_total", "training"): twin_training,
             ("symbiosis_training_executor_calls_total", "inference"): 0}
+        browser = request.getfixturevalue("browser")  # last: the rest needs no Chromium
         assert twin_in_the_dashboard(browser, deployment) == {"training": twin_training}
     finally:
         stack.stop()
