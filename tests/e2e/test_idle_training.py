@@ -60,14 +60,14 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
 def metrics(deployment: Deployment, twin_training: int, timeout_s: float = 10.0) -> dict:
     """/metrics' call counts of both executors once the twin's training calls show there (the
     manager asks each executor for its figures every second)."""
-    names = ("symbiosis_executor_calls_total", "symbiosis_training_executor_calls_total")
+    twin = ("symbiosis_training_executor_calls_total", "training")
+    keys = (("symbiosis_executor_calls_total", "training"), twin,
+            ("symbiosis_training_executor_calls_total", "inference"))
     deadline = time.monotonic() + timeout_s
     while True:
         scraped = scrape(deployment)
-        counts = {(name, kind): scraped.get((name, (("kind", kind),)))
-                  for name, kind in ((names[0], "training"), (names[1], "training"),
-                                     (names[1], "inference"))}
-        if counts[(names[1], "training")] == twin_training or time.monotonic() > deadline:
+        counts = {(name, kind): scraped.get((name, (("kind", kind),))) for name, kind in keys}
+        if counts[twin] == twin_training or time.monotonic() > deadline:
             return counts
         time.sleep(0.5)
 
