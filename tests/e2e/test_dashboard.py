@@ -118,6 +118,11 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
                                                  max_tokens=8)
     page = sign_in(browser, deployment, OPERATOR_KEY)
     page.wait_for_selector("#kinds-table tr[data-kind]")
+    # the executor's figures come through the manager's probe, once a second, and the page
+    # refreshes every 3 s: on a fresh deployment the first view may predate these calls
+    page.wait_for_function("() => Number(document.querySelector("
+                           "'#lanes-table tr[data-lane=decode]')?.cells[1].textContent) > 0",
+                           timeout=15_000)
     assert page.text_content("#executor-up") == "up"
     rows = page.eval_on_selector_all(
         "#kinds-table tr[data-kind]",
