@@ -38,6 +38,10 @@ class StatusCollector:
         yield from manager_families(self.status)
         if self.status.executor is not None:
             yield from executor_families(self.status.executor)
+        if self.status.training_executor_ok is not None:
+            yield GaugeMetricFamily("symbiosis_training_executor_up", "Whether the fine-tuning "
+                                    "jobs' own executor (the idle twin) answers",
+                                    value=int(self.status.training_executor_ok))
         if self.status.training_executor is not None:
             yield from executor_families(self.status.training_executor,
                                          "symbiosis_training_executor")

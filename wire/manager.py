@@ -202,6 +202,7 @@ class StatusReply(msgspec.Struct, tag="status_reply", array_like=True):
     counters: dict[str, int]
     executor: ExecutorFigures | None = None
     training_executor: ExecutorFigures | None = None  # the jobs' own (the idle twin), if any
+    training_executor_ok: bool | None = None  # whether that one answers; None: there is none
 
 
 class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):

@@ -108,10 +108,12 @@ async def operator_view(request: Request) -> dict:
     workers = [{"tenant": w.tenant, "models": w.models, "state": w.state, "pid": w.pid,
                 "inflight": w.inflight, "idle_s": round(w.idle_s, 1), "pinned": w.pinned}
                for w in (status.workers if status else [])]
+    twin = status.training_executor_ok if status else None  # None: no idle twin
     return {"executor_up": bool(status and status.executor_ok),
             "executor": executor_figures(status.executor if status else None),
-            "training_executor": executor_figures(status.training_executor)
-            if status and status.training_executor else None,  # the idle twin's, when it runs
+            "training_executor_up": twin,
+            "training_executor": None if twin is None
+            else executor_figures(status.training_executor),
             "workers": workers, "manager": dict(status.counters) if status else {},
             "jobs": state.jobs.count_by_status()}
 

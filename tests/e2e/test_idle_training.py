@@ -50,8 +50,9 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
             ("symbiosis_executor_calls_total", "training"): 0,
             ("symbiosis_training_executor_calls_total", "training"): twin_training,
             ("symbiosis_training_executor_calls_total", "inference"): 0}
+        assert scrape(deployment)[("symbiosis_training_executor_up", ())] == 1
         browser = request.getfixturevalue("browser")  # last: the rest needs no Chromium
-        assert twin_in_the_dashboard(browser, deployment) == {"training": twin_training}
+        assert twin_in_the_dashboard(browser, deployment) == ("up", {"training": twin_training})
     finally:
         stack.stop()
     assert not twin.is_running()
@@ -72,12 +73,14 @@ def metrics(deployment: Deployment, twin_training: int, timeout_s: float = 10.0)
         time.sleep(0.5)
 
 
-def twin_in_the_dashboard(browser, deployment: Deployment) -> dict[str, int]:
-    """The operator's dashboard, in a real browser: the twin's calls by kind, those it ran."""
+def twin_in_the_dashboard(browser, deployment: Deployment) -> tuple[str, dict[str, int]]:
+    """The operator's dashboard, in a real browser: whether the twin is up, and its calls by
+    kind, those it ran."""
     page = sign_in(browser, deployment, OPERATOR_KEY)
     page.wait_for_selector("#twin-kinds-table tr[data-kind]")
     rows = page.eval_on_selector_all(
         "#twin-kinds-table tr[data-kind]",
         "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    up = page.text_content("#twin-up")
     page.close()
-    return {kind: int(calls) for kind, calls, *_ in rows if int(calls)}
+    return up, {kind: int(calls) for kind, calls, *_ in rows if int(calls)}

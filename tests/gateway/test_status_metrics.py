@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -70,6 +71,19 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     assert got[("symbiosis_worker_threads", worker)] == 2
     assert ("symbiosis_worker_threads", (("worker", "b"),)) not in got  # not known
     assert got[("symbiosis_jobs", (("status", "queued"),))] == 2
+
+
+@pytest.mark.parametrize("twin", [None, False, True])
+def test_the_jobs_own_executor_is_up_or_down_only_where_there_is_one(twin: bool | None) -> None:
+    """The idle twin's gauge: absent with one executor, 0 while the twin does not answer (and
+    none of its figures), 1 with its figures under their own prefix."""
+    figures = ExecutorStats(LatencyTargets(), lambda: None).snapshot() if twin else None
+    status = W.StatusReply([], True, {}, None, figures, twin)
+    got = samples(Metrics().render(status, None).decode())
+    assert got.get(("symbiosis_training_executor_up", ())) == (None if twin is None
+                                                               else int(twin))
+    assert (("symbiosis_training_executor_clients", ()) in got) is bool(twin)
+    assert ("symbiosis_executor_clients", ()) not in got  # the serving one did not answer
 
 
 def test_without_a_status_only_the_gateways_own_metrics() -> None:

@@ -193,7 +193,7 @@ class Manager:
                                 h.adapters, h.threads)
                    for h in self.pool.workers.values()]
         return W.StatusReply(workers, self.probes.serving.alive, dict(self.pool.counters),
-                             *self.probes.figures())
+                             *self.probes.figures(), self.probes.training_up())
 
     # -- worker side -------------------------------------------------------------------------
 

@@ -107,6 +107,10 @@ class ExecutorProbes:
         """(the serving executor's, the training executor's), each None unless it answers."""
         return _answered(self.serving), _answered(self.training)
 
+    def training_up(self) -> bool | None:
+        """Whether the training executor answers; None where the jobs have none of their own."""
+        return None if self.training is None else self.training.alive
+
     def close(self) -> None:
         for probe in self._all:
             probe.close()

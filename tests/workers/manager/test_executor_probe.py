@@ -55,9 +55,10 @@ def test_the_jobs_own_executor_is_probed_beside_the_serving_one(executor_for) ->
     serving = executor_for("tiny-llama").endpoint
     training = executor_for("tiny-llama", no_head_loss="").endpoint
     for alone in (ExecutorProbes(serving, "", ctx), ExecutorProbes(serving, serving, ctx)):
-        assert alone.training is None
+        assert alone.training is None and alone.training_up() is None
         alone.close()
     probes = ExecutorProbes(serving, training, ctx)
+    assert probes.training_up() is False  # not heard yet
     poller = zmq.Poller()
     probes.register(poller)
     deadline = time.monotonic() + 20
@@ -67,5 +68,6 @@ def test_the_jobs_own_executor_is_probed_beside_the_serving_one(executor_for) ->
     heard, trained = probes.figures()
     assert heard is not None and trained is not None
     assert heard.head_loss and not trained.head_loss
+    assert probes.training_up() is True
     probes.close()
     ctx.term()
