@@ -8,6 +8,7 @@ import logging
 import sys
 
 from executor.config import ExecutorConfig
+from executor.twin_ledger import TwinLedger
 from wire.flags import add_flags, given
 
 log = logging.getLogger("executor")
@@ -45,25 +46,29 @@ def main(argv: list[str] | None = None) -> int:
     registry = LayerRegistry.load(path, dtype=getattr(torch, config.dtype), device=config.device,
                                   fuse=config.fuse, stretch=config.stretch,
                                   head_loss=config.head_loss, huge_pages=config.huge_pages)
-    twin = None
+    twin, ledger = None, None
     if config.idle_twin:
         twin_config = config.model_copy(update={"bind": config.idle_twin, "idle_twin": None,
                                                 "idle": True})
-        twin = fork_twin(lambda: serve(registry, twin_config, path.name, threads))
-    return serve(registry, config, path.name, threads, twin)
+        ledger = TwinLedger()  # before the fork: the page both share
+        twin = fork_twin(lambda: serve(registry, twin_config, path.name, threads, ledger=ledger))
+    return serve(registry, config, path.name, threads, twin, ledger)
 
 
 def serve(registry, config: ExecutorConfig, name: str, threads: int,
-          twin_pid: int | None = None) -> int:
-    """Serve until SIGTERM (or, with a twin, until the twin goes: then 1)."""
+          twin_pid: int | None = None, ledger: TwinLedger | None = None) -> int:
+    """Serve until SIGTERM (or, with a twin, until the twin goes: then 1). `ledger`: what the
+    twin and the serving executor share of the jobs' work (`executor.twin_ledger`)."""
     import torch
 
+    from executor.scheduling import build_scheduler
     from executor.server import ExecutorServer
     from executor.twin import Twin
     from wire.stopping import StopSignal
 
     torch.set_num_threads(threads)
-    server = ExecutorServer(registry, config)
+    server = ExecutorServer(registry, config,
+                            scheduler=build_scheduler(config, registry, ledger))
     stop = StopSignal()
     twin = Twin(twin_pid, stop) if twin_pid else None
     server.start()

@@ -41,13 +41,15 @@ from executor.share import TrainingShare
 from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
 
+TWIN_TURN_S = 0.002  # how long inference leaves the host to an owed twin before looking again
+
 
 class Scheduler:
     def __init__(self, policy: Policy | None = None, *, max_batch_rows: int = 8192,
                  training_share: float = 0.25, active_window_s: float = 0.5,
                  starvation_s: float = 0.2, widths: dict[int, int] | None = None,
                  positions: dict[int, int] | None = None,
-                 targets: LatencyTargets | None = None,
+                 targets: LatencyTargets | None = None, share: TrainingShare | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy or Eager()
         self.targets = targets or LatencyTargets()
@@ -64,7 +66,7 @@ class Scheduler:
         self.busy: dict[Key, deque[PendingCall]] = {}  # the non-empty queues, oldest first
         self.presence: dict[bytes, Presence] = {}
         self.successor: dict[Key, Key] = {}
-        self.share = TrainingShare(training_share)
+        self.share = share or TrainingShare(training_share)  # `share`: one with an idle twin
         # when the last training batch, or slice of one or of a prefill, ended: decode steps
         # queued before then waited behind it
         self._long_done = float("-inf")
@@ -240,14 +242,18 @@ class Scheduler:
 
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
-        training queue waits while decode steps are due (`readiness.training_holds`)."""
+        training queue waits while decode steps are due (`readiness.training_holds`); while
+        the idle twin is owed training's floor, the others leave it the host (up to starving)."""
         held: list[tuple[deque[PendingCall], float]] = []
         convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
+        owed = self.share.owed()
         for queue, wait in queue_waits(self, now):
             lane = lane_of_batch(queue)
             if lane == Lane.TRAINING:
                 held.append((queue, wait))
                 continue
+            if owed and now - queue[0].arrived < self.starvation_s:
+                wait = max(wait, TWIN_TURN_S)
             if lane == Lane.DECODE and wait > 0:
                 convoy_until = max(convoy_until, now + wait)
             yield queue, wait

@@ -8,8 +8,10 @@ from executor.loss import HeadLoss
 from executor.policy import Budgets, make_policy
 from executor.registry import LayerRegistry
 from executor.scheduler import Scheduler
+from executor.share import TrainingShare
 from executor.stretches import Greedy, Lead, Stretch
 from executor.targets import LatencyTargets
+from executor.twin_ledger import TwinLedger
 from wire.call import messages as P
 
 
@@ -38,7 +40,10 @@ def stretch_macs(stretch: Stretch | Lead | Greedy) -> int:
     return sum(p.spec.in_features * p.spec.out_features for p in parts)
 
 
-def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Scheduler:
+def build_scheduler(config: ExecutorConfig, registry: LayerRegistry,
+                    ledger: TwinLedger | None = None) -> Scheduler:
+    """`ledger`: the page an idle twin and its serving executor share (`executor.twin_ledger`);
+    this executor tells its work there if it is the twin (`config.idle`), else reads the twin's."""
     budgets = Budgets(max_wait_s=config.max_wait_ms / 1e3,
                       decode_wait_s=config.decode_wait_ms / 1e3,
                       training_wait_s=config.training_wait_ms / 1e3,
@@ -50,6 +55,8 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry) -> Schedule
                              prefill_s=config.prefill_target_ms / 1e3)
     start = None if config.slice_ms is None else config.slice_ms / 1e3
     policy = make_policy(config.policy, budgets, targets, start)
+    share = None if ledger is None else TrainingShare(
+        config.training_share, **{"tell" if config.idle else "twin": ledger})
     return Scheduler(policy, max_batch_rows=config.max_batch_rows,
                      training_share=config.training_share, widths=widths, positions=positions,
-                     targets=targets)
+                     targets=targets, share=share)

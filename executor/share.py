@@ -11,25 +11,54 @@ the executor back from decoding tenants. The window is long, so what training ra
 inference was idle (between requests) is credit: while its share stays above the floor, a
 training batch leaves the executor to decode steps about to come (`Scheduler.hold_training`)
 instead of slicing into a token (a 64-batch window held at most 48 decode batches of credit, ~4
-tokens of llama-160m; Azure trace + 2 jobs, 2 cores, bench NOTES).
+tokens of llama-160m; Azure trace + 2 jobs, 2 cores, bench NOTES). With an idle twin
+(`executor.twin`) the jobs' calls go there: the serving executor counts the twin's compute seconds
+as training's and its queued or running calls as training's work (`executor.twin_ledger`), and
+while training is owed its floor, its inference batches leave the host to the twin a moment.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from executor.twin_ledger import TwinLedger
+
 WINDOW = 1024
 
 
 class TrainingShare:
-    def __init__(self, floor: float, window: int = WINDOW) -> None:
+    """`twin`: the serving executor's view of its idle twin (whose work and compute seconds are
+    training's); `tell`: the twin's own, where it tells them."""
+
+    def __init__(self, floor: float, window: int = WINDOW, *, twin: TwinLedger | None = None,
+                 tell: TwinLedger | None = None) -> None:
         self.floor = floor
-        self.queued = 0  # training calls queued now
-        self.running = False  # a training batch runs now (in slices, with batches between)
+        self.twin, self.tell = twin, tell
+        self._queued = 0  # training calls queued now
+        self._running = False  # a training batch runs now (in slices, with batches between)
         self._recent: deque[tuple[bool, float]] = deque(maxlen=window)  # counted batches
         self._training_s = 0.0  # the compute seconds of those that were training's
         self._counted_s = 0.0
         self._sliced_s = 0.0  # the running training batch's slices so far, counted
+        self._twin_s = 0.0  # the twin's compute seconds counted so far
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    @queued.setter
+    def queued(self, calls: int) -> None:
+        self._queued = calls
+        self._told()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @running.setter
+    def running(self, running: bool) -> None:
+        self._running = running
+        self._told()
 
     def start(self, training: bool) -> None:
         """A batch starts (not one run between slices): a training one runs until `ran`."""
@@ -50,9 +79,34 @@ class TrainingShare:
 
     def record(self, training: bool, seconds: float) -> None:
         """A batch (or a slice of one) computed for `seconds`; a non-training one counts
-        while training has work: a call queued, or a batch of its running in slices."""
-        if not (training or self.running or self.queued):
-            return
+        while training has work: a call queued, or a batch of its running in slices (here or
+        on the twin)."""
+        if training and self.tell is not None:
+            self.tell.computed(seconds)
+        self._pull()
+        if training or self.running or self.queued or self.on_twin():
+            self._append(training, seconds)
+
+    def on_twin(self) -> bool:
+        """Whether the idle twin has training calls queued or running."""
+        return self.twin is not None and self.twin.calls > 0
+
+    def owed(self) -> bool:
+        """Whether the twin's training, which has work, is below its floor: the serving
+        executor then leaves it the host a moment."""
+        return self.on_twin() and not self.kept()
+
+    def _pull(self) -> None:
+        """Count what the twin computed since the last look, as training's."""
+        if self.twin is not None and (seconds := self.twin.seconds) > self._twin_s:
+            self._append(True, seconds - self._twin_s)
+            self._twin_s = seconds
+
+    def _told(self) -> None:
+        if self.tell is not None:
+            self.tell.working(self._queued + self._running)
+
+    def _append(self, training: bool, seconds: float) -> None:
         if len(self._recent) == self._recent.maxlen:
             was_training, was_s = self._recent[0]
             self._counted_s -= was_s
@@ -63,6 +117,7 @@ class TrainingShare:
 
     def of_recent(self) -> float:
         """Training's share of the counted batches' compute time."""
+        self._pull()
         if self._counted_s <= 0 or not self._recent:
             return 0.0
         return min(max(self._training_s / self._counted_s, 0.0), 1.0)

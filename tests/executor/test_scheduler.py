@@ -6,7 +6,9 @@ import pytest
 
 from executor.policy import Eager, Lockstep, Opportunistic
 from executor.readiness import TRAINING_CONVOY_ROWS
-from executor.scheduler import Scheduler
+from executor.scheduler import TWIN_TURN_S, Scheduler
+from executor.share import TrainingShare
+from executor.twin_ledger import TwinLedger
 from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
 from wire.call.messages import Op
 
@@ -117,6 +119,34 @@ def test_decode_batches_run_while_training_had_nothing_queued_do_not_count_again
     assert batch[0].kind == INF  # training still has its share: inference first
     s.observe(batch, 0.004)
     assert s.share.of_recent() == 0.5
+
+
+def test_inference_leaves_the_host_to_an_idle_twin_owed_its_share(clock) -> None:
+    """With the jobs on the idle twin, the serving executor counts the twin's compute seconds as
+    training's (`TwinLedger`): while the twin has work and less than its share, inference
+    batches wait their turn (the twin takes the host meanwhile), up to starving."""
+    ledger = TwinLedger()
+    twin = TrainingShare(0.25, tell=ledger)  # the twin's own, as its scheduler keeps it
+    s = scheduler(Eager(), clock, share=TrainingShare(0.25, twin=ledger), starvation_s=0.2)
+    call(s, "decoder", 1)
+    s.observe(s.next_batch(), 0.004)  # the twin has no work: inference as ever, not counted
+    twin.queued = 1  # a training call came to the twin
+    call(s, "decoder", 1)
+    assert s.next_batch() is None and s.ready_in() == pytest.approx(TWIN_TURN_S)
+    twin.queued, _ = 0, twin.start(training=True)  # the twin runs it: 5 ms
+    twin.ran(training=True, seconds=0.005)
+    twin.queued = 1  # and has its next
+    decoded = 0
+    while (batch := s.next_batch()) is not None:
+        s.observe(batch, 0.004)
+        decoded += 1
+        call(s, "decoder", 1)
+    assert decoded == 4 and s.share.of_recent() == pytest.approx(0.005 / 0.021)  # < 0.25
+    clock.advance(0.2)  # the decode step starves: it goes, owed or not
+    assert s.next_batch()[0].kind == INF
+    twin.queued = 0  # the twin has nothing left: inference runs at once
+    call(s, "decoder", 1)
+    assert s.next_batch() is not None
 
 
 def test_a_starving_call_goes_first(clock) -> None:

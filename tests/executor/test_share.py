@@ -4,9 +4,12 @@ slices is not worth more than the decode batches between them)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from executor.share import TrainingShare
+from executor.twin_ledger import TwinLedger
 
 
 def test_batches_count_against_training_only_while_it_has_work() -> None:
@@ -57,3 +60,31 @@ def test_a_sliced_batch_counts_each_slice_and_then_only_its_rest() -> None:
     share.queued = 1
     share.ran(training=False, seconds=5.0)
     assert share.of_recent() == pytest.approx(3 / 10) and share.kept()
+
+
+def test_the_idle_twin_tells_its_work_and_seconds_across_the_fork() -> None:
+    """The twin's share tells its calls queued or running and its training seconds through the
+    page both processes map (`TwinLedger`, before the fork); the serving executor's counts
+    them as training's, and its own batches while the twin has work."""
+    ledger = TwinLedger()
+    pid = os.fork()
+    if pid == 0:  # the twin: two calls queued, one taken and run for 3 s
+        twin = TrainingShare(0.25, tell=ledger)
+        twin.queued = 2
+        twin.queued -= 1
+        twin.start(training=True)
+        twin.ran(training=True, seconds=3.0)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert (ledger.calls, ledger.seconds) == (1, 3.0)
+    serving = TrainingShare(0.25, twin=ledger)
+    serving.record(False, 1.0)  # the twin has work: this batch counts against it
+    assert serving.of_recent() == pytest.approx(0.75) and not serving.owed()
+    for _ in range(8):
+        serving.record(False, 1.0)
+    assert serving.of_recent() == 0.25 and not serving.owed()  # 3 s of 12: its floor
+    serving.record(False, 1.0)
+    assert serving.owed()
+    ledger.working(0)  # the twin has nothing left: no longer owed, and batches count no more
+    serving.record(False, 1.0)
+    assert not serving.owed() and serving.of_recent() == pytest.approx(3 / 13)

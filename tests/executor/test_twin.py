@@ -69,6 +69,29 @@ def test_the_executor_and_its_twin_share_their_fate(ipc_dir) -> None:
     child.wait(20)  # its SIGTERM when the serving executor died: it stops
 
 
+def test_the_serving_executor_counts_the_twins_training_in_its_share(ipc_dir) -> None:
+    """The twin's compute seconds reach the serving executor through their shared page
+    (`executor.twin_ledger`): with nothing else run there, training's share is all of it."""
+    proc, twin, _ = start("tiny-llama", ipc_dir / "ledger.sock")
+    serving, trainer = (ExecutorClient(e, name=f"ledger-{i}")
+                        for i, e in enumerate((proc.endpoint, twin)))
+    try:
+        assert serving.stats().training_share == 0.0  # nothing ran anywhere yet
+        for _ in range(3):
+            trainer.call(P.Op.FORWARD, 1, torch.randn(16, 64), P.CallKind.TRAINING)
+        deadline = time.monotonic() + 10  # the twin counts a batch just after its reply
+        while (share := serving.stats().training_share) == 0.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert share == 1.0
+        serving.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.INFERENCE)
+        assert serving.stats().training_share == 1.0  # the twin had no work: not counted
+        assert trainer.stats().kinds["training"].calls == 3
+    finally:
+        for client in (serving, trainer):
+            client.close()
+        assert proc.stop() == 0
+
+
 def test_a_twin_is_forked_on_one_cpu_executor_only() -> None:
     assert ExecutorConfig(idle_twin="ipc:///tmp/t.sock").idle_twin == "ipc:///tmp/t.sock"
     for options in ({"device": "cuda"}, {"shards": 2}, {"idle_twin": "/tmp/t.sock"}):

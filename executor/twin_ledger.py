@@ -1,0 +1,37 @@
+"""What the idle twin tells the serving executor of fine-tuning's work (`executor.twin`), through
+a page the two share, mapped before the fork: how many training calls it has queued or running,
+and its compute seconds so far. The twin alone writes; the serving executor reads, counts the
+twin's seconds as training's in its `TrainingShare` and, while the twin has work and training
+less than its floor, leaves its inference batches a moment (`Scheduler`), so that
+`--training-share` holds across both executors as it does on the one."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+
+class TwinLedger:
+    def __init__(self) -> None:
+        self._page = mmap.mmap(-1, mmap.PAGESIZE)  # anonymous and shared: both sides of a fork
+        self._calls = ctypes.c_int64.from_buffer(self._page, 0)  # aligned: one store, one load
+        self._seconds = ctypes.c_double.from_buffer(self._page, 8)
+
+    # -- the twin's side ------------------------------------------------------------------------
+
+    def working(self, calls: int) -> None:
+        """Training calls queued or running on the twin now."""
+        self._calls.value = calls
+
+    def computed(self, seconds: float) -> None:
+        self._seconds.value += seconds
+
+    # -- the serving executor's side ------------------------------------------------------------
+
+    @property
+    def calls(self) -> int:
+        return self._calls.value
+
+    @property
+    def seconds(self) -> float:
+        return self._seconds.value
