@@ -48,7 +48,8 @@ class ExecutorConfig(BaseSettings):
     max_batch_rows: int = Field(8192, ge=1, description="rows in one batch at most")
     training_share: float = Field(0.25, gt=0, lt=1, description="the least share of the "
                                   "compute time training keeps under load (of the last 1,024 "
-                                  "batches run while it had work)")
+                                  "batches run while it had work; a serving executor counts "
+                                  "its idle twin's as training's)")
     spin_us: float = Field(5000.0, ge=0, description="watch for calls this long before "
                            "sleeping (0: never)")
     client_idle_s: float = Field(600.0, description="forget clients silent this long (their "

@@ -52,7 +52,8 @@ SETTINGS = [
             "prefill to start from (default: the decode target; it adapts), decode steps between "
             "slices (0: whole)", AMOUNT),
     Setting("--training-share", "SYMBIOSIS_EXECUTOR_TRAINING_SHARE", "the least share of "
-            "batches training keeps under load", bounded(float, 0, 1, above=True)),
+            "the executors' compute time training keeps under load",
+            bounded(float, 0, 1, above=True)),
     Setting("--idle-training", "SYMBIOSIS_IDLE_TRAINING", "true: fine-tuning jobs run on the "
             "executor's idle twin, a fork at the lowest priority that shares its weights, in "
             "the cycles inference leaves", boolean),
