@@ -3,6 +3,8 @@ latency targets, the policy, and each layer's work per row (the scheduler's cost
 
 from __future__ import annotations
 
+import torch
+
 from executor.config import ExecutorConfig
 from executor.loss import HeadLoss
 from executor.policy import Budgets, make_policy
@@ -56,7 +58,8 @@ def build_scheduler(config: ExecutorConfig, registry: LayerRegistry,
     start = None if config.slice_ms is None else config.slice_ms / 1e3
     policy = make_policy(config.policy, budgets, targets, start)
     share = None if ledger is None else TrainingShare(
-        config.training_share, **{"tell" if config.idle else "twin": ledger})
+        config.training_share, threads=torch.get_num_threads(),
+        **{"tell" if config.idle else "twin": ledger})
     return Scheduler(policy, max_batch_rows=config.max_batch_rows,
                      training_share=config.training_share, widths=widths, positions=positions,
                      targets=targets, share=share)

@@ -19,7 +19,9 @@ while training is owed its floor, its inference batches leave the host to the tw
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 
 from executor.twin_ledger import TwinLedger
 
@@ -31,9 +33,13 @@ class TrainingShare:
     training's); `tell`: the twin's own, where it tells them."""
 
     def __init__(self, floor: float, window: int = WINDOW, *, twin: TwinLedger | None = None,
-                 tell: TwinLedger | None = None) -> None:
+                 tell: TwinLedger | None = None, threads: int = 1,
+                 cpu: Callable[[], float] = time.process_time) -> None:
         self.floor = floor
         self.twin, self.tell = twin, tell
+        self.threads = threads  # the twin's compute threads: its CPU seconds per second of work
+        self.cpu = cpu  # the twin's CPU time, all its threads'
+        self._cpu_started = 0.0  # the twin's CPU time as its running batch started
         self._queued = 0  # training calls queued now
         self._running = False  # a training batch runs now (in slices, with batches between)
         self._recent: deque[tuple[bool, float]] = deque(maxlen=window)  # counted batches
@@ -63,6 +69,8 @@ class TrainingShare:
     def start(self, training: bool) -> None:
         """A batch starts (not one run between slices): a training one runs until `ran`."""
         self.running, self._sliced_s = training, 0.0
+        if self.tell is not None:
+            self._cpu_started = self.cpu()
 
     def sliced(self, seconds: float) -> None:
         """A slice of the running training batch computed for `seconds`."""
@@ -82,7 +90,7 @@ class TrainingShare:
         while training has work: a call queued, or a batch of its running in slices (here or
         on the twin)."""
         if training and self.tell is not None:
-            self.tell.computed(seconds)
+            self.tell.computed(self._got(seconds))
         self._pull()
         if training or self.running or self.queued or self.on_twin():
             self._append(training, seconds)
@@ -101,6 +109,13 @@ class TrainingShare:
         if self.twin is not None and (seconds := self.twin.seconds) > self._twin_s:
             self._append(True, seconds - self._twin_s)
             self._twin_s = seconds
+
+    def _got(self, seconds: float) -> float:
+        """What of a batch's `seconds` the twin had the host for: its CPU time over its threads,
+        at most the seconds themselves (at nice 19, others' compute stretches its batches)."""
+        now = self.cpu()
+        cpu, self._cpu_started = now - self._cpu_started, now
+        return min(seconds, cpu / self.threads)
 
     def _told(self) -> None:
         if self.tell is not None:

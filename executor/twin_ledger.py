@@ -1,9 +1,12 @@
 """What the idle twin tells the serving executor of fine-tuning's work (`executor.twin`), through
 a page the two share, mapped before the fork: how many training calls it has queued or running,
-and its compute seconds so far. The twin alone writes; the serving executor reads, counts the
-twin's seconds as training's in its `TrainingShare` and, while the twin has work and training
-less than its floor, leaves its inference batches a moment (`Scheduler`), so that
-`--training-share` holds across both executors as it does on the one."""
+and the seconds of compute it had the host for so far (of each batch's seconds, its CPU time over
+its threads: at nice 19, the tenants' compute stretches its batches, and their wall time would
+count as training's what the others took). The twin alone writes; the serving executor reads,
+counts the twin's seconds as training's in its `TrainingShare` and, while the twin has work and
+training less than its floor, leaves its inference batches a moment (`Scheduler`): the tenants,
+waiting for it, leave the host to the twin, and `--training-share` holds across both executors
+as it does on the one."""
 
 from __future__ import annotations
 

@@ -125,15 +125,16 @@ def test_inference_leaves_the_host_to_an_idle_twin_owed_its_share(clock) -> None
     """With the jobs on the idle twin, the serving executor counts the twin's compute seconds as
     training's (`TwinLedger`): while the twin has work and less than its share, inference
     batches wait their turn (the twin takes the host meanwhile), up to starving."""
-    ledger = TwinLedger()
-    twin = TrainingShare(0.25, tell=ledger)  # the twin's own, as its scheduler keeps it
+    ledger, cpu = TwinLedger(), [0.0]
+    twin = TrainingShare(0.25, tell=ledger, cpu=lambda: cpu[0])  # the twin's own
     s = scheduler(Eager(), clock, share=TrainingShare(0.25, twin=ledger), starvation_s=0.2)
     call(s, "decoder", 1)
     s.observe(s.next_batch(), 0.004)  # the twin has no work: inference as ever, not counted
     twin.queued = 1  # a training call came to the twin
     call(s, "decoder", 1)
     assert s.next_batch() is None and s.ready_in() == pytest.approx(TWIN_TURN_S)
-    twin.queued, _ = 0, twin.start(training=True)  # the twin runs it: 5 ms
+    twin.queued, _ = 0, twin.start(training=True)  # the twin runs it: 5 ms, on the host
+    cpu[0] += 0.005
     twin.ran(training=True, seconds=0.005)
     twin.queued = 1  # and has its next
     decoded = 0

@@ -64,19 +64,23 @@ def test_a_sliced_batch_counts_each_slice_and_then_only_its_rest() -> None:
 
 def test_the_idle_twin_tells_its_work_and_seconds_across_the_fork() -> None:
     """The twin's share tells its calls queued or running and its training seconds through the
-    page both processes map (`TwinLedger`, before the fork); the serving executor's counts
-    them as training's, and its own batches while the twin has work."""
+    page both processes map (`TwinLedger`, before the fork): of a batch's seconds, those it had
+    the host for (its CPU time over its threads: at nice 19 others' compute stretches its
+    batches). The serving executor's share counts them as training's, and its own batches
+    while the twin has work."""
     ledger = TwinLedger()
     pid = os.fork()
-    if pid == 0:  # the twin: two calls queued, one taken and run for 3 s
-        twin = TrainingShare(0.25, tell=ledger)
-        twin.queued = 2
-        twin.queued -= 1
-        twin.start(training=True)
-        twin.ran(training=True, seconds=3.0)
+    if pid == 0:  # the twin, 2 threads: three calls queued, two taken and run for 2 s each
+        cpu = iter([0.0, 4.0, 4.0, 6.0])  # the first on the host, the second half the time
+        twin = TrainingShare(0.25, tell=ledger, threads=2, cpu=lambda: next(cpu))
+        twin.queued = 3
+        for _ in range(2):
+            twin.queued -= 1
+            twin.start(training=True)
+            twin.ran(training=True, seconds=2.0)
         os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0
-    assert (ledger.calls, ledger.seconds) == (1, 3.0)
+    assert (ledger.calls, ledger.seconds) == (1, 3.0)  # 2 s, and 1 s of the other 2
     serving = TrainingShare(0.25, twin=ledger)
     serving.record(False, 1.0)  # the twin has work: this batch counts against it
     assert serving.of_recent() == pytest.approx(0.75) and not serving.owed()
