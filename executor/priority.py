@@ -7,9 +7,9 @@ which `symbiosis serve --idle-training` starts).
 Measured beside 6 decoding tenants on a 2-core host (bench 6e, NOTES): SCHED_IDLE instead kept
 less training at the same latency (~0.25x of the jobs alone against ~0.32x at nice 19; SCHED_IDLE
 gives a thread no share at all while anything else runs), nice 10 as much training at 1.34x the
-tenants' latency, a second executor at nice 0 1.6x. Nice 19 still leaves training a sliver: a
-host whose tenants keep every core busy slows the jobs to a crawl but never stops them (training's
-floor of the executors' compute, `executor.twin_ledger`, cannot see the tenants' own).
+tenants' latency, a second executor at nice 0 1.6x. Where the tenants' own compute keeps every
+core busy, nice 19 alone leaves training a sliver; training's floor then has the serving executor
+leave the host to the twin (`executor.twin_ledger`).
 
 Applied to every thread the process has, before torch starts its OpenMP team, whose threads
 inherit it. An unprivileged process cannot raise its priority again, so it stays there. (One
