@@ -2,7 +2,7 @@
 lowest priority a process can take for itself, batch work at nice 19 (SCHED_BATCH: no wake-up
 preemption of others): its compute takes the cycles the serving executor and the inference
 workers leave, and a sliver more (`--idle`; the serving executor's idle twin, `executor.twin`,
-which `symbiosis serve --idle-training` starts).
+which `symbiosis serve` starts on a CPU).
 
 Measured beside 6 decoding tenants on a 2-core host (bench 6e, NOTES): SCHED_IDLE instead kept
 less training at the same latency (~0.25x of the jobs alone against ~0.32x at nice 19; SCHED_IDLE

@@ -1,5 +1,5 @@
 """The jobs' own executor as a forked twin of the serving one (`--idle-twin ENDPOINT`, what
-`symbiosis serve --idle-training` starts): forked once the weights are loaded, it serves the
+`symbiosis serve` starts on a CPU): forked once the weights are loaded, it serves the
 fine-tuning jobs at the lowest priority (`executor.priority`) from the same physical pages, which
 neither process ever writes, so the base model is held once, not twice.
 

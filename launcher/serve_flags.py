@@ -56,7 +56,8 @@ SETTINGS = [
             bounded(float, 0, 1, above=True)),
     Setting("--idle-training", "SYMBIOSIS_IDLE_TRAINING", "true: fine-tuning jobs run on the "
             "executor's idle twin, a fork at the lowest priority that shares its weights, in "
-            "the cycles inference leaves", boolean),
+            "the cycles inference leaves (default: true on a CPU executor of one shard)",
+            boolean),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
             "alive at once", positive),
     Setting("--max-adapters", "SYMBIOSIS_MAX_ADAPTERS", "adapters a tenant's worker holds at "
@@ -120,7 +121,7 @@ ENV_ONLY = {  # variable -> why it is no flag of `symbiosis serve`
     "SYMBIOSIS_MANAGER": "the stack gives its services private endpoints of its own",
     "SYMBIOSIS_EXECUTOR_BIND": "the stack gives its services private endpoints of its own",
     "SYMBIOSIS_TRAINING_EXECUTOR": "the stack gives its services private endpoints of its own",
-    "SYMBIOSIS_EXECUTOR_IDLE": "for the jobs' own executor only (`--idle-training` starts it)",
+    "SYMBIOSIS_EXECUTOR_IDLE": "for the jobs' own executor only (idle training starts it)",
     "SYMBIOSIS_EXECUTOR_IDLE_TWIN": "the stack gives its services private endpoints of its own",
     "SYMBIOSIS_EXECUTOR_CURVE_SECRET": "a secret: never on a command line (ps shows it)",
     "SYMBIOSIS_EXECUTOR_CURVE_PUBLIC": "for clients of a remote executor, not a local stack",

@@ -2,8 +2,8 @@
 
 Used by `symbiosis serve` and by the end-to-end tests. Each child's stderr is kept (and relayed
 with a prefix when asked); each is started only once the previous one answers its own probe
-(the executor and the manager a ping on their sockets, its idle twin's too under
-`SYMBIOSIS_IDLE_TRAINING`, the gateway `/health`). The HTTP port is bound here, exclusively,
+(the executor and the manager a ping on their sockets, its idle twin's too
+(`launcher.idle_training`), the gateway `/health`). The HTTP port is bound here, exclusively,
 before anything starts (the gateway serves on the inherited socket), so a port in use fails at
 once and a restarted gateway never races for it. `supervise()` restarts a service that died,
 with exponential backoff (as compose's `restart: unless-stopped` does).
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.arguments import TRUE
 from launcher.claim import claim, release
+from launcher.idle_training import idle_training
 from launcher.mps import MpsDaemon
 from wire.endpoints import private_dir, runtime_dir
 from wire.probes import executor_answers, manager_answers
@@ -100,7 +100,7 @@ class Stack:
 
     @property
     def idle_training(self) -> bool:  # the jobs' own executor: the idle twin (`executor.twin`)
-        return {**os.environ, **self.env}.get("SYMBIOSIS_IDLE_TRAINING", "").lower() in TRUE
+        return idle_training({**os.environ, **self.env}, self.executor_args)
 
     def claim(self) -> None:  # the data dir for this stack (DataDirInUse: another has it)
         if self.claim_fd is None:

@@ -136,7 +136,7 @@ def run_ours(settings: Settings, clients: list[dict], *, model: str | None = Non
              twin: bool = False) -> GroupResult:
     """Clients forked from a preloaded parent, against a fresh executor (counted in memory);
     `at_go` is called as their window opens, after their warm-ups. With `twin`, an executor
-    whose idle twin serves the fine-tuning clients (`symbiosis serve --idle-training`)."""
+    whose idle twin serves the fine-tuning clients (`symbiosis serve`'s idle training)."""
     model = model or settings.model
     process = settings.executors.get(model, policy=policy, threads=settings.threads,
                                      dtype=settings.dtype, device=settings.device, twin=twin)

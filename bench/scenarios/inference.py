@@ -96,7 +96,7 @@ def mixed(settings: Settings) -> list[Record]:
 
 def mixed_idle(settings: Settings) -> list[Record]:
     """6e: scenario 6's load and baselines with the 2 jobs on the executor's idle twin (`symbiosis
-    serve --idle-training`, `executor.twin`): the tenants keep the serving executor, the jobs
+    serve`'s default on a CPU, `executor.twin`): the tenants keep the serving executor, the jobs
     take the cycles they leave on its weights' pages (the jobs alone, the baseline, on the one
     executor as in 6). CPU executors only: a twin is never forked on a GPU."""
     with_jobs, _, only, _, jobs_alone = mixed_runs(settings, twin=True)

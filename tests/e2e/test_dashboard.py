@@ -138,7 +138,11 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
     assert lanes["training"][2:] == ["", ""]  # training has no target
     assert float(page.text_content("#training-slice")) > 0
     assert page.is_hidden("#jobs") and page.text_content("#who") == "operator"
-    assert page.is_hidden("#twin")  # one executor: no idle twin
+    # the default on a CPU executor: the jobs trained on its idle twin, which is up
+    page.wait_for_function("() => document.querySelector('#twin-up')?.textContent === 'up'",
+                           timeout=15_000)
+    twin = page.eval_on_selector_all("#twin-kinds-table tr[data-kind]", cells)
+    assert {kind for kind, calls, *_ in twin if float(calls) > 0} == {"training"}
     workers = page.eval_on_selector_all("#workers-table tr", "rows => rows.length")
     assert workers >= 2  # a header and at least the worker that just answered
     for _ in range(3):  # traffic between two refreshes: a point of rows per batch and wait

@@ -196,7 +196,16 @@ def test_pause_and_cancel_take_effect_within_one_step(ft: Deployment) -> None:
     assert pause_s < 20, pause_s
 
 
-def test_three_jobs_and_a_streaming_tenant_share_the_executor(ft: Deployment) -> None:
+def test_three_jobs_and_a_streaming_tenant_share_one_executor(tmp_path) -> None:
+    # without the idle twin (as on a GPU): the jobs' calls share the tenants' batches
+    stack = start_stack(tmp_path / "data", env={"SYMBIOSIS_IDLE_TRAINING": "false"})
+    try:
+        share_one_executor(Deployment(stack, {}))
+    finally:
+        stack.stop()
+
+
+def share_one_executor(ft: Deployment) -> None:
     acme, beta, gamma = ft.client("acme"), ft.client("beta"), ft.client("gamma")
     files = {c: c.files.create(file=("m.jsonl", memorization_file()), purpose="fine-tune").id
              for c in (acme, beta)}

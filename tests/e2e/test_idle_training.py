@@ -1,6 +1,7 @@
-"""`symbiosis serve --idle-training`: the fine-tuning jobs run on the executor's idle twin
-(`executor.twin`, at the lowest priority), while inference keeps the serving executor; the job
-trains as it does on the one executor (it learns its answer) and is served by the other."""
+"""`symbiosis serve` on a CPU (idle training, the default there): the fine-tuning jobs run on the
+executor's idle twin (`executor.twin`, at the lowest priority), while inference keeps the serving
+executor; the job trains as it does on the one executor (it learns its answer) and is served by
+the other."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.slow,
 
 def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    stack = start_stack(tmp_path / "data", env={"SYMBIOSIS_IDLE_TRAINING": "true"})
+    stack = start_stack(tmp_path / "data")  # the default on a CPU executor of one shard
     try:
         env = stack.service_env()
         serving, training = env["SYMBIOSIS_EXECUTOR"], env["SYMBIOSIS_TRAINING_EXECUTOR"]

@@ -35,10 +35,15 @@ def test_a_service_that_keeps_dying_is_retried_with_growing_delays(tmp_path) -> 
 def test_idle_training_gives_the_jobs_an_executor_of_their_own(tmp_path, monkeypatch) -> None:
     from workers.manager.config import ManagerConfig
 
-    monkeypatch.delenv("SYMBIOSIS_IDLE_TRAINING", raising=False)
+    for variable in ("SYMBIOSIS_IDLE_TRAINING", "SYMBIOSIS_EXECUTOR_DEVICE",
+                     "SYMBIOSIS_EXECUTOR_SHARDS"):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("SYMBIOSIS_TRAINING_EXECUTOR", "ipc:///elsewhere")  # the stack's own wins
-    assert Stack(tmp_path).service_env()["SYMBIOSIS_TRAINING_EXECUTOR"] == ""
-    env = Stack(tmp_path, env={"SYMBIOSIS_IDLE_TRAINING": "yes"}).service_env()
+    off = {"SYMBIOSIS_IDLE_TRAINING": "false"}
+    assert Stack(tmp_path, env=off).service_env()["SYMBIOSIS_TRAINING_EXECUTOR"] == ""
+    sharded = Stack(tmp_path, executor_args=("--shards", "2"))  # a group has no twin
+    assert sharded.service_env()["SYMBIOSIS_TRAINING_EXECUTOR"] == ""
+    env = Stack(tmp_path).service_env()  # the default: a CPU executor of one shard has one
     assert env["SYMBIOSIS_TRAINING_EXECUTOR"] == \
         f"ipc://{Stack(tmp_path).run_dir}/training-executor.sock"
     for variable in ("SYMBIOSIS_EXECUTOR", "SYMBIOSIS_TRAINING_EXECUTOR"):

@@ -21,8 +21,8 @@ class ManagerConfig(BaseSettings):
     executor: str = Field(default_factory=default_executor,
                           description="the executor's endpoint")
     training_executor: str = Field("", description="the endpoint of the executor that serves "
-                                   "fine-tuning jobs (default: the executor; `symbiosis serve "
-                                   "--idle-training` starts one at the lowest priority)")
+                                   "fine-tuning jobs (default: the executor; on a CPU "
+                                   "`symbiosis serve` starts one at the lowest priority)")
     model: str = Field("tiny-llama", description="the base model (built-in name or HF "
                        "directory)")
     bind: str = Field(default_factory=default_manager,
