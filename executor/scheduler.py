@@ -123,6 +123,8 @@ class Scheduler:
                 trained += call.kind == CallKind.TRAINING
             self.share.queued -= trained
             self.share.start(trained == len(batch))
+            if trained < len(batch):
+                self.share.inference_started(now)
             return batch
 
     def observe_waits(self, batch: list[PendingCall], started: float) -> None:
@@ -242,8 +244,9 @@ class Scheduler:
 
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
-        training queue waits while decode steps are due (`readiness.training_holds`); while
-        the idle twin is owed training's floor, the others leave it the host (up to starving)."""
+        training queue waits while decode steps are due (`readiness.training_holds`) and, on
+        the idle twin, while the serving executor holds it; while the twin is owed training's
+        floor, the others leave it the host (up to starving)."""
         held: list[tuple[deque[PendingCall], float]] = []
         convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
         owed = self.share.owed()
@@ -258,7 +261,7 @@ class Scheduler:
                 convoy_until = max(convoy_until, now + wait)
             yield queue, wait
         if held:
-            hold = training_holds(self, now, convoy_until)
+            hold = max(training_holds(self, now, convoy_until), self.share.held(now))
             for queue, wait in held:
                 yield queue, max(wait, hold)
 
@@ -270,7 +273,7 @@ class Scheduler:
             convoy_until = max((now + wait for queue, wait in queue_waits(self, now)
                                 if wait > 0 and lane_of_batch(queue) == Lane.DECODE),
                                default=now)
-            hold = training_holds(self, now, convoy_until)
+            hold = max(training_holds(self, now, convoy_until), self.share.held(now))
             if hold <= 0:
                 return False
             self.decode_came.wait(hold)

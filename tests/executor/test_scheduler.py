@@ -7,7 +7,7 @@ import pytest
 from executor.policy import Eager, Lockstep, Opportunistic
 from executor.readiness import TRAINING_CONVOY_ROWS
 from executor.scheduler import TWIN_TURN_S, Scheduler
-from executor.share import TrainingShare
+from executor.share import TWIN_HOLD_S, TrainingShare
 from executor.twin_ledger import TwinLedger
 from tests.executor.queued import BUDGETS, INF, TRAIN, call, clients_of, scheduler
 from wire.call.messages import Op
@@ -148,6 +148,39 @@ def test_inference_leaves_the_host_to_an_idle_twin_owed_its_share(clock) -> None
     twin.queued = 0  # the twin has nothing left: inference runs at once
     call(s, "decoder", 1)
     assert s.next_batch() is not None
+
+
+def test_the_idle_twins_training_leaves_the_host_to_inference_until_owed(clock) -> None:
+    """Each inference batch of the serving executor holds the twin's training a moment
+    (`TWIN_HOLD_S`, through the ledger: nice 19 leaves the tenants the cores, not the memory
+    bandwidth a twin's batch takes beside theirs), until training is owed its floor."""
+    ledger, cpu = TwinLedger(), [0.0]
+    serving = scheduler(Eager(), clock, share=TrainingShare(0.25, twin=ledger))
+    twin = scheduler(Eager(), clock, share=TrainingShare(0.25, tell=ledger, cpu=lambda: cpu[0]))
+    call(twin, "trainer", 0, rows=8, kind=TRAIN)
+    batch = twin.next_batch()  # no inference: training runs at once
+    cpu[0] += 0.005
+    twin.observe(batch, 0.005)
+    call(serving, "decoder", 1)
+    serving.observe(serving.next_batch(), 0.004)
+    call(twin, "trainer", 0, rows=8, kind=TRAIN)
+    assert twin.next_batch() is None and twin.ready_in() == pytest.approx(TWIN_HOLD_S)
+    clock.advance(TWIN_HOLD_S / 2)
+    call(serving, "decoder", 1)
+    serving.observe(serving.next_batch(), 0.004)  # inference again: held anew
+    assert twin.next_batch() is None and twin.ready_in() == pytest.approx(TWIN_HOLD_S)
+    clock.advance(TWIN_HOLD_S)
+    assert twin.next_batch() is not None  # the host left to it: it runs
+    call(twin, "trainer", 0, rows=8, kind=TRAIN)
+    call(serving, "decoder", 1)
+    decoded = 0
+    while (batch := serving.next_batch()) is not None:  # while training keeps its floor
+        serving.observe(batch, 0.004)
+        decoded += 1
+        call(serving, "decoder", 1)
+        assert twin.next_batch() is None
+    assert decoded == 3 and serving.share.of_recent() < 0.25  # owed: the twin goes at once
+    assert twin.next_batch() is not None
 
 
 def test_a_starving_call_goes_first(clock) -> None:

@@ -5,10 +5,11 @@ slices is not worth more than the decode batches between them)."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from executor.share import TrainingShare
+from executor.share import TWIN_HOLD_S, TrainingShare
 from executor.twin_ledger import TwinLedger
 
 
@@ -92,3 +93,23 @@ def test_the_idle_twin_tells_its_work_and_seconds_across_the_fork() -> None:
     ledger.working(0)  # the twin has nothing left: no longer owed, and batches count no more
     serving.record(False, 1.0)
     assert not serving.owed() and serving.of_recent() == pytest.approx(3 / 13)
+
+
+def test_the_serving_executor_holds_the_twins_training_across_the_fork() -> None:
+    """Each inference batch tells the twin, through the shared page, until when its training
+    leaves the host (`TWIN_HOLD_S` on); owed its floor, training is held no longer."""
+    ledger = TwinLedger()
+    pid = os.fork()
+    if pid == 0:  # the twin: waits to be held (written after the fork), then says until when
+        twin, deadline = TrainingShare(0.25, tell=ledger), time.monotonic() + 10
+        while twin.held(100.0) == 0.0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os._exit(round(twin.held(100.0) * 1000))
+    serving = TrainingShare(0.25, twin=ledger)
+    serving.inference_started(100.0)
+    assert os.waitpid(pid, 0)[1] >> 8 == round(TWIN_HOLD_S * 1000)
+    ledger.working(1)  # the twin has work and none of the executors' time: owed
+    serving.record(False, 1.0)
+    assert serving.owed() and ledger.held_until == 0.0
+    serving.inference_started(101.0)  # owed: holds it no longer
+    assert ledger.held_until == 0.0
