@@ -149,9 +149,8 @@ class Scheduler:
 
     def slices(self, batch: list[PendingCall]) -> int | None:
         """How many slices a batch runs in under the policy; None when it runs whole: a batch
-        with a decode step; a training batch while no inference client is active (on the idle
-        twin: the serving executor's), a prefill while no other client decodes (slices only
-        cost throughput then)."""
+        with a decode step; a training batch while no inference client is active, a prefill
+        while no other client decodes (slices only cost throughput then)."""
         if any(c.lane == Lane.DECODE for c in batch):
             return None
         training = lane_of_batch(batch) == Lane.TRAINING
@@ -161,8 +160,7 @@ class Scheduler:
             now = self.clock()
             if not any((p.inference if training else p.decode) and client not in own
                        and p.active(now, self.active_window_s)
-                       for client, p in self.presence.items()) and not (
-                    training and self.share.held(now - self.active_window_s)):
+                       for client, p in self.presence.items()):
                 return None
             key = batch[0].key
             compute_s = self.cost.estimate(key, rows, self.widths.get(key[0], 0)) \

@@ -10,9 +10,7 @@ import time
 import pytest
 
 from executor.policy import Eager, Opportunistic
-from executor.share import TWIN_HOLD_S, TrainingShare
 from executor.targets import SliceTuner
-from executor.twin_ledger import TwinLedger
 from tests.executor.queued import BUDGETS, TRAIN, call, clients_of, scheduler
 from wire.call.messages import Op
 
@@ -49,25 +47,6 @@ def test_training_batches_are_sliced_under_opportunistic_only(clock) -> None:
     assert s.slices([call(s, "small", 2, rows=1, kind=TRAIN)]) is None  # one slice anyway
     assert scheduler(Eager(), clock).slices(training) is None
     assert scheduler(Opportunistic(BUDGETS, tuner=None), clock).slices(training) is None
-
-
-def test_the_idle_twin_slices_training_while_the_serving_executor_serves(clock) -> None:
-    """The twin has no inference client of its own: its training batches are sliced while the
-    serving executor ran inference lately (it holds the twin through their page), and between
-    slices the twin waits while held; whole once the serving executor is idle."""
-    ledger = TwinLedger()
-    twin = scheduler(Opportunistic(BUDGETS, tuner=SliceTuner(0.001)), clock,
-                     share=TrainingShare(0.25, tell=ledger))
-    training = [call(twin, "trainer", 0, rows=200, kind=TRAIN, op=Op.BACKWARD)]
-    twin.cost.observe((0, Op.BACKWARD), 200, 0.0045 + twin.cost.overhead_s)  # 4.5 ms
-    assert twin.slices(training) is None and not twin.hold_training()  # nobody serves
-    ledger.computed(0.005)  # the twin has trained: training keeps its floor, is not owed
-    TrainingShare(0.25, twin=ledger).inference_started(clock())  # the serving executor's
-    assert twin.slices(training) == 5 and twin.hold_training()
-    clock.advance(TWIN_HOLD_S)
-    assert twin.slices(training) == 5 and not twin.hold_training()  # lately: still sliced
-    clock.advance(twin.active_window_s)
-    assert twin.slices(training) is None
 
 
 def test_a_prefill_is_sliced_only_beside_decoding_tenants(clock) -> None:
