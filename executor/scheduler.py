@@ -42,6 +42,7 @@ from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
 
 TWIN_TURN_S = 0.002  # how long inference leaves the host to an owed twin before looking again
+TWIN_TURNS_S = 0.02  # the longest a call leaves it the host (its running batch may be long)
 
 
 class Scheduler:
@@ -246,7 +247,7 @@ class Scheduler:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
         training queue waits while decode steps are due (`readiness.training_holds`) and, on
         the idle twin, while the serving executor holds it; while the twin is owed training's
-        floor, the others leave it the host (up to starving)."""
+        floor, the others leave it the host (up to `TWIN_TURNS_S` each)."""
         held: list[tuple[deque[PendingCall], float]] = []
         convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
         owed = self.share.owed()
@@ -255,7 +256,7 @@ class Scheduler:
             if lane == Lane.TRAINING:
                 held.append((queue, wait))
                 continue
-            if owed and now - queue[0].arrived < self.starvation_s:
+            if owed and now - queue[0].arrived < TWIN_TURNS_S:
                 wait = max(wait, TWIN_TURN_S)
             if lane == Lane.DECODE and wait > 0:
                 convoy_until = max(convoy_until, now + wait)
