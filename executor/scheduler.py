@@ -42,7 +42,6 @@ from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
 
 TWIN_TURN_S = 0.002  # how long inference leaves the host to an owed twin before looking again
-TWIN_TURNS_S = 0.02  # the longest a call leaves it the host (its running batch may be long)
 
 
 class Scheduler:
@@ -247,7 +246,7 @@ class Scheduler:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
         training queue waits while decode steps are due (`readiness.training_holds`) and, on
         the idle twin, while the serving executor holds it; while the twin is owed training's
-        floor, the others leave it the host (up to `TWIN_TURNS_S` each)."""
+        floor, the others leave it the host (up to starving)."""
         held: list[tuple[deque[PendingCall], float]] = []
         convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
         owed = self.share.owed()
@@ -256,7 +255,7 @@ class Scheduler:
             if lane == Lane.TRAINING:
                 held.append((queue, wait))
                 continue
-            if owed and now - queue[0].arrived < TWIN_TURNS_S:
+            if owed and now - queue[0].arrived < self.starvation_s:
                 wait = max(wait, TWIN_TURN_S)
             if lane == Lane.DECODE and wait > 0:
                 convoy_until = max(convoy_until, now + wait)
