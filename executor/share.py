@@ -29,7 +29,7 @@ from collections.abc import Callable
 from executor.twin_ledger import TwinLedger
 
 WINDOW = 1024
-TWIN_HOLD_S = 0.05  # how long an inference batch keeps the idle twin's training from the host
+TWIN_HOLD_S = 0.01  # how long an inference batch keeps the idle twin's training from the host
 
 
 class TrainingShare:
