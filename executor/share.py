@@ -17,7 +17,7 @@ as training's and its queued or running calls as training's work (`executor.twin
 while training is owed its floor, its inference batches leave the host to the twin a moment;
 while it is not, each inference batch holds the twin's training `TWIN_HOLD_S` (at nice 19 the
 twin left the tenants the cores but not the memory bandwidth: on the Azure trace + 2 jobs the
-tenants' per-token latency went from 1.11x to 1.28x without the hold, bench NOTES).
+tenants' per-token latency was 1.24-1.35x of the trace alone without the hold, bench NOTES).
 """
 
 from __future__ import annotations

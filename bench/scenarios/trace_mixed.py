@@ -1,11 +1,12 @@
 """Inference beside fine-tuning on the Azure trace (6b), through the whole stack.
 
-One stack, the default policy: the trace's replay (`bench.scenarios.trace`: 8 tenants, each
-with its own LoRA adapter, streaming completions over HTTP) alone; then again while two tenants'
-fine-tuning jobs run, submitted through the fine-tuning API; then the jobs alone for as long as
-that replay took. The tenants' time to first token and per-token latency with the jobs against
-the replay alone, and the jobs' training tokens/s during the replay against the jobs alone,
-read from their metrics events (`trained_tokens` at each step, sampled as the steps end).
+One stack, its defaults (the default policy; on a CPU the jobs on the idle twin): the trace's
+replay (`bench.scenarios.trace`: 8 tenants, each with its own LoRA adapter, streaming completions
+over HTTP) alone; then again while two tenants' fine-tuning jobs run, submitted through the
+fine-tuning API; then the jobs alone for as long as that replay took. The tenants' time to first
+token and per-token latency with the jobs against the replay alone, and the jobs' training
+tokens/s during the replay against the jobs alone, read from their metrics events
+(`trained_tokens` at each step, sampled as the steps end).
 """
 
 from __future__ import annotations
