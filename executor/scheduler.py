@@ -273,7 +273,7 @@ class Scheduler:
             convoy_until = max((now + wait for queue, wait in queue_waits(self, now)
                                 if wait > 0 and lane_of_batch(queue) == Lane.DECODE),
                                default=now)
-            hold = max(training_holds(self, now, convoy_until), self.share.held(now))
+            hold = training_holds(self, now, convoy_until)
             if hold <= 0:
                 return False
             self.decode_came.wait(hold)
