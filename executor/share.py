@@ -29,7 +29,7 @@ from collections.abc import Callable
 from executor.twin_ledger import TwinLedger
 
 WINDOW = 1024
-TWIN_HOLD_S = 0.01  # how long an inference batch keeps the idle twin's training from the host
+TWIN_HOLD_S = 0.05  # the longest an inference batch keeps the idle twin's training from the host
 
 
 class TrainingShare:
@@ -115,7 +115,15 @@ class TrainingShare:
         """An inference batch starts: the twin's training leaves the host a moment (unless
         training is owed its floor)."""
         if self.twin is not None and not self.owed():
-            self.twin.hold(now + TWIN_HOLD_S)
+            self.twin.hold(now + self.hold_s())
+
+    def hold_s(self) -> float:
+        """How long an inference batch holds the twin's training: `TWIN_HOLD_S` while training
+        keeps twice its floor, less as its share nears the floor, none at it (held long beside
+        continuous decode, the twin fell below its floor, and the floor's turns then cost every
+        call up to the starvation bound; bench NOTES)."""
+        margin = (self.of_recent() - self.floor) / self.floor
+        return TWIN_HOLD_S * min(max(margin, 0.0), 1.0)
 
     def held(self, now: float) -> float:
         """Seconds the twin's training should still leave the host to inference."""

@@ -97,7 +97,8 @@ def test_the_idle_twin_tells_its_work_and_seconds_across_the_fork() -> None:
 
 def test_the_serving_executor_holds_the_twins_training_across_the_fork() -> None:
     """Each inference batch tells the twin, through the shared page, until when its training
-    leaves the host (`TWIN_HOLD_S` on); owed its floor, training is held no longer."""
+    leaves the host: `TWIN_HOLD_S` on while training keeps twice its floor, less as it nears
+    the floor; owed its floor, training is held no longer."""
     ledger = TwinLedger()
     pid = os.fork()
     if pid == 0:  # the twin: waits to be held (written after the fork), then says until when
@@ -106,10 +107,17 @@ def test_the_serving_executor_holds_the_twins_training_across_the_fork() -> None
             time.sleep(0.001)
         os._exit(round(twin.held(100.0) * 1000))
     serving = TrainingShare(0.25, twin=ledger)
+    ledger.computed(1.0)  # the twin's compute so far: all the executors' time, training's
     serving.inference_started(100.0)
     assert os.waitpid(pid, 0)[1] >> 8 == round(TWIN_HOLD_S * 1000)
-    ledger.working(1)  # the twin has work and none of the executors' time: owed
-    serving.record(False, 1.0)
+    ledger.working(1)
+    serving.record(False, 1.0)  # half the time training's: twice its floor, held the longest
+    serving.inference_started(100.5)
+    assert ledger.held_until == pytest.approx(100.5 + TWIN_HOLD_S)
+    serving.record(False, 1.0)  # a third: held less
+    serving.inference_started(101.0)
+    assert ledger.held_until == pytest.approx(101.0 + TWIN_HOLD_S / 3)
+    serving.record(False, 2.0)  # below its floor: owed, held no longer
     assert serving.owed() and ledger.held_until == 0.0
-    serving.inference_started(101.0)  # owed: holds it no longer
+    serving.inference_started(102.0)
     assert ledger.held_until == 0.0
