@@ -37,7 +37,7 @@ from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, forget_departed
 from executor.readiness import queue_waits, training_holds
-from executor.share import TrainingShare
+from executor.share import ShareNow, TrainingShare
 from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
 
@@ -73,10 +73,11 @@ class Scheduler:
         self._seq = 0
         self._next_forget = 0.0
 
-    def training_share_now(self) -> tuple[float, float]:
-        """Training's share of the recent compute time while it had work, and its floor."""
+    def training_share_now(self) -> ShareNow:
+        """Training's share of the recent compute time while it had work, its floor, and the
+        idle twin's hold."""
         with self.lock:
-            return self.share.of_recent(), self.share.floor
+            return self.share.now()
 
     # -- called by the IO side -------------------------------------------------------------------
 

@@ -15,9 +15,11 @@ tokens of llama-160m; Azure trace + 2 jobs, 2 cores, bench NOTES). With an idle 
 (`executor.twin`) the jobs' calls go there: the serving executor counts the twin's compute seconds
 as training's and its queued or running calls as training's work (`executor.twin_ledger`), and
 while training is owed its floor, its inference batches leave the host to the twin a moment;
-while it is not, each inference batch holds the twin's training `TWIN_HOLD_S` (at nice 19 the
-twin left the tenants the cores but not the memory bandwidth: on the Azure trace + 2 jobs the
-tenants' per-token latency was 1.24-1.35x of the trace alone without the hold, bench NOTES).
+while it is not, each inference batch holds the twin's training up to `TWIN_HOLD_S`, in
+proportion to training's margin over its floor (at nice 19 the twin left the tenants the cores
+but not the memory bandwidth: on the Azure trace + 2 jobs the tenants' per-token latency was
+1.24-1.35x of the trace alone without the hold, 1.16x with a fixed 10 ms, 0.96x with this one;
+bench NOTES).
 """
 
 from __future__ import annotations
@@ -25,11 +27,22 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 from executor.twin_ledger import TwinLedger
 
 WINDOW = 1024
 TWIN_HOLD_S = 0.05  # the longest an inference batch keeps the idle twin's training from the host
+
+
+class ShareNow(NamedTuple):
+    """Training's recent share of the compute time and its floor; with an idle twin, how long
+    an inference batch now holds the twin's training, and the inference batches that began while
+    the twin was owed its floor (each left it the host a turn first, unless starving)."""
+    share: float
+    floor: float
+    twin_hold_s: float | None = None
+    twin_owed: int = 0
 
 
 class TrainingShare:
@@ -51,6 +64,7 @@ class TrainingShare:
         self._counted_s = 0.0
         self._sliced_s = 0.0  # the running training batch's slices so far, counted
         self._twin_s = 0.0  # the twin's compute seconds counted so far
+        self.owed_batches = 0  # inference batches begun while the twin was owed its floor
 
     @property
     def queued(self) -> int:
@@ -114,7 +128,11 @@ class TrainingShare:
     def inference_started(self, now: float) -> None:
         """An inference batch starts: the twin's training leaves the host a moment (unless
         training is owed its floor)."""
-        if self.twin is not None and not self.owed():
+        if self.twin is None:
+            return
+        if self.owed():
+            self.owed_batches += 1
+        else:
             self.twin.hold(now + self.hold_s())
 
     def hold_s(self) -> float:
@@ -124,6 +142,11 @@ class TrainingShare:
         call up to the starvation bound; bench NOTES)."""
         margin = (self.of_recent() - self.floor) / self.floor
         return TWIN_HOLD_S * min(max(margin, 0.0), 1.0)
+
+    def now(self) -> ShareNow:
+        twin = self.twin is not None
+        return ShareNow(self.of_recent(), self.floor, self.hold_s() if twin else None,
+                        self.owed_batches)
 
     def held(self, now: float) -> float:
         """Seconds the twin's training should still leave the host to inference."""

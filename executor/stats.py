@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from executor.calls import PendingCall
 from executor.lanes import Lane
+from executor.share import ShareNow
 from executor.targets import LatencyTargets
 from wire.call.messages import CallKind
 from wire.figures import ExecutorFigures, HistogramFigures, KindFigures, LaneFigures
@@ -76,7 +77,7 @@ class LaneStats:
 class ExecutorStats:
     def __init__(self, targets: LatencyTargets | None = None,
                  training_slice_s: Callable[[], float | None] = lambda: None, *,
-                 training_share: Callable[[], tuple[float, float]] = lambda: (0.0, 0.0),
+                 training_share: Callable[[], ShareNow] = lambda: ShareNow(0.0, 0.0),
                  head_loss: bool = False) -> None:
         self.lock = threading.Lock()
         self.head_loss = head_loss
@@ -85,7 +86,7 @@ class ExecutorStats:
         targets = targets or LatencyTargets()
         self.lanes = {lane: LaneStats(target_s=targets.of(lane)) for lane in Lane}
         self.training_slice_s = training_slice_s
-        self.training_share = training_share  # (its recent share, its floor)
+        self.training_share = training_share
         self.mixed_batches = 0  # batches with both inference and training calls
         self.training_holds = 0  # a training batch waited between slices for a decode step
         self.training_held_s = 0.0
@@ -154,12 +155,16 @@ class ExecutorStats:
                 target_ms=None if s.target_s is None else 1e3 * s.target_s, met=s.met)
                 for lane, s in self.lanes.items()}
             slice_s = self.training_slice_s()
-            share, floor = self.training_share()
+            share = self.training_share()
+            hold_s = share.twin_hold_s
             return ExecutorFigures(uptime_s=uptime, queue_depth=self.queue_depth,
                                    clients=self.clients, mixed_batches=self.mixed_batches,
                                    errors=self.errors, kinds=kinds, lanes=lanes,
                                    training_slice_ms=None if slice_s is None else 1e3 * slice_s,
                                    training_holds=self.training_holds,
                                    training_held_s=self.training_held_s,
-                                   training_share=share, training_share_floor=floor,
+                                   training_share=share.share,
+                                   training_share_floor=share.floor,
+                                   twin_hold_ms=None if hold_s is None else 1e3 * hold_s,
+                                   twin_owed_batches=share.twin_owed,
                                    head_loss=self.head_loss)

@@ -130,6 +130,15 @@ def executor_families(figures: ExecutorFigures,
             (CounterMetricFamily, "training_held_seconds", "Time training batches waited "
              "between their slices for decode steps", figures.training_held_s)):
         yield family(f"{prefix}_{name}", doc, value=value)
+    if figures.twin_hold_ms is not None:
+        yield GaugeMetricFamily(f"{prefix}_twin_hold_seconds", "How long each inference batch "
+                                "now keeps the idle twin's training from the host (the longest "
+                                "while training keeps twice its floor, none at the floor)",
+                                value=figures.twin_hold_ms / 1e3)
+        yield CounterMetricFamily(f"{prefix}_twin_owed_batches", "Inference batches begun "
+                                  "while the idle twin's training was below its floor (each "
+                                  "left it the host a turn first, unless starving)",
+                                  value=figures.twin_owed_batches)
     for metric, doc in (("batch_calls", "Calls per batch"), ("wait_ms", "Wait before compute, "
                                                             "milliseconds")):
         family = HistogramMetricFamily(f"{prefix}_{metric}", f"{doc} by call kind",

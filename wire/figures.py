@@ -53,4 +53,6 @@ class ExecutorFigures(msgspec.Struct):
     # training's share of the recent compute time while it had work, and the least it keeps
     training_share: float = 0.0
     training_share_floor: float = 0.0
+    twin_hold_ms: float | None = None  # how long an inference batch holds the idle twin now
+    twin_owed_batches: int = 0  # inference batches begun while the twin was owed its floor
     head_loss: bool = False  # offers the head's loss: its trainers keep no logits

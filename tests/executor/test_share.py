@@ -119,5 +119,6 @@ def test_the_serving_executor_holds_the_twins_training_across_the_fork() -> None
     assert ledger.held_until == pytest.approx(101.0 + TWIN_HOLD_S / 3)
     serving.record(False, 2.0)  # below its floor: owed, held no longer
     assert serving.owed() and ledger.held_until == 0.0
+    assert serving.now() == (0.2, 0.25, 0.0, 0)
     serving.inference_started(102.0)
-    assert ledger.held_until == 0.0
+    assert ledger.held_until == 0.0 and serving.now().twin_owed == 1

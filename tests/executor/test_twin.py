@@ -15,6 +15,7 @@ import torch
 
 from executor.config import ExecutorConfig
 from executor.priority import NICE
+from executor.share import TWIN_HOLD_S
 from tests.helpers import ExecutorProcess, priorities
 from wire.call import messages as P
 from workers.remote.client import ExecutorClient
@@ -76,7 +77,9 @@ def test_the_serving_executor_counts_the_twins_training_in_its_share(ipc_dir) ->
     serving, trainer = (ExecutorClient(e, name=f"ledger-{i}")
                         for i, e in enumerate((proc.endpoint, twin)))
     try:
-        assert serving.stats().training_share == 0.0  # nothing ran anywhere yet
+        figures = serving.stats()
+        assert figures.training_share == 0.0 and figures.twin_hold_ms == 0.0  # nothing ran yet
+        assert trainer.stats().twin_hold_ms is None  # the twin has no twin
         for _ in range(3):
             trainer.call(P.Op.FORWARD, 1, torch.randn(16, 64), P.CallKind.TRAINING)
         deadline = time.monotonic() + 10  # the twin counts a batch just after its reply
@@ -84,7 +87,9 @@ def test_the_serving_executor_counts_the_twins_training_in_its_share(ipc_dir) ->
             time.sleep(0.05)
         assert share == 1.0
         serving.call(P.Op.FORWARD, 1, torch.randn(4, 64), P.CallKind.INFERENCE)
-        assert serving.stats().training_share == 1.0  # the twin had no work: not counted
+        figures = serving.stats()
+        assert figures.training_share == 1.0  # the twin had no work: not counted
+        assert figures.twin_hold_ms == pytest.approx(1e3 * TWIN_HOLD_S)  # twice its floor: all
         assert trainer.stats().kinds["training"].calls == 3
     finally:
         for client in (serving, trainer):

@@ -8,6 +8,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from executor.calls import PendingCall
+from executor.share import ShareNow
 from executor.stats import ExecutorStats
 from executor.targets import LatencyTargets
 from gateway.metrics import Metrics
@@ -27,7 +28,7 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     stats = ExecutorStats(LatencyTargets(decode_s=0.75, prefill_s=0.25), lambda: 0.005,
-                          training_share=lambda: (0.375, 0.25))
+                          training_share=lambda: ShareNow(0.375, 0.25, 0.025, 3))
     stats.record_batch([pending(1, CallKind.INFERENCE, 9.0), pending(2, CallKind.INFERENCE, 9.5),
                         pending(256, CallKind.TRAINING, 8.0)], started=10.0, compute_s=0.25)
     stats.record_batch([pending(128, CallKind.INFERENCE, 10.0)], started=10.5, compute_s=0.5)
@@ -49,6 +50,8 @@ def test_figures_workers_and_jobs_render_as_prometheus_families() -> None:
     assert got[("symbiosis_executor_training_holds_total", ())] == 1
     assert got[("symbiosis_executor_training_share", ())] == 0.375
     assert got[("symbiosis_executor_training_share_floor", ())] == 0.25
+    assert got[("symbiosis_executor_twin_hold_seconds", ())] == 0.025
+    assert got[("symbiosis_executor_twin_owed_batches_total", ())] == 3
     assert got[("symbiosis_executor_training_held_seconds_total", ())] == 0.25
     assert got[("symbiosis_executor_rows_total", (("kind", "inference"),))] == 131
     # batches of 3 calls and of 1, for inference (the mixed one counts for both kinds)
