@@ -140,13 +140,16 @@ class TrainingShare:
         keeps twice its floor, less as its share nears the floor, none at it (held long beside
         continuous decode, the twin fell below its floor, and the floor's turns then cost every
         call up to the starvation bound; bench NOTES)."""
-        margin = (self.of_recent() - self.floor) / self.floor
-        return TWIN_HOLD_S * min(max(margin, 0.0), 1.0)
+        return self._hold_at(self.of_recent())
 
     def now(self) -> ShareNow:
-        twin = self.twin is not None
-        return ShareNow(self.of_recent(), self.floor, self.hold_s() if twin else None,
-                        self.owed_batches)
+        share = self.of_recent()
+        hold_s = self._hold_at(share) if self.twin is not None else None
+        return ShareNow(share, self.floor, hold_s, self.owed_batches)
+
+    def _hold_at(self, share: float) -> float:
+        margin = (share - self.floor) / self.floor
+        return TWIN_HOLD_S * min(max(margin, 0.0), 1.0)
 
     def held(self, now: float) -> float:
         """Seconds the twin's training should still leave the host to inference."""

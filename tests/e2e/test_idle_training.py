@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from executor.priority import NICE
+from executor.share import TWIN_HOLD_S
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import OPERATOR_KEY, Deployment, sign_in
 from tests.e2e.jobs import ANSWER, ask, create, memorization_file, start_stack, wait
@@ -54,7 +55,16 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
         scraped = scrape(deployment)
         assert scraped[("symbiosis_training_executor_up", ())] == 1
         # the serving executor counts the twin's compute as training's (`executor.twin_ledger`)
-        assert 0 < scraped[("symbiosis_executor_training_share", ())] <= 1
+        share = scraped[("symbiosis_executor_training_share", ())]
+        assert 0 < share <= 1
+        # the hold its inference batches put on the twin's training: the longest at twice the
+        # floor, none at it (`TrainingShare.hold_s`)
+        floor = scraped[("symbiosis_executor_training_share_floor", ())]
+        margin = min(max((share - floor) / floor, 0.0), 1.0)
+        assert scraped[("symbiosis_executor_twin_hold_seconds", ())] == pytest.approx(
+            TWIN_HOLD_S * margin)
+        assert scraped[("symbiosis_executor_twin_owed_batches_total", ())] >= 0
+        assert ("symbiosis_training_executor_twin_hold_seconds", ()) not in scraped
         browser = request.getfixturevalue("browser")  # last: the rest needs no Chromium
         assert twin_in_the_dashboard(browser, deployment) == ("up", {"training": twin_training})
     finally:
