@@ -161,7 +161,8 @@ def watched(settings: Settings, clients: list[dict], policy: str = "opportunisti
     """`run_ours`, and what the executor's decode lane did from the window's opening (the
     clients' warm-ups left out) to the last client's end: its target, the share of decode calls
     that met it, calls per batch, their mean wait, the executor's compute per batch, the
-    training slice at the end."""
+    training slice at the end, the share of the tenants' batches that began while an idle twin
+    was below its floor (each left it the host a turn first)."""
     from workers.remote.client import ExecutorClient
 
     process = settings.executors.get(model or settings.model, policy=policy,
@@ -171,11 +172,13 @@ def watched(settings: Settings, clients: list[dict], policy: str = "opportunisti
     opened = []
     try:
         result = run_ours(settings, clients, policy=policy, model=model, twin=twin,
-                          at_go=lambda: opened.append(probe.stats().lanes["decode"]))
+                          at_go=lambda: opened.append(probe.stats()))
         after = probe.stats()
     finally:
         probe.close()
-    before, lane = opened[0], after.lanes["decode"]
+    before, lane = opened[0].lanes["decode"], after.lanes["decode"]
+    inference = after.kinds["inference"].batches - opened[0].kinds["inference"].batches
+    owed = after.twin_owed_batches - opened[0].twin_owed_batches
     calls, batches = lane.calls - before.calls, lane.batches - before.batches
     computed = lane.compute_s - before.compute_s
     return result, {"target_ms": lane.target_ms or 0.0,
@@ -183,7 +186,8 @@ def watched(settings: Settings, clients: list[dict], policy: str = "opportunisti
                     "calls_per_batch": calls / batches if batches else 0.0,
                     "mean_wait_ms": 1e3 * (lane.wait_s - before.wait_s) / calls if calls else 0.0,
                     "compute_ms_per_batch": 1e3 * computed / batches if batches else 0.0,
-                    "slice_ms": after.training_slice_ms or 0.0}
+                    "slice_ms": after.training_slice_ms or 0.0,
+                    "owed_percent": 100 * owed / inference if inference else 0.0}
 
 
 def run_plain(settings: Settings, clients: list[dict], *, model: str | None = None,
