@@ -24,7 +24,7 @@ def test_the_scheduler_gets_the_slice_and_the_share() -> None:
     registry = LayerRegistry.load(resolve_model("tiny-llama"))
     scheduler = build_scheduler(ExecutorConfig(slice_ms=2.0, training_share=0.3), registry)
     assert scheduler.policy.slice_s == pytest.approx(0.002)
-    assert scheduler.training_share_now() == (0.0, 0.3)  # nothing ran yet
+    assert scheduler.training_share_now() == (0.0, 0.3, None, 0)  # nothing ran yet; no twin
     targeted = build_scheduler(ExecutorConfig(decode_target_ms=3.0, prefill_target_ms=40.0),
                                registry)
     assert targeted.training_slice_s() == pytest.approx(0.003)  # it starts at the target
