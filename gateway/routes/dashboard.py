@@ -122,7 +122,8 @@ def executor_figures(figures: ExecutorFigures | None) -> dict:
     """The executor's figures -> batching per call kind and per lane."""
     if figures is None:
         return {"queue_depth": 0, "clients": 0, "mixed_batches": 0, "kinds": {}, "lanes": {},
-                "training_slice_ms": None}
+                "training_slice_ms": None, "training_share": None, "training_share_floor": None,
+                "twin_hold_ms": None, "twin_owed_batches": 0}
 
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 3) if b else None
@@ -141,4 +142,8 @@ def executor_figures(figures: ExecutorFigures | None) -> dict:
                          else ratio(100 * g.met, g.calls)}
                   for lane, g in sorted(figures.lanes.items())},
         "training_slice_ms": figures.training_slice_ms,
+        "training_share": figures.training_share,
+        "training_share_floor": figures.training_share_floor,
+        "twin_hold_ms": figures.twin_hold_ms,  # None: no idle twin
+        "twin_owed_batches": figures.twin_owed_batches,
     }

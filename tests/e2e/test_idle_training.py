@@ -6,6 +6,7 @@ the other."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -66,7 +67,15 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
         assert scraped[("symbiosis_executor_twin_owed_batches_total", ())] >= 0
         assert ("symbiosis_training_executor_twin_hold_seconds", ()) not in scraped
         browser = request.getfixturevalue("browser")  # last: the rest needs no Chromium
-        assert twin_in_the_dashboard(browser, deployment) == ("up", {"training": twin_training})
+        up, kinds, room = twin_in_the_dashboard(browser, deployment)
+        assert (up, kinds) == ("up", {"training": twin_training})
+        hold_ms = 1e3 * scraped[("symbiosis_executor_twin_hold_seconds", ())]
+        owed = scraped[("symbiosis_executor_twin_owed_batches_total", ())]
+        shown_share, shown_floor = (float(x) for x in re.fullmatch(
+            r"([\d.]+) % \(([\d.]+) %\)", room[0]).groups())  # to one decimal
+        assert shown_share == pytest.approx(100 * share, abs=0.051)
+        assert shown_floor == pytest.approx(100 * floor, abs=0.051)
+        assert float(room[1]) == pytest.approx(hold_ms, abs=0.051) and int(room[2]) == owed
     finally:
         stack.stop()
     assert not twin.is_running()
@@ -87,14 +96,16 @@ def metrics(deployment: Deployment, twin_training: int, timeout_s: float = 10.0)
         time.sleep(0.5)
 
 
-def twin_in_the_dashboard(browser, deployment: Deployment) -> tuple[str, dict[str, int]]:
-    """The operator's dashboard, in a real browser: whether the twin is up, and its calls by
-    kind, those it ran."""
+def twin_in_the_dashboard(browser, deployment: Deployment) -> tuple[str, dict[str, int], tuple]:
+    """The operator's dashboard, in a real browser: whether the twin is up, its calls by kind,
+    those it ran, and the room the serving executor leaves it (training's share and floor, the
+    hold, the inference batches owed to it)."""
     page = sign_in(browser, deployment, OPERATOR_KEY)
     page.wait_for_selector("#twin-kinds-table tr[data-kind]")
     rows = page.eval_on_selector_all(
         "#twin-kinds-table tr[data-kind]",
         "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
     up = page.text_content("#twin-up")
+    room = tuple(page.text_content(f"#twin-{name}") for name in ("share", "hold", "owed"))
     page.close()
-    return up, {kind: int(calls) for kind, calls, *_ in rows if int(calls)}
+    return up, {kind: int(calls) for kind, calls, *_ in rows if int(calls)}, room
