@@ -117,37 +117,36 @@ class TrainingShare:
         """Whether the idle twin has training calls queued or running."""
         return self.twin is not None and self.twin.calls > 0
 
-    def owed(self) -> bool:
-        """Whether the twin's training, which has work, is below its floor: the serving
-        executor then leaves it the host a moment, and no longer holds it."""
-        owed = self.on_twin() and not self.kept()
+    def owed(self, share: float | None = None) -> bool:
+        """Whether the twin's training, which has work, is below its floor (`share`: its
+        recent share, if read already): the serving executor then leaves it the host a moment,
+        and no longer holds it."""
+        owed = self.on_twin() and (self.of_recent() if share is None else share) < self.floor
         if owed:
             self.twin.hold(0.0)
         return owed
 
     def inference_started(self, now: float) -> None:
         """An inference batch starts: the twin's training leaves the host a moment (unless
-        training is owed its floor)."""
+        training is owed its floor); the share read once for both."""
         if self.twin is None:
             return
-        if self.owed():
+        share = self.of_recent()
+        if self.owed(share):
             self.owed_batches += 1
         else:
-            self.twin.hold(now + self.hold_s())
-
-    def hold_s(self) -> float:
-        """How long an inference batch holds the twin's training: `TWIN_HOLD_S` while training
-        keeps twice its floor, less as its share nears the floor, none at it (held long beside
-        continuous decode, the twin fell below its floor, and the floor's turns then cost every
-        call up to the starvation bound; bench NOTES)."""
-        return self._hold_at(self.of_recent())
+            self.twin.hold(now + self.hold_at(share))
 
     def now(self) -> ShareNow:
         share = self.of_recent()
-        hold_s = self._hold_at(share) if self.twin is not None else None
+        hold_s = self.hold_at(share) if self.twin is not None else None
         return ShareNow(share, self.floor, hold_s, self.owed_batches)
 
-    def _hold_at(self, share: float) -> float:
+    def hold_at(self, share: float) -> float:
+        """How long an inference batch holds the twin's training at training's recent `share`:
+        `TWIN_HOLD_S` while training keeps twice its floor, less as its share nears the floor,
+        none at it (held long beside continuous decode, the twin fell below its floor, and the
+        floor's turns then cost every call up to the starvation bound; bench NOTES)."""
         margin = (share - self.floor) / self.floor
         return TWIN_HOLD_S * min(max(margin, 0.0), 1.0)
 

@@ -59,7 +59,7 @@ def test_the_jobs_train_on_the_idle_twin_and_inference_on_the_serving_executor(
         share = scraped[("symbiosis_executor_training_share", ())]
         assert 0 < share <= 1
         # the hold its inference batches put on the twin's training: the longest at twice the
-        # floor, none at it (`TrainingShare.hold_s`)
+        # floor, none at it (`TrainingShare.hold_at`)
         floor = scraped[("symbiosis_executor_training_share_floor", ())]
         margin = min(max((share - floor) / floor, 0.0), 1.0)
         assert scraped[("symbiosis_executor_twin_hold_seconds", ())] == pytest.approx(

@@ -152,8 +152,9 @@ def test_inference_leaves_the_host_to_an_idle_twin_owed_its_share(clock) -> None
 
 def test_the_idle_twins_training_leaves_the_host_to_inference_until_owed(clock) -> None:
     """Each inference batch of the serving executor holds the twin's training a moment
-    (`TWIN_HOLD_S`, through the ledger: nice 19 leaves the tenants the cores, not the memory
-    bandwidth a twin's batch takes beside theirs), until training is owed its floor."""
+    (all of `TWIN_HOLD_S` here, training well above its floor; through the ledger: nice 19
+    leaves the tenants the cores, not the memory bandwidth a twin's batch takes beside
+    theirs), until training is owed its floor."""
     ledger, cpu = TwinLedger(), [0.0]
     serving = scheduler(Eager(), clock, share=TrainingShare(0.25, twin=ledger))
     twin = scheduler(Eager(), clock, share=TrainingShare(0.25, tell=ledger, cpu=lambda: cpu[0]))
