@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench.gpu import GpuReading, GpuSampler
 from bench.measure import PeakPss
+from bench.quantiles import quantile_ms
 from bench.sides import environment
 from bench.zygote import Zygote
 
@@ -64,12 +65,6 @@ class GroupResult:
         if q is None:
             return 1e3 * statistics.fmean(values) if values else float("nan")
         return quantile_ms(values, q)
-
-
-def quantile_ms(values: list[float], q: float) -> float:
-    """The q-quantile of sorted seconds `values` in ms, by nearest rank (of 100 values or
-    fewer, p99 is the largest); NaN when there are none."""
-    return 1e3 * values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from peft import PeftModel
 from transformers import AutoTokenizer
 
 from bench.models import FIXED_LENGTH
+from bench.quantiles import quantile_ms
 from bench.records import Record
 from bench.scenarios.adapter_sides import (
     IN_FLIGHT,
@@ -73,7 +74,7 @@ def serve_plain(model: PeftModel, order: list[int], prompt: list[int]) -> dict:
 
 
 def p95(latencies: list[float]) -> float:
-    return statistics.quantiles(latencies, n=20)[-1] * 1e3
+    return quantile_ms(sorted(latencies), 0.95)
 
 
 def many_adapters(settings: Settings) -> list[Record]:

@@ -3,8 +3,9 @@ idle twin), privacy (7), PEFT methods (9)."""
 
 from __future__ import annotations
 
-from bench.group import Group, GroupResult, quantile_ms
+from bench.group import Group, GroupResult
 from bench.models import RANKS
+from bench.quantiles import quantile_ms
 from bench.records import Record
 from bench.scenarios.common import Settings, client, run_ours, run_plain, watched
 from bench.scenarios.training import LARGE, steady

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.quantiles import quantile_ms
 from bench.records import Record
 from bench.scenarios.common import Settings
 
@@ -82,12 +83,9 @@ def summarize(results: list[dict]) -> dict:
     makespan = max(r["stamps"][-1] for r in done) - min(r["sent"] for r in done)
     ttft = sorted(r["stamps"][0] - r["sent"] for r in done)
     gaps = sorted(b - a for r in done for a, b in zip(r["stamps"], r["stamps"][1:], strict=False))
-
-    def q(values: list[float], p: float) -> float:
-        return 1e3 * values[min(len(values) - 1, int(p * len(values)))]
-
-    return {"tokens_per_s": tokens / makespan, "ttft_p50_ms": q(ttft, .5),
-            "ttft_p99_ms": q(ttft, .99), "token_p50_ms": q(gaps, .5), "token_p99_ms": q(gaps, .99),
+    return {"tokens_per_s": tokens / makespan, "ttft_p50_ms": quantile_ms(ttft, .5),
+            "ttft_p99_ms": quantile_ms(ttft, .99), "token_p50_ms": quantile_ms(gaps, .5),
+            "token_p99_ms": quantile_ms(gaps, .99),
             "token_mean_ms": 1e3 * statistics.fmean(gaps), "completed": len(done),
             "requests": len(results)}
 
