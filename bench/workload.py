@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
               "latencies": latencies, "tokens_per_unit": per_unit,
               "executor_calls": None if made is None else made - calls_before,
               "elapsed": done - started,  # to the last completed unit of work
+              "started": started,  # time.monotonic(): one clock for the group's processes
               "cpu_s": time.process_time() - cpu_started,
               "decode_target_ms": args.decode_target_ms,
               "inter_token_target_ms": args.inter_token_target_ms,
