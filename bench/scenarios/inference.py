@@ -142,8 +142,8 @@ def mixed_runs(settings: Settings, twin: bool = False) -> tuple:
 
 
 def first_token_spread(ours: GroupResult, other: GroupResult) -> str:
-    """How many first tokens a p99 came from (of 100 or fewer: the largest) and the
-    quantiles below it, ours against the other run's: one slow sample moves a p99 of ~80."""
+    """How many first tokens a p99 came from (of ~100, it lies within the largest two) and
+    the quantiles below it, ours against the other run's: one slow sample moves a p99 of ~80."""
     mine, theirs = ours.first_tokens(), other.first_tokens()
     quantiles = ", ".join(f"p{round(100 * q)} {quantile_ms(mine, q):.0f} / "
                           f"{quantile_ms(theirs, q):.0f} ms" for q in (0.5, 0.9))
