@@ -22,6 +22,7 @@ from wire.call.messages import LayerKind, LayerSpec
 from workers.remote.client import ExecutorClient
 from workers.remote.fusion import FusedGroup
 from workers.remote.handle import ExecutorHandle
+from workers.remote.kept_rows import enable_kept_rows
 from workers.remote.layers import RemoteConv1D, RemoteEmbedding, RemoteLayer, RemoteLinear
 from workers.remote.loss import enable_head_loss
 from workers.remote.mapped import MappedCheckpoint
@@ -68,8 +69,10 @@ def remote_model(model: str | Path, executor: str | ExecutorHandle, *,
     swap_base_layers(net, handle, dtype, torch.device(device), local=local)
     if fuse:
         fuse_groups(net, handle)
-    if stretch and not privacy:  # a stretch is not linear: privacy's masking cannot cover it
-        enable_stretches(net, handle, dtype, train_stretch_rows, train_kept)
+    # a stretch is not linear: privacy's masking cannot cover it
+    if stretch and not privacy and enable_stretches(net, handle, dtype, train_stretch_rows,
+                                                    train_kept):
+        enable_kept_rows(net)  # the last stretch computes the kept logits' rows only
     if not privacy:  # the labels would reach the executor
         enable_head_loss(net, handle)
     materialize_local(net, path, dtype, torch.device(device))

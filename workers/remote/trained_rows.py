@@ -28,19 +28,23 @@ from catalogue.stretches import Recipe
 
 class TrainedRows:
     """The rows (of `[batch, length]`) whose next token is trained, while a loss is computed, for
-    the decoder layer `layer`."""
+    the decoder layer `layer` (or whose logits a prefill keeps: `workers.remote.kept_rows`)."""
 
     def __init__(self, layer: nn.Module) -> None:
         self.layer = layer
         self.wanted: torch.Tensor | None = None  # [batch, tokens], right-aligned to the rows
+        self.mlp = True  # whether the MLP's own forward takes the wanted rows too
 
     @contextmanager
-    def only(self, wanted: torch.Tensor) -> Iterator[None]:
-        self.wanted = wanted
+    def only(self, wanted: torch.Tensor, mlp: bool = True) -> Iterator[None]:
+        """`wanted` while the block runs; `mlp=False`: the stretch call only takes them (an MLP
+        that runs per projection computes every row, as its adapters' rows are the batch's)."""
+        before = self.wanted, self.mlp
+        self.wanted, self.mlp = wanted, mlp
         try:
             yield
         finally:
-            self.wanted = None
+            self.wanted, self.mlp = before
 
     def chosen(self, shape: torch.Size) -> torch.Tensor | None:
         """The flat indices of the wanted rows of a `[batch, length, width]` input (virtual
@@ -68,17 +72,26 @@ def scattered(rows: torch.Tensor, chosen: torch.Tensor, shape: torch.Size) -> to
 
 def enable_trained_rows(model: nn.Module, recipe: Recipe) -> TrainedRows:
     """Give the model's last decoder layer (and its MLP) a `TrainedRows`."""
-    layer = model.get_submodule(recipe.layers)[-1]
-    mlp = layer.get_submodule(recipe.down.rsplit(".", 1)[0])
-    layer.symbiosis_trained_rows = mlp.symbiosis_trained_rows = TrainedRows(layer)
+    rows = last_layer_rows(model, recipe)
+    mlp = rows.layer.get_submodule(recipe.down.rsplit(".", 1)[0])
+    mlp.symbiosis_trained_rows = rows
     mlp.forward = types.MethodType(_mlp_forward, mlp)
+    return rows
+
+
+def last_layer_rows(model: nn.Module, recipe: Recipe) -> TrainedRows:
+    """The model's last decoder layer's `TrainedRows`, given one if it has none."""
+    layer = model.get_submodule(recipe.layers)[-1]
+    if getattr(layer, "symbiosis_trained_rows", None) is None:
+        layer.symbiosis_trained_rows = TrainedRows(layer)
     return layer.symbiosis_trained_rows
 
 
 def _mlp_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """The MLP's own forward, of the chosen rows only where some are (`TrainedRows.chosen`)."""
     forward = type(self).forward
-    chosen = self.symbiosis_trained_rows.chosen(x.shape)
+    rows = self.symbiosis_trained_rows
+    chosen = rows.chosen(x.shape) if rows.mlp else None
     if chosen is None:
         return forward(self, x, *args, **kwargs)
     y = forward(self, x.reshape(-1, x.shape[-1])[chosen].unsqueeze(0), *args, **kwargs)

@@ -1,0 +1,78 @@
+"""A forward that keeps only some positions' logits computes the last decoder layer after its
+attention for those rows alone.
+
+A prompt's prefill keeps the logits of its last position (`logits_to_keep=1`), a packed decode
+step those of its decode rows and of each prompt that ends in it (a tensor of positions). Every
+earlier layer must compute every row (the last layer's attention reads their keys and values),
+but after the last layer's attention a row whose logits nobody keeps goes nowhere: the residual
+stream there feeds only the final norm and the head, which reads the kept rows. So the model's
+forward (swapped per instance: `enable_kept_rows`), without autograd, names the kept rows to the
+last layer's `TrainedRows` (`workers.remote.trained_rows`), which that layer's stretch call reads
+(`workers.remote.stretch`): the executor runs its output projection, norm and MLP over the kept
+rows only, one row of a 512-token prompt's instead of 512 (a twelfth of llama-160m's stretch
+work, half of tiny-llama's). The rows left out come back as zeros, which the final norm keeps
+zero and the head never reads. A last layer that runs per projection (adapters on its MLP)
+computes every row: its adapters take their rows by the whole batch's places.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from catalogue.stretches import RECIPES
+from workers.remote.trained_rows import TrainedRows, last_layer_rows
+
+
+def enable_kept_rows(model: nn.Module) -> TrainedRows | None:
+    """Swap `model`'s forward (a causal LM's, before adapters wrap it) for one that names the rows
+    whose logits it keeps to its last decoder layer; None where the architecture has no recipe."""
+    recipe = RECIPES.get(getattr(model.config, "model_type", ""))
+    if recipe is None:
+        return None
+    model.symbiosis_kept_rows = last_layer_rows(model, recipe)
+
+    @functools.wraps(type(model).forward)  # its signature, which transformers inspects
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return _kept_forward(self, args, kwargs)
+
+    model.forward = types.MethodType(forward, model)  # bound: a deep copy binds to the copy
+    return model.symbiosis_kept_rows
+
+
+def _kept_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
+    rows, forward = model.symbiosis_kept_rows, type(model).forward
+    wanted = None if torch.is_grad_enabled() or rows.wanted is not None \
+        else kept_rows(kwargs.get("logits_to_keep", 0), _inputs(args, kwargs))
+    if wanted is None:
+        return forward(model, *args, **kwargs)
+    with rows.only(wanted, mlp=False):
+        return forward(model, *args, **kwargs)
+
+
+def kept_rows(keep: int | torch.Tensor, inputs: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows ([batch, length] of `inputs`' first two dimensions) whose logits `keep` keeps, as
+    transformers reads it (an int: that many last positions, 0 all; a tensor: those positions);
+    None: all of them, or inputs of no such shape."""
+    if inputs is None or inputs.dim() < 2:
+        return None
+    batch, length = inputs.shape[:2]
+    wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
+    if isinstance(keep, torch.Tensor):
+        if keep.dim() != 1:
+            return None
+        wanted[:, keep.to(inputs.device)] = True
+    elif isinstance(keep, int) and 0 < keep < length:
+        wanted[:, length - keep:] = True
+    else:
+        return None
+    return wanted
+
+
+def _inputs(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    return ids if ids is not None else kwargs.get("inputs_embeds")
