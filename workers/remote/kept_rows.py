@@ -61,15 +61,16 @@ def kept_rows(keep: int | torch.Tensor, inputs: torch.Tensor | None) -> torch.Te
     if inputs is None or inputs.dim() < 2:
         return None
     batch, length = inputs.shape[:2]
-    wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
     if isinstance(keep, torch.Tensor):
         if keep.dim() != 1:
             return None
+        wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
         wanted[:, keep.to(inputs.device)] = True
-    elif isinstance(keep, int) and 0 < keep < length:
-        wanted[:, length - keep:] = True
-    else:
+        return wanted
+    if not (isinstance(keep, int) and 0 < keep < length):  # a decode step's one position too
         return None
+    wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
+    wanted[:, length - keep:] = True
     return wanted
 
 

@@ -55,18 +55,22 @@ def assert_same_caches(mine, theirs) -> None:
                                    atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
-def test_a_prefill_runs_the_last_stretch_for_its_kept_rows_only(model: str, executor_for,
+@pytest.mark.parametrize(("model", "device"), [
+    ("tiny-llama", "cpu"), ("tiny-qwen2", "cpu"), ("tiny-gpt2", "cpu"),
+    pytest.param("tiny-llama", "cuda", marks=pytest.mark.gpu)])
+def test_a_prefill_runs_the_last_stretch_for_its_kept_rows_only(model: str, device: str,
+                                                                 executor_for, client_on,
                                                                  monkeypatch) -> None:
-    client = ExecutorClient(executor_for(model).endpoint, name=f"kept-{model}")
+    client = ExecutorClient(executor_for(model).endpoint, name=f"kept-{model}") \
+        if device == "cpu" else client_on(device, f"kept-{model}-{device}")
     try:
-        plain, ours = build_pair(model, "lora_qv", client, seed=5)
-        plain.eval()
+        plain, ours = build_pair(model, "lora_qv", client, seed=5, device=device)
+        plain = plain.to(device).eval()
         ours.eval()
         counts = chosen_counts(ours, monkeypatch)
-        ids = batch(6)  # 2 x 7
+        ids = batch(6).to(device)  # 2 x 7
         with torch.no_grad():
-            for keep, rows in ((1, 2), (torch.tensor([0, 4, 6]), 6), (0, None)):
+            for keep, rows in ((1, 2), (torch.tensor([0, 4, 6], device=device), 6), (0, None)):
                 mine = ours(input_ids=ids, use_cache=True, logits_to_keep=keep)
                 theirs = plain(input_ids=ids, use_cache=True, logits_to_keep=keep)
                 assert counts[-1] == rows, (keep, counts)
@@ -84,7 +88,8 @@ def test_a_prefill_runs_the_last_stretch_for_its_kept_rows_only(model: str, exec
         ours(input_ids=ids, logits_to_keep=1).logits.sum().backward()
         assert counts[-1] is None
     finally:
-        client.close()
+        if device == "cpu":
+            client.close()
 
 
 def test_adapters_on_the_last_mlp_see_every_row(client_on) -> None:
