@@ -12,7 +12,9 @@ last layer's `TrainedRows` (`workers.remote.trained_rows`), which that layer's s
 rows only, one row of a 512-token prompt's instead of 512 (a twelfth of llama-160m's stretch
 work, half of tiny-llama's). The rows left out come back as zeros, which the final norm keeps
 zero and the head never reads. A last layer that runs per projection (adapters on its MLP)
-computes every row: its adapters take their rows by the whole batch's places.
+gives its MLP each sequence's kept last positions (`TrainedRows.last`), the batch's rows as they
+are, since the adapters of a batch of several take their rows by its places; under kept
+positions of a tensor (a packed step, whose adapters go by position) that MLP computes every row.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def _kept_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
         else kept_rows(kwargs.get("logits_to_keep", 0), _inputs(args, kwargs))
     if wanted is None:
         return forward(model, *args, **kwargs)
-    with rows.only(wanted, mlp=False):
+    keep = kwargs["logits_to_keep"]
+    with rows.only(wanted, mlp=False, last=keep if isinstance(keep, int) else 0):
         return forward(model, *args, **kwargs)
 
 

@@ -34,17 +34,20 @@ class TrainedRows:
         self.layer = layer
         self.wanted: torch.Tensor | None = None  # [batch, tokens], right-aligned to the rows
         self.mlp = True  # whether the MLP's own forward takes the wanted rows too
+        self.last = 0  # else, where the wanted are each sequence's last so many: those
 
     @contextmanager
-    def only(self, wanted: torch.Tensor, mlp: bool = True) -> Iterator[None]:
-        """`wanted` while the block runs; `mlp=False`: the stretch call only takes them (an MLP
-        that runs per projection computes every row, as its adapters' rows are the batch's)."""
-        before = self.wanted, self.mlp
-        self.wanted, self.mlp = wanted, mlp
+    def only(self, wanted: torch.Tensor, mlp: bool = True, last: int = 0) -> Iterator[None]:
+        """`wanted` while the block runs. `mlp=False`: the stretch call only takes them (adapters
+        on an MLP that runs per projection may take their rows by the batch's places), or with
+        `last`, the MLP too as the last `last` positions of each sequence (the batch's rows
+        stay its rows)."""
+        before = self.wanted, self.mlp, self.last
+        self.wanted, self.mlp, self.last = wanted, mlp, last
         try:
             yield
         finally:
-            self.wanted, self.mlp = before
+            self.wanted, self.mlp, self.last = before
 
     def chosen(self, shape: torch.Size) -> torch.Tensor | None:
         """The flat indices of the wanted rows of a `[batch, length, width]` input (virtual
@@ -88,11 +91,15 @@ def last_layer_rows(model: nn.Module, recipe: Recipe) -> TrainedRows:
 
 
 def _mlp_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """The MLP's own forward, of the chosen rows only where some are (`TrainedRows.chosen`)."""
+    """The MLP's own forward, of the chosen rows only where some are (`TrainedRows.chosen`), or
+    of each sequence's last positions (`TrainedRows.last`)."""
     forward = type(self).forward
     rows = self.symbiosis_trained_rows
     chosen = rows.chosen(x.shape) if rows.mlp else None
     if chosen is None:
+        if rows.last and rows.chosen(x.shape) is not None:  # the wanted fit these rows
+            y = forward(self, x[:, -rows.last:], *args, **kwargs)
+            return F.pad(y, (0, 0, x.shape[1] - rows.last, 0))
         return forward(self, x, *args, **kwargs)
     y = forward(self, x.reshape(-1, x.shape[-1])[chosen].unsqueeze(0), *args, **kwargs)
     return scattered(y[0], chosen, x.shape)

@@ -92,21 +92,25 @@ def test_a_prefill_runs_the_last_stretch_for_its_kept_rows_only(model: str, devi
             client.close()
 
 
-def test_adapters_on_the_last_mlp_see_every_row(client_on) -> None:
-    """An adapter on the last MLP's projections keeps the layer off its stretch: the MLP then
-    takes the whole batch, whose places its adapters' rows follow, and the logits are plain's."""
+def test_adapters_on_the_last_mlp_see_their_sequences_kept_positions(client_on) -> None:
+    """An adapter on the last MLP's projections keeps the layer off its stretch: its MLP then
+    takes each sequence's kept last positions, the batch's rows as they are (whose places the
+    adapters' rows follow), or every row for kept positions of a tensor (a packed step, whose
+    adapters go by position); the logits are plain's."""
     plain, ours = build_pair("tiny-llama", "lora", client_on("cpu", "kept-mlp"), seed=7)
     plain.eval()
     ours.eval()
     shapes = []
-    mlp = ours.get_base_model().model.layers[-1].mlp
-    mlp.register_forward_hook(lambda module, args, out: shapes.append(tuple(args[0].shape[:2])))
+    projection = ours.get_base_model().model.layers[-1].mlp.gate_proj
+    projection.register_forward_hook(
+        lambda module, args, out: shapes.append(tuple(args[0].shape[:2])))
     ids = batch(8)
     with torch.no_grad():
-        mine = ours(input_ids=ids, logits_to_keep=1).logits
-        theirs = plain(input_ids=ids, logits_to_keep=1).logits
-    assert shapes == [(2, 7)]
-    torch.testing.assert_close(mine, theirs, rtol=0, atol=TOLERANCE)
+        for keep, shape in ((1, (2, 1)), (3, (2, 3)), (torch.tensor([1, 6]), (2, 7))):
+            mine = ours(input_ids=ids, logits_to_keep=keep).logits
+            theirs = plain(input_ids=ids, logits_to_keep=keep).logits
+            assert shapes[-1] == shape, (keep, shapes)
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=TOLERANCE)
 
 
 def test_the_forward_keeps_its_signature(client_on) -> None:
