@@ -42,7 +42,7 @@ def enable_kept_rows(model: nn.Module) -> TrainedRows | None:
     def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return _kept_forward(self, args, kwargs)
 
-    model.forward = types.MethodType(forward, model)  # bound: a deep copy binds to the copy
+    model.forward = types.MethodType(forward, model)  # its state read from the model it runs on
     return model.symbiosis_kept_rows
 
 
