@@ -48,11 +48,11 @@ def enable_kept_rows(model: nn.Module) -> TrainedRows | None:
 
 def _kept_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
     rows, forward = model.symbiosis_kept_rows, type(model).forward
+    keep = kwargs.get("logits_to_keep", 0)
     wanted = None if torch.is_grad_enabled() or rows.wanted is not None \
-        else kept_rows(kwargs.get("logits_to_keep", 0), _inputs(args, kwargs))
+        else kept_rows(keep, _inputs(args, kwargs))
     if wanted is None:
         return forward(model, *args, **kwargs)
-    keep = kwargs["logits_to_keep"]
     with rows.only(wanted, mlp=False, last=keep if isinstance(keep, int) else 0):
         return forward(model, *args, **kwargs)
 
@@ -64,16 +64,14 @@ def kept_rows(keep: int | torch.Tensor, inputs: torch.Tensor | None) -> torch.Te
     if inputs is None or inputs.dim() < 2:
         return None
     batch, length = inputs.shape[:2]
-    if isinstance(keep, torch.Tensor):
-        if keep.dim() != 1:
-            return None
-        wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
-        wanted[:, keep.to(inputs.device)] = True
-        return wanted
-    if not (isinstance(keep, int) and 0 < keep < length):  # a decode step's one position too
+    if isinstance(keep, torch.Tensor) and keep.dim() == 1:
+        positions: torch.Tensor | slice = keep.to(inputs.device)
+    elif isinstance(keep, int) and 0 < keep < length:  # not a decode step's one position
+        positions = slice(length - keep, None)
+    else:
         return None
     wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
-    wanted[:, length - keep:] = True
+    wanted[:, positions] = True
     return wanted
 
 

@@ -54,17 +54,23 @@ class TrainedRows:
         tokens that prompt tuning prepends are not wanted); None: all rows run (none chosen,
         all of them, not the shape of the batch in hand, or a layer recomputed in the backward,
         as gradient checkpointing does, past the loss)."""
-        wanted = self.wanted
-        if wanted is None or len(shape) != 3 or wanted.shape[0] != shape[0] \
-                or wanted.shape[1] > shape[1] \
-                or (self.layer.training and getattr(self.layer, "gradient_checkpointing", False)):
+        if not self.fits(shape):
             return None
+        wanted = self.wanted
         count = int(wanted.sum())
         if count == 0 or count == shape[0] * shape[1]:
             return None
         if wanted.shape[1] < shape[1]:
             wanted = F.pad(wanted, (shape[1] - wanted.shape[1], 0))
         return wanted.reshape(-1).nonzero().squeeze(1)
+
+    def fits(self, shape: torch.Size) -> bool:
+        """Whether rows are wanted of a `[batch, length, width]` input of this shape (the batch
+        in hand, `length` counting virtual tokens in front), not recomputed in a backward."""
+        wanted = self.wanted
+        return wanted is not None and len(shape) == 3 and wanted.shape[0] == shape[0] \
+            and wanted.shape[1] <= shape[1] \
+            and not (self.layer.training and getattr(self.layer, "gradient_checkpointing", False))
 
 
 def scattered(rows: torch.Tensor, chosen: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -97,7 +103,7 @@ def _mlp_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) ->
     rows = self.symbiosis_trained_rows
     chosen = rows.chosen(x.shape) if rows.mlp else None
     if chosen is None:
-        if rows.last and rows.chosen(x.shape) is not None:  # the wanted fit these rows
+        if rows.last and rows.fits(x.shape):
             y = forward(self, x[:, -rows.last:], *args, **kwargs)
             return F.pad(y, (0, 0, x.shape[1] - rows.last, 0))
         return forward(self, x, *args, **kwargs)

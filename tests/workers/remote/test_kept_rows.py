@@ -32,10 +32,7 @@ def test_the_kept_rows_are_those_transformers_keeps_the_logits_of() -> None:
 
 def chosen_counts(model, monkeypatch) -> list[int | None]:
     """The rows the last layer's stretch takes, call by call (None: all)."""
-    control = model.get_base_model().model.layers[-1].symbiosis_stretch \
-        if hasattr(model.get_base_model(), "model") else None
-    if control is None:
-        control = model.get_base_model().transformer.h[-1].symbiosis_stretch
+    control = model.get_base_model().symbiosis_kept_rows.layer.symbiosis_stretch
     counts: list[int | None] = []
     chosen = control.chosen
 
