@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from wire.call.device import synchronize
+from wire.call.device import is_gpu, synchronize
 from workers.inference.rooms import KV, RoomyCache, RoomyLayer, cache_tensors, room_positions
 
 HOST = torch.device("cpu")
@@ -52,18 +52,18 @@ def place(request: Any, resident: BatchCache, offloaded: BatchCache, budget_byte
 
 
 class BatchCache:
-    def __init__(self, device: torch.device = HOST, offloaded: bool = False) -> None:
+    def __init__(self, device: torch.device = HOST, offloaded: bool = False,
+                 streams: bool | None = None) -> None:
+        """`streams`: whether an offloaded cache moves layer by layer between host memory and
+        the device (transformers' offloading cache: by default on a GPU only; the tests also
+        drive it on the host, its CUDA streams stood in)."""
         self.device = device
         self.offloaded = offloaded
+        self.streams = offloaded and (is_gpu(device) if streams is None else streams)
         self.cache = DynamicCache()
         self.mask: torch.Tensor | None = None
         self.starts: tuple[int, ...] = ()  # each row's leading padding positions
         self.sequences: list = []  # the engine's sequences, one per row, in row order
-
-    @property
-    def streams(self) -> bool:
-        """Whether the cache moves layer by layer between host memory and the device."""
-        return self.offloaded and self.device.type == "cuda"
 
     @property
     def kv(self) -> KV:

@@ -17,6 +17,7 @@ from tests.workers.inference.test_engine import (  # noqa: F401 (tokenizer: a fi
     tokenizer,
 )
 from wire import manager as W
+from workers.inference.batch import BatchCache
 from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
 from workers.inference.rooms import ROOM
@@ -81,19 +82,45 @@ def test_on_a_gpu_offloaded_caches_rest_in_host_memory_with_the_same_tokens(toke
         client.close()
 
 
-def offload_and_compare(plain, ours, tokenizer) -> None:
+class HostStream:
+    """Stands in for a CUDA stream on the host, where work is done once it is queued."""
+
+    def wait_stream(self, stream: object) -> None:
+        pass
+
+    def __enter__(self) -> HostStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_the_offloading_cache_a_gpu_takes_runs_on_the_host_with_the_same_tokens(tokenizer,
+                                                                             monkeypatch):
+    """The offloaded batch's path on a GPU (transformers' offloading cache, fetching each layer
+    before its attention; rows rewritten into it as they join and leave) driven on the host,
+    the streams it orders its copies by stood in (the host has none)."""
+    monkeypatch.setattr(torch, "Stream", HostStream)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: HostStream())
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    offload_and_compare(plain, ours, tokenizer, streams=True)
+
+
+def offload_and_compare(plain, ours, tokenizer, streams: bool | None = None) -> None:
     """A budget of one request's cache: the first request stays on the device, the three
-    that come while it runs are offloaded; every output equals plain generate()."""
+    that come while it runs are offloaded; every output equals plain generate(). `streams`:
+    the offloaded batch's choice of transformers' offloading cache (by default its device's)."""
     plain.eval()
     probe = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
     # the first's 5 + 10 positions in a room of 64 more; two rows would take 2 x (19 + 64)
     engine = InferenceEngine(ours, tokenizer, max_context=2048, eos_ids=(), max_batch=8,
                              kv_budget_bytes=(15 + ROOM) * probe.kv_token_bytes)
+    engine.offloaded = BatchCache(engine.device, offloaded=True, streams=streams)
     greedy = W.SamplingParams(max_tokens=10, temperature=0)
     requests = [Request(str(i), p, greedy) for i, p in enumerate(prompts())]
     rows = {"resident": 0, "offloaded": 0}
     events: dict[str, list] = {r.id: [] for r in requests}
-    step = added = 0
+    step = added = offloading = 0
     while added < len(requests) or engine.has_work():
         while added < len(requests) and step >= added * 2:
             events[requests[added].id] += engine.add(requests[added])
@@ -104,7 +131,9 @@ def offload_and_compare(plain, ours, tokenizer) -> None:
         rows["offloaded"] = max(rows["offloaded"], engine.offloaded.rows)
         if engine.offloaded.streams and engine.offloaded.rows:  # resting in host memory
             assert engine.offloaded.cache.layers[-1].keys.device.type == "cpu"
+            offloading += engine.offloaded.cache.offloading
         step += 1
+    assert bool(offloading) == engine.offloaded.streams  # the cache the device calls for
     assert rows == {"resident": 1, "offloaded": 3}  # 5+10 tokens fit; then 9+10, 3+10, 12+10
     for request in requests:
         assert text(events[request.id]) == generated(plain, tokenizer, request.prompt_ids, 10)
