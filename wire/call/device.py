@@ -22,7 +22,12 @@ HOST = torch.device("cpu")
 
 
 class DeviceRefused(ValueError):
-    """This host (its torch, its driver, its devices) cannot do what was asked."""
+    """This host (its torch, its driver, its devices) cannot do what was asked; `status`: the
+    driver's CUresult where the driver refused (else 0)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def is_gpu(device: torch.device) -> bool:
@@ -149,11 +154,12 @@ class Driver:
 
 
 PORTABLE = 1  # CU_MEMHOSTREGISTER_PORTABLE
+ALREADY_REGISTERED = 712  # CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 
 
 def _check(call: str, status: int) -> None:
     if status != 0:
-        raise DeviceRefused(f"{call} failed (CUresult {status})")
+        raise DeviceRefused(f"{call} failed (CUresult {status})", status)
 
 
 def assert_fork_safe() -> None:
