@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from workers.forward_inputs import forward_tokens
+
 log = logging.getLogger("workers.threads")
 TOKENS_PER_THREAD = 128
 
@@ -48,8 +50,6 @@ class ForwardThreads:
         decoder.register_forward_pre_hook(self._before, with_kwargs=True)
 
     def _before(self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        # ids, or embeddings (prompt tuning's, its virtual tokens in front of each row)
-        given = (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), *args[:1])
-        tokens = next((t for t in given if isinstance(t, torch.Tensor) and t.dim() > 1), None)
+        tokens = forward_tokens(args, kwargs)
         count = 1 if tokens is None else tokens.shape[0] * tokens.shape[1]
         use_threads(step_threads(self.share, count))

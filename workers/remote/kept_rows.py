@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from catalogue.stretches import RECIPES
+from workers.forward_inputs import forward_tokens
 from workers.remote.trained_rows import TrainedRows, last_layer_rows
 
 
@@ -50,7 +51,7 @@ def _kept_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
     rows, forward = model.symbiosis_kept_rows, type(model).forward
     keep = kwargs.get("logits_to_keep", 0)
     wanted = None if torch.is_grad_enabled() or rows.wanted is not None \
-        else kept_rows(keep, _inputs(args, kwargs))
+        else kept_rows(keep, forward_tokens(args, kwargs))
     if wanted is None:
         return forward(model, *args, **kwargs)
     with rows.only(wanted, mlp=False, last=keep if isinstance(keep, int) else 0):
@@ -73,8 +74,3 @@ def kept_rows(keep: int | torch.Tensor, inputs: torch.Tensor | None) -> torch.Te
     wanted = torch.zeros(batch, length, dtype=torch.bool, device=inputs.device)
     wanted[:, positions] = True
     return wanted
-
-
-def _inputs(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
-    ids = kwargs.get("input_ids", args[0] if args else None)
-    return ids if ids is not None else kwargs.get("inputs_embeds")
