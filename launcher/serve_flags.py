@@ -60,6 +60,8 @@ SETTINGS = [
             boolean),
     Setting("--max-workers", "SYMBIOSIS_MAX_WORKERS", "inference workers (one per tenant) "
             "alive at once", positive),
+    Setting("--max-batch", "SYMBIOSIS_MAX_BATCH", "sequences a worker decodes at once (a "
+            "prompt's n or best_of past it is a 400)", positive),
     Setting("--max-adapters", "SYMBIOSIS_MAX_ADAPTERS", "adapters a tenant's worker holds at "
             "once (the least recently used go)", positive),
     Setting("--adapter-cache-mb", "SYMBIOSIS_ADAPTER_CACHE_MB", "the memory a worker's resident "

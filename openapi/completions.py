@@ -18,7 +18,8 @@ from openapi.common import (
 )
 from openapi.formats import ResponseFormat
 
-MAX_N = 8
+MAX_N = 128  # OpenAI's bounds; a worker's batch (`--max-batch`) bounds the sequences it runs
+MAX_BEST_OF = 20
 T = TypeVar("T")
 NonEmpty = Annotated[T, Field(min_length=1)]
 MAX_STOP = 4
@@ -29,8 +30,10 @@ class SamplingFields(OpenAIBaseModel):
 
     model: Text
     temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    n: int = Field(default=1, ge=1, le=MAX_N)
+    top_p: float | None = Field(default=None, ge=0, le=1, description=(
+        "nucleus sampling's mass; 0 keeps the most probable token alone"))
+    n: int = Field(default=1, ge=1, le=MAX_N, description=(
+        "choices per prompt, up to a worker's batch (`--max-batch`, 32 by default)"))
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: Text | list[Text] | None = None
@@ -78,7 +81,7 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
     suffix: Text | None = Field(default=None, description="refused: no fill-in-the-middle")
-    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    best_of: int | None = Field(default=None, ge=1, le=MAX_BEST_OF)
 
 
 class CompletionLogprobs(BaseModel):

@@ -130,7 +130,7 @@ class ResponseRequest(OpenAIBaseModel):
     instructions: Text | None = Field(default=None, description="a system message, first")
     max_output_tokens: int | None = Field(default=None, ge=1, le=INT32)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_p: float | None = Field(default=None, ge=0, le=1)
     stream: bool = False
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None

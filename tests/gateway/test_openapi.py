@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 from gateway.openapi_export import DOCUMENT, render
 
@@ -23,3 +27,57 @@ def test_openai_paths_are_served_under_v1() -> None:
     for path in ("/completions", "/chat/completions", "/models", "/models/{model}"):
         assert path in theirs
         assert f"/v1{path}" in ours
+
+
+# Where our contract accepts less than OpenAI's, and why: (our schema, field, bound) -> ours.
+NARROWER = {("CompletionRequest", "best_of", "minimum"): 1}  # best_of counts n (>= 1) in
+
+
+def _bounds(schema: dict, resolve) -> dict[str, float]:
+    """A field's numeric bounds, from it or its anyOf / oneOf alternatives (a nullable field)."""
+    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    schema = resolve(schema)
+    found = {k: float(schema[k]) for k in keys if k in schema}  # (OpenAI's int64 bounds are
+    for alternative in schema.get("anyOf", []) + schema.get("oneOf", []):  # JSON's rounded)
+        alternative = resolve(alternative)
+        found.update({k: float(alternative[k]) for k in keys if k in alternative})
+    return found
+
+
+def _fields(schema: dict, resolve) -> dict[str, dict]:
+    schema, fields = resolve(schema), {}
+    for part in schema.get("allOf", []):
+        fields.update(_fields(part, resolve))
+    return {**fields, **schema.get("properties", {})}
+
+
+def test_every_value_openai_accepts_for_a_sampling_field_is_accepted_here() -> None:
+    """OpenAI's ranges for the completion and chat requests' numeric fields (their spec's
+    subset) lie within ours: a client's valid value (top_p 0, n 16) is never our 400, except
+    where `NARROWER` says why."""
+    theirs = yaml.safe_load(OPENAI_SPEC.read_text())["components"]["schemas"]
+    ours = json.loads(DOCUMENT.read_text())["components"]["schemas"]
+
+    def resolver(schemas: dict) -> Callable[[dict], dict]:
+        return lambda node: schemas[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node
+
+    checked = []
+    for their_name, our_name in (("CreateCompletionRequest", "CompletionRequest"),
+                                 ("CreateChatCompletionRequest", "ChatCompletionRequest")):
+        our_fields = ours[our_name]["properties"]
+        for field, spec in _fields(theirs[their_name], resolver(theirs)).items():
+            their = _bounds(spec, resolver(theirs))
+            our = _bounds(our_fields.get(field, {}), resolver(ours))
+            if field not in our_fields or not their:
+                continue
+            low = their.get("minimum", their.get("exclusiveMinimum"))
+            high = their.get("maximum", their.get("exclusiveMaximum"))
+            if low is not None:
+                allowed = NARROWER.get((our_name, field, "minimum"), low)
+                assert our.get("minimum", -math.inf) <= allowed and \
+                    our.get("exclusiveMinimum", -math.inf) < allowed, (our_name, field, our)
+            if high is not None:
+                assert our.get("maximum", math.inf) >= high and \
+                    our.get("exclusiveMaximum", math.inf) > high, (our_name, field, our)
+            checked.append(field)
+    assert {"top_p", "n", "temperature", "best_of", "top_logprobs"} <= set(checked)

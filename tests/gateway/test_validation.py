@@ -17,10 +17,11 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
 BAD = [
     ("/v1/completions", {**COMPLETION, "max_tokens": -1}, "max_tokens"),
     ("/v1/completions", {**COMPLETION, "max_tokens": "ten"}, "max_tokens"),
-    ("/v1/completions", {**COMPLETION, "n": 9}, "n"),
+    ("/v1/completions", {**COMPLETION, "n": 129}, "n"),
     ("/v1/completions", {**COMPLETION, "n": 0}, "n"),
     ("/v1/completions", {**COMPLETION, "temperature": 3}, "temperature"),
-    ("/v1/completions", {**COMPLETION, "top_p": 0}, "top_p"),
+    ("/v1/completions", {**COMPLETION, "top_p": -0.01}, "top_p"),
+    ("/v1/completions", {**COMPLETION, "best_of": 21, "n": 2}, "best_of"),
     ("/v1/completions", {**COMPLETION, "logprobs": 6}, "logprobs"),
     ("/v1/completions", {**COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("/v1/completions", {**COMPLETION, "stop": 5}, "stop"),
@@ -213,6 +214,16 @@ def test_a_seed_is_a_64_bit_integer(client, seed: int, status: int) -> None:
     error = assert_openai_error(response, status)
     if status == 400:
         assert error["param"] == "seed"
+
+
+@pytest.mark.parametrize("fields", [{"top_p": 0}, {"n": 128}, {"n": 20, "best_of": 20}])
+def test_openai_s_edge_values_pass(client, fields: dict) -> None:
+    """What OpenAI's spec allows passes validation (503: no manager in these tests); a worker
+    refuses an n past its batch (`tests/workers/inference/test_engine.py`)."""
+    for path, body in (("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT)):
+        if "best_of" not in fields or "prompt" in body:
+            response = client.post(path, json={**body, **fields}, headers=KEY)
+            assert_openai_error(response, 503)
 
 
 @pytest.mark.parametrize(("prompt", "named"), [

@@ -46,14 +46,15 @@ def test_every_flag_has_help_and_sets_what_the_services_read(monkeypatch) -> Non
                                capture_output=True, text=True, timeout=120).stdout
     for setting in serve_flags.SETTINGS:
         assert setting.flag in help_text and setting.variable in help_text
-    args = parser().parse_args(["serve", "--max-workers", "3", "--idle-s", "7.5",
-                                "--max-concurrent", "5", "--privacy", "true",
+    args = parser().parse_args(["serve", "--max-workers", "3", "--max-batch", "12",
+                                "--idle-s", "7.5", "--max-concurrent", "5", "--privacy", "true",
                                 "--pin", "acme", "--device", "cpu"])
     env = serve_flags.environment(args)
     for variable, value in env.items():
         monkeypatch.setenv(variable, value)
     manager = ManagerConfig()
-    assert (manager.max_workers, manager.idle_s, manager.privacy) == (3, 7.5, True)
+    assert (manager.max_workers, manager.max_batch, manager.idle_s, manager.privacy) == \
+        (3, 12, 7.5, True)
     assert GatewaySettings().max_concurrent == 5
     assert env["SYMBIOSIS_EXECUTOR_DEVICE"] == "cpu" and args.pin == ["acme"]
 

@@ -44,7 +44,8 @@ def refusal(request: Request, limit: int, vocab_size: int, max_batch: int,
                             f"The output constraint cannot be used: {exc}")
     if params.n > max_batch:
         return W.Failed(request.id, 400, "invalid_n",
-                        f"n={params.n} is more than this worker's batch of {max_batch}")
+                        f"{params.n} sequences a prompt (n, or best_of) are more than this "
+                        f"server decodes at once ({max_batch})")
     if len(request.prompt_ids) + params.max_tokens > limit:
         return W.Failed(
             request.id, 400, "context_length_exceeded",

@@ -103,6 +103,22 @@ def test_seeded_sampling_is_reproducible_and_n_sequences_differ(tokenizer) -> No
     assert len(set(sample(1))) == 3
 
 
+def test_n_up_to_the_batch_runs_and_one_more_is_refused(tokenizer) -> None:
+    """A worker decodes at most its batch of sequences at once: a prompt's n (or best_of) up to
+    it gets that many, each what plain generate() gives (greedy: all alike); one more would wait
+    forever for seats, so it is a 400 naming n."""
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=4)
+    refused = engine.add(Request("five", prompts()[0], W.SamplingParams(max_tokens=6, n=5)))
+    assert isinstance(refused[0], W.Failed) and (refused[0].status, refused[0].code) == \
+        (400, "invalid_n")
+    assert "5 sequences" in refused[0].message and "(4)" in refused[0].message
+    params = W.SamplingParams(max_tokens=6, temperature=0, n=4)
+    events = run(engine, [Request("four", prompts()[0], params)])["four"]
+    expected = generated(plain, tokenizer, prompts()[0], 6)
+    assert [text(events, i) for i in range(4)] == [expected] * 4
+
+
 def test_abort_and_context_limit(tokenizer) -> None:
     _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=20, eos_ids=())

@@ -1,5 +1,6 @@
 """Sampling at the edges of what the API accepts: the smallest positive temperature and top_p
-(once NaN probabilities and a 500), any 64-bit seed (once an overflow), all draw a token."""
+(once NaN probabilities and a 500), a top_p of 0, any 64-bit seed (once an overflow), all draw
+a token."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def test_a_vanishing_temperature_or_top_p_picks_the_best_token() -> None:
     logits = _logits()
     best = int(logits.argmax())
     for params in (SamplingParams(temperature=TINY), SamplingParams(temperature=1.0, top_p=TINY),
-                   SamplingParams(temperature=TINY, top_p=TINY, top_k=5)):
+                   SamplingParams(temperature=TINY, top_p=TINY, top_k=5),
+                   SamplingParams(temperature=1.0, top_p=0.0)):  # OpenAI's least top_p
         generator = torch.Generator().manual_seed(1)
         assert choose(logits, params, {}, generator, True, ()).token == best, params
 
