@@ -119,6 +119,9 @@ class ChatCompletionRequest(SamplingFields):
     verbosity: str | None = None
     web_search_options: dict[str, Any] | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_retention: str | None = None
+    moderation: dict[str, Any] | None = None
     functions: list[Any] | None = Field(default=None, description="deprecated: use tools")
     function_call: Any = Field(default=None, description="deprecated: use tool_choice")
 

@@ -1,4 +1,5 @@
-"""The committed OpenAPI document is the app's own; and our paths are OpenAI's."""
+"""The committed OpenAPI document is the app's own; our paths are OpenAI's, and so are our
+completion and chat requests' fields and the values they accept."""
 
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ def _bounds(schema: dict, resolve) -> dict[str, float]:
     return found
 
 
+def _schemas() -> tuple[dict, dict]:
+    return (yaml.safe_load(OPENAI_SPEC.read_text())["components"]["schemas"],
+            json.loads(DOCUMENT.read_text())["components"]["schemas"])
+
+
+def resolver(schemas: dict) -> Callable[[dict], dict]:
+    return lambda node: schemas[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node
+
+
 def _fields(schema: dict, resolve) -> dict[str, dict]:
     schema, fields = resolve(schema), {}
     for part in schema.get("allOf", []):
@@ -55,12 +65,7 @@ def test_every_value_openai_accepts_for_a_sampling_field_is_accepted_here() -> N
     """OpenAI's ranges for the completion and chat requests' numeric fields (their spec's
     subset) lie within ours: a client's valid value (top_p 0, n 16) is never our 400, except
     where `NARROWER` says why."""
-    theirs = yaml.safe_load(OPENAI_SPEC.read_text())["components"]["schemas"]
-    ours = json.loads(DOCUMENT.read_text())["components"]["schemas"]
-
-    def resolver(schemas: dict) -> Callable[[dict], dict]:
-        return lambda node: schemas[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node
-
+    theirs, ours = _schemas()
     checked = []
     for their_name, our_name in (("CreateCompletionRequest", "CompletionRequest"),
                                  ("CreateChatCompletionRequest", "ChatCompletionRequest")):
@@ -81,3 +86,13 @@ def test_every_value_openai_accepts_for_a_sampling_field_is_accepted_here() -> N
                     our.get("exclusiveMaximum", math.inf) > high, (our_name, field, our)
             checked.append(field)
     assert {"top_p", "n", "temperature", "best_of", "top_logprobs"} <= set(checked)
+
+
+def test_every_field_openai_names_is_served_or_refused_by_name() -> None:
+    """A field of OpenAI's completion or chat request is ours: served, or refused with the
+    reason (`gateway.sampling.UNSUPPORTED`), never an 'unrecognized argument'."""
+    theirs, ours = _schemas()
+    for their_name, our_name in (("CreateCompletionRequest", "CompletionRequest"),
+                                 ("CreateChatCompletionRequest", "ChatCompletionRequest")):
+        named = set(_fields(theirs[their_name], resolver(theirs)))
+        assert len(named) > 15 and named - set(ours[our_name]["properties"]) == set(), our_name

@@ -62,6 +62,10 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "verbosity": "low"}, "verbosity"),
     ("/v1/chat/completions", {**CHAT, "web_search_options": {}}, "web_search_options"),
     ("/v1/chat/completions", {**CHAT, "prompt_cache_key": "k"}, "prompt_cache_key"),
+    ("/v1/chat/completions", {**CHAT, "prompt_cache_retention": "24h"}, "prompt_cache_retention"),
+    ("/v1/chat/completions", {**CHAT, "prompt_cache_options": {"ttl": "1h"}},
+     "prompt_cache_options"),
+    ("/v1/chat/completions", {**CHAT, "moderation": {"model": "m"}}, "moderation"),
     ("/v1/chat/completions", {**CHAT, "functions": [{"name": "f"}]}, "functions"),
     ("/v1/chat/completions", {**CHAT, "function_call": "auto"}, "function_call"),
     # structured outputs and tools
