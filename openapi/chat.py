@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 from pydantic_core import PydanticCustomError
 
-from openapi.common import INT32, StrictModel, Text, Usage
+from openapi.common import INT32, StrictModel, Text, Usage, unless_none
 from openapi.completions import SamplingFields
 from openapi.formats import FunctionName
 
@@ -138,13 +138,14 @@ class TokenLogprob(TopLogprob):
 
 class ChoiceLogprobs(BaseModel):
     content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None  # (no refusals here; OpenAI's always has the key)
 
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall] | None = unless_none()
 
 
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -162,27 +163,27 @@ class ChatCompletionResponse(BaseModel):
     object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
-    system_fingerprint: str | None = None
+    system_fingerprint: str | None = unless_none()
     choices: list[ChatChoice]
     usage: Usage | None = None
 
 
 class FunctionCallDelta(BaseModel):
-    name: str | None = None
-    arguments: str | None = None
+    name: str | None = unless_none()
+    arguments: str | None = unless_none()
 
 
 class ToolCallDelta(BaseModel):
     index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: FunctionCallDelta | None = None
+    id: str | None = unless_none()
+    type: Literal["function"] | None = unless_none()
+    function: FunctionCallDelta | None = unless_none()
 
 
 class Delta(BaseModel):
-    role: Literal["assistant"] | None = None
+    role: Literal["assistant"] | None = unless_none()
     content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta] | None = unless_none()
 
 
 class ChunkChoice(BaseModel):
@@ -197,6 +198,6 @@ class ChatCompletionChunk(BaseModel):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
-    system_fingerprint: str | None = None
+    system_fingerprint: str | None = unless_none()
     choices: list[ChunkChoice]
     usage: Usage | None = None

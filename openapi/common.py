@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -21,6 +21,17 @@ def _unicode(text: str) -> str:
 
 Text = Annotated[str, AfterValidator(_unicode)]  # request text: valid Unicode only
 TokenId = Annotated[int, Field(ge=0, le=INT32)]
+
+
+def _none(value: object) -> bool:
+    return value is None
+
+
+def unless_none(**kwargs: Any) -> Any:
+    """A response field left out while None: where OpenAI's spec allows it to be absent but not
+    null (a typed client reads a null `system_fingerprint` or a chunk's null `role` as a bad
+    string)."""
+    return Field(default=None, exclude_if=_none, **kwargs)
 
 
 class OpenAIBaseModel(BaseModel):

@@ -15,6 +15,7 @@ from openapi.common import (
     Text,
     TokenId,
     Usage,
+    unless_none,
 )
 from openapi.formats import ResponseFormat
 
@@ -103,6 +104,6 @@ class CompletionResponse(BaseModel):
     object: Literal["text_completion"] = "text_completion"
     created: int
     model: str
-    system_fingerprint: str | None = None
+    system_fingerprint: str | None = unless_none()
     choices: list[CompletionChoice]
     usage: Usage | None = None

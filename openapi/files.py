@@ -6,17 +6,19 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from openapi.common import unless_none
+
 
 class FileObject(BaseModel):
     id: str
     object: Literal["file"] = "file"
     bytes: int
     created_at: int
-    expires_at: int | None = None  # set by `expires_after` at upload
+    expires_at: int | None = unless_none()  # set by `expires_after` at upload
     filename: str
     purpose: str
     status: str = "processed"
-    status_details: str | None = None
+    status_details: str | None = unless_none()
 
 
 class FileList(BaseModel):

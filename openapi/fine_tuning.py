@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openapi.common import INT32, OpenAIBaseModel, StrictModel, Text
+from openapi.common import INT32, OpenAIBaseModel, StrictModel, Text, unless_none
 
 Auto = Literal["auto"]
 # wire.store.ADAPTER_NAME's rule: the contract imports no project code, a test holds them equal
@@ -142,7 +142,7 @@ class JobEvent(BaseModel):
     level: Literal["info", "warn", "error"]
     message: str
     type: Literal["message", "metrics"] = "message"
-    data: dict | None = None
+    data: dict | None = unless_none()
 
 
 class EventList(BaseModel):

@@ -7,13 +7,9 @@ import json
 import math
 import re
 from collections.abc import Callable
-from pathlib import Path
-
-import yaml
 
 from gateway.openapi_export import DOCUMENT, render
-
-OPENAI_SPEC = Path(__file__).parents[1] / "data" / "openai-openapi-subset.yaml"
+from tests.openai_spec import SPEC, schemas
 
 
 def test_committed_document_matches_the_app() -> None:
@@ -23,7 +19,7 @@ def test_committed_document_matches_the_app() -> None:
 
 def test_openai_paths_are_served_under_v1() -> None:
     ours = set(json.loads(DOCUMENT.read_text())["paths"])
-    theirs = set(re.findall(r"^  (/[a-z_/{}]+):\s*$", OPENAI_SPEC.read_text(), re.MULTILINE))
+    theirs = set(re.findall(r"^  (/[a-z_/{}]+):\s*$", SPEC.read_text(), re.MULTILINE))
     assert theirs, "could not read OpenAI's spec"
     for path in ("/completions", "/chat/completions", "/models", "/models/{model}"):
         assert path in theirs
@@ -46,8 +42,7 @@ def _bounds(schema: dict, resolve) -> dict[str, float]:
 
 
 def _schemas() -> tuple[dict, dict]:
-    return (yaml.safe_load(OPENAI_SPEC.read_text())["components"]["schemas"],
-            json.loads(DOCUMENT.read_text())["components"]["schemas"])
+    return schemas(), json.loads(DOCUMENT.read_text())["components"]["schemas"]
 
 
 def resolver(schemas: dict) -> Callable[[dict], dict]:

@@ -71,7 +71,7 @@ def run_stream(pieces: list[str], finish: str = "stop", parallel: bool = True) -
 
 def test_a_call_in_auto_mode_streams_as_tool_call_deltas() -> None:
     choices = run_stream([CALL[:5], CALL[5:30], CALL[30:]])
-    calls = [c["delta"]["tool_calls"][0] for c in choices if c["delta"]["tool_calls"]]
+    calls = [c["delta"]["tool_calls"][0] for c in choices if c["delta"].get("tool_calls")]
     assert calls[0]["id"].startswith("call_") and calls[0]["function"] == {
         "name": "get_weather", "arguments": ""}
     assert json.loads(calls[1]["function"]["arguments"]) == {"city": "Paris"}
@@ -90,10 +90,10 @@ def test_text_that_is_no_call_streams_as_content_as_soon_as_that_is_clear() -> N
 
 def test_without_parallel_calls_the_first_call_counts() -> None:
     two = [CALL, "\n" + CALL]
-    assert sum(bool(c["delta"]["tool_calls"]) for c in run_stream(two)) == 4
+    assert sum(bool(c["delta"].get("tool_calls")) for c in run_stream(two)) == 4
     for pieces in (two, [CALL, "\n" + CALL[:40]]):
         single = run_stream(pieces, parallel=False)
-        calls = [c["delta"]["tool_calls"][0] for c in single if c["delta"]["tool_calls"]]
+        calls = [c["delta"]["tool_calls"][0] for c in single if c["delta"].get("tool_calls")]
         assert [c["index"] for c in calls] == [0, 0] and calls[0]["function"]["name"] == \
             "get_weather" and json.loads(calls[1]["function"]["arguments"]) == {"city": "Paris"}
         assert single[-1]["finish_reason"] == "tool_calls"
@@ -192,7 +192,7 @@ def test_a_cut_call_in_auto_mode_is_the_call_as_far_as_it_got() -> None:
             assert made.message.tool_calls[-1].function.arguments == arguments
         streamed = run_stream([text[:15], text[15:]], finish=finish)
         assert not any(c["delta"]["content"] for c in streamed)
-        deltas = [c["delta"]["tool_calls"][0] for c in streamed if c["delta"]["tool_calls"]]
+        deltas = [c["delta"]["tool_calls"][0] for c in streamed if c["delta"].get("tool_calls")]
         assert len(deltas) == 2 * calls and streamed[-1]["finish_reason"] == finish
         if arguments is not None:
             assert deltas[-1]["function"]["arguments"] == arguments
@@ -206,7 +206,7 @@ def assembled(choices: list[dict]) -> tuple[str | None, list[tuple[str, str]], s
     content = "".join(c["delta"]["content"] or "" for c in choices) or None
     calls: dict[int, list[str]] = {}
     for choice in choices:
-        for delta in choice["delta"]["tool_calls"] or []:
+        for delta in choice["delta"].get("tool_calls") or []:
             if delta.get("id"):
                 assert delta["index"] not in calls and delta["index"] == len(calls)
                 calls[delta["index"]] = [delta["function"]["name"], ""]
@@ -219,9 +219,9 @@ def test_an_auto_mode_call_streams_its_arguments_as_they_are_written() -> None:
     as they grow (a client can show a long call's arguments while they are written)."""
     pieces = [CALL[:k + 3] [k:] for k in range(0, len(CALL), 3)]
     choices = run_stream(pieces)
-    headers = [k for k, c in enumerate(choices) if c["delta"]["tool_calls"]
+    headers = [k for k, c in enumerate(choices) if c["delta"].get("tool_calls")
                and c["delta"]["tool_calls"][0].get("id")]
-    grew = [k for k, c in enumerate(choices) if c["delta"]["tool_calls"]
+    grew = [k for k, c in enumerate(choices) if c["delta"].get("tool_calls")
             and c["delta"]["tool_calls"][0]["function"]["arguments"]]
     assert len(headers) == 1 and len(grew) >= 5 and headers[0] < grew[0]
     assert choices[grew[0]]["delta"]["tool_calls"][0]["function"]["arguments"].startswith("{")
