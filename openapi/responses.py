@@ -191,7 +191,8 @@ class OutputFunctionCall(BaseModel):
 
 class ResponseUsage(BaseModel):
     input_tokens: int
-    input_tokens_details: dict[str, int] = Field(default_factory=lambda: {"cached_tokens": 0})
+    input_tokens_details: dict[str, int] = Field(
+        default_factory=lambda: {"cached_tokens": 0, "cache_write_tokens": 0})
     output_tokens: int
     output_tokens_details: dict[str, int] = Field(
         default_factory=lambda: {"reasoning_tokens": 0})

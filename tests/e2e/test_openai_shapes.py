@@ -2,7 +2,9 @@
 (`tests/openai_spec.py`), read as the bytes a client gets, through a real stack: no null where
 OpenAI's schema allows a field to be absent but not null (a typed client reads a null
 `system_fingerprint` as a bad string), every key it requires (a chat choice's logprobs name
-`refusal` too). Our own published contract is Schemathesis's to check (test_schemathesis.py)."""
+`refusal` too). OpenAI's spec here has no Responses API: its answers and stream events are held
+to the official SDK's types instead. Our own published contract is Schemathesis's to check
+(test_schemathesis.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from launcher.stack import Stack
 from tests.e2e.adapters import MODEL
@@ -128,6 +132,27 @@ def test_every_answer_openai_describes_has_openai_s_shape(stack: Stack) -> None:
     served = {(method.upper(), re.sub(r"\{[^}]*\}", "{}", path.removeprefix("/v1")))
               for path, methods in OURS.items() for method in methods}
     assert check.seen == set(operations()) & served  # every operation both describe
+
+
+def test_responses_answers_are_the_official_sdk_s_types(stack: Stack) -> None:
+    check = Checker(stack)
+    function = {"type": "function", "name": "pick", "strict": True,
+                "parameters": TOOL["function"]["parameters"]}
+    events = TypeAdapter(ResponseStreamEvent)
+    for body in ({"input": "Hello", "max_output_tokens": 4},
+                 {"input": "Hello", "max_output_tokens": 40, "tools": [function],
+                  "tool_choice": "required"},
+                 {"input": "Hello", "max_output_tokens": 4, "top_logprobs": 2,
+                  "include": ["message.output_text.logprobs"]}):
+        answer = check.http.post("/responses", json={"model": MODEL, **body})
+        assert answer.status_code == 200, answer.text
+        Response.model_validate(answer.json())
+        with check.http.stream("POST", "/responses",
+                               json={"model": MODEL, "stream": True, **body}) as streamed:
+            lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+        assert len(lines) >= 6
+        for line in lines:
+            events.validate_python(json.loads(line[len("data: "):]))
 
 
 def _until(check: Checker, job_id: str, status: str, timeout: float = 300) -> dict:
