@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import kv_budget
 from gateway.errors import RETRY_SOON, APIError
+from gateway.obfuscation import is_delta, obfuscated
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
@@ -51,14 +52,16 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    settle: Callable[[dict], Awaitable[dict]] | None = None,
                    failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None = None,
                    named: tuple[str, int] | None = None,
-                   started: Callable[[Call], Awaitable[None]] | None = None):
+                   started: Callable[[Call], Awaitable[None]] | None = None,
+                   obfuscate: bool = False):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
     ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
     `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
     the client has it, and the answer as it then is (the Responses API stores it); `failed`:
     a stream's last chunks where it breaks off (by default the error's body, as OpenAI's
     completion streams send it); `named`: the (id, created) the answer has (a background
-    response's, made before); `started`: what is done once the run has started."""
+    response's, made before); `started`: what is done once the run has started;
+    `obfuscate`: a stream's deltas are padded (`gateway.obfuscation`)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -104,8 +107,9 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         headers[FALLBACK_HEADER] = "base-model"
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
-        return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
-                                         release, done_marker, settle, failed),
+        return StreamingResponse(_stream(call, run, clock, _padded(chunks, obfuscate),
+                                         include_usage, usage_chunk, release, done_marker,
+                                         settle, failed),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
@@ -150,6 +154,13 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
             await run.close()
     if done_marker:
         yield sse("[DONE]")
+
+
+def _padded(chunks: ChunkMaker, obfuscate: bool) -> ChunkMaker:
+    if not obfuscate:
+        return chunks
+    return lambda call, result, event: [obfuscated(c) if is_delta(c) else c
+                                        for c in chunks(call, result, event)]
 
 
 def _count(call: Call, results: list[PromptResult]) -> None:

@@ -64,7 +64,13 @@ class Usage(BaseModel):
     total_tokens: int
 
 
-class StreamOptions(StrictModel):
+class ResponseStreamOptions(StrictModel):
+    include_obfuscation: bool = Field(default=True, description=(
+        "each streamed delta carries an `obfuscation` field of random characters that evens "
+        "out the events' sizes, which would otherwise tell the tokens' lengths; false: none"))
+
+
+class StreamOptions(ResponseStreamOptions):
     include_usage: bool = False
 
 

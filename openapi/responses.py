@@ -16,7 +16,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 from pydantic_core import PydanticCustomError
 
-from openapi.common import INT32, INT64_MAX, INT64_MIN, OpenAIBaseModel, StrictModel, Text
+from openapi.common import (
+    INT32,
+    INT64_MAX,
+    INT64_MIN,
+    OpenAIBaseModel,
+    ResponseStreamOptions,
+    StrictModel,
+    Text,
+)
 from openapi.formats import FunctionName
 
 
@@ -132,6 +140,7 @@ class ResponseRequest(OpenAIBaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     stream: bool = False
+    stream_options: ResponseStreamOptions | None = None
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from gateway import responses
+from gateway import obfuscation, responses
 from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
@@ -49,7 +49,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     return await generate(request, tenant, target, [{"messages": messages}], params,
                           prefix="chatcmpl-", stream=body.stream, include_usage=include_usage,
                           body=make_body, chunks=chunks, usage_chunk=usage,
-                          user=body.user or body.safety_identifier)
+                          user=body.user or body.safety_identifier,
+                          obfuscate=obfuscation.wanted(body.stream_options))
 
 
 def prepared(body: ChatCompletionRequest, settings: GatewaySettings) -> \

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from gateway import responses
+from gateway import obfuscation, responses
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
@@ -90,4 +90,5 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
     return await generate(request, tenant, target, prompts, params, prefix="cmpl-",
                           stream=body.stream, include_usage=include_usage, body=make_body,
                           chunks=chunks, usage_chunk=usage,
-                          user=body.user or body.safety_identifier)
+                          user=body.user or body.safety_identifier,
+                          obfuscate=obfuscation.wanted(body.stream_options))

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from gateway import stored
+from gateway import obfuscation, stored
 from gateway.background import RUN
 from gateway.background_events import KEPT_S, Events
 from gateway.chat_stream import ChatStream
@@ -101,7 +101,8 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
                           body=make_body, chunks=events, usage_chunk=last,
                           user=body.user or body.safety_identifier, done_marker=False,
                           settle=settle, failed=fail, named=run,
-                          started=_started(state, tenant, body) if run else None)
+                          started=_started(state, tenant, body) if run else None,
+                          obfuscate=obfuscation.wanted(body.stream_options))
 
 
 def _started(state, tenant: Tenant, body: ResponseRequest):

@@ -64,14 +64,20 @@ class Checker:
 
     def stream(self, path: str, body: dict, schema: str, *, final_only: bool = False) -> int:
         """Each `data:` event of a streamed answer against `schema`; `final_only`: only those
-        that end a choice or carry the usage. Returns how many were checked."""
+        that end a choice or carry the usage. Returns how many were checked. Each delta is
+        obfuscated (`gateway/obfuscation.py`) unless the request turns it off: its event fills
+        whole 64-byte blocks."""
         checked = 0
+        obfuscated = (body.get("stream_options") or {}).get("include_obfuscation", True)
         with self.http.stream("POST", path, json={**body, "stream": True}) as response:
             assert response.status_code == 200
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[len("data: "):])
+                if chunk["choices"]:
+                    assert ("obfuscation" in chunk) == obfuscated, chunk
+                    assert len(line.encode()) % 64 == len("data: ") or not obfuscated
                 ends = any(c.get("finish_reason") for c in chunk["choices"]) or chunk.get("usage")
                 if ends or not final_only:
                     self.problems += violations(schema, chunk)
@@ -95,6 +101,8 @@ def test_every_answer_openai_describes_has_openai_s_shape(stack: Stack) -> None:
     usage = {"stream_options": {"include_usage": True}}
     assert check.stream("/chat/completions", {**CHAT, **usage, "logprobs": True},
                         "CreateChatCompletionStreamResponse") >= 4
+    assert check.stream("/chat/completions", {**CHAT, "stream_options": {
+        "include_obfuscation": False}}, "CreateChatCompletionStreamResponse") >= 4
     assert check.stream("/chat/completions", {**CHAT, "max_tokens": 40, "tools": [TOOL],
                                               "tool_choice": "required"},
                         "CreateChatCompletionStreamResponse") >= 3
@@ -152,7 +160,9 @@ def test_responses_answers_are_the_official_sdk_s_types(stack: Stack) -> None:
             lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
         assert len(lines) >= 6
         for line in lines:
-            events.validate_python(json.loads(line[len("data: "):]))
+            event = json.loads(line[len("data: "):])
+            events.validate_python(event)
+            assert ("obfuscation" in event) == event["type"].endswith(".delta"), event
 
 
 def _until(check: Checker, job_id: str, status: str, timeout: float = 300) -> dict:
