@@ -90,7 +90,8 @@ def test_every_answer_openai_describes_has_openai_s_shape(stack: Stack) -> None:
     check = Checker(stack)
     check.call("POST", "/completions", json={"model": MODEL, "prompt": ["Hi", "Yo"],
                                              "max_tokens": 3, "n": 2, "logprobs": 2})
-    # (with logprobs, echo's first token has none: null, as OpenAI's own answer has it)
+    # echo without logprobs: with them, echo's first token has a null logprob, as OpenAI's own
+    # answers have it and its schema does not
     check.call("POST", "/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 3,
                                              "echo": True})
     check.call("POST", "/chat/completions", json={**CHAT, "logprobs": True, "top_logprobs": 2})
@@ -124,12 +125,12 @@ def test_every_answer_openai_describes_has_openai_s_shape(stack: Stack) -> None:
     long = check.call("POST", "/fine_tuning/jobs", json={
         "model": MODEL, "training_file": upload["id"], "hyperparameters": {"n_epochs": 50}})
     check.call("GET", "/fine_tuning/jobs")
+    _until(check, long["id"], "running")  # paused at once: it cannot end before its cancel
+    # OpenAI's pause answers a job whose status its schema's list lacks
+    check.call("POST", f"/fine_tuning/jobs/{long['id']}/pause", unlisted={"status": "running"})
     job = _until(check, job["id"], "succeeded")
     check.call("GET", f"/fine_tuning/jobs/{job['id']}/events")
     check.call("GET", f"/fine_tuning/jobs/{job['id']}/checkpoints")
-    _until(check, long["id"], "running")
-    # OpenAI's pause answers a job whose status its schema's list lacks
-    check.call("POST", f"/fine_tuning/jobs/{long['id']}/pause", unlisted={"status": "running"})
     check.call("POST", f"/fine_tuning/jobs/{long['id']}/resume")
     check.call("POST", f"/fine_tuning/jobs/{long['id']}/cancel")
     check.call("GET", f"/models/{job['fine_tuned_model']}")

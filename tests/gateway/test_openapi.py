@@ -45,8 +45,9 @@ def _schemas() -> tuple[dict, dict]:
     return schemas(), json.loads(DOCUMENT.read_text())["components"]["schemas"]
 
 
-def resolver(schemas: dict) -> Callable[[dict], dict]:
-    return lambda node: schemas[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node
+def resolver(named: dict) -> Callable[[dict], dict]:
+    """A `$ref` to one of `named` (a spec's components) as the schema it names."""
+    return lambda node: named[node["$ref"].rsplit("/", 1)[-1]] if "$ref" in node else node
 
 
 def _fields(schema: dict, resolve) -> dict[str, dict]:
@@ -67,9 +68,9 @@ def test_every_value_openai_accepts_for_a_sampling_field_is_accepted_here() -> N
         our_fields = ours[our_name]["properties"]
         for field, spec in _fields(theirs[their_name], resolver(theirs)).items():
             their = _bounds(spec, resolver(theirs))
-            our = _bounds(our_fields.get(field, {}), resolver(ours))
             if field not in our_fields or not their:
                 continue
+            our = _bounds(our_fields[field], resolver(ours))
             low = their.get("minimum", their.get("exclusiveMinimum"))
             high = their.get("maximum", their.get("exclusiveMaximum"))
             if low is not None:
