@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import kv_budget
 from gateway.errors import RETRY_SOON, APIError
-from gateway.obfuscation import is_delta, obfuscated
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
@@ -107,9 +106,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         headers[FALLBACK_HEADER] = "base-model"
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
-        return StreamingResponse(_stream(call, run, clock, _padded(chunks, obfuscate),
-                                         include_usage, usage_chunk, release, done_marker,
-                                         settle, failed),
+        return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
+                                         release, done_marker, settle, failed, obfuscate),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
@@ -131,15 +129,15 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
 
 async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
                   include_usage: bool, usage_chunk, release,
-                  done_marker: bool, settle, failed) -> AsyncIterator[bytes]:
+                  done_marker: bool, settle, failed, obfuscate: bool) -> AsyncIterator[bytes]:
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
-                yield sse(chunk)
+                yield sse(chunk, obfuscate)
         async for result, event in run.events():
             clock.tick(result, event)
             for chunk in chunks(call, result, event):
-                yield sse(chunk)
+                yield sse(chunk, obfuscate)
         _count(call, run.results)
         if include_usage:
             last = usage_chunk(call, run.results)
@@ -154,13 +152,6 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
             await run.close()
     if done_marker:
         yield sse("[DONE]")
-
-
-def _padded(chunks: ChunkMaker, obfuscate: bool) -> ChunkMaker:
-    if not obfuscate:
-        return chunks
-    return lambda call, result, event: [obfuscated(c) if is_delta(c) else c
-                                        for c in chunks(call, result, event)]
 
 
 def _count(call: Call, results: list[PromptResult]) -> None:

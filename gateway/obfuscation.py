@@ -7,8 +7,9 @@ the token it carries, and a sequence of token lengths can give away the text (We
 from __future__ import annotations
 
 import base64
-import json
 import os
+
+from openapi.common import ResponseStreamOptions
 
 BLOCK = 64
 FIELD_BYTES = len(b',"obfuscation":""')
@@ -20,14 +21,14 @@ def is_delta(event: dict) -> bool:
     return bool(event.get("choices")) if kind is None else str(kind).endswith(".delta")
 
 
-def obfuscated(event: dict) -> dict:
-    """`event` with an `obfuscation` field that brings its compact JSON (as `responses.sse`
-    writes it) to a multiple of BLOCK bytes."""
-    size = len(json.dumps(event, separators=(",", ":")).encode()) + FIELD_BYTES
-    pad = -size % BLOCK
-    return {**event, "obfuscation": base64.urlsafe_b64encode(os.urandom(pad)).decode()[:pad]}
+def padded(data: str) -> str:
+    """A delta's compact JSON object (as `responses.sse` writes it: ASCII, so a character is a
+    byte) with an `obfuscation` field, last, that brings it to a multiple of BLOCK bytes."""
+    pad = -(len(data) + FIELD_BYTES) % BLOCK
+    noise = base64.urlsafe_b64encode(os.urandom(pad)).decode()[:pad]
+    return f'{data[:-1]},"obfuscation":"{noise}"}}'
 
 
-def wanted(stream_options: object | None) -> bool:
+def wanted(stream_options: ResponseStreamOptions | None) -> bool:
     """Whether a request's stream is obfuscated: unless its options turn it off."""
-    return stream_options is None or bool(getattr(stream_options, "include_obfuscation", True))
+    return stream_options is None or stream_options.include_obfuscation

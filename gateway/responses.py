@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from gateway.obfuscation import is_delta, padded
 from gateway.serving import PromptResult
 from gateway.tools import ToolMode
 from openapi.chat import (
@@ -30,9 +31,12 @@ def usage(results: list[PromptResult]) -> Usage:
                  total_tokens=prompt + completion)
 
 
-def sse(payload: dict | str) -> bytes:
-    """A server-sent event; a Responses API event is named by its type, as OpenAI names it."""
+def sse(payload: dict | str, obfuscate: bool = False) -> bytes:
+    """A server-sent event; a Responses API event is named by its type, as OpenAI names it.
+    `obfuscate`: a delta is padded (`gateway.obfuscation`)."""
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    if obfuscate and isinstance(payload, dict) and is_delta(payload):
+        data = padded(data)
     kind = payload.get("type") if isinstance(payload, dict) else None
     named = f"event: {kind}\n" if isinstance(kind, str) and (
         kind.startswith("response.") or kind == "error") else ""
