@@ -5,13 +5,14 @@ tool message answers one of those calls."""
 from __future__ import annotations
 
 from gateway.errors import APIError
-from openapi.chat import ChatMessage
+from openapi.chat import ChatMessage, RefusalPart
 
 
 def check_history(messages: list[ChatMessage]) -> None:
     asker, unanswered = 0, []  # the last message that made calls, and its calls not answered
     for i, message in enumerate(messages):
         if message.role == "tool":
+            _check_words(i, message)
             _answer(i, message, unanswered)
             continue
         if unanswered:
@@ -32,7 +33,21 @@ def _check_message(i: int, message: ChatMessage) -> None:
     if message.tool_calls is not None and message.role != "assistant":
         raise _refusal(f"messages.{i}.tool_calls", f"a {message.role} message cannot make "
                        "tool calls: only an assistant message does")
-    if message.content is None and message.role != "assistant":
+    if message.role != "assistant":
+        _check_words(i, message)
+
+
+def _check_words(i: int, message: ChatMessage) -> None:
+    """Only the model refuses: a refusal is an assistant message's part or field."""
+    if message.refusal is not None:
+        raise _refusal(f"messages.{i}.refusal", f"a {message.role} message has no refusal: "
+                       "only an assistant message does")
+    parts = message.content if isinstance(message.content, list) else []
+    for k, part in enumerate(parts):
+        if isinstance(part, RefusalPart):
+            raise _refusal(f"messages.{i}.content.{k}.type", f"a {message.role} message's "
+                           "content has text parts only: a refusal part is an assistant's")
+    if message.content is None:
         raise APIError(400, f"Missing required parameter: 'messages.{i}.content'.",
                        "invalid_request", f"messages.{i}.content")
 

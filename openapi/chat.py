@@ -16,6 +16,31 @@ class TextPart(StrictModel):
     type: Literal["text"]
     text: Text
 
+    @field_validator("type", mode="before")
+    @classmethod
+    def _text(cls, kind: object) -> object:
+        """A part of another type is told the assistant's other type too."""
+        if kind != "text":
+            raise PydanticCustomError("literal_error", "Input should be 'text' (or, in an "
+                                      "assistant message, 'refusal')")
+        return kind
+
+
+class RefusalPart(StrictModel):
+    """An assistant's refusal, sent back in a conversation (assistant messages only)."""
+
+    type: Literal["refusal"]
+    refusal: Text
+
+
+def _part_kind(part: Any) -> str:
+    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+    return "RefusalPart" if kind == "refusal" else "TextPart"
+
+
+Part = Annotated[Annotated[TextPart, Tag("TextPart")] | Annotated[RefusalPart, Tag("RefusalPart")],
+                 Discriminator(_part_kind)]
+
 
 class FunctionCall(StrictModel):
     name: FunctionName
@@ -33,7 +58,9 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant"]
-    content: Text | list[TextPart] | None = None
+    content: Text | list[Part] | None = None
+    refusal: Text | None = Field(default=None, description=(
+        "assistant messages: a refusal the model gave, which the prompt shows as its words"))
     name: Text | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, description="assistant messages")
     tool_call_id: Text | None = Field(default=None, description="(tool messages only)")
@@ -49,11 +76,13 @@ class ChatMessage(BaseModel):
         return role
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
+        """What the message says: its content's parts in order, then its refusal, if any."""
         if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+            said = self.content
+        else:
+            said = "".join(part.text if isinstance(part, TextPart) else part.refusal
+                           for part in self.content or [])
+        return "\n".join(words for words in (said, self.refusal) if words)
 
 
 class ToolMessage(ChatMessage):

@@ -35,11 +35,36 @@ class InputText(StrictModel):
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
 
+    @field_validator("type", mode="before")
+    @classmethod
+    def _text(cls, kind: object) -> object:
+        """A part of another type is told the refusal's type too (another member)."""
+        if kind not in ("input_text", "output_text"):
+            raise PydanticCustomError("literal_error", "Input should be 'input_text', "
+                                      "'output_text' or 'refusal'")
+        return kind
+
+
+class OutputRefusal(StrictModel):
+    """A part of an assistant message sent back: the model's refusal."""
+
+    type: Literal["refusal"]
+    refusal: Text
+
+
+def _part_kind(part: Any) -> str:
+    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+    return "OutputRefusal" if kind == "refusal" else "InputText"
+
+
+MessagePart = Annotated[Annotated[InputText, Tag("InputText")] |
+                        Annotated[OutputRefusal, Tag("OutputRefusal")], Discriminator(_part_kind)]
+
 
 class MessageItem(StrictModel):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: Text | list[InputText]
+    content: Text | list[MessagePart]
     id: Text | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
@@ -53,8 +78,9 @@ class MessageItem(StrictModel):
         return kind
 
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else \
-            "".join(part.text for part in self.content)
+        return self.content if isinstance(self.content, str) else "".join(
+            part.refusal if isinstance(part, OutputRefusal) else part.text
+            for part in self.content)
 
 
 class FunctionCallItem(StrictModel):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.tools import worker_messages
+from openapi.chat import ChatCompletionRequest
 from tests.gateway.conftest import KEY
 from tests.gateway.test_validation import assert_openai_error
 
@@ -51,6 +53,13 @@ BAD = [
      "only a tool message"),
     ("a user saying nothing", [{"role": "user"}], "messages.0.content",
      "Missing required parameter: 'messages.0.content'"),
+    ("a user's refusal part", [{"role": "user", "content": [
+        {"type": "text", "text": "Hi."}, {"type": "refusal", "refusal": "No."}]}],
+     "messages.0.content.1.type", "a refusal part is an assistant's"),
+    ("a user's refusal", [{**ASK, "refusal": "No."}], "messages.0.refusal",
+     "only an assistant message"),
+    ("a tool's refusal", [ASK, calls("a"), {**result("a"), "refusal": "No."}],
+     "messages.2.refusal", "only an assistant message"),
     ("a system message saying nothing", [{"role": "system", "content": None}, ASK],
      "messages.0.content", "Missing required parameter"),
 ]
@@ -73,3 +82,18 @@ def test_conversations_with_calls_answered_in_any_order_pass_the_check(client) -
                       ASK, calls("a"), result("a"), {"role": "assistant", "content": "Sunny."}],
                      [{"role": "developer", "content": "Be brief."}, ASK]):
         assert_openai_error(chat(client, messages), 503)
+
+
+REFUSED = [ASK, {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]},
+           ASK, {"role": "assistant", "content": None, "refusal": "I still can't."},
+           ASK, {"role": "assistant", "content": [{"type": "text", "text": "Well, "},
+                                                  {"type": "refusal", "refusal": "no."}]}]
+
+
+def test_an_assistants_refusals_pass_and_reach_the_prompt_as_its_words(client) -> None:
+    """OpenAI's assistant messages carry a refusal as a content part or as `refusal`, and
+    OpenAI's SDK sends them back in a conversation as it got them."""
+    assert_openai_error(chat(client, [*REFUSED, ASK]), 503)  # past the check, to a worker
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": [*REFUSED, ASK]})
+    assert [(m.role, m.content) for m in worker_messages(body)][1::2] == [
+        ("assistant", "I can't."), ("assistant", "I still can't."), ("assistant", "Well, no.")]

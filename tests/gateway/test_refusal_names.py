@@ -31,7 +31,8 @@ UNIONS = [  # a field that takes one of several types: every member's demand is 
      "messages.0.role", "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
         {"type": "text", "text": "a"}, {"type": "input_audio", "input_audio": {}}]}]},
-     "messages.0.content.1.type", "Input should be 'text'"),
+     "messages.0.content.1.type",
+     "Input should be 'text' (or, in an assistant message, 'refusal')"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema",
                                                           "json_schema": {"schema": {}}}},
      "response_format.json_schema.name", "Field required"),
@@ -40,9 +41,14 @@ UNIONS = [  # a field that takes one of several types: every member's demand is 
     *(("/v1/responses", {**RESPONSE, "input": [{"type": kind, "call_id": "0", "output": ""}]},
        "input.0.type", "Input should be 'message', 'function_call' or 'function_call_output'")
       for kind in ({}, [], "input_image")),  # an unhashable type once raised (a 500)
-    ("/v1/responses", {**RESPONSE, "input": [{"role": "user", "content": [
-        {"type": "input_image", "image_url": "https://example.com/a.png"}]}]},
-     "input.0.content.0.type", "Input should be 'input_text' or 'output_text'"),
+    *(("/v1/responses", {**RESPONSE, "input": [{"role": "user", "content": [
+        {"type": kind, "image_url": "https://example.com/a.png"}]}]},
+       "input.0.content.0.type", "Input should be 'input_text', 'output_text' or 'refusal'")
+      for kind in ("input_image", {}, [])),
+    *(("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "content": [
+        {"type": kind, "text": "x"}]}]},
+       "messages.0.content.0.type", "Input should be 'text' (or, in an assistant message, "
+       "'refusal')") for kind in ("image_url", {}, [])),
     ("/v1/responses", {**RESPONSE, "input": [{"type": "function_call", "call_id": "c",
                                               "arguments": "{}"}]},
      "input.0.name", "Field required"),

@@ -61,6 +61,18 @@ def test_a_request_becomes_the_chat_request_that_asks_the_same() -> None:
     assert as_chat(request()).messages[0].role == "user"
 
 
+def test_an_assistants_refusal_sent_back_reads_as_its_words() -> None:
+    """An OpenAI model's output message may hold a refusal part; sent back, it is what the
+    assistant said, after its text."""
+    chat = as_chat(request(input=[
+        {"role": "user", "content": "Weather?"},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Well, "}, {"type": "refusal", "refusal": "no."}]},
+        {"role": "user", "content": "Please?"}]))
+    assert [(m.role, m.text()) for m in chat.messages] == [
+        ("user", "Weather?"), ("assistant", "Well, no."), ("user", "Please?")]
+
+
 @pytest.mark.parametrize(("fields", "param", "words"), [
     ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
     ({"metadata": {"k" * 65: "v"}}, "metadata", "at most 16 pairs"),
