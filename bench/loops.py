@@ -81,7 +81,7 @@ def decode(model, prompt: int, tokens: int, until: float | Window, rng: torch.Ge
     the latencies (it also paid the prefill)."""
     model.eval()
     clock, latencies, firsts = TokenClock(until, paced), [], []
-    while not clock.window.closed(time.monotonic()):
+    while not clock.window.closed(clock.last):  # at a token: the last comes once it is closed
         ids = torch.randint(0, 50000, (1, prompt), generator=rng).to(model.device)
         gaps = clock.generate(model, ids, tokens)
         firsts += gaps[:1]

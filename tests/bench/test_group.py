@@ -75,6 +75,4 @@ def test_a_held_client_decodes_until_the_others_are_done(zygote) -> None:
     mine, theirs = (r["started"] + r["elapsed"] for r in beside.results)
     assert mine > theirs  # its own window of 0.5 s, held until the other's 2 s were done
     alone = Group([held], forked=True, zygote=zygote).run()
-    # elapsed runs to its last token, which may come just before the window closes (CI once
-    # saw 0.49994 s): the client then finds the window closed after that generate() returns
-    assert 0.25 <= alone.results[0]["elapsed"] < 2.0
+    assert 0.5 <= alone.results[0]["elapsed"] < 2.0  # its last token came as it closed
