@@ -5,7 +5,8 @@ tool message answers one of those calls."""
 from __future__ import annotations
 
 from gateway.errors import APIError
-from openapi.chat import ChatMessage, RefusalPart
+from openapi.chat import ChatMessage
+from openapi.common import RefusalPart
 
 
 def check_history(messages: list[ChatMessage]) -> None:

@@ -7,7 +7,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 from pydantic_core import PydanticCustomError
 
-from openapi.common import INT32, StrictModel, Text, Usage, unless_none
+from openapi.common import (
+    INT32,
+    RefusalPart,
+    StrictModel,
+    Text,
+    Usage,
+    part_type,
+    parts,
+    unless_none,
+)
 from openapi.completions import SamplingFields
 from openapi.formats import FunctionName
 
@@ -16,30 +25,10 @@ class TextPart(StrictModel):
     type: Literal["text"]
     text: Text
 
-    @field_validator("type", mode="before")
-    @classmethod
-    def _text(cls, kind: object) -> object:
-        """A part of another type is told the assistant's other type too."""
-        if kind != "text":
-            raise PydanticCustomError("literal_error", "Input should be 'text' (or, in an "
-                                      "assistant message, 'refusal')")
-        return kind
+    _type = part_type("text", wants="'text' (or, in an assistant message, 'refusal')")
 
 
-class RefusalPart(StrictModel):
-    """An assistant's refusal, sent back in a conversation (assistant messages only)."""
-
-    type: Literal["refusal"]
-    refusal: Text
-
-
-def _part_kind(part: Any) -> str:
-    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-    return "RefusalPart" if kind == "refusal" else "TextPart"
-
-
-Part = Annotated[Annotated[TextPart, Tag("TextPart")] | Annotated[RefusalPart, Tag("RefusalPart")],
-                 Discriminator(_part_kind)]
+Part = parts(TextPart, RefusalPart)
 
 
 class FunctionCall(StrictModel):

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 INT32 = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -32,6 +43,31 @@ def unless_none(**kwargs: Any) -> Any:
     null (a typed client reads a null `system_fingerprint` or a chunk's null `role` as a bad
     string)."""
     return Field(default=None, exclude_if=_none, **kwargs)
+
+
+def parts(first: type[BaseModel], *others: type[BaseModel]) -> Any:
+    """A union of content parts told apart by their `type`: a part of any other type (or none)
+    is `first`'s, whose `type` check (`part_type`) names what each member takes."""
+    tags = {m.model_fields["type"].annotation.__args__[0]: m.__name__ for m in others}
+
+    def kind(part: Any) -> str:
+        got = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+        return tags[got] if isinstance(got, str) and got in tags else first.__name__
+
+    members = [Annotated[m, Tag(m.__name__)] for m in (first, *others)]
+    return Annotated[functools.reduce(operator.or_, members), Discriminator(kind)]
+
+
+def part_type(*kinds: str, wants: str) -> Any:
+    """A content part's check of its `type`, one of `kinds`: any other is told `wants` (the
+    types of every member of its union)."""
+
+    def check(cls, kind: object) -> object:
+        if not (isinstance(kind, str) and kind in kinds):
+            raise PydanticCustomError("literal_error", f"Input should be {wants}")
+        return kind
+
+    return field_validator("type", mode="before")(check)
 
 
 class OpenAIBaseModel(BaseModel):
@@ -62,6 +98,13 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+
+class RefusalPart(StrictModel):
+    """An assistant's refusal, sent back in a conversation."""
+
+    type: Literal["refusal"]
+    refusal: Text
 
 
 class ResponseStreamOptions(StrictModel):

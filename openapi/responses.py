@@ -21,9 +21,12 @@ from openapi.common import (
     INT64_MAX,
     INT64_MIN,
     OpenAIBaseModel,
+    RefusalPart,
     ResponseStreamOptions,
     StrictModel,
     Text,
+    part_type,
+    parts,
 )
 from openapi.formats import FunctionName
 
@@ -35,30 +38,11 @@ class InputText(StrictModel):
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
 
-    @field_validator("type", mode="before")
-    @classmethod
-    def _text(cls, kind: object) -> object:
-        """A part of another type is told the refusal's type too (another member)."""
-        if kind not in ("input_text", "output_text"):
-            raise PydanticCustomError("literal_error", "Input should be 'input_text', "
-                                      "'output_text' or 'refusal'")
-        return kind
+    _type = part_type("input_text", "output_text",
+                      wants="'input_text', 'output_text' or 'refusal'")
 
 
-class OutputRefusal(StrictModel):
-    """A part of an assistant message sent back: the model's refusal."""
-
-    type: Literal["refusal"]
-    refusal: Text
-
-
-def _part_kind(part: Any) -> str:
-    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-    return "OutputRefusal" if kind == "refusal" else "InputText"
-
-
-MessagePart = Annotated[Annotated[InputText, Tag("InputText")] |
-                        Annotated[OutputRefusal, Tag("OutputRefusal")], Discriminator(_part_kind)]
+MessagePart = parts(InputText, RefusalPart)
 
 
 class MessageItem(StrictModel):
@@ -79,7 +63,7 @@ class MessageItem(StrictModel):
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(
-            part.refusal if isinstance(part, OutputRefusal) else part.text
+            part.refusal if isinstance(part, RefusalPart) else part.text
             for part in self.content)
 
 
