@@ -4,7 +4,7 @@ tool message answers one of those calls."""
 
 from __future__ import annotations
 
-from gateway.errors import APIError
+from gateway.errors import APIError, unsupported_parameter
 from openapi.chat import ChatMessage
 from openapi.common import RefusalPart
 
@@ -36,6 +36,13 @@ def _check_message(i: int, message: ChatMessage) -> None:
                        "tool calls: only an assistant message does")
     if message.role != "assistant":
         _check_words(i, message)
+    if message.audio is not None:
+        raise unsupported_parameter(f"messages.{i}.audio", "this server has no audio to refer "
+                                    "to (it generates text only)")
+    if message.function_call is not None:
+        raise unsupported_parameter(f"messages.{i}.function_call", "send the call as "
+                                    "'tool_calls' (the deprecated 'function_call' is not "
+                                    "accepted)")
 
 
 def _check_words(i: int, message: ChatMessage) -> None:

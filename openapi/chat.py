@@ -53,6 +53,10 @@ class ChatMessage(BaseModel):
     name: Text | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, description="assistant messages")
     tool_call_id: Text | None = Field(default=None, description="(tool messages only)")
+    # OpenAI's assistant fields for features this server lacks: refused when set
+    # (gateway.history), never silently left out of the prompt
+    audio: dict[str, Any] | None = None
+    function_call: dict[str, Any] | None = None
 
     @field_validator("role", mode="before")
     @classmethod

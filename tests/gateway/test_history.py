@@ -60,6 +60,11 @@ BAD = [
      "only an assistant message"),
     ("a tool's refusal", [ASK, calls("a"), {**result("a"), "refusal": "No."}],
      "messages.2.refusal", "only an assistant message"),
+    ("an assistant's audio", [ASK, {"role": "assistant", "audio": {"id": "audio_1"}}, ASK],
+     "messages.1.audio", "'messages.1.audio' is not supported: this server has no audio"),
+    ("a deprecated function call", [ASK, {"role": "assistant", "content": None,
+                                          "function_call": {"name": "f", "arguments": "{}"}}],
+     "messages.1.function_call", "send the call as 'tool_calls'"),
     ("a system message saying nothing", [{"role": "system", "content": None}, ASK],
      "messages.0.content", "Missing required parameter"),
 ]
@@ -70,17 +75,22 @@ BAD = [
 def test_a_conversation_openai_refuses_is_refused_naming_the_message(
         client, messages: list[dict], param: str, says: str) -> None:
     error = assert_openai_error(chat(client, messages), 400)
-    assert (error["param"], error["code"]) == (param, "invalid_request")
+    unsupported = param.endswith((".audio", ".function_call"))
+    assert (error["param"], error["code"]) == \
+        (param, "unsupported_parameter" if unsupported else "invalid_request")
     assert says in error["message"]
 
 
 def test_conversations_with_calls_answered_in_any_order_pass_the_check(client) -> None:
-    """Past the check, these reach for a worker (503: no manager behind these tests)."""
+    """Past the check, these reach for a worker (503: no manager behind these tests); the
+    last sends back an answer of OpenAI's with its unset fields null, as a client may."""
     for messages in ([ASK, calls("a", "b"), result("b"), result("a"), ASK],
                      [ASK, calls("a"), result("a"), calls("b"), result("b")],
                      [ASK, {"role": "assistant", "content": "Checking.", "tool_calls": None},
                       ASK, calls("a"), result("a"), {"role": "assistant", "content": "Sunny."}],
-                     [{"role": "developer", "content": "Be brief."}, ASK]):
+                     [{"role": "developer", "content": "Be brief."}, ASK],
+                     [ASK, {"role": "assistant", "content": "Sunny.", "refusal": None,
+                            "audio": None, "function_call": None, "annotations": []}, ASK]):
         assert_openai_error(chat(client, messages), 503)
 
 
