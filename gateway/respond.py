@@ -33,7 +33,16 @@ UNSUPPORTED = {  # set (and not empty or false): refused
     "reasoning": "the models served here are not reasoning models",
     "prompt": "there are no stored prompts here",
     "prompt_cache_key": "this server has no prompt cache to route by",
+    "prompt_cache_options": "this server has no prompt cache",
+    "prompt_cache_retention": "this server has no prompt cache",
     "max_tool_calls": "the number of calls is bounded by parallel_tool_calls here",
+    "moderation": "this server runs no moderation",
+    "context_management": "nothing is compacted here: a conversation too long for the context "
+                          "is a 400, or loses its earliest items with truncation 'auto'",
+    "background_options": "a background response runs as soon as it can here (no completion "
+                          "windows)",
+    "access_programs": "there are no access programs here",
+    "image": "the models served here read text only",
 }
 RENAMED = {"response_format": "text.format", "max_completion_tokens": "max_output_tokens"}
 LOGPROBS = "message.output_text.logprobs"

@@ -175,7 +175,14 @@ class ResponseRequest(OpenAIBaseModel):
         "kept with the response: at most 16 pairs, keys <= 64 and values <= 512 characters"))
     prompt: dict[str, Any] | None = None
     prompt_cache_key: Text | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_retention: Text | None = None
     max_tool_calls: int | None = None
+    moderation: dict[str, Any] | None = None
+    context_management: list[Any] | None = None
+    background_options: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description=(
         "the most likely tokens at each position, with their logprobs (logprobs included)"))
     truncation: Literal["auto", "disabled"] | None = Field(default=None, description=(

@@ -78,6 +78,10 @@ def test_an_assistants_refusal_sent_back_reads_as_its_words() -> None:
     ({"metadata": {"k" * 65: "v"}}, "metadata", "at most 16 pairs"),
     ({"background": True, "store": False}, "store", "kept"),
     ({"max_tool_calls": 0}, "max_tool_calls", "not supported"),  # 0 == False: not unset
+    ({"moderation": {"model": "omni-moderation-latest"}}, "moderation", "no moderation"),
+    ({"context_management": [{"type": "compaction"}]}, "context_management", "truncation"),
+    ({"prompt_cache_retention": "24h"}, "prompt_cache_retention", "no prompt cache"),
+    ({"image": {"context_compression": "auto"}}, "image", "text only"),
     ({"include": [LOGPROBS, "reasoning.encrypted_content"]}, "include.1", "only"),
     ({"input": []}, "input", "empty"),
     ({"input": [output_item("c1")]}, "input.0.call_id", "No tool call found"),
