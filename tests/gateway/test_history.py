@@ -97,7 +97,8 @@ def test_conversations_with_calls_answered_in_any_order_pass_the_check(client) -
 REFUSED = [ASK, {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]},
            ASK, {"role": "assistant", "content": None, "refusal": "I still can't."},
            ASK, {"role": "assistant", "content": [{"type": "text", "text": "Well, "},
-                                                  {"type": "refusal", "refusal": "no."}]}]
+                                                  {"type": "refusal", "refusal": "no."}]},
+           ASK, {"role": "assistant", "content": "Sorry.", "refusal": "I can't."}]
 
 
 def test_an_assistants_refusals_pass_and_reach_the_prompt_as_its_words(client) -> None:
@@ -106,4 +107,5 @@ def test_an_assistants_refusals_pass_and_reach_the_prompt_as_its_words(client) -
     assert_openai_error(chat(client, [*REFUSED, ASK]), 503)  # past the check, to a worker
     body = ChatCompletionRequest.model_validate({"model": "m", "messages": [*REFUSED, ASK]})
     assert [(m.role, m.content) for m in worker_messages(body)][1::2] == [
-        ("assistant", "I can't."), ("assistant", "I still can't."), ("assistant", "Well, no.")]
+        ("assistant", "I can't."), ("assistant", "I still can't."), ("assistant", "Well, no."),
+        ("assistant", "Sorry.\nI can't.")]  # its content, then its refusal on a line of its own
