@@ -8,6 +8,7 @@ import uuid
 
 from pydantic import TypeAdapter
 
+from gateway import sampling
 from gateway.errors import APIError, check_metadata, unsupported_parameter
 from gateway.responses import chat_logprobs
 from gateway.serving import PromptResult
@@ -32,11 +33,9 @@ UNSUPPORTED = {  # set (and not empty or false): refused
                     "with previous_response_id",
     "reasoning": "the models served here are not reasoning models",
     "prompt": "there are no stored prompts here",
-    "prompt_cache_key": "this server has no prompt cache to route by",
-    "prompt_cache_options": "this server has no prompt cache",
-    "prompt_cache_retention": "this server has no prompt cache",
     "max_tool_calls": "the number of calls is bounded by parallel_tool_calls here",
-    "moderation": "this server runs no moderation",
+    **{name: sampling.UNSUPPORTED[name] for name in (  # as the chat API refuses them
+        "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "moderation")},
     "context_management": "nothing is compacted here: a conversation too long for the context "
                           "is a 400, or loses its earliest items with truncation 'auto'",
     "background_options": "a background response runs as soon as it can here (no completion "
