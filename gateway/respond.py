@@ -14,6 +14,7 @@ from gateway.responses import chat_logprobs
 from gateway.serving import PromptResult
 from gateway.tools import ToolMode
 from openapi.chat import ChatCompletionRequest
+from openapi.common import RefusalPart
 from openapi.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -56,6 +57,7 @@ def as_chat(body: ResponseRequest, earlier: list[dict] | None = None) -> ChatCom
     before = ITEMS.validate_python(earlier or [])
     items = [*before, *input_items(body)]
     _check_calls(items, len(before))
+    _check_words(items, len(before))
     chat = {"model": body.model, "messages": _messages(body.instructions, items),
             "max_completion_tokens": body.max_output_tokens, "temperature": body.temperature,
             "top_p": body.top_p, "stream": body.stream, "user": body.user,
@@ -211,6 +213,20 @@ def _unanswered(open_calls: dict[str, int], at) -> APIError:
     return APIError(400, f"No tool output found for function call {call_id}: the outputs of "
                     "function calls follow them (a function_call_output item for each, before "
                     "any other item).", "invalid_request", at(j))
+
+
+def _check_words(items: list, earlier: int) -> None:
+    """Only the model refuses: a refusal part is an assistant message's (as in the chat API)."""
+    for j, item in enumerate(items[earlier:]):
+        if not isinstance(item, MessageItem) or item.role == "assistant" or \
+                isinstance(item.content, str):
+            continue
+        for k, part in enumerate(item.content):
+            if isinstance(part, RefusalPart):
+                param = f"input.{j}.content.{k}.type"
+                raise APIError(400, f"Invalid value for '{param}': a {item.role} message's "
+                               "content has text parts only: a refusal part is an assistant's.",
+                               "invalid_request", param)
 
 
 def _messages(instructions: str | None, items: list) -> list[dict]:

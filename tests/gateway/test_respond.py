@@ -84,6 +84,10 @@ def test_an_assistants_refusal_sent_back_reads_as_its_words() -> None:
     ({"image": {"context_compression": "auto"}}, "image", "text only"),
     ({"include": [LOGPROBS, "reasoning.encrypted_content"]}, "include.1", "only"),
     ({"input": []}, "input", "empty"),
+    *(({"input": [{"role": role, "content": [{"type": "input_text", "text": "a"},
+                                             {"type": "refusal", "refusal": "no"}]}]},
+       "input.0.content.1.type", "a refusal part is an assistant's")
+      for role in ("user", "system", "developer")),
     ({"input": [output_item("c1")]}, "input.0.call_id", "No tool call found"),
     ({"input": [call_item("c1")]}, "input.0", "No tool output found for function call c1"),
     ({"input": [call_item("c1"), {"role": "user", "content": "and?"}, output_item("c1")]},
