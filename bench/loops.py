@@ -95,7 +95,7 @@ def decode_mixed(model, n: int, prompt: int, tokens: int, until: float,
     model.eval()
     names = [f"a{i}" for i in range(n)]
     clock, latencies = TokenClock(until), []
-    while time.monotonic() < until:
+    while not clock.window.closed(clock.last):  # as `decode`: the window closes at a token
         ids = torch.randint(0, 50000, (n, prompt), generator=rng).to(model.device)
         latencies += [gap for gap in clock.generate(model, ids, tokens, adapter_names=names)
                       for _ in range(n)]
