@@ -29,6 +29,7 @@ from gateway.tenants import TenantDirectory
 from gateway.tokens import TextTokens
 from state.adapters import AdapterReader
 from state.batches import BatchReader
+from state.chat_completions import ChatReader
 from state.db import Database
 from state.files import FileReader
 from state.jobs import JobReader
@@ -54,6 +55,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.registry = AdapterReader(state.db, settings.data_dir, settings.model)
         state.files = FileReader(state.db, settings.data_dir)
         state.responses = ResponseReader(state.db)
+        state.chats = ChatReader(state.db)
         state.batches = BatchReader(state.db)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)

@@ -41,6 +41,7 @@ class Call:
 
 ChunkMaker = Callable[[Call, PromptResult, W.Message], list[dict]]
 BodyMaker = Callable[[Call, list[PromptResult]], dict]
+Kept = Callable[[dict], Awaitable[None]]
 
 
 async def generate(request: Request, tenant: Tenant, target: Target, prompts: list[dict],
@@ -52,7 +53,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None = None,
                    named: tuple[str, int] | None = None,
                    started: Callable[[Call], Awaitable[None]] | None = None,
-                   obfuscate: bool = False):
+                   obfuscate: bool = False, kept: Kept | None = None):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
     ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
     `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
@@ -60,7 +61,9 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     a stream's last chunks where it breaks off (by default the error's body, as OpenAI's
     completion streams send it); `named`: the (id, created) the answer has (a background
     response's, made before); `started`: what is done once the run has started;
-    `obfuscate`: a stream's deltas are padded (`gateway.obfuscation`)."""
+    `obfuscate`: a stream's deltas are padded (`gateway.obfuscation`); `kept`: what is done
+    with the whole answer as a body (`body`'s, a stream's too) once it is complete, before the
+    client has it or its stream's end (a stored chat completion is kept)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -106,8 +109,9 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         headers[FALLBACK_HEADER] = "base-model"
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
-        return StreamingResponse(_stream(call, run, clock, chunks, include_usage, usage_chunk,
-                                         release, done_marker, settle, failed, obfuscate),
+        ending = Ending(usage_chunk, done_marker, settle, failed, body, kept)
+        return StreamingResponse(_stream(call, run, clock, chunks, include_usage, ending,
+                                         release, obfuscate),
                                  media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     try:
@@ -122,14 +126,28 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             watcher.cancel()
         _count(call, results)
         made = body(call, results)
+        if kept:
+            await kept(made)
         return JSONResponse(await settle(made) if settle else made, headers=headers)
     finally:
         release()
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a stream ends (`generate`'s arguments of the same names)."""
+
+    usage_chunk: Callable[[Call, list[PromptResult]], dict]
+    done_marker: bool
+    settle: Callable[[dict], Awaitable[dict]] | None
+    failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None
+    body: BodyMaker
+    kept: Kept | None
+
+
 async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
-                  include_usage: bool, usage_chunk, release,
-                  done_marker: bool, settle, failed, obfuscate: bool) -> AsyncIterator[bytes]:
+                  include_usage: bool, end: Ending, release,
+                  obfuscate: bool) -> AsyncIterator[bytes]:
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
@@ -139,18 +157,20 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
             for chunk in chunks(call, result, event):
                 yield sse(chunk, obfuscate)
         _count(call, run.results)
+        if end.kept:
+            await end.kept(end.body(call, run.results))
         if include_usage:
-            last = usage_chunk(call, run.results)
-            yield sse(await settle(last) if settle else last)
+            last = end.usage_chunk(call, run.results)
+            yield sse(await end.settle(last) if end.settle else last)
     except APIError as exc:
         log.warning("request %s failed mid-stream: %s", call.response_id, exc.message)
-        for chunk in await failed(call, exc) if failed else [exc.body()]:
+        for chunk in await end.failed(call, exc) if end.failed else [exc.body()]:
             yield sse(chunk)
     finally:
         release()
         with contextlib.suppress(Exception):
             await run.close()
-    if done_marker:
+    if end.done_marker:
         yield sse("[DONE]")
 
 

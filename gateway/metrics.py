@@ -46,6 +46,9 @@ class Metrics:
         self.stored = Counter("symbiosis_stored_responses", "Responses API answers asked to be "
                               "kept (`store`), kept or not (the manager could not)",
                               ["tenant", "kept"], registry=r)
+        self.stored_chats = Counter("symbiosis_stored_chat_completions", "Chat completions "
+                                    "asked to be kept (`store`), kept or not", ["tenant", "kept"],
+                                    registry=r)
         self.batch_requests = Counter("symbiosis_batch_requests", "Batch requests answered, by "
                                       "the endpoint's status", ["tenant", "status"], registry=r)
         self.background = Counter("symbiosis_background_responses", "Background responses "

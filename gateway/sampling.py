@@ -5,7 +5,7 @@ Every field OpenAI defines is honoured or refused here with a 400 that names it.
 
 from __future__ import annotations
 
-from gateway.errors import APIError, unsupported_parameter
+from gateway.errors import APIError, check_metadata, unsupported_parameter
 from openapi.chat import ChatCompletionRequest
 from openapi.completions import MAX_STOP, CompletionRequest, SamplingFields
 from wire.manager import SamplingParams
@@ -30,12 +30,11 @@ UNSUPPORTED = {  # OpenAI fields for features this server does not have: refused
     "prompt_cache_options": "this server has no prompt cache",
     "prompt_cache_retention": "this server has no prompt cache",
     "moderation": "this server runs no moderation",
-    "metadata": "completions are not stored here, so there is nothing to tag",
     "functions": "use 'tools' (the deprecated 'functions' is not accepted)",
     "function_call": "use 'tool_choice' (the deprecated 'function_call' is not accepted)",
     "suffix": "the models served here cannot fill in the middle",
 }
-EMPTY_IS_UNSET = {"metadata", "suffix"}
+EMPTY_IS_UNSET = {"suffix"}
 
 
 def refuse_unsupported(request: SamplingFields) -> None:
@@ -43,8 +42,10 @@ def refuse_unsupported(request: SamplingFields) -> None:
         value = getattr(request, name, None)
         if value or (value is not None and name not in EMPTY_IS_UNSET):
             raise unsupported_parameter(name, reason)
-    if getattr(request, "store", None):
-        raise unsupported_parameter("store", "completions are not stored here")
+    if getattr(request, "metadata", None) and not getattr(request, "store", None):
+        raise unsupported_parameter("metadata", "metadata tags a stored chat completion, and "
+                                    "this one is not stored: set store to true")
+    check_metadata(getattr(request, "metadata", None))
     if getattr(request, "service_tier", None) not in (None, "auto", "default"):
         raise unsupported_parameter("service_tier", "only 'auto' and 'default' exist here")
     if getattr(request, "modalities", None) not in (None, ["text"]):

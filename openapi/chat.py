@@ -129,10 +129,14 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = Field(default=None, description=(
         "with tools: whether the model may call several functions at once (default true; a "
         "named tool_choice is always one call)"))
+    store: bool | None = Field(default=None, description=(
+        "keep the completion with its messages and metadata (30 days), to list, read, tag "
+        "anew or delete at /v1/chat/completions"))
+    metadata: dict[Text, Text] | None = Field(default=None, description=(
+        "a stored completion's tags (with store: true): at most 16 pairs, keys <= 64 and "
+        "values <= 512 characters"))
     # OpenAI's fields for features this server does not have: refused unless left at their
     # default (gateway.sampling.refuse_unsupported), never silently ignored
-    store: bool | None = None
-    metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None

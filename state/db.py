@@ -158,6 +158,20 @@ MIGRATIONS = [
     ALTER TABLE responses ADD COLUMN previous TEXT;
     CREATE INDEX responses_by_previous ON responses (previous);
     """,
+    """
+    CREATE TABLE chat_completions (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        body TEXT NOT NULL,
+        messages TEXT NOT NULL
+    );
+    CREATE INDEX chat_completions_by_tenant ON chat_completions (tenant, created_at);
+    CREATE INDEX chat_completions_by_expiry ON chat_completions (expires_at);
+    """,
 ]
 
 

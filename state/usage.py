@@ -1,6 +1,6 @@
 """What a tenant keeps in the data directory, the measure of its storage quota: its files, its
-stored responses, its running batches' answers so far and its adapters' versions (uploaded,
-registered or trained)."""
+stored responses and chat completions, its running batches' answers so far and its adapters'
+versions (uploaded, registered or trained)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ from state.db import Database
 
 
 def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
-    """Its files' sizes, its stored responses' (a background one's request too) and batch
-    answers' text (UTF-8) and its adapter directories."""
-    files, responses, answers = db.query(
+    """Its files' sizes, its stored responses' (a background one's request too), chat
+    completions' and batch answers' text (UTF-8) and its adapter directories."""
+    files, responses, answers, chats = db.query(
         "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB)) + "
         "LENGTH(CAST(conversation AS BLOB)) + COALESCE(LENGTH(CAST(request AS BLOB)), 0)), 0) "
         "FROM responses WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(r.result AS BLOB))), 0) FROM batch_results r "
-        "JOIN batches b ON b.id = r.batch_id WHERE b.tenant = ?)",
-        (tenant, tenant, tenant))[0]
-    return files + responses + answers + directory_bytes(data_dir / "adapters" / tenant)
+        "JOIN batches b ON b.id = r.batch_id WHERE b.tenant = ?), "
+        "(SELECT COALESCE(SUM(LENGTH(CAST(metadata AS BLOB)) + LENGTH(CAST(body AS BLOB)) + "
+        "LENGTH(CAST(messages AS BLOB))), 0) FROM chat_completions WHERE tenant = ?)",
+        (tenant, tenant, tenant, tenant))[0]
+    return files + responses + answers + chats + directory_bytes(data_dir / "adapters" / tenant)
 
 
 def directory_bytes(root: Path) -> int:

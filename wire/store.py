@@ -35,6 +35,9 @@ class StoreAction(enum.StrEnum):
     BATCH_RESULT = "batch_result"  # `record` (one line's result) is kept
     CANCEL_BATCH = "cancel_batch"  # the tenant's running batch `batch_id` stops
     FINISH_BATCH = "finish_batch"  # `batch_id` ends as `name` (completed, cancelled, expired)
+    ADD_CHAT = "add_chat"  # `record` (a chat completion with its messages) is kept
+    TAG_CHAT = "tag_chat"  # `record` ({id, metadata}): the stored completion's new metadata
+    DELETE_CHAT = "delete_chat"  # the tenant's stored chat completion `response_id`
 
 
 class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only=True):
@@ -53,9 +56,10 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
     file_id: str = ""  # DELETE_FILE
     expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
-    record: str = ""  # ADD_RESPONSE, SETTLE_RESPONSE: JSON (`workers.manager.response_store`)
-    response_id: str = ""  # DELETE_RESPONSE
-    quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE: what the tenant may keep (0: any)
+    record: str = ""  # ADD_RESPONSE, SETTLE_RESPONSE, ADD_CHAT, TAG_CHAT: JSON (their stores)
+    response_id: str = ""  # DELETE_RESPONSE; DELETE_CHAT: the chat completion's id
+    quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE, ADD_CHAT: what the tenant may
+    # keep (0: any)
     batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH
 
 

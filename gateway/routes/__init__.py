@@ -13,10 +13,11 @@ from gateway.routes import (
     health,
     models,
     responses,
+    stored_chat,
     versions,
 )
 
 router = APIRouter()
-for module in (health, models, completions, chat, responses, adapters, versions, files,
+for module in (health, models, completions, chat, stored_chat, responses, adapters, versions, files,
                batches, fine_tuning, dashboard):
     router.include_router(module.router)

@@ -1,10 +1,10 @@
-"""POST /v1/chat/completions."""
+"""POST /v1/chat/completions (one asked to be stored is kept: `gateway.stored_chat`)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from gateway import obfuscation, responses
+from gateway import obfuscation, responses, stored_chat
 from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
@@ -45,12 +45,17 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
         return responses.usage_chunk(call.response_id, call.created, body.model,
                                      "chat.completion.chunk", results)
 
+    async def kept(made: dict) -> None:
+        stored = await stored_chat.keep(state.manager, tenant, made, body)
+        state.metrics.stored_chats.labels(tenant.id, str(stored).lower()).inc()
+
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate(request, tenant, target, [{"messages": messages}], params,
                           prefix="chatcmpl-", stream=body.stream, include_usage=include_usage,
                           body=make_body, chunks=chunks, usage_chunk=usage,
                           user=body.user or body.safety_identifier,
-                          obfuscate=obfuscation.wanted(body.stream_options))
+                          obfuscate=obfuscation.wanted(body.stream_options),
+                          kept=kept if body.store else None)
 
 
 def prepared(body: ChatCompletionRequest, settings: GatewaySettings) -> \

@@ -99,6 +99,9 @@ def test_every_answer_openai_describes_has_openai_s_shape(stack: Stack) -> None:
                                                            "tools": [TOOL],
                                                            "tool_choice": "required"})
     assert called["choices"][0]["message"]["tool_calls"], called
+    check.call("POST", "/chat/completions", json={**CHAT, "store": True,
+                                                  "metadata": {"shape": "stored"}})
+    assert check.call("GET", "/chat/completions", params={"metadata[shape]": "stored"})["data"]
     usage = {"stream_options": {"include_usage": True}}
     assert check.stream("/chat/completions", {**CHAT, **usage, "logprobs": True},
                         "CreateChatCompletionStreamResponse") >= 4

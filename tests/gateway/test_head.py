@@ -26,7 +26,7 @@ def test_head_answers_as_get_with_no_body(client, path: str, caplog) -> None:
 
 def test_head_keeps_gets_refusals_and_post_routes_refuse_it(client) -> None:
     for path, status in (("/v1/models", 401), ("/v1/models/nobody/x", 404),
-                         ("/v1/chat/completions", 405)):
+                         ("/v1/completions", 405)):
         head = client.head(path, headers={} if status == 401 else KEY)
         assert head.status_code == status and head.content == b""
         assert head.headers["content-length"] != "0"  # GET's error body, counted, not sent

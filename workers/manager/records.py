@@ -22,6 +22,7 @@ from state.db import Database, db_path
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterRegistry
 from workers.manager.batch_store import BatchStore
+from workers.manager.chat_store import ChatStore
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Inspector
 from workers.manager.job_ledger import JobLedger
@@ -46,8 +47,9 @@ class Records:
         self.registry = AdapterRegistry(self.db, data_dir, base, local_path(base))
         self.responses = ResponseStore(self.db, self.files.reserve)
         self.batches = BatchStore(self.db, self.files)
+        self.chats = ChatStore(self.db, self.files.reserve)
         self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses,
-                              self.batches, data_dir)
+                              self.batches, self.chats, data_dir)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0
@@ -70,7 +72,8 @@ class Records:
 
     def expire(self, every_s: float = 60.0) -> None:
         """At most once every `every_s`: delete the files past their expiry (`expires_after`
-        at upload) that no unfinished job reads, and the stored responses past their retention;
+        at upload) that no unfinished job reads, and the stored responses and chat completions past
+        their retention;
         they are gone for their tenants already."""
         if time.monotonic() < self._next_expiry:
             return
@@ -80,8 +83,10 @@ class Records:
                 log.info("file %s expired: deleted", file_id)
             if gone := self.responses.expire(int(time.time())):
                 log.info("%d stored response(s) past their retention: deleted", gone)
+            if gone := self.chats.expire(int(time.time())):
+                log.info("%d stored chat completion(s) past their retention: deleted", gone)
         except Exception:  # housekeeping: the next sweep tries again; serving goes on
-            log.exception("deleting expired files or responses failed")
+            log.exception("deleting expired files, responses or chat completions failed")
 
     def close(self) -> None:
         self.inspector.close()

@@ -20,6 +20,7 @@ from state.usage import directory_bytes, readable, stored_bytes
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterError, AdapterRegistry, Inspected
 from workers.manager.batch_store import BatchStore
+from workers.manager.chat_store import ChatStore
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Outcome
 from workers.manager.response_store import InvalidRecord, ResponseStore
@@ -37,8 +38,10 @@ class Refused(Exception):
 
 class StoreDesk:
     def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
-                 responses: ResponseStore, batches: BatchStore, data_dir: Path) -> None:
+                 responses: ResponseStore, batches: BatchStore, chats: ChatStore,
+                 data_dir: Path) -> None:
         self.data_dir = data_dir
+        self.chats = chats
         self.batches = batches
         self.registry = registry
         self.files = files
@@ -56,7 +59,9 @@ class StoreDesk:
             StoreAction.SETTLE_RESPONSE: self._settle_response,
             StoreAction.ADD_BATCH: self._add_batch, StoreAction.BATCH_RESULT: self._batch_result,
             StoreAction.CANCEL_BATCH: self._cancel_batch,
-            StoreAction.FINISH_BATCH: self._finish_batch}
+            StoreAction.FINISH_BATCH: self._finish_batch,
+            StoreAction.ADD_CHAT: self._add_chat, StoreAction.TAG_CHAT: self._tag_chat,
+            StoreAction.DELETE_CHAT: self._delete_chat}
 
     def command(self, command: StoreCommand, inspected: Outcome | None = None) -> StoreAnswer:
         """`command` carried out (an ADD_ADAPTER with its upload's `inspected` outcome when
@@ -145,6 +150,24 @@ class StoreDesk:
                           f"Response with id '{command.response_id}' not found.")
         return StoreAnswer(id=command.id, deleted=[command.response_id])
 
+    # -- chat completions ----------------------------------------------------------------
+
+    def _add_chat(self, command: StoreCommand) -> StoreAnswer:
+        return StoreAnswer(id=command.id, made=self.chats.add(
+            command.tenant, command.record,
+            lambda size: self._fits(command, size, "chat completion")))
+
+    def _tag_chat(self, command: StoreCommand) -> StoreAnswer:
+        if not self.chats.tag(command.tenant, command.record):
+            raise Refused(404, "chat_completion_not_found", "Chat completion not found.")
+        return StoreAnswer(id=command.id)
+
+    def _delete_chat(self, command: StoreCommand) -> StoreAnswer:
+        if not self.chats.delete(command.response_id, command.tenant):
+            raise Refused(404, "chat_completion_not_found", "Chat completion with id "
+                          f"'{command.response_id}' not found.")
+        return StoreAnswer(id=command.id, deleted=[command.response_id])
+
     # -- batches -------------------------------------------------------------------------
 
     def _add_batch(self, command: StoreCommand) -> StoreAnswer:
@@ -230,7 +253,8 @@ class StoreDesk:
             raise Refused(403, "storage_quota_exceeded", f"This {what} ({readable(size)}) "
                           f"does not fit in tenant {command.tenant}'s storage quota: "
                           f"{readable(used)} of {readable(command.quota_bytes)} in use. "
-                          "Delete files, models or stored responses you no longer need.")
+                          "Delete files, models, stored responses or chat completions you no "
+                          "longer need.")
 
     def _owned(self, command: StoreCommand) -> None:
         if self.registry.visible(command.model, command.tenant) is None:
