@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from state.db import Database, UnknownCursor, after_cursor
+from state.db import Database, UnknownCursor, page
 from state.responses import RETENTION_S
 
 CHAT_ID = re.compile(r"chatcmpl-[0-9a-f]{32}")
@@ -32,12 +32,10 @@ class StoredChat:
         """The completion as read back: as answered, with its metadata."""
         return {**self.body, "metadata": self.metadata}
 
-    def page(self, *, after: str | None, limit: int, order: str) -> \
+    def messages_page(self, *, after: str | None, limit: int, order: str) -> \
             tuple[list[dict[str, Any]], bool]:
         """A page of its messages (`order` "asc": as sent; "desc": last first)."""
-        items = self.messages if order == "asc" else self.messages[::-1]
-        items = after_cursor(items, [item["id"] for item in items], after)
-        return items[:limit], len(items) > limit
+        return page(self.messages, after=after, limit=limit, order=order)
 
 
 class ChatReader:

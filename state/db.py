@@ -198,6 +198,15 @@ def after_cursor(items: list, ids: list[str], after: str | None) -> list:
     return items[ids.index(after) + 1:]
 
 
+def page(items: list[dict], *, after: str | None, limit: int, order: str) -> \
+        tuple[list[dict], bool]:
+    """A page of `items` (each with an `id`; `order` "asc": as they are, "desc": the last
+    first) past the one `after` names, and whether more follow."""
+    items = items if order == "asc" else items[::-1]
+    items = after_cursor(items, [item["id"] for item in items], after)
+    return items[:limit], len(items) > limit
+
+
 class Database:
     def __init__(self, path: Path, migrations: list[str] | None = None, *,
                  read_only: bool = False) -> None:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from state.db import Database, after_cursor
+from state.db import Database, page
 
 RETENTION_S = 30 * 24 * 3600
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
@@ -51,9 +51,7 @@ class StoredResponse:
     def items(self, *, after: str | None, limit: int, order: str) -> \
             tuple[list[dict[str, Any]], bool]:
         """A page of its input items (`order` "asc": as sent; "desc": last first)."""
-        items = self.input_items if order == "asc" else self.input_items[::-1]
-        items = after_cursor(items, [item["id"] for item in items], after)
-        return items[:limit], len(items) > limit
+        return page(self.input_items, after=after, limit=limit, order=order)
 
 
 class ResponseReader:

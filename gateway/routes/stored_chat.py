@@ -71,7 +71,7 @@ async def list_chat_messages(completion_id: str, request: Request, tenant: Tenan
                              order: Order = "asc") -> dict:
     """The messages the completion answered, as sent (`order` desc: the last first)."""
     made = found(request.app.state.chats, tenant.id, completion_id)
-    items, more = made.page(after=after, limit=limit, order=order)
+    items, more = made.messages_page(after=after, limit=limit, order=order)
     return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
             "last_id": items[-1]["id"] if items else None, "has_more": more}
 

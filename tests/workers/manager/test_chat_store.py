@@ -53,11 +53,11 @@ def test_a_kept_completion_reads_back_with_its_messages_and_metadata(records) ->
     kept = record(1, metadata={"topic": "greeting"})
     assert made.shown() == {**kept["body"], "metadata": {"topic": "greeting"}}
     assert made.messages == kept["messages"]
-    assert made.page(after=None, limit=1, order="desc") == ([kept["messages"][1]], True)
-    assert made.page(after=f"{chat_id(1)}-1", limit=5, order="desc") == \
+    assert made.messages_page(after=None, limit=1, order="desc") == ([kept["messages"][1]], True)
+    assert made.messages_page(after=f"{chat_id(1)}-1", limit=5, order="desc") == \
         ([kept["messages"][0]], False)
     with pytest.raises(UnknownCursor):
-        made.page(after="chatcmpl-x-9", limit=5, order="asc")
+        made.messages_page(after="chatcmpl-x-9", limit=5, order="asc")
     assert records.chats.get(chat_id(1), "beta") is None
     assert stored_bytes(records.db, records.desk.data_dir, "acme") == sum(
         len(json.dumps(part)) for part in (kept["metadata"], kept["body"], kept["messages"]))
