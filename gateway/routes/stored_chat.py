@@ -24,9 +24,15 @@ from wire.store import StoreAction
 router = APIRouter(prefix="/v1", tags=["chat"], responses=documented(400, 404))
 Limit = Annotated[int, Query(ge=1, le=100)]
 Order = Literal["asc", "desc"]
+METADATA_QUERY = {  # read from the query by `_metadata_filter`, published here
+    "name": "metadata", "in": "query", "required": False, "style": "deepObject",
+    "explode": True, "description": "metadata[key]=value pairs a completion's metadata must hold",
+    "schema": {"type": "object", "maxProperties": 16, "propertyNames": {"maxLength": 64},
+               "additionalProperties": {"type": "string", "maxLength": 512}}}
 
 
-@router.get("/chat/completions", response_model=ChatCompletionList)
+@router.get("/chat/completions", response_model=ChatCompletionList,
+            openapi_extra={"parameters": [METADATA_QUERY]})
 async def list_chat_completions(request: Request, tenant: TenantDep, model: str | None = None,
                                 after: str | None = None, limit: Limit = 20,
                                 order: Order = "asc") -> dict:
