@@ -24,20 +24,17 @@ from wire.store import StoreAction
 router = APIRouter(prefix="/v1", tags=["chat"], responses=documented(400, 404))
 Limit = Annotated[int, Query(ge=1, le=100)]
 Order = Literal["asc", "desc"]
-METADATA_QUERY = {  # read from the query by `_metadata_filter`, published here
-    "name": "metadata", "in": "query", "required": False, "style": "deepObject",
-    "explode": True, "description": "metadata[key]=value pairs a completion's metadata must hold",
-    "schema": {"type": "object", "maxProperties": 16, "propertyNames": {"maxLength": 64},
-               "additionalProperties": {"type": "string", "maxLength": 512}}}
 
 
-@router.get("/chat/completions", response_model=ChatCompletionList,
-            openapi_extra={"parameters": [METADATA_QUERY]})
+# The metadata filter is read from the query, not declared as a (deepObject) parameter: its
+# values arrive as text, so no check could tell a string from how a null or a number is sent.
+@router.get("/chat/completions", response_model=ChatCompletionList)
 async def list_chat_completions(request: Request, tenant: TenantDep, model: str | None = None,
                                 after: str | None = None, limit: Limit = 20,
                                 order: Order = "asc") -> dict:
     """The stored completions, the oldest first (`order` desc: the newest), of `model` if
-    named, and with every `metadata[key]=value` pair of the query in their metadata."""
+    named, and with every `metadata[key]=value` pair of the query in their metadata (at most
+    16 pairs, keys <= 64 and values <= 512 characters)."""
     found_chats, more = request.app.state.chats.list(
         tenant.id, model=model, metadata=_metadata_filter(request), after=after, limit=limit,
         order=order)
