@@ -47,6 +47,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     grammar: str | None = None  # an llguidance grammar every sequence must follow
     fit: bool = False  # max_tokens is the server's default, not the client's: at most what fits
     truncate: bool = False  # a chat too long for the context loses its earliest messages
+    count: bool = False  # only count the prompt's tokens: Started and Done, nothing run
 
 
 class ChatMessage(msgspec.Struct, array_like=True):

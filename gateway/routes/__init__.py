@@ -11,6 +11,7 @@ from gateway.routes import (
     files,
     fine_tuning,
     health,
+    input_tokens,
     models,
     responses,
     stored_chat,
@@ -18,6 +19,6 @@ from gateway.routes import (
 )
 
 router = APIRouter()
-for module in (health, models, completions, chat, stored_chat, responses, adapters, versions, files,
-               batches, fine_tuning, dashboard):
+for module in (health, models, completions, chat, stored_chat, responses, input_tokens,
+               adapters, versions, files, batches, fine_tuning, dashboard):
     router.include_router(module.router)

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.convertors import Convertor, register_url_convertor
 
 from gateway import obfuscation, stored
 from gateway.background import RUN
@@ -41,6 +42,22 @@ from wire.store import StoreAction
 
 log = logging.getLogger("gateway.responses")
 router = APIRouter(prefix="/v1", tags=["responses"], responses=documented(400, 404, 429))
+
+
+class ResponseId(Convertor[str]):
+    """A response's id in a path: any segment but `input_tokens`, the count's (a GET there is
+    a 405 naming POST, not a search for a response of that id)."""
+
+    regex = r"(?!input_tokens(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("response_id", ResponseId())
 
 
 @router.post("/responses", response_model=Response)
@@ -130,7 +147,7 @@ async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
     return made.model_dump()
 
 
-@router.post("/responses/{response_id}/cancel", response_model=Response,
+@router.post("/responses/{response_id:response_id}/cancel", response_model=Response,
              responses=documented(409))
 async def cancel_response(response_id: str, request: Request, tenant: TenantDep) -> dict:
     """A background response still queued or in progress stops, `cancelled`; one cancelled
@@ -152,7 +169,7 @@ async def cancel_response(response_id: str, request: Request, tenant: TenantDep)
     return made.body
 
 
-@router.get("/responses/{response_id}", response_model=Response)
+@router.get("/responses/{response_id:response_id}", response_model=Response)
 async def get_response(response_id: str, request: Request, tenant: TenantDep,
                        stream: bool = False,
                        starting_after: Annotated[int | None, Query(ge=-1)] = None):
@@ -178,7 +195,7 @@ def _followed(events: Events, after: int | None) -> StreamingResponse:
                              headers={"cache-control": "no-cache"})
 
 
-@router.delete("/responses/{response_id}", response_model=DeletedResponse)
+@router.delete("/responses/{response_id:response_id}", response_model=DeletedResponse)
 async def delete_response(response_id: str, request: Request,
                           tenant: TenantDep) -> DeletedResponse:
     await change(request.app.state.manager, StoreAction.DELETE_RESPONSE, tenant.id,
@@ -187,7 +204,7 @@ async def delete_response(response_id: str, request: Request,
     return DeletedResponse(id=response_id)
 
 
-@router.get("/responses/{response_id}/input_items", response_model=ResponseItemList)
+@router.get("/responses/{response_id:response_id}/input_items", response_model=ResponseItemList)
 async def list_input_items(response_id: str, request: Request, tenant: TenantDep,
                            after: str | None = None,
                            limit: Annotated[int, Query(ge=1, le=100)] = 20,

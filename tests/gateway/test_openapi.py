@@ -9,9 +9,11 @@ import math
 import re
 from collections.abc import Callable
 
+from openai.types.responses.input_token_count_params import InputTokenCountParams
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
 from gateway.openapi_export import DOCUMENT, render
+from openapi.input_tokens import InputTokensRequest
 from openapi.responses import ResponseRequest
 from tests.openai_spec import SPEC, schemas
 
@@ -103,3 +105,12 @@ def test_every_field_the_sdk_sends_to_the_responses_api_is_served_or_refused_by_
     (`gateway.respond.UNSUPPORTED` gives the refused fields' reasons)."""
     named = set(ResponseCreateParamsBase.__annotations__)
     assert len(named) > 30 and named - set(ResponseRequest.model_fields) == set()
+
+
+def test_every_field_the_sdk_sends_to_count_input_tokens_is_ours() -> None:
+    """`client.responses.input_tokens.count`'s fields, each served or refused by name; each
+    is a field of the response request too (the count is of the same request's input)."""
+    named = set(InputTokenCountParams.__annotations__)
+    assert len(named) > 10 and named - set(InputTokensRequest.model_fields) == set()
+    assert set(InputTokensRequest.model_fields) - {"personality"} <= \
+        set(ResponseRequest.model_fields)

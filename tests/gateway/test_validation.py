@@ -211,6 +211,13 @@ def test_405_says_what_is_allowed(client) -> None:
     assert response.headers["allow"] == "GET"
     response = client.options("/v1/files/file-x", headers=KEY)  # two routes share this path
     assert response.headers["allow"] == "DELETE, GET"
+    chat = client.options("/v1/chat/completions/chatcmpl-x", headers=KEY)
+    assert chat.headers["allow"] == "DELETE, GET, POST"
+    for method in ("GET", "DELETE", "OPTIONS"):  # the count's path names no response
+        count = client.request(method, "/v1/responses/input_tokens", headers=KEY)
+        assert assert_openai_error(count, 405) and count.headers["allow"] == "POST"
+    missing = client.get("/v1/responses/resp_x", headers=KEY)
+    assert assert_openai_error(missing, 404)["code"] == "response_not_found"
 
 
 @pytest.mark.parametrize(("seed", "status"), [(2**63 - 1, 503), (-(2**63), 503), (0, 503),

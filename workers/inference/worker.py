@@ -231,6 +231,8 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
         ids = prompt_ids(message, preloaded.tokenizer, limit)
     except Exception as exc:
         return [W.Failed(message.id, 400, "invalid_prompt", str(exc))]
+    if message.params.count:  # the prompt as it would run (template, tools, truncation)
+        return [W.Started(message.id, len(ids)), W.Done(message.id, len(ids), 0)]
     fallback = False
     try:
         engine, adapter = adapters.route(message.model, message.adapter, message.tenant)

@@ -1,0 +1,53 @@
+"""POST /v1/responses/input_tokens: a response request's input counted as the model would read
+it. The request is made into its chat request as `/v1/responses` makes it (the same refusals),
+and a worker renders and counts it (the chat template, the tools shown, truncation) without
+running the model."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from gateway.deps import TenantDep
+from gateway.errors import RETRY_SOON, APIError, documented, unsupported_parameter
+from gateway.respond import as_chat, renamed
+from gateway.routes.chat import prepared
+from gateway.serving import Target
+from gateway.stored import previous
+from openapi.input_tokens import InputTokenCount, InputTokensRequest
+from openapi.responses import ResponseRequest
+
+router = APIRouter(prefix="/v1", tags=["responses"], responses=documented(400, 404, 429))
+
+
+@router.post("/responses/input_tokens", response_model=InputTokenCount)
+async def count_input_tokens(body: InputTokensRequest, request: Request,
+                             tenant: TenantDep) -> InputTokenCount:
+    state = request.app.state
+    state.serving.resolve(tenant, body.model)  # the model must be the tenant's to ask
+    if body.personality is not None:
+        raise unsupported_parameter("personality", "the models served here have no "
+                                    "personality presets")
+    asked = ResponseRequest.model_construct(**{
+        **{name: getattr(body, name) for name in InputTokensRequest.model_fields
+           if name != "personality"},
+        "input": body.input if body.input is not None else []})
+    before = previous(state.responses, tenant.id, asked.previous_response_id)
+    chat = as_chat(asked, before.continued() if before else [])
+    try:
+        params, _, messages = prepared(chat, state.settings)
+    except APIError as refused:
+        raise renamed(refused) from None
+    params.max_tokens, params.count = 0, True
+    params.truncate = asked.truncation == "auto"
+    if not state.tenants.acquire(tenant):
+        raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
+                       f"{tenant.max_concurrent}); retry when one finishes.",
+                       "rate_limit_exceeded", headers=RETRY_SOON)
+    try:  # the base model's tokenizer and template are every adapter's: no adapter is loaded
+        run = await state.serving.start(tenant, Target(state.settings.model, None),
+                                        request.state.request_id, [{"messages": messages}],
+                                        params)
+        counted, = await run.collect()
+    finally:
+        state.tenants.release(tenant)
+    return InputTokenCount(input_tokens=counted.started.prompt_tokens)
