@@ -44,6 +44,16 @@ BodyMaker = Callable[[Call, list[PromptResult]], dict]
 Kept = Callable[[dict], Awaitable[None]]
 
 
+def admit(state, tenant: Tenant) -> None:
+    """One more of the tenant's requests in flight (release it with `state.tenants.release`),
+    or a 429 where it has as many as it may."""
+    if not state.tenants.acquire(tenant):
+        state.metrics.rejected.labels(tenant.id, "concurrency").inc()
+        raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
+                       f"{tenant.max_concurrent}); retry when one finishes.",
+                       "rate_limit_exceeded", headers=RETRY_SOON)
+
+
 async def generate(request: Request, tenant: Tenant, target: Target, prompts: list[dict],
                    params: W.SamplingParams, *, prefix: str, stream: bool,
                    include_usage: bool, body: BodyMaker, chunks: ChunkMaker,
@@ -67,11 +77,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
-    if not state.tenants.acquire(tenant):
-        state.metrics.rejected.labels(tenant.id, "concurrency").inc()
-        raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
-                       f"{tenant.max_concurrent}); retry when one finishes.",
-                       "rate_limit_exceeded", headers=RETRY_SOON)
+    admit(state, tenant)
     try:
         kv_held = kv_budget.reserve(state.tenants, state.text_tokens, tenant, prompts, params)
     except APIError as refused:

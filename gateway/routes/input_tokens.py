@@ -8,7 +8,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from gateway.deps import TenantDep
-from gateway.errors import RETRY_SOON, APIError, documented, unsupported_parameter
+from gateway.errors import APIError, documented, unsupported_parameter
+from gateway.generation import admit
 from gateway.respond import as_chat, renamed
 from gateway.routes.chat import prepared
 from gateway.serving import Target
@@ -39,10 +40,7 @@ async def count_input_tokens(body: InputTokensRequest, request: Request,
         raise renamed(refused) from None
     params.max_tokens, params.count = 0, True
     params.truncate = asked.truncation == "auto"
-    if not state.tenants.acquire(tenant):
-        raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
-                       f"{tenant.max_concurrent}); retry when one finishes.",
-                       "rate_limit_exceeded", headers=RETRY_SOON)
+    admit(state, tenant)
     try:  # the base model's tokenizer and template are every adapter's: no adapter is loaded
         run = await state.serving.start(tenant, Target(state.settings.model, None),
                                         request.state.request_id, [{"messages": messages}],
