@@ -1,4 +1,5 @@
-"""HEAD is answered as GET without the body, wherever GET is (auth and all); elsewhere a 405."""
+"""HEAD is answered as GET without the body, wherever GET is (auth and all); elsewhere a 405.
+A 405 names every method its path takes."""
 
 from __future__ import annotations
 
@@ -31,3 +32,18 @@ def test_head_keeps_gets_refusals_and_post_routes_refuse_it(client) -> None:
         assert head.status_code == status and head.content == b""
         assert head.headers["content-length"] != "0"  # GET's error body, counted, not sent
     assert assert_openai_error(client.post("/v1/models", headers=KEY), 405)
+
+
+def test_405_says_what_is_allowed(client) -> None:
+    response = client.put("/v1/models", headers=KEY)
+    assert assert_openai_error(response, 405)["type"] == "invalid_request_error"
+    assert response.headers["allow"] == "GET"
+    response = client.options("/v1/files/file-x", headers=KEY)  # two routes share this path
+    assert response.headers["allow"] == "DELETE, GET"
+    chat = client.options("/v1/chat/completions/chatcmpl-x", headers=KEY)
+    assert chat.headers["allow"] == "DELETE, GET, POST"
+    for method in ("GET", "DELETE", "OPTIONS"):  # the count's path names no response
+        count = client.request(method, "/v1/responses/input_tokens", headers=KEY)
+        assert assert_openai_error(count, 405) and count.headers["allow"] == "POST"
+    missing = client.get("/v1/responses/resp_x", headers=KEY)
+    assert assert_openai_error(missing, 404)["code"] == "response_not_found"

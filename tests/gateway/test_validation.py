@@ -205,21 +205,6 @@ def test_a_surrogate_pair_is_fine(client) -> None:
     assert response.status_code == 503  # past validation; no manager in these tests
 
 
-def test_405_says_what_is_allowed(client) -> None:
-    response = client.put("/v1/models", headers=KEY)
-    assert assert_openai_error(response, 405)["type"] == "invalid_request_error"
-    assert response.headers["allow"] == "GET"
-    response = client.options("/v1/files/file-x", headers=KEY)  # two routes share this path
-    assert response.headers["allow"] == "DELETE, GET"
-    chat = client.options("/v1/chat/completions/chatcmpl-x", headers=KEY)
-    assert chat.headers["allow"] == "DELETE, GET, POST"
-    for method in ("GET", "DELETE", "OPTIONS"):  # the count's path names no response
-        count = client.request(method, "/v1/responses/input_tokens", headers=KEY)
-        assert assert_openai_error(count, 405) and count.headers["allow"] == "POST"
-    missing = client.get("/v1/responses/resp_x", headers=KEY)
-    assert assert_openai_error(missing, 404)["code"] == "response_not_found"
-
-
 @pytest.mark.parametrize(("seed", "status"), [(2**63 - 1, 503), (-(2**63), 503), (0, 503),
                                               (2**63, 400), (-(2**63) - 1, 400), (2**65, 400)])
 def test_a_seed_is_a_64_bit_integer(client, seed: int, status: int) -> None:
