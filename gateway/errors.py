@@ -18,6 +18,7 @@ from openapi.formats import ResponseFormat
 from openapi.responses import ResponseTextFormat
 from state.db import UnknownCursor
 from state.storage import out_of_space
+from wire.store import METADATA_RULE, metadata_ok
 
 log = logging.getLogger("gateway.errors")
 EXTRA_HINTS = {"prompt": "not a chat parameter: use 'messages', or /v1/completions",
@@ -71,11 +72,9 @@ def unsupported_parameter(name: str, reason: str) -> APIError:
 
 
 def check_metadata(metadata: dict[str, str] | None) -> None:
-    """OpenAI's bounds on `metadata`: at most 16 pairs, keys <= 64 and values <= 512 chars."""
-    if metadata and (len(metadata) > 16 or any(
-            len(k) > 64 or len(v) > 512 for k, v in metadata.items())):
-        raise APIError(400, "metadata holds at most 16 pairs (keys <= 64, values <= 512 chars)",
-                       "invalid_value", "metadata")
+    """OpenAI's bounds on `metadata` (`wire.store.METADATA_RULE`)."""
+    if metadata and not metadata_ok(metadata):
+        raise APIError(400, f"metadata holds {METADATA_RULE}", "invalid_value", "metadata")
 
 
 def model_not_found(model: str) -> APIError:

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from gateway.batch_file import InvalidBatchFile, read_batch_file
 from gateway.deps import TenantDep
 from gateway.errors import APIError, check_metadata, documented
+from gateway.pages import page
 from gateway.records import change
 from openapi.batches import Batch, BatchList, BatchRequest
 from state.batches import BatchReader, BatchRecord
@@ -75,9 +76,7 @@ async def cancel_batch(batch_id: str, request: Request, tenant: TenantDep) -> di
 async def list_batches(request: Request, tenant: TenantDep, after: str | None = None,
                        limit: Annotated[int, Query(ge=1, le=100)] = 20) -> dict:
     found, more = request.app.state.batches.list(tenant.id, after=after, limit=limit)
-    data = [b.body for b in found]
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": more}
+    return page([b.body for b in found], more)
 
 
 def _found(batches: BatchReader, tenant: str, batch_id: str) -> BatchRecord:

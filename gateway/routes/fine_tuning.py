@@ -17,6 +17,7 @@ from gateway.deps import TenantDep
 from gateway.errors import APIError, check_metadata, documented, unsupported_parameter
 from gateway.job_spec import resolve, too_few_examples, unknown_target, unsupported
 from gateway.manager_client import ManagerUnavailable
+from gateway.pages import page
 from openapi.fine_tuning import (
     CheckpointList,
     EventList,
@@ -204,5 +205,4 @@ async def list_checkpoints(job_id: str, request: Request, tenant: TenantDep,
                            limit: Annotated[int, Query(ge=1, le=100)] = 10) -> CheckpointList:
     _job(request, tenant.id, job_id)
     items, more = request.app.state.jobs.checkpoints(job_id, after=after, limit=limit)
-    return CheckpointList(data=items, first_id=items[0]["id"] if items else None,
-                          last_id=items[-1]["id"] if items else None, has_more=more)
+    return CheckpointList(**page(items, more))

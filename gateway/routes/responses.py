@@ -19,6 +19,7 @@ from gateway.chat_stream import ChatStream
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
+from gateway.pages import page
 from gateway.records import change
 from gateway.respond import (
     as_chat,
@@ -212,5 +213,4 @@ async def list_input_items(response_id: str, request: Request, tenant: TenantDep
     """The items the response's request sent (`order` desc: the last first)."""
     made = found(request.app.state.responses, tenant.id, response_id)
     items, more = made.items(after=after, limit=limit, order=order)
-    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
-            "last_id": items[-1]["id"] if items else None, "has_more": more}
+    return page(items, more)

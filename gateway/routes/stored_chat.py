@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, check_metadata, documented
+from gateway.pages import page
 from gateway.records import change
 from gateway.stored_chat import found
 from openapi.stored_chat import (
@@ -38,9 +39,7 @@ async def list_chat_completions(request: Request, tenant: TenantDep, model: str 
     found_chats, more = request.app.state.chats.list(
         tenant.id, model=model, metadata=_metadata_filter(request), after=after, limit=limit,
         order=order)
-    data = [chat.shown() for chat in found_chats]
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": more}
+    return page([chat.shown() for chat in found_chats], more)
 
 
 @router.get("/chat/completions/{completion_id}", response_model=StoredChatCompletion)
@@ -74,9 +73,7 @@ async def list_chat_messages(completion_id: str, request: Request, tenant: Tenan
                              order: Order = "asc") -> dict:
     """The messages the completion answered, as sent (`order` desc: the last first)."""
     made = found(request.app.state.chats, tenant.id, completion_id)
-    items, more = made.messages_page(after=after, limit=limit, order=order)
-    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
-            "last_id": items[-1]["id"] if items else None, "has_more": more}
+    return page(*made.messages_page(after=after, limit=limit, order=order))
 
 
 def _metadata_filter(request: Request) -> dict[str, str]:
