@@ -16,6 +16,14 @@ import msgspec
 
 ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a tenant's adapter name, and in words:
 ADAPTER_NAME_RULE = "letters, digits, '.', '_' and '-' (at most 64), a letter or digit first"
+METADATA_RULE = "at most 16 pairs (keys <= 64, values <= 512 chars)"  # OpenAI's, for `metadata`
+
+
+def metadata_ok(metadata: object) -> bool:
+    """Whether `metadata` is an object's tags within METADATA_RULE (strings to strings)."""
+    return isinstance(metadata, dict) and len(metadata) <= 16 and all(
+        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+        for k, v in metadata.items())
 
 
 class StoreAction(enum.StrEnum):

@@ -10,9 +10,8 @@ from typing import Any
 
 from state.chat_completions import CHAT_ID, RETENTION_S, ChatReader
 from state.storage import Reserve, delete_freeing_space
+from wire.store import METADATA_RULE, metadata_ok
 from workers.manager.response_store import InvalidRecord
-
-METADATA_PAIRS, KEY_CHARS, VALUE_CHARS = 16, 64, 512  # OpenAI's bounds
 
 
 class ChatStore(ChatReader):
@@ -44,9 +43,9 @@ class ChatStore(ChatReader):
         except ValueError:
             raise InvalidRecord("a chat completion's metadata is JSON") from None
         if not isinstance(made, dict) or not CHAT_ID.fullmatch(str(made.get("id"))) or \
-                not _metadata(made.get("metadata")):
+                not metadata_ok(made.get("metadata")):
             raise InvalidRecord("new metadata names a chat completion (chatcmpl-<32 hex>) and "
-                                f"holds at most {METADATA_PAIRS} pairs of strings")
+                                f"holds {METADATA_RULE}")
         with self.db.transaction() as conn:
             return conn.execute("UPDATE chat_completions SET metadata = ? WHERE id = ? AND "
                                 "tenant = ?", (json.dumps(made["metadata"]), made["id"],
@@ -72,12 +71,6 @@ class ChatStore(ChatReader):
         return count
 
 
-def _metadata(metadata: Any) -> bool:
-    return isinstance(metadata, dict) and len(metadata) <= METADATA_PAIRS and all(
-        isinstance(k, str) and isinstance(v, str) and len(k) <= KEY_CHARS and
-        len(v) <= VALUE_CHARS for k, v in metadata.items())
-
-
 def _checked(record: str) -> dict[str, Any]:
     try:
         made = json.loads(record)
@@ -89,8 +82,8 @@ def _checked(record: str) -> dict[str, Any]:
             type(body.get("created")) is not int or not isinstance(body.get("model"), str) or \
             not isinstance(messages, list) or not all(
                 isinstance(m, dict) and isinstance(m.get("id"), str) for m in messages) or \
-            not _metadata(made.get("metadata")):
+            not metadata_ok(made.get("metadata")):
         raise InvalidRecord("a chat completion record has its body (an id chatcmpl-<32 hex>, "
-                            "created, model), its messages, each with an id, and metadata (at "
-                            f"most {METADATA_PAIRS} pairs of strings)")
+                            "created, model), its messages, each with an id, and metadata: "
+                            f"{METADATA_RULE}")
     return made
