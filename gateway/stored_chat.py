@@ -13,7 +13,7 @@ from gateway.errors import APIError
 from gateway.manager_client import ManagerClient
 from gateway.records import change
 from gateway.tenants import Tenant
-from openapi.chat import ChatCompletionRequest, TextPart
+from openapi.chat import ChatCompletionRequest
 from state.chat_completions import ChatReader, StoredChat
 from wire.store import StoreAction
 
@@ -41,13 +41,9 @@ def stored_messages(chat_id: str, request: ChatCompletionRequest) -> list[dict[s
     out = []
     for i, message in enumerate(request.messages):
         made = message.model_dump(exclude_none=True, exclude={"content"})
-        made["id"] = f"{chat_id}-{i}"
-        if isinstance(message.content, list):
-            made["content"] = "".join(part.text if isinstance(part, TextPart) else
-                                      part.refusal for part in message.content)
-            made["content_parts"] = [part.model_dump() for part in message.content]
-        else:
-            made["content"], made["content_parts"] = message.content, None
+        made.update(id=f"{chat_id}-{i}", content=message.content_text(), content_parts=[
+            part.model_dump() for part in message.content] if isinstance(message.content, list)
+            else None)
         out.append(made)
     return out
 

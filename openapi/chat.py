@@ -68,14 +68,16 @@ class ChatMessage(BaseModel):
                                                  f"{ROLES[-1]!r}"})
         return role
 
+    def content_text(self) -> str | None:
+        """Its content as text: the string, or its parts' words in order (None: none)."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content
+        return "".join(part.text if isinstance(part, TextPart) else part.refusal
+                       for part in self.content)
+
     def text(self) -> str:
         """What the message says: its content's parts in order, then its refusal, if any."""
-        if isinstance(self.content, str):
-            said = self.content
-        else:
-            said = "".join(part.text if isinstance(part, TextPart) else part.refusal
-                           for part in self.content or [])
-        return "\n".join(words for words in (said, self.refusal) if words)
+        return "\n".join(words for words in (self.content_text(), self.refusal) if words)
 
 
 class ToolMessage(ChatMessage):
