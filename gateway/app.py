@@ -30,6 +30,7 @@ from gateway.tokens import TextTokens
 from state.adapters import AdapterReader
 from state.batches import BatchReader
 from state.chat_completions import ChatReader
+from state.conversations import ConversationReader
 from state.db import Database
 from state.files import FileReader
 from state.jobs import JobReader
@@ -56,6 +57,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.files = FileReader(state.db, settings.data_dir)
         state.responses = ResponseReader(state.db)
         state.chats = ChatReader(state.db)
+        state.conversations = ConversationReader(state.db)
         state.batches = BatchReader(state.db)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)

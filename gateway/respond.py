@@ -16,6 +16,7 @@ from gateway.tools import ToolMode
 from openapi.chat import ChatCompletionRequest
 from openapi.common import RefusalPart
 from openapi.responses import (
+    ConversationRef,
     FunctionCallItem,
     FunctionCallOutputItem,
     IncompleteDetails,
@@ -30,8 +31,6 @@ from openapi.responses import (
 )
 
 UNSUPPORTED = {  # set (and not empty or false): refused
-    "conversation": "there are no conversation objects here: go on from a stored response "
-                    "with previous_response_id",
     "reasoning": "the models served here are not reasoning models",
     "prompt": "there are no stored prompts here",
     "max_tool_calls": "the number of calls is bounded by parallel_tool_calls here",
@@ -82,6 +81,12 @@ def as_chat(body: ResponseRequest, earlier: list[dict] | None = None) -> ChatCom
 def input_items(body: ResponseRequest) -> list:
     return [MessageItem(role="user", content=body.input)] if isinstance(body.input, str) \
         else body.input
+
+
+def conversation_of(body: ResponseRequest) -> str | None:
+    """The id of the conversation the request goes on in, if any."""
+    named = body.conversation
+    return named.id if isinstance(named, ConversationRef) else named
 
 
 def wants_logprobs(body: ResponseRequest) -> bool:
@@ -145,6 +150,8 @@ def described(body: ResponseRequest, response: Response) -> Response:
                                                                exclude_none=True)}
     response.user = body.user
     response.previous_response_id = body.previous_response_id
+    named = conversation_of(body)
+    response.conversation = ConversationRef(id=named) if named else None
     response.truncation = body.truncation or "disabled"
     response.store = body.store is not False
     response.background = body.background is True

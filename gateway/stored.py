@@ -49,13 +49,14 @@ def not_found(response_id: str) -> APIError:
 
 
 async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
-               before: StoredResponse | None, own: list) -> bool:
+               before: StoredResponse | None, own: list, said: list | None = None) -> bool:
     """Whether `response` (a Response's JSON) is kept with its conversation: what the response
-    it went on from (`before`) continued and the request's `own` items. A manager that cannot
-    keep it (or a tenant whose storage quota it would pass) is logged, not the request's
-    failure: the response then says `store: false`."""
+    it went on from (`before`) continued, or the items of the conversation it went on in
+    (`said`), and the request's `own` items. A manager that cannot keep it (or a tenant whose
+    storage quota it would pass) is logged, not the request's failure: the response then says
+    `store: false`."""
     try:
-        await add(manager, tenant, response, before, own)
+        await add(manager, tenant, response, before, own, said=said)
     except APIError as exc:
         log.warning("response %s was not stored: %s", response["id"], exc.message)
         return False
@@ -64,12 +65,12 @@ async def keep(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
 
 async def add(manager: ManagerClient, tenant: Tenant, response: dict[str, Any],
               before: StoredResponse | None, own: list,
-              request: dict[str, Any] | None = None) -> None:
+              request: dict[str, Any] | None = None, said: list | None = None) -> None:
     """`response` kept with its conversation, and for a background one (queued) the
     `request` that runs it; else the manager's refusal (`keep`: logged instead). The whole
     conversation goes with it: the manager keeps only the `own` items and a link while the
     response it went on from is kept (`workers.manager.response_store`)."""
-    earlier = before.continued() if before else []
+    earlier = before.continued() if before else said or []
     conversation = [*earlier, *(stored_item(item) for item in own)]
     record = json.dumps({"id": response["id"], "created_at": response["created_at"],
                          "body": response, "conversation": conversation, "own": len(own),
@@ -87,8 +88,9 @@ async def settle(manager: ManagerClient, tenant: str, response: dict[str, Any]) 
     return bool(answer.made)
 
 
-def stored_item(item: Any) -> dict[str, Any]:
-    """An input item as kept and listed: with an id and a status, a message's text as parts."""
+def stored_item(item: Any, fresh: bool = False) -> dict[str, Any]:
+    """An input item as kept and listed: with an id (the one it came with, unless `fresh`) and
+    a status, a message's text as parts."""
     made = item.model_dump(exclude_none=True)
     if isinstance(item, MessageItem):
         prefix = "msg"
@@ -97,6 +99,6 @@ def stored_item(item: Any) -> dict[str, Any]:
             made["content"] = [{"type": kind, "text": item.content}]
     else:
         prefix = "fc" if isinstance(item, FunctionCallItem) else "fco"
-    made.setdefault("id", item_id(prefix))
+    made["id"] = item_id(prefix) if fresh else made.get("id") or item_id(prefix)
     made.setdefault("status", "completed")
     return made

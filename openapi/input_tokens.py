@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from openapi.common import OpenAIBaseModel, Text
-from openapi.responses import FunctionChoice, FunctionTool, InputItem, TextConfig
+from openapi.responses import ConversationRef, FunctionChoice, FunctionTool, InputItem, TextConfig
 
 
 class InputTokensRequest(OpenAIBaseModel):
@@ -21,8 +21,8 @@ class InputTokensRequest(OpenAIBaseModel):
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    conversation: Text | ConversationRef | None = None
     # OpenAI's fields for features this server does not have: refused unless left unset
-    conversation: Any = None
     reasoning: dict[str, Any] | None = None
     personality: Text | None = None
 

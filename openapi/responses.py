@@ -140,6 +140,10 @@ class TextConfig(StrictModel):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
+class ConversationRef(StrictModel):
+    id: Text
+
+
 class ResponseRequest(OpenAIBaseModel):
     model: Text
     input: Text | list[InputItem] = Field(description=(
@@ -163,7 +167,10 @@ class ResponseRequest(OpenAIBaseModel):
         "false: the response is not kept; unset or true: kept 30 days"))
     previous_response_id: Text | None = Field(default=None, description=(
         "a stored response of this tenant's: its conversation and output come before `input`"))
-    conversation: Any = None
+    conversation: Text | ConversationRef | None = Field(default=None, description=(
+        "a conversation of this tenant's (its id, or {id}): its items come before `input`, "
+        "and the input and the output are added to it once the response is done; not with "
+        "previous_response_id"))
     reasoning: dict[str, Any] | None = None
     include: list[Text] | None = Field(default=None, description=(
         "'message.output_text.logprobs' (the output tokens' logprobs); nothing else"))
@@ -249,6 +256,7 @@ class Response(BaseModel):
     output: list[Annotated[OutputMessage | OutputFunctionCall, Field(discriminator="type")]]
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
+    conversation: ConversationRef | None = None
     reasoning: None = None
     store: bool = Field(default=False, description="whether it is kept (and can be gone on "
                         "from and read again)")

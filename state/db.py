@@ -172,6 +172,23 @@ MIGRATIONS = [
     CREATE INDEX chat_completions_by_tenant ON chat_completions (tenant, created_at);
     CREATE INDEX chat_completions_by_expiry ON chat_completions (expires_at);
     """,
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        metadata TEXT NOT NULL
+    );
+    CREATE INDEX conversations_by_tenant ON conversations (tenant);
+    CREATE TABLE conversation_items (
+        conversation TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        item TEXT NOT NULL,
+        PRIMARY KEY (conversation, seq),
+        UNIQUE (conversation, id)
+    );
+    """,
 ]
 
 

@@ -1,6 +1,6 @@
 """What a tenant keeps in the data directory, the measure of its storage quota: its files, its
-stored responses and chat completions, its running batches' answers so far and its adapters'
-versions (uploaded, registered or trained)."""
+stored responses, chat completions and conversations, its running batches' answers so far and
+its adapters' versions (uploaded, registered or trained)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from state.db import Database
 
 def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
     """Its files' sizes, its stored responses' (a background one's request too), chat
-    completions' and batch answers' text (UTF-8) and its adapter directories."""
-    files, responses, answers, chats = db.query(
+    completions', conversations' and batch answers' text (UTF-8) and its adapter
+    directories."""
+    files, responses, answers, chats, conversations = db.query(
         "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB)) + "
         "LENGTH(CAST(conversation AS BLOB)) + COALESCE(LENGTH(CAST(request AS BLOB)), 0)), 0) "
@@ -21,9 +22,13 @@ def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
         "(SELECT COALESCE(SUM(LENGTH(CAST(r.result AS BLOB))), 0) FROM batch_results r "
         "JOIN batches b ON b.id = r.batch_id WHERE b.tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(metadata AS BLOB)) + LENGTH(CAST(body AS BLOB)) + "
-        "LENGTH(CAST(messages AS BLOB))), 0) FROM chat_completions WHERE tenant = ?)",
-        (tenant, tenant, tenant, tenant))[0]
-    return files + responses + answers + chats + directory_bytes(data_dir / "adapters" / tenant)
+        "LENGTH(CAST(messages AS BLOB))), 0) FROM chat_completions WHERE tenant = ?), "
+        "(SELECT COALESCE(SUM(LENGTH(CAST(c.metadata AS BLOB)) + COALESCE((SELECT "
+        "SUM(LENGTH(CAST(i.item AS BLOB))) FROM conversation_items i WHERE i.conversation = "
+        "c.id), 0)), 0) FROM conversations c WHERE c.tenant = ?)",
+        (tenant, tenant, tenant, tenant, tenant))[0]
+    return files + responses + answers + chats + conversations + \
+        directory_bytes(data_dir / "adapters" / tenant)
 
 
 def directory_bytes(root: Path) -> int:

@@ -46,6 +46,11 @@ class StoreAction(enum.StrEnum):
     ADD_CHAT = "add_chat"  # `record` (a chat completion with its messages) is kept
     TAG_CHAT = "tag_chat"  # `record` ({id, metadata}): the stored completion's new metadata
     DELETE_CHAT = "delete_chat"  # the tenant's stored chat completion `response_id`
+    ADD_CONVERSATION = "add_conversation"  # `record` ({id, created_at, metadata, items}) is kept
+    ADD_ITEMS = "add_items"  # `record` ({conversation, items}): items added at its end
+    TAG_CONVERSATION = "tag_conversation"  # `record` ({id, metadata}): its new metadata
+    DELETE_CONVERSATION = "delete_conversation"  # the tenant's conversation `response_id`
+    DELETE_ITEM = "delete_item"  # `record` ({conversation, item}): that item of it goes
 
 
 class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only=True):
@@ -64,10 +69,10 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
     file_id: str = ""  # DELETE_FILE
     expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
-    record: str = ""  # ADD_RESPONSE, SETTLE_RESPONSE, ADD_CHAT, TAG_CHAT: JSON (their stores)
-    response_id: str = ""  # DELETE_RESPONSE; DELETE_CHAT: the chat completion's id
-    quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE, ADD_CHAT: what the tenant may
-    # keep (0: any)
+    record: str = ""  # the JSON of what to keep or change (responses, chats, conversations)
+    response_id: str = ""  # DELETE_RESPONSE; DELETE_CHAT, DELETE_CONVERSATION: the record's id
+    quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE, ADD_CHAT, ADD_CONVERSATION,
+    # ADD_ITEMS: what the tenant may keep (0: any)
     batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH
 
 

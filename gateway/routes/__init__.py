@@ -7,6 +7,7 @@ from gateway.routes import (
     batches,
     chat,
     completions,
+    conversations,
     dashboard,
     files,
     fine_tuning,
@@ -20,5 +21,5 @@ from gateway.routes import (
 
 router = APIRouter()
 for module in (health, models, completions, chat, stored_chat, responses, input_tokens,
-               adapters, versions, files, batches, fine_tuning, dashboard):
+               conversations, adapters, versions, files, batches, fine_tuning, dashboard):
     router.include_router(module.router)

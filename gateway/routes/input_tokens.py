@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from gateway.conversations import joined
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented, unsupported_parameter
 from gateway.generation import admit
@@ -32,8 +33,9 @@ async def count_input_tokens(body: InputTokensRequest, request: Request,
         **{name: getattr(body, name) for name in InputTokensRequest.model_fields
            if name != "personality"},
         "input": body.input if body.input is not None else []})
+    _, said = joined(state.conversations, tenant.id, asked)
     before = previous(state.responses, tenant.id, asked.previous_response_id)
-    chat = as_chat(asked, before.continued() if before else [])
+    chat = as_chat(asked, before.continued() if before else said)
     try:
         params, _, messages = prepared(chat, state.settings)
     except APIError as refused:

@@ -16,6 +16,7 @@ from gateway import obfuscation, stored
 from gateway.background import RUN
 from gateway.background_events import KEPT_S, Events
 from gateway.chat_stream import ChatStream
+from gateway.conversations import joined, went_on
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
@@ -66,16 +67,16 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     state = request.app.state
     run = request.scope.get(RUN)  # (id, created_at): a background response's run
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
+    talk, said = joined(state.conversations, tenant.id, body)
     before = previous(state.responses, tenant.id, body.previous_response_id)
-    earlier = before.continued() if before else []
-    chat = as_chat(body, earlier)
+    chat = as_chat(body, before.continued() if before else said)
     try:
         params, tools, messages = prepared(chat, state.settings)
     except APIError as refused:
         raise renamed(refused) from None
     params.truncate = body.truncation == "auto"
     if body.background and run is None:
-        made = await _queue(request, tenant, body, before)
+        made = await _queue(request, tenant, body, before, said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
@@ -110,8 +111,9 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
             await stored.settle(state.manager, tenant.id, made)
         elif made["store"]:
             made["store"] = await stored.keep(state.manager, tenant, made, before,
-                                              input_items(body))
+                                              input_items(body), said)
             state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()
+        await went_on(state.manager, tenant, talk, made, input_items(body))
         return answer
 
     return await generate(request, tenant, target, [{"messages": messages}], params,
@@ -135,14 +137,14 @@ def _started(state, tenant: Tenant, body: ResponseRequest):
 
 
 async def _queue(request: Request, tenant: Tenant, body: ResponseRequest,
-                 before: StoredResponse | None) -> dict:
+                 before: StoredResponse | None, said: list) -> dict:
     """The background response, `queued` and kept with its request, which
     `gateway.background` then runs."""
     state = request.app.state
     made = described(body, Response(id=item_id("resp"), created_at=int(time.time()),
                                     status="queued", model=body.model, output=[]))
     await stored.add(state.manager, tenant, made.model_dump(), before, input_items(body),
-                     request=await request.json())
+                     request=await request.json(), said=said)
     state.metrics.stored.labels(tenant.id, "true").inc()
     state.background.run(found(state.responses, tenant.id, made.id))
     return made.model_dump()

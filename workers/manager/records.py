@@ -23,6 +23,7 @@ from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterRegistry
 from workers.manager.batch_store import BatchStore
 from workers.manager.chat_store import ChatStore
+from workers.manager.conversation_store import ConversationStore
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Inspector
 from workers.manager.job_ledger import JobLedger
@@ -48,8 +49,9 @@ class Records:
         self.responses = ResponseStore(self.db, self.files.reserve)
         self.batches = BatchStore(self.db, self.files)
         self.chats = ChatStore(self.db, self.files.reserve)
+        self.conversations = ConversationStore(self.db, self.files.reserve)
         self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses,
-                              self.batches, self.chats, data_dir)
+                              self.batches, self.chats, self.conversations, data_dir)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0

@@ -21,8 +21,11 @@ from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.adapter_store import AdapterError, AdapterRegistry, Inspected
 from workers.manager.batch_store import BatchStore
 from workers.manager.chat_store import ChatStore
+from workers.manager.conversation_desk import ConversationDesk
+from workers.manager.conversation_store import ConversationStore
 from workers.manager.file_store import FileStore
 from workers.manager.inspector import Outcome
+from workers.manager.refused import Refused
 from workers.manager.response_store import InvalidRecord, ResponseStore
 from workers.manager.version_store import VersionError
 
@@ -30,16 +33,10 @@ log = logging.getLogger("workers.manager.store")
 Act = Callable[[StoreCommand], StoreAnswer]
 
 
-class Refused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-
-
 class StoreDesk:
     def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
                  responses: ResponseStore, batches: BatchStore, chats: ChatStore,
-                 data_dir: Path) -> None:
+                 conversations: ConversationStore, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.chats = chats
         self.batches = batches
@@ -61,7 +58,8 @@ class StoreDesk:
             StoreAction.CANCEL_BATCH: self._cancel_batch,
             StoreAction.FINISH_BATCH: self._finish_batch,
             StoreAction.ADD_CHAT: self._add_chat, StoreAction.TAG_CHAT: self._tag_chat,
-            StoreAction.DELETE_CHAT: self._delete_chat}
+            StoreAction.DELETE_CHAT: self._delete_chat,
+            **ConversationDesk(conversations, self._fits).acts()}
 
     def command(self, command: StoreCommand, inspected: Outcome | None = None) -> StoreAnswer:
         """`command` carried out (an ADD_ADAPTER with its upload's `inspected` outcome when
@@ -253,8 +251,8 @@ class StoreDesk:
             raise Refused(403, "storage_quota_exceeded", f"This {what} ({readable(size)}) "
                           f"does not fit in tenant {command.tenant}'s storage quota: "
                           f"{readable(used)} of {readable(command.quota_bytes)} in use. "
-                          "Delete files, models, stored responses or chat completions you no "
-                          "longer need.")
+                          "Delete files, models, stored responses, chat completions or "
+                          "conversations you no longer need.")
 
     def _owned(self, command: StoreCommand) -> None:
         if self.registry.visible(command.model, command.tenant) is None:

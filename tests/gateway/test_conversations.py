@@ -1,0 +1,155 @@
+"""Conversations, the gateway's side, with the manager's real records behind it: a conversation
+keeps its first items and those added later in order, each with an id of its own, as OpenAI's
+Conversations API lists them; its items are paged, read and deleted one by one; its metadata is
+replaced; it is its tenant's alone until deleted; what the routes cannot read is an
+OpenAI-shaped 400 or 404, and a conversation past the storage quota a 403."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gateway.settings import GatewaySettings
+from tests.gateway.conftest import KEY, serving
+from tests.gateway.test_validation import assert_openai_error
+
+BETA = {"Authorization": "Bearer sk-beta"}
+ITEM_ID = re.compile(r"(msg|fc|fco)_[0-9a-f]{32}")
+FIRST = [{"role": "user", "content": "Weather in Paris?", "id": "msg_mine"},
+         {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"},
+         {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+         {"type": "message", "role": "assistant", "content": [
+             {"type": "output_text", "text": "Sunny.", "logprobs": [
+                 {"token": "Sunny", "logprob": -0.5, "bytes": [83], "top_logprobs": []}]}]}]
+KEPT = [{"type": "message", "role": "user", "status": "completed",
+         "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+        {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}",
+         "status": "completed"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny",
+         "status": "completed"},
+        {"type": "message", "role": "assistant", "status": "completed", "content": [
+            {"type": "output_text", "text": "Sunny.", "logprobs": []}]}]
+
+
+def without_ids(items: list[dict]) -> list[dict]:
+    assert all(ITEM_ID.fullmatch(item["id"]) for item in items), items
+    return [{k: v for k, v in item.items() if k != "id"} for item in items]
+
+
+@pytest.fixture()
+def talk(managed):
+    client, _ = managed
+    made = client.post("/v1/conversations", headers=KEY,
+                       json={"items": FIRST, "metadata": {"topic": "weather"}})
+    assert made.status_code == 200, made.text
+    return client, made.json()
+
+
+def test_a_conversation_keeps_its_items_in_order_each_with_an_id_of_its_own(talk) -> None:
+    client, made = talk
+    assert made["object"] == "conversation" and made["metadata"] == {"topic": "weather"}
+    assert re.fullmatch(r"conv_[0-9a-f]{32}", made["id"])
+    assert client.get(f"/v1/conversations/{made['id']}", headers=KEY).json() == made
+    items = client.get(f"/v1/conversations/{made['id']}/items", headers=KEY).json()
+    assert without_ids(items["data"]) == KEPT[::-1]  # the last first, by default
+    assert items["data"][-1]["id"] != "msg_mine"  # an id sent is not the item's
+    listed = client.get(f"/v1/conversations/{made['id']}/items?order=asc&include="
+                        "message.output_text.logprobs", headers=KEY).json()
+    assert listed["data"][-1]["content"][0]["logprobs"] == FIRST[-1]["content"][0]["logprobs"]
+    assert (listed["first_id"], listed["last_id"], listed["has_more"]) == \
+        (listed["data"][0]["id"], listed["data"][-1]["id"], False)
+
+    added = client.post(f"/v1/conversations/{made['id']}/items", headers=KEY,
+                        json={"items": [{"role": "user", "content": "And tomorrow?"}]}).json()
+    assert without_ids(added["data"]) == [{"type": "message", "role": "user", "status":
+                                           "completed", "content": [
+                                               {"type": "input_text", "text": "And tomorrow?"}]}]
+    every = client.get(f"/v1/conversations/{made['id']}/items?order=asc", headers=KEY).json()
+    assert [i["id"] for i in every["data"]] == \
+        [i["id"] for i in listed["data"]] + [added["first_id"]]
+
+
+def test_items_are_paged_read_and_deleted_one_by_one(talk) -> None:
+    client, made = talk
+    url = f"/v1/conversations/{made['id']}/items"
+    every = [i["id"] for i in client.get(f"{url}?order=asc", headers=KEY).json()["data"]]
+    first = client.get(f"{url}?order=asc&limit=1", headers=KEY).json()
+    assert [i["id"] for i in first["data"]] == every[:1] and first["has_more"]
+    rest = client.get(f"{url}?order=asc&limit=2&after={every[0]}", headers=KEY).json()
+    assert [i["id"] for i in rest["data"]] == every[1:3] and rest["has_more"]
+    back = client.get(f"{url}?limit=2&after={every[2]}", headers=KEY).json()
+    assert [i["id"] for i in back["data"]] == every[1::-1] and not back["has_more"]
+
+    one = client.get(f"{url}/{every[1]}", headers=KEY).json()
+    assert without_ids([one]) == [KEPT[1]]
+    assert client.delete(f"{url}/{every[1]}", headers=KEY).json() == made
+    assert [i["id"] for i in client.get(f"{url}?order=asc", headers=KEY).json()["data"]] == \
+        every[:1] + every[2:]
+    for gone in (client.get(f"{url}/{every[1]}", headers=KEY),
+                 client.delete(f"{url}/{every[1]}", headers=KEY)):
+        error = assert_openai_error(gone, 404)
+        assert (error["code"], error["param"]) == ("item_not_found", "item_id")
+    error = assert_openai_error(client.get(f"{url}?after=msg_nothing", headers=KEY), 404)
+    assert error["param"] == "after"
+
+
+def test_metadata_is_replaced_and_a_deleted_conversation_is_gone(talk) -> None:
+    client, made = talk
+    url = f"/v1/conversations/{made['id']}"
+    tagged = client.post(url, headers=KEY, json={"metadata": {"topic": "rain", "n": "2"}})
+    assert tagged.json() == {**made, "metadata": {"topic": "rain", "n": "2"}}
+    assert client.post(url, headers=KEY, json={"metadata": None}).json()["metadata"] == {}
+    for request in (lambda: client.get(url, headers=BETA),
+                    lambda: client.get(f"{url}/items", headers=BETA),
+                    lambda: client.post(f"{url}/items", headers=BETA,
+                                        json={"items": [{"role": "user", "content": "hi"}]}),
+                    lambda: client.delete(url, headers=BETA)):
+        error = assert_openai_error(request(), 404)
+        assert (error["code"], error["param"]) == ("conversation_not_found", "conversation_id")
+    assert client.delete(url, headers=KEY).json() == \
+        {"id": made["id"], "object": "conversation.deleted", "deleted": True}
+    for request in (lambda: client.get(url, headers=KEY),
+                    lambda: client.get(f"{url}/items", headers=KEY),
+                    lambda: client.delete(url, headers=KEY)):
+        assert assert_openai_error(request(), 404)["code"] == "conversation_not_found"
+    assert client.app.state.conversations.items(made["id"], "acme") == []
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("", {"items": [{"role": "user", "content": "hi"}] * 21}, "items"),
+    ("", {"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ("", {"items": [{"type": "function_call", "call_id": "", "name": "f", "arguments": ""}]},
+     "items.0.call_id"),
+    ("", {"items": [], "topic": "x"}, "topic"),
+    ("/{id}", {}, "metadata"),
+    ("/{id}", {"metadata": {"k": "v" * 513}}, "metadata"),
+    ("/{id}/items", {"items": []}, "items"),
+    ("/{id}/items", {"items": [{"role": "critic", "content": "hi"}]}, "items.0.role"),
+])
+def test_what_the_routes_cannot_read_is_a_400_naming_it(talk, path: str, body: dict,
+                                                         param: str) -> None:
+    client, made = talk
+    refused = client.post("/v1/conversations" + path.format(id=made["id"]), headers=KEY,
+                          json=body)
+    assert assert_openai_error(refused, 400)["param"] == param
+    assert len(client.get(f"/v1/conversations/{made['id']}/items", headers=KEY).json()[
+        "data"]) == len(FIRST)
+
+
+def test_a_conversation_past_the_storage_quota_is_a_403(tmp_path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               manager=f"ipc://{tmp_path}/manager.sock",
+                               max_storage_mb=1300 / 2**20)  # two items fit
+    with serving(settings) as (client, _):
+        items = [{"role": "user", "content": "x" * 400}]
+        made = client.post("/v1/conversations", headers=KEY, json={"items": items}).json()
+        url = f"/v1/conversations/{made['id']}/items"
+        assert client.post(url, headers=KEY, json={"items": items}).status_code == 200
+        error = assert_openai_error(client.post(url, headers=KEY, json={"items": items}), 403)
+        assert error["code"] == "storage_quota_exceeded"
+        assert len(client.get(url, headers=KEY).json()["data"]) == 2
+        kept = client.app.state.conversations.items(made["id"], "acme")
+        assert client.get("/dashboard/api/usage", headers=KEY).json()["storage"][
+            "used_bytes"] == len("{}") + sum(len(json.dumps(item)) for item in kept)
