@@ -51,9 +51,9 @@ def new_items(items: list) -> list[dict[str, Any]]:
     return [stored_item(item, fresh=True) for item in items]
 
 
-def shown(item: dict[str, Any], include: list[str] | None) -> dict[str, Any]:
+def shown(item: dict[str, Any], include: list[str]) -> dict[str, Any]:
     """An item as read back: the logprobs of an assistant's text only where included."""
-    if LOGPROBS in (include or []) or item.get("type") != "message":
+    if LOGPROBS in include or item.get("type") != "message":
         return item
     return {**item, "content": [{**part, "logprobs": []} if part.get("logprobs") else part
                                 for part in item["content"]]}

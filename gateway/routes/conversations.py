@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from gateway.conversations import found, new_items, shown
 from gateway.deps import TenantDep
@@ -19,6 +19,7 @@ from gateway.pages import page
 from gateway.records import change
 from gateway.respond import item_id
 from openapi.conversations import (
+    LOGPROBS,
     Conversation,
     ConversationCreate,
     ConversationDeleted,
@@ -32,7 +33,19 @@ from wire.store import StoreAction
 
 log = logging.getLogger("gateway.conversations")
 router = APIRouter(prefix="/v1", tags=["conversations"], responses=documented(400, 404))
-Included = Annotated[Include | None, Query()]
+
+
+def included(request: Request, include: Annotated[Include | None, Query()] = None) -> list[str]:
+    """`include`, also as the official SDK sends a list (`include[]=...`)."""
+    brackets = request.query_params.getlist("include[]")
+    for name in brackets:
+        if name != LOGPROBS:
+            raise APIError(400, f"Invalid value for 'include': {name!r} cannot be included "
+                           f"here; only {LOGPROBS!r} can.", "invalid_value", "include")
+    return [*(include or []), *brackets]
+
+
+Included = Annotated[list[str], Depends(included)]
 
 
 @router.post("/conversations", response_model=Conversation)
@@ -79,7 +92,7 @@ async def delete_conversation(conversation_id: str, request: Request,
 @router.post("/conversations/{conversation_id}/items", response_model=ConversationItemList,
               response_model_exclude_none=True)
 async def add_items(conversation_id: str, body: ItemsCreate, request: Request,
-                    tenant: TenantDep, include: Included = None) -> dict:
+                    tenant: TenantDep, include: Included) -> dict:
     """The items added at its end, as kept (each with its id)."""
     state = request.app.state
     found(state.conversations, tenant.id, conversation_id)
@@ -93,9 +106,9 @@ async def add_items(conversation_id: str, body: ItemsCreate, request: Request,
 @router.get("/conversations/{conversation_id}/items", response_model=ConversationItemList,
               response_model_exclude_none=True)
 async def list_items(conversation_id: str, request: Request, tenant: TenantDep,
-                     after: str | None = None,
+                     include: Included, after: str | None = None,
                      limit: Annotated[int, Query(ge=1, le=100)] = 20,
-                     order: Literal["asc", "desc"] = "desc", include: Included = None) -> dict:
+                     order: Literal["asc", "desc"] = "desc") -> dict:
     """Its items, the last first (`order` asc: the first first)."""
     conversations = request.app.state.conversations
     found(conversations, tenant.id, conversation_id)
@@ -107,7 +120,7 @@ async def list_items(conversation_id: str, request: Request, tenant: TenantDep,
 @router.get("/conversations/{conversation_id}/items/{item_id}", response_model=InputItem,
               response_model_exclude_none=True)
 async def get_item(conversation_id: str, item_id: str, request: Request, tenant: TenantDep,
-                   include: Included = None) -> dict:
+                   include: Included) -> dict:
     conversations = request.app.state.conversations
     found(conversations, tenant.id, conversation_id)
     item = conversations.item(conversation_id, tenant.id, item_id)

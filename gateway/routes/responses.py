@@ -107,13 +107,13 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
 
     async def settle(answer: dict) -> dict:
         made = answer.get("response", answer)  # a stream's last event carries it
+        await went_on(state.manager, tenant, talk, made, input_items(body))  # before it shows
         if run is not None:
             await stored.settle(state.manager, tenant.id, made)
         elif made["store"]:
             made["store"] = await stored.keep(state.manager, tenant, made, before,
                                               input_items(body), said)
             state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()
-        await went_on(state.manager, tenant, talk, made, input_items(body))
         return answer
 
     return await generate(request, tenant, target, [{"messages": messages}], params,

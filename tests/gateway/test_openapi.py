@@ -1,6 +1,6 @@
 """The committed OpenAPI document is the app's own; our paths are OpenAI's, and so are our
 completion and chat requests' fields and the values they accept, and the fields the official
-SDK sends to the Responses API."""
+SDK sends to the Responses and Conversations APIs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,16 @@ import math
 import re
 from collections.abc import Callable
 
+from openai.types.conversations.conversation_create_params import ConversationCreateParams
+from openai.types.conversations.conversation_update_params import ConversationUpdateParams
+from openai.types.conversations.item_create_params import ItemCreateParams
+from openai.types.conversations.item_list_params import ItemListParams
+from openai.types.conversations.item_retrieve_params import ItemRetrieveParams
 from openai.types.responses.input_token_count_params import InputTokenCountParams
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
 from gateway.openapi_export import DOCUMENT, render
+from openapi.conversations import ConversationCreate, ConversationUpdate, ItemsCreate
 from openapi.input_tokens import InputTokensRequest
 from openapi.responses import ResponseRequest
 from tests.openai_spec import SPEC, schemas
@@ -114,3 +120,24 @@ def test_every_field_the_sdk_sends_to_count_input_tokens_is_ours() -> None:
     assert len(named) > 10 and named - set(InputTokensRequest.model_fields) == set()
     assert set(InputTokensRequest.model_fields) - {"personality"} <= \
         set(ResponseRequest.model_fields)
+
+
+def test_every_field_and_query_the_sdk_sends_to_the_conversations_api_is_ours() -> None:
+    """The conversations' and their items' requests: each body field a model's, each query
+    parameter (the items' list and reads) one of the routes'."""
+    assert set(ConversationCreateParams.__annotations__) == \
+        set(ConversationCreate.model_fields)
+    assert set(ConversationUpdateParams.__annotations__) == \
+        set(ConversationUpdate.model_fields)
+    assert set(ItemCreateParams.__annotations__) - {"include"} == set(ItemsCreate.model_fields)
+    paths = json.loads(DOCUMENT.read_text())["paths"]
+    items = "/v1/conversations/{conversation_id}/items"
+
+    def query(path: str, method: str) -> set[str]:
+        return {p["name"] for p in paths[path][method].get("parameters", [])
+                if p["in"] == "query"}
+
+    assert query(items, "get") == set(ItemListParams.__annotations__)
+    assert query(items, "post") == {"include"}
+    assert query(items + "/{item_id}", "get") == \
+        set(ItemRetrieveParams.__annotations__) - {"conversation_id"}

@@ -74,7 +74,6 @@ def test_an_assistants_refusal_sent_back_reads_as_its_words() -> None:
 
 
 @pytest.mark.parametrize(("fields", "param", "words"), [
-    ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
     ({"metadata": {"k" * 65: "v"}}, "metadata", "at most 16 pairs"),
     ({"background": True, "store": False}, "store", "kept"),
     ({"max_tool_calls": 0}, "max_tool_calls", "not supported"),  # 0 == False: not unset
