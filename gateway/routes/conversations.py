@@ -90,7 +90,7 @@ async def delete_conversation(conversation_id: str, request: Request,
 
 
 @router.post("/conversations/{conversation_id}/items", response_model=ConversationItemList,
-              response_model_exclude_none=True)
+              response_model_exclude_unset=True)
 async def add_items(conversation_id: str, body: ItemsCreate, request: Request,
                     tenant: TenantDep, include: Included) -> dict:
     """The items added at its end, as kept (each with its id)."""
@@ -104,7 +104,7 @@ async def add_items(conversation_id: str, body: ItemsCreate, request: Request,
 
 
 @router.get("/conversations/{conversation_id}/items", response_model=ConversationItemList,
-              response_model_exclude_none=True)
+              response_model_exclude_unset=True)
 async def list_items(conversation_id: str, request: Request, tenant: TenantDep,
                      include: Included, after: str | None = None,
                      limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -118,7 +118,7 @@ async def list_items(conversation_id: str, request: Request, tenant: TenantDep,
 
 
 @router.get("/conversations/{conversation_id}/items/{item_id}", response_model=InputItem,
-              response_model_exclude_none=True)
+              response_model_exclude_unset=True)
 async def get_item(conversation_id: str, item_id: str, request: Request, tenant: TenantDep,
                    include: Included) -> dict:
     conversations = request.app.state.conversations
