@@ -68,14 +68,17 @@ async def extend(manager: ManagerClient, tenant: Tenant, conversation_id: str,
 
 
 async def went_on(manager: ManagerClient, tenant: Tenant, conversation_id: str | None,
-                  response: dict[str, Any], sent: list) -> None:
-    """A done response's input (`sent`) and output added to the conversation it went on in,
-    if any; one that cannot be added (the conversation deleted meanwhile, the tenant's quota)
-    is logged, not the request's failure."""
+                  response: dict[str, Any], sent: list) -> bool | None:
+    """Whether a done response's input (`sent`) and output were added to the conversation it
+    went on in (None: it went on in none, or is not done); one that cannot be added (the
+    conversation deleted meanwhile, the tenant's quota) is logged, not the request's
+    failure."""
     if conversation_id is None or response["status"] not in DONE:
-        return
+        return None
     try:
         await extend(manager, tenant, conversation_id, [*new_items(sent), *response["output"]])
     except APIError as exc:
         log.warning("response %s was not added to conversation %s: %s", response["id"],
                     conversation_id, exc.message)
+        return False
+    return True

@@ -49,6 +49,10 @@ class Metrics:
         self.stored_chats = Counter("symbiosis_stored_chat_completions", "Chat completions "
                                     "asked to be kept (`store`), kept or not", ["tenant", "kept"],
                                     registry=r)
+        self.turns = Counter("symbiosis_conversation_turns", "Responses done in a "
+                             "conversation, their input and output added to it or not (the "
+                             "conversation deleted meanwhile, the quota)", ["tenant", "added"],
+                             registry=r)
         self.batch_requests = Counter("symbiosis_batch_requests", "Batch requests answered, by "
                                       "the endpoint's status", ["tenant", "status"], registry=r)
         self.background = Counter("symbiosis_background_responses", "Background responses "

@@ -107,7 +107,9 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
 
     async def settle(answer: dict) -> dict:
         made = answer.get("response", answer)  # a stream's last event carries it
-        await went_on(state.manager, tenant, talk, made, input_items(body))  # before it shows
+        added = await went_on(state.manager, tenant, talk, made, input_items(body))
+        if added is not None:  # (before the answer shows)
+            state.metrics.turns.labels(tenant.id, str(added).lower()).inc()
         if run is not None:
             await stored.settle(state.manager, tenant.id, made)
         elif made["store"]:

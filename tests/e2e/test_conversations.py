@@ -7,10 +7,11 @@ tenant's alone, and one with previous_response_id is refused."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import Deployment
+from tests.e2e.conftest import OPERATOR, Deployment
 from tests.e2e.test_background import polled
 
 pytestmark = pytest.mark.slow
@@ -109,3 +110,6 @@ def test_the_sdks_item_calls_and_a_conversations_bounds(deployment: Deployment) 
         client.responses.create(input="Hi.", conversation=talk.id, **ASK)
     with pytest.raises(openai.NotFoundError):
         client.conversations.items.list(talk.id)
+    metrics = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR,
+                        timeout=30).text
+    assert 'symbiosis_conversation_turns_total{added="true",tenant="acme"}' in metrics

@@ -2,7 +2,8 @@
 keeps its first items and those added later in order, each with an id of its own, as OpenAI's
 Conversations API lists them; its items are paged, read and deleted one by one; its metadata is
 replaced; it is its tenant's alone until deleted; what the routes cannot read is an
-OpenAI-shaped 400 or 404, and a conversation past the storage quota a 403."""
+OpenAI-shaped 400 or 404, and a conversation past the storage quota a 403. A done response's
+turn is added to its conversation; one the conversation cannot take is not a failure."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import re
 
 import pytest
 
+from gateway.conversations import went_on
 from gateway.settings import GatewaySettings
+from gateway.tenants import Tenant
+from openapi.responses import MessageItem
 from tests.gateway.conftest import KEY, serving
 from tests.gateway.test_validation import assert_openai_error
 
@@ -153,3 +157,26 @@ def test_a_conversation_past_the_storage_quota_is_a_403(tmp_path) -> None:
         kept = client.app.state.conversations.items(made["id"], "acme")
         assert client.get("/dashboard/api/usage", headers=KEY).json()["storage"][
             "used_bytes"] == len("{}") + sum(len(json.dumps(item)) for item in kept)
+
+
+def test_a_done_response_adds_its_turn_and_one_that_cannot_is_not_a_failure(talk) -> None:
+    client, made = talk
+    output = {"type": "message", "id": f"msg_{'e' * 32}", "status": "completed",
+              "role": "assistant", "content": [{"type": "output_text", "text": "Rain."}]}
+    response = {"id": f"resp_{'f' * 32}", "status": "incomplete", "output": [output]}
+    sent = [MessageItem(role="user", content="And tomorrow?", id="msg_mine")]
+
+    def go_on(conversation: str | None, status: str = "incomplete") -> bool | None:
+        return client.portal.call(went_on, client.app.state.manager, Tenant("acme"),
+                                  conversation, {**response, "status": status}, sent)
+
+    assert go_on(made["id"]) is True
+    items = client.app.state.conversations.items(made["id"], "acme")
+    assert without_ids(items[-2:-1]) == [{"type": "message", "role": "user", "status":
+                                          "completed", "content": [
+                                              {"type": "input_text", "text": "And tomorrow?"}]}]
+    assert items[-1] == output  # the output item as answered, its id kept
+    assert go_on(made["id"], "failed") is None and go_on(None) is None
+    assert len(client.app.state.conversations.items(made["id"], "acme")) == len(FIRST) + 2
+    assert client.delete(f"/v1/conversations/{made['id']}", headers=KEY).status_code == 200
+    assert go_on(made["id"]) is False
