@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from state.db import Database
+
 SQLITE_FULL = 13
 FILE_MODE, DIR_MODE = 0o600, 0o700
 RESERVE_BYTES = 2**20
@@ -103,11 +105,25 @@ def delete_freeing_space(forget: Callable[[], None], remove: Callable[[], None],
     reserve.restore()
 
 
+def delete_rows(db: Database, sql: str, params: tuple, reserve: Reserve) -> int:
+    """The rows one DELETE (`sql`) selects, deleted even when a full disk leaves SQLite no room
+    to (the reserve given up); how many."""
+    count = 0
+
+    def forget() -> None:
+        nonlocal count
+        with db.transaction() as conn:
+            count = conn.execute(sql, params).rowcount
+
+    delete_freeing_space(forget, lambda: None, reserve)
+    return count
+
 
 def file_sha256(path: Path | str) -> str:
     """The SHA-256 of a file's bytes, read in chunks (files can be as large as uploads)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
 
 def private_files() -> None:
     """Files this process creates from now on are its user's alone (0600, directories 0700):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from state.chat_completions import CHAT_ID, RETENTION_S, ChatReader
-from state.storage import Reserve, delete_freeing_space
+from state.storage import Reserve, delete_rows
 from wire.store import METADATA_RULE, metadata_ok
 from workers.manager.response_store import InvalidRecord
 
@@ -52,23 +52,13 @@ class ChatStore(ChatReader):
                                                tenant)).rowcount > 0
 
     def delete(self, chat_id: str, tenant: str) -> bool:
-        return self._deleted("DELETE FROM chat_completions WHERE id = ? AND tenant = ?",
-                             (chat_id, tenant)) > 0
+        return delete_rows(self.db, "DELETE FROM chat_completions WHERE id = ? AND tenant = ?",
+                           (chat_id, tenant), self.reserve) > 0
 
     def expire(self, now: int) -> int:
         """Those past their retention deleted; how many."""
-        return self._deleted("DELETE FROM chat_completions WHERE expires_at <= ?", (now,))
-
-    def _deleted(self, sql: str, params: tuple) -> int:
-        count = 0
-
-        def forget() -> None:
-            nonlocal count
-            with self.db.transaction() as conn:
-                count = conn.execute(sql, params).rowcount
-
-        delete_freeing_space(forget, lambda: None, self.reserve)
-        return count
+        return delete_rows(self.db, "DELETE FROM chat_completions WHERE expires_at <= ?", (now,),
+                           self.reserve)
 
 
 def _checked(record: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from state.conversations import CONVERSATION_ID, ConversationReader
-from state.storage import Reserve, delete_freeing_space
+from state.storage import Reserve, delete_rows
 from wire.store import METADATA_RULE, metadata_ok
 from workers.manager.response_store import InvalidRecord
 
@@ -70,8 +70,8 @@ class ConversationStore(ConversationReader):
 
     def delete(self, conversation_id: str, tenant: str) -> bool:
         """The tenant's conversation with its items; whether there was one."""
-        return self._deleted("DELETE FROM conversations WHERE id = ? AND tenant = ?",
-                             (conversation_id, tenant))
+        return delete_rows(self.db, "DELETE FROM conversations WHERE id = ? AND tenant = ?",
+                           (conversation_id, tenant), self.reserve) > 0
 
     def delete_item(self, tenant: str, record: str) -> bool | None:
         """The item the record (JSON: `conversation`, `item`) names deleted; None if there is
@@ -80,19 +80,9 @@ class ConversationStore(ConversationReader):
         with self.db.transaction() as conn:
             if not _owned(conn, made.get("conversation"), tenant):
                 return None
-        return self._deleted("DELETE FROM conversation_items WHERE conversation = ? AND id = ?",
-                             (made["conversation"], str(made.get("item"))))
-
-    def _deleted(self, sql: str, params: tuple) -> bool:
-        count = 0
-
-        def forget() -> None:
-            nonlocal count
-            with self.db.transaction() as conn:
-                count = conn.execute(sql, params).rowcount
-
-        delete_freeing_space(forget, lambda: None, self.reserve)
-        return count > 0
+        return delete_rows(self.db, "DELETE FROM conversation_items WHERE conversation = ? AND "
+                           "id = ?", (made["conversation"], str(made.get("item"))),
+                           self.reserve) > 0
 
 
 def _owned(conn: sqlite3.Connection, conversation_id: object, tenant: str) -> bool:
