@@ -1,9 +1,10 @@
 """Conversations through real processes with the official openai SDK: a response that goes on
 in a conversation reads its items first (the same answer and token count as the whole history
-sent as input) and adds its input and output to it (streamed, stored or not, in the background;
-before the client has the answer), logprobs read back only when included; the SDK's calls
-create, page, read, tag and delete conversations and their items; a conversation is its
-tenant's alone, and one with previous_response_id is refused."""
+sent as input, and as previous_response_id naming its predecessor there) and adds its input
+and output to it (streamed, stored or not, in the background; before the client has the
+answer), logprobs read back only when included; the SDK's calls create, page, read, tag and
+delete conversations and their items; a conversation is its tenant's alone, and one with
+previous_response_id is refused."""
 
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def test_a_response_goes_on_in_a_conversation_and_adds_its_turn(
 
     going_on = {"input": "Again.", "conversation": {"id": talk.id}}
     counted = client.responses.input_tokens.count(model="acme/lora-a", **going_on)
+    assert counted.input_tokens == client.responses.input_tokens.count(
+        model="acme/lora-a", input="Again.", previous_response_id=first.id).input_tokens
     chunks = list(client.responses.create(stream=True, store=False, **going_on, **ASK))
     done = chunks[-1].response
     assert done.usage.input_tokens == counted.input_tokens == client.responses.create(
