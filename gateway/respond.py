@@ -55,7 +55,7 @@ def as_chat(body: ResponseRequest, earlier: list[dict] | None = None) -> ChatCom
     check_metadata(body.metadata)
     before = ITEMS.validate_python(earlier or [])
     items = [*before, *input_items(body)]
-    _check_calls(items, len(before))
+    _check_calls(items, len(before), "input" if body.conversation is None else "conversation")
     _check_words(items, len(before))
     chat = {"model": body.model, "messages": _messages(body.instructions, items),
             "max_completion_tokens": body.max_output_tokens, "temperature": body.temperature,
@@ -183,15 +183,15 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
                        "invalid_request", "store")
 
 
-def _check_calls(items: list, earlier: int) -> None:
+def _check_calls(items: list, earlier: int, source: str) -> None:
     """Each function call has its own call_id, and the outputs of a run of calls follow it,
     one for each call, before anything else (the first `earlier` items came from
-    previous_response_id: a fault there is named `input`)."""
+    previous_response_id or the conversation, `source`: a fault there is named so)."""
     open_calls: dict[str, int] = {}
     seen: set[str] = set()
 
     def at(j: int, field: str = "") -> str:
-        return f"input.{j - earlier}{field}" if j >= earlier else "input"
+        return f"input.{j - earlier}{field}" if j >= earlier else source
 
     for j, item in enumerate(items):
         if isinstance(item, FunctionCallOutputItem):

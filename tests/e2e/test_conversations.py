@@ -95,6 +95,7 @@ def test_the_sdks_item_calls_and_a_conversations_bounds(deployment: Deployment) 
     with pytest.raises(openai.BadRequestError) as unanswered:  # the call's output is gone
         client.responses.create(input="And now?", conversation=talk.id, **ASK)
     assert "No tool output found for function call c1" in unanswered.value.body["message"]
+    assert unanswered.value.body["param"] == "conversation"  # where the fault is
 
     tagged = client.conversations.update(talk.id, metadata={"n": "1"})
     assert tagged.metadata == {"n": "1"}
