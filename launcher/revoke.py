@@ -2,8 +2,8 @@
 progress stops: its unfinished fine-tuning jobs, running batches and pending background
 responses are cancelled, through the
 running worker manager (a running job's trainer saves a checkpoint and stops first) or, with
-none running, as the data dir's writer. Its files, models, stored responses and chat
-completions stay (a tenant created again under the same name finds them)."""
+none running, as the data dir's writer. Its files, models, stored responses, chat completions
+and conversations stay (a tenant created again under the same name finds them)."""
 
 from __future__ import annotations
 
