@@ -109,7 +109,7 @@ def test_parse_returns_a_validated_object_at_once_and_streamed(deployment: Deplo
 
 def test_what_is_not_served_is_refused_by_name(deployment: Deployment) -> None:
     client = deployment.client("acme")
-    for fields, param in (({"conversation": "conv_x"}, "conversation"),
+    for fields, param in (({"reasoning": {"effort": "low"}}, "reasoning"),
                           ({"input": [{"type": "function_call_output", "call_id": "c",
                                        "output": "sunny"}]}, "input.0.call_id"),
                           ({"tools": [{"type": "web_search"}]}, "tools.0.type")):
