@@ -38,8 +38,6 @@ class ConversationStore(ConversationReader):
         metadata = json.dumps(made["metadata"])
         fits(len(metadata.encode()) + sum(len(text.encode()) for _, text in items))
         with self.db.transaction() as conn:
-            if conn.execute("SELECT 1 FROM conversations WHERE id = ?", (made["id"],)).fetchone():
-                raise InvalidRecord("a conversation of that id is kept already")
             conn.execute("INSERT INTO conversations (id, tenant, created_at, metadata) VALUES "
                          "(?, ?, ?, ?)", (made["id"], tenant, made["created_at"], metadata))
             _append(conn, made["id"], items)
@@ -94,12 +92,9 @@ def _append(conn: sqlite3.Connection, conversation_id: str, items: list[tuple[st
         -> None:
     last, = conn.execute("SELECT COALESCE(MAX(seq), -1) FROM conversation_items WHERE "
                          "conversation = ?", (conversation_id,)).fetchone()
-    try:
-        conn.executemany("INSERT INTO conversation_items (conversation, seq, id, item) VALUES "
-                         "(?, ?, ?, ?)", [(conversation_id, last + 1 + k, item_id, text)
-                                          for k, (item_id, text) in enumerate(items)])
-    except sqlite3.IntegrityError:  # (a command sent again)
-        raise InvalidRecord("an item of that id is in the conversation already") from None
+    conn.executemany("INSERT INTO conversation_items (conversation, seq, id, item) VALUES "
+                     "(?, ?, ?, ?)", [(conversation_id, last + 1 + k, item_id, text)
+                                      for k, (item_id, text) in enumerate(items)])
 
 
 def _json(record: str, what: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Stored chat completions at the manager's desk, with its real stores on a data dir: kept with
 their messages and metadata, listed by creation (either way, a page at a time past a cursor)
 and filtered by model and metadata pairs; tagged anew, deleted, expired; each tenant's alone,
-counted in its storage quota; a malformed record is refused with nothing kept."""
+counted in its storage quota; a malformed record, or one sent again, is refused with nothing
+kept."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_tagged_anew_deleted_and_expired_each_for_its_tenant_alone(records) -> N
     assert records.db.query("SELECT COUNT(*) FROM chat_completions")[0][0] == 0
 
 
-def test_a_completion_past_the_quota_or_malformed_is_refused_with_nothing_kept(records) -> None:
+def test_a_completion_past_the_quota_malformed_or_again_is_refused_nothing_kept(records) -> None:
     refused = keep(records, 1, quota=100)
     assert (refused.status, refused.code) == (403, "storage_quota_exceeded")
     assert "chat completion" in refused.message
@@ -113,3 +114,7 @@ def test_a_completion_past_the_quota_or_malformed_is_refused_with_nothing_kept(r
         assert (answer.status, answer.code) == (400, "invalid_record")
     assert act(records, StoreAction.ADD_CHAT, record="not json").status == 400
     assert listed(records) == ([], False)
+    assert keep(records, 5, metadata={"n": "1"}).ok
+    again = keep(records, 5, metadata={"n": "2"})  # a command sent again
+    assert (again.status, again.code) == (409, "already_exists")
+    assert records.chats.get(chat_id(5), "acme").metadata == {"n": "1"}

@@ -1,7 +1,8 @@
 """Conversations at the manager's desk, with its real stores on a data dir: a conversation is
 kept with its metadata and first items, items are added at its end in order, read a page at a
 time either way past a cursor, deleted one by one or with the conversation; each tenant's
-alone, counted in its storage quota; a malformed record is refused with nothing kept."""
+alone, counted in its storage quota; a malformed record, or one sent again, is refused with
+nothing kept."""
 
 from __future__ import annotations
 
@@ -110,9 +111,6 @@ def test_the_quota_counts_its_metadata_and_items(records, tmp_path) -> None:
     (StoreAction.ADD_ITEMS, json.dumps({"conversation": CONV,
                                         "items": [{**message(5), "type": "reasoning"}]})),
     (StoreAction.ADD_ITEMS, json.dumps({"conversation": CONV, "items": [7]})),
-    (StoreAction.ADD_ITEMS, json.dumps({"conversation": CONV, "items": [message(0)]})),
-    (StoreAction.ADD_CONVERSATION, json.dumps({"id": CONV, "created_at": 1, "metadata": {},
-                                               "items": []})),
     (StoreAction.TAG_CONVERSATION, json.dumps({"id": CONV, "metadata": None})),
     (StoreAction.DELETE_ITEM, json.dumps([CONV])),
 ])
@@ -122,3 +120,11 @@ def test_a_malformed_record_is_refused_with_nothing_kept(records, action, record
     assert (answer.status, answer.code) == (400, "invalid_record"), answer.message
     assert records.conversations.items(CONV, "acme") == [message(0)]
     assert records.conversations.get(CONV, "acme").metadata == {"topic": "t"}
+
+
+def test_a_command_sent_again_is_a_409_with_nothing_changed(records) -> None:
+    create(records, items=[message(0)])
+    for again in (create(records, items=[message(5)]), extend(records, [message(0)]),
+                  extend(records, [message(6), message(0)])):
+        assert (again.status, again.code) == (409, "already_exists")
+    assert records.conversations.items(CONV, "acme") == [message(0)]
