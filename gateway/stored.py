@@ -90,13 +90,16 @@ async def settle(manager: ManagerClient, tenant: str, response: dict[str, Any]) 
 
 def stored_item(item: Any, fresh: bool = False) -> dict[str, Any]:
     """An input item as kept and listed: with an id (the one it came with, unless `fresh`) and
-    a status, a message's text as parts."""
+    a status, a message's text as parts (an assistant's text with its annotations, none)."""
     made = item.model_dump(exclude_none=True)
     if isinstance(item, MessageItem):
         prefix = "msg"
         if isinstance(item.content, str):
             kind = "output_text" if item.role == "assistant" else "input_text"
             made["content"] = [{"type": kind, "text": item.content}]
+        for part in made["content"]:
+            if part["type"] == "output_text":
+                part.setdefault("annotations", [])
     else:
         prefix = "fc" if isinstance(item, FunctionCallItem) else "fco"
     made["id"] = item_id(prefix) if fresh else made.get("id") or item_id(prefix)

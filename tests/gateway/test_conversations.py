@@ -1,9 +1,10 @@
 """Conversations, the gateway's side, with the manager's real records behind it: a conversation
 keeps its first items and those added later in order, each with an id of its own, as OpenAI's
-Conversations API lists them; its items are paged, read and deleted one by one; its metadata is
-replaced; it is its tenant's alone until deleted; what the routes cannot read is an
-OpenAI-shaped 400 or 404, and a conversation past the storage quota a 403. A done response's
-turn is added to its conversation; one the conversation cannot take is not a failure."""
+Conversations API lists them (each answer as the official SDK's types have it); its items are
+paged, read and deleted one by one; its metadata is replaced; it is its tenant's alone until
+deleted; what the routes cannot read is an OpenAI-shaped 400 or 404, and a conversation past
+the storage quota a 403. A done response's turn is added to its conversation; one the
+conversation cannot take is not a failure."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import json
 import re
 
 import pytest
+from openai.types.conversations.conversation import Conversation
+from openai.types.conversations.conversation_deleted_resource import ConversationDeletedResource
+from openai.types.conversations.conversation_item import ConversationItem
+from openai.types.conversations.conversation_item_list import ConversationItemList
+from pydantic import TypeAdapter
 
 from gateway.conversations import went_on
 from gateway.settings import GatewaySettings
@@ -34,7 +40,13 @@ KEPT = [{"type": "message", "role": "user", "status": "completed",
         {"type": "function_call_output", "call_id": "c1", "output": "sunny",
          "status": "completed"},
         {"type": "message", "role": "assistant", "status": "completed", "content": [
-            {"type": "output_text", "text": "Sunny.", "logprobs": []}]}]
+            {"type": "output_text", "text": "Sunny.", "logprobs": [], "annotations": []}]}]
+
+
+def as_the_sdk_reads(made: dict, kind) -> dict:
+    """`made` after checking it against the official SDK's own type for it, strictly."""
+    TypeAdapter(kind).validate_python(made)
+    return made
 
 
 def without_ids(items: list[dict]) -> list[dict]:
@@ -53,10 +65,12 @@ def talk(managed):
 
 def test_a_conversation_keeps_its_items_in_order_each_with_an_id_of_its_own(talk) -> None:
     client, made = talk
+    as_the_sdk_reads(made, Conversation)
     assert made["object"] == "conversation" and made["metadata"] == {"topic": "weather"}
     assert re.fullmatch(r"conv_[0-9a-f]{32}", made["id"])
     assert client.get(f"/v1/conversations/{made['id']}", headers=KEY).json() == made
-    items = client.get(f"/v1/conversations/{made['id']}/items", headers=KEY).json()
+    items = as_the_sdk_reads(client.get(f"/v1/conversations/{made['id']}/items",
+                                        headers=KEY).json(), ConversationItemList)
     assert without_ids(items["data"]) == KEPT[::-1]  # the last first, by default
     assert items["data"][-1]["id"] != "msg_mine"  # an id sent is not the item's
     listed = client.get(f"/v1/conversations/{made['id']}/items?order=asc&include="
@@ -86,7 +100,8 @@ def test_items_are_paged_read_and_deleted_one_by_one(talk) -> None:
     back = client.get(f"{url}?limit=2&after={every[2]}", headers=KEY).json()
     assert [i["id"] for i in back["data"]] == every[1::-1] and not back["has_more"]
 
-    one = client.get(f"{url}/{every[1]}", headers=KEY).json()
+    one = as_the_sdk_reads(client.get(f"{url}/{every[1]}", headers=KEY).json(),
+                           ConversationItem)
     assert without_ids([one]) == [KEPT[1]]
     assert client.delete(f"{url}/{every[1]}", headers=KEY).json() == made
     assert [i["id"] for i in client.get(f"{url}?order=asc", headers=KEY).json()["data"]] == \
@@ -112,7 +127,8 @@ def test_metadata_is_replaced_and_a_deleted_conversation_is_gone(talk) -> None:
                     lambda: client.delete(url, headers=BETA)):
         error = assert_openai_error(request(), 404)
         assert (error["code"], error["param"]) == ("conversation_not_found", "conversation_id")
-    assert client.delete(url, headers=KEY).json() == \
+    assert as_the_sdk_reads(client.delete(url, headers=KEY).json(),
+                            ConversationDeletedResource) == \
         {"id": made["id"], "object": "conversation.deleted", "deleted": True}
     for request in (lambda: client.get(url, headers=KEY),
                     lambda: client.get(f"{url}/items", headers=KEY),

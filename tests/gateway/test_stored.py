@@ -33,7 +33,7 @@ def test_a_response_is_kept_with_its_conversation_and_its_own_items(managed) -> 
     assert first.continued()[0]["content"] == [{"type": "input_text", "text": "Hi"}]
     message, output = stored.input_items
     assert stored.conversation == [*first.continued(), message, output]
-    assert message["content"] == [{"type": "output_text", "text": "Hello"}]
+    assert message["content"] == [{"type": "output_text", "text": "Hello", "annotations": []}]
     assert message["id"].startswith("msg_") and output["id"].startswith("fco_")
     assert message["status"] == output["status"] == "completed"
     assert client.app.state.responses.get(ID, "beta") is None
