@@ -196,3 +196,14 @@ def test_a_done_response_adds_its_turn_and_one_that_cannot_is_not_a_failure(talk
     assert len(client.app.state.conversations.items(made["id"], "acme")) == len(FIRST) + 2
     assert client.delete(f"/v1/conversations/{made['id']}", headers=KEY).status_code == 200
     assert go_on(made["id"]) is False
+
+
+@pytest.mark.parametrize("query", ["include=reasoning.encrypted_content",
+                                   "include[]=reasoning.encrypted_content"])
+def test_only_logprobs_can_be_included(talk, query: str) -> None:
+    client, made = talk
+    refused = client.get(f"/v1/conversations/{made['id']}/items?{query}", headers=KEY)
+    assert assert_openai_error(refused, 400)["param"].startswith("include")
+    sdk_form = client.get(f"/v1/conversations/{made['id']}/items?include[]="
+                          "message.output_text.logprobs", headers=KEY).json()
+    assert sdk_form["data"][0]["content"][0]["logprobs"] == FIRST[-1]["content"][0]["logprobs"]
