@@ -13,7 +13,7 @@ from openapi.responses import InputItem
 
 LOGPROBS = "message.output_text.logprobs"
 Include = list[Literal["message.output_text.logprobs"]]
-METADATA = ("at most 16 pairs, keys <= 64 and values <= 512 characters")
+METADATA = "at most 16 pairs, keys <= 64 and values <= 512 characters"
 
 
 class ConversationCreate(OpenAIBaseModel):

@@ -12,12 +12,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from gateway import respond
 from gateway.conversations import found, new_items, shown
 from gateway.deps import TenantDep
 from gateway.errors import APIError, check_metadata, documented
 from gateway.pages import page
 from gateway.records import change
-from gateway.respond import item_id
 from openapi.conversations import (
     LOGPROBS,
     Conversation,
@@ -53,7 +53,7 @@ async def create_conversation(body: ConversationCreate, request: Request,
                               tenant: TenantDep) -> dict:
     state = request.app.state
     check_metadata(body.metadata)
-    made = {"id": item_id("conv"), "created_at": int(time.time()),
+    made = {"id": respond.item_id("conv"), "created_at": int(time.time()),
             "metadata": body.metadata or {}, "items": new_items(body.items or [])}
     await change(state.manager, StoreAction.ADD_CONVERSATION, tenant.id,
                  record=json.dumps(made), quota_bytes=tenant.storage_quota())
@@ -70,7 +70,7 @@ async def get_conversation(conversation_id: str, request: Request, tenant: Tenan
 @router.post("/conversations/{conversation_id}", response_model=Conversation)
 async def update_conversation(conversation_id: str, body: ConversationUpdate, request: Request,
                               tenant: TenantDep) -> dict:
-    """Its metadata from now on (the only thing of it that can change, but its items)."""
+    """Its metadata from now on (its items change through `.../items`)."""
     state = request.app.state
     check_metadata(body.metadata)
     found(state.conversations, tenant.id, conversation_id)  # a 404 before the manager is asked
@@ -125,7 +125,7 @@ async def get_item(conversation_id: str, item_id: str, request: Request, tenant:
     found(conversations, tenant.id, conversation_id)
     item = conversations.item(conversation_id, tenant.id, item_id)
     if item is None:
-        raise _item_not_found(item_id)
+        raise APIError(404, f"Item with id '{item_id}' not found.", "item_not_found", "item_id")
     return shown(item, include)
 
 
@@ -138,7 +138,3 @@ async def delete_item(conversation_id: str, item_id: str, request: Request,
     await change(state.manager, StoreAction.DELETE_ITEM, tenant.id, param="item_id",
                  record=json.dumps({"conversation": conversation_id, "item": item_id}))
     return found(state.conversations, tenant.id, conversation_id).shown()
-
-
-def _item_not_found(item_id: str) -> APIError:
-    return APIError(404, f"Item with id '{item_id}' not found.", "item_not_found", "item_id")
