@@ -151,7 +151,8 @@ def worker_messages(body: ChatCompletionRequest) -> list[W.ChatMessage]:
     if body.tools:
         tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools]
         if messages and messages[0].role == "system":
-            messages[0] = W.ChatMessage("system", with_tools(messages[0].content, tools))
+            messages[0] = W.ChatMessage("system", with_tools(messages[0].content, tools),
+                                        messages[0].name)
         else:
             messages.insert(0, W.ChatMessage("system", with_tools(None, tools)))
     return messages
@@ -164,7 +165,7 @@ def _render(message: ChatMessage) -> W.ChatMessage:
         return W.ChatMessage("tool", tool_response(text))
     calls = [sent_call_text(c.function.name, c.function.arguments)
              for c in message.tool_calls or []]
-    return W.ChatMessage(role, calls_message(text, calls) if calls else text)
+    return W.ChatMessage(role, calls_message(text, calls) if calls else text, message.name or "")
 
 
 def parse_calls(text: str, names: set[str], cut: bool = False) -> list[ToolCall] | None:

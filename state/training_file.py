@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from state.training_tools import BadTools, assistant_text, check_calls, tools_of
 from wire.hermes import tool_response, with_tools
@@ -26,6 +26,7 @@ class Turn:
     role: str
     text: str
     weight: int = 1  # 0: not learned from (assistant messages)
+    name: str = ""  # the participant's, where the example names one (a template may show it)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _chat(record: dict) -> Chat:
                       "chat")
     if tools:  # listed in the system message, as a served request's tools are
         if turns[0].role in ("system", "developer"):
-            turns[0] = Turn(turns[0].role, with_tools(turns[0].text, tools))
+            turns[0] = replace(turns[0], text=with_tools(turns[0].text, tools))
         else:
             turns.insert(0, Turn("system", with_tools(None, tools)))
     return Chat(tuple(turns))
@@ -144,9 +145,12 @@ def _turn(i: int, message: object) -> Turn:
         text = assistant_text(i, message, text)
     if text is None:
         raise BadLine(f"message {i} has no text content", "chat")
-    if role in ("tool", "function"):  # a result, as the model reads it
-        role, text = "tool", tool_response(text)
-    return Turn(role, text, int(message.get("weight", 1)))
+    if role in ("tool", "function"):  # a result, as the model reads it (a function's name
+        return Turn("tool", tool_response(text))  # is the call's, not a participant's)
+    name = message.get("name", "")
+    if not isinstance(name, str):
+        raise BadLine(f"message {i} has a name that is not a string", "chat")
+    return Turn(role, text, int(message.get("weight", 1)), name)
 
 
 def _prompt_completion(record: dict) -> PromptCompletion:

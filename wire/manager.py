@@ -53,6 +53,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
 class ChatMessage(msgspec.Struct, array_like=True):
     role: str
     content: str
+    name: str = ""  # the participant's, where the client named one (a template may show it)
 
 
 class AdapterRef(msgspec.Struct, array_like=True):

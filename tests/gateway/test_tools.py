@@ -48,6 +48,16 @@ def test_tools_calls_and_results_reach_the_prompt() -> None:
     assert messages[3].content == "<tool_response>\nsunny\n</tool_response>"
 
 
+def test_a_participants_name_goes_with_its_message() -> None:
+    body = request(tools=[TOOL], messages=[
+        {"role": "system", "content": "Be brief.", "name": "house"},
+        {"role": "user", "content": "Weather?", "name": "ann"},
+        {"role": "assistant", "content": "Sunny.", "name": "bot"},
+        {"role": "user", "content": "Thanks."}])
+    assert [(m.role, m.name) for m in worker_messages(body)] == [
+        ("system", "house"), ("user", "ann"), ("assistant", "bot"), ("user", "")]
+
+
 def test_a_call_whose_arguments_are_no_json_reaches_the_prompt_as_written() -> None:
     cut = '{"city": "Par'
     body = request(tools=[TOOL], messages=[

@@ -112,7 +112,8 @@ def prompt_ids(message: W.Generate, tokenizer: Any, limit: int | None = None) ->
     if message.prompt_ids is not None:
         return list(message.prompt_ids)
     if message.messages is not None:
-        chat = [{"role": m.role, "content": m.content} for m in message.messages]
+        chat = [{"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
+                for m in message.messages]
         ids = _chat_ids(chat, tokenizer)
         params, first = message.params, int(bool(chat) and chat[0]["role"] == "system")
         need = 1 if params.fit or params.max_tokens is None else params.max_tokens

@@ -75,8 +75,8 @@ def _render(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> li
 
 
 def chat_example(turns: tuple[Turn, ...], tokenizer: Any) -> tuple[list[int], list[int]]:
-    chat = [{"role": "system" if t.role == "developer" else t.role, "content": t.text}
-            for t in turns]
+    chat = [{"role": "system" if t.role == "developer" else t.role, "content": t.text,
+             **({"name": t.name} if t.name else {})} for t in turns]
     ids = _render(tokenizer, chat, False)
     labels = [IGNORE] * len(ids)
     for i, turn in enumerate(turns):

@@ -1,6 +1,7 @@
 """A worker's prompt from a chat: with `truncate`, the fewest earliest messages dropped that let
 it fit (counted with the model's own chat template), a first system message and the last
-message always kept; without it, the whole chat (the engine then refuses what does not fit)."""
+message always kept; without it, the whole chat (the engine then refuses what does not fit). A
+participant's name reaches the template, which shows it where it has a place for it."""
 
 from __future__ import annotations
 
@@ -49,3 +50,20 @@ def test_a_last_message_too_long_alone_stays_whole() -> None:
     last = W.ChatMessage("user", "word " * 200)
     messages = [W.ChatMessage("system", "Be brief."), W.ChatMessage("user", "Hi"), last]
     assert prompt_ids(generate(messages, True), TOKENIZER, 50) == chat_ids([messages[0], last])
+
+
+def test_a_participants_name_reaches_the_chat_template() -> None:
+    named = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    named.chat_template = (  # a template that shows names (the built-in ones have no place)
+        "{% for m in messages %}{{ m['role'] }}{% if m.name %} ({{ m.name }}){% endif %}: "
+        "{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+    messages = [W.ChatMessage("user", "Hi.", "ann"), W.ChatMessage("assistant", "Hello."),
+                W.ChatMessage("user", "Hi again.", "bob")]
+    as_sent = [{"role": "user", "content": "Hi.", "name": "ann"},
+               {"role": "assistant", "content": "Hello."},
+               {"role": "user", "content": "Hi again.", "name": "bob"}]
+    made = prompt_ids(generate(messages, False), named)
+    assert made == list(named.apply_chat_template(as_sent, add_generation_prompt=True,
+                                                  tokenize=True, return_dict=False))
+    assert named.decode(made).startswith("user (ann): Hi.\nassistant: Hello.\nuser (bob):")
+    assert prompt_ids(generate(messages, False), TOKENIZER) == chat_ids(messages)  # no place

@@ -1,7 +1,8 @@
 """Fine-tuning on tool calls: an example's tools, calls and results become the very text the
 gateway sends a worker for the same conversation (so a model is tuned on what it is served),
-its calls are learned like assistant text, and the deprecated function-calling form reads the
-same; a malformed call is refused naming its message."""
+its calls are learned like assistant text, a participant's name goes with its message as
+served, and the deprecated function-calling form reads the same; a malformed call is refused
+naming its message."""
 
 from __future__ import annotations
 
@@ -48,6 +49,30 @@ def test_an_example_reads_as_the_same_conversation_is_served(system: bool) -> No
     turns = trained({"messages": messages, "tools": [WEATHER], "parallel_tool_calls": False})
     assert turns == served(messages, [WEATHER])
     assert "<tool_call>" in turns[-3][1] and "get_weather" in turns[0][1]
+
+
+def test_a_participants_name_reads_as_served_and_reaches_the_template() -> None:
+    messages = [{"role": "system", "content": "Be brief.", "name": "house"},
+                {"role": "user", "content": "Hi.", "name": "ann"},
+                {"role": "assistant", "content": "Hello.", "name": "bot"},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {"role": "assistant", "content": "Sunny."}]
+    request = ChatCompletionRequest.model_validate({"model": "m", "messages": messages,
+                                                    "tools": [WEATHER]})
+    turns = parse(json.dumps({"messages": messages, "tools": [WEATHER]})).turns
+    assert [(t.role, t.text, t.name) for t in turns] == \
+        [(m.role, m.content, m.name) for m in worker_messages(request)]
+    named = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
+    named.chat_template = (  # a template that shows names (the built-in ones have no place)
+        "{% for m in messages %}{{ m['role'] }}{% if m.name %} ({{ m.name }}){% endif %}: "
+        "{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+    ids, _ = chat_example(turns, named)
+    assert named.decode(ids).startswith("system (house): Be brief.")
+    assert "\nuser (ann): Hi.\nassistant (bot): Hello.\nuser: Weather?\n" in named.decode(ids)
+    with pytest.raises(BadLine, match="name that is not a string"):
+        parse(json.dumps({"messages": [{**messages[1], "name": 7}, messages[2]]}))
 
 
 def test_the_deprecated_function_calling_form_reads_the_same() -> None:
