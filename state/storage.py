@@ -106,8 +106,8 @@ def delete_freeing_space(forget: Callable[[], None], remove: Callable[[], None],
 
 
 def delete_rows(db: Database, sql: str, params: tuple, reserve: Reserve) -> int:
-    """The rows one DELETE (`sql`) selects, deleted even when a full disk leaves SQLite no room
-    to (the reserve given up); how many."""
+    """The rows one DELETE (`sql`) selects deleted, on a full disk too (`delete_freeing_space`:
+    the reserve given up for SQLite's room); how many."""
     count = 0
 
     def forget() -> None:

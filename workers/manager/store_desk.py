@@ -79,7 +79,8 @@ class StoreDesk:
         except VersionError as exc:
             code = "model_not_found" if exc.status == 404 else "invalid_version"
             return _answer(command, exc.status, code, str(exc))
-        except sqlite3.IntegrityError:  # a command sent again: what it makes is there
+        except sqlite3.IntegrityError as exc:  # a command sent again: what it makes is there
+            log.warning("store command %s refused: %s", command.action, exc)
             return _answer(command, 409, "already_exists", "A record of that id is kept "
                            "already; nothing was changed.")
         except (OSError, sqlite3.Error) as exc:
