@@ -48,10 +48,10 @@ class ConversationStore(ConversationReader):
         tenant's conversation; whether there was one."""
         made = _json(record, "items for a conversation")
         items = _items(made.get("items"))
-        fits(sum(len(text.encode()) for _, text in items))
         with self.db.transaction() as conn:
             if not _owned(conn, made.get("conversation"), tenant):
                 return False
+            fits(sum(len(text.encode()) for _, text in items))
             _append(conn, made["conversation"], items)
         return True
 

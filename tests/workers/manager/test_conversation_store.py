@@ -95,6 +95,9 @@ def test_the_quota_counts_its_metadata_and_items(records, tmp_path) -> None:
     refused = extend(records, [message(1)], quota=used + 10)
     assert (refused.status, refused.code) == (403, "storage_quota_exceeded")
     assert extend(records, [message(1)], quota=2 * used).ok
+    gone = act(records, StoreAction.ADD_ITEMS, quota_bytes=1, record=json.dumps(
+        {"conversation": f"conv_{'e' * 32}", "items": [message(7)]}))
+    assert gone.status == 404  # no such conversation: said before any quota
     other = create(records, "acme", quota=used, conversation=f"conv_{'d' * 32}")
     assert other.status == 403 and records.conversations.get(f"conv_{'d' * 32}", "acme") is None
 
