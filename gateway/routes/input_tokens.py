@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from gateway.conversations import joined
 from gateway.deps import TenantDep
-from gateway.errors import APIError, documented, unsupported_parameter
+from gateway.errors import documented, unsupported_parameter
 from gateway.generation import admit
-from gateway.respond import as_chat, renamed
-from gateway.routes.chat import prepared
+from gateway.routes import responses
 from gateway.serving import Target
-from gateway.stored import previous
 from openapi.input_tokens import InputTokenCount, InputTokensRequest
 from openapi.responses import ResponseRequest
 
@@ -29,19 +26,12 @@ async def count_input_tokens(body: InputTokensRequest, request: Request,
     if body.personality is not None:
         raise unsupported_parameter("personality", "the models served here have no "
                                     "personality presets")
-    asked = ResponseRequest.model_construct(**{
+    as_response = ResponseRequest.model_construct(**{
         **{name: getattr(body, name) for name in InputTokensRequest.model_fields
            if name != "personality"},
         "input": body.input if body.input is not None else []})
-    _, said = joined(state.conversations, tenant.id, asked)
-    before = previous(state.responses, tenant.id, asked.previous_response_id)
-    chat = as_chat(asked, before.continued() if before else said)
-    try:
-        params, _, messages = prepared(chat, state.settings)
-    except APIError as refused:
-        raise renamed(refused) from None
+    *_, (params, _, messages) = responses.asked(state, tenant, as_response)
     params.max_tokens, params.count = 0, True
-    params.truncate = asked.truncation == "auto"
     admit(state, tenant)
     try:  # the base model's tokenizer and template are every adapter's: no adapter is loaded
         run = await state.serving.start(tenant, Target(state.settings.model, None),

@@ -67,14 +67,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     state = request.app.state
     run = request.scope.get(RUN)  # (id, created_at): a background response's run
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
-    talk, said = joined(state.conversations, tenant.id, body)
-    before = previous(state.responses, tenant.id, body.previous_response_id)
-    chat = as_chat(body, before.continued() if before else said)
-    try:
-        params, tools, messages = prepared(chat, state.settings)
-    except APIError as refused:
-        raise renamed(refused) from None
-    params.truncate = body.truncation == "auto"
+    talk, said, before, (params, tools, messages) = asked(state, tenant, body)
     if body.background and run is None:
         made = await _queue(request, tenant, body, before, said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
@@ -125,6 +118,22 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
                           settle=settle, failed=fail, named=run,
                           started=_started(state, tenant, body) if run else None,
                           obfuscate=obfuscation.wanted(body.stream_options))
+
+
+def asked(state, tenant: Tenant, body: ResponseRequest) -> \
+        tuple[str | None, list, StoredResponse | None, tuple]:
+    """What a response request goes on from (the conversation's id and items, or the stored
+    response) and its chat request's parameters, tools and messages (refused in the Responses
+    API's names)."""
+    talk, said = joined(state.conversations, tenant.id, body)
+    before = previous(state.responses, tenant.id, body.previous_response_id)
+    try:
+        params, tools, messages = prepared(as_chat(body, before.continued() if before else said),
+                                           state.settings)
+    except APIError as refused:
+        raise renamed(refused) from None
+    params.truncate = body.truncation == "auto"
+    return talk, said, before, (params, tools, messages)
 
 
 def _started(state, tenant: Tenant, body: ResponseRequest):
