@@ -27,6 +27,7 @@ from gateway.settings import GatewaySettings
 from gateway.slots import TenantSlots
 from gateway.tenants import TenantDirectory
 from gateway.tokens import TextTokens
+from gateway.turns import Turns
 from state.adapters import AdapterReader
 from state.batches import BatchReader
 from state.chat_completions import ChatReader
@@ -58,6 +59,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.responses = ResponseReader(state.db)
         state.chats = ChatReader(state.db)
         state.conversations = ConversationReader(state.db)
+        state.turns = Turns()
         state.batches = BatchReader(state.db)
         state.uploads = TenantSlots(settings.max_concurrent_uploads, "uploads")
         state.sessions = Sessions(settings.dashboard_link)

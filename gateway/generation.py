@@ -63,7 +63,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    failed: Callable[[Call, APIError], Awaitable[list[dict]]] | None = None,
                    named: tuple[str, int] | None = None,
                    started: Callable[[Call], Awaitable[None]] | None = None,
-                   obfuscate: bool = False, kept: Kept | None = None):
+                   obfuscate: bool = False, kept: Kept | None = None,
+                   let_go: Callable[[], None] | None = None):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
     ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
     `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
@@ -73,7 +74,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     response's, made before); `started`: what is done once the run has started;
     `obfuscate`: a stream's deltas are padded (`gateway.obfuscation`); `kept`: what is done
     with the whole answer as a body (`body`'s, a stream's too) once it is complete, before the
-    client has it or its stream's end (a stored chat completion is kept)."""
+    client has it or its stream's end (a stored chat completion is kept); `let_go`: what else
+    the request held, let go with its concurrency slot once it ends (a conversation's turn)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -95,6 +97,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             state.tenants.release(tenant)
             state.tenants.free_kv(tenant, kv_held)
             state.metrics.inflight.labels(tenant.id).dec()
+            if let_go:
+                let_go()
 
     response_id, created = named or (f"{prefix}{uuid.uuid4().hex}", int(time.time()))
     call = Call(request, tenant, target, response_id, created,
@@ -116,10 +120,10 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
         ending = Ending(usage_chunk, done_marker, settle, failed, body, kept)
-        return StreamingResponse(_stream(call, run, clock, chunks, include_usage, ending,
-                                         release, obfuscate),
-                                 media_type="text/event-stream",
-                                 headers={**headers, "cache-control": "no-cache"})
+        return Stream(_stream(call, run, clock, chunks, include_usage, ending, release,
+                              obfuscate), ended=lambda: _ended(run, release),
+                      media_type="text/event-stream",
+                      headers={**headers, "cache-control": "no-cache"})
     try:
         task = asyncio.ensure_future(run.collect(clock.tick))
         watcher = asyncio.ensure_future(watch_disconnect(request, task))
@@ -173,11 +177,32 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
         for chunk in await end.failed(call, exc) if end.failed else [exc.body()]:
             yield sse(chunk)
     finally:
-        release()
-        with contextlib.suppress(Exception):
-            await run.close()
+        await _ended(run, release)
     if end.done_marker:
         yield sse("[DONE]")
+
+
+async def _ended(run: Run, release: Callable[[], None]) -> None:
+    release()
+    with contextlib.suppress(Exception):
+        await run.close()
+
+
+class Stream(StreamingResponse):
+    """A stream whose end lets go what its request held (`ended`) even where its body never
+    began: a client gone before the first chunk cancels the sending before the body's
+    generator starts, and so before its own clean-up could run."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, ended: Callable[[], Awaitable[None]],
+                 **kw) -> None:
+        super().__init__(content, **kw)
+        self.ended = ended
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.ended()
 
 
 def _count(call: Call, results: list[PromptResult]) -> None:

@@ -41,7 +41,8 @@ class Metrics:
                                  "because the adapter could not be loaded", ["tenant"], registry=r)
         self.inflight = Gauge("symbiosis_inflight_requests", "Requests in progress", ["tenant"],
                               registry=r)
-        self.rejected = Counter("symbiosis_rejected", "Requests refused over a tenant limit",
+        self.rejected = Counter("symbiosis_rejected", "Requests refused over a tenant limit "
+                                "(or a conversation's turn another response holds)",
                                 ["tenant", "reason"], registry=r)
         self.stored = Counter("symbiosis_stored_responses", "Responses API answers asked to be "
                               "kept (`store`), kept or not (the manager could not)",

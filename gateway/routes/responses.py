@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -24,6 +25,7 @@ from gateway.pages import page
 from gateway.records import change
 from gateway.respond import (
     as_chat,
+    conversation_of,
     described,
     input_items,
     item_id,
@@ -34,9 +36,10 @@ from gateway.respond import (
 )
 from gateway.respond_stream import ResponseEvents
 from gateway.routes.chat import prepared
-from gateway.serving import PromptResult
+from gateway.serving import PromptResult, Target
 from gateway.stored import found, previous
 from gateway.tenants import Tenant
+from gateway.turns import LOCKED
 from openapi.responses import DeletedResponse, Response, ResponseItemList, ResponseRequest
 from state.responses import StoredResponse
 from wire import manager as W
@@ -67,10 +70,36 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     state = request.app.state
     run = request.scope.get(RUN)  # (id, created_at): a background response's run
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
-    talk, said, before, (params, tools, messages) = asked(state, tenant, body)
-    if body.background and run is None:
+    if body.background and run is None:  # it takes its conversation's turn once it runs
+        _, said, before, _ = asked(state, tenant, body)
         made = await _queue(request, tenant, body, before, said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
+    turn = taken(state, tenant, body)
+    try:
+        return await _answer(request, tenant, body, target, turn)
+    except BaseException:
+        turn()
+        raise
+
+
+def taken(state, tenant: Tenant, body: ResponseRequest) -> Callable[[], None]:
+    """The turn of the conversation the response goes on in (nothing without one), and how to
+    give it back; else the 400 `conversation_locked`."""
+    if not (named := conversation_of(body)):
+        return lambda: None
+    try:
+        return state.turns.take(tenant.id, named)
+    except APIError:
+        state.metrics.rejected.labels(tenant.id, LOCKED).inc()
+        raise
+
+
+async def _answer(request: Request, tenant: Tenant, body: ResponseRequest, target: Target,
+                  turn: Callable[[], None]):
+    """The response, generated (`turn` given back once it ends)."""
+    state = request.app.state
+    run = request.scope.get(RUN)
+    talk, said, before, (params, tools, messages) = asked(state, tenant, body)
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
@@ -117,7 +146,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
                           user=body.user or body.safety_identifier, done_marker=False,
                           settle=settle, failed=fail, named=run,
                           started=_started(state, tenant, body) if run else None,
-                          obfuscate=obfuscation.wanted(body.stream_options))
+                          obfuscate=obfuscation.wanted(body.stream_options), let_go=turn)
 
 
 def asked(state, tenant: Tenant, body: ResponseRequest) -> \

@@ -4,9 +4,13 @@ sent as input, and as previous_response_id naming its predecessor there) and add
 and output to it (streamed, stored or not, in the background; before the client has the
 answer), logprobs read back only when included; the SDK's calls create, page, read, tag and
 delete conversations and their items; a conversation is its tenant's alone, and one with
-previous_response_id is refused."""
+previous_response_id is refused. One response at a time goes on in a conversation: a background
+one waits for the streamed one before it and reads its turn; a stream the client leaves gives
+the turn back and adds nothing."""
 
 from __future__ import annotations
+
+import time
 
 import httpx
 import openai
@@ -117,3 +121,44 @@ def test_the_sdks_item_calls_and_a_conversations_bounds(deployment: Deployment) 
     metrics = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR,
                         timeout=30).text
     assert 'symbiosis_conversation_turns_total{added="true",tenant="acme"}' in metrics
+
+
+
+def test_one_response_at_a_time_goes_on_in_a_conversation(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    talk = client.conversations.create()
+    streamed = client.responses.create(input="First.", conversation=talk.id, stream=True,
+                                       **{**ASK, "max_output_tokens": 40})
+    assert next(iter(streamed)).type == "response.created"  # it holds the turn
+    waiting = client.responses.create(input="Second.", conversation=talk.id, background=True,
+                                      **ASK)  # it runs once the first has added its turn
+    first = [event for event in streamed][-1].response
+    second, _ = polled(client, waiting.id)
+    assert second.status in ("completed", "incomplete")
+    history = [{"role": "user", "content": "First."},
+               {"role": "assistant", "content": first.output_text},
+               {"role": "user", "content": "Second."}]
+    assert second.usage.input_tokens == client.responses.input_tokens.count(
+        model="acme/lora-a", input=history).input_tokens
+    assert said(client.conversations.items.list(talk.id, order="asc")) == [
+        *[(said_["role"], said_["content"]) for said_ in history],
+        ("assistant", second.output_text)]
+
+    dropped = client.responses.create(input="Long.", conversation=talk.id, stream=True,
+                                      **{**ASK, "max_output_tokens": 500})
+    assert next(iter(dropped)).type == "response.created"
+    dropped.close()  # the client leaves: the turn is given back, nothing added
+    third = went_on(client, talk.id)
+    assert said(client.conversations.items.list(talk.id, order="asc"))[4:] == [
+        ("user", "Third."), ("assistant", third.output_text)]
+
+def went_on(client: openai.OpenAI, conversation_id: str, timeout_s: float = 60.0):
+    """The response to "Third." in the conversation, sent again while another holds its turn
+    (as OpenAI's answer asks: "Please retry in a few seconds")."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.responses.create(input="Third.", conversation=conversation_id, **ASK)
+        except openai.BadRequestError as refused:
+            assert refused.code == "conversation_locked" and time.monotonic() < deadline
+            time.sleep(0.1)

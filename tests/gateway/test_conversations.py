@@ -4,12 +4,14 @@ Conversations API lists them (each answer as the official SDK's types have it); 
 paged, read and deleted one by one; its metadata is replaced; it is its tenant's alone until
 deleted; what the routes cannot read is an OpenAI-shaped 400 or 404, and a conversation past
 the storage quota a 403. A done response's turn is added to its conversation; one the
-conversation cannot take is not a failure."""
+conversation cannot take is not a failure. While one response goes on in a conversation, another
+there is OpenAI's 400 `conversation_locked`, and a background one waits its turn."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from openai.types.conversations.conversation import Conversation
@@ -18,11 +20,13 @@ from openai.types.conversations.conversation_item import ConversationItem
 from openai.types.conversations.conversation_item_list import ConversationItemList
 from pydantic import TypeAdapter
 
+from gateway import background
 from gateway.conversations import went_on
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant
 from openapi.responses import MessageItem
 from tests.gateway.conftest import KEY, serving
+from tests.gateway.test_background import settled
 from tests.gateway.test_validation import assert_openai_error
 
 BETA = {"Authorization": "Bearer sk-beta"}
@@ -207,3 +211,26 @@ def test_only_logprobs_can_be_included(talk, query: str) -> None:
     sdk_form = client.get(f"/v1/conversations/{made['id']}/items?include[]="
                           "message.output_text.logprobs", headers=KEY).json()
     assert sdk_form["data"][0]["content"][0]["logprobs"] == FIRST[-1]["content"][0]["logprobs"]
+
+
+def test_one_response_at_a_time_goes_on_in_a_conversation(talk, monkeypatch) -> None:
+    monkeypatch.setattr(background, "UNAVAILABLE_TRIES", 0)  # no workers here: a run's 503 ends it
+    client, made = talk
+    ask = {"model": "tiny-llama", "input": "And now?", "conversation": made["id"]}
+    give = client.app.state.turns.take("acme", made["id"])  # a response going on in it
+    locked = assert_openai_error(client.post("/v1/responses", headers=KEY, json=ask), 400)
+    assert (locked["code"], locked["param"]) == ("conversation_locked", "conversation")
+    assert "retry" in locked["message"]
+    assert client.app.state.metrics.rejected.labels("acme", "conversation_locked")._value.get() \
+        == 1
+    assert client.post("/v1/responses", headers=BETA, json={**ask, "model": "tiny-llama"}) \
+        .status_code == 404  # not beta's, held or not
+    queued = client.post("/v1/responses", headers=KEY, json={**ask, "background": True})
+    assert queued.status_code == 200, queued.text
+    time.sleep(1.2)  # its run has asked for the turn (refused) and waits to ask again
+    assert client.get(f"/v1/responses/{queued.json()['id']}", headers=KEY).json()[
+        "status"] == "queued"
+    give()
+    assert settled(client, queued.json()["id"])["status"] == "failed"  # it ran: the 503
+    for _ in range(2):  # a response that fails gives the turn back
+        assert client.post("/v1/responses", headers=KEY, json=ask).status_code == 503
