@@ -12,7 +12,7 @@ from gateway.errors import APIError
 from gateway.manager_client import ManagerClient
 from gateway.records import change
 from gateway.respond import conversation_of
-from gateway.stored import KEEP_S, stored_item
+from gateway.stored import KEEP_S, settle, stored_item
 from gateway.tenants import Tenant
 from openapi.conversations import LOGPROBS
 from state.conversations import ConversationReader, StoredConversation
@@ -82,3 +82,23 @@ async def went_on(manager: ManagerClient, tenant: Tenant, conversation_id: str |
                     conversation_id, exc.message)
         return False
     return True
+
+
+async def settled(manager: ManagerClient, tenant: Tenant, conversation_id: str | None,
+                  response: dict[str, Any], sent: list) -> tuple[bool, bool | None]:
+    """A background response's end: whether it settled as `response` has it (else it had
+    ended before, cancelled) and whether its turn was added to the conversation it went on in
+    (None: in none, not done, or not settled). Both are one change of the manager's, so that a
+    cancel that comes first leaves the conversation as it was, and a poller never sees it done
+    with its turn missing."""
+    if conversation_id is None or response["status"] not in DONE:
+        return await settle(manager, tenant.id, response), None
+    answer = await change(manager, StoreAction.SETTLE_TURN, tenant.id, answer_s=KEEP_S,
+                          quota_bytes=tenant.storage_quota(),
+                          record=json.dumps({"response": response,
+                                             "conversation": conversation_id,
+                                             "items": [*new_items(sent), *response["output"]]}))
+    if answer.made and not answer.added:
+        log.warning("response %s was not added to conversation %s (gone, or past the quota)",
+                    response["id"], conversation_id)
+    return bool(answer.made), answer.added if answer.made else None

@@ -39,6 +39,8 @@ class StoreAction(enum.StrEnum):
     ADD_RESPONSE = "add_response"  # `record` (a response with its conversation) is kept
     DELETE_RESPONSE = "delete_response"  # the tenant's stored response `response_id`
     SETTLE_RESPONSE = "settle_response"  # `record` (a Response) replaces its id's while pending
+    SETTLE_TURN = "settle_turn"  # `record` ({response, conversation, items}): SETTLE_RESPONSE,
+    # and only if it settled, its turn added to the conversation (one transaction)
     ADD_BATCH = "add_batch"  # `record` (a batch for an input file) runs from now
     BATCH_RESULT = "batch_result"  # `record` (one line's result) is kept
     CANCEL_BATCH = "cancel_batch"  # the tenant's running batch `batch_id` stops
@@ -72,7 +74,7 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     record: str = ""  # the JSON of what to keep or change (responses, chats, conversations)
     response_id: str = ""  # DELETE_RESPONSE; DELETE_CHAT, DELETE_CONVERSATION: the record's id
     quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE, ADD_CHAT, ADD_CONVERSATION,
-    # ADD_ITEMS: what the tenant may keep (0: any)
+    # ADD_ITEMS, SETTLE_TURN: what the tenant may keep (0: any)
     batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH
 
 
@@ -84,6 +86,7 @@ class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=T
     made: str = ""  # the id of what was made: a file id, a version id (`model@number`)
     deleted: list[str] = []  # the ids of what was deleted (version ids, a file id)
     param: str = ""  # the request's field at fault, when the manager knows it
+    added: bool = False  # SETTLE_TURN: the turn was added to its conversation
 
     @property
     def ok(self) -> bool:

@@ -17,7 +17,7 @@ from gateway import obfuscation, stored
 from gateway.background import RUN
 from gateway.background_events import KEPT_S, Events
 from gateway.chat_stream import ChatStream
-from gateway.conversations import joined, went_on
+from gateway.conversations import joined, settled, went_on
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
@@ -129,12 +129,13 @@ async def _answer(request: Request, tenant: Tenant, body: ResponseRequest, targe
 
     async def settle(answer: dict) -> dict:
         made = answer.get("response", answer)  # a stream's last event carries it
-        added = await went_on(state.manager, tenant, talk, made, input_items(body))
+        if run is not None:
+            _, added = await settled(state.manager, tenant, talk, made, input_items(body))
+        else:
+            added = await went_on(state.manager, tenant, talk, made, input_items(body))
         if added is not None:  # (before the answer shows)
             state.metrics.turns.labels(tenant.id, str(added).lower()).inc()
-        if run is not None:
-            await stored.settle(state.manager, tenant.id, made)
-        elif made["store"]:
+        if run is None and made["store"]:
             made["store"] = await stored.keep(state.manager, tenant, made, before,
                                               input_items(body), said)
             state.metrics.stored.labels(tenant.id, str(made["store"]).lower()).inc()

@@ -4,7 +4,8 @@ Conversations API lists them (each answer as the official SDK's types have it); 
 paged, read and deleted one by one; its metadata is replaced; it is its tenant's alone until
 deleted; what the routes cannot read is an OpenAI-shaped 400 or 404, and a conversation past
 the storage quota a 403. A done response's turn is added to its conversation; one the
-conversation cannot take is not a failure. While one response goes on in a conversation, another
+conversation cannot take is not a failure, and a background one's is added only if it settles
+(not once cancelled). While one response goes on in a conversation, another
 there is OpenAI's 400 `conversation_locked`, and a background one waits its turn."""
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from openai.types.conversations.conversation_item_list import ConversationItemLi
 from pydantic import TypeAdapter
 
 from gateway import background
-from gateway.conversations import went_on
+from gateway.conversations import settled, went_on
+from gateway.records import change
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant
 from openapi.responses import MessageItem
 from tests.gateway.conftest import KEY, serving
-from tests.gateway.test_background import settled
+from tests.gateway.test_background import settled as polled
 from tests.gateway.test_validation import assert_openai_error
+from tests.workers.manager.test_response_store import CREATED, REQUEST, body_of
+from wire.store import StoreAction
 
 BETA = {"Authorization": "Bearer sk-beta"}
 ITEM_ID = re.compile(r"(msg|fc|fco)_[0-9a-f]{32}")
@@ -202,6 +206,36 @@ def test_a_done_response_adds_its_turn_and_one_that_cannot_is_not_a_failure(talk
     assert go_on(made["id"]) is False
 
 
+def test_a_background_responses_turn_is_not_added_once_it_was_cancelled(talk) -> None:
+    client, made = talk
+    manager, before = client.app.state.manager, len(FIRST)
+    output = {"type": "message", "id": f"msg_{'e' * 32}", "status": "completed",
+              "role": "assistant", "content": [{"type": "output_text", "text": "Rain."}]}
+
+    def queued(response_id: str) -> None:
+        record = {"id": response_id, "created_at": CREATED, "own": 1, "request": REQUEST,
+                  "body": body_of(response_id, "queued"),
+                  "conversation": [{"type": "message", "role": "user", "content": "Hi"}]}
+        client.portal.call(lambda: change(manager, StoreAction.ADD_RESPONSE, "acme",
+                                          record=json.dumps(record)))
+
+    def run_ends(response_id: str) -> tuple[bool, bool | None]:
+        return client.portal.call(settled, manager, Tenant("acme"), made["id"],
+                                  {**body_of(response_id, "completed"), "output": [output]},
+                                  [MessageItem(role="user", content="And tomorrow?")])
+
+    ran, cancelled = f"resp_{'a' * 32}", f"resp_{'b' * 32}"
+    for response_id in (ran, cancelled):
+        queued(response_id)
+    assert run_ends(ran) == (True, True)
+    assert client.app.state.conversations.items(made["id"], "acme")[-1] == output
+    assert client.post(f"/v1/responses/{cancelled}/cancel", headers=KEY).status_code == 200
+    assert run_ends(cancelled) == (False, None)  # its run ended a moment after the cancel
+    assert client.get(f"/v1/responses/{cancelled}", headers=KEY).json()["status"] == \
+        "cancelled"
+    assert len(client.app.state.conversations.items(made["id"], "acme")) == before + 2
+
+
 @pytest.mark.parametrize("query", ["include=reasoning.encrypted_content",
                                    "include[]=reasoning.encrypted_content"])
 def test_only_logprobs_can_be_included(talk, query: str) -> None:
@@ -231,6 +265,6 @@ def test_one_response_at_a_time_goes_on_in_a_conversation(talk, monkeypatch) -> 
     assert client.get(f"/v1/responses/{queued.json()['id']}", headers=KEY).json()[
         "status"] == "queued"
     give()
-    assert settled(client, queued.json()["id"])["status"] == "failed"  # it ran: the 503
+    assert polled(client, queued.json()["id"])["status"] == "failed"  # it ran: the 503
     for _ in range(2):  # a response that fails gives the turn back
         assert client.post("/v1/responses", headers=KEY, json=ask).status_code == 503

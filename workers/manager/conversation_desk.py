@@ -4,12 +4,14 @@ them here)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 
 from wire.store import StoreAction, StoreAnswer, StoreCommand
 from workers.manager.conversation_store import ConversationStore
 from workers.manager.refused import Refused
 
+log = logging.getLogger("workers.manager.store")
 Fits = Callable[[StoreCommand, int, str], None]  # a 403 past the tenant's quota
 
 
@@ -22,7 +24,8 @@ class ConversationDesk:
         return {StoreAction.ADD_CONVERSATION: self._add, StoreAction.ADD_ITEMS: self._extend,
                 StoreAction.TAG_CONVERSATION: self._tag,
                 StoreAction.DELETE_CONVERSATION: self._delete,
-                StoreAction.DELETE_ITEM: self._delete_item}
+                StoreAction.DELETE_ITEM: self._delete_item,
+                StoreAction.SETTLE_TURN: self._settle_turn}
 
     def _add(self, command: StoreCommand) -> StoreAnswer:
         return StoreAnswer(id=command.id, made=self.conversations.add(
@@ -34,6 +37,21 @@ class ConversationDesk:
                                          lambda size: self.fits(command, size, "item")):
             raise _not_found(command)
         return StoreAnswer(id=command.id)
+
+    def _settle_turn(self, command: StoreCommand) -> StoreAnswer:
+        """`made`: the response's id, or empty where it had ended before; `added`: whether its
+        turn was (not where the conversation is gone or the quota refuses it: logged, and the
+        response settles all the same)."""
+        def room(size: int) -> bool:
+            try:
+                self.fits(command, size, "turn")
+            except Refused as refused:
+                log.warning("a turn of tenant %s was not added: %s", command.tenant, refused)
+                return False
+            return True
+
+        made, added = self.conversations.settle_turn(command.tenant, command.record, room)
+        return StoreAnswer(id=command.id, made=made, added=added)
 
     def _tag(self, command: StoreCommand) -> StoreAnswer:
         if not self.conversations.tag(command.tenant, command.record):

@@ -1,7 +1,8 @@
 """Conversations, written: a tenant's conversation (its metadata and items), the items added at
 its end (by the items endpoint and by each response that goes on in it), an item deleted, the
-whole deleted (`state.conversations` reads them). Items arrive with their ids, made by the
-gateway."""
+whole deleted (`state.conversations` reads them); a background response settled with its turn
+in one transaction (a cancel that settles it first leaves the conversation as it was). Items
+arrive with their ids, made by the gateway."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from typing import Any
 from state.conversations import CONVERSATION_ID, ConversationReader
 from state.storage import Reserve, delete_rows
 from wire.store import METADATA_RULE, metadata_ok
-from workers.manager.response_store import InvalidRecord
+from workers.manager.response_store import InvalidRecord, settled
 
 ITEM_ID = re.compile(r"(msg|fc|fco)_[0-9a-f]{32}")
 ITEM_TYPES = ("message", "function_call", "function_call_output")
 Fits = Callable[[int], None]
+Room = Callable[[int], bool]
 
 
 class ConversationStore(ConversationReader):
@@ -54,6 +56,23 @@ class ConversationStore(ConversationReader):
             fits(sum(len(text.encode()) for _, text in items))
             _append(conn, made["conversation"], items)
         return True
+
+    def settle_turn(self, tenant: str, record: str, room: Room = lambda size: True) -> \
+            tuple[str, bool]:
+        """A background response's end (JSON: `response`, as `ResponseStore.settle` takes it;
+        `conversation`; `items`, its turn): the response settled if it was still pending, and
+        then, in the same transaction, its turn added at the end of the tenant's conversation
+        unless there is none or `room` refuses its bytes. Its id ("" where it had ended before:
+        then nothing is added) and whether the turn was added."""
+        made = _json(record, "a response's turn")
+        items = _items(made.get("items"))
+        with self.db.transaction() as conn:
+            response_id = settled(conn, tenant, json.dumps(made.get("response")))
+            if not response_id or not _owned(conn, made.get("conversation"), tenant) or \
+                    not room(sum(len(text.encode()) for _, text in items)):
+                return response_id, False
+            _append(conn, made["conversation"], items)
+        return response_id, True
 
     def tag(self, tenant: str, record: str) -> bool:
         """The tenant's conversation (JSON: `id`, `metadata`) has that metadata now; whether

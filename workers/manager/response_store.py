@@ -54,19 +54,8 @@ class ResponseStore(ResponseReader):
         """The tenant's background response as `body` (a Response's JSON) now has it, if it
         was still queued or in progress: its id if it was, else "" (one that ended stays as it
         ended, whoever settles it second: its run or a cancel)."""
-        try:
-            made = json.loads(body)
-        except ValueError:
-            raise InvalidRecord("a response is JSON") from None
-        if not isinstance(made, dict) or not RESPONSE_ID.fullmatch(str(made.get("id"))) or \
-                not isinstance(made.get("status"), str):
-            raise InvalidRecord("a response has an id resp_<32 hex> and a status")
         with self.db.transaction() as conn:
-            settled = conn.execute(
-                f"UPDATE responses SET body = ?, status = ? WHERE id = ? AND tenant = ? AND "
-                f"status IN ({', '.join('?' * len(PENDING))})",
-                (body, made["status"], made["id"], tenant, *PENDING)).rowcount
-        return made["id"] if settled else ""
+            return settled(conn, tenant, body)
 
     def __init__(self, db: Database, reserve: Reserve) -> None:
         super().__init__(db)
@@ -97,6 +86,21 @@ class ResponseStore(ResponseReader):
 
         delete_freeing_space(forget, lambda: None, self.reserve)
         return count
+
+
+def settled(conn: sqlite3.Connection, tenant: str, body: str) -> str:
+    """`ResponseStore.settle` within a transaction of the caller's."""
+    try:
+        made = json.loads(body)
+    except ValueError:
+        raise InvalidRecord("a response is JSON") from None
+    if not isinstance(made, dict) or not RESPONSE_ID.fullmatch(str(made.get("id"))) or \
+            not isinstance(made.get("status"), str):
+        raise InvalidRecord("a response has an id resp_<32 hex> and a status")
+    return made["id"] if conn.execute(
+        f"UPDATE responses SET body = ?, status = ? WHERE id = ? AND tenant = ? AND "
+        f"status IN ({', '.join('?' * len(PENDING))})",
+        (body, made["status"], made["id"], tenant, *PENDING)).rowcount else ""
 
 
 def _hand_on(conn: sqlite3.Connection, response_id: str, tenant: str) -> None:

@@ -2,7 +2,9 @@
 kept with its metadata and first items, items are added at its end in order, read a page at a
 time either way past a cursor, deleted one by one or with the conversation; each tenant's
 alone, counted in its storage quota; a malformed record, or one sent again, is refused with
-nothing kept."""
+nothing kept. A background response's end settles it and adds its turn in one transaction: a
+cancel that settled it first leaves the conversation as it was; a conversation gone or full
+leaves the response settled, its turn not added."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from state.db import UnknownCursor
 from state.usage import stored_bytes
+from tests.workers.manager.test_response_store import ID, body_of, queued
 from tests.workers.manager.test_store_desk import act, records
 from wire.store import StoreAction
 
@@ -116,6 +119,10 @@ def test_the_quota_counts_its_metadata_and_items(records, tmp_path) -> None:
     (StoreAction.ADD_ITEMS, json.dumps({"conversation": CONV, "items": [7]})),
     (StoreAction.TAG_CONVERSATION, json.dumps({"id": CONV, "metadata": None})),
     (StoreAction.DELETE_ITEM, json.dumps([CONV])),
+    (StoreAction.SETTLE_TURN, json.dumps({"response": {"id": ID}, "conversation": CONV,
+                                          "items": [message(8)]})),
+    (StoreAction.SETTLE_TURN, json.dumps({"response": body_of(ID, "completed"),
+                                          "conversation": CONV, "items": [7]})),
 ])
 def test_a_malformed_record_is_refused_with_nothing_kept(records, action, record) -> None:
     create(records, items=[message(0)], conversation=CONV)
@@ -130,4 +137,46 @@ def test_a_command_sent_again_is_a_409_with_nothing_changed(records) -> None:
     for again in (create(records, items=[message(5)]), extend(records, [message(0)]),
                   extend(records, [message(6), message(0)])):
         assert (again.status, again.code) == (409, "already_exists")
+    assert records.conversations.items(CONV, "acme") == [message(0)]
+
+
+def ended(records, response_id: str = ID, conversation: str = CONV, quota: int = 0,
+          tenant: str = "acme"):
+    """The background response `response_id` completed with its turn (messages 8 and 9)."""
+    return act(records, StoreAction.SETTLE_TURN, tenant, quota_bytes=quota, record=json.dumps(
+        {"response": body_of(response_id, "completed"), "conversation": conversation,
+         "items": [message(8), message(9)]}))
+
+
+def test_a_background_response_settles_with_its_turn_or_not_at_all(records) -> None:
+    create(records, items=[message(0)])
+    queued(records)
+    theirs = ended(records, tenant="beta")  # not beta's response
+    assert (theirs.made, theirs.added) == ("", False)
+    done = ended(records)
+    assert (done.made, done.added) == (ID, True)
+    assert records.responses.get(ID, "acme").body["status"] == "completed"
+    assert records.conversations.items(CONV, "acme") == [message(n) for n in (0, 8, 9)]
+    again = ended(records)  # it had ended: nothing changes
+    assert (again.made, again.added) == ("", False)
+    cancelled = f"resp_{'a' * 32}"
+    queued(records, cancelled)
+    assert act(records, StoreAction.SETTLE_RESPONSE, record=json.dumps(
+        body_of(cancelled, "cancelled"))).made == cancelled
+    late = ended(records, cancelled)
+    assert (late.ok, late.made, late.added) == (True, "", False)
+    assert records.responses.get(cancelled, "acme").body["status"] == "cancelled"
+    assert len(records.conversations.items(CONV, "acme")) == 3
+
+
+def test_a_turn_its_conversation_cannot_take_leaves_the_response_settled(records) -> None:
+    create(records, items=[message(0)])
+    used = stored_bytes(records.db, records.desk.data_dir, "acme")
+    gone, full = f"resp_{'a' * 32}", f"resp_{'b' * 32}"
+    for response_id in (gone, full):
+        queued(records, response_id)
+    nowhere = ended(records, gone, conversation=f"conv_{'e' * 32}")
+    past_quota = ended(records, full, quota=used + 1)
+    assert [(a.made, a.added) for a in (nowhere, past_quota)] == [(gone, False), (full, False)]
+    assert records.responses.pending() == []
     assert records.conversations.items(CONV, "acme") == [message(0)]
