@@ -15,13 +15,10 @@ from gateway.serving import PromptResult
 from gateway.tools import ToolMode
 from openapi.chat import ChatCompletionRequest
 from openapi.common import RefusalPart
+from openapi.items import FunctionCallItem, FunctionCallOutputItem, InputItem, MessageItem
 from openapi.responses import (
     ConversationRef,
-    FunctionCallItem,
-    FunctionCallOutputItem,
     IncompleteDetails,
-    InputItem,
-    MessageItem,
     OutputFunctionCall,
     OutputMessage,
     OutputText,

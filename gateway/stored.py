@@ -13,7 +13,7 @@ from gateway.manager_client import ManagerClient
 from gateway.records import change
 from gateway.respond import item_id
 from gateway.tenants import Tenant
-from openapi.responses import FunctionCallItem, MessageItem
+from openapi.items import FunctionCallItem, MessageItem
 from state.responses import ResponseReader, StoredResponse
 from wire.store import StoreAction
 

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from openapi.common import OpenAIBaseModel, StrictModel, Text
-from openapi.responses import InputItem
+from openapi.items import InputItem
 
 LOGPROBS = "message.output_text.logprobs"
 Include = list[Literal["message.output_text.logprobs"]]

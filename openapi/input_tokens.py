@@ -8,12 +8,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from openapi.common import OpenAIBaseModel, Text
-from openapi.responses import ConversationRef, FunctionChoice, FunctionTool, InputItem, TextConfig
+from openapi.items import AskedItem
+from openapi.responses import ConversationRef, FunctionChoice, FunctionTool, TextConfig
 
 
 class InputTokensRequest(OpenAIBaseModel):
     model: Text  # required, as a response's (the SDK leaves it optional)
-    input: Text | list[InputItem] | None = None
+    input: Text | list[AskedItem] | None = None
     instructions: Text | None = None
     previous_response_id: Text | None = None
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)

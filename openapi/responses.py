@@ -13,93 +13,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, Field
 
 from openapi.common import (
     INT32,
     INT64_MAX,
     INT64_MIN,
     OpenAIBaseModel,
-    RefusalPart,
     ResponseStreamOptions,
     StrictModel,
     Text,
-    part_type,
-    parts,
 )
 from openapi.formats import FunctionName
-
-
-class InputText(StrictModel):
-    type: Literal["input_text", "output_text"] = Field(
-        description="output_text: a part of an assistant message sent back")
-    text: Text
-    annotations: list[Any] | None = None
-    logprobs: list[Any] | None = None
-
-    _type = part_type("input_text", "output_text",
-                      wants="'input_text', 'output_text' or 'refusal'")
-
-
-MessagePart = parts(InputText, RefusalPart)
-
-
-class MessageItem(StrictModel):
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: Text | list[MessagePart]
-    id: Text | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _a_type(cls, kind: object) -> object:
-        """An item of another type is told every type (the others are other members)."""
-        if kind != "message":
-            raise PydanticCustomError("literal_error", "Input should be 'message', "
-                                      "'function_call' or 'function_call_output'")
-        return kind
-
-    def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(
-            part.refusal if isinstance(part, RefusalPart) else part.text
-            for part in self.content)
-
-
-class FunctionCallItem(StrictModel):
-    type: Literal["function_call"]
-    call_id: Text = Field(min_length=1)
-    name: FunctionName
-    arguments: Text = Field(description="the arguments, as a JSON object in a string")
-    id: Text | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class FunctionCallOutputItem(StrictModel):
-    type: Literal["function_call_output"]
-    call_id: Text = Field(min_length=1, description="the call_id of the call it answers")
-    output: Text | list[InputText]
-    id: Text | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-    def text(self) -> str:
-        return self.output if isinstance(self.output, str) else \
-            "".join(part.text for part in self.output)
-
-
-def _item_kind(item: Any) -> str:
-    kind = item.get("type", "message") if isinstance(item, dict) else \
-        getattr(item, "type", "message")
-    if kind == "function_call":
-        return "FunctionCallItem"
-    return "FunctionCallOutputItem" if kind == "function_call_output" else "MessageItem"
-
-
-InputItem = Annotated[Annotated[MessageItem, Tag("MessageItem")] |
-                      Annotated[FunctionCallItem, Tag("FunctionCallItem")] |
-                      Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")],
-                      Discriminator(_item_kind)]
+from openapi.items import AskedItem, InputItem
 
 
 class FunctionTool(StrictModel):
@@ -146,9 +72,10 @@ class ConversationRef(StrictModel):
 
 class ResponseRequest(OpenAIBaseModel):
     model: Text
-    input: Text | list[InputItem] = Field(description=(
+    input: Text | list[AskedItem] = Field(description=(
         "a user message, or the conversation's items: messages, function calls and their "
-        "outputs (each call answered by one output naming its call_id)"))
+        "outputs (each call answered by one output naming its call_id), or references to items "
+        "kept"))
     instructions: Text | None = Field(default=None, description="a system message, first")
     max_output_tokens: int | None = Field(default=None, ge=1, le=INT32)
     temperature: float | None = Field(default=None, ge=0, le=2)

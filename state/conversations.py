@@ -48,6 +48,14 @@ class ConversationReader:
             "c.id = i.conversation WHERE c.id = ? AND c.tenant = ? ORDER BY i.seq",
             (conversation_id, tenant))]
 
+    def found_item(self, tenant: str, item_id: str) -> dict[str, Any] | None:
+        """The item of that id in any of the tenant's conversations (the newest there)."""
+        rows = self.db.query(
+            "SELECT i.item FROM conversation_items i JOIN conversations c ON "
+            "c.id = i.conversation WHERE i.id = ? AND c.tenant = ? ORDER BY c.created_at DESC "
+            "LIMIT 1", (item_id, tenant))
+        return json.loads(rows[0]["item"]) if rows else None
+
     def item(self, conversation_id: str, tenant: str, item_id: str) -> dict[str, Any] | None:
         rows = self.db.query(
             "SELECT i.item FROM conversation_items i JOIN conversations c ON "

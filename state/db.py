@@ -189,6 +189,10 @@ MIGRATIONS = [
         UNIQUE (conversation, id)
     );
     """,
+    """
+    CREATE INDEX conversation_items_by_id ON conversation_items (id);
+    CREATE INDEX responses_by_tenant ON responses (tenant, created_at);
+    """,
 ]
 
 

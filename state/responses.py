@@ -64,6 +64,17 @@ class ResponseReader:
                              "expires_at > ?", (response_id, tenant, int(time.time())))
         return self._stored(rows[0]) if rows else None
 
+    def found_item(self, tenant: str, item_id: str) -> dict[str, Any] | None:
+        """The item of that id among the input and output items the tenant's responses keep,
+        until they expire."""
+        rows = self.db.query(
+            "SELECT item.value AS item FROM responses r, json_each(r.conversation) AS item "
+            "WHERE r.tenant = ?1 AND r.expires_at > ?2 AND json_extract(item.value, '$.id') = ?3 "
+            "UNION ALL SELECT item.value FROM responses r, json_each(r.body, '$.output') AS item "
+            "WHERE r.tenant = ?1 AND r.expires_at > ?2 AND json_extract(item.value, '$.id') = ?3 "
+            "LIMIT 1", (tenant, int(time.time()), item_id))
+        return json.loads(rows[0]["item"]) if rows else None
+
     def pending(self) -> list[StoredResponse]:
         """The background responses not yet settled, every tenant's, oldest first."""
         rows = self.db.query(

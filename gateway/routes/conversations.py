@@ -28,7 +28,7 @@ from openapi.conversations import (
     Include,
     ItemsCreate,
 )
-from openapi.responses import InputItem
+from openapi.items import InputItem
 from wire.store import StoreAction
 
 log = logging.getLogger("gateway.conversations")

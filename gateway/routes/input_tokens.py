@@ -30,7 +30,8 @@ async def count_input_tokens(body: InputTokensRequest, request: Request,
         **{name: getattr(body, name) for name in InputTokensRequest.model_fields
            if name != "personality"},
         "input": body.input if body.input is not None else []})
-    *_, (params, _, messages) = responses.asked(state, tenant, as_response)
+    asked = responses.asked(state, tenant, as_response)
+    params, messages = asked.params, asked.messages
     params.max_tokens, params.count = 0, True
     admit(state, tenant)
     try:  # the base model's tokenizer and template are every adapter's: no adapter is loaded

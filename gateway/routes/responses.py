@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -21,6 +21,7 @@ from gateway.conversations import joined, settled, went_on
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
 from gateway.generation import Call, generate
+from gateway.item_references import referred
 from gateway.pages import page
 from gateway.records import change
 from gateway.respond import (
@@ -39,6 +40,7 @@ from gateway.routes.chat import prepared
 from gateway.serving import PromptResult, Target
 from gateway.stored import found, previous
 from gateway.tenants import Tenant
+from gateway.tools import ToolMode
 from gateway.turns import LOCKED
 from openapi.responses import DeletedResponse, Response, ResponseItemList, ResponseRequest
 from state.responses import StoredResponse
@@ -71,8 +73,8 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     run = request.scope.get(RUN)  # (id, created_at): a background response's run
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     if body.background and run is None:  # it takes its conversation's turn once it runs
-        _, said, before, _ = asked(state, tenant, body)
-        made = await _queue(request, tenant, body, before, said)
+        going = asked(state, tenant, body)
+        made = await _queue(request, tenant, going.body, going.before, going.said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
     turn = taken(state, tenant, body)
     try:
@@ -99,7 +101,7 @@ async def _answer(request: Request, tenant: Tenant, body: ResponseRequest, targe
     """The response, generated (`turn` given back once it ends)."""
     state = request.app.state
     run = request.scope.get(RUN)
-    talk, said, before, (params, tools, messages) = asked(state, tenant, body)
+    body, talk, said, before, params, tools, messages = asked(state, tenant, body)
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
@@ -150,20 +152,33 @@ async def _answer(request: Request, tenant: Tenant, body: ResponseRequest, targe
                           obfuscate=obfuscation.wanted(body.stream_options), let_go=turn)
 
 
-def asked(state, tenant: Tenant, body: ResponseRequest) -> \
-        tuple[str | None, list, StoredResponse | None, tuple]:
-    """What a response request goes on from (the conversation's id and items, or the stored
-    response) and its chat request's parameters, tools and messages (refused in the Responses
+class Asked(NamedTuple):
+    """A response request as it goes on: its input's references replaced by their items, the
+    conversation it goes on in (its id and items) or the stored response before it, and its
+    chat request's parameters, tools and messages."""
+
+    body: ResponseRequest
+    talk: str | None
+    said: list
+    before: StoredResponse | None
+    params: W.SamplingParams
+    tools: ToolMode
+    messages: list[W.ChatMessage]
+
+
+def asked(state, tenant: Tenant, body: ResponseRequest) -> Asked:
+    """What a response request goes on from and its chat request (refused in the Responses
     API's names)."""
     talk, said = joined(state.conversations, tenant.id, body)
     before = previous(state.responses, tenant.id, body.previous_response_id)
+    earlier = before.continued() if before else said
+    body = referred(state, tenant.id, body, earlier)
     try:
-        params, tools, messages = prepared(as_chat(body, before.continued() if before else said),
-                                           state.settings)
+        params, tools, messages = prepared(as_chat(body, earlier), state.settings)
     except APIError as refused:
         raise renamed(refused) from None
     params.truncate = body.truncation == "auto"
-    return talk, said, before, (params, tools, messages)
+    return Asked(body, talk, said, before, params, tools, messages)
 
 
 def _started(state, tenant: Tenant, body: ResponseRequest):

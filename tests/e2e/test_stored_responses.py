@@ -1,7 +1,8 @@
 """Stored responses through real processes with the official openai SDK: a response goes on
 from an earlier one as the whole conversation sent at once would (greedy text equal to plain
 peft's), is read again as it was answered, lists its input items, and is its tenant's alone
-until deleted; `store: false` keeps nothing."""
+until deleted; `store: false` keeps nothing. Items kept are sent again by reference
+(`item_reference`) as if sent whole."""
 
 from __future__ import annotations
 
@@ -73,6 +74,38 @@ def test_a_call_answered_by_a_request_that_goes_on_from_it(deployment: Deploymen
         previous_response_id=called.id, tools=TOOLS, **ASK,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
     assert answered.status in ("completed", "incomplete")
+
+
+def test_items_kept_are_sent_again_by_reference(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    called = client.responses.create(input="Weather in Paris?", tools=TOOLS,
+                                     tool_choice="required", parallel_tool_calls=False,
+                                     model="acme/lora-a", max_output_tokens=200)
+    call, = called.output
+    asked, = client.responses.input_items.list(called.id).data
+    answer = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    by_reference = [{"type": "item_reference", "id": asked.id},
+                    {"type": "item_reference", "id": call.id}, answer]
+    whole = [{"role": "user", "content": "Weather in Paris?"},
+             {"type": "function_call", "call_id": call.call_id, "name": call.name,
+              "arguments": call.arguments}, answer]
+    answered = client.responses.create(input=by_reference, tools=TOOLS, **ASK)
+    alone = client.responses.create(input=whole, tools=TOOLS, **ASK)
+    assert (answered.output_text, answered.usage.input_tokens) == \
+        (alone.output_text, alone.usage.input_tokens)
+    assert client.responses.input_tokens.count(model="acme/lora-a", input=by_reference,
+                                               tools=TOOLS).input_tokens == \
+        alone.usage.input_tokens
+    listed = client.responses.input_items.list(answered.id, order="asc").data
+    assert [(item.type, item.id) for item in listed[:2]] == \
+        [("message", asked.id), ("function_call", call.id)]  # kept as the items named
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.create(input=[answer, {"type": "item_reference", "id": "fc_none"}],
+                                **ASK)
+    assert (missing.value.code, missing.value.body["param"]) == ("item_not_found", "input[1]")
+    with pytest.raises(openai.NotFoundError):  # acme's item, not beta's
+        deployment.client("beta").responses.create(
+            input=[{"type": "item_reference", "id": call.id}], **{**ASK, "model": "beta/ia3-b"})
 
 
 def test_nothing_is_kept_with_store_false_and_a_tenant_sees_only_its_own(

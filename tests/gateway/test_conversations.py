@@ -26,7 +26,7 @@ from gateway.conversations import settled, went_on
 from gateway.records import change
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant
-from openapi.responses import MessageItem
+from openapi.items import MessageItem
 from tests.gateway.conftest import KEY, serving
 from tests.gateway.test_background import settled as polled
 from tests.gateway.test_validation import assert_openai_error

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gateway.stored import keep
 from gateway.tenants import Tenant
-from openapi.responses import FunctionCallOutputItem, MessageItem
+from openapi.items import FunctionCallOutputItem, MessageItem
 
 ID, FIRST = f"resp_{'d' * 32}", f"resp_{'e' * 32}"
 
