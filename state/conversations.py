@@ -40,6 +40,18 @@ class ConversationReader:
         return StoredConversation(row["id"], row["tenant"], row["created_at"],
                                   json.loads(row["metadata"]))
 
+    def listed(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+        """The tenant's newest conversations, each with how many items it has and the bytes
+        it keeps (its metadata and items, as its storage quota counts them)."""
+        return [{"id": row["id"], "created_at": row["created_at"],
+                 "metadata": json.loads(row["metadata"]), "items": row["items"],
+                 "bytes": row["bytes"]} for row in self.db.query(
+            "SELECT c.id, c.created_at, c.metadata, COUNT(i.seq) AS items, "
+            "LENGTH(CAST(c.metadata AS BLOB)) + COALESCE(SUM(LENGTH(CAST(i.item AS BLOB))), 0) "
+            "AS bytes FROM conversations c LEFT JOIN conversation_items i ON "
+            "i.conversation = c.id WHERE c.tenant = ? GROUP BY c.id "
+            "ORDER BY c.created_at DESC, c.rowid DESC LIMIT ?", (tenant, limit))]
+
     def items(self, conversation_id: str, tenant: str) -> list[dict[str, Any]]:
         """Every item of the tenant's conversation, the first first (none if there is no such
         conversation)."""

@@ -14,6 +14,11 @@ def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
     """Its files' sizes, its stored responses' (a background one's request too), chat
     completions', conversations' and batch answers' text (UTF-8) and its adapter
     directories."""
+    return sum(stored_by_kind(db, data_dir, tenant).values())
+
+
+def stored_by_kind(db: Database, data_dir: Path, tenant: str) -> dict[str, int]:
+    """`stored_bytes` by what keeps them."""
     files, responses, answers, chats, conversations = db.query(
         "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
         "(SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB)) + "
@@ -27,8 +32,9 @@ def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
         "SUM(LENGTH(CAST(i.item AS BLOB))) FROM conversation_items i WHERE i.conversation = "
         "c.id), 0)), 0) FROM conversations c WHERE c.tenant = ?)",
         (tenant, tenant, tenant, tenant, tenant))[0]
-    return files + responses + answers + chats + conversations + \
-        directory_bytes(data_dir / "adapters" / tenant)
+    return {"files": files, "adapters": directory_bytes(data_dir / "adapters" / tenant),
+            "responses": responses, "chat_completions": chats,
+            "conversations": conversations, "batch_answers": answers}
 
 
 def directory_bytes(root: Path) -> int:

@@ -3,8 +3,9 @@
 The page (static HTML and script, no build step) signs in with an API key kept in the browser's
 session storage, or with the one-time link `symbiosis serve` prints (a session cookie,
 `gateway.sessions`), and reads the public API (/v1/models, /v1/fine_tuning/jobs, their events and
-checkpoints) plus `/dashboard/api/usage` (the tenant's own request figures) and, with an
-operator key, `/dashboard/api/operator` (the executor's batching, the workers, the job queue).
+checkpoints) plus `/dashboard/api/usage` (the tenant's own request figures), `/dashboard/api/kept`
+(what it keeps, by kind, and its conversations) and, with an operator key,
+`/dashboard/api/operator` (the executor's batching, the workers, the job queue).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from pydantic import BaseModel, Field
 from gateway.deps import TenantDep, operator
 from gateway.errors import APIError
 from gateway.sessions import COOKIE, SESSION_S
-from state.usage import stored_bytes
+from state.usage import stored_by_kind, stored_bytes
 from wire.figures import ExecutorFigures
 
 router = APIRouter(include_in_schema=False)
+LISTED = 100  # the newest conversations shown
 
 
 @router.get("/dashboard")
@@ -98,6 +100,19 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
             "storage": {"used_bytes": await run_in_threadpool(
                 stored_bytes, state.db, state.settings.data_dir, tenant.id),
                 "quota_bytes": tenant.storage_quota() or None}}
+
+
+@router.get("/dashboard/api/kept")
+async def kept(request: Request, tenant: TenantDep) -> dict:
+    """What this tenant keeps, in bytes by kind (as its storage quota counts them), and its
+    newest conversations with their sizes (OpenAI's API lists none: here are their ids, to
+    read or delete them by)."""
+    state = request.app.state
+
+    def read() -> dict:
+        return {"bytes": stored_by_kind(state.db, state.settings.data_dir, tenant.id),
+                "conversations": state.conversations.listed(tenant.id, LISTED)}
+    return await run_in_threadpool(read)
 
 
 @router.get("/dashboard/api/operator")

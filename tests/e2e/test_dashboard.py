@@ -1,11 +1,13 @@
 """The dashboard in a real headless browser (Chromium from Debian's packages, driven by
-Playwright): a tenant signs in and sees a finished job's real loss points and its batches; an
-operator sees the live executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS
+Playwright): a tenant signs in and sees a finished job's real loss points and its batches, and
+what it keeps (by kind, and its conversations with their sizes); an operator sees the live
+executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS
 (default test-artifacts/).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from state.usage import readable
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment, sign_in
 from tests.e2e.jobs import memorization_file, wait
@@ -157,6 +160,31 @@ def test_an_operator_sees_the_executors_batching(browser, deployment: Deployment
     assert rows and all(value >= 1 for value in rows)  # each batch holds at least a row
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-operator.png"), full_page=True)
+    page.close()
+
+
+def test_a_tenant_sees_what_it_keeps_and_its_conversations(browser, deployment: Deployment) -> None:
+    client = deployment.client("beta")
+    talk = client.conversations.create(metadata={"topic": "dashboard"}, items=[
+        {"role": "user", "content": "Hello."}, {"role": "user", "content": "Still there?"}])
+    client.conversations.items.create(talk.id, items=[{"role": "user", "content": "Well?"}])
+    beta = {"Authorization": f"Bearer {KEYS['beta']}"}
+    items = httpx.get(f"{deployment.stack.base_url}/v1/conversations/{talk.id}/items",
+                      headers=beta).json()["data"]
+    size = len(json.dumps({"topic": "dashboard"})) + sum(len(json.dumps(i)) for i in items)
+    kept = httpx.get(f"{deployment.stack.base_url}/dashboard/api/kept", headers=beta).json()
+    used = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage", headers=beta).json()
+    assert sum(kept["bytes"].values()) == used["storage"]["used_bytes"]
+    assert kept["bytes"]["conversations"] >= size
+    page = sign_in(browser, deployment, KEYS["beta"])
+    page.wait_for_selector(f'tr.conversation[data-conversation="{talk.id}"]')
+    shown = page.eval_on_selector(f'tr.conversation[data-conversation="{talk.id}"]',
+                                  "r => [...r.cells].map(c => c.textContent)")
+    assert shown[:4] == [talk.id, "3", readable(size), '{"topic":"dashboard"}']
+    assert [page.text_content(f"#kept-{kind}") for kind in kept["bytes"]] == \
+        [readable(size) for size in kept["bytes"].values()]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-kept.png"), full_page=True)
     page.close()
 
 

@@ -256,7 +256,8 @@ class StoreDesk:
                           f"does not fit in tenant {command.tenant}'s storage quota: "
                           f"{readable(used)} of {readable(command.quota_bytes)} in use. "
                           "Delete files, models, stored responses, chat completions or "
-                          "conversations you no longer need.")
+                          "conversations you no longer need (the dashboard lists what you "
+                          "keep).")
 
     def _owned(self, command: StoreCommand) -> None:
         if self.registry.visible(command.model, command.tenant) is None:
