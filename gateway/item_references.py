@@ -1,8 +1,8 @@
-"""Input items given by reference (`{"type": "item_reference", "id": ...}`, as OpenAI's Responses
-API takes them): each is the item of that id, found in what the request goes on from (its
-conversation's items, or the stored response's conversation and output), else in any of the
+"""Items given by reference (`{"type": "item_reference", "id": ...}`, as OpenAI's Responses and
+Conversations APIs take them): each is the item of that id, found in what the request goes on
+from (a response's conversation, or the stored response before it), else in any of the
 tenant's conversations, else among the items its stored responses keep. One found nowhere is a
-404 naming its place in `input`."""
+404 naming its place (`input[i]`, `items[i]`)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,21 @@ ITEM = TypeAdapter(InputItem)
 def referred(state, tenant: str, body: ResponseRequest,
              earlier: list[dict[str, Any]]) -> ResponseRequest:
     """`body` with each item reference in its input replaced by the item it names."""
-    if isinstance(body.input, str) or \
-            not any(isinstance(item, ItemReference) for item in body.input):
+    if isinstance(body.input, str):
         return body
+    items = resolved(state, tenant, body.input, earlier, "input")
+    return body if items is body.input else body.model_copy(update={"input": items})
+
+
+def resolved(state, tenant: str, items: list, earlier: list[dict[str, Any]],
+             param: str) -> list:
+    """`items` (those of the field `param`) with each reference replaced by the item it
+    names, first looked for in `earlier`; `items` itself where there is none."""
+    if not any(isinstance(item, ItemReference) for item in items):
+        return items
     known = {item.get("id"): item for item in earlier}
-    return body.model_copy(update={"input": [
-        _found(state, tenant, item, known, f"input[{k}]")
-        if isinstance(item, ItemReference) else item for k, item in enumerate(body.input)]})
+    return [_found(state, tenant, item, known, f"{param}[{k}]")
+            if isinstance(item, ItemReference) else item for k, item in enumerate(items)]
 
 
 def _found(state, tenant: str, reference: ItemReference, known: dict[str, dict],

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from openapi.common import OpenAIBaseModel, StrictModel, Text
-from openapi.items import InputItem
+from openapi.items import AskedItem, InputItem
 
 LOGPROBS = "message.output_text.logprobs"
 Include = list[Literal["message.output_text.logprobs"]]
@@ -17,9 +17,9 @@ METADATA = "at most 16 pairs, keys <= 64 and values <= 512 characters"
 
 
 class ConversationCreate(OpenAIBaseModel):
-    items: list[InputItem] | None = Field(default=None, max_length=20, description=(
-        "its first items (at most 20; more with POST .../items); each is given an id of its "
-        "own"))
+    items: list[AskedItem] | None = Field(default=None, max_length=20, description=(
+        "its first items (at most 20; more with POST .../items), or references to items kept; "
+        "each is given an id of its own"))
     metadata: dict[Text, Text] | None = Field(default=None, description=METADATA)
     safety_identifier: Text | None = Field(default=None, description="logged with the request")
 
@@ -43,9 +43,9 @@ class ConversationDeleted(BaseModel):
 
 
 class ItemsCreate(StrictModel):
-    items: list[InputItem] = Field(min_length=1, max_length=20, description=(
-        "added at the conversation's end, in order (at most 20 at a time); each is given an id "
-        "of its own"))
+    items: list[AskedItem] = Field(min_length=1, max_length=20, description=(
+        "added at the conversation's end, in order (at most 20 at a time), or references to "
+        "items kept; each is given an id of its own"))
 
 
 class ConversationItemList(BaseModel):

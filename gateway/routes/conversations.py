@@ -16,6 +16,7 @@ from gateway import respond
 from gateway.conversations import found, new_items, shown
 from gateway.deps import TenantDep
 from gateway.errors import APIError, check_metadata, documented
+from gateway.item_references import resolved
 from gateway.pages import page
 from gateway.records import change
 from openapi.conversations import (
@@ -54,7 +55,8 @@ async def create_conversation(body: ConversationCreate, request: Request,
     state = request.app.state
     check_metadata(body.metadata)
     made = {"id": respond.item_id("conv"), "created_at": int(time.time()),
-            "metadata": body.metadata or {}, "items": new_items(body.items or [])}
+            "metadata": body.metadata or {},
+            "items": new_items(resolved(state, tenant.id, body.items or [], [], "items"))}
     await change(state.manager, StoreAction.ADD_CONVERSATION, tenant.id,
                  record=json.dumps(made), quota_bytes=tenant.storage_quota())
     log.info("conversation %s created (%d items)%s", made["id"], len(made["items"]),
@@ -96,7 +98,7 @@ async def add_items(conversation_id: str, body: ItemsCreate, request: Request,
     """The items added at its end, as kept (each with its id)."""
     state = request.app.state
     found(state.conversations, tenant.id, conversation_id)
-    items = new_items(body.items)
+    items = new_items(resolved(state, tenant.id, body.items, [], "items"))
     await change(state.manager, StoreAction.ADD_ITEMS, tenant.id, param="conversation_id",
                  quota_bytes=tenant.storage_quota(),
                  record=json.dumps({"conversation": conversation_id, "items": items}))

@@ -1,7 +1,8 @@
-"""Input items given by reference, with the manager's real records behind the gateway: each is
-replaced by the item of that id from what the request goes on from, else from the tenant's
-conversations, else from its stored responses; another tenant's item, or none, is a 404 naming
-the reference's place in `input`; items given whole stay as they are."""
+"""Items given by reference, with the manager's real records behind the gateway (in a
+response's input, and in the items a conversation is made with or given): each is replaced by
+the item of that id from what the request goes on from, else from the tenant's conversations,
+else from its stored responses; another tenant's item, or none, is a 404 naming the reference's
+place (`input[i]`, `items[i]`); items given whole stay as they are."""
 
 from __future__ import annotations
 
@@ -65,3 +66,23 @@ def test_an_item_kept_nowhere_for_the_tenant_is_a_404_naming_its_place(kept, ten
     assert (missing.value.status, missing.value.code, missing.value.param) == \
         (404, "item_not_found", "input[1]" if tenant == "beta" else "input[2]")
     assert named in missing.value.message
+
+
+def test_a_conversations_items_may_be_references(kept) -> None:
+    client, question = kept
+    made = client.post("/v1/conversations", headers=KEY, json={"items": [
+        {"type": "item_reference", "id": ANSWER["id"]}]})
+    assert made.status_code == 200, made.text
+    url = f"/v1/conversations/{made.json()['id']}/items"
+    added = client.post(url, headers=KEY, json={"items": [
+        {"role": "user", "content": "And?"}, {"type": "item_reference", "id": question["id"]}]})
+    assert added.status_code == 200, added.text
+    items = client.app.state.conversations.items(made.json()["id"], "acme")
+    assert [(i["role"], i["content"][0]["text"]) for i in items] == \
+        [("assistant", "Rain."), ("user", "And?"), ("user", "Weather?")]
+    assert not {i["id"] for i in items} & {ANSWER["id"], question["id"]}  # ids of their own
+    for key, named in ((KEY, f"msg_{'f' * 32}"), ({"Authorization": "Bearer sk-beta"},
+                                                   question["id"])):
+        missing = client.post("/v1/conversations", headers=key, json={"items": [
+            {"role": "user", "content": "Hi."}, {"type": "item_reference", "id": named}]})
+        assert (missing.status_code, missing.json()["error"]["param"]) == (404, "items[1]")
