@@ -76,7 +76,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         going = asked(state, tenant, body)
         made = await _queue(request, tenant, going.body, going.before, going.said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
-    turn = taken(state, tenant, body)
+    turn = taken(state, tenant, body, counted=run is None)
     try:
         return await _answer(request, tenant, body, target, turn)
     except BaseException:
@@ -84,15 +84,17 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         raise
 
 
-def taken(state, tenant: Tenant, body: ResponseRequest) -> Callable[[], None]:
+def taken(state, tenant: Tenant, body: ResponseRequest, counted: bool) -> Callable[[], None]:
     """The turn of the conversation the response goes on in (nothing without one), and how to
-    give it back; else the 400 `conversation_locked`."""
+    give it back; else the 400 `conversation_locked` (`counted` as a request refused: not a
+    background run's, which waits and asks again)."""
     if not (named := conversation_of(body)):
         return lambda: None
     try:
         return state.turns.take(tenant.id, named)
     except APIError:
-        state.metrics.rejected.labels(tenant.id, LOCKED).inc()
+        if counted:
+            state.metrics.rejected.labels(tenant.id, LOCKED).inc()
         raise
 
 

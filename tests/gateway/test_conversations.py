@@ -266,5 +266,7 @@ def test_one_response_at_a_time_goes_on_in_a_conversation(talk, monkeypatch) -> 
         "status"] == "queued"
     give()
     assert polled(client, queued.json()["id"])["status"] == "failed"  # it ran: the 503
+    assert client.app.state.metrics.rejected.labels("acme", "conversation_locked")._value.get() \
+        == 1  # its run's waits are not requests refused
     for _ in range(2):  # a response that fails gives the turn back
         assert client.post("/v1/responses", headers=KEY, json=ask).status_code == 503
