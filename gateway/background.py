@@ -3,9 +3,9 @@ kept with its request; the gateway then runs that request through the app itself
 (`gateway.in_process`), so it is limited, served and stored exactly as in the foreground, under
 the queued response's id: `in_progress` once generating, then as it ended. `PARALLEL` of a
 tenant's run at once (the others wait their turn, in order); one refused for now (429: the
-tenant's own requests fill its limits) waits and is sent again, as does one whose conversation
-another response goes on in (`gateway.turns`); one that finds the service unavailable (503)
-up to `UNAVAILABLE_TRIES` times; any other refusal settles it `failed`. A
+tenant's own requests fill its limits) waits and is sent again; one that goes on in a
+conversation first waits for its turn there (`gateway.turns`); one that finds the service
+unavailable (503) up to `UNAVAILABLE_TRIES` times; any other refusal settles it `failed`. A
 cancel settles it `cancelled` and its in-process client leaves (the generation stops). A
 gateway that starts runs again those a stopped one left pending (from the start: nothing of a
 run is kept until it ends).
@@ -17,12 +17,13 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 
 from gateway import in_process
 from gateway.background_events import KEPT_S, Events
 from gateway.errors import APIError
 from gateway.stored import settle
-from gateway.turns import LOCKED
+from gateway.turns import HELD
 from state.responses import StoredResponse
 
 log = logging.getLogger("gateway.background")
@@ -103,19 +104,36 @@ class BackgroundRunner:
         the refusal that ends it: (status, body)."""
         data, unavailable = json.dumps(made.request).encode(), 0
         while True:
-            status, _, content = await in_process.post(
-                self.app, made.tenant, "/v1/responses", data,
-                scope={RUN: (made.id, made.created_at)}, leave=leave,
-                streamed=events.run_sent if (events := self.events.get(made.id)) else None)
+            give = await self._turn(made, leave)
+            if leave.is_set():
+                return None
+            try:
+                status, _, content = await in_process.post(
+                    self.app, made.tenant, "/v1/responses", data, leave=leave,
+                    scope={RUN: (made.id, made.created_at), **({HELD: give} if give else {})},
+                    streamed=events.run_sent if (events := self.events.get(made.id)) else None)
+            finally:
+                if give:  # (its request gave it back already, unless it never reached the route)
+                    give()
             if leave.is_set() or status == 200:
                 return None
-            waits = status == 429 or _locked(status, content)
-            if not waits and (status != 503 or unavailable == UNAVAILABLE_TRIES):
+            if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
                 return status, content
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(leave.wait(), RETRY_S if waits else 2 ** unavailable)
+                await asyncio.wait_for(leave.wait(), RETRY_S if status == 429 else
+                                       2 ** unavailable)
                 return None
             unavailable += status == 503
+
+    async def _turn(self, made: StoredResponse, leave: asyncio.Event) -> \
+            Callable[[], None] | None:
+        """The turn of the conversation the response goes on in, once free (a run waits for
+        the response before it there; None without one, or once cancelled)."""
+        named = made.request.get("conversation")
+        named = named.get("id") if isinstance(named, dict) else named
+        if not isinstance(named, str):
+            return None
+        return await self.app.state.turns.wait(made.tenant, named, leave)
 
     async def _fail(self, made: StoredResponse, status: int, content: bytes) -> None:
         try:
@@ -132,11 +150,3 @@ class BackgroundRunner:
         except APIError as exc:  # it stays pending, run again by the next gateway
             log.warning("background response %s not settled: %s", made.id, exc.message)
 
-
-def _locked(status: int, content: bytes) -> bool:
-    """Whether the run was refused because another response holds its conversation's turn
-    (it waits for it, as for its tenant's limits)."""
-    try:
-        return status == 400 and json.loads(content)["error"]["code"] == LOCKED
-    except (ValueError, KeyError, TypeError):
-        return False

@@ -41,7 +41,7 @@ from gateway.serving import PromptResult, Target
 from gateway.stored import found, previous
 from gateway.tenants import Tenant
 from gateway.tools import ToolMode
-from gateway.turns import LOCKED
+from gateway.turns import HELD, LOCKED
 from openapi.responses import DeletedResponse, Response, ResponseItemList, ResponseRequest
 from state.responses import StoredResponse
 from wire import manager as W
@@ -76,7 +76,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         going = asked(state, tenant, body)
         made = await _queue(request, tenant, going.body, going.before, going.said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
-    turn = taken(state, tenant, body, counted=run is None)
+    turn = request.scope.get(HELD) or taken(state, tenant, body)
     try:
         return await _answer(request, tenant, body, target, turn)
     except BaseException:
@@ -84,17 +84,15 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         raise
 
 
-def taken(state, tenant: Tenant, body: ResponseRequest, counted: bool) -> Callable[[], None]:
+def taken(state, tenant: Tenant, body: ResponseRequest) -> Callable[[], None]:
     """The turn of the conversation the response goes on in (nothing without one), and how to
-    give it back; else the 400 `conversation_locked` (`counted` as a request refused: not a
-    background run's, which waits and asks again)."""
+    give it back; else the 400 `conversation_locked`."""
     if not (named := conversation_of(body)):
         return lambda: None
     try:
         return state.turns.take(tenant.id, named)
     except APIError:
-        if counted:
-            state.metrics.rejected.labels(tenant.id, LOCKED).inc()
+        state.metrics.rejected.labels(tenant.id, LOCKED).inc()
         raise
 
 

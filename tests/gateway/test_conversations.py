@@ -261,12 +261,12 @@ def test_one_response_at_a_time_goes_on_in_a_conversation(talk, monkeypatch) -> 
         .status_code == 404  # not beta's, held or not
     queued = client.post("/v1/responses", headers=KEY, json={**ask, "background": True})
     assert queued.status_code == 200, queued.text
-    time.sleep(1.2)  # its run has asked for the turn (refused) and waits to ask again
+    time.sleep(1.2)  # its run waits for the turn, asking nothing of the endpoint meanwhile
     assert client.get(f"/v1/responses/{queued.json()['id']}", headers=KEY).json()[
         "status"] == "queued"
     give()
     assert polled(client, queued.json()["id"])["status"] == "failed"  # it ran: the 503
     assert client.app.state.metrics.rejected.labels("acme", "conversation_locked")._value.get() \
-        == 1  # its run's waits are not requests refused
+        == 1  # its run's wait refused nothing
     for _ in range(2):  # a response that fails gives the turn back
         assert client.post("/v1/responses", headers=KEY, json=ask).status_code == 503
