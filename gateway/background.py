@@ -149,4 +149,3 @@ class BackgroundRunner:
             await settle(self.app.state.manager, made.tenant, failed)
         except APIError as exc:  # it stays pending, run again by the next gateway
             log.warning("background response %s not settled: %s", made.id, exc.message)
-

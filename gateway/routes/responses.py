@@ -76,7 +76,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         going = asked(state, tenant, body)
         made = await _queue(request, tenant, going.body, going.before, going.said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
-    turn = request.scope.get(HELD) or taken(state, tenant, body)
+    turn = request.scope.get(HELD) or _taken(state, tenant, body)
     try:
         return await _answer(request, tenant, body, target, turn)
     except BaseException:
@@ -84,7 +84,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
         raise
 
 
-def taken(state, tenant: Tenant, body: ResponseRequest) -> Callable[[], None]:
+def _taken(state, tenant: Tenant, body: ResponseRequest) -> Callable[[], None]:
     """The turn of the conversation the response goes on in (nothing without one), and how to
     give it back; else the 400 `conversation_locked`."""
     if not (named := conversation_of(body)):
