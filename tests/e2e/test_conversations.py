@@ -145,7 +145,8 @@ def test_one_response_at_a_time_goes_on_in_a_conversation(deployment: Deployment
         ("assistant", second.output_text)]
 
     dropped = client.responses.create(input="Long.", conversation=talk.id, stream=True,
-                                      **{**ASK, "max_output_tokens": 500})
+                                      **{**ASK, "max_output_tokens": 500})  # (greedy: no end
+    # of text in 500 tokens here, so it cannot end, and add its turn, before its client leaves)
     assert next(iter(dropped)).type == "response.created"
     dropped.close()  # the client leaves: the turn is given back, nothing added
     third = went_on(client, talk.id)
