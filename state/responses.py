@@ -75,6 +75,15 @@ class ResponseReader:
             "LIMIT 1", (tenant, int(time.time()), item_id))
         return json.loads(rows[0]["item"]) if rows else None
 
+    def listed(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+        """The tenant's newest unexpired responses: id, creation, status and the bytes each
+        keeps (as its storage quota counts them)."""
+        return [dict(row) for row in self.db.query(
+            "SELECT id, created_at, status, LENGTH(CAST(body AS BLOB)) + "
+            "LENGTH(CAST(conversation AS BLOB)) + COALESCE(LENGTH(CAST(request AS BLOB)), 0) "
+            "AS bytes FROM responses WHERE tenant = ? AND expires_at > ? "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ?", (tenant, int(time.time()), limit))]
+
     def pending(self) -> list[StoredResponse]:
         """The background responses not yet settled, every tenant's, oldest first."""
         rows = self.db.query(

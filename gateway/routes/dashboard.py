@@ -4,7 +4,7 @@ The page (static HTML and script, no build step) signs in with an API key kept i
 session storage, or with the one-time link `symbiosis serve` prints (a session cookie,
 `gateway.sessions`), and reads the public API (/v1/models, /v1/fine_tuning/jobs, their events and
 checkpoints) plus `/dashboard/api/usage` (the tenant's own request figures), `/dashboard/api/kept`
-(what it keeps, by kind, and its conversations) and, with an operator key,
+(what it keeps, by kind, its conversations and stored responses) and, with an operator key,
 `/dashboard/api/operator` (the executor's batching, the workers, the job queue).
 """
 
@@ -24,7 +24,7 @@ from state.usage import stored_by_kind, stored_bytes
 from wire.figures import ExecutorFigures
 
 router = APIRouter(include_in_schema=False)
-LISTED = 100  # the newest conversations shown
+LISTED = 100  # the newest conversations and stored responses shown
 
 
 @router.get("/dashboard")
@@ -105,13 +105,14 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
 @router.get("/dashboard/api/kept")
 async def kept(request: Request, tenant: TenantDep) -> dict:
     """What this tenant keeps, in bytes by kind (as its storage quota counts them), and its
-    newest conversations with their sizes (OpenAI's API lists none: here are their ids, to
-    read or delete them by)."""
+    newest conversations and stored responses with their sizes (OpenAI's API lists neither:
+    here are their ids, to read or delete them by)."""
     state = request.app.state
 
     def read() -> dict:
         return {"bytes": stored_by_kind(state.db, state.settings.data_dir, tenant.id),
-                "conversations": state.conversations.listed(tenant.id, LISTED)}
+                "conversations": state.conversations.listed(tenant.id, LISTED),
+                "responses": state.responses.listed(tenant.id, LISTED)}
     return await run_in_threadpool(read)
 
 

@@ -1,8 +1,8 @@
 """The dashboard in a real headless browser (Chromium from Debian's packages, driven by
 Playwright): a tenant signs in and sees a finished job's real loss points and its batches, and
-what it keeps (by kind, and its conversations with their sizes); an operator sees the live
-executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS
-(default test-artifacts/).
+what it keeps (by kind, its conversations and stored responses with their sizes); an operator
+sees the live executor's batching. Screenshots go to SYMBIOSIS_TEST_ARTIFACTS (default
+test-artifacts/).
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ def test_a_tenant_sees_what_it_keeps_and_its_conversations(browser, deployment: 
     talk = client.conversations.create(metadata={"topic": "dashboard"}, items=[
         {"role": "user", "content": "Hello."}, {"role": "user", "content": "Still there?"}])
     client.conversations.items.create(talk.id, items=[{"role": "user", "content": "Well?"}])
+    answered = client.responses.create(model="beta/ia3-b", input="Hi", max_output_tokens=2)
     beta = {"Authorization": f"Bearer {KEYS['beta']}"}
     items = httpx.get(f"{deployment.stack.base_url}/v1/conversations/{talk.id}/items",
                       headers=beta).json()["data"]
@@ -183,6 +184,10 @@ def test_a_tenant_sees_what_it_keeps_and_its_conversations(browser, deployment: 
     assert shown[:4] == [talk.id, "3", readable(size), '{"topic":"dashboard"}']
     assert [page.text_content(f"#kept-{kind}") for kind in kept["bytes"]] == \
         [readable(size) for size in kept["bytes"].values()]
+    response, = (r for r in kept["responses"] if r["id"] == answered.id)
+    assert page.eval_on_selector(f'tr.response[data-response="{answered.id}"]',
+                                 "r => [...r.cells].map(c => c.textContent)")[:3] == \
+        [answered.id, answered.status, readable(response["bytes"])]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-kept.png"), full_page=True)
     page.close()
