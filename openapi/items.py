@@ -1,5 +1,5 @@
 """The items of a conversation as a client sends them (messages, function calls and their
-outputs; in a response request also references to items kept), shared by the Responses and
+outputs; in a request also references to items kept, `AskedItem`), shared by the Responses and
 Conversations APIs."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class MessageItem(StrictModel):
         """An item of another type is told every type (the others are other members)."""
         if kind != "message":
             raise PydanticCustomError("literal_error", "Input should be 'message', "
-                                      "'function_call' or 'function_call_output'")
+                                      "'function_call', 'function_call_output' or "
+                                      "'item_reference'")
         return kind
 
     def text(self) -> str:

@@ -39,7 +39,8 @@ UNIONS = [  # a field that takes one of several types: every member's demand is 
     ("/v1/chat/completions", {**CHAT, "tools": [TOOL], "tool_choice": {
         "type": "function", "function": {}}}, "tool_choice.function.name", "Field required"),
     *(("/v1/responses", {**RESPONSE, "input": [{"type": kind, "call_id": "0", "output": ""}]},
-       "input.0.type", "Input should be 'message', 'function_call' or 'function_call_output'")
+       "input.0.type",
+       "Input should be 'message', 'function_call', 'function_call_output' or 'item_reference'")
       for kind in ({}, [], "input_image")),  # an unhashable type once raised (a 500)
     *(("/v1/responses", {**RESPONSE, "input": [{"role": "user", "content": [
         {"type": kind, "image_url": "https://example.com/a.png"}]}]},
