@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.db import Database, UnknownCursor
+from state.usage import CONVERSATION_BYTES
 
 CONVERSATION_ID = re.compile(r"conv_[0-9a-f]{32}")
 
@@ -46,11 +47,10 @@ class ConversationReader:
         return [{"id": row["id"], "created_at": row["created_at"],
                  "metadata": json.loads(row["metadata"]), "items": row["items"],
                  "bytes": row["bytes"]} for row in self.db.query(
-            "SELECT c.id, c.created_at, c.metadata, COUNT(i.seq) AS items, "
-            "LENGTH(CAST(c.metadata AS BLOB)) + COALESCE(SUM(LENGTH(CAST(i.item AS BLOB))), 0) "
-            "AS bytes FROM conversations c LEFT JOIN conversation_items i ON "
-            "i.conversation = c.id WHERE c.tenant = ? GROUP BY c.id "
-            "ORDER BY c.created_at DESC, c.rowid DESC LIMIT ?", (tenant, limit))]
+            "SELECT c.id, c.created_at, c.metadata, (SELECT COUNT(*) FROM conversation_items i "
+            f"WHERE i.conversation = c.id) AS items, {CONVERSATION_BYTES} AS bytes FROM "
+            "conversations c WHERE c.tenant = ? ORDER BY c.created_at DESC, c.rowid DESC "
+            "LIMIT ?", (tenant, limit))]
 
     def items(self, conversation_id: str, tenant: str) -> list[dict[str, Any]]:
         """Every item of the tenant's conversation, the first first (none if there is no such

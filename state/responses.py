@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.db import Database, page
+from state.usage import RESPONSE_BYTES
 
 RETENTION_S = 30 * 24 * 3600
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
@@ -79,10 +80,9 @@ class ResponseReader:
         """The tenant's newest unexpired responses: id, creation, status and the bytes each
         keeps (as its storage quota counts them)."""
         return [dict(row) for row in self.db.query(
-            "SELECT id, created_at, status, LENGTH(CAST(body AS BLOB)) + "
-            "LENGTH(CAST(conversation AS BLOB)) + COALESCE(LENGTH(CAST(request AS BLOB)), 0) "
-            "AS bytes FROM responses WHERE tenant = ? AND expires_at > ? "
-            "ORDER BY created_at DESC, rowid DESC LIMIT ?", (tenant, int(time.time()), limit))]
+            f"SELECT id, created_at, status, {RESPONSE_BYTES} AS bytes FROM responses WHERE "
+            "tenant = ? AND expires_at > ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (tenant, int(time.time()), limit))]
 
     def pending(self) -> list[StoredResponse]:
         """The background responses not yet settled, every tenant's, oldest first."""
