@@ -73,10 +73,10 @@ async def went_on(manager: ManagerClient, tenant: Tenant, conversation_id: str |
     went on in (None: it went on in none, or is not done); one that cannot be added (the
     conversation deleted meanwhile, the tenant's quota) is logged, not the request's
     failure."""
-    if conversation_id is None or response["status"] not in DONE:
+    if (items := _turn(conversation_id, response, sent)) is None:
         return None
     try:
-        await extend(manager, tenant, conversation_id, [*new_items(sent), *response["output"]])
+        await extend(manager, tenant, conversation_id, items)
     except APIError as exc:
         log.warning("response %s was not added to conversation %s: %s", response["id"],
                     conversation_id, exc.message)
@@ -91,14 +91,22 @@ async def settled(manager: ManagerClient, tenant: Tenant, conversation_id: str |
     (None: in none, not done, or not settled). Both are one change of the manager's, so that a
     cancel that comes first leaves the conversation as it was, and a poller never sees it done
     with its turn missing."""
-    if conversation_id is None or response["status"] not in DONE:
+    if (items := _turn(conversation_id, response, sent)) is None:
         return await settle(manager, tenant.id, response), None
     answer = await change(manager, StoreAction.SETTLE_TURN, tenant.id, answer_s=KEEP_S,
                           quota_bytes=tenant.storage_quota(),
                           record=json.dumps({"response": response,
-                                             "conversation": conversation_id,
-                                             "items": [*new_items(sent), *response["output"]]}))
+                                             "conversation": conversation_id, "items": items}))
     if answer.made and not answer.added:
         log.warning("response %s was not added to conversation %s (gone, or past the quota)",
                     response["id"], conversation_id)
     return bool(answer.made), answer.added if answer.made else None
+
+
+def _turn(conversation_id: str | None, response: dict[str, Any], sent: list) -> \
+        list[dict[str, Any]] | None:
+    """What a response adds to the conversation it went on in: its input (`sent`, each item
+    with an id of its own), then its output; None where it went on in none or is not done."""
+    if conversation_id is None or response["status"] not in DONE:
+        return None
+    return [*new_items(sent), *response["output"]]
