@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from state.response_items import MIGRATION as RESPONSE_ITEMS
+
 MIGRATIONS = [
     """
     CREATE TABLE models (
@@ -193,7 +195,19 @@ MIGRATIONS = [
     CREATE INDEX conversation_items_by_id ON conversation_items (id);
     CREATE INDEX responses_by_tenant ON responses (tenant, created_at);
     """,
+    RESPONSE_ITEMS,
 ]
+
+
+def statements(script: str) -> Iterator[str]:
+    """The script's statements one by one (a trigger's body keeps the `;` within it)."""
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                yield pending
+            pending = ""
 
 
 def db_path(data_dir: Path) -> Path:
@@ -248,7 +262,7 @@ class Database:
         with self.transaction() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(migrations[version:], start=version + 1):
-                for statement in filter(str.strip, script.split(";")):
+                for statement in statements(script):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version={number}")
 

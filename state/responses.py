@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.db import Database, page
+from state.response_items import KEEPER
 from state.usage import RESPONSE_BYTES
 
 RETENTION_S = 30 * 24 * 3600
@@ -67,14 +68,13 @@ class ResponseReader:
 
     def found_item(self, tenant: str, item_id: str) -> dict[str, Any] | None:
         """The item of that id among the input and output items the tenant's responses keep,
-        until they expire."""
-        rows = self.db.query(
-            "SELECT item.value AS item FROM responses r, json_each(r.conversation) AS item "
-            "WHERE r.tenant = ?1 AND r.expires_at > ?2 AND json_extract(item.value, '$.id') = ?3 "
-            "UNION ALL SELECT item.value FROM responses r, json_each(r.body, '$.output') AS item "
-            "WHERE r.tenant = ?1 AND r.expires_at > ?2 AND json_extract(item.value, '$.id') = ?3 "
-            "LIMIT 1", (tenant, int(time.time()), item_id))
-        return json.loads(rows[0]["item"]) if rows else None
+        until they expire (the newest response's that keeps one, found by the index)."""
+        for row in self.db.query(KEEPER, (tenant, item_id, int(time.time()))):
+            for item in [*json.loads(row["conversation"]),
+                         *json.loads(row["body"]).get("output", [])]:
+                if isinstance(item, dict) and item.get("id") == item_id:
+                    return item
+        return None
 
     def listed(self, tenant: str, limit: int) -> list[dict[str, Any]]:
         """The tenant's newest unexpired responses: id, creation, status and the bytes each
