@@ -1,7 +1,8 @@
 # One image for all services: executor, workers (the worker manager) and gateway.
 #
 # Dependencies are installed from a local wheelhouse, so a build needs no network:
-#   pip wheel -w wheels torch==2.13.0 .   (torch pinned: resolved alone, pip picks a CUDA torch)
+#   pip wheel -w wheels -c .ci/constraints.txt torch==2.13.0 .
+# (torch pinned: resolved alone, pip picks a CUDA torch; the rest at the versions CI passed with)
 # BASE must provide python3.11 with venv; python:3.11-slim-bookworm or a debootstrap'ed
 # Debian bookworm with python3-venv both work.
 ARG BASE=python:3.11-slim-bookworm

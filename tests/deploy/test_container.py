@@ -67,8 +67,10 @@ def base_image(env: dict, work: Path) -> None:
 
 def wheelhouse(wheels: Path) -> None:
     """Our wheel and every dependency's, resolved together with torch pinned to the CPU build
-    (resolved alone, `torch>=2.4` would pull the newest CUDA torch and gigabytes of nvidia-*)."""
-    sh(sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), "torch==2.13.0", str(ROOT))
+    (resolved alone, `torch>=2.4` would pull the newest CUDA torch and gigabytes of nvidia-*),
+    the rest at the versions CI installs (.ci/constraints.txt)."""
+    sh(sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), "-c",
+       str(ROOT / ".ci" / "constraints.txt"), "torch==2.13.0", str(ROOT))
     cuda = [w.name for w in wheels.glob("*.whl") if w.name.startswith(("nvidia", "triton"))]
     assert not cuda, f"CUDA wheels in the wheelhouse: {cuda}"
 
