@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from state.db import MIGRATIONS, Database, db_path
+from state.db import Database, db_path
+from state.migrations import MIGRATIONS
 from state.responses import RETENTION_S, ResponseReader
 from state.usage import stored_bytes
 from tests.workers.manager.test_store_desk import act, records

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import time
 
-from state.db import MIGRATIONS, Database, db_path
+from state.db import Database, db_path
+from state.migrations import MIGRATIONS
 from state.response_items import KEEPER
 from state.responses import RETENTION_S, ResponseReader
 from tests.workers.manager.test_response_chain import answered, asked, chain, record, rid

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from openapi.responses import Response
-from state.db import MIGRATIONS, Database, db_path
+from state.db import Database, db_path
+from state.migrations import MIGRATIONS
 from state.usage import stored_bytes
 from tests.workers.manager.test_store_desk import act, records
 from wire.store import StoreAction

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from state.db import MIGRATIONS, Database
+from state.db import Database
+from state.migrations import MIGRATIONS
 from state.versions import choose, split_id, weights
 from tests.e2e.adapters import MODEL, save_adapter
 from workers.manager.adapter_store import AdapterError, AdapterRegistry
