@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
+from state.kept_bytes import MIGRATION as KEPT_BYTES
 from state.response_items import MIGRATION as RESPONSE_ITEMS
 
 MIGRATIONS = [
@@ -193,6 +194,7 @@ MIGRATIONS = [
     CREATE INDEX responses_by_tenant ON responses (tenant, created_at);
     """,
     RESPONSE_ITEMS,
+    KEPT_BYTES,
 ]
 
 

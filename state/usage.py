@@ -8,13 +8,15 @@ import os
 from pathlib import Path
 
 from state.db import Database
+from state.kept_bytes import COUNTED, size
+
+KINDS = tuple(dict.fromkeys(counted.kind for counted in COUNTED))  # the records' kinds
 
 # what one record keeps, in bytes, as the quota counts it (also shown per record by the
 # dashboard): a stored response's row; a conversation's metadata and items (its row as `c`)
-RESPONSE_BYTES = ("LENGTH(CAST(body AS BLOB)) + LENGTH(CAST(conversation AS BLOB)) + "
-                  "COALESCE(LENGTH(CAST(request AS BLOB)), 0)")
-CONVERSATION_BYTES = ("LENGTH(CAST(c.metadata AS BLOB)) + COALESCE((SELECT "
-                      "SUM(LENGTH(CAST(i.item AS BLOB))) FROM conversation_items i WHERE "
+RESPONSE_BYTES = size(COUNTED[0].columns)
+CONVERSATION_BYTES = (f"{size(('metadata',), 'c.')} + COALESCE((SELECT "
+                      f"SUM({size(('item',), 'i.')}) FROM conversation_items i WHERE "
                       "i.conversation = c.id), 0)")
 
 
@@ -26,20 +28,15 @@ def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
 
 
 def stored_by_kind(db: Database, data_dir: Path, tenant: str) -> dict[str, int]:
-    """`stored_bytes` by what keeps them."""
-    files, responses, answers, chats, conversations = db.query(
-        "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?), "
-        f"(SELECT COALESCE(SUM({RESPONSE_BYTES}), 0) FROM responses WHERE tenant = ?), "
-        "(SELECT COALESCE(SUM(LENGTH(CAST(r.result AS BLOB))), 0) FROM batch_results r "
-        "JOIN batches b ON b.id = r.batch_id WHERE b.tenant = ?), "
-        "(SELECT COALESCE(SUM(LENGTH(CAST(metadata AS BLOB)) + LENGTH(CAST(body AS BLOB)) + "
-        "LENGTH(CAST(messages AS BLOB))), 0) FROM chat_completions WHERE tenant = ?), "
-        f"(SELECT COALESCE(SUM({CONVERSATION_BYTES}), 0) FROM conversations c WHERE "
-        "c.tenant = ?)",
-        (tenant, tenant, tenant, tenant, tenant))[0]
+    """`stored_bytes` by what keeps them (the records' as `state.kept_bytes` keeps their
+    sums)."""
+    kept = {kind: 0 for kind in KINDS}
+    kept.update((row["kind"], row["bytes"]) for row in db.query(
+        "SELECT kind, bytes FROM kept_bytes WHERE tenant = ?", (tenant,)))
+    files = db.query("SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?",
+                     (tenant,))[0][0]
     return {"files": files, "adapters": directory_bytes(data_dir / "adapters" / tenant),
-            "responses": responses, "chat_completions": chats,
-            "conversations": conversations, "batch_answers": answers}
+            **kept}
 
 
 def directory_bytes(root: Path) -> int:
