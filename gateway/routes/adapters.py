@@ -10,11 +10,13 @@ from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
+from starlette.concurrency import run_in_threadpool
 
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
 from gateway.serving import Target
+from gateway.staging import staged as staged_as
 from gateway.tenants import Tenant
 from openapi.common import Model
 from state.versions import VersionRecord, split_id
@@ -42,19 +44,19 @@ async def register_adapter(request: Request, tenant: TenantDep,
                        "invalid_request", "name")
     state = request.app.state
     limit = state.settings.max_upload_bytes
-    staged = state.registry.staging()
-    try:
-        for upload, filename in ((adapter_config, "adapter_config.json"),
-                                 (adapter_model, "adapter_model.safetensors")):
-            data = await upload.read(limit + 1)
-            if len(data) > limit:
-                raise APIError(413, f"{filename} is larger than {limit} bytes", "file_too_large")
-            (staged / filename).write_bytes(data)
-        made = await change(state.manager, StoreAction.ADD_ADAPTER, tenant.id, name=name,
-                            staged=staged.name, serve=promote, hold=promote,
-                            quota_bytes=tenant.storage_quota())
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
+    async with state.uploads.slot(tenant.id):
+        staged = state.registry.staging()
+        try:
+            for upload, filename in ((adapter_config, "adapter_config.json"),
+                                     (adapter_model, "adapter_model.safetensors")):
+                if not await staged_as(upload, staged / filename, limit):
+                    raise APIError(413, f"{filename} is larger than {limit} bytes",
+                                   "file_too_large")
+            made = await change(state.manager, StoreAction.ADD_ADAPTER, tenant.id, name=name,
+                                staged=staged.name, serve=promote, hold=promote,
+                                quota_bytes=tenant.storage_quota())
+        finally:
+            await run_in_threadpool(shutil.rmtree, staged, ignore_errors=True)
     model, number = split_id(made.made)
     version = state.registry.versions.get(model, number)
     if promote:  # it serves the name only once a worker has loaded it

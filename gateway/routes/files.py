@@ -4,7 +4,7 @@ content, delete."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, BinaryIO, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import Response
@@ -15,8 +15,8 @@ from gateway.dataset import validate_jsonl
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
+from gateway.staging import staged as staged_as
 from openapi.files import FileDeleted, FileList, FileObject
-from state.storage import write_new
 from wire.store import StoreAction
 
 router = APIRouter(prefix="/v1", tags=["files"],
@@ -45,7 +45,7 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
     async with state.uploads.slot(tenant.id):
         staged = state.files.staging()
         try:
-            if await run_in_threadpool(copy_at_most, file.file, staged, limit) > limit:
+            if not await staged_as(file, staged, limit):
                 raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
                                "file_too_large", "file")
             examples, format = await _checked(staged, purpose, state.text_tokens)
@@ -70,12 +70,6 @@ async def _checked(staged: Path, purpose: str, tokens) -> tuple[int, str | None]
     if not report.ok:
         raise APIError(400, report.message(), "invalid_file_format", "file")
     return report.examples, report.format
-
-
-def copy_at_most(source: BinaryIO, target: Path, limit: int) -> int:
-    """Copy up to `limit` + 1 bytes in chunks (more means too large); the bytes copied."""
-    return write_new(target, iter(lambda: source.read(min(1 << 20, limit + 1)), b""),
-                     limit=limit + 1)
 
 
 def validate_file(path: Path, count, max_tokens: int):

@@ -1,4 +1,5 @@
-"""A large upload is validated off the event loop: other requests are answered meanwhile."""
+"""A large upload is validated off the event loop: other requests are answered meanwhile; a
+tenant uploads (files and adapters) a few at a time; an upload is never held in memory whole."""
 
 from __future__ import annotations
 
@@ -69,10 +70,14 @@ def test_a_tenants_uploads_are_capped_and_others_go_on(tmp_path) -> None:
         other = client.post("/v1/files", headers={"Authorization": "Bearer sk-beta"},
                             data={"purpose": "fine-tune"},
                             files={"file": ("small.jsonl", ROW.encode())})
+        adapter = client.post("/v1/adapters", headers=KEY, data={"name": "bot"}, files={
+            "adapter_config": ("adapter_config.json", b"{}"),
+            "adapter_model": ("adapter_model.safetensors", b"\0" * 1024)})
         for thread in threads:
             thread.join()
-        assert third.status_code == 429, third.text
-        assert third.json()["error"]["code"] == "too_many_concurrent_requests"
+        for refused in (third, adapter):  # an adapter's upload takes one of the slots too
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "too_many_concurrent_requests"
         assert other.status_code == 200, other.text
         assert [r.status_code for r in results] == [200, 200]
         assert busy._busy["acme"] == 0
