@@ -3,11 +3,13 @@ content, delete."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, BinaryIO, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from gateway.batch_file import InvalidBatchFile, read_batch_file
@@ -111,8 +113,20 @@ async def file_content(file_id: str, request: Request, tenant: TenantDep) -> Res
     if record is None:
         raise _not_found(file_id)
     media = "text/csv" if record.filename.endswith(".csv") else "application/jsonl"
-    with open(record.path, "rb") as f:
-        return Response(f.read(), media_type=media)
+    try:  # open now: a delete meanwhile leaves what is open readable to the end
+        f = open(record.path, "rb")  # noqa: SIM115 (closed by `_chunks`)
+    except FileNotFoundError:  # deleted since it was looked up
+        raise _not_found(file_id) from None
+    return StreamingResponse(_chunks(f), media_type=media,
+                             headers={"content-length": str(os.fstat(f.fileno()).st_size)})
+
+
+def _chunks(f: BinaryIO) -> Iterator[bytes]:
+    """The file 1 MiB at a time (read by a worker thread: starlette iterates a plain iterator
+    in its thread pool), closed at the end or when the client leaves."""
+    with f:
+        while chunk := f.read(1 << 20):
+            yield chunk
 
 
 @router.delete("/files/{file_id}", response_model=FileDeleted)

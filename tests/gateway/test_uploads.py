@@ -3,6 +3,7 @@ tenant uploads (files and adapters) a few at a time; an upload is never held in 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -83,8 +84,9 @@ def test_a_tenants_uploads_are_capped_and_others_go_on(tmp_path) -> None:
         assert busy._busy["acme"] == 0
 
 
-def test_an_upload_is_never_held_in_the_gateways_memory_whole(tmp_path) -> None:
-    """A real gateway process: its peak RSS (VmHWM) barely moves for a 48 MB upload."""
+def test_an_upload_is_never_held_in_the_gateways_memory_whole_either_way(tmp_path) -> None:
+    """A real gateway process: its peak RSS (VmHWM) barely moves for a 48 MB upload, nor for
+    reading it back."""
     import os
     import subprocess
     import sys
@@ -123,6 +125,15 @@ def test_an_upload_is_never_held_in_the_gateways_memory_whole(tmp_path) -> None:
         assert response.json()["bytes"] == big.stat().st_size
         grown = _peak_rss(gateway.pid) - before
         assert grown < 24 * 2**20, f"peak RSS grew {grown / 2**20:.0f} MiB"
+        digest = hashlib.sha256()  # and read back the same way, a chunk at a time
+        with httpx.stream("GET", f"{base}/v1/files/{response.json()['id']}/content",
+                          headers=KEY, timeout=600) as content:
+            assert content.headers["content-length"] == str(big.stat().st_size)
+            for chunk in content.iter_bytes():
+                digest.update(chunk)
+        assert digest.hexdigest() == hashlib.sha256(big.read_bytes()).hexdigest()
+        grown = _peak_rss(gateway.pid) - before
+        assert grown < 24 * 2**20, f"peak RSS grew {grown / 2**20:.0f} MiB reading it back"
     finally:
         gateway.terminate()
         gateway.wait(10)
