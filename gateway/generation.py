@@ -81,10 +81,11 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
     admit(state, tenant)
     try:
-        kv_held = kv_budget.reserve(state.tenants, state.text_tokens, tenant, prompts, params)
-    except APIError as refused:
+        kv_held = await kv_budget.reserve(state.tenants, state.text_tokens, tenant, prompts,
+                                          params)
+    except BaseException as refused:  # a 400 or 429, or the client gone while it was counted
         state.tenants.release(tenant)
-        if refused.status == 429:
+        if isinstance(refused, APIError) and refused.status == 429:
             state.metrics.rejected.labels(tenant.id, "kv_budget").inc()
         raise
     state.metrics.inflight.labels(tenant.id).inc()

@@ -8,6 +8,8 @@ the whole budget is a 400; one that does not fit beside the tenant's others is a
 
 from __future__ import annotations
 
+from starlette.concurrency import run_in_threadpool
+
 from gateway.errors import RETRY_SOON, APIError
 from gateway.tenants import Tenant, TenantDirectory
 from gateway.tokens import TextTokens
@@ -37,13 +39,18 @@ def kv_tokens(tokens: TextTokens, prompts: list[dict], params: W.SamplingParams,
     return total
 
 
-def reserve(directory: TenantDirectory, tokens: TextTokens, tenant: Tenant, prompts: list[dict],
-            params: W.SamplingParams) -> int:
-    """Hold this request's share of the tenant's budget (what to give back when it ends)."""
+async def reserve(directory: TenantDirectory, tokens: TextTokens, tenant: Tenant,
+                  prompts: list[dict], params: W.SamplingParams) -> int:
+    """Hold this request's share of the tenant's budget (what to give back when it ends). Its
+    text is counted by a worker thread: a 2 MB prompt takes the tokenizer over a second, which
+    the event loop spends on everyone else's requests meanwhile."""
     if not tenant.max_kv_tokens:
         return 0
     context = tenant.max_context or tokens.max_context or DEFAULT_CONTEXT
-    need = kv_tokens(tokens, prompts, params, context)
+    if all("prompt_ids" in prompt for prompt in prompts):
+        need = kv_tokens(tokens, prompts, params, context)
+    else:
+        need = await run_in_threadpool(kv_tokens, tokens, prompts, params, context)
     if need > tenant.max_kv_tokens:
         raise APIError(400, f"This request needs about {need} KV-cache tokens ((prompt + "
                        f"max_tokens) x n), more than tenant {tenant.id}'s whole budget of "

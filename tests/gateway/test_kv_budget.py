@@ -1,6 +1,11 @@
-"""A tenant's KV-cache budget across its in-flight requests."""
+"""A tenant's KV-cache budget across its in-flight requests; a long prompt's tokens counted
+off the event loop, which answers other requests meanwhile."""
 
 from __future__ import annotations
+
+import asyncio
+import threading
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -33,20 +38,28 @@ def test_a_request_holds_prompt_plus_output_tokens_per_sequence() -> None:
     assert kv_tokens(TOKENS, [{"messages": long_chat}], cut, 100) == 100
 
 
+def held(directory: TenantDirectory, tenant: Tenant, prompts: list[dict],
+         params: W.SamplingParams) -> int:
+    return asyncio.run(reserve(directory, TOKENS, tenant, prompts, params))
+
+
 def test_requests_fit_beside_each_other_or_wait() -> None:
     tenant = Tenant("acme", max_kv_tokens=50)
     directory = TenantDirectory([tenant])
     params = W.SamplingParams(max_tokens=16)
-    first = reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params)
+    first = held(directory, tenant, [{"prompt_ids": [1] * 14}], params)
     assert first == 30
     with pytest.raises(APIError) as info:
-        reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params)
+        held(directory, tenant, [{"prompt_ids": [1] * 14}], params)
     assert info.value.status == 429 and "retry" in info.value.message
     assert info.value.headers == {"Retry-After": "1"}
     directory.free_kv(tenant, first)
-    assert reserve(directory, TOKENS, tenant, [{"prompt_ids": [1] * 14}], params) == 30
+    assert held(directory, tenant, [{"prompt_ids": [1] * 14}], params) == 30
     unlimited = Tenant("beta")
-    assert reserve(directory, TOKENS, unlimited, [{"prompt_ids": [1] * 900}], params) == 0
+    assert held(directory, unlimited, [{"prompt_ids": [1] * 900}], params) == 0
+    directory.free_kv(tenant, 30)
+    text = [{"prompt": "Hello there"}]  # counted by a worker thread
+    assert held(directory, tenant, text, params) == TOKENS.count("Hello there") + 16
 
 
 def test_a_request_larger_than_the_budget_is_a_400(tmp_path) -> None:
@@ -58,3 +71,34 @@ def test_a_request_larger_than_the_budget_is_a_400(tmp_path) -> None:
                                      "n": 3})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "kv_budget_exceeded"
+
+
+def test_a_long_prompt_is_counted_while_other_requests_are_answered(tmp_path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", max_kv_tokens=1000,
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    prompt = ("The quick brown fox jumps over the lazy dog. " * 45_000)[:1_900_000]
+    with TestClient(create_app(settings)) as client:
+        result: dict = {}
+
+        def ask() -> None:
+            started = time.monotonic()
+            result["response"] = client.post(
+                "/v1/completions", headers={"Authorization": "Bearer sk-acme"},
+                json={"model": "tiny-llama", "prompt": prompt, "max_tokens": 1})
+            result["seconds"] = time.monotonic() - started
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        waits = []
+        while asking.is_alive():
+            started = time.monotonic()
+            assert client.get("/health").status_code == 200
+            waits.append(time.monotonic() - started)
+            time.sleep(0.02)
+        asking.join()
+    refused = result["response"]
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == \
+        "kv_budget_exceeded", refused.text
+    assert f"about {TOKENS.count(prompt) + 1} KV-cache tokens" in refused.json()["error"]["message"]
+    assert result["seconds"] > 0.5 and len(waits) >= 5  # the test saw the counting happen
+    assert max(waits) < result["seconds"] / 3, (max(waits), result["seconds"])
