@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
 from gateway import obfuscation, responses, stored_chat
 from gateway.chat_stream import ChatStream
@@ -28,7 +29,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     state = request.app.state
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     check_history(body.messages)
-    params, tools, messages = prepared(body, state.settings)
+    params, tools, messages = await prepared_off_loop(body, state.settings)
     n, want_logprobs = body.n, body.logprobs
     streams: dict[str, ChatStream] = {}
 
@@ -56,6 +57,15 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                           user=body.user or body.safety_identifier,
                           obfuscate=obfuscation.wanted(body.stream_options),
                           kept=kept if body.store else None)
+
+
+async def prepared_off_loop(body: ChatCompletionRequest, settings: GatewaySettings) -> \
+        tuple[W.SamplingParams, ToolMode, list[W.ChatMessage]]:
+    """`prepared`, by a worker thread where it may compile a grammar (llguidance took a third
+    of a second over a 600 KB schema, which the event loop spends on other requests)."""
+    if body.response_format is None and not body.tools:
+        return prepared(body, settings)
+    return await run_in_threadpool(prepared, body, settings)
 
 
 def prepared(body: ChatCompletionRequest, settings: GatewaySettings) -> \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
 from gateway import obfuscation, responses
 from gateway.deps import TenantDep
@@ -51,7 +52,9 @@ async def create_completion(body: CompletionRequest, request: Request, tenant: T
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     prompts = prompt_specs(body.prompt, state.text_tokens.vocab_size)
     params = completion_params(body, state.settings.max_tokens_cap)
-    constrain(params, response_format_grammar(body.response_format), "response_format")
+    if body.response_format is not None:  # its grammar compiled by a worker thread
+        constrain(params, await run_in_threadpool(response_format_grammar, body.response_format),
+                  "response_format")
     n, want_logprobs, echo = body.n, body.logprobs is not None, body.echo
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:

@@ -6,6 +6,7 @@ running the model."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
 from gateway.deps import TenantDep
 from gateway.errors import documented, unsupported_parameter
@@ -30,7 +31,7 @@ async def count_input_tokens(body: InputTokensRequest, request: Request,
         **{name: getattr(body, name) for name in InputTokensRequest.model_fields
            if name != "personality"},
         "input": body.input if body.input is not None else []})
-    asked = responses.asked(state, tenant, as_response)
+    asked = await run_in_threadpool(responses.asked, state, tenant, as_response)
     params, messages = asked.params, asked.messages
     params.max_tokens, params.count = 0, True
     admit(state, tenant)

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, NamedTuple
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from gateway import obfuscation, stored
@@ -73,7 +74,7 @@ async def create_response(body: ResponseRequest, request: Request, tenant: Tenan
     run = request.scope.get(RUN)  # (id, created_at): a background response's run
     target = state.serving.resolve(tenant, body.model, body.user or body.safety_identifier)
     if body.background and run is None:  # it takes its conversation's turn once it runs
-        going = asked(state, tenant, body)
+        going = await run_in_threadpool(asked, state, tenant, body)
         made = await _queue(request, tenant, going.body, going.before, going.said)
         return _followed(state.background.events[made["id"]], None) if body.stream else made
     turn = request.scope.get(HELD) or _taken(state, tenant, body)
@@ -101,7 +102,8 @@ async def _answer(request: Request, tenant: Tenant, body: ResponseRequest, targe
     """The response, generated (`turn` given back once it ends)."""
     state = request.app.state
     run = request.scope.get(RUN)
-    body, talk, said, before, params, tools, messages = asked(state, tenant, body)
+    body, talk, said, before, params, tools, messages = await run_in_threadpool(
+        asked, state, tenant, body)
     streams: dict[str, tuple[ChatStream, ResponseEvents]] = {}
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:

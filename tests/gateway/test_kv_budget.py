@@ -100,5 +100,5 @@ def test_a_long_prompt_is_counted_while_other_requests_are_answered(tmp_path) ->
     assert refused.status_code == 400 and refused.json()["error"]["code"] == \
         "kv_budget_exceeded", refused.text
     assert f"about {TOKENS.count(prompt) + 1} KV-cache tokens" in refused.json()["error"]["message"]
-    assert result["seconds"] > 0.5 and len(waits) >= 5  # the test saw the counting happen
+    assert result["seconds"] > 0.2 and len(waits) >= 3  # the test saw the counting happen
     assert max(waits) < result["seconds"] / 3, (max(waits), result["seconds"])
