@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -58,3 +60,27 @@ def wait_until_up(client: TestClient, timeout_s: float = 10.0) -> None:
     while not client.app.state.manager.up:
         assert time.monotonic() < deadline, "the gateway never heard the manager"
         time.sleep(0.02)
+
+
+def health_meanwhile(client: TestClient, ask: Callable[[], Any], head_start_s: float = 0.0
+                     ) -> tuple[Any, float, list[float]]:
+    """`ask()` run by a thread of its own while /health is asked again and again (from
+    `head_start_s` on): its answer, its seconds and each /health's wait."""
+    result: dict = {}
+
+    def asking() -> None:
+        started = time.monotonic()
+        result["answer"] = ask()
+        result["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=asking)
+    thread.start()
+    time.sleep(head_start_s)
+    waits = []
+    while thread.is_alive():
+        started = time.monotonic()
+        assert client.get("/health").status_code == 200
+        waits.append(time.monotonic() - started)
+        time.sleep(0.02)
+    thread.join()
+    return result["answer"], result["seconds"], waits

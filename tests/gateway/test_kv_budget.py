@@ -4,8 +4,6 @@ off the event loop, which answers other requests meanwhile."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,6 +14,7 @@ from gateway.kv_budget import kv_tokens, reserve
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant, TenantDirectory
 from gateway.tokens import TextTokens
+from tests.gateway.conftest import health_meanwhile
 from wire import manager as W
 
 TOKENS = TextTokens("tiny-llama")
@@ -78,27 +77,11 @@ def test_a_long_prompt_is_counted_while_other_requests_are_answered(tmp_path) ->
                                manager="ipc:///tmp/symbiosis-test-no-manager.sock")
     prompt = ("The quick brown fox jumps over the lazy dog. " * 45_000)[:1_900_000]
     with TestClient(create_app(settings)) as client:
-        result: dict = {}
-
-        def ask() -> None:
-            started = time.monotonic()
-            result["response"] = client.post(
-                "/v1/completions", headers={"Authorization": "Bearer sk-acme"},
-                json={"model": "tiny-llama", "prompt": prompt, "max_tokens": 1})
-            result["seconds"] = time.monotonic() - started
-
-        asking = threading.Thread(target=ask)
-        asking.start()
-        waits = []
-        while asking.is_alive():
-            started = time.monotonic()
-            assert client.get("/health").status_code == 200
-            waits.append(time.monotonic() - started)
-            time.sleep(0.02)
-        asking.join()
-    refused = result["response"]
+        refused, seconds, waits = health_meanwhile(client, lambda: client.post(
+            "/v1/completions", headers={"Authorization": "Bearer sk-acme"},
+            json={"model": "tiny-llama", "prompt": prompt, "max_tokens": 1}))
     assert refused.status_code == 400 and refused.json()["error"]["code"] == \
         "kv_budget_exceeded", refused.text
     assert f"about {TOKENS.count(prompt) + 1} KV-cache tokens" in refused.json()["error"]["message"]
-    assert result["seconds"] > 0.2 and len(waits) >= 3  # the test saw the counting happen
-    assert max(waits) < result["seconds"] / 3, (max(waits), result["seconds"])
+    assert seconds > 0.2 and len(waits) >= 3  # the test saw the counting happen
+    assert max(waits) < seconds / 3, (max(waits), seconds)

@@ -9,7 +9,7 @@ import threading
 import time
 
 from gateway.settings import GatewaySettings
-from tests.gateway.conftest import KEY, serving
+from tests.gateway.conftest import KEY, health_meanwhile, serving
 from tests.gateway.manager_stand_in import ManagerStandIn
 
 ROW = json.dumps({"messages": [
@@ -22,29 +22,13 @@ def test_health_answers_while_a_large_upload_is_validated(tmp_path) -> None:
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
                                manager=f"ipc://{tmp_path}/manager.sock")
     with serving(settings) as (client, _):
-        result: dict = {}
-
-        def upload() -> None:
-            started = time.monotonic()
-            result["response"] = client.post("/v1/files", headers=KEY,
-                                              files={"file": ("big.jsonl", data)},
-                                              data={"purpose": "fine-tune"})
-            result["seconds"] = time.monotonic() - started
-
-        uploading = threading.Thread(target=upload)
-        uploading.start()
-        time.sleep(0.5)  # the body is in; validation has begun
-        waits = []
-        while uploading.is_alive():
-            started = time.monotonic()
-            assert client.get("/health").status_code == 200
-            waits.append(time.monotonic() - started)
-            time.sleep(0.05)
-        uploading.join()
-    assert result["response"].status_code == 200, result["response"].text
-    assert result["response"].json()["bytes"] == len(data)
-    assert result["seconds"] > 1.5 and len(waits) >= 5  # the test saw the validation happen
-    assert max(waits) < result["seconds"] / 3, (max(waits), result["seconds"])
+        answer, seconds, waits = health_meanwhile(client, lambda: client.post(
+            "/v1/files", headers=KEY, files={"file": ("big.jsonl", data)},
+            data={"purpose": "fine-tune"}), head_start_s=0.5)  # the body is in by then
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["bytes"] == len(data)
+    assert seconds > 1.5 and len(waits) >= 5  # the test saw the validation happen
+    assert max(waits) < seconds / 3, (max(waits), seconds)
 
 
 def test_a_tenants_uploads_are_capped_and_others_go_on(tmp_path) -> None:
