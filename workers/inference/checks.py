@@ -1,7 +1,8 @@
 """What a request must satisfy before it waits for the engine: a 400 with the reason, or None.
 
 Checked against the model (its vocabulary, its context), the worker (its batch) and the
-request's own output constraint, which is compiled here once (each sequence copies it)."""
+request's own output constraint, which is compiled here once unless it was beforehand (each
+sequence copies it)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,11 @@ def refusal(request: Request, limit: int, vocab_size: int, max_batch: int,
         return W.Failed(request.id, 400, "invalid_logit_bias",
                         f"logit_bias names token {bad}, outside this model's vocabulary "
                         f"of {vocab_size} tokens.")
-    if params.grammar is not None:
+    if params.grammar is not None and request.grammar is None:  # not compiled beforehand
         try:
             request.grammar = grammars.matcher(params.grammar)
         except GrammarError as exc:
-            return W.Failed(request.id, 400, "invalid_response_format",
-                            f"The output constraint cannot be used: {exc}")
+            return grammar_refused(request.id, exc)
     if params.n > max_batch:
         return W.Failed(request.id, 400, "invalid_n",
                         f"{params.n} sequences a prompt (n, or best_of) are more than this "
@@ -54,3 +54,8 @@ def refusal(request: Request, limit: int, vocab_size: int, max_batch: int,
             f"({len(request.prompt_ids)} in the prompt, {params.max_tokens} for the "
             "completion). Please reduce the prompt or max_tokens.")
     return None
+
+
+def grammar_refused(request_id: str, exc: GrammarError) -> W.Failed:
+    return W.Failed(request_id, 400, "invalid_response_format",
+                    f"The output constraint cannot be used: {exc}")

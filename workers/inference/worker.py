@@ -3,11 +3,13 @@ with their KV caches.
 
 config -> build the base model -> Ready -> loop: drain messages, one step of each engine with
 work, send events. The loop never blocks while an engine has work, so new requests join between
-decode steps.
+decode steps; their prompts are tokenized and their constraints compiled meanwhile by a thread
+of their own (`preparer`), so one long prompt holds up no other request's steps.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -23,8 +25,10 @@ from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
 from workers.inference.engine import InferenceEngine
+from workers.inference.grammar import Grammars
 from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
+from workers.inference.preparer import Prepared, Preparer, prepare
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.threads import ForwardThreads
@@ -105,49 +109,6 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded,
     return Adapters(build_base(), make_engine, build_base, device=device, budget=budget)
 
 
-def prompt_ids(message: W.Generate, tokenizer: Any, limit: int | None = None) -> list[int]:
-    """The prompt's token ids; a chat with `truncate` loses its earliest messages (a first
-    system message stays, and the last message) until it leaves room within `limit` for its
-    max_tokens (for a server's default, one token)."""
-    if message.prompt_ids is not None:
-        return list(message.prompt_ids)
-    if message.messages is not None:
-        chat = [{"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
-                for m in message.messages]
-        ids = _chat_ids(chat, tokenizer)
-        params, first = message.params, int(bool(chat) and chat[0]["role"] == "system")
-        need = 1 if params.fit or params.max_tokens is None else params.max_tokens
-        if params.truncate and limit and len(ids) + need > limit and len(chat) - first > 1:
-            return _truncated(chat, first, tokenizer, limit - need)
-        return ids
-    ids = tokenizer.encode(message.prompt or "")
-    # an empty prompt generates "as if from the beginning of a new document" (OpenAI's words)
-    return ids or [tokenizer.bos_token_id if tokenizer.bos_token_id is not None
-                   else tokenizer.eos_token_id]
-
-
-def _truncated(chat: list[dict], first: int, tokenizer: Any, room: int) -> list[int]:
-    """The chat's ids without the fewest of its earliest messages (from `first`) that leave
-    it within `room` tokens, or without all but its last (a prompt fewer messages make no
-    longer: a binary search, a few renderings however long the chat)."""
-    def without(k: int) -> list[int]:
-        return _chat_ids(chat[:first] + chat[first + k:], tokenizer)
-
-    low, high = 1, len(chat) - first - 1
-    while low < high:
-        middle = (low + high) // 2
-        if len(without(middle)) <= room:
-            high = middle
-        else:
-            low = middle + 1
-    return without(low)
-
-
-def _chat_ids(chat: list[dict], tokenizer: Any) -> list[int]:
-    return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
-                                              return_dict=False))
-
-
 def load_failed(key: str, exc: Exception) -> W.LoadFailed:
     from workers.device import DeviceUnavailable
 
@@ -177,8 +138,12 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started)))
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
     reported, reserve = (0, 0), Reserve()
+    tokenizer = copy.deepcopy(preloaded.tokenizer)  # the loop's detokenizes meanwhile
+    grammars = Grammars(tokenizer, adapters.engine.vocab_size)
+    preparer = Preparer(ctx, lambda message: prepare(message, tokenizer, preloaded.max_context,
+                                                     grammars))
     try:
-        while _receive(sock, adapters, preloaded, threads):
+        while _receive(sock, adapters, preloaded, threads, preparer):
             busy = [engine for engine in adapters.engines() if engine.has_work()]
             for engine in busy:
                 for event in _step(engine):
@@ -189,17 +154,27 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
                 sock.send(W.encode(adapters.cache(config.key)))
                 reported = (adapters.loads, adapters.let_go)
     finally:
+        preparer.close()
         sock.close(0)
         ctx.term()
     return 0
 
 
 def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
-             threads: ForwardThreads) -> bool:
-    """Handle every waiting message; False when told to stop."""
+             threads: ForwardThreads, preparer: Preparer | None = None) -> bool:
+    """Handle every waiting message, and every request `preparer` has made ready (without
+    one, a request is prepared here); False when told to stop."""
     timeout = 0 if any(e.has_work() for e in adapters.engines()) else 1000
-    while sock.poll(timeout):
+    poller = zmq.Poller()
+    for socket in (sock, *([preparer.wake] if preparer else [])):
+        poller.register(socket, zmq.POLLIN)
+    while poller.poll(timeout):
         timeout = 0
+        for prepared in preparer.ready() if preparer else []:
+            for event in _generate(prepared.message, adapters, preloaded, prepared):
+                sock.send(W.encode(event))
+        if not sock.poll(0):
+            continue
         try:
             message = W.decode(sock.recv())
         except msgspec.DecodeError:
@@ -210,6 +185,8 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
         if isinstance(message, W.Abort):
             for engine in adapters.engines():
                 engine.abort(message.id)
+            if preparer:
+                preparer.drop(message.id)
         elif isinstance(message, W.WorkerThreads):
             log.info("forwards on %d threads at most from now on", message.threads)
             threads.share = message.threads
@@ -220,18 +197,22 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
                 adapters.route(message.model, message.adapter, message.tenant)
             except AdapterLoadError as exc:  # its first request will say so
                 log.warning("prefetch of %s failed: %s", message.model, exc)
+        elif isinstance(message, W.Generate) and preparer:
+            preparer.submit(message)
         elif isinstance(message, W.Generate):
             for event in _generate(message, adapters, preloaded):
                 sock.send(W.encode(event))
     return True
 
 
-def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> list[W.Message]:
-    try:
-        limit = min(preloaded.max_context, message.max_context or preloaded.max_context)
-        ids = prompt_ids(message, preloaded.tokenizer, limit)
-    except Exception as exc:
-        return [W.Failed(message.id, 400, "invalid_prompt", str(exc))]
+def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,
+              prepared: Prepared | None = None) -> list[W.Message]:
+    """`message` to its engine (`prepared`: its prompt and constraint made beforehand; else
+    its prompt now, and its constraint in the engine's checks)."""
+    prepared = prepared or prepare(message, preloaded.tokenizer, preloaded.max_context)
+    if prepared.failed is not None:
+        return [prepared.failed]
+    ids = prepared.ids
     if message.params.count:  # the prompt as it would run (template, tools, truncation)
         return [W.Started(message.id, len(ids)), W.Done(message.id, len(ids), 0)]
     fallback = False
@@ -244,11 +225,13 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded) -> 
         log.warning("serving request %s with the base model: %s", message.id, exc)
         (engine, adapter), fallback = adapters.route(message.model, None), True
     prefill = None if fallback else adapters.prefill_of(message.model)
-    request = Request(message.id, ids, message.params, fallback, adapter=adapter,
-                      prefill=prefill, targets=message.targets,
+    request = Request(message.id, ids, message.params, fallback, grammar=prepared.matcher,
+                      adapter=adapter, prefill=prefill, targets=message.targets,
                       token_targets=message.token_targets,
                       arrived=message.arrived or time.monotonic())
     return engine.add(request, message.max_context or None)
+
+
 def _step(engine: InferenceEngine) -> list[W.Message]:
     try:
         return engine.step()

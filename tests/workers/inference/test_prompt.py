@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from wire import manager as W
-from workers.inference.worker import prompt_ids
+from workers.inference.prompt import prompt_ids
 
 TOKENIZER = AutoTokenizer.from_pretrained(resolve_model("tiny-llama"))
 

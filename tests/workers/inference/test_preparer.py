@@ -1,0 +1,99 @@
+"""Requests prepared by a thread of the worker's own (`workers.inference.preparer`): a prompt's
+ids are those `prompt_ids` gives, its constraint compiled as the engine compiles it, handed
+back in the order they came; an abort before it is ready drops it; and, in a worker against a
+real executor, one request's decode steps go on while another's 2 MB prompt is tokenized."""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from tests.helpers import ExecutorProcess
+from wire import manager as W
+from wire.spawner import WorkerSpec
+from workers.inference.grammar import Grammars
+from workers.inference.preparer import Preparer, prepare
+from workers.inference.prompt import prompt_ids
+from workers.inference.worker import _receive, build_adapters, preload
+from workers.threads import ForwardThreads
+
+MODEL = "tiny-llama"
+LONG = ("The quick brown fox jumps over the lazy dog. " * 45_000)[:1_900_000]
+
+
+def asked(request_id: str, max_tokens: int = 4, **prompt) -> W.Generate:
+    return W.Generate(request_id, "acme", MODEL, W.SamplingParams(
+        max_tokens=max_tokens, temperature=0), **prompt)
+
+
+def collected(preparer: Preparer, count: int) -> list:
+    done, deadline = [], time.monotonic() + 60
+    while len(done) < count:
+        assert time.monotonic() < deadline
+        if preparer.wake.poll(100):
+            done += preparer.ready()
+    return done
+
+
+def test_prepared_in_order_as_inline_and_an_aborted_one_dropped() -> None:
+    preloaded = preload(MODEL)
+    tokenizer = preloaded.tokenizer
+    grammars = Grammars(tokenizer, len(tokenizer))
+    ctx = zmq.Context()
+    preparer = Preparer(ctx, lambda m: prepare(m, tokenizer, preloaded.max_context, grammars))
+    json_mode = asked("json", prompt="Hi")
+    json_mode.params.grammar = '%llguidance {}\nstart: %json {"type": "object"}\n'
+    sent = [asked("long", prompt=LONG), asked("gone", prompt="Bye"),
+            asked("chat", messages=[W.ChatMessage("user", "Hello")]), json_mode,
+            asked("bad", prompt_ids=[])]
+    try:
+        for message in sent:
+            preparer.submit(message)
+        preparer.drop("gone")
+        done = collected(preparer, 4)
+    finally:
+        preparer.close()
+        ctx.term()
+    assert [made.message.id for made in done] == ["long", "chat", "json", "bad"]
+    long, chat, json, bad = done
+    assert long.ids == prompt_ids(sent[0], tokenizer, preloaded.max_context)
+    assert chat.ids == prompt_ids(sent[2], tokenizer) and chat.matcher is None
+    assert json.matcher is not None and not json.matcher.is_error()
+    assert json.ids == tokenizer.encode("Hi") and bad.failed is None and bad.ids == []
+
+
+def test_decode_steps_go_on_while_a_long_prompt_is_tokenized(executor_for) -> None:
+    llama: ExecutorProcess = executor_for(MODEL)
+    preloaded = preload(MODEL)
+    spec = WorkerSpec(key="prepared-worker", tenant="acme", base=MODEL,
+                      executor=llama.endpoint, manager="inproc://unused", threads=1)
+    threads = ForwardThreads(spec.threads)
+    adapters = build_adapters(spec, preloaded, threads)
+    ctx = zmq.Context()
+    manager, worker = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    preparer = Preparer(ctx, lambda m: prepare(m, preloaded.tokenizer, preloaded.max_context))
+    steps_before, answered, deadline = 0, None, time.monotonic() + 120
+    try:
+        manager.bind("inproc://manager")
+        worker.setsockopt(zmq.IDENTITY, spec.key.encode())
+        worker.connect("inproc://manager")
+        for message in (asked("decoding", 1000, prompt_ids=[5, 6, 7]),
+                        asked("long", prompt=LONG)):
+            manager.send_multipart([spec.key.encode(), W.encode(message)])
+        while answered is None:
+            assert time.monotonic() < deadline
+            assert _receive(worker, adapters, preloaded, threads, preparer)
+            while manager.poll(0):
+                answered = W.decode(manager.recv_multipart()[1])
+            if answered is None and adapters.engine.has_work():
+                adapters.engine.step()
+                steps_before += 1
+    finally:
+        preparer.close()
+        worker.close(0)
+        manager.close(0)
+        ctx.term()
+    assert isinstance(answered, W.Failed) and answered.id == "long"  # past the context
+    assert answered.code == "context_length_exceeded", answered
+    assert steps_before >= 5, steps_before  # inline, the loop stood still until it was told
