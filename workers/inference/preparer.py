@@ -59,8 +59,17 @@ class Preparer:
         self._done: queue.SimpleQueue[Prepared] = queue.SimpleQueue()
         self._pending: set[str] = set()
         self._dropped: set[str] = set()
+        self._poller: zmq.Poller | None = None
         self._thread = threading.Thread(target=self._run, name="preparer", daemon=True)
         self._thread.start()
+
+    def poller(self, sock: zmq.Socket) -> zmq.Poller:
+        """A poll of `sock` (the worker's) and of `wake`, made once."""
+        if self._poller is None:
+            self._poller = zmq.Poller()
+            for socket in (sock, self.wake):
+                self._poller.register(socket, zmq.POLLIN)
+        return self._poller
 
     def submit(self, message: W.Generate) -> None:
         self._pending.add(message.id)

@@ -165,10 +165,8 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
     """Handle every waiting message, and every request `preparer` has made ready (without
     one, a request is prepared here); False when told to stop."""
     timeout = 0 if any(e.has_work() for e in adapters.engines()) else 1000
-    poller = zmq.Poller()
-    for socket in (sock, *([preparer.wake] if preparer else [])):
-        poller.register(socket, zmq.POLLIN)
-    while poller.poll(timeout):
+    poll = preparer.poller(sock).poll if preparer else sock.poll
+    while poll(timeout):
         timeout = 0
         for prepared in preparer.ready() if preparer else []:
             for event in _generate(prepared.message, adapters, preloaded, prepared):
