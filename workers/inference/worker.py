@@ -3,8 +3,8 @@ with their KV caches.
 
 config -> build the base model -> Ready -> loop: drain messages, one step of each engine with
 work, send events. The loop never blocks while an engine has work, so new requests join between
-decode steps; their prompts are tokenized and their constraints compiled meanwhile by a thread
-of their own (`preparer`), so one long prompt holds up no other request's steps.
+decode steps; a long prompt is tokenized and a large constraint compiled meanwhile by a thread
+of their own (`preparer`), so it holds up no other request's steps.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from workers.inference.engine import InferenceEngine
 from workers.inference.grammar import Grammars
 from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
-from workers.inference.preparer import Prepared, Preparer, prepare
+from workers.inference.preparer import Prepared, Preparer, heavy, prepare
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.threads import ForwardThreads
@@ -49,6 +49,9 @@ class Preloaded:
     tokenizer: Any
     max_context: int
     eos_ids: tuple[int, ...]
+    # a copy for the preparer's thread (the loop's detokenizes meanwhile), made once here:
+    # made in each worker after Ready, it held up its first requests (TTFT p50 +100 ms)
+    spare_tokenizer: Any = None
 
 
 def preload(base: str) -> Preloaded:
@@ -72,7 +75,7 @@ def preload(base: str) -> Preloaded:
         eos.add(tokenizer.eos_token_id)
     context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
                                                                           2048)
-    return Preloaded(tokenizer, int(context), tuple(sorted(eos)))
+    return Preloaded(tokenizer, int(context), tuple(sorted(eos)), copy.deepcopy(tokenizer))
 
 
 def build_adapters(config: WorkerSpec, preloaded: Preloaded,
@@ -138,7 +141,7 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     sock.send(W.encode(W.Ready(config.key, os.getpid(), time.perf_counter() - started)))
     log.info("worker %s ready in %.2f s", config.key, time.perf_counter() - started)
     reported, reserve = (0, 0), Reserve()
-    tokenizer = copy.deepcopy(preloaded.tokenizer)  # the loop's detokenizes meanwhile
+    tokenizer = preloaded.spare_tokenizer or copy.deepcopy(preloaded.tokenizer)
     grammars = Grammars(tokenizer, adapters.engine.vocab_size)
     preparer = Preparer(ctx, lambda message: prepare(message, tokenizer, preloaded.max_context,
                                                      grammars))
@@ -162,8 +165,9 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
 
 def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
              threads: ForwardThreads, preparer: Preparer | None = None) -> bool:
-    """Handle every waiting message, and every request `preparer` has made ready (without
-    one, a request is prepared here); False when told to stop."""
+    """Handle every waiting message, and every request `preparer` has made ready (a `heavy`
+    one is handed to it; without one, or a light one, is prepared here); False when told to
+    stop."""
     timeout = 0 if any(e.has_work() for e in adapters.engines()) else 1000
     poll = preparer.poller(sock).poll if preparer else sock.poll
     while poll(timeout):
@@ -195,7 +199,7 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
                 adapters.route(message.model, message.adapter, message.tenant)
             except AdapterLoadError as exc:  # its first request will say so
                 log.warning("prefetch of %s failed: %s", message.model, exc)
-        elif isinstance(message, W.Generate) and preparer:
+        elif isinstance(message, W.Generate) and preparer and heavy(message):
             preparer.submit(message)
         elif isinstance(message, W.Generate):
             for event in _generate(message, adapters, preloaded):

@@ -1,7 +1,8 @@
 """Requests prepared by a thread of the worker's own (`workers.inference.preparer`): a prompt's
 ids are those `prompt_ids` gives, its constraint compiled as the engine compiles it, handed
 back in the order they came; an abort before it is ready drops it; and, in a worker against a
-real executor, one request's decode steps go on while another's 2 MB prompt is tokenized."""
+real executor, one request's decode steps go on while another's 2 MB prompt is tokenized,
+while a short prompt is prepared in the loop itself and joins the next step."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.helpers import ExecutorProcess
 from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference.grammar import Grammars
-from workers.inference.preparer import Preparer, prepare
+from workers.inference.preparer import Preparer, heavy, prepare
 from workers.inference.prompt import prompt_ids
 from workers.inference.worker import _receive, build_adapters, preload
 from workers.threads import ForwardThreads
@@ -97,3 +98,31 @@ def test_decode_steps_go_on_while_a_long_prompt_is_tokenized(executor_for) -> No
     assert isinstance(answered, W.Failed) and answered.id == "long"  # past the context
     assert answered.code == "context_length_exceeded", answered
     assert steps_before >= 5, steps_before  # inline, the loop stood still until it was told
+    assert not heavy(asked("short", prompt="Hello " * 100)) and heavy(asked("long", prompt=LONG))
+
+
+def test_a_short_prompt_is_prepared_in_the_loop_and_joins_at_once(executor_for) -> None:
+    """No hand-over for a prompt tokenized in a few milliseconds: the request is in its engine
+    when the loop's receive returns, so it joins the very next step."""
+    llama: ExecutorProcess = executor_for(MODEL)
+    preloaded = preload(MODEL)
+    spec = WorkerSpec(key="inline-worker", tenant="acme", base=MODEL,
+                      executor=llama.endpoint, manager="inproc://unused", threads=1)
+    threads = ForwardThreads(spec.threads)
+    adapters = build_adapters(spec, preloaded, threads)
+    ctx = zmq.Context()
+    manager, worker = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    preparer = Preparer(ctx, lambda m: prepare(m, preloaded.tokenizer, preloaded.max_context))
+    try:
+        manager.bind("inproc://inline-manager")
+        worker.setsockopt(zmq.IDENTITY, spec.key.encode())
+        worker.connect("inproc://inline-manager")
+        manager.send_multipart([spec.key.encode(), W.encode(asked(
+            "short", messages=[W.ChatMessage("user", "Hello " * 100)]))])
+        assert _receive(worker, adapters, preloaded, threads, preparer)
+        assert adapters.engine.has_work()
+    finally:
+        preparer.close()
+        worker.close(0)
+        manager.close(0)
+        ctx.term()
