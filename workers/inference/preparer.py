@@ -7,6 +7,7 @@ others it prepares itself) and takes them back prepared, in the order they came 
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import uuid
@@ -20,6 +21,8 @@ from wire import manager as W
 from workers.inference.checks import grammar_refused
 from workers.inference.grammar import GrammarError, Grammars
 from workers.inference.prompt import prompt_ids
+
+log = logging.getLogger("workers.preparer")
 
 # a prompt's text and a constraint's grammar up to this long are prepared in the worker's loop:
 # their few milliseconds cost less than a hand-over, after which a request waits for the
@@ -119,5 +122,11 @@ class Preparer:
 
     def _run(self) -> None:
         while (message := self._asked.get()) is not None:
-            self._done.put(self.prepared(message))
+            try:
+                made = self.prepared(message)
+            except Exception as exc:  # a bug fails its request, never the thread (and the rest)
+                log.exception("preparing request %s failed", message.id)
+                made = Prepared(message, failed=W.Failed(message.id, 500, "internal_error",
+                                                         type(exc).__name__))
+            self._done.put(made)
             self._bell.send(b"")

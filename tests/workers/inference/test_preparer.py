@@ -1,8 +1,9 @@
 """Requests prepared by a thread of the worker's own (`workers.inference.preparer`): a prompt's
 ids are those `prompt_ids` gives, its constraint compiled as the engine compiles it, handed
-back in the order they came; an abort before it is ready drops it; and, in a worker against a
-real executor, one request's decode steps go on while another's 2 MB prompt is tokenized,
-while a short prompt is prepared in the loop itself and joins the next step."""
+back in the order they came; an abort before it is ready drops it; one whose preparing breaks
+fails alone; and, in a worker against a real executor, one request's decode steps go on while
+another's 2 MB prompt is tokenized, while a short prompt is prepared in the loop itself and
+joins the next step."""
 
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ def test_prepared_in_order_as_inline_and_an_aborted_one_dropped() -> None:
     assert chat.ids == prompt_ids(sent[2], tokenizer) and chat.matcher is None
     assert json.matcher is not None and not json.matcher.is_error()
     assert json.ids == tokenizer.encode("Hi") and bad.failed is None and bad.ids == []
+
+
+def test_a_request_whose_preparing_breaks_fails_alone() -> None:
+    ctx = zmq.Context()
+    preparer = Preparer(ctx, lambda m: 1 / 0 if m.id == "broken" else prepare(
+        m, preload(MODEL).tokenizer, 2048))
+    try:
+        for request_id in ("broken", "fine"):
+            preparer.submit(asked(request_id, prompt="Hi"))
+        broken, fine = collected(preparer, 2)
+    finally:
+        preparer.close()
+        ctx.term()
+    assert (broken.failed.status, broken.failed.code) == (500, "internal_error")
+    assert fine.failed is None and fine.ids
 
 
 def test_decode_steps_go_on_while_a_long_prompt_is_tokenized(executor_for) -> None:
