@@ -7,17 +7,21 @@ joins the next step."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import zmq
 
 from tests.helpers import ExecutorProcess
 from wire import manager as W
 from wire.spawner import WorkerSpec
+from workers.inference.adapters import Adapters
 from workers.inference.grammar import Grammars
 from workers.inference.preparer import Preparer, heavy, prepare
 from workers.inference.prompt import prompt_ids
-from workers.inference.worker import _receive, build_adapters, preload
+from workers.inference.worker import Preloaded, _receive, build_adapters, preload
 from workers.threads import ForwardThreads
 
 MODEL = "tiny-llama"
@@ -80,37 +84,60 @@ def test_a_request_whose_preparing_breaks_fails_alone() -> None:
     assert fine.failed is None and fine.ids
 
 
-def test_decode_steps_go_on_while_a_long_prompt_is_tokenized(executor_for) -> None:
+@dataclass
+class Worker:
+    """A worker's loop in this process, its manager's socket beside it."""
+    preloaded: Preloaded
+    adapters: Adapters
+    threads: ForwardThreads
+    manager: zmq.Socket
+    sock: zmq.Socket
+    preparer: Preparer
+    key: bytes
+
+    def send(self, message: W.Generate) -> None:
+        self.manager.send_multipart([self.key, W.encode(message)])
+
+    def receive(self) -> None:
+        assert _receive(self.sock, self.adapters, self.preloaded, self.threads, self.preparer)
+
+
+@contextlib.contextmanager
+def worker_on(executor_for, key: str) -> Iterator[Worker]:
     llama: ExecutorProcess = executor_for(MODEL)
     preloaded = preload(MODEL)
-    spec = WorkerSpec(key="prepared-worker", tenant="acme", base=MODEL,
-                      executor=llama.endpoint, manager="inproc://unused", threads=1)
+    spec = WorkerSpec(key=key, tenant="acme", base=MODEL, executor=llama.endpoint,
+                      manager="inproc://unused", threads=1)
     threads = ForwardThreads(spec.threads)
     adapters = build_adapters(spec, preloaded, threads)
     ctx = zmq.Context()
-    manager, worker = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    manager, sock = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
     preparer = Preparer(ctx, lambda m: prepare(m, preloaded.tokenizer, preloaded.max_context))
-    steps_before, answered, deadline = 0, None, time.monotonic() + 120
     try:
-        manager.bind("inproc://manager")
-        worker.setsockopt(zmq.IDENTITY, spec.key.encode())
-        worker.connect("inproc://manager")
-        for message in (asked("decoding", 1000, prompt_ids=[5, 6, 7]),
-                        asked("long", prompt=LONG)):
-            manager.send_multipart([spec.key.encode(), W.encode(message)])
-        while answered is None:
-            assert time.monotonic() < deadline
-            assert _receive(worker, adapters, preloaded, threads, preparer)
-            while manager.poll(0):
-                answered = W.decode(manager.recv_multipart()[1])
-            if answered is None and adapters.engine.has_work():
-                adapters.engine.step()
-                steps_before += 1
+        manager.bind(f"inproc://{key}-manager")
+        sock.setsockopt(zmq.IDENTITY, key.encode())
+        sock.connect(f"inproc://{key}-manager")
+        yield Worker(preloaded, adapters, threads, manager, sock, preparer, key.encode())
     finally:
         preparer.close()
-        worker.close(0)
+        sock.close(0)
         manager.close(0)
         ctx.term()
+
+
+def test_decode_steps_go_on_while_a_long_prompt_is_tokenized(executor_for) -> None:
+    steps_before, answered, deadline = 0, None, time.monotonic() + 120
+    with worker_on(executor_for, "prepared-worker") as worker:
+        worker.send(asked("decoding", 1000, prompt_ids=[5, 6, 7]))
+        worker.send(asked("long", prompt=LONG))
+        while answered is None:
+            assert time.monotonic() < deadline
+            worker.receive()
+            while worker.manager.poll(0):
+                answered = W.decode(worker.manager.recv_multipart()[1])
+            if answered is None and worker.adapters.engine.has_work():
+                worker.adapters.engine.step()
+                steps_before += 1
     assert isinstance(answered, W.Failed) and answered.id == "long"  # past the context
     assert answered.code == "context_length_exceeded", answered
     assert steps_before >= 5, steps_before  # inline, the loop stood still until it was told
@@ -120,25 +147,7 @@ def test_decode_steps_go_on_while_a_long_prompt_is_tokenized(executor_for) -> No
 def test_a_short_prompt_is_prepared_in_the_loop_and_joins_at_once(executor_for) -> None:
     """No hand-over for a prompt tokenized in a few milliseconds: the request is in its engine
     when the loop's receive returns, so it joins the very next step."""
-    llama: ExecutorProcess = executor_for(MODEL)
-    preloaded = preload(MODEL)
-    spec = WorkerSpec(key="inline-worker", tenant="acme", base=MODEL,
-                      executor=llama.endpoint, manager="inproc://unused", threads=1)
-    threads = ForwardThreads(spec.threads)
-    adapters = build_adapters(spec, preloaded, threads)
-    ctx = zmq.Context()
-    manager, worker = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
-    preparer = Preparer(ctx, lambda m: prepare(m, preloaded.tokenizer, preloaded.max_context))
-    try:
-        manager.bind("inproc://inline-manager")
-        worker.setsockopt(zmq.IDENTITY, spec.key.encode())
-        worker.connect("inproc://inline-manager")
-        manager.send_multipart([spec.key.encode(), W.encode(asked(
-            "short", messages=[W.ChatMessage("user", "Hello " * 100)]))])
-        assert _receive(worker, adapters, preloaded, threads, preparer)
-        assert adapters.engine.has_work()
-    finally:
-        preparer.close()
-        worker.close(0)
-        manager.close(0)
-        ctx.term()
+    with worker_on(executor_for, "inline-worker") as worker:
+        worker.send(asked("short", messages=[W.ChatMessage("user", "Hello " * 100)]))
+        worker.receive()
+        assert worker.adapters.engine.has_work()
