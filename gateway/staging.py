@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from state.storage import write_new
 
 
-async def staged(upload: UploadFile, target: Path, limit: int) -> bool:
+async def stage(upload: UploadFile, target: Path, limit: int) -> bool:
     """`upload` copied to `target`; False if it holds more than `limit` bytes (then what was
     copied is there for the caller to remove)."""
     return await run_in_threadpool(copy_at_most, upload.file, target, limit) <= limit

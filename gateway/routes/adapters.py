@@ -16,7 +16,7 @@ from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
 from gateway.serving import Target
-from gateway.staging import staged as staged_as
+from gateway.staging import stage
 from gateway.tenants import Tenant
 from openapi.common import Model
 from state.versions import VersionRecord, split_id
@@ -49,7 +49,7 @@ async def register_adapter(request: Request, tenant: TenantDep,
         try:
             for upload, filename in ((adapter_config, "adapter_config.json"),
                                      (adapter_model, "adapter_model.safetensors")):
-                if not await staged_as(upload, staged / filename, limit):
+                if not await stage(upload, staged / filename, limit):
                     raise APIError(413, f"{filename} is larger than {limit} bytes",
                                    "file_too_large")
             made = await change(state.manager, StoreAction.ADD_ADAPTER, tenant.id, name=name,

@@ -17,7 +17,7 @@ from gateway.dataset import validate_jsonl
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
-from gateway.staging import staged as staged_as
+from gateway.staging import stage
 from openapi.files import FileDeleted, FileList, FileObject
 from wire.store import StoreAction
 
@@ -47,7 +47,7 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
     async with state.uploads.slot(tenant.id):
         staged = state.files.staging()
         try:
-            if not await staged_as(file, staged, limit):
+            if not await stage(file, staged, limit):
                 raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
                                "file_too_large", "file")
             examples, format = await _checked(staged, purpose, state.text_tokens)
