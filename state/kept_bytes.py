@@ -2,7 +2,9 @@
 (`kept_bytes`): SQLite's triggers keep the sums as the records change, whoever changes them, in
 the same transaction, so a quota is asked in one lookup, not a sum over every record the tenant
 keeps (which grew with them: 60 ms a call at 170 MB of stored responses, in the manager's
-write transaction). A record's size: its text columns' UTF-8 bytes."""
+write transaction). A record's size: its text columns' UTF-8 bytes; a file's and an adapter
+version's: the bytes their row says they keep on disk (a version's measured as it is recorded:
+walking every adapter directory took 60 ms a call at 2,000 versions)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,12 @@ class Counted(NamedTuple):
     kind: str  # as `state.usage.stored_by_kind` names it
     columns: tuple[str, ...]  # what a row keeps
     tenant: str  # whose a row is, of `{row}` (NEW or OLD)
+    measured: bool = False  # `columns` hold a size in bytes, not text
+
+    def size(self, row: str = "") -> str:
+        if self.measured:
+            return " + ".join(f"COALESCE({row}{column}, 0)" for column in self.columns)
+        return size(self.columns, row)
 
 
 COUNTED = (
@@ -25,6 +33,12 @@ COUNTED = (
             "(SELECT tenant FROM conversations WHERE id = {row}.conversation)"),
     Counted("batch_results", "batch_answers", ("result",),
             "(SELECT tenant FROM batches WHERE id = {row}.batch_id)"),
+)
+# added later (`MEASURED_MIGRATION`): what is kept on disk, as its row measures it
+MEASURED = (
+    Counted("files", "files", ("bytes",), "{row}.tenant", measured=True),
+    Counted("versions", "adapters", ("bytes",),
+            "(SELECT tenant FROM models WHERE id = {row}.model)", measured=True),
 )
 
 
@@ -41,7 +55,7 @@ def _added(counted: Counted, row: str, change: str) -> str:
 
 
 def _triggers(counted: Counted) -> str:
-    new, old = size(counted.columns, "NEW."), size(counted.columns, "OLD.")
+    new, old = counted.size("NEW."), counted.size("OLD.")
     name = f"{counted.table}_kept"
     return f"""
     CREATE TRIGGER {name}_added AFTER INSERT ON {counted.table} BEGIN
@@ -60,7 +74,7 @@ def _triggers(counted: Counted) -> str:
 def _backfill(counted: Counted) -> str:
     tenant = counted.tenant.format(row="r")
     return (f"INSERT INTO kept_bytes (tenant, kind, bytes) SELECT {tenant} AS t, "
-            f"'{counted.kind}', SUM({size(counted.columns, 'r.')}) FROM {counted.table} AS r "
+            f"'{counted.kind}', SUM({counted.size('r.')}) FROM {counted.table} AS r "
             f"WHERE t IS NOT NULL GROUP BY t ON CONFLICT (tenant, kind) DO UPDATE SET "
             "bytes = bytes + excluded.bytes;")
 
@@ -81,4 +95,12 @@ MIGRATION = f"""
             FROM conversation_items WHERE conversation = OLD.id)
         WHERE tenant = OLD.tenant AND kind = 'conversations';
     END;
+    """
+
+# A version's `bytes` is NULL until measured: those recorded before are measured by the adapter
+# registry as the manager starts (`AdapterRegistry.measure`), its update counted then.
+MEASURED_MIGRATION = f"""
+    ALTER TABLE versions ADD COLUMN bytes INTEGER;
+    {"".join(_backfill(counted) for counted in MEASURED)}
+    {"".join(_triggers(counted) for counted in MEASURED)}
     """

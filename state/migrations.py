@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
+from state.kept_bytes import MEASURED_MIGRATION as MEASURED_BYTES
 from state.kept_bytes import MIGRATION as KEPT_BYTES
 from state.response_items import MIGRATION as RESPONSE_ITEMS
 
@@ -195,6 +196,7 @@ MIGRATIONS = [
     """,
     RESPONSE_ITEMS,
     KEPT_BYTES,
+    MEASURED_BYTES,
 ]
 
 

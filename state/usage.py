@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 
 from state.db import Database
-from state.kept_bytes import COUNTED, size
+from state.kept_bytes import COUNTED, MEASURED, size
 
 KINDS = tuple(dict.fromkeys(counted.kind for counted in COUNTED))  # the records' kinds
+ALL_KINDS = tuple(counted.kind for counted in MEASURED) + KINDS  # files and adapters too
 
 # what one record keeps, in bytes, as the quota counts it (also shown per record by the
 # dashboard): a stored response's row; a conversation's metadata and items (its row as `c`)
@@ -20,23 +21,19 @@ CONVERSATION_BYTES = (f"{size(('metadata',), 'c.')} + COALESCE((SELECT "
                       "i.conversation = c.id), 0)")
 
 
-def stored_bytes(db: Database, data_dir: Path, tenant: str) -> int:
+def stored_bytes(db: Database, tenant: str) -> int:
     """Its files' sizes, its stored responses' (a background one's request too), chat
-    completions', conversations' and batch answers' text (UTF-8) and its adapter
-    directories."""
-    return sum(stored_by_kind(db, data_dir, tenant).values())
+    completions', conversations' and batch answers' text (UTF-8) and its adapter versions'
+    files."""
+    return sum(stored_by_kind(db, tenant).values())
 
 
-def stored_by_kind(db: Database, data_dir: Path, tenant: str) -> dict[str, int]:
-    """`stored_bytes` by what keeps them (the records' as `state.kept_bytes` keeps their
-    sums)."""
-    kept = {kind: 0 for kind in KINDS}
+def stored_by_kind(db: Database, tenant: str) -> dict[str, int]:
+    """`stored_bytes` by what keeps them, as `state.kept_bytes` keeps their sums."""
+    kept = dict.fromkeys(ALL_KINDS, 0)
     kept.update((row["kind"], row["bytes"]) for row in db.query(
         "SELECT kind, bytes FROM kept_bytes WHERE tenant = ?", (tenant,)))
-    files = db.query("SELECT COALESCE(SUM(bytes), 0) FROM files WHERE tenant = ?",
-                     (tenant,))[0][0]
-    return {"files": files, "adapters": directory_bytes(data_dir / "adapters" / tenant),
-            **kept}
+    return kept
 
 
 def directory_bytes(root: Path) -> int:

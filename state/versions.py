@@ -34,6 +34,7 @@ class VersionRecord:
     job_id: str | None
     lineage: str  # JSON: the adapter's SHA-256 and PEFT config; a job's data and settings
     passed_gates: int
+    bytes: int | None = None  # its files' sizes (None: recorded before they were measured)
 
     @property
     def id(self) -> str:

@@ -97,8 +97,7 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
             "mean_inter_token_s": mean("symbiosis_inter_token_seconds"),
             "time_to_first_token_target_met": met("time_to_first_token"),
             "inter_token_target_met": met("inter_token"),
-            "storage": {"used_bytes": await run_in_threadpool(
-                stored_bytes, state.db, state.settings.data_dir, tenant.id),
+            "storage": {"used_bytes": await run_in_threadpool(stored_bytes, state.db, tenant.id),
                 "quota_bytes": tenant.storage_quota() or None}}
 
 
@@ -110,7 +109,7 @@ async def kept(request: Request, tenant: TenantDep) -> dict:
     state = request.app.state
 
     def read() -> dict:
-        return {"bytes": stored_by_kind(state.db, state.settings.data_dir, tenant.id),
+        return {"bytes": stored_by_kind(state.db, tenant.id),
                 "conversations": state.conversations.listed(tenant.id, LISTED),
                 "responses": state.responses.listed(tenant.id, LISTED)}
     return await run_in_threadpool(read)

@@ -24,6 +24,7 @@ from state.storage import (
     staged_dir,
     write_new,
 )
+from state.usage import directory_bytes
 from state.versions import VersionRecord
 from wire.store import ADAPTER_NAME, ADAPTER_NAME_RULE
 from workers.manager.adapter_check import AdapterMismatch, check
@@ -60,6 +61,7 @@ class AdapterRegistry(AdapterReader):
         self.reserve = Reserve(data_dir)
         self.base_dir = base_dir
         self.versions = Versions(db)
+        self.measure()
 
     @functools.cached_property
     def base_shapes(self) -> Shapes | None:
@@ -112,7 +114,7 @@ class AdapterRegistry(AdapterReader):
     def _record(self, tenant: str, model_id: str, existing: AdapterRecord | None, target: Path,
                 peft_type: str, origin: str, job_id: str | None, in_service: bool,
                 lineage: dict, hold: bool = False) -> VersionRecord:
-        created = int(time.time())
+        created, size = int(time.time()), directory_bytes(target)
         with self.db.transaction() as conn:
             if existing is None:
                 conn.execute("INSERT OR IGNORE INTO models (id, tenant, base, path, peft_type, "
@@ -123,10 +125,10 @@ class AdapterRegistry(AdapterReader):
             number = conn.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM versions "
                                   "WHERE model = ?", (model_id,)).fetchone()[0]
             conn.execute("INSERT INTO versions (model, number, path, peft_type, created, "
-                         "source, job_id, lineage, passed_gates) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         "source, job_id, lineage, passed_gates, bytes) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (model_id, number, str(target), peft_type, created, origin, job_id,
-                          json.dumps(lineage), int(in_service)))
+                          json.dumps(lineage), int(in_service), size))
             if in_service and not hold:
                 self.versions.serve(conn, model_id, [[number, 100]])
         return self.versions.get(model_id, number)
@@ -135,6 +137,14 @@ class AdapterRegistry(AdapterReader):
         """`source` checked (AdapterError saying what is wrong) and digested; reads no record,
         so it may run on a thread of its own."""
         return Inspected(validate(source, self.base_shapes), _lineage(source))
+
+    def measure(self) -> None:
+        """The sizes of versions recorded before sizes were kept (their quota's sum follows)."""
+        for row in self.db.query("SELECT model, number, path FROM versions WHERE bytes IS NULL"):
+            with self.db.transaction() as conn:
+                conn.execute("UPDATE versions SET bytes = ? WHERE model = ? AND number = ? AND "
+                             "bytes IS NULL", (directory_bytes(Path(row["path"])),
+                                               row["model"], row["number"]))
 
     def withdraw(self, version: VersionRecord) -> None:
         """Forget a version that never served: the whole model if it was its only one."""

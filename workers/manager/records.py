@@ -51,7 +51,7 @@ class Records:
         self.chats = ChatStore(self.db, self.files.reserve)
         self.conversations = ConversationStore(self.db, self.files.reserve)
         self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses,
-                              self.batches, self.chats, self.conversations, data_dir)
+                              self.batches, self.chats, self.conversations)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0

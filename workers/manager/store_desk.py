@@ -36,8 +36,7 @@ Act = Callable[[StoreCommand], StoreAnswer]
 class StoreDesk:
     def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
                  responses: ResponseStore, batches: BatchStore, chats: ChatStore,
-                 conversations: ConversationStore, data_dir: Path) -> None:
-        self.data_dir = data_dir
+                 conversations: ConversationStore) -> None:
         self.chats = chats
         self.batches = batches
         self.registry = registry
@@ -250,7 +249,7 @@ class StoreDesk:
         """A 403 if keeping `size` more bytes would take the tenant past its quota."""
         if not command.quota_bytes:
             return
-        used = stored_bytes(self.registry.db, self.data_dir, command.tenant)
+        used = stored_bytes(self.registry.db, command.tenant)
         if used + size > command.quota_bytes:
             raise Refused(403, "storage_quota_exceeded", f"This {what} ({readable(size)}) "
                           f"does not fit in tenant {command.tenant}'s storage quota: "

@@ -60,7 +60,7 @@ def test_a_kept_completion_reads_back_with_its_messages_and_metadata(records) ->
     with pytest.raises(UnknownCursor):
         made.messages_page(after="chatcmpl-x-9", limit=5, order="asc")
     assert records.chats.get(chat_id(1), "beta") is None
-    assert stored_bytes(records.db, records.desk.data_dir, "acme") == sum(
+    assert stored_bytes(records.db, "acme") == sum(
         len(json.dumps(part)) for part in (kept["metadata"], kept["body"], kept["messages"]))
 
 

@@ -93,7 +93,7 @@ def test_an_item_or_the_whole_is_deleted(records) -> None:
 
 def test_the_quota_counts_its_metadata_and_items(records, tmp_path) -> None:
     create(records, items=[message(0)])
-    used = stored_bytes(records.db, tmp_path / "data", "acme")
+    used = stored_bytes(records.db, "acme")
     assert used == len(json.dumps({"topic": "t"})) + len(json.dumps(message(0)))
     refused = extend(records, [message(1)], quota=used + 10)
     assert (refused.status, refused.code) == (403, "storage_quota_exceeded")
@@ -171,7 +171,7 @@ def test_a_background_response_settles_with_its_turn_or_not_at_all(records) -> N
 
 def test_a_turn_its_conversation_cannot_take_leaves_the_response_settled(records) -> None:
     create(records, items=[message(0)])
-    used = stored_bytes(records.db, records.desk.data_dir, "acme")
+    used = stored_bytes(records.db, "acme")
     gone, full = f"resp_{'a' * 32}", f"resp_{'b' * 32}"
     for response_id in (gone, full):
         queued(records, response_id)

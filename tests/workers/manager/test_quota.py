@@ -35,21 +35,20 @@ def test_a_file_past_the_quota_is_refused_and_a_delete_makes_room(records) -> No
         "6.8 KB of 7.8 KB in use" in refused.message
     assert len(records.files.list("acme", purpose=None, after=None, limit=10,
                                   order="asc")[0]) == 2
-    assert stored_bytes(records.db, records.desk.data_dir, "acme") == 2 * len(ROW)
+    assert stored_bytes(records.db, "acme") == 2 * len(ROW)
     assert add_file(records, "beta", quota=4_000).ok  # acme's files are not beta's
     assert add_file(records).ok  # no quota
     assert act(records, StoreAction.DELETE_FILE, file_id=first.made).ok
-    assert stored_bytes(records.db, records.desk.data_dir, "acme") == 2 * len(ROW)
+    assert stored_bytes(records.db, "acme") == 2 * len(ROW)
     assert not add_file(records, quota=8_000).ok  # 7,000 in use again
     assert add_file(records, quota=11_000).ok
 
 
 def test_stored_responses_and_adapters_count_and_are_refused_past_it(records,
                                                                      tmp_path) -> None:
-    data_dir = records.desk.data_dir
     record = response_record(f"resp_{'a' * 32}", int(time.time()))
     assert act(records, StoreAction.ADD_RESPONSE, record=record).ok
-    used = stored_bytes(records.db, data_dir, "acme")
+    used = stored_bytes(records.db, "acme")
     stored = records.responses.get(f"resp_{'a' * 32}", "acme")
     assert 0 < used < len(record.encode()) and stored is not None
     second = response_record(f"resp_{'b' * 32}", int(time.time()))
@@ -65,15 +64,15 @@ def test_stored_responses_and_adapters_count_and_are_refused_past_it(records,
     assert records.registry.list("acme") == []
     made = act(records, StoreAction.ADD_ADAPTER, name="bot", quota_bytes=used + size + 1,
                staged=staged_adapter(records, source))
-    assert made.ok and stored_bytes(records.db, data_dir, "acme") == used + size
-    assert stored_bytes(records.db, data_dir, "beta") == 0
+    assert made.ok and stored_bytes(records.db, "acme") == used + size
+    assert stored_bytes(records.db, "beta") == 0
     source = records.files.create("acme", "in.jsonl", "batch", b'{"custom_id": "a"}\n')
     batch_id = f"batch_{'c' * 32}"
     assert act(records, StoreAction.ADD_BATCH, record=json.dumps(
         {"id": batch_id, "endpoint": "/v1/completions", "input_file_id": source.id,
          "total": 1})).ok
-    before = stored_bytes(records.db, data_dir, "acme")
+    before = stored_bytes(records.db, "acme")
     assert act(records, StoreAction.BATCH_RESULT, record=json.dumps(
         {"batch_id": batch_id, "line": 0, "custom_id": "a",
          "response": {"status_code": 200, "request_id": "r", "body": {"x": "y" * 1000}}})).made
-    assert stored_bytes(records.db, data_dir, "acme") > before + 1000  # a running batch's
+    assert stored_bytes(records.db, "acme") > before + 1000  # a running batch's

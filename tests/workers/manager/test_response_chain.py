@@ -74,10 +74,10 @@ def test_a_conversation_keeps_each_turn_once_and_reads_back_whole(records) -> No
         assert got.continued() == [*one["conversation"], answered(turn)]
         assert kept(records, turn) == ([asked(turn)], rid(turn - 1) if turn else None)
     bodies = sum(len(json.dumps(one["body"])) for one in sent)
-    assert stored_bytes(records.db, records.desk.data_dir, "acme") == \
+    assert stored_bytes(records.db, "acme") == \
         bodies + sum(len(json.dumps([asked(turn)])) for turn in range(12))
     whole = sum(len(json.dumps(one["conversation"])) for one in sent)
-    assert stored_bytes(records.db, records.desk.data_dir, "acme") < (bodies + whole) / 3
+    assert stored_bytes(records.db, "acme") < (bodies + whole) / 3
 
 
 @pytest.mark.parametrize("gone", [0, 2, 4])
@@ -128,7 +128,7 @@ def test_no_link_to_another_tenants_response_or_one_gone(records) -> None:
 
 def test_a_quota_counts_only_what_a_linked_response_keeps(records) -> None:
     sent = chain(records, 6)
-    used = stored_bytes(records.db, records.desk.data_dir, "acme")
+    used = stored_bytes(records.db, "acme")
     following = record(6, [*sent[5]["conversation"], answered(5)], rid(5))
     own = len(json.dumps(following["body"])) + len(json.dumps([asked(6)]))
     assert own < len(json.dumps(following["conversation"]))

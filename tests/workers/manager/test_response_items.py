@@ -13,6 +13,7 @@ import time
 from state.db import Database, db_path
 from state.migrations import MIGRATIONS
 from state.response_items import KEEPER
+from state.response_items import MIGRATION as RESPONSE_ITEMS
 from state.responses import RETENTION_S, ResponseReader
 from tests.workers.manager.test_response_chain import answered, asked, chain, record, rid
 from tests.workers.manager.test_response_store import MESSAGE, queued, settle
@@ -69,7 +70,7 @@ def test_an_expired_response_keeps_no_item_though_not_yet_swept(records) -> None
 
 
 def test_responses_kept_before_the_index_are_indexed_by_its_migration(tmp_path) -> None:
-    before = Database(db_path(tmp_path), MIGRATIONS[:-1])
+    before = Database(db_path(tmp_path), MIGRATIONS[:MIGRATIONS.index(RESPONSE_ITEMS)])
     odd = ["said", {"type": "message", "id": 7}, {"type": "message"}, asked(1)]
     now = int(time.time())
     with before.transaction() as conn:

@@ -50,7 +50,7 @@ def test_a_queued_response_is_pending_until_it_settles_once(records) -> None:
     pending, = records.responses.pending()
     assert (pending.id, pending.tenant, pending.request, pending.pending) == \
         (ID, "acme", REQUEST, True)
-    assert stored_bytes(records.db, records.desk.data_dir, "acme") == sum(
+    assert stored_bytes(records.db, "acme") == sum(
         len(json.dumps(part)) for part in (pending.body, pending.conversation, REQUEST))
     assert settle(records, "in_progress").made == ID
     assert records.responses.get(ID, "acme").body["status"] == "in_progress"
