@@ -36,8 +36,9 @@ def previous(responses: ResponseReader, tenant: str, response_id: str | None) ->
     return found
 
 
-def found(responses: ResponseReader, tenant: str, response_id: str) -> StoredResponse:
-    made = responses.get(response_id, tenant)
+def found(responses: ResponseReader, tenant: str, response_id: str, *,
+          earlier: bool = True) -> StoredResponse:
+    made = responses.get(response_id, tenant, earlier=earlier)
     if made is None:
         raise not_found(response_id)
     return made

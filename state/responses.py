@@ -36,6 +36,7 @@ class StoredResponse:
     conversation: list[dict[str, Any]]  # the items it answered, its request's own last
     own: int  # how many of them its request sent (the rest: from previous_response_id)
     request: dict[str, Any] | None = None  # a background response's request, to run again
+    whole: bool = True  # False: `conversation` is only what its row keeps (its own items last)
 
     @property
     def pending(self) -> bool:
@@ -48,6 +49,8 @@ class StoredResponse:
     def continued(self) -> list[dict[str, Any]]:
         """The conversation a request that goes on from this response continues: what it
         answered, then its output."""
+        if not self.whole:
+            raise ValueError(f"{self.id} was read without the turns it went on from")
         return [*self.conversation, *self.body["output"]]
 
     def items(self, *, after: str | None, limit: int, order: str) -> \
@@ -60,11 +63,13 @@ class ResponseReader:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def get(self, response_id: str, tenant: str) -> StoredResponse | None:
-        """The tenant's response, until it expires."""
+    def get(self, response_id: str, tenant: str, *, earlier: bool = True) -> \
+            StoredResponse | None:
+        """The tenant's response, until it expires; without `earlier`, not read along its
+        links (its body and input items need only its own row)."""
         rows = self.db.query("SELECT * FROM responses WHERE id = ? AND tenant = ? AND "
                              "expires_at > ?", (response_id, tenant, int(time.time())))
-        return self._stored(rows[0]) if rows else None
+        return self._stored(rows[0], earlier) if rows else None
 
     def found_item(self, tenant: str, item_id: str) -> dict[str, Any] | None:
         """The item of that id among the input and output items the tenant's responses keep,
@@ -92,12 +97,13 @@ class ResponseReader:
             (*PENDING, int(time.time())))
         return [self._stored(row) for row in rows]
 
-    def _stored(self, row: Any) -> StoredResponse:
+    def _stored(self, row: Any, whole: bool = True) -> StoredResponse:
         earlier = self.db.query(EARLIER, (row["previous"], row["tenant"])) \
-            if row["previous"] else []
+            if row["previous"] and whole else []
         return StoredResponse(row["id"], row["tenant"], row["created_at"], row["expires_at"],
                               json.loads(row["body"]), conversation(earlier, row["conversation"]),
-                              row["own"], json.loads(row["request"]) if row["request"] else None)
+                              row["own"], json.loads(row["request"]) if row["request"] else None,
+                              whole)
 
 
 # a response's predecessors along their links, the first of the conversation first

@@ -236,7 +236,8 @@ async def get_response(response_id: str, request: Request, tenant: TenantDep,
                        starting_after: Annotated[int | None, Query(ge=-1)] = None):
     """The response as it is; with `stream`, a streamed background response's events past
     `starting_after` (all without it), then each as it comes until it ends."""
-    made = found(request.app.state.responses, tenant.id, response_id)
+    made = await run_in_threadpool(found, request.app.state.responses, tenant.id, response_id,
+                                   earlier=False)
     if not stream:
         return made.body
     if not (made.request or {}).get("stream"):
@@ -271,6 +272,7 @@ async def list_input_items(response_id: str, request: Request, tenant: TenantDep
                            limit: Annotated[int, Query(ge=1, le=100)] = 20,
                            order: Literal["asc", "desc"] = "desc") -> dict:
     """The items the response's request sent (`order` desc: the last first)."""
-    made = found(request.app.state.responses, tenant.id, response_id)
+    made = await run_in_threadpool(found, request.app.state.responses, tenant.id, response_id,
+                                   earlier=False)
     items, more = made.items(after=after, limit=limit, order=order)
     return page(items, more)

@@ -1,7 +1,7 @@
 """Work that can take the gateway a while runs on worker threads, never on the event loop that
 answers every tenant: an output constraint's grammar (llguidance took half a second over an
 880 KB schema), for chat completions, completions and responses, and a response's history and
-references read from the records."""
+references read from the records, and a stored response read back."""
 
 from __future__ import annotations
 
@@ -52,4 +52,24 @@ def test_the_work_runs_on_a_thread_other_than_the_event_loops(tmp_path, monkeypa
                                                       **body} if "completions" in path else
                              {"model": "tiny-llama", **body})
     assert answer.status_code == 503, answer.text  # after the work: no manager to run it
+    assert threads and loop not in threads, (threads, loop)
+
+
+@pytest.mark.parametrize("path", [f"/v1/responses/resp_{'a' * 32}",
+                                  f"/v1/responses/resp_{'a' * 32}/input_items"])
+def test_a_stored_response_is_read_on_a_thread_other_than_the_event_loops(tmp_path, monkeypatch,
+                                                                          path) -> None:
+    real, threads = responses.found, []
+
+    def watched(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(responses, "found", watched)
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as client:
+        loop = client.portal.call(threading.current_thread)
+        answer = client.get(path, headers=KEY)
+    assert answer.status_code == 404, answer.text  # read, and none is kept
     assert threads and loop not in threads, (threads, loop)

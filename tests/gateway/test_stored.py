@@ -5,9 +5,13 @@ stored."""
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.stored import keep
 from gateway.tenants import Tenant
 from openapi.items import FunctionCallOutputItem, MessageItem
+from tests.gateway.conftest import KEY
+from tests.workers.manager.test_response_store import body_of
 
 ID, FIRST = f"resp_{'d' * 32}", f"resp_{'e' * 32}"
 
@@ -44,3 +48,30 @@ def test_a_response_is_kept_with_its_conversation_and_its_own_items(managed) -> 
 def test_a_response_the_manager_cannot_keep_is_not_the_requests_failure(unmanaged) -> None:
     manager = unmanaged.app.state.manager
     assert unmanaged.portal.call(keep, manager, Tenant("acme"), made(), None, []) is False
+
+
+def test_reading_a_response_and_its_input_items_reads_no_earlier_turn(managed) -> None:
+    """GET and input items need only the response's own row: they answer as the response read
+    whole does, and still do when the turns it went on from are unreadable (a long chain's
+    reading is not paid for them)."""
+    client, manager = managed
+    keeping = client.app.state.manager, Tenant("acme")
+    assert client.portal.call(keep, *keeping, made(FIRST), None,
+                              [MessageItem(role="user", content="Hi")])
+    first = client.app.state.responses.get(FIRST, "acme")
+    own = [MessageItem(role="user", content=f"turn {n}") for n in range(3)]
+    assert client.portal.call(keep, *keeping, body_of(ID, "completed"), first, own)
+    whole = client.app.state.responses.get(ID, "acme")
+    with manager.records.db.transaction() as conn:
+        conn.execute("UPDATE responses SET body = '{}' WHERE id = ?", (FIRST,))  # no output
+    for _ in range(2):
+        body = client.get(f"/v1/responses/{ID}", headers=KEY)
+        items = client.get(f"/v1/responses/{ID}/input_items?order=asc", headers=KEY)
+        assert body.status_code == items.status_code == 200, (body.text, items.text)
+        assert body.json() == whole.body
+        assert [(item["id"], item["content"][0]["text"]) for item in items.json()["data"]] == \
+            [(item["id"], f"turn {n}") for n, item in enumerate(whole.input_items)]
+    kept = client.app.state.responses.get(ID, "acme", earlier=False)
+    assert kept.input_items == whole.input_items and not kept.whole
+    with pytest.raises(ValueError, match="without the turns"):
+        kept.continued()
