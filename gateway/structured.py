@@ -7,7 +7,8 @@ strict mode takes them: an object without `additionalProperties` allows no other
 `number` without `multipleOf` is written with at most `DECIMALS` fraction digits; so a schema
 that bounds its sizes (maxLength, maxItems, enums, number ranges) bounds the output. An
 unusable schema is a 400 that names the problem (llguidance is strict: a keyword it cannot
-enforce is an error, not a silently dropped rule).
+enforce is an error, not a silently dropped rule), and so is one past llguidance's limits, which
+validates but would not build in the worker (`wire.grammar_check`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from llguidance import LLMatcher
 
 from gateway.errors import APIError
+from wire.grammar_check import build_error
 from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
 DECIMALS = 6
@@ -63,8 +65,9 @@ def _one_form(schema: dict) -> dict:
 
 def _checked(grammar: str, param: str) -> str:
     failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
-    if failed:
-        raise APIError(400, f"Invalid {param}: {messages[0]}", "invalid_request", param)
+    error = messages[0] if failed else build_error(grammar)
+    if error:
+        raise APIError(400, f"Invalid {param}: {error}", "invalid_request", param)
     return grammar
 
 

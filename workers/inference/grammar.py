@@ -13,6 +13,8 @@ import llguidance
 import llguidance.hf
 import torch
 
+from wire.grammar_check import worded
+
 BITS = torch.arange(32, dtype=torch.int32)
 
 
@@ -32,7 +34,7 @@ class Grammars:
                                                              n_vocab=self.vocab_size)
         matcher = llguidance.LLMatcher(self._lltokenizer, grammar, log_level=0)
         if matcher.is_error():
-            raise GrammarError(matcher.get_error())
+            raise GrammarError(worded(matcher.get_error()))
         return matcher
 
     def allowed(self, matcher: llguidance.LLMatcher) -> torch.Tensor:
