@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator
 from pydantic_core import PydanticCustomError
 
-from openapi.common import RefusalPart, StrictModel, Text, part_type, parts
+from openapi.common import RefusalPart, StrictModel, Text, part_type, parts, unless_none
 from openapi.formats import FunctionName
 
 
@@ -17,8 +17,8 @@ class InputText(StrictModel):
     type: Literal["input_text", "output_text"] = Field(
         description="output_text: a part of an assistant message sent back")
     text: Text
-    annotations: list[Any] | None = None
-    logprobs: list[Any] | None = None
+    annotations: list[Any] | None = unless_none()  # read back as sent: absent, not null
+    logprobs: list[Any] | None = unless_none()
 
     _type = part_type("input_text", "output_text",
                       wants="'input_text', 'output_text' or 'refusal'")

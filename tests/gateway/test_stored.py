@@ -52,7 +52,7 @@ def test_a_response_the_manager_cannot_keep_is_not_the_requests_failure(unmanage
 
 def test_reading_a_response_and_its_input_items_reads_no_earlier_turn(managed) -> None:
     """GET and input items need only the response's own row: they answer as the response read
-    whole does, and still do when the turns it went on from are unreadable (a long chain's
+    whole does (its items as kept: no part's field added as null), and still do when the turns it went on from are unreadable (a long chain's
     reading is not paid for them)."""
     client, manager = managed
     keeping = client.app.state.manager, Tenant("acme")
@@ -69,8 +69,7 @@ def test_reading_a_response_and_its_input_items_reads_no_earlier_turn(managed) -
         items = client.get(f"/v1/responses/{ID}/input_items?order=asc", headers=KEY)
         assert body.status_code == items.status_code == 200, (body.text, items.text)
         assert body.json() == whole.body
-        assert [(item["id"], item["content"][0]["text"]) for item in items.json()["data"]] == \
-            [(item["id"], f"turn {n}") for n, item in enumerate(whole.input_items)]
+        assert items.json()["data"] == whole.input_items and len(whole.input_items) == 3
     kept = client.app.state.responses.get(ID, "acme", earlier=False)
     assert kept.input_items == whole.input_items and not kept.whole
     with pytest.raises(ValueError, match="without the turns"):
