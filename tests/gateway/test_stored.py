@@ -52,8 +52,8 @@ def test_a_response_the_manager_cannot_keep_is_not_the_requests_failure(unmanage
 
 def test_reading_a_response_and_its_input_items_reads_no_earlier_turn(managed) -> None:
     """GET and input items need only the response's own row: they answer as the response read
-    whole does (its items as kept: no part's field added as null), and still do when the turns it went on from are unreadable (a long chain's
-    reading is not paid for them)."""
+    whole does (its items as kept: no part's field added as null), and still do when the turns
+    it went on from are unreadable (a long chain's reading is not paid for them)."""
     client, manager = managed
     keeping = client.app.state.manager, Tenant("acme")
     assert client.portal.call(keep, *keeping, made(FIRST), None,
