@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from state.training_file import BadLine, Chat, Example, NotText, lines, parse
+from state.training_file import BadLine, Chat, Example, NotText, Preference, lines, parse
 
 MAX_REPORTED = 10
 PER_MESSAGE_TOKENS = 4  # role marker, newline, end marker
@@ -17,7 +17,7 @@ PER_MESSAGE_TOKENS = 4  # role marker, newline, end marker
 
 @dataclass
 class Report:
-    format: str | None = None  # chat | prompt_completion
+    format: str | None = None  # chat | prompt_completion | preference
     examples: int = 0
     tokens: int = 0
     errors: list[str] = field(default_factory=list)
@@ -81,6 +81,10 @@ def validate_jsonl(data: bytes | Iterable[bytes],
 
 
 def _tokens(example: Example, count_tokens: Callable[[str], int] | None) -> int:
+    """Its tokens (a preference example's: the longer of its two conversations)."""
+    if isinstance(example, Preference):
+        return max(_tokens(Chat((*example.prompt, answer)), count_tokens)
+                   for answer in (example.preferred, example.non_preferred))
     if isinstance(example, Chat):
         return sum(PER_MESSAGE_TOKENS + (count_tokens(turn.text) if count_tokens else 0)
                    for turn in example.turns)

@@ -11,6 +11,7 @@ from wire.jobs import ALL_LINEAR, DEFAULT_MAX_SEQ_LENGTH, JobSpec, PeftSpec
 __all__ = ["Chosen", "JobSpec", "PeftSpec", "resolve", "too_few_examples", "unknown_target",
            "unsupported"]
 MIN_EXAMPLES = 10
+DEFAULT_BETA = 0.1  # DPO's, as TRL's and OpenAI's "auto"
 BASE_LEARNING_RATE = {"lora": 2e-4, "adalora": 2e-4, "ia3": 1e-3, "prefix_tuning": 1e-3,
                       "prompt_tuning": 1e-3}
 
@@ -23,10 +24,12 @@ class Chosen(Protocol):
     learning_rate_multiplier: float | Literal["auto"]
 
 
-def resolve(chosen: Chosen, peft: dict, n_examples: int, max_context: int) -> JobSpec:
+def resolve(chosen: Chosen, peft: dict, n_examples: int, max_context: int,
+            beta: float | Literal["auto"] | None = None) -> JobSpec:
     """Replace every "auto" and every missing setting by its value, as OpenAI does when a job
     starts: 3 epochs, a batch of ~2% of the examples (1 to 8), a multiplier of 1; the learning
-    rate is the method's base rate times the multiplier unless the `peft` block sets one."""
+    rate is the method's base rate times the multiplier unless the `peft` block sets one. A
+    `beta` (or "auto": `DEFAULT_BETA`) makes it a DPO job."""
     n_epochs = 3 if chosen.n_epochs == "auto" else chosen.n_epochs
     batch_size = min(8, max(1, round(n_examples * 0.02))) if chosen.batch_size == "auto" \
         else chosen.batch_size
@@ -40,7 +43,8 @@ def resolve(chosen: Chosen, peft: dict, n_examples: int, max_context: int) -> Jo
         method=method, r=r, alpha=settings.get("alpha") or 2 * r,
         max_seq_length=min(settings.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH, limit),
         learning_rate=settings.get("learning_rate") or BASE_LEARNING_RATE[method] * multiplier)
-    return JobSpec(n_epochs, batch_size, multiplier, PeftSpec(**settings))
+    return JobSpec(n_epochs, batch_size, multiplier, PeftSpec(**settings),
+                   DEFAULT_BETA if beta == "auto" else beta)
 
 
 def too_few_examples(n_examples: int) -> str | None:

@@ -25,10 +25,20 @@ class Supervised(StrictModel):
     hyperparameters: Hyperparameters | None = None
 
 
+class DpoHyperparameters(Hyperparameters):
+    beta: Auto | Annotated[float, Field(gt=0, le=2)] = Field(default="auto", description=(
+        "how far the model may move from the reference (the base model) to prefer the "
+        "preferred outputs: higher keeps it closer; auto: 0.1"))
+
+
+class Dpo(StrictModel):
+    hyperparameters: DpoHyperparameters | None = None
+
+
 class Method(StrictModel):
     type: Literal["supervised", "dpo", "reinforcement"]
     supervised: Supervised | None = None
-    dpo: dict | None = None
+    dpo: Dpo | None = None
     reinforcement: dict | None = None
 
 

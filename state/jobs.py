@@ -59,11 +59,12 @@ class JobRecord:
         return f"ft:{self.model}:{self.tenant}:{self.suffix or ''}:{self.id}"
 
     def public(self) -> dict:
-        supervised = {"hyperparameters": self.hyperparameters}
+        method = self.spec.method
+        shared = {k: v for k, v in self.hyperparameters.items() if k != "beta"}  # OpenAI's
         return {
             "id": self.id, "object": "fine_tuning.job", "created_at": self.created_at,
             "error": self.error, "fine_tuned_model": self.fine_tuned_model,
-            "finished_at": self.finished_at, "hyperparameters": self.hyperparameters,
+            "finished_at": self.finished_at, "hyperparameters": shared,
             "model": self.method.get("init_model") or self.model,
             "organization_id": self.tenant,
             "result_files": self.result_files, "seed": self.seed, "status": self.status,
@@ -71,7 +72,7 @@ class JobRecord:
             "priority": self.priority, "gates": self.gates,
             "validation_file": self.validation_file, "estimated_finish": None,
             "integrations": [], "metadata": self.metadata,
-            "method": {"type": "supervised", "supervised": supervised},
+            "method": {"type": method, method: {"hyperparameters": self.hyperparameters}},
             "peft": {k: v for k, v in self.method.items() if k != "init_adapter"},  # a path
         }
 

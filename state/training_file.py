@@ -1,10 +1,12 @@
 """The fine-tuning file format (OpenAI's JSONL), read in one place: the gateway checks an upload
 with it line by line, the trainer reads the examples it tokenizes with it. Torch-free.
 
-Two formats: chat (`{"messages": [...]}`, the loss is on assistant messages, `weight` 0 leaves
-one out; tools and tool calls as the model is served them, `training_tools`) and
+Three formats: chat (`{"messages": [...]}`, the loss is on assistant messages, `weight` 0 leaves
+one out; tools and tool calls as the model is served them, `training_tools`),
 prompt/completion (`{"prompt": str, "completion": str}`, the loss is on the
-completion). One file holds one format.
+completion) and preference, for DPO (`{"input": {"messages": [...], "tools": [...]},
+"preferred_output": [message], "non_preferred_output": [message]}`, one assistant message
+each). One file holds one format.
 """
 
 from __future__ import annotations
@@ -46,7 +48,16 @@ class PromptCompletion:
     format = "prompt_completion"
 
 
-Example = Chat | PromptCompletion
+@dataclass(frozen=True)
+class Preference:
+    prompt: tuple[Turn, ...]  # the conversation the outputs answer (its assistant turns: weight 0)
+    preferred: Turn
+    non_preferred: Turn
+    format = "preference"
+
+
+Example = Chat | PromptCompletion | Preference
+PREFERENCE_KEYS = {"input", "preferred_output", "non_preferred_output"}
 
 
 class BadLine(ValueError):
@@ -92,7 +103,10 @@ def parse(line: str) -> Example:
         return _chat(record)
     if "prompt" in record or "completion" in record:
         return _prompt_completion(record)
-    raise BadLine("needs a 'messages' list, or 'prompt' and 'completion'")
+    if PREFERENCE_KEYS & set(record):
+        return _preference(record)
+    raise BadLine("needs a 'messages' list, 'prompt' and 'completion', or 'input', "
+                  "'preferred_output' and 'non_preferred_output'")
 
 
 def _chat(record: dict) -> Chat:
@@ -116,12 +130,61 @@ def _chat(record: dict) -> Chat:
     if all(t.weight == 0 for t in turns if t.role == "assistant"):
         raise BadLine("example has nothing to learn from: every assistant message has weight 0",
                       "chat")
-    if tools:  # listed in the system message, as a served request's tools are
+    return Chat(_with_tools(turns, tools))
+
+
+def _with_tools(turns: list[Turn], tools: list[dict]) -> tuple[Turn, ...]:
+    """The turns with the tools listed in the system message, as a served request's are."""
+    if tools:
         if turns[0].role in ("system", "developer"):
             turns[0] = replace(turns[0], text=with_tools(turns[0].text, tools))
         else:
             turns.insert(0, Turn("system", with_tools(None, tools)))
-    return Chat(tuple(turns))
+    return tuple(turns)
+
+
+def _preference(record: dict) -> Preference:
+    fmt = Preference.format
+    if set(record) != PREFERENCE_KEYS:
+        raise BadLine(f"needs exactly the keys {sorted(PREFERENCE_KEYS)} (has "
+                      f"{sorted(record)})", fmt)
+    given = record["input"]
+    if not isinstance(given, dict) or not isinstance(given.get("messages"), list) or \
+            not given["messages"]:
+        raise BadLine("'input' must be an object with a non-empty 'messages' list", fmt)
+    extra = set(given) - {"messages", "tools", "parallel_tool_calls", "functions"}
+    if extra:
+        raise BadLine(f"'input' has unrecognized key(s) {sorted(extra)}", fmt)
+    messages = given["messages"]
+    outputs = [_output(record, key, len(messages) + 1)
+               for key in ("preferred_output", "non_preferred_output")]
+    try:
+        tools = tools_of(given)
+        turns = [_turn(i, message) for i, message in enumerate(messages, start=1)]
+        answers = [_turn(len(messages) + 1, output) for output in outputs]
+        for output in outputs:
+            check_calls([*messages, output], tools)
+    except BadTools as exc:
+        raise BadLine(str(exc), fmt) from None
+    except BadLine as exc:
+        raise BadLine(str(exc), fmt) from None
+    if "user" not in {turn.role for turn in turns}:
+        raise BadLine("example has no user message", fmt)
+    preferred, non_preferred = answers
+    if preferred.text == non_preferred.text:
+        raise BadLine("the preferred and non-preferred outputs are the same: nothing to learn",
+                      fmt)
+    prompt = [replace(turn, weight=0) if turn.role == "assistant" else turn for turn in turns]
+    return Preference(_with_tools(prompt, tools), preferred, non_preferred)
+
+
+def _output(record: dict, key: str, i: int) -> dict:
+    output = record[key]
+    if not isinstance(output, list) or len(output) != 1 or not isinstance(output[0], dict) or \
+            output[0].get("role") != "assistant":
+        raise BadLine(f"'{key}' must be a list of one assistant message (message {i})",
+                      Preference.format)
+    return output[0]
 
 
 def _turn(i: int, message: object) -> Turn:

@@ -95,11 +95,18 @@ class JobSpec(msgspec.Struct, frozen=True):
     batch_size: int
     learning_rate_multiplier: float
     peft: PeftSpec = msgspec.field(default_factory=PeftSpec)
+    beta: float | None = None  # a DPO job's (preference pairs); None: supervised
+
+    @property
+    def method(self) -> str:
+        """OpenAI's `method.type`."""
+        return "supervised" if self.beta is None else "dpo"
 
     def hyperparameters(self) -> dict:
-        """OpenAI's `hyperparameters` object, resolved."""
+        """OpenAI's `hyperparameters` object, resolved (a DPO job's with its beta)."""
         return {"n_epochs": self.n_epochs, "batch_size": self.batch_size,
-                "learning_rate_multiplier": self.learning_rate_multiplier}
+                "learning_rate_multiplier": self.learning_rate_multiplier,
+                **({} if self.beta is None else {"beta": self.beta})}
 
     def peft_dict(self) -> dict:
         return msgspec.structs.asdict(self.peft)

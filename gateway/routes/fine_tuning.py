@@ -20,6 +20,7 @@ from gateway.manager_client import ManagerUnavailable
 from gateway.pages import page
 from openapi.fine_tuning import (
     CheckpointList,
+    DpoHyperparameters,
     EventList,
     FineTuningJob,
     FineTuningJobCreate,
@@ -50,8 +51,9 @@ async def create_job(body: FineTuningJobCreate, request: Request,
                      tenant: TenantDep) -> FineTuningJob:
     state = request.app.state
     start = _starting_adapter(request, tenant.id, body)
-    if body.method is not None and body.method.type != "supervised":
-        raise APIError(400, f"method {body.method.type!r} is not supported; use 'supervised'",
+    kind = body.method.type if body.method is not None else "supervised"
+    if kind not in ("supervised", "dpo"):
+        raise APIError(400, f"method {kind!r} is not supported; use 'supervised' or 'dpo'",
                        "unsupported_method", "method.type")
     if body.integrations:
         raise unsupported_parameter("integrations", "this deployment reaches no outside service "
@@ -69,19 +71,14 @@ async def create_job(body: FineTuningJobCreate, request: Request,
         if record.purpose != "fine-tune":
             raise APIError(400, f"{file_id} has purpose {record.purpose!r}, not 'fine-tune'",
                            "invalid_file_purpose", param)
+        _check_format(kind, file_id, record.format, param)
         files[param] = record
-    supervised = body.method.supervised if body.method else None
-    if supervised and supervised.hyperparameters and body.hyperparameters and \
-            supervised.hyperparameters != body.hyperparameters:
-        raise APIError(400, "hyperparameters are given twice, differently: set them in "
-                       "method.supervised.hyperparameters only (the top-level 'hyperparameters' "
-                       "is deprecated)", "invalid_request", "hyperparameters")
-    hp = (supervised.hyperparameters if supervised and supervised.hyperparameters
-          else body.hyperparameters or Hyperparameters())
+    hp = _hyperparameters(body, kind)
     examples = files["training_file"].examples
     peft = {**(body.peft or PeftSettings()).model_dump(), **start,
             "gates": (body.gates or Gates()).model_dump(), "register_as": body.register_as}
-    spec = resolve(hp, peft, examples, state.text_tokens.max_context)
+    spec = resolve(hp, peft, examples, state.text_tokens.max_context,
+                   hp.beta if isinstance(hp, DpoHyperparameters) else None)
     if (why := unsupported(spec)) is not None:
         raise APIError(400, why, "invalid_value", "peft.gradient_checkpointing")
     if (unknown := unknown_target(spec, state.text_tokens.modules, state.settings.model)):
@@ -98,6 +95,32 @@ async def create_job(body: FineTuningJobCreate, request: Request,
         raise APIError(503, "The worker manager could not store the job; try again shortly.",
                        "service_unavailable")
     return FineTuningJob(**job.public())
+
+
+def _check_format(kind: str, file_id: str, format: str | None, param: str) -> None:
+    """A DPO job trains on preference pairs, a supervised one on anything else."""
+    if (kind == "dpo") != (format == "preference"):
+        wanted = "the preference format ('input', 'preferred_output', 'non_preferred_output')" \
+            if kind == "dpo" else "the chat or prompt/completion format"
+        raise APIError(400, f"{file_id} is in the {format} format; a {kind} job needs "
+                       f"{wanted}", "invalid_file_format", param)
+
+
+def _hyperparameters(body: FineTuningJobCreate, kind: str) -> Hyperparameters:
+    """The method's hyperparameters, or the deprecated top-level ones (not both, differently)."""
+    block = getattr(body.method, kind, None) if body.method else None
+    chosen = block.hyperparameters if block else None
+    if chosen and body.hyperparameters and \
+            chosen.model_dump(include=set(Hyperparameters.model_fields)) != \
+            body.hyperparameters.model_dump():
+        raise APIError(400, "hyperparameters are given twice, differently: set them in "
+                       f"method.{kind}.hyperparameters only (the top-level 'hyperparameters' "
+                       "is deprecated)", "invalid_request", "hyperparameters")
+    if chosen:
+        return chosen
+    if kind == "dpo":
+        return DpoHyperparameters(**(body.hyperparameters or Hyperparameters()).model_dump())
+    return body.hyperparameters or Hyperparameters()
 
 
 def _starting_adapter(request: Request, tenant_id: str, body: FineTuningJobCreate) -> dict:

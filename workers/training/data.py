@@ -5,7 +5,8 @@ Chat: the tokenizer's chat template; the loss is on assistant messages (weight 0
 Which tokens an assistant message contributes is found by rendering the conversation up to the
 message (with the generation prompt) and up to its end: the difference is the message. This works
 with any template whose renderings grow by appending. Prompt/completion: the loss is on the
-completion and the end-of-sequence token.
+completion and the end-of-sequence token. Preference (DPO): a pair of chat examples, the same
+conversation ending in the preferred and in the non-preferred output, the loss on the output.
 """
 
 from __future__ import annotations
@@ -16,16 +17,24 @@ from typing import Any
 
 import torch
 
-from state.training_file import BadLine, Chat, NotText, Turn, lines, parse
+from state.training_file import BadLine, Chat, NotText, Preference, Turn, lines, parse
 from state.training_file import Example as TrainingExample
 
 IGNORE = -100
 
 
 class InvalidTrainingFile(ValueError):
-    def __init__(self, example: int, message: str) -> None:
-        super().__init__(f"Example {example}: {message}")
+    def __init__(self, example: int | None, message: str) -> None:
+        """`example`: the example at fault (None: the file as a whole)."""
+        super().__init__(message if example is None else f"Example {example}: {message}")
         self.example = example
+
+
+def existing(path: str | None, file_id: str) -> Path:
+    """The job's file, unless it is gone from disk since."""
+    if not path or not Path(path).is_file():
+        raise InvalidTrainingFile(None, f"The file {file_id} no longer exists.")
+    return Path(path)
 
 
 @dataclass
@@ -37,8 +46,28 @@ class Example:
     def trained_tokens(self) -> int:
         return sum(1 for label in self.labels if label != IGNORE)
 
+    @property
+    def size(self) -> int:
+        """The tokens a step computes for it."""
+        return len(self.ids)
 
-def load_examples(path: str | Path, tokenizer: Any, max_seq_length: int) -> list[Example]:
+
+@dataclass
+class Pair:
+    """A preference example: the conversation with its preferred and its non-preferred output."""
+
+    preferred: Example
+    non_preferred: Example
+
+    @property
+    def size(self) -> int:
+        return self.preferred.size + self.non_preferred.size
+
+
+Items = list[Example] | list[Pair]  # what a file holds: examples, or (a DPO job's) pairs
+
+
+def load_examples(path: str | Path, tokenizer: Any, max_seq_length: int) -> Items:
     examples = []
     with Path(path).open("rb") as f:  # checked at upload: only a changed file fails here
         try:
@@ -54,7 +83,11 @@ def load_examples(path: str | Path, tokenizer: Any, max_seq_length: int) -> list
 
 
 def _example(number: int, record: TrainingExample, tokenizer: Any,
-             max_seq_length: int) -> Example:
+             max_seq_length: int) -> Example | Pair:
+    if isinstance(record, Preference):
+        return Pair(*(_example(number, Chat((*record.prompt, answer)), tokenizer,
+                               max_seq_length)
+                      for answer in (record.preferred, record.non_preferred)))
     try:
         if isinstance(record, Chat):
             ids, labels = chat_example(record.turns, tokenizer)

@@ -10,6 +10,7 @@ each held-out prompt's greedy completion must start with the expected text.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -19,9 +20,16 @@ MAX_HELD_OUT_TOKENS = 256
 DEFAULTS = {"min_loss_drop": None, "validation_vs_base": True, "held_out": []}
 
 
+def base_loss(model, valid: list, pad: int, micro_batch_tokens: int) -> float:
+    """The base model's validation loss: the adapter disabled."""
+    with model.disable_adapter():
+        return evaluate(model, valid, pad, micro_batch_tokens)[0]
+
+
 def check(model, tokenizer, history: list[dict], valid: list, pad: int, micro_batch_tokens: int,
-          config: dict | None) -> dict:
-    """{"passed": bool, "checks": [{"name", "passed", "detail"}]}."""
+          config: dict | None, base: Callable[..., float] = base_loss) -> dict:
+    """{"passed": bool, "checks": [{"name", "passed", "detail"}]}; `base`: the base model's
+    validation loss, as `base_loss` (the job's objective's)."""
     config = {**DEFAULTS, **(config or {})}
     losses = [h["train_loss"] for h in history]
     valid_losses = [h["valid_loss"] for h in history if "valid_loss" in h]
@@ -32,11 +40,11 @@ def check(model, tokenizer, history: list[dict], valid: list, pad: int, micro_ba
         checks.append(_loss_fell(losses, config["min_loss_drop"], finite))
     model.eval()
     if valid and valid_losses and config["validation_vs_base"]:
-        with model.disable_adapter():
-            base, _ = evaluate(model, valid, pad, micro_batch_tokens)
+        reference = base(model, valid, pad, micro_batch_tokens)
         ours = valid_losses[-1]
-        checks.append({"name": "validation_vs_base", "passed": finite and ours <= base + 1e-6,
-                       "detail": f"validation loss {ours:.4f}, base model {base:.4f}"})
+        checks.append({"name": "validation_vs_base",
+                       "passed": finite and ours <= reference + 1e-6,
+                       "detail": f"validation loss {ours:.4f}, base model {reference:.4f}"})
     for number, item in enumerate(config["held_out"], start=1):
         completion = _greedy(model, tokenizer, item["prompt"], item["completion"])
         checks.append({"name": f"held_out_{number}",

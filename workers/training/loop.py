@@ -105,6 +105,14 @@ def train_step(model: torch.nn.Module, examples: list[Example], pad_id: int, opt
         loss_sum += float(token_loss.detach())
         correct += right
         tokens += int(batch["attention_mask"].sum())
+    apply_gradients(model, optimizer, scheduler, hp, on_gradients)
+    return StepResult(loss_sum / total, correct / total, tokens)
+
+
+def apply_gradients(model: torch.nn.Module, optimizer, scheduler, hp: Hyperparameters,
+                    on_gradients: Callable[[], None] | None = None) -> None:
+    """The step's accumulated gradients clipped and applied; `on_gradients` runs after, before
+    they are cleared."""
     if hp.max_grad_norm:
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
                                        hp.max_grad_norm)
@@ -113,7 +121,6 @@ def train_step(model: torch.nn.Module, examples: list[Example], pad_id: int, opt
     if on_gradients is not None:
         on_gradients()
     optimizer.zero_grad(set_to_none=True)
-    return StepResult(loss_sum / total, correct / total, tokens)
 
 
 @torch.no_grad()

@@ -37,10 +37,11 @@ from workers.remote.privacy import PrivacyConfig
 from workers.threads import step_threads, use_threads
 from workers.training import checkpoint, gates
 from workers.training.control import ControlChannel
-from workers.training.data import Example, InvalidTrainingFile, batches, load_examples
+from workers.training.data import InvalidTrainingFile, Items, batches, existing, load_examples
 from workers.training.job_lock import JobLock
-from workers.training.loop import Hyperparameters, evaluate, optimizer_for, train_step
+from workers.training.loop import Hyperparameters, optimizer_for
 from workers.training.methods import keep_for_backward, peft_config
+from workers.training.preference import objective
 from workers.training.process import run_as_trainer
 
 log = logging.getLogger("workers.trainer")
@@ -64,6 +65,7 @@ class Trainer:
         self.tokenizer = tokenizer
         self.job = config.job
         self.spec = config.job.spec
+        self.objective = objective(self.spec.beta)  # supervised or DPO
         self.control = control
         self.resumed_at = 0  # the step this run began from (its checkpoint's, or 0)
 
@@ -125,18 +127,18 @@ class Trainer:
 
     # -- phases ------------------------------------------------------------------------------
 
-    def _data(self) -> tuple[list[Example], list[Example]]:
+    def _data(self) -> tuple[Items, Items]:
         max_len, job = self.spec.peft.max_seq_length, self.job
-        examples = load_examples(_existing(job.training_path, job.training_file),
+        examples = load_examples(existing(job.training_path, job.training_file),
                                  self.tokenizer, max_len)
-        valid: list[Example] = []
+        valid: Items = []
         if job.validation_file:
-            valid = load_examples(_existing(job.validation_path, job.validation_file),
+            valid = load_examples(existing(job.validation_path, job.validation_file),
                                   self.tokenizer, max_len)
         return examples, valid
 
     def _epochs(self, model, optimizer, scheduler, hp: Hyperparameters,
-                examples: list[Example], valid: list[Example], progress, total: int) -> None:
+                examples: Items, valid: Items, progress, total: int) -> None:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         on_gradients = None
@@ -150,7 +152,8 @@ class Trainer:
                 self._check_control(model, optimizer, scheduler, progress, epoch, position)
                 step = [examples[i] for i in order[position]]
                 self._use_threads(step, hp)
-                result = train_step(model, step, pad, optimizer, scheduler, hp, on_gradients)
+                result = self.objective.step(model, step, pad, optimizer, scheduler, hp,
+                                             on_gradients)
                 progress.step += 1
                 progress.trained_tokens += result.tokens
                 progress.history.append({"step": progress.step, "train_loss": result.loss,
@@ -173,8 +176,8 @@ class Trainer:
                        "train_mean_token_accuracy": last["train_accuracy"]}
             if valid:
                 model.eval()
-                metrics["valid_loss"], metrics["valid_mean_token_accuracy"] = evaluate(
-                    model, valid, pad, hp.micro_batch_tokens)
+                metrics["valid_loss"], metrics["valid_mean_token_accuracy"] = \
+                    self.objective.evaluate(model, valid, pad, hp.micro_batch_tokens)
                 model.train()
                 progress.history[-1].update(valid_loss=metrics["valid_loss"],
                                             valid_mean_token_accuracy=metrics[
@@ -208,9 +211,9 @@ class Trainer:
                    f"Job {status} at step {progress.step}; checkpoint saved")
         raise JobStopped(self._last(TrainerStopped(self.job.id, status, message)))
 
-    def _use_threads(self, step: list[Example], hp: Hyperparameters) -> None:
+    def _use_threads(self, step: Items, hp: Hyperparameters) -> None:
         """Its share of the cores (told as jobs start and end), as many as the step keeps busy."""
-        tokens = min(sum(len(e.ids) for e in step), hp.micro_batch_tokens)
+        tokens = min(sum(e.size for e in step), hp.micro_batch_tokens)
         use_threads(step_threads(self.control.threads or self.config.threads, tokens))
 
     def _save(self, model, optimizer, scheduler, progress) -> None:
@@ -226,11 +229,11 @@ class Trainer:
         path = checkpoint.save(root, model, optimizer, scheduler, progress, told)
         self.control.report(TrainerCheckpoint(self.job.id, path=str(path), **told))
 
-    def _finish(self, model, progress, valid: list[Example], hp: Hyperparameters) -> int:
+    def _finish(self, model, progress, valid: Items, hp: Hyperparameters) -> int:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         verdict = gates.check(model, self.tokenizer, progress.history, valid, pad,
-                              hp.micro_batch_tokens, self.spec.peft.gates)
+                              hp.micro_batch_tokens, self.spec.peft.gates, self.objective.base)
         for item in verdict["checks"]:
             self.event(f"Quality gate {item['name']}: "
                        f"{'passed' if item['passed'] else 'FAILED'} ({item['detail']})",
@@ -264,12 +267,6 @@ class Trainer:
         """The exit status once the last report is sent: 0 when the manager recorded it, else
         RETRY (the job is still running there, and runs again from its latest checkpoint)."""
         return 0 if self.control.last(report) else RETRY
-
-
-def _existing(path: str | None, file_id: str) -> Path:
-    if not path or not Path(path).is_file():
-        raise InvalidTrainingFile(f"The file {file_id} no longer exists.")
-    return Path(path)
 
 
 def run(config: TrainerSpec, tokenizer: Any) -> int:

@@ -1,0 +1,126 @@
+"""DPO (`workers.training.preference`) against plain peft and the formula of Rafailov et al.
+(2023) written out pair by pair: each output's log-probability summed over its tokens, under the
+adapter and with it disabled (the reference), unpadded, one pair at a time. A step in
+micro-batches has those gradients; training favours the preferred outputs; a preference file
+reads as pairs whose labels are each output's tokens."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoTokenizer
+
+from catalogue.resolve import resolve_model
+from executor.local import LocalExecutor
+from tests.peft_reference import build_pair
+from workers.training.data import IGNORE, Example, Pair, load_examples
+from workers.training.loop import Hyperparameters
+from workers.training.preference import evaluate_pairs, pair_groups, preference_step
+
+MODEL = "tiny-llama"
+BETA = 0.5
+
+
+def pair(prompt: int, outputs: tuple[int, int], seed: int) -> Pair:
+    """A prompt of `prompt` tokens and two outputs of these lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    shared = torch.randint(3, 250, (prompt,), generator=generator).tolist()
+
+    def answered(length: int) -> Example:
+        output = torch.randint(3, 250, (length,), generator=generator).tolist()
+        return Example(shared + output, [IGNORE] * prompt + output)
+    return Pair(*(answered(n) for n in outputs))
+
+
+def logp(model, example: Example) -> torch.Tensor:
+    """log p(output | prompt), summed over the output's tokens, the example alone."""
+    ids = torch.tensor([example.ids])
+    logits = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
+    return sum(logits[t - 1, example.ids[t]] for t in range(1, len(example.ids))
+               if example.labels[t] != IGNORE)
+
+
+def reference_losses(plain, pairs: list[Pair]) -> list[torch.Tensor]:
+    losses = []
+    for one in pairs:
+        with torch.no_grad(), plain.disable_adapter():
+            ref = [logp(plain, one.preferred), logp(plain, one.non_preferred)]
+        policy = [logp(plain, one.preferred), logp(plain, one.non_preferred)]
+        losses.append(-F.logsigmoid(BETA * ((policy[0] - ref[0]) - (policy[1] - ref[1]))))
+    return losses
+
+
+PAIRS = [((12, (5, 9)), 1), ((30, (20, 4)), 2), ((8, (3, 3)), 3), ((40, (10, 25)), 4)]
+
+
+def test_a_step_has_the_gradients_of_the_formula_pair_by_pair() -> None:
+    """SGD at rate 1 without clipping: each parameter moves by minus its gradient."""
+    pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
+    hp = Hyperparameters(1, 4, 1.0, warmup_ratio=0.0, max_grad_norm=0.0, micro_batch_tokens=160)
+    assert [len(group) for group in pair_groups(pairs, hp.micro_batch_tokens)] == [2, 1, 1]
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    plain.train()
+    losses = reference_losses(plain, pairs)
+    (sum(losses) / len(pairs)).backward()
+    expected = {n: p.grad for n, p in plain.named_parameters() if p.requires_grad}
+    ours.train()
+    before = {n: p.detach().clone() for n, p in ours.named_parameters() if p.requires_grad}
+    optimizer = torch.optim.SGD(list(ours.parameters()), lr=1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    result = preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=BETA)
+    moved = {n: before[n] - p.detach() for n, p in ours.named_parameters() if p.requires_grad}
+    assert set(moved) == set(expected)
+    scale = max(g.abs().max().item() for g in expected.values())
+    worst = max((moved[n] - expected[n]).abs().max().item() for n in expected)
+    assert scale > 1e-4 and worst < 1e-4 * scale, (worst, scale)  # float32 sums of log-probs
+    mean = sum(float(loss) for loss in losses) / len(pairs)
+    assert result.loss == pytest.approx(mean, rel=1e-4) and mean != pytest.approx(math.log(2))
+    assert result.tokens == sum(p.size for p in pairs)
+
+
+def test_training_favours_the_preferred_outputs() -> None:
+    pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    hp = Hyperparameters(1, 4, 1e-3, warmup_ratio=0.0)
+    optimizer = torch.optim.AdamW([p for p in ours.parameters() if p.requires_grad], lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    ours.train()
+    first = preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=BETA)
+    for _ in range(5):
+        last = preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=BETA)
+    ours.eval()
+    loss, favoured = evaluate_pairs(ours, pairs, 0, hp.micro_batch_tokens, beta=BETA)
+    trained = dict(ours.named_parameters())
+    with torch.no_grad():
+        for name, p in plain.named_parameters():
+            if p.requires_grad:
+                p.copy_(trained[name])
+    plain.eval()
+    expected = [float(x) for x in reference_losses(plain, pairs)]
+    assert loss == pytest.approx(sum(expected) / len(pairs), rel=1e-4)
+    assert last.loss < first.loss and loss < math.log(2) and favoured == 1.0
+
+
+def test_a_preference_file_reads_as_pairs_labelled_on_their_outputs(tmp_path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(MODEL))
+    line = {"input": {"messages": [{"role": "user", "content": "Name a colour."}]},
+            "preferred_output": [{"role": "assistant", "content": "Blue."}],
+            "non_preferred_output": [{"role": "assistant", "content": "I will not."}]}
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (one,) = load_examples(path, tokenizer, 512)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Name a colour."}],
+                                           tokenize=True, return_dict=False,
+                                           add_generation_prompt=True)
+    for example, text in ((one.preferred, "Blue."), (one.non_preferred, "I will not.")):
+        whole = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Name a colour."}, {"role": "assistant",
+                                                             "content": text}],
+            tokenize=True, return_dict=False)
+        assert example.ids == list(whole)
+        assert example.labels == [IGNORE] * len(prompt) + list(whole)[len(prompt):]
+        assert text in tokenizer.decode([t for t in example.labels if t != IGNORE])
