@@ -149,6 +149,19 @@ def test_the_trained_adapter_equals_plain_peft(executor_for, tokenizer, tmp_path
     assert [c["step_number"] for c in checkpoints] == [15, 10, 5]
 
 
+def test_a_job_whose_training_file_is_gone_fails_naming_it(executor_for, tokenizer,
+                                                           manager) -> None:
+    jobs, job_id = make_job(manager, gsm8k(10))
+    spec = manager.spec(job_id, executor_for(MODEL).endpoint)
+    Path(spec.job.training_path).unlink()
+    assert run(spec, tokenizer) == 0
+    job = jobs.get(job_id)
+    assert job.status == "failed" and job.error == {
+        "code": "invalid_training_file", "param": "training_file",
+        "message": "The job failed due to an invalid training file. The file "
+                   f"{job.training_file} no longer exists."}, job.error
+
+
 def trained_adapter(jobs: JobStore, job_id: str, data_dir: Path) -> dict[str, torch.Tensor]:
     record = AdapterRegistry(jobs.db, data_dir, MODEL).get(jobs.get(job_id).fine_tuned_model)
     return load_file(Path(record.path) / "adapter_model.safetensors")
