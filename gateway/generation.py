@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import kv_budget
 from gateway.errors import RETRY_SOON, APIError
+from gateway.fingerprint import fingerprint, stamped
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
@@ -37,6 +38,7 @@ class Call:
     created: int
     started_at: float
     answered: str = ""  # the version that answered (the base model when it fell back)
+    fingerprint: str = ""  # its `system_fingerprint`
 
 
 ChunkMaker = Callable[[Call, PromptResult, W.Message], list[dict]]
@@ -115,6 +117,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     clock = TokenClock(state.metrics, tenant.id, call.started_at, params,
                        tenant.token_targets())
     call.answered = state.settings.model if run.fallback else target.model
+    call.fingerprint = fingerprint(state.settings.model, call.answered)
     headers = {VERSION_HEADER: call.answered}
     if run.fallback:
         headers[FALLBACK_HEADER] = "base-model"
@@ -136,7 +139,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         finally:
             watcher.cancel()
         _count(call, results)
-        made = body(call, results)
+        made = stamped(body(call, results), call.fingerprint)
         if kept:
             await kept(made)
         return JSONResponse(await settle(made) if settle else made, headers=headers)
@@ -162,16 +165,16 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
-                yield sse(chunk, obfuscate)
+                yield sse(stamped(chunk, call.fingerprint), obfuscate)
         async for result, event in run.events():
             clock.tick(result, event)
             for chunk in chunks(call, result, event):
-                yield sse(chunk, obfuscate)
+                yield sse(stamped(chunk, call.fingerprint), obfuscate)
         _count(call, run.results)
         if end.kept:
-            await end.kept(end.body(call, run.results))
+            await end.kept(stamped(end.body(call, run.results), call.fingerprint))
         if include_usage:
-            last = end.usage_chunk(call, run.results)
+            last = stamped(end.usage_chunk(call, run.results), call.fingerprint)
             yield sse(await end.settle(last) if end.settle else last)
     except APIError as exc:
         log.warning("request %s failed mid-stream: %s", call.response_id, exc.message)
