@@ -58,6 +58,8 @@ class Pair:
 
     preferred: Example
     non_preferred: Example
+    reference: tuple[float, float] | None = None  # both outputs' log-probabilities under the
+    # reference model (`preference.remember_references`)
 
     @property
     def size(self) -> int:

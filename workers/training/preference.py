@@ -1,11 +1,14 @@
 """Direct preference optimization (DPO; Rafailov et al., 2023), OpenAI's `method: "dpo"`: from
 pairs of outputs to one conversation, the adapter learns to prefer the preferred one more than
-the reference model does. The reference is the base model (the adapter disabled), as TRL takes
-it for a PEFT model, computed beside each micro-batch without gradients. A pair's loss is
--log sigmoid(beta x ((log p(preferred) - log p_ref(preferred)) - (log p(non-preferred) -
-log p_ref(non-preferred)))), each log-probability summed over the output's tokens; a step's loss
-is the mean over its pairs. Its "accuracy": the share of pairs whose preferred output the
-adapter favours more than the reference does (a positive margin).
+the reference model does. The reference is the model the job starts from (the base model with a
+new adapter, which LoRA and IA3 leave as it is, or the fine-tuned model a job continues, as DPO
+after supervised fine-tuning wants it): each output's log-probability under it is computed once,
+without gradients, before the first step (and again as a job resumes, before its checkpoint is
+restored), so a step runs the policy alone. A pair's loss is -log sigmoid(beta x ((log
+p(preferred) - log p_ref(preferred)) - (log p(non-preferred) - log p_ref(non-preferred)))), each
+log-probability summed over the output's tokens; a step's loss is the mean over its pairs. Its
+"accuracy": the share of pairs whose preferred output the model favours more than the reference
+does (a positive margin).
 
 The log-probabilities need each row's logits: the model's output head answers with them here
 (the executor's fused head loss sums a whole batch's token losses, not each sequence's)."""
@@ -20,7 +23,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from workers.training.data import IGNORE, Pair, collate
+from workers.training.data import IGNORE, Items, Pair, collate
 from workers.training.gates import base_loss
 from workers.training.loop import (
     Hyperparameters,
@@ -39,38 +42,44 @@ class Objective:
     step: Callable[..., StepResult]  # (model, items, pad, optimizer, scheduler, hp, on_grads)
     evaluate: Callable[..., tuple[float, float]]  # (model, items, pad, micro_batch_tokens)
     base: Callable[..., float]  # the base model's evaluated loss, the same arguments
+    prepare: Callable[..., None]  # (model, items, pad, micro_batch_tokens), before training
 
 
 def objective(beta: float | None) -> Objective:
     if beta is None:
-        return Objective(train_step, evaluate, base_loss)
+        return Objective(train_step, evaluate, base_loss, _nothing)
     return Objective(partial(preference_step, beta=beta), partial(evaluate_pairs, beta=beta),
-                     _reference_loss)
+                     _reference_loss, remember_references)
+
+
+def _nothing(*_: object) -> None:
+    return None
 
 
 def _reference_loss(*_: object) -> float:
-    """The base model's DPO loss: it is the reference, every margin 0, every loss log 2."""
+    """The starting model's DPO loss: it is the reference, every margin 0, every loss log 2."""
     return math.log(2)
 
 
 def pair_groups(pairs: list[Pair], max_tokens: int) -> list[list[Pair]]:
-    """A step's pairs in micro-batches of at most `max_tokens` padded positions (both outputs of
-    each pair run in one), by length."""
+    """Pairs in micro-batches of at most `max_tokens` padded positions (both outputs of each pair
+    run in one), by length."""
     groups: list[list[Pair]] = [[]]
     for pair in sorted(pairs, key=_longest):
         if groups[-1] and 2 * (len(groups[-1]) + 1) * _longest(pair) > max_tokens:
             groups.append([])
         groups[-1].append(pair)
-    return groups
+    return [group for group in groups if group]
 
 
 def _longest(pair: Pair) -> int:
     return max(pair.preferred.size, pair.non_preferred.size)
 
 
-def sequence_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """[rows]: each row's log-probability of its labelled tokens, summed (only the labelled
-    positions' logits are normalized: a prompt's are never copied)."""
+def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int) -> torch.Tensor:
+    """[2 x pairs]: each output's log-probability, summed over its tokens (only the labelled
+    positions' logits are normalized: a prompt's are never copied); the preferred first."""
+    batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
     batch = {name: t.to(model.device) for name, t in batch.items()}
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     length = batch["input_ids"].shape[1]
@@ -78,21 +87,34 @@ def sequence_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
     trained = labels != IGNORE
     rows = out.logits[:, -length:, :][:, :-1, :][trained].float()  # prompt tuning prepends
     picked = rows.gather(1, labels[trained].unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
-    owner = trained.nonzero()[:, 0]  # each trained row's sequence
+    owner = trained.nonzero()[:, 0]  # each labelled position's sequence
     return torch.zeros(len(labels), dtype=picked.dtype, device=picked.device).index_add(
         0, owner, picked)
+
+
+@torch.no_grad()
+def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
+                        micro_batch_tokens: int) -> None:
+    """Each pair's outputs' log-probabilities under the model as it is now (the reference),
+    kept with the pair."""
+    training = model.training
+    model.eval()
+    for group in pair_groups(pairs, micro_batch_tokens):
+        logps = sequence_logps(model, group, pad_id).cpu()
+        for k, pair in enumerate(group):
+            pair.reference = (float(logps[k]), float(logps[len(group) + k]))
+    model.train(training)
 
 
 def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int,
                 beta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(each pair's loss, each pair's margin: the policy's log-ratio of preferred over
     non-preferred minus the reference's)."""
-    batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
-    with torch.no_grad(), model.disable_adapter():
-        reference = sequence_logps(model, batch)
-    policy = sequence_logps(model, batch)
+    policy = sequence_logps(model, group, pad_id)
     n = len(group)
-    margin = (policy[:n] - reference[:n]) - (policy[n:] - reference[n:])
+    reference = torch.tensor([p.reference[0] - p.reference[1] for p in group],
+                             dtype=policy.dtype, device=policy.device)
+    margin = policy[:n] - policy[n:] - reference
     return -F.logsigmoid(beta * margin), margin.detach()
 
 
@@ -115,7 +137,7 @@ def preference_step(model: torch.nn.Module, pairs: list[Pair], pad_id: int, opti
 @torch.no_grad()
 def evaluate_pairs(model: torch.nn.Module, pairs: list[Pair], pad_id: int,
                    micro_batch_tokens: int, *, beta: float) -> tuple[float, float]:
-    """(mean DPO loss, share of pairs favoured) over `pairs`; the base model's is (log 2, 0)."""
+    """(mean DPO loss, share of pairs favoured) over `pairs`; the reference's is (log 2, 0)."""
     loss_sum = favoured = 0.0
     for group in pair_groups(pairs, micro_batch_tokens):
         losses, margin = pair_losses(model, group, pad_id, beta)

@@ -103,6 +103,8 @@ class Trainer:
                                   f"be applied to {job.model}: {exc}", "peft")
         checkpoint.name_base(model, job.model)
         keep_for_backward(model, spec.peft.gradient_checkpointing)
+        for items in (examples, valid):  # a DPO job's reference: the model it starts from
+            self.objective.prepare(model, items, self._pad, hp.micro_batch_tokens)
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
@@ -125,8 +127,6 @@ class Trainer:
         finally:
             model.get_base_model().symbiosis_executor.close()
 
-    # -- phases ------------------------------------------------------------------------------
-
     def _data(self) -> tuple[Items, Items]:
         max_len, job = self.spec.peft.max_seq_length, self.job
         examples = load_examples(existing(job.training_path, job.training_file),
@@ -139,9 +139,7 @@ class Trainer:
 
     def _epochs(self, model, optimizer, scheduler, hp: Hyperparameters,
                 examples: Items, valid: Items, progress, total: int) -> None:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id
-        on_gradients = None
+        pad, on_gradients = self._pad, None
         if self.spec.peft.method == "adalora":  # AdaLoRA reallocates ranks as it trains
             def on_gradients() -> None:
                 model.base_model.update_and_allocate(progress.step)
@@ -211,6 +209,12 @@ class Trainer:
                    f"Job {status} at step {progress.step}; checkpoint saved")
         raise JobStopped(self._last(TrainerStopped(self.job.id, status, message)))
 
+    @property
+    def _pad(self) -> int:
+        tokenizer = self.tokenizer
+        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else tokenizer.eos_token_id
+
     def _use_threads(self, step: Items, hp: Hyperparameters) -> None:
         """Its share of the cores (told as jobs start and end), as many as the step keeps busy."""
         tokens = min(sum(e.size for e in step), hp.micro_batch_tokens)
@@ -230,9 +234,7 @@ class Trainer:
         self.control.report(TrainerCheckpoint(self.job.id, path=str(path), **told))
 
     def _finish(self, model, progress, valid: Items, hp: Hyperparameters) -> int:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id
-        verdict = gates.check(model, self.tokenizer, progress.history, valid, pad,
+        verdict = gates.check(model, self.tokenizer, progress.history, valid, self._pad,
                               hp.micro_batch_tokens, self.spec.peft.gates, self.objective.base)
         for item in verdict["checks"]:
             self.event(f"Quality gate {item['name']}: "

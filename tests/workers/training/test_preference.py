@@ -1,6 +1,7 @@
 """DPO (`workers.training.preference`) against plain peft and the formula of Rafailov et al.
 (2023) written out pair by pair: each output's log-probability summed over its tokens, under the
-adapter and with it disabled (the reference), unpadded, one pair at a time. A step in
+adapter and under the reference (the model before training: here an adapter that is not the
+base model's identity, as a continued job's is), unpadded, one pair at a time. A step in
 micro-batches has those gradients; training favours the preferred outputs; a preference file
 reads as pairs whose labels are each output's tokens."""
 
@@ -19,7 +20,12 @@ from executor.local import LocalExecutor
 from tests.peft_reference import build_pair
 from workers.training.data import IGNORE, Example, Pair, load_examples
 from workers.training.loop import Hyperparameters
-from workers.training.preference import evaluate_pairs, pair_groups, preference_step
+from workers.training.preference import (
+    evaluate_pairs,
+    pair_groups,
+    preference_step,
+    remember_references,
+)
 
 MODEL = "tiny-llama"
 BETA = 0.5
@@ -44,13 +50,19 @@ def logp(model, example: Example) -> torch.Tensor:
                if example.labels[t] != IGNORE)
 
 
-def reference_losses(plain, pairs: list[Pair]) -> list[torch.Tensor]:
+def references(plain, pairs: list[Pair]) -> list[list[float]]:
+    """Each pair's outputs' log-probabilities under the model as it is."""
+    with torch.no_grad():
+        return [[float(logp(plain, one.preferred)), float(logp(plain, one.non_preferred))]
+                for one in pairs]
+
+
+def reference_losses(plain, pairs: list[Pair], ref: list[list[float]]) -> list[torch.Tensor]:
     losses = []
-    for one in pairs:
-        with torch.no_grad(), plain.disable_adapter():
-            ref = [logp(plain, one.preferred), logp(plain, one.non_preferred)]
+    for one, (preferred, non_preferred) in zip(pairs, ref, strict=True):
         policy = [logp(plain, one.preferred), logp(plain, one.non_preferred)]
-        losses.append(-F.logsigmoid(BETA * ((policy[0] - ref[0]) - (policy[1] - ref[1]))))
+        losses.append(-F.logsigmoid(BETA * ((policy[0] - preferred) -
+                                            (policy[1] - non_preferred))))
     return losses
 
 
@@ -58,13 +70,26 @@ PAIRS = [((12, (5, 9)), 1), ((30, (20, 4)), 2), ((8, (3, 3)), 3), ((40, (10, 25)
 
 
 def test_a_step_has_the_gradients_of_the_formula_pair_by_pair() -> None:
-    """SGD at rate 1 without clipping: each parameter moves by minus its gradient."""
+    """The references taken, then the adapters moved (as by earlier steps); SGD at rate 1
+    without clipping: each parameter moves by minus its gradient."""
     pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
     hp = Hyperparameters(1, 4, 1.0, warmup_ratio=0.0, max_grad_norm=0.0, micro_batch_tokens=160)
     assert [len(group) for group in pair_groups(pairs, hp.micro_batch_tokens)] == [2, 1, 1]
     plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    plain.eval()
+    ref = references(plain, pairs)
+    remember_references(ours, pairs, 0, 64)  # in micro-batches of their own
+    for one, expected in zip(pairs, ref, strict=True):
+        assert list(one.reference) == pytest.approx(expected, rel=1e-5)
+    generator = torch.Generator().manual_seed(5)
+    trainable = dict(ours.named_parameters())
+    with torch.no_grad():
+        for name, p in plain.named_parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=generator))
+                trainable[name].copy_(p)
     plain.train()
-    losses = reference_losses(plain, pairs)
+    losses = reference_losses(plain, pairs, ref)
     (sum(losses) / len(pairs)).backward()
     expected = {n: p.grad for n, p in plain.named_parameters() if p.requires_grad}
     ours.train()
@@ -89,7 +114,9 @@ def test_training_favours_the_preferred_outputs() -> None:
     optimizer = torch.optim.AdamW([p for p in ours.parameters() if p.requires_grad], lr=1e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     ours.train()
+    remember_references(ours, pairs, 0, hp.micro_batch_tokens)
     first = preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=BETA)
+    assert first.loss == pytest.approx(math.log(2), rel=1e-5)  # the policy is the reference
     for _ in range(5):
         last = preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=BETA)
     ours.eval()
@@ -100,7 +127,8 @@ def test_training_favours_the_preferred_outputs() -> None:
             if p.requires_grad:
                 p.copy_(trained[name])
     plain.eval()
-    expected = [float(x) for x in reference_losses(plain, pairs)]
+    expected = [float(x) for x in reference_losses(plain, pairs,
+                                                   [list(p.reference) for p in pairs])]
     assert loss == pytest.approx(sum(expected) / len(pairs), rel=1e-4)
     assert last.loss < first.loss and loss < math.log(2) and favoured == 1.0
 

@@ -52,7 +52,8 @@ def manager(tmp_path, ipc_dir):
 
 
 def make_job(manager: ManagerStandIn, rows: list[dict], validation: list[dict] | None = None,
-             **method) -> tuple[JobStore, str]:
+             beta: float | None = None, **method) -> tuple[JobStore, str]:
+    """A running job of these rows (`beta`: a DPO job's)."""
     files = manager.files
 
     def upload(name: str, rows: list[dict]) -> str:
@@ -64,7 +65,7 @@ def make_job(manager: ManagerStandIn, rows: list[dict], validation: list[dict] |
                 "max_seq_length": 128, "learning_rate": 5e-3, "warmup_ratio": 0.1,
                 "weight_decay": 0.0, **method}
     spec = resolve(Hyperparameters(n_epochs=3, batch_size=2),
-                   settings, len(rows), 0)
+                   settings, len(rows), 0, beta)
     valid = upload("valid.jsonl", validation) if validation else None
     job = jobs.create(new_id("ftjob"), NewJob(tenant="acme", model=MODEL,
                                               training_file=upload("train.jsonl", rows),
