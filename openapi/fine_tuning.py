@@ -27,8 +27,8 @@ class Supervised(StrictModel):
 
 class DpoHyperparameters(Hyperparameters):
     beta: Auto | Annotated[float, Field(gt=0, le=2)] = Field(default="auto", description=(
-        "how far the model may move from the reference (the base model) to prefer the "
-        "preferred outputs: higher keeps it closer; auto: 0.1"))
+        "how far the model may move from the reference (the model the job starts from) to "
+        "prefer the preferred outputs: higher keeps it closer; auto: 0.1"))
 
 
 class Dpo(StrictModel):

@@ -164,9 +164,7 @@ def _preference(record: dict) -> Preference:
         answers = [_turn(len(messages) + 1, output) for output in outputs]
         for output in outputs:
             check_calls([*messages, output], tools)
-    except BadTools as exc:
-        raise BadLine(str(exc), fmt) from None
-    except BadLine as exc:
+    except (BadTools, BadLine) as exc:  # a message's problem, in this format
         raise BadLine(str(exc), fmt) from None
     if "user" not in {turn.role for turn in turns}:
         raise BadLine("example has no user message", fmt)

@@ -97,12 +97,12 @@ async def create_job(body: FineTuningJobCreate, request: Request,
     return FineTuningJob(**job.public())
 
 
-def _check_format(kind: str, file_id: str, format: str | None, param: str) -> None:
+def _check_format(kind: str, file_id: str, fmt: str | None, param: str) -> None:
     """A DPO job trains on preference pairs, a supervised one on anything else."""
-    if (kind == "dpo") != (format == "preference"):
+    if (kind == "dpo") != (fmt == "preference"):
         wanted = "the preference format ('input', 'preferred_output', 'non_preferred_output')" \
             if kind == "dpo" else "the chat or prompt/completion format"
-        raise APIError(400, f"{file_id} is in the {format} format; a {kind} job needs "
+        raise APIError(400, f"{file_id} is in the {fmt} format; a {kind} job needs "
                        f"{wanted}", "invalid_file_format", param)
 
 
