@@ -102,7 +102,7 @@ def test_a_step_has_the_gradients_of_the_formula_pair_by_pair() -> None:
     scale = max(g.abs().max().item() for g in expected.values())
     worst = max((moved[n] - expected[n]).abs().max().item() for n in expected)
     assert scale > 1e-4 and worst < 1e-4 * scale, (worst, scale)  # float32 sums of log-probs
-    mean = sum(float(loss) for loss in losses) / len(pairs)
+    mean = sum(float(loss.detach()) for loss in losses) / len(pairs)
     assert result.loss == pytest.approx(mean, rel=1e-4) and mean != pytest.approx(math.log(2))
     assert result.tokens == sum(p.size for p in pairs)
 
@@ -127,7 +127,7 @@ def test_training_favours_the_preferred_outputs() -> None:
             if p.requires_grad:
                 p.copy_(trained[name])
     plain.eval()
-    expected = [float(x) for x in reference_losses(plain, pairs,
+    expected = [float(x.detach()) for x in reference_losses(plain, pairs,
                                                    [list(p.reference) for p in pairs])]
     assert loss == pytest.approx(sum(expected) / len(pairs), rel=1e-4)
     assert last.loss < first.loss and loss < math.log(2) and favoured == 1.0
