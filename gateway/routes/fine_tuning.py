@@ -51,10 +51,7 @@ async def create_job(body: FineTuningJobCreate, request: Request,
                      tenant: TenantDep) -> FineTuningJob:
     state = request.app.state
     start = _starting_adapter(request, tenant.id, body)
-    kind = body.method.type if body.method is not None else "supervised"
-    if kind not in ("supervised", "dpo"):
-        raise APIError(400, f"method {kind!r} is not supported; use 'supervised' or 'dpo'",
-                       "unsupported_method", "method.type")
+    kind = _method(body)
     if body.integrations:
         raise unsupported_parameter("integrations", "this deployment reaches no outside service "
                                     "(such as Weights & Biases); a job's metrics are in its "
@@ -95,6 +92,21 @@ async def create_job(body: FineTuningJobCreate, request: Request,
         raise APIError(503, "The worker manager could not store the job; try again shortly.",
                        "service_unavailable")
     return FineTuningJob(**job.public())
+
+
+def _method(body: FineTuningJobCreate) -> str:
+    """The method's type, one that runs here, without another method's settings beside it (they
+    are refused, not ignored)."""
+    kind = body.method.type if body.method is not None else "supervised"
+    if kind not in ("supervised", "dpo"):
+        raise APIError(400, f"method {kind!r} is not supported; use 'supervised' or 'dpo'",
+                       "unsupported_method", "method.type")
+    for other in ("supervised", "dpo", "reinforcement"):
+        if other != kind and body.method and getattr(body.method, other) is not None:
+            raise APIError(400, f"method.{other} is given, but method.type is {kind!r}: set "
+                           f"the settings of method.{kind} only", "invalid_request",
+                           f"method.{other}")
+    return kind
 
 
 def _check_format(kind: str, file_id: str, fmt: str | None, param: str) -> None:

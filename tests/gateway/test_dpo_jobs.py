@@ -1,7 +1,8 @@
 """DPO fine-tuning jobs (`method: {"type": "dpo"}`) through the gateway, with the manager's job
 queue behind it: a preference file is read as that format line by line, a DPO job takes only
 such a file (and a supervised job never does), its beta resolved ("auto": 0.1) and shown where
-OpenAI shows it, and methods that cannot run here are refused by name."""
+OpenAI shows it, and methods that cannot run here, or another method's settings beside the
+type's, are refused by name."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def test_each_method_takes_only_its_format(managed) -> None:
         assert wanted in error["message"], error
 
 
-def test_a_beta_out_of_bounds_and_a_method_not_run_here_are_refused(managed) -> None:
+def test_a_beta_out_of_bounds_a_method_not_run_here_and_anothers_settings_are_refused(
+        managed) -> None:
     client, _ = managed
     job = {"model": "tiny-llama",
            "training_file": upload_lines(client, [preference(n) for n in range(10)]).json()["id"]}
@@ -79,6 +81,12 @@ def test_a_beta_out_of_bounds_and_a_method_not_run_here_are_refused(managed) -> 
     error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
         **job, "method": {"type": "reinforcement"}}), 400)
     assert (error["code"], error["param"]) == ("unsupported_method", "method.type"), error
+    for method, other in (({"type": "supervised", "dpo": {}}, "dpo"),
+                          ({**dpo(), "supervised": {}}, "supervised")):
+        error = assert_openai_error(client.post("/v1/fine_tuning/jobs", headers=KEY, json={
+            **job, "method": method}), 400)
+        assert error["param"] == f"method.{other}" and "but method.type is" in \
+            error["message"], error
 
 
 def test_a_bad_preference_line_is_named_at_upload(managed) -> None:
