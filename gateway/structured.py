@@ -19,7 +19,7 @@ from typing import Any
 from llguidance import LLMatcher
 
 from gateway.errors import APIError
-from wire.grammar_check import build_error
+from wire.grammar_check import refusal
 from wire.hermes import TOOL_CLOSE, TOOL_OPEN
 
 DECIMALS = 6
@@ -64,8 +64,7 @@ def _one_form(schema: dict) -> dict:
 
 
 def _checked(grammar: str, param: str) -> str:
-    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
-    error = messages[0] if failed else build_error(grammar)
+    error = refusal(grammar)
     if error:
         raise APIError(400, f"Invalid {param}: {error}", "invalid_request", param)
     return grammar

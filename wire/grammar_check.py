@@ -2,8 +2,9 @@
 only validates but builds. `LLMatcher.validate_grammar` does not build the grammar: one past
 llguidance's own limits (65,525 grammar symbols, e.g. an object of ~11,000 properties)
 validates, then breaks the worker's matcher with a panic and a backtrace. Its symbols do not
-depend on the tokenizer, so the gateway builds a long grammar once against a byte-level one
-(no model needed) and refuses it first; the worker words the same failure the same way."""
+depend on the tokenizer, so the gateway builds a long grammar against a byte-level one (no
+model needed; building validates it too) and refuses it first; the worker words the same
+failure the same way."""
 
 from __future__ import annotations
 
@@ -32,18 +33,22 @@ def _byte_tokenizer() -> LLTokenizer:
     return LLTokenizer(TokenizerWrapper(_Bytes()))
 
 
-def build_error(grammar: str) -> str | None:
-    """Why a long grammar that validates does not build (None: it builds, or is short)."""
+def refusal(grammar: str) -> str | None:
+    """Why the grammar cannot be used (None: it can): validated, or, a long one, built (which
+    validates it as well, with the same messages: it is not read twice)."""
     if len(grammar) < BUILT_FROM:
-        return None
+        failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+        return messages[0] if failed else None
     matcher = LLMatcher(_byte_tokenizer(), grammar, log_level=0)
     return worded(matcher.get_error()) if matcher.is_error() else None
 
 
 def worded(error: str) -> str:
-    """llguidance's error for a client: a panic (a limit reached) as one line, no backtrace."""
-    first = error.strip().splitlines()[0] if error.strip() else "unknown error"
-    if first.startswith("panic:"):
-        return ("the constraint is too large for the grammar engine (llguidance: "
-                f"{first.removeprefix('panic:').strip()}); make the schema smaller")
-    return first
+    """llguidance's error for a client: a panic (a limit reached) in one line, without its
+    backtrace; any other as llguidance says it."""
+    said = error.strip() or "unknown error"
+    if said.startswith("panic:"):
+        first = said.splitlines()[0].removeprefix("panic:").strip()
+        return (f"the constraint is too large for the grammar engine (llguidance: {first}); "
+                "make the schema smaller")
+    return said

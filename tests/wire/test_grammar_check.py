@@ -13,7 +13,7 @@ from catalogue.resolve import resolve_model
 from gateway.errors import APIError
 from gateway.structured import _one_form, json_grammar, strict, tool_calls_grammar
 from openapi.chat import Tool
-from wire.grammar_check import BUILT_FROM, build_error, worded
+from wire.grammar_check import BUILT_FROM, refusal, worded
 from workers.inference.grammar import GrammarError, Grammars
 
 
@@ -41,11 +41,21 @@ def test_long_grammars_within_the_limits_pass() -> None:
     tools = [Tool(type="function", function={"name": f"f{n}", "parameters": wide(100)})
              for n in range(10)]
     for grammar in (json_grammar(wide(1_000)), tool_calls_grammar(tools, parallel=True)):
-        assert len(grammar) > BUILT_FROM and build_error(grammar) is None
+        assert len(grammar) > BUILT_FROM and refusal(grammar) is None
 
 
-def test_an_error_keeps_its_first_line() -> None:
+def test_a_long_grammar_that_does_not_validate_is_refused_as_validation_says() -> None:
+    """Built, not validated first: the same message, every line of it."""
+    schema = {**wide(1_000), "properties": {**wide(1_000)["properties"],
+                                            "x": {"type": "string", "pattern": "(["}}}
+    grammar = LLMatcher.grammar_from_json_schema(_one_form(strict(schema)))
+    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+    assert len(grammar) > BUILT_FROM and failed and "\n" in messages[0]
+    assert refusal(grammar) == messages[0].strip()
+
+
+def test_a_panic_keeps_its_first_line_and_another_error_all_of_it() -> None:
     assert worded("panic: assertion failed: x < 3\n<backtrace>\n  0: f") == (
         "the constraint is too large for the grammar engine (llguidance: assertion failed: "
         "x < 3); make the schema smaller")
-    assert worded("unknown rule nope\nmore") == "unknown rule nope"
+    assert worded("regex parse error:\n  ([\nunclosed\n") == "regex parse error:\n  ([\nunclosed"
