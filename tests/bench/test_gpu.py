@@ -182,7 +182,8 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
         "tests/workers/remote/test_parts.py",
         "tests/workers/remote/test_stretch.py",
         "tests/workers/remote/test_tail.py",
-        "tests/workers/remote/test_transport.py", "tests/workers/training/test_lean.py"]
+        "tests/workers/remote/test_transport.py", "tests/workers/training/test_lean.py",
+        "tests/workers/training/test_preference.py"]
 
 
 def test_a_stopped_test_stage_is_counted_from_pytests_verbose_lines(tmp_path) -> None:

@@ -76,8 +76,42 @@ class HeadLoss:
             total = hidden.new_zeros((), dtype=torch.float32)
             return (_LossFn.apply(hidden, total, torch.zeros_like(hidden)) if step else total,
                     0, 0)
-        width = hidden.shape[-1]
-        every = count == trained.numel()
+        parts, rows = self._call(hidden, labels, trained, count == trained.numel(), step)
+        total, right = parts[:, :2].sum(), int(parts[:, 2].sum())
+        if rows is None:
+            return total, count, right
+        if count == trained.numel():
+            grad = rows.reshape(hidden.shape)
+        else:
+            grad = torch.zeros_like(hidden)
+            grad[trained] = rows
+        return _LossFn.apply(hidden, total, grad), count, right
+
+    def row_losses(self, hidden: torch.Tensor, labels: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [..., width], labels [...] -> (each trained label's token loss, [trained], in
+        float32: minus its log-probability; while autograd records an autograd node of
+        `hidden`), the mask of the trained labels [...]. For a loss of each sequence's sum
+        (DPO's): the call answers each row's loss and its gradient, which the backward scales
+        row by row."""
+        trained = self.trained(labels)
+        count = int(trained.sum())
+        step = torch.is_grad_enabled()
+        if count == 0:
+            none = hidden.new_zeros(0, dtype=torch.float32)
+            return (_RowLossFn.apply(hidden, none, none, trained) if step else none), trained
+        parts, rows = self._call(hidden, labels, trained, count == trained.numel(), step)
+        losses = parts[:, :2].sum(1)
+        if rows is None:
+            return losses, trained
+        return _RowLossFn.apply(hidden, losses, rows, trained), trained
+
+    def _call(self, hidden: torch.Tensor, labels: torch.Tensor, trained: torch.Tensor,
+              every: bool, step: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The trained rows through `<head>+loss` (`step`) or `<head>+eval`: ([rows, 3] in
+        float32: the loss, its remainder, right; with `step`, [rows, width] the loss's
+        gradient for those rows in `hidden`'s dtype), copied out of the call's answer."""
+        count, width = int(trained.sum()), hidden.shape[-1]
         x = hidden.new_empty(count, width + DIGITS)
         if every:
             x.view(*hidden.shape[:-1], -1)[..., :width] = hidden.detach()
@@ -88,16 +122,8 @@ class HeadLoss:
         spec = self.spec if step else self.evaluation
         y = remote_rows(self.handle, Op.FORWARD, spec.index, x, CallKind.TRAINING,
                         spec.out_features, x.dtype, fresh=False)
-        parts = y[:, :3].float()  # the loss, its remainder, right: read before the next call
-        total, right = parts[:, :2].sum(), int(parts[:, 2].sum())
-        if not step:
-            return total, count, right
-        if every:
-            grad = y[:, 3:].to(hidden.dtype, copy=True).reshape(hidden.shape)
-        else:
-            grad = torch.zeros_like(hidden)
-            grad[trained] = y[:, 3:].to(hidden.dtype)
-        return _LossFn.apply(hidden, total, grad), count, right
+        parts = y[:, :3].float()  # read before the next call, which may reuse `y`
+        return parts, y[:, 3:].to(hidden.dtype, copy=True) if step else None
 
 
 class _LossFn(torch.autograd.Function):
@@ -112,6 +138,25 @@ class _LossFn(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor):
         grad, ctx.grad = ctx.grad, None
         return grad * grad_loss.to(grad.dtype), None, None
+
+
+class _RowLossFn(torch.autograd.Function):
+    """Each trained row's loss the call computed, with the gradient it brought for that row of
+    `hidden` (`trained`: where the rows are)."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, losses: torch.Tensor, rows: torch.Tensor,
+                trained: torch.Tensor):
+        ctx.rows, ctx.trained = rows, trained
+        return losses.clone()
+
+    @staticmethod
+    def backward(ctx, grad_losses: torch.Tensor):
+        rows, trained = ctx.rows, ctx.trained
+        ctx.rows = ctx.trained = None
+        grad = rows.new_zeros(*trained.shape, rows.shape[-1])
+        grad[trained] = rows * grad_losses.to(rows.dtype)[:, None]
+        return grad, None, None, None
 
 
 def enable_head_loss(model: nn.Module, handle: ExecutorHandle) -> HeadLoss | None:

@@ -10,11 +10,13 @@ log-probability summed over the output's tokens; a step's loss is the mean over 
 "accuracy": the share of pairs whose preferred output the model favours more than the reference
 does (a positive margin).
 
-The log-probabilities need each row's logits: the model's output head answers with them here
-(the executor's fused head loss sums a whole batch's token losses, not each sequence's)."""
+Each output's log-probability is the sum of its tokens' losses (negated) that the executor's head
+loss answers row by row where the trainer has it: the logits never cross the link, as in a
+supervised step, and each row's gradient comes back with its loss."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from workers.remote.loss import head_loss
 from workers.training.data import IGNORE, Items, Pair, collate
 from workers.training.gates import base_loss
 from workers.training.loop import (
@@ -77,16 +80,24 @@ def _longest(pair: Pair) -> int:
 
 
 def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int) -> torch.Tensor:
-    """[2 x pairs]: each output's log-probability, summed over its tokens (only the labelled
-    positions' logits are normalized: a prompt's are never copied); the preferred first."""
+    """[2 x pairs]: each output's log-probability, summed over its tokens; the preferred first.
+    Through the executor's head loss where the model has one (`workers.remote.loss`: only the
+    labelled positions' rows cross the link, their logits stay in the executor), else from the
+    logits (only the labelled positions' are normalized: a prompt's are never copied)."""
     batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
     batch = {name: t.to(model.device) for name, t in batch.items()}
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    length = batch["input_ids"].shape[1]
-    labels = batch["labels"][:, 1:]
-    trained = labels != IGNORE
-    rows = out.logits[:, -length:, :][:, :-1, :][trained].float()  # prompt tuning prepends
-    picked = rows.gather(1, labels[trained].unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
+    labels, length = batch["labels"][:, 1:], batch["input_ids"].shape[1]
+    fused = head_loss(model)
+    with fused.passing(batch["labels"]) if fused is not None else contextlib.nullcontext():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    outputs = out.logits[:, -length:, :][:, :-1, :]  # prompt tuning prepends virtual tokens
+    if fused is not None:  # the "logits" are the final hidden states
+        losses, trained = fused.row_losses(outputs, labels)
+        picked = -losses
+    else:
+        trained = labels != IGNORE
+        rows = outputs[trained].float()
+        picked = rows.gather(1, labels[trained].unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
     owner = trained.nonzero()[:, 0]  # each labelled position's sequence
     return torch.zeros(len(labels), dtype=picked.dtype, device=picked.device).index_add(
         0, owner, picked)
