@@ -1,8 +1,9 @@
 """A DPO job (`method: {"type": "dpo"}`) on a real stack through the official SDK: it trains on a
 preference file and its served model favours the preferred outputs more than the base model does,
 each output's log-probability read back from the served models themselves (completions with
-`echo` and `logprobs` over the trainer's own token ids); its validation loss beats the base
-model's (log 2: the base is the reference) and its gates say so."""
+`echo` and `logprobs` over the trainer's own token ids); its validation loss beats the starting
+model's (log 2: the base, where the job starts, is the reference) and its gates and events say
+so."""
 
 from __future__ import annotations
 
@@ -54,10 +55,13 @@ def test_a_dpo_job_makes_its_model_favour_the_preferred_outputs(tmp_path) -> Non
         assert job.method.type == "dpo" and job.method.dpo.hyperparameters.beta == 0.1
         checks = {check["name"]: check for check in job.gates["checks"]}
         assert checks["validation_vs_base"]["passed"], checks
-        assert f"base model {math.log(2):.4f}" in checks["validation_vs_base"]["detail"]
+        assert f"starting model {math.log(2):.4f}" in checks["validation_vs_base"]["detail"]
         events = client.fine_tuning.jobs.list_events(job.id, limit=100).data
         valid = [e.data["valid_loss"] for e in events if e.data and "valid_loss" in e.data]
         assert len(valid) == 3 and valid[0] < math.log(2), valid
+        messages = [e.message for e in events]
+        assert (f"Computing the reference log-probabilities of {len(TOPICS) + 4} pairs (the "
+                "model the job starts from)") in messages
         path = tmp_path / "train.jsonl"
         path.write_bytes(preference_file(TOPICS))
         pairs = load_examples(path, AutoTokenizer.from_pretrained(resolve_model(MODEL)), 2048)

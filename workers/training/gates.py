@@ -27,8 +27,9 @@ def base_loss(model, valid: list, pad: int, micro_batch_tokens: int) -> float:
 
 
 def check(model, tokenizer, history: list[dict], valid: list, pad: int, micro_batch_tokens: int,
-          config: dict | None, base: Callable[..., float] = base_loss) -> dict:
-    """{"passed": bool, "checks": [{"name", "passed", "detail"}]}; `base`: the base model's
+          config: dict | None, base: Callable[..., float] = base_loss,
+          named: str = "base model") -> dict:
+    """{"passed": bool, "checks": [{"name", "passed", "detail"}]}; `base`: the `named` model's
     validation loss, as `base_loss` (the job's objective's)."""
     config = {**DEFAULTS, **(config or {})}
     losses = [h["train_loss"] for h in history]
@@ -44,7 +45,7 @@ def check(model, tokenizer, history: list[dict], valid: list, pad: int, micro_ba
         ours = valid_losses[-1]
         checks.append({"name": "validation_vs_base",
                        "passed": finite and ours <= reference + 1e-6,
-                       "detail": f"validation loss {ours:.4f}, base model {reference:.4f}"})
+                       "detail": f"validation loss {ours:.4f}, {named} {reference:.4f}"})
     for number, item in enumerate(config["held_out"], start=1):
         completion = _greedy(model, tokenizer, item["prompt"], item["completion"])
         checks.append({"name": f"held_out_{number}",

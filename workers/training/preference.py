@@ -45,18 +45,15 @@ class Objective:
     step: Callable[..., StepResult]  # (model, items, pad, optimizer, scheduler, hp, on_grads)
     evaluate: Callable[..., tuple[float, float]]  # (model, items, pad, micro_batch_tokens)
     base: Callable[..., float]  # the base model's evaluated loss, the same arguments
-    prepare: Callable[..., None]  # (model, items, pad, micro_batch_tokens), before training
+    prepare: Callable[..., None] | None  # (model, items, pad, micro_batch_tokens, between)
+    reference: str = "base model"  # the model whose loss `base` gives
 
 
 def objective(beta: float | None) -> Objective:
     if beta is None:
-        return Objective(train_step, evaluate, base_loss, _nothing)
+        return Objective(train_step, evaluate, base_loss, None)
     return Objective(partial(preference_step, beta=beta), partial(evaluate_pairs, beta=beta),
-                     _reference_loss, remember_references)
-
-
-def _nothing(*_: object) -> None:
-    return None
+                     _reference_loss, remember_references, "starting model")
 
 
 def _reference_loss(*_: object) -> float:
@@ -105,16 +102,21 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int) -> to
 
 @torch.no_grad()
 def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
-                        micro_batch_tokens: int) -> None:
+                        micro_batch_tokens: int,
+                        between: Callable[[], None] | None = None) -> None:
     """Each pair's outputs' log-probabilities under the model as it is now (the reference),
-    kept with the pair."""
+    kept with the pair; `between` runs after each micro-batch (and may raise to stop)."""
     training = model.training
     model.eval()
-    for group in pair_groups(pairs, micro_batch_tokens):
-        logps = sequence_logps(model, group, pad_id).cpu()
-        for k, pair in enumerate(group):
-            pair.reference = (float(logps[k]), float(logps[len(group) + k]))
-    model.train(training)
+    try:
+        for group in pair_groups(pairs, micro_batch_tokens):
+            logps = sequence_logps(model, group, pad_id).cpu()
+            for k, pair in enumerate(group):
+                pair.reference = (float(logps[k]), float(logps[len(group) + k]))
+            if between is not None:
+                between()
+    finally:
+        model.train(training)
 
 
 def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int,

@@ -12,15 +12,14 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from peft import PeftModel, get_peft_model
 
-from state.storage import file_sha256
 from wire.jobs import (
-    JobAction,
     JobStatus,
     TrainerCheckpoint,
     TrainerEvent,
@@ -39,23 +38,16 @@ from workers.training import checkpoint, gates
 from workers.training.control import ControlChannel
 from workers.training.data import InvalidTrainingFile, Items, batches, existing, load_examples
 from workers.training.job_lock import JobLock
+from workers.training.lineage import lineage
 from workers.training.loop import Hyperparameters, optimizer_for
 from workers.training.methods import keep_for_backward, peft_config
 from workers.training.preference import objective
 from workers.training.process import run_as_trainer
+from workers.training.stops import RETRY, JobStopped, service_stopping, stopped
 
 log = logging.getLogger("workers.trainer")
 RECOMPUTED = ", layers recomputed in the backward"
-RETRY = 75  # exit status: the job stays running, so the manager requeues it
 PREVIOUS_TRAINER = "Waiting for this job's previous trainer to stop"
-
-
-class JobStopped(Exception):
-    """Paused, cancelled or preempted between two steps; `code` is the process's exit status."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
 
 
 class Trainer:
@@ -103,8 +95,11 @@ class Trainer:
                                   f"be applied to {job.model}: {exc}", "peft")
         checkpoint.name_base(model, job.model)
         keep_for_backward(model, spec.peft.gradient_checkpointing)
-        for items in (examples, valid):  # a DPO job's reference: the model it starts from
-            self.objective.prepare(model, items, self._pad, hp.micro_batch_tokens)
+        try:
+            self._prepare(model, examples, valid, hp)
+        except JobStopped as stopped:
+            model.get_base_model().symbiosis_executor.close()
+            return stopped.code
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
@@ -186,28 +181,44 @@ class Trainer:
                                  "trained_tokens": progress.trained_tokens})
             self._checkpoint(root, model, optimizer, scheduler, progress, epoch + 1, metrics)
 
+    def _prepare(self, model, examples: Items, valid: Items, hp: Hyperparameters) -> None:
+        """A DPO job's reference: each pair's log-probabilities under the model it starts from
+        (before its checkpoint, if any, is restored), told as events; a pause, cancel,
+        preemption or the service stopping ends the run between its micro-batches."""
+        if self.objective.prepare is None:
+            return
+        pairs, started = len(examples) + len(valid), time.monotonic()
+        self.event(f"Computing the reference log-probabilities of {pairs} pairs (the model "
+                   "the job starts from)")
+        for items in (examples, valid):
+            self.objective.prepare(model, items, self._pad, hp.micro_batch_tokens,
+                                   self._check_start)
+        self.event(f"Reference log-probabilities computed in "
+                   f"{time.monotonic() - started:.1f} s")
+
+    def _check_start(self) -> None:
+        """Before this run's first step: a stop keeps the job's latest checkpoint (if any)."""
+        action = self.control.requested()
+        if action is not None:
+            raise JobStopped(self._last(stopped(self.job.id, action, None)))
+        if self.control.stopping:
+            self.event(service_stopping(None, "its latest checkpoint"), level="warn")
+            raise JobStopped(RETRY)
+
     def _check_control(self, model, optimizer, scheduler, progress, epoch: int,
                        position: int) -> None:
         action = self.control.requested()
         if action is None and not self.control.stopping:
             return
         progress.epoch, progress.position = epoch, position
-        if action is None:  # the service is stopping: the job resumes when it is back
-            if progress.step == self.resumed_at:  # nothing new since the checkpoint (if any)
-                self.event(f"The service is stopping before this run's first step; the job "
-                           f"resumes from step {progress.step}", level="warn")
-                raise JobStopped(RETRY)
-            self._save(model, optimizer, scheduler, progress)
-            self.event(f"The service is stopping: checkpoint saved at step {progress.step}; "
-                       "the job resumes from it", level="warn")
+        if action is None and progress.step == self.resumed_at:  # nothing new to save
+            self.event(service_stopping(None, f"step {progress.step}"), level="warn")
             raise JobStopped(RETRY)
         self._save(model, optimizer, scheduler, progress)
-        status = {JobAction.PAUSE: JobStatus.PAUSED,
-                  JobAction.PREEMPT: JobStatus.QUEUED}.get(action, JobStatus.CANCELLED)
-        message = (f"Preempted by a job of higher priority at step {progress.step}; it will "
-                   "resume from this checkpoint" if status == JobStatus.QUEUED else
-                   f"Job {status} at step {progress.step}; checkpoint saved")
-        raise JobStopped(self._last(TrainerStopped(self.job.id, status, message)))
+        if action is None:  # the service is stopping: the job resumes when it is back
+            self.event(service_stopping(progress.step), level="warn")
+            raise JobStopped(RETRY)
+        raise JobStopped(self._last(stopped(self.job.id, action, progress.step)))
 
     @property
     def _pad(self) -> int:
@@ -235,7 +246,8 @@ class Trainer:
 
     def _finish(self, model, progress, valid: Items, hp: Hyperparameters) -> int:
         verdict = gates.check(model, self.tokenizer, progress.history, valid, self._pad,
-                              hp.micro_batch_tokens, self.spec.peft.gates, self.objective.base)
+                              hp.micro_batch_tokens, self.spec.peft.gates, self.objective.base,
+                              self.objective.reference)
         for item in verdict["checks"]:
             self.event(f"Quality gate {item['name']}: "
                        f"{'passed' if item['passed'] else 'FAILED'} ({item['detail']})",
@@ -245,22 +257,10 @@ class Trainer:
         checkpoint.save_adapter(model, result)
         try:
             return self._last(TrainerFinished(self.job.id, str(result), verdict,
-                                              self._lineage(verdict), progress.trained_tokens,
+                                              lineage(self.job, verdict), progress.trained_tokens,
                                               checkpoint.results_csv(progress.history)))
         finally:
             shutil.rmtree(result, ignore_errors=True)  # the manager registered a copy
-
-    def _lineage(self, verdict: dict) -> dict:
-        """Where a result came from: its data (with SHA-256s), settings and gate results."""
-        job, lineage = self.job, {"job_id": self.job.id, "gates": verdict}
-        for key, path in (("training_file", job.training_path),
-                          ("validation_file", job.validation_path)):
-            lineage[key] = getattr(job, key)
-            if path:
-                lineage[f"{key}_sha256"] = file_sha256(path)
-        lineage["hyperparameters"] = self.spec.hyperparameters()
-        lineage["peft"] = {k: v for k, v in self.spec.peft_dict().items() if k != "init_adapter"}
-        return lineage
 
     def _fail(self, code: str, message: str, param: str | None = None) -> int:
         return self._last(TrainerStopped(self.job.id, JobStatus.FAILED, message, code, param))
