@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import time
 
 import pytest
 
@@ -19,9 +20,11 @@ from tests.workers.training.test_trainer import (
     tokenizer,
     trained_adapter,
 )
-from wire.jobs import JobAction, TrainerControl
+from wire.jobs import JobAction, TrainerControl, TrainerEvent
 from workers.training.checkpoint import checkpoint_root, latest
-from workers.training.runner import run
+from workers.training.control import ControlChannel
+from workers.training.runner import Trainer, run
+from workers.training.stops import RETRY
 
 __all__ = ["manager", "tokenizer"]  # the fixtures
 
@@ -89,3 +92,28 @@ def test_a_dpo_job_stops_during_its_reference_pass(executor_for, tokenizer, tmp_
         messages = [e["message"] for e in jobs.events(job_id, after=None, limit=100)[0]]
         assert messages.count(computing) == 2
         assert any(m.startswith("Reference log-probabilities computed in") for m in messages)
+
+
+@pytest.mark.slow
+def test_a_dpo_job_the_service_stops_during_its_reference_pass_is_retried(
+        executor_for, tokenizer, tmp_path, manager) -> None:
+    """SIGTERM (the service stopping) during the reference pass: the trainer exits for a retry
+    after the pass's first micro-batch, with no checkpoint and the job still running."""
+    jobs, job_id = make_job(manager, preferences(TOPICS), beta=0.1)
+    spec = manager.spec(job_id, executor_for(MODEL).endpoint)
+    control = ControlChannel(spec.manager, job_id)
+    try:
+        control.stopping = True  # as SIGTERM leaves it
+        assert Trainer(spec, tokenizer, control).run() == RETRY
+    finally:
+        control.close()
+    assert jobs.get(job_id).status == "running"
+    assert latest(checkpoint_root(tmp_path, job_id)) is None
+    stopping = ("The service is stopping before this run's first step; the job resumes from "
+                "its latest checkpoint")
+    deadline = time.monotonic() + 30  # the stand-in's thread records what the trainer sent
+    while stopping not in (told := [r.message for r in manager.reports
+                                    if isinstance(r, TrainerEvent)]):
+        assert time.monotonic() < deadline, told
+        time.sleep(0.02)
+    assert told[0].startswith("Computing") and not any("computed in" in m for m in told), told
