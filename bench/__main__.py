@@ -59,6 +59,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "throughput": _with_plot,
     "shapes": training.shapes,
     "chat": training.chat,
+    "dpo": training.dpo,
     "decode": inference.decode,
     "policies": trace.policy_records,
     "together": inference.together,

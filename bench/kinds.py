@@ -2,5 +2,5 @@
 the scenarios that start it."""
 
 INFERENCE_KINDS = ("decode", "prefill", "long", "beside", "lengths", "calls")
-TRAINING_KINDS = ("train", "chat")  # a chat job's `length`: about its examples' tokens
+TRAINING_KINDS = ("train", "chat", "dpo")  # chat's and dpo's `length`: about their tokens
 KINDS = INFERENCE_KINDS + TRAINING_KINDS

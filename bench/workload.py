@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint")
     p.add_argument("--model", required=True)
     p.add_argument("--kind", choices=KINDS, required=True,
-                   help="chat: train on GSM8K's chat file, --batch examples a step; long: "
+                   help="chat: train on GSM8K's chat file, --batch examples a step; dpo: DPO "
+                   "on pairs made from it, --batch pairs a step (bench.preference); long: "
                    "long-context decode, --prompt tokens of context; "
                    "beside (ours): --running sequences decode while prompts of --prompt tokens "
                    "keep arriving; lengths: --running sequences decode together, one prompt of "
@@ -128,12 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     paced = PacedTokens(handle, args.inter_token_target_ms) if args.inter_token_target_ms \
         else None
     engines = args.side == "ours" and args.kind in ("long", "beside", "lengths")
-    tokenizer = _tokenizer(args.model) if engines or args.kind == "chat" else None
+    tokenizer = _tokenizer(args.model) if engines or args.kind in ("chat", "dpo") else None
+    pairs = None
+    if args.kind == "dpo":  # the pairs' references before the window, as a job's
+        from bench.preference import preference_pairs
+
+        pairs = preference_pairs(model, tokenizer, CHAT_DATA, _pad(tokenizer),
+                                 DEFAULT_MAX_SEQ_LENGTH)
     if engines or (args.side == "ours" and args.adapters):
         keep_freed()  # these run a worker's engine: its process keeps freed memory, as a worker
     rng = torch.Generator().manual_seed(args.index)
     if args.warmup:
-        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced, warm=True)
+        _work(args, model, tokenizer, time.monotonic() + args.warmup, rng, paced, warm=True,
+              pairs=pairs)
     sync: Path = args.sync_dir
     (sync / f"{args.index}.ready").touch()
     while not (sync / "go").exists():
@@ -141,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     calls_before = getattr(handle, "calls", 0)  # the warm-up's are not the window's
     started, cpu_started = time.monotonic(), time.process_time()
     until = started + args.duration
-    latencies, done, per_unit, extra = _work(args, model, tokenizer, until, rng, paced)
+    latencies, done, per_unit, extra = _work(args, model, tokenizer, until, rng, paced,
+                                             pairs=pairs)
     made = getattr(handle, "calls", None)
     result = {"kind": args.kind, "method": args.method, "rank": args.rank,
               "latencies": latencies, "tokens_per_unit": per_unit,
@@ -159,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.Generator,
           paced: PacedTokens | None = None,
-          warm: bool = False) -> tuple[list[float], float, int, dict]:
+          warm: bool = False, pairs: list | None = None
+          ) -> tuple[list[float], float, int, dict]:
     """Run the client's kind of work until the window closes: (each unit's latency, when the
-    last unit ended, tokens per unit, what else the kind reports). `warm`: the warm-up's."""
+    last unit ended, tokens per unit, what else the kind reports). `warm`: the warm-up's;
+    `pairs`: a DPO client's, with their references (`bench.preference`)."""
     if args.kind == "calls":
         latencies, done, per_unit = calls(args.endpoint, args.layer, until)
         return latencies, done, per_unit, {}
@@ -205,12 +216,20 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
         from workers.training.data import load_examples
 
         examples = load_examples(CHAT_DATA, tokenizer, DEFAULT_MAX_SEQ_LENGTH)  # a job's
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
-            else tokenizer.eos_token_id  # as a trainer pads
-        return (*train_chat(model, examples, pad, args.batch, until), {})
+        return (*train_chat(model, examples, _pad(tokenizer), args.batch, until), {})
+    if args.kind == "dpo":
+        from bench.preference import train_pairs
+
+        return (*train_pairs(model, pairs, _pad(tokenizer), args.batch, until), {})
     least = 1 if warm else args.min_units
     return (*train(model, args.batch, args.length, until, rng, least), args.batch * args.length,
             {})
+
+
+def _pad(tokenizer) -> int:
+    """The padding id, as a trainer pads."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+        else tokenizer.eos_token_id
 
 
 def _tokenizer(model: str):

@@ -1,5 +1,5 @@
 """Fine-tuning scenarios: memory (1), capacity (2), throughput scaling (3), jobs of two shapes
-(3b), a job on chat data (3c)."""
+(3b), a job on chat data (3c), a DPO job (3d)."""
 
 from __future__ import annotations
 
@@ -183,3 +183,21 @@ def chat(settings: Settings) -> list[Record]:
                    ours.tokens_per_s(), plain.tokens_per_s(), "tok/s",
                    note="tokens: the examples' own, without padding; both sides train the "
                         "same examples in the same order")]
+
+
+DPO_BATCH = 2  # pairs a step: 4 conversations, about a 3c step's tokens
+
+
+def dpo(settings: Settings) -> list[Record]:
+    """One DPO job on pairs made from GSM8K's chat file (`bench.preference`), `DPO_BATCH` pairs a
+    step, both sides by the trainer's own DPO step: ours through the executor's head loss (the
+    logits stay in the executor), plain peft from the logits; each pair's reference
+    log-probabilities taken before the window on both sides, as a job takes them."""
+    window = settings.duration if settings.toy else max(settings.duration, CHAT_WINDOW_S)
+    job = [{"kind": "dpo", "method": "lora", "rank": 8, "batch": DPO_BATCH, "length": 320,
+            "duration": window}]
+    ours, plain = run_ours(settings, job), run_plain(settings, job)
+    return [Record("3d DPO fine-tuning", f"GSM8K chat pairs, batch {DPO_BATCH}, N=1: tokens/s",
+                   ours.tokens_per_s(), plain.tokens_per_s(), "tok/s",
+                   note="tokens: both outputs' conversations, without padding; both sides "
+                        "train the same pairs in the same order, beta 0.1")]
