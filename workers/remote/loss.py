@@ -97,9 +97,10 @@ class HeadLoss:
         trained = self.trained(labels)
         count = int(trained.sum())
         step = torch.is_grad_enabled()
-        if count == 0:
+        if count == 0:  # nothing here is learned: no call
             none = hidden.new_zeros(0, dtype=torch.float32)
-            return (_RowLossFn.apply(hidden, none, none, trained) if step else none), trained
+            return (_RowLossFn.apply(hidden, none, hidden.new_zeros(0, hidden.shape[-1]),
+                                     trained) if step else none), trained
         parts, rows = self._call(hidden, labels, trained, count == trained.numel(), step)
         losses = parts[:, :2].sum(1)
         if rows is None:

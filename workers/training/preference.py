@@ -44,7 +44,7 @@ class Objective:
 
     step: Callable[..., StepResult]  # (model, items, pad, optimizer, scheduler, hp, on_grads)
     evaluate: Callable[..., tuple[float, float]]  # (model, items, pad, micro_batch_tokens)
-    base: Callable[..., float]  # the base model's evaluated loss, the same arguments
+    base: Callable[..., float]  # the `reference` model's evaluated loss, the same arguments
     prepare: Callable[..., None] | None  # (model, items, pad, micro_batch_tokens, between)
     reference: str = "base model"  # the model whose loss `base` gives
 

@@ -97,9 +97,9 @@ class Trainer:
         keep_for_backward(model, spec.peft.gradient_checkpointing)
         try:
             self._prepare(model, examples, valid, hp)
-        except JobStopped as stopped:
+        except JobStopped as ended:
             model.get_base_model().symbiosis_executor.close()
-            return stopped.code
+            return ended.code
         optimizer, scheduler = optimizer_for(model, hp, total)
         root = checkpoint.checkpoint_root(self.data_dir, job.id)
         found = checkpoint.latest(root)
@@ -117,8 +117,8 @@ class Trainer:
         try:
             self._epochs(model, optimizer, scheduler, hp, examples, valid, progress, total)
             return self._finish(model, progress, valid, hp)
-        except JobStopped as stopped:
-            return stopped.code
+        except JobStopped as ended:
+            return ended.code
         finally:
             model.get_base_model().symbiosis_executor.close()
 

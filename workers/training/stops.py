@@ -11,7 +11,8 @@ BEFORE_START = "before this run's first step"
 
 
 class JobStopped(Exception):
-    """Paused, cancelled or preempted between two steps; `code` is the process's exit status."""
+    """Paused, cancelled, preempted or the service stopping, between two steps or before the
+    first; `code` is the process's exit status."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -34,7 +35,7 @@ def stopped(job_id: str, action: JobAction, step: int | None) -> TrainerStopped:
 
 def service_stopping(step: int | None, resumes_from: str = "") -> str:
     """The event of a run the service's stop ends: at `step` with a checkpoint saved, or (None)
-    before its first step, resuming from `resumes_from`."""
+    before its first step, the job resuming from `resumes_from`."""
     if step is None:
         return f"The service is stopping {BEFORE_START}; the job resumes from {resumes_from}"
     return f"The service is stopping: checkpoint saved at step {step}; the job resumes from it"

@@ -26,6 +26,7 @@ from workers.training.preference import (
     pair_groups,
     preference_step,
     remember_references,
+    sequence_logps,
 )
 
 MODEL = "tiny-llama"
@@ -187,3 +188,22 @@ def test_a_preference_file_reads_as_pairs_labelled_on_their_outputs(tmp_path) ->
         assert example.ids == list(whole)
         assert example.labels == [IGNORE] * len(prompt) + list(whole)[len(prompt):]
         assert text in tokenizer.decode([t for t in example.labels if t != IGNORE])
+
+
+def test_outputs_with_nothing_labelled_make_no_head_call_and_no_gradient() -> None:
+    """Both outputs cut off before their first token (a prompt past `max_seq_length`, say):
+    each log-probability 0, as the formula's empty sum, and the backward runs, giving the
+    adapters no gradient; the executor's head never asked."""
+    called: list[str] = []
+    handle = LocalExecutor.load(MODEL, tap=lambda op, spec, x: called.append(spec.name))
+    _, ours = build_pair(MODEL, "lora", handle)
+    one = pair(12, (4, 6), 7)
+    for example in (one.preferred, one.non_preferred):
+        example.labels = [IGNORE] * len(example.labels)
+    ours.train()
+    logps = sequence_logps(ours, [one], 0)
+    assert logps.tolist() == [0.0, 0.0] and logps.requires_grad
+    logps.sum().backward()
+    grads = [p.grad for p in ours.parameters() if p.requires_grad]
+    assert grads and all(g is None or not g.any() for g in grads)
+    assert called and not any(name.startswith("lm_head") for name in called)
