@@ -1,7 +1,8 @@
 """OpenAI's `system_fingerprint`: which backend answered, so that a client that fixes `seed`
-sees when an answer may differ for reasons of ours. Here: this build's version, the base model
-and the version that answered (a tenant's adapter at one version, or the base model itself when
-a request fell back to it), hashed. Added to chat completions and completions and each of their
+sees when an answer may differ for reasons of ours. Here: this build's version, the base model,
+the version that answered (a tenant's adapter at one version, or the base model itself when a
+request fell back to it) and what computed it (the executor's dtype and device, as the worker
+tells it: `Started.backend`), hashed. Added to chat completions and completions and each of their
 chunks (not to the Responses API's objects, whose schema has no such field)."""
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ def _build() -> str:
 BUILD = _build()
 
 
-def fingerprint(base: str, answered: str) -> str:
-    digest = hashlib.sha256(f"symbiosis {BUILD}\n{base}\n{answered}".encode()).hexdigest()
+def fingerprint(base: str, answered: str, backend: str = "") -> str:
+    digest = hashlib.sha256(f"symbiosis {BUILD}\n{base}\n{answered}\n{backend}".encode()
+                            ).hexdigest()
     return f"fp_{digest[:10]}"
 
 

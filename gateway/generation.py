@@ -117,7 +117,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     clock = TokenClock(state.metrics, tenant.id, call.started_at, params,
                        tenant.token_targets())
     call.answered = state.settings.model if run.fallback else target.model
-    call.fingerprint = fingerprint(state.settings.model, call.answered)
+    call.fingerprint = fingerprint(state.settings.model, call.answered, run.backend)
     headers = {VERSION_HEADER: call.answered}
     if run.fallback:
         headers[FALLBACK_HEADER] = "base-model"

@@ -78,6 +78,11 @@ class Run:
     def fallback(self) -> bool:
         return any(r.started.fallback for r in self.results)
 
+    @property
+    def backend(self) -> str:
+        """What computed it (one worker answers every prompt of a request)."""
+        return self.results[0].started.backend if self.results else ""
+
     async def collect(self, watch: Callable[[PromptResult, W.Message], None] | None = None
                       ) -> list[PromptResult]:
         """Every prompt's result, whole; `watch` sees each event as it comes."""

@@ -115,6 +115,7 @@ class Started(msgspec.Struct, tag="started", array_like=True):
     fallback: bool = False
     prompt_text: str = ""  # for echo
     prompt_logprobs: list[TokenLogprob] | None = None
+    backend: str = ""  # what computes it, the executor's dtype and device (system_fingerprint)
 
 
 class Delta(msgspec.Struct, tag="delta", array_like=True):

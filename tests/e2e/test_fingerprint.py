@@ -1,7 +1,8 @@
 """`system_fingerprint` on a real stack, read with the official SDK: every chat completion and
 completion, made at once or streamed (each chunk), and a stored chat completion read back, names
-the backend that answered; the same version answers with the same one, another version or the
-base model with another; the Responses API's objects, whose schema has none, carry none."""
+the backend that answered (the executor's dtype and device among it); the same version answers
+with the same one, another version or the base model with another; the Responses API's objects,
+whose schema has none, carry none."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.e2e.test_versions import upload
 
 pytestmark = pytest.mark.slow
 ASK = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}
+BACKEND = "float32 on cpu"  # the stack's executor: the default dtype on a CPU
 
 
 def test_each_answer_names_the_version_that_answered(deployment: Deployment, tmp_path) -> None:
@@ -27,7 +29,7 @@ def test_each_answer_names_the_version_that_answered(deployment: Deployment, tmp
         raw = client.chat.completions.with_raw_response.create(model=model, **ASK)
         answered, chat = raw.headers["x-symbiosis-model-version"], raw.parse()
         assert re.fullmatch(r"fp_[0-9a-f]{10}", chat.system_fingerprint)
-        assert chat.system_fingerprint == fingerprint(MODEL, answered)
+        assert chat.system_fingerprint == fingerprint(MODEL, answered, BACKEND)
         seen[model] = chat.system_fingerprint
         chunks = list(client.chat.completions.create(model=model, stream=True,
                                                      stream_options={"include_usage": True},
@@ -39,6 +41,7 @@ def test_each_answer_names_the_version_that_answered(deployment: Deployment, tmp
         assert {text.system_fingerprint} | {c.system_fingerprint for c in streamed} == \
             {chat.system_fingerprint}
     assert len({seen[MODEL], seen["acme/marked@1"], seen["acme/marked@2"]}) == 3
+    assert seen[MODEL] != fingerprint(MODEL, MODEL, "bfloat16 on cpu")  # another dtype: another
     assert seen["acme/marked"] == seen["acme/marked@2"]  # the version in service
     stored = client.chat.completions.create(model="acme/marked@1", store=True, **ASK)
     assert client.chat.completions.retrieve(stored.id).system_fingerprint == \

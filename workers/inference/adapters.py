@@ -74,9 +74,9 @@ class Loaded:
 class Adapters:
     def __init__(self, base: nn.Module, make_engine: Callable[[nn.Module], InferenceEngine],
                  build_base: Callable[[], nn.Module], *, device: str = "cpu",
-                 budget: Budget | None = None) -> None:
+                 budget: Budget | None = None, backend: str = "") -> None:
         self.base, self.make_engine, self.build_base = base, make_engine, build_base
-        self.device, self.budget = device, budget or Budget()
+        self.device, self.budget, self.backend = device, budget or Budget(), backend
         self.engine = make_engine(base)  # the base model's rows and every LoRA adapter's
         self.groups = Groups(make_engine, build_base, device)
         self.peft: PeftModel | None = None

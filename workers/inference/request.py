@@ -22,3 +22,4 @@ class Request:
     targets: CallTargets = NO_TARGETS  # its tenant's latency targets in the executor
     token_targets: W.TokenTargets = W.NO_TOKEN_TARGETS  # and end to end (`pacing` derives waits)
     arrived: float = field(default_factory=time.monotonic)  # `Generate.arrived`, else now
+    backend: str = ""  # what computes it (`Started.backend`)

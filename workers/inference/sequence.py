@@ -65,7 +65,7 @@ def started(request: Request, tokenizer: Any = None,
     """A request's first event, once its prompt is in: with the prompt's text where it asks
     for an echo, and its tokens' logprobs from the prompt's `logits` where it asks for those."""
     params, event = request.params, W.Started(request.id, len(request.prompt_ids),
-                                               request.fallback)
+                                               request.fallback, backend=request.backend)
     if params.echo:
         event.prompt_text = tokenizer.decode(request.prompt_ids, skip_special_tokens=True)
     if params.echo and params.logprobs is not None:

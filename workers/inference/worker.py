@@ -109,7 +109,14 @@ def build_adapters(config: WorkerSpec, preloaded: Preloaded,
         client.targets = targets
 
     budget = Budget(config.max_adapters, config.adapter_bytes, config.tenant_adapter_bytes)
-    return Adapters(build_base(), make_engine, build_base, device=device, budget=budget)
+    return Adapters(build_base(), make_engine, build_base, device=device, budget=budget,
+                    backend=backend_of(client))
+
+
+def backend_of(client: Any) -> str:
+    """What computes a worker's tokens, as `system_fingerprint` tells it: the executor's dtype
+    and device."""
+    return f"{str(client.dtype).removeprefix('torch.')} on {client.device}"
 
 
 def load_failed(key: str, exc: Exception) -> W.LoadFailed:
@@ -229,7 +236,7 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,
     request = Request(message.id, ids, message.params, fallback, grammar=prepared.matcher,
                       adapter=adapter, prefill=prefill, targets=message.targets,
                       token_targets=message.token_targets,
-                      arrived=message.arrived or time.monotonic())
+                      arrived=message.arrived or time.monotonic(), backend=adapters.backend)
     return engine.add(request, message.max_context or None)
 
 
