@@ -74,7 +74,16 @@ def test_a_dpo_job_stops_during_its_reference_pass(executor_for, tokenizer, tmp_
     endpoint = executor_for(MODEL).endpoint
     jobs, job_id = make_job(manager, preferences(TOPICS), beta=0.1)
     manager.greeting.append(TrainerControl(job_id, action))
-    assert run(manager.spec(job_id, endpoint), tokenizer) == 0
+    spec = manager.spec(job_id, endpoint)
+    control = ControlChannel(spec.manager, job_id)
+    try:
+        deadline = time.monotonic() + 30
+        while control.requested() is None:  # here before the trainer's first look
+            assert time.monotonic() < deadline, "the stand-in's greeting never came"
+            time.sleep(0.01)
+        assert Trainer(spec, tokenizer, control).run() == 0
+    finally:
+        control.close()
     status = "cancelled" if action == JobAction.CANCEL else "paused"
     assert jobs.get(job_id).status == status
     messages = [e["message"] for e in jobs.events(job_id, after=None, limit=100)[0]]
