@@ -19,6 +19,7 @@ from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
 from tests.peft_reference import build_pair
 from workers.remote.loss import head_loss
+from workers.remote.privacy import PrivacyConfig
 from workers.training.data import IGNORE, Example, Pair, load_examples
 from workers.training.loop import Hyperparameters
 from workers.training.preference import (
@@ -104,6 +105,16 @@ def test_a_step_through_an_executor_process_has_the_formulas_gradients(client_on
     plain, ours = build_pair(MODEL, "lora", client_on(device, f"dpo-{device}"), device=device)
     assert head_loss(ours) is not None
     assert_step_of_the_formula(plain, ours, pairs, RELATIVE[device])
+
+
+def test_a_private_step_has_the_formulas_gradients(client_on) -> None:
+    """Privacy mode (`workers.remote.privacy`): the labels never reach the executor, so no head
+    loss; the logits path under the masks (seeded), as close as without them."""
+    pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
+    plain, ours = build_pair(MODEL, "lora", client_on("cpu", "dpo-private"),
+                             privacy=PrivacyConfig(backward=True, seed=0))
+    assert head_loss(ours) is None
+    assert_step_of_the_formula(plain, ours, pairs, RELATIVE["cpu"])
 
 
 def assert_step_of_the_formula(plain, ours, pairs: list[Pair], relative: float) -> None:
