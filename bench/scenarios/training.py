@@ -175,14 +175,10 @@ def chat(settings: Settings) -> list[Record]:
     tokenizer): ours by the trainer's own step, plain padded in one piece (`bench.loops.
     train_chat`). What a user's chat fine-tuning gets, where the bench's other jobs train on
     every position of fixed-length rows."""
-    window = settings.duration if settings.toy else max(settings.duration, CHAT_WINDOW_S)
-    job = [{"kind": "chat", "method": "lora", "rank": 8, "batch": CHAT_BATCH, "length": 256,
-            "duration": window}]
-    ours, plain = run_ours(settings, job), run_plain(settings, job)
-    return [Record("3c fine-tuning on chat data", f"GSM8K chat, batch {CHAT_BATCH}, N=1: tokens/s",
-                   ours.tokens_per_s(), plain.tokens_per_s(), "tok/s",
-                   note="tokens: the examples' own, without padding; both sides train the "
-                        "same examples in the same order")]
+    return one_job(settings, {"kind": "chat", "batch": CHAT_BATCH, "length": 256},
+                   "3c fine-tuning on chat data", f"GSM8K chat, batch {CHAT_BATCH}, N=1: tokens/s",
+                   "tokens: the examples' own, without padding; both sides train the same "
+                   "examples in the same order")
 
 
 DPO_BATCH = 2  # pairs a step: 4 conversations, about a 3c step's tokens
@@ -193,11 +189,18 @@ def dpo(settings: Settings) -> list[Record]:
     step, both sides by the trainer's own DPO step: ours through the executor's head loss (the
     logits stay in the executor), plain peft from the logits; each pair's reference
     log-probabilities taken before the window on both sides, as a job takes them."""
+    return one_job(settings, {"kind": "dpo", "batch": DPO_BATCH, "length": 320},
+                   "3d DPO fine-tuning", f"GSM8K chat pairs, batch {DPO_BATCH}, N=1: tokens/s",
+                   "tokens: both outputs' conversations, without padding; both sides train the "
+                   "same pairs in the same order, beta 0.1")
+
+
+def one_job(settings: Settings, job: dict, scenario: str, metric: str, note: str
+            ) -> list[Record]:
+    """One LoRA (r=8) job of real data on each side, in windows of at least `CHAT_WINDOW_S`:
+    its tokens/s."""
     window = settings.duration if settings.toy else max(settings.duration, CHAT_WINDOW_S)
-    job = [{"kind": "dpo", "method": "lora", "rank": 8, "batch": DPO_BATCH, "length": 320,
-            "duration": window}]
-    ours, plain = run_ours(settings, job), run_plain(settings, job)
-    return [Record("3d DPO fine-tuning", f"GSM8K chat pairs, batch {DPO_BATCH}, N=1: tokens/s",
-                   ours.tokens_per_s(), plain.tokens_per_s(), "tok/s",
-                   note="tokens: both outputs' conversations, without padding; both sides "
-                        "train the same pairs in the same order, beta 0.1")]
+    clients = [{"method": "lora", "rank": 8, "duration": window, **job}]
+    ours, plain = run_ours(settings, clients), run_plain(settings, clients)
+    return [Record(scenario, metric, ours.tokens_per_s(), plain.tokens_per_s(), "tok/s",
+                   note=note)]
