@@ -76,15 +76,15 @@ class HeadLoss:
             total = hidden.new_zeros((), dtype=torch.float32)
             return (_LossFn.apply(hidden, total, torch.zeros_like(hidden)) if step else total,
                     0, 0)
-        parts, rows = self._call(hidden, labels, trained, count == trained.numel(), step)
+        parts, rows = self._call(hidden, labels, trained, count, step)
         total, right = parts[:, :2].sum(), int(parts[:, 2].sum())
         if rows is None:
             return total, count, right
         if count == trained.numel():
-            grad = rows.reshape(hidden.shape)
+            grad = rows.to(hidden.dtype, copy=True).reshape(hidden.shape)
         else:
             grad = torch.zeros_like(hidden)
-            grad[trained] = rows
+            grad[trained] = rows.to(hidden.dtype)
         return _LossFn.apply(hidden, total, grad), count, right
 
     def row_losses(self, hidden: torch.Tensor, labels: torch.Tensor
@@ -101,18 +101,20 @@ class HeadLoss:
             none = hidden.new_zeros(0, dtype=torch.float32)
             return (_RowLossFn.apply(hidden, none, hidden.new_zeros(0, hidden.shape[-1]),
                                      trained) if step else none), trained
-        parts, rows = self._call(hidden, labels, trained, count == trained.numel(), step)
+        parts, rows = self._call(hidden, labels, trained, count, step)
         losses = parts[:, :2].sum(1)
         if rows is None:
             return losses, trained
-        return _RowLossFn.apply(hidden, losses, rows, trained), trained
+        return _RowLossFn.apply(hidden, losses, rows.to(hidden.dtype, copy=True),
+                                trained), trained
 
     def _call(self, hidden: torch.Tensor, labels: torch.Tensor, trained: torch.Tensor,
-              every: bool, step: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The trained rows through `<head>+loss` (`step`) or `<head>+eval`: ([rows, 3] in
-        float32: the loss, its remainder, right; with `step`, [rows, width] the loss's
-        gradient for those rows in `hidden`'s dtype), copied out of the call's answer."""
-        count, width = int(trained.sum()), hidden.shape[-1]
+              count: int, step: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The `count` trained rows through `<head>+loss` (`step`) or `<head>+eval`: ([rows, 3]
+        in float32, copied out of the call's answer: the loss, its remainder, right; with
+        `step`, [rows, width] the loss's gradient for those rows, the answer itself: read it
+        before the next call, which may reuse it)."""
+        every, width = count == trained.numel(), hidden.shape[-1]
         x = hidden.new_empty(count, width + DIGITS)
         if every:
             x.view(*hidden.shape[:-1], -1)[..., :width] = hidden.detach()
@@ -123,8 +125,7 @@ class HeadLoss:
         spec = self.spec if step else self.evaluation
         y = remote_rows(self.handle, Op.FORWARD, spec.index, x, CallKind.TRAINING,
                         spec.out_features, x.dtype, fresh=False)
-        parts = y[:, :3].float()  # read before the next call, which may reuse `y`
-        return parts, y[:, 3:].to(hidden.dtype, copy=True) if step else None
+        return y[:, :3].float(), y[:, 3:] if step else None
 
 
 class _LossFn(torch.autograd.Function):
