@@ -86,6 +86,23 @@ def test_a_step_through_the_head_loss_equals_peft(name: str, method: str) -> Non
     assert after[1] == {14} and len(after[0]) == 1 and min(after[0]) > 14, after
 
 
+def test_a_step_that_trains_every_label_equals_peft() -> None:
+    """Every position's next token trained (labels = inputs, as the bench's jobs train): the
+    call's rows are the batch's rows in order, its gradient taken as they come."""
+    called: list[tuple[str, int]] = []
+    handle = LocalExecutor.load("tiny-llama", tap=lambda op, spec, x: called.append(
+        (spec.name, x.shape[0])))
+    plain, ours = build_pair("tiny-llama", "lora", handle)
+    batch = labelled_batch(plain)
+    batch["labels"] = batch["input_ids"].clone()
+    theirs, mine = step(plain, batch), step(ours, batch)
+    assert mine[0] == pytest.approx(theirs[0], rel=1e-5) and mine[1:3] == theirs[1:3]
+    assert theirs[1] == 16 and ("lm_head+loss", 16) in called
+    scale = max(g.abs().max().item() for g in theirs[3].values())
+    worst = max((mine[3][n] - theirs[3][n]).abs().max().item() for n in theirs[3])
+    assert scale > 1e-3 and worst < 1e-5 * scale, (worst, scale)
+
+
 def test_a_micro_batch_with_nothing_to_learn_makes_no_head_call() -> None:
     """All its labels ignored (a prompt cut off before its answer, say): loss 0 and no
     gradient, as peft's summed cross-entropy gives, and the executor never asked."""
