@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from workers.remote.loss import head_loss
+from workers.training import shared_prompt
 from workers.training.data import IGNORE, Items, Pair, collate
 from workers.training.gates import base_loss
 from workers.training.loop import (
@@ -80,14 +81,14 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int) -> to
     """[2 x pairs]: each output's log-probability, summed over its tokens; the preferred first.
     Through the executor's head loss where the model has one (`workers.remote.loss`: only the
     labelled positions' rows cross the link, their logits stay in the executor), else from the
-    logits (only the labelled positions' are normalized: a prompt's are never copied)."""
-    batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
-    batch = {name: t.to(model.device) for name, t in batch.items()}
-    labels, length = batch["labels"][:, 1:], batch["input_ids"].shape[1]
+    logits (only the labelled positions' are normalized: a prompt's are never copied). A pair's
+    prompt runs once where the model allows (`workers.training.shared_prompt`)."""
     fused = head_loss(model)
-    with fused.passing(batch["labels"]) if fused is not None else contextlib.nullcontext():
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    outputs = out.logits[:, -length:, :][:, :-1, :]  # prompt tuning prepends virtual tokens
+    passing = fused.passing if fused is not None else _no_head_loss
+    if shared_prompt.shares(model, group):
+        outputs, labels = shared_prompt.run(model, group, pad_id, passing)
+    else:
+        outputs, labels = _run_whole(model, group, pad_id, passing)
     if fused is not None:  # the "logits" are the final hidden states
         losses, trained = fused.row_losses(outputs, labels)
         picked = -losses
@@ -98,6 +99,22 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int) -> to
     owner = trained.nonzero()[:, 0]  # each labelled position's sequence
     return torch.zeros(len(labels), dtype=picked.dtype, device=picked.device).index_add(
         0, owner, picked)
+
+
+def _run_whole(model: torch.nn.Module, group: list[Pair], pad_id: int,
+               passing: shared_prompt.Passing) -> tuple[torch.Tensor, torch.Tensor]:
+    """`shared_prompt.run`'s answer, each output run whole (its prompt too)."""
+    batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
+    batch = {name: t.to(model.device) for name, t in batch.items()}
+    length = batch["input_ids"].shape[1]
+    with passing(batch["labels"]):
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    return out.logits[:, -length:, :][:, :-1, :], batch["labels"][:, 1:]  # prompt tuning
+    # prepends virtual tokens
+
+
+def _no_head_loss(labels: torch.Tensor | None) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
 
 
 @torch.no_grad()

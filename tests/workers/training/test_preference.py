@@ -49,9 +49,10 @@ def pair(prompt: int, outputs: tuple[int, int], seed: int) -> Pair:
 
 
 def logp(model, example: Example) -> torch.Tensor:
-    """log p(output | prompt), summed over the output's tokens, the example alone."""
+    """log p(output | prompt), summed over the output's tokens, the example alone (after any
+    virtual tokens the adapter puts before it)."""
     ids = torch.tensor([example.ids])
-    logits = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
+    logits = model(input_ids=ids).logits[0, -ids.shape[1]:-1].float().log_softmax(-1)
     return sum(logits[t - 1, example.ids[t]] for t in range(1, len(example.ids))
                if example.labels[t] != IGNORE)
 
