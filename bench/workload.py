@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--length", type=int, default=128)
     p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--history", type=int, default=0,
+                   help="dpo: each pair's conversation opens with this many earlier exchanges "
+                        "of the file (a multi-turn chat)")
     p.add_argument("--device", default="cpu", help="where the client runs its part")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--warmup", type=float, default=0,
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.preference import preference_pairs
 
         pairs = preference_pairs(model, tokenizer, CHAT_DATA, _pad(tokenizer),
-                                 DEFAULT_MAX_SEQ_LENGTH)
+                                 DEFAULT_MAX_SEQ_LENGTH, history=args.history)
     if engines or (args.side == "ours" and args.adapters):
         keep_freed()  # these run a worker's engine: its process keeps freed memory, as a worker
     rng = torch.Generator().manual_seed(args.index)
@@ -220,7 +223,8 @@ def _work(args: argparse.Namespace, model, tokenizer, until: float, rng: torch.G
     if args.kind == "dpo":
         from bench.preference import train_pairs
 
-        return (*train_pairs(model, pairs, _pad(tokenizer), args.batch, until), {})
+        return (*train_pairs(model, pairs, _pad(tokenizer), args.batch, until,
+                             share_prompt=args.side == "ours"), {})
     least = 1 if warm else args.min_units
     return (*train(model, args.batch, args.length, until, rng, least), args.batch * args.length,
             {})

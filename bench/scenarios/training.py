@@ -182,17 +182,26 @@ def chat(settings: Settings) -> list[Record]:
 
 
 DPO_BATCH = 2  # pairs a step: 4 conversations, about a 3c step's tokens
+DPO_HISTORY = 3  # earlier exchanges before each pair's question, in the multi-turn row
 
 
 def dpo(settings: Settings) -> list[Record]:
     """One DPO job on pairs made from GSM8K's chat file (`bench.preference`), `DPO_BATCH` pairs a
     step, both sides by the trainer's own DPO step: ours through the executor's head loss (the
-    logits stay in the executor), plain peft from the logits; each pair's reference
-    log-probabilities taken before the window on both sides, as a job takes them."""
-    return one_job(settings, {"kind": "dpo", "batch": DPO_BATCH, "length": 320},
-                   "3d DPO fine-tuning", f"GSM8K chat pairs, batch {DPO_BATCH}, N=1: tokens/s",
-                   "tokens: both outputs' conversations, without padding; both sides train the "
-                   "same pairs in the same order, beta 0.1")
+    logits stay in the executor), each pair's prompt run once (`workers.training.
+    shared_prompt`); plain peft from the logits, each output run whole with its prompt; each
+    pair's reference log-probabilities taken before the window on both sides, as a job takes
+    them. Then the same with `DPO_HISTORY` earlier exchanges before each question (the pairs of
+    a multi-turn chat: a longer prompt, the same outputs)."""
+    note = ("tokens: both outputs' conversations, without padding; both sides train the same "
+            "pairs in the same order, beta 0.1")
+    return [*one_job(settings, {"kind": "dpo", "batch": DPO_BATCH, "length": 320},
+                     "3d DPO fine-tuning", f"GSM8K chat pairs, batch {DPO_BATCH}, N=1: tokens/s",
+                     note),
+            *one_job(settings, {"kind": "dpo", "batch": DPO_BATCH, "length": 1200,
+                                "history": DPO_HISTORY},
+                     "3d DPO fine-tuning", f"GSM8K chat pairs after {DPO_HISTORY} earlier "
+                     f"exchanges, batch {DPO_BATCH}, N=1: tokens/s", note)]
 
 
 def one_job(settings: Settings, job: dict, scenario: str, metric: str, note: str

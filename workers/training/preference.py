@@ -77,15 +77,17 @@ def _longest(pair: Pair) -> int:
     return max(pair.preferred.size, pair.non_preferred.size)
 
 
-def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int) -> torch.Tensor:
+def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
+                   share_prompt: bool = True) -> torch.Tensor:
     """[2 x pairs]: each output's log-probability, summed over its tokens; the preferred first.
     Through the executor's head loss where the model has one (`workers.remote.loss`: only the
     labelled positions' rows cross the link, their logits stay in the executor), else from the
     logits (only the labelled positions' are normalized: a prompt's are never copied). A pair's
-    prompt runs once where the model allows (`workers.training.shared_prompt`)."""
+    prompt runs once where the model allows (`workers.training.shared_prompt`) and
+    `share_prompt` (False: each output whole, as plain peft's DPO runs them)."""
     fused = head_loss(model)
     passing = fused.passing if fused is not None else _no_head_loss
-    if shared_prompt.shares(model, group):
+    if share_prompt and shared_prompt.shares(model, group):
         outputs, labels = shared_prompt.run(model, group, pad_id, passing)
     else:
         outputs, labels = _run_whole(model, group, pad_id, passing)
@@ -136,11 +138,11 @@ def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
         model.train(training)
 
 
-def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int,
-                beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int, beta: float,
+                share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(each pair's loss, each pair's margin: the policy's log-ratio of preferred over
     non-preferred minus the reference's)."""
-    policy = sequence_logps(model, group, pad_id)
+    policy = sequence_logps(model, group, pad_id, share_prompt)
     n = len(group)
     reference = torch.tensor([p.reference[0] - p.reference[1] for p in group],
                              dtype=policy.dtype, device=policy.device)
@@ -151,11 +153,11 @@ def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int,
 def preference_step(model: torch.nn.Module, pairs: list[Pair], pad_id: int, optimizer,
                     scheduler, hp: Hyperparameters,
                     on_gradients: Callable[[], None] | None = None, *,
-                    beta: float) -> StepResult:
+                    beta: float, share_prompt: bool = True) -> StepResult:
     """One optimizer step of DPO over the pairs (the mean of their losses)."""
     loss_sum = favoured = tokens = 0.0
     for group in pair_groups(pairs, hp.micro_batch_tokens):
-        losses, margin = pair_losses(model, group, pad_id, beta)
+        losses, margin = pair_losses(model, group, pad_id, beta, share_prompt)
         (losses.sum() / len(pairs)).backward()
         loss_sum += float(losses.detach().sum())
         favoured += int((margin > 0).sum())
