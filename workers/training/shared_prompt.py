@@ -49,7 +49,7 @@ def shares(model: nn.Module, group: list[Pair]) -> bool:
     window = getattr(base.config.get_text_config(), "sliding_window", None)
     longest = max(max(p.preferred.size, p.non_preferred.size) for p in group)
     return (peft is None or not peft.is_prompt_learning) \
-        and not base.is_activation_checkpointing \
+        and not any(getattr(m, "gradient_checkpointing", False) for m in base.modules()) \
         and (window is None or window > 2 * longest) \
         and all(shared_length(pair) > 0 for pair in group)
 
