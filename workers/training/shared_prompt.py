@@ -1,17 +1,18 @@
-"""Both outputs of a DPO pair continue one conversation: the positions they share before either
-output's first trained token run once, and each output runs on from their keys and values.
+"""Both outputs of a DPO pair continue one conversation: the positions they share run once, and
+each output runs on from their keys and values.
 
-Run whole, a pair computes its prompt twice (on GSM8K pairs, about a third of a step's
-positions); here a micro-batch makes two forwards: the pairs' shared positions, keeping their
-keys and values (transformers' cache, with autograd: the backward of both outputs reaches the
-prompt's once), then both outputs of every pair from there, each at the positions it has in the
-whole sequence and attending to its prompt's keys and values as the whole sequence's would. The
-first of those positions is the prompt's last, whose output predicts the first trained token.
+Run whole, a pair computes its prompt twice (on GSM8K's one-question pairs a fifth of a step's
+positions, in a multi-turn chat most of them); here a micro-batch makes two forwards: the pairs'
+shared positions but the last before either output's first trained token, keeping their keys and
+values (transformers' cache, with autograd: the backward of both outputs reaches the prompt's
+once), then both outputs of every pair from that last shared position on (its output predicts
+the first trained token), each at the positions it has in the whole sequence and attending to
+its prompt's keys and values as the whole sequence's would.
 
 Not where an adapter prepends virtual tokens (prompt and prefix tuning: a cache and positions of
 their own), where decoder layers are recomputed in the backward (the cache would be filled
-again), or where a sliding window is shorter than the micro-batch's positions (its mask counts
-the cache's places, and a shorter prompt's padding sits among them)."""
+again), or where a sliding window may be shorter than the cache (twice the longest conversation:
+its mask counts the cache's places, and a shorter prompt's padding sits among them)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ Passing = Callable[[torch.Tensor | None], AbstractContextManager]  # the head lo
 
 
 def shared_length(pair: Pair) -> int:
-    """The positions both outputs run once: their common beginning, up to the position before
-    either's first trained token (its output predicts that token: the outputs run from there)."""
+    """How many positions both outputs run once: their common beginning, short of the position
+    just before either's first trained token (its output predicts that token: the outputs run
+    from there on)."""
     a, b = pair.preferred, pair.non_preferred
     limit = min(_first_trained(a), _first_trained(b)) - 1
     n = 0
