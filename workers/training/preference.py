@@ -62,15 +62,28 @@ def _reference_loss(*_: object) -> float:
     return math.log(2)
 
 
-def pair_groups(pairs: list[Pair], max_tokens: int) -> list[list[Pair]]:
-    """Pairs in micro-batches of at most `max_tokens` padded positions (both outputs of each pair
-    run in one), by length."""
+def pair_groups(pairs: list[Pair], max_tokens: int, shared: bool = False) -> list[list[Pair]]:
+    """Pairs in micro-batches of at most `max_tokens` padded positions, by length: both outputs
+    of each pair in one, each whole, or with `shared`, after their prompt's positions once
+    (`shared_prompt.run`: the prompts padded to the longest, then the outputs)."""
     groups: list[list[Pair]] = [[]]
+    widest = (0, 0)  # the group's longest prompt run once, and its longest output from there
     for pair in sorted(pairs, key=_longest):
-        if groups[-1] and 2 * (len(groups[-1]) + 1) * _longest(pair) > max_tokens:
+        cut = shared_prompt.shared_length(pair) if shared else 0
+        prompt, rest = max(widest[0], cut), max(widest[1], _longest(pair) - cut)
+        if groups[-1] and (len(groups[-1]) + 1) * (prompt + 2 * rest) > max_tokens:
             groups.append([])
+            prompt, rest = cut, _longest(pair) - cut
         groups[-1].append(pair)
+        widest = (prompt, rest)
     return [group for group in groups if group]
+
+
+def micro_batches(model: torch.nn.Module, pairs: list[Pair], max_tokens: int,
+                  share_prompt: bool = True) -> list[list[Pair]]:
+    """`pair_groups` as `sequence_logps` will run them in `model`."""
+    shared = share_prompt and bool(pairs) and shared_prompt.shares(model, pairs)
+    return pair_groups(pairs, max_tokens, shared)
 
 
 def _longest(pair: Pair) -> int:
@@ -128,7 +141,7 @@ def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
     training = model.training
     model.eval()
     try:
-        for group in pair_groups(pairs, micro_batch_tokens):
+        for group in micro_batches(model, pairs, micro_batch_tokens):
             logps = sequence_logps(model, group, pad_id).cpu()
             for k, pair in enumerate(group):
                 pair.reference = (float(logps[k]), float(logps[len(group) + k]))
@@ -156,7 +169,7 @@ def preference_step(model: torch.nn.Module, pairs: list[Pair], pad_id: int, opti
                     beta: float, share_prompt: bool = True) -> StepResult:
     """One optimizer step of DPO over the pairs (the mean of their losses)."""
     loss_sum = favoured = tokens = 0.0
-    for group in pair_groups(pairs, hp.micro_batch_tokens):
+    for group in micro_batches(model, pairs, hp.micro_batch_tokens, share_prompt):
         losses, margin = pair_losses(model, group, pad_id, beta, share_prompt)
         (losses.sum() / len(pairs)).backward()
         loss_sum += float(losses.detach().sum())
@@ -171,7 +184,7 @@ def evaluate_pairs(model: torch.nn.Module, pairs: list[Pair], pad_id: int,
                    micro_batch_tokens: int, *, beta: float) -> tuple[float, float]:
     """(mean DPO loss, share of pairs favoured) over `pairs`; the reference's is (log 2, 0)."""
     loss_sum = favoured = 0.0
-    for group in pair_groups(pairs, micro_batch_tokens):
+    for group in micro_batches(model, pairs, micro_batch_tokens):
         losses, margin = pair_losses(model, group, pad_id, beta)
         loss_sum += float(losses.sum())
         favoured += int((margin > 0).sum())

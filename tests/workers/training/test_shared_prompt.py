@@ -19,7 +19,12 @@ from workers.training import shared_prompt
 from workers.training.data import IGNORE, Example, Pair
 from workers.training.loop import Hyperparameters
 from workers.training.methods import recompute_layers
-from workers.training.preference import pair_groups, preference_step, sequence_logps
+from workers.training.preference import (
+    micro_batches,
+    pair_groups,
+    preference_step,
+    sequence_logps,
+)
 
 SHARING = {"tiny-llama": True, "tiny-gpt2": True, "tiny-qwen2": True, "tiny-mistral": True,
            "tiny-starcoder": True, "tiny-gemma2": False}  # gemma2: a 16-token sliding window
@@ -83,7 +88,8 @@ def assert_plain_pefts(plain, ours, pairs: list[Pair]) -> None:
 def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_token() -> None:
     """The first decoder layer's rows as the executor computes them, forward and backward: per
     micro-batch the pairs' shared positions (padded to the longest) once, and both outputs of
-    each pair from there (padded to the longest); run whole, both outputs from their start."""
+    each pair from there (padded to the longest); run whole, both outputs from their start. The
+    micro-batches count the positions so: more pairs fit in one than run whole."""
     pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
     rows: Counter[Op] = Counter()
 
@@ -91,21 +97,27 @@ def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_
         if spec.name == "model.layers.0.mlp.down_proj":
             rows[op] += x.shape[0]
     plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama", tap=tap))
-    hp = Hyperparameters(1, 4, 1.0, micro_batch_tokens=160)
+    hp = Hyperparameters(1, 4, 1.0, micro_batch_tokens=200)
     for one, (preferred, non_preferred) in zip(pairs, references(plain, pairs), strict=True):
         one.reference = (preferred, non_preferred)
     optimizer = torch.optim.SGD([p for p in ours.parameters() if p.requires_grad], lr=1e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     ours.train()
     preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=0.5)
+    groups = pair_groups(pairs, hp.micro_batch_tokens, shared=True)
+    assert micro_batches(ours, pairs, hp.micro_batch_tokens) == groups
+    assert [len(group) for group in groups] == [2, 2]
+    assert [len(group) for group in pair_groups(pairs, hp.micro_batch_tokens)] == [2, 1, 1]
     shared = whole = 0
-    for group in pair_groups(pairs, hp.micro_batch_tokens):
+    for group in groups:
         cuts = [shared_prompt.shared_length(one) for one in group]
         assert cuts == [next(t for t, label in enumerate(one.preferred.labels) if label != IGNORE)
                         - 1 for one in group]  # random outputs differ at their first token
         longest = [max(one.preferred.size, one.non_preferred.size) for one in group]
-        shared += len(group) * max(cuts) + 2 * len(group) * max(
+        positions = len(group) * max(cuts) + 2 * len(group) * max(
             n - cut for n, cut in zip(longest, cuts, strict=True))
+        assert positions <= hp.micro_batch_tokens
+        shared += positions
         whole += 2 * len(group) * max(longest)
     assert rows == {Op.FORWARD: shared, Op.BACKWARD: shared}
     assert shared < 0.8 * whole
