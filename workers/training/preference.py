@@ -62,28 +62,29 @@ def _reference_loss(*_: object) -> float:
     return math.log(2)
 
 
-def pair_groups(pairs: list[Pair], max_tokens: int, shared: bool = False) -> list[list[Pair]]:
-    """Pairs in micro-batches of at most `max_tokens` padded positions, by length: both outputs
-    of each pair in one, each whole, or with `shared`, after their prompt's positions once
-    (`shared_prompt.run`: the prompts padded to the longest, then the outputs)."""
+def pair_groups(pairs: list[Pair], max_tokens: int,
+                how: str | None = None) -> list[list[Pair]]:
+    """Pairs in micro-batches of at most `max_tokens` padded positions, by length, as they run
+    in `shared_prompt` layout `how` (None: both outputs of each pair whole)."""
     groups: list[list[Pair]] = [[]]
-    widest = (0, 0)  # the group's longest prompt run once, and its longest output from there
+    widest = (0, 0)  # the group's longest row run once, and run for each output
     for pair in sorted(pairs, key=_longest):
-        cut = shared_prompt.shared_length(pair) if shared else 0
-        prompt, rest = max(widest[0], cut), max(widest[1], _longest(pair) - cut)
-        if groups[-1] and (len(groups[-1]) + 1) * (prompt + 2 * rest) > max_tokens:
+        shape = shared_prompt.shape(pair, how)
+        once, each = max(widest[0], shape[0]), max(widest[1], shape[1])
+        if groups[-1] and (len(groups[-1]) + 1) * (once + 2 * each) > max_tokens:
             groups.append([])
-            prompt, rest = cut, _longest(pair) - cut
+            once, each = shape
         groups[-1].append(pair)
-        widest = (prompt, rest)
+        widest = (once, each)
     return [group for group in groups if group]
 
 
 def micro_batches(model: torch.nn.Module, pairs: list[Pair], max_tokens: int,
                   share_prompt: bool = True) -> list[list[Pair]]:
-    """`pair_groups` as `sequence_logps` will run them in `model`."""
-    shared = share_prompt and bool(pairs) and shared_prompt.shares(model, pairs)
-    return pair_groups(pairs, max_tokens, shared)
+    """`pair_groups` as `sequence_logps` will run them in `model` (a group of pairs that share
+    as a whole shares too, in the layout of the whole or one that fits fewer positions)."""
+    how = shared_prompt.layout(model, pairs) if share_prompt and pairs else None
+    return pair_groups(pairs, max_tokens, how)
 
 
 def _longest(pair: Pair) -> int:
@@ -100,10 +101,11 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
     `share_prompt` (False: each output whole, as plain peft's DPO runs them)."""
     fused = head_loss(model)
     passing = fused.passing if fused is not None else _no_head_loss
-    if share_prompt and shared_prompt.shares(model, group):
-        outputs, labels = shared_prompt.run(model, group, pad_id, passing)
+    how = shared_prompt.layout(model, group) if share_prompt else None
+    if how is not None:
+        outputs, labels, owners = shared_prompt.run(model, group, pad_id, passing, how)
     else:
-        outputs, labels = _run_whole(model, group, pad_id, passing)
+        outputs, labels, owners = _run_whole(model, group, pad_id, passing)
     if fused is not None:  # the "logits" are the final hidden states
         losses, trained = fused.row_losses(outputs, labels)
         picked = -losses
@@ -111,21 +113,21 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
         trained = labels != IGNORE
         rows = outputs[trained].float()
         picked = rows.gather(1, labels[trained].unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
-    owner = trained.nonzero()[:, 0]  # each labelled position's sequence
-    return torch.zeros(len(labels), dtype=picked.dtype, device=picked.device).index_add(
-        0, owner, picked)
+    return torch.zeros(2 * len(group), dtype=picked.dtype, device=picked.device).index_add(
+        0, owners[trained], picked)
 
 
 def _run_whole(model: torch.nn.Module, group: list[Pair], pad_id: int,
-               passing: shared_prompt.Passing) -> tuple[torch.Tensor, torch.Tensor]:
+               passing: shared_prompt.Passing) -> shared_prompt.Ran:
     """`shared_prompt.run`'s answer, each output run whole (its prompt too)."""
     batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
     batch = {name: t.to(model.device) for name, t in batch.items()}
     length = batch["input_ids"].shape[1]
     with passing(batch["labels"]):
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    return out.logits[:, -length:, :][:, :-1, :], batch["labels"][:, 1:]  # prompt tuning
-    # prepends virtual tokens
+    labels = batch["labels"][:, 1:]
+    return out.logits[:, -length:, :][:, :-1, :], labels, shared_prompt.rows(labels)  # prompt
+    # tuning prepends virtual tokens
 
 
 def _no_head_loss(labels: torch.Tensor | None) -> contextlib.AbstractContextManager:

@@ -1,8 +1,8 @@
-"""A DPO pair's prompt run once (`workers.training.shared_prompt`): each output's log-probability
-and its gradient against plain peft running each output whole, one at a time, in every built-in
-architecture; the rows the executor computes are the prompts' once and both outputs' from there;
-where a model cannot share (virtual tokens, recomputed layers, a short sliding window) the pair
-runs whole, with the same answers."""
+"""A DPO pair's prompt run once (`workers.training.shared_prompt`), packed or cached: each
+output's log-probability and its gradient against plain peft running each output whole, one at
+a time, in every built-in architecture; the rows the executor computes are the prompts' once
+and both outputs' from there; where a model cannot share (virtual tokens, recomputed layers, a
+short sliding window) the pair runs whole, with the same answers."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from workers.training.preference import (
 
 SHARING = {"tiny-llama": True, "tiny-gpt2": True, "tiny-qwen2": True, "tiny-mistral": True,
            "tiny-starcoder": True, "tiny-gemma2": False}  # gemma2: a 16-token sliding window
+LAYOUTS = [shared_prompt.PACKED, shared_prompt.CACHED, "eager"]  # eager attention: cached
 
 
 def test_the_shared_positions_end_before_either_outputs_first_trained_token() -> None:
@@ -48,12 +49,26 @@ def test_the_shared_positions_end_before_either_outputs_first_trained_token() ->
                                             example([*prompt, 10], 4))) == 1
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("model", sorted(SHARING))
-def test_each_outputs_log_probability_and_gradient_are_plain_pefts(model: str) -> None:
+def test_each_outputs_log_probability_and_gradient_are_plain_pefts(monkeypatch, model: str,
+                                                                   layout: str) -> None:
     pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
     plain, ours = build_pair(model, "lora", LocalExecutor.load(model))
-    assert shared_prompt.shares(ours, pairs) == SHARING[model]
+    expected = into(monkeypatch, ours, layout)
+    assert shared_prompt.layout(ours, pairs) == (expected if SHARING[model] else None)
     assert_plain_pefts(plain, ours, pairs)
+
+
+def into(monkeypatch, model, layout: str) -> str:
+    """The layout `layout` asks of `model`: a row wider than 0 positions is cached; eager
+    attention (transformers' own, which adds a float mask) is cached too."""
+    if layout == shared_prompt.CACHED:
+        monkeypatch.setattr(shared_prompt, "PACKED_WIDTH", 0)
+    if layout == "eager":
+        model.get_base_model().config._attn_implementation = "eager"
+        return shared_prompt.CACHED
+    return layout
 
 
 @pytest.mark.parametrize("method", ["prompt_tuning", "prefix_tuning", "recompute"])
@@ -63,7 +78,7 @@ def test_a_model_that_cannot_share_runs_each_output_whole(method: str) -> None:
                              LocalExecutor.load("tiny-llama"))
     if method == "recompute":
         recompute_layers(ours)
-    assert not shared_prompt.shares(ours, pairs)
+    assert shared_prompt.layout(ours, pairs) is None
     assert_plain_pefts(plain, ours, pairs)
 
 
@@ -85,11 +100,14 @@ def assert_plain_pefts(plain, ours, pairs: list[Pair]) -> None:
             assert scale > 0 and (grads[name] - p.grad).abs().max().item() < 1e-4 * scale, name
 
 
-def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_token() -> None:
+@pytest.mark.parametrize("layout", [shared_prompt.PACKED, shared_prompt.CACHED])
+def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_token(
+        monkeypatch, layout: str) -> None:
     """The first decoder layer's rows as the executor computes them, forward and backward: per
-    micro-batch the pairs' shared positions (padded to the longest) once, and both outputs of
-    each pair from there (padded to the longest); run whole, both outputs from their start. The
-    micro-batches count the positions so: more pairs fit in one than run whole."""
+    micro-batch, packed, a row a pair of its prompt and both outputs from the prompt's last
+    token (padded to the longest); cached, the pairs' prompts (padded to the longest) and both
+    outputs of each pair from there (padded to the longest); run whole, both outputs from their
+    start. The micro-batches count the positions so: more pairs fit in one than run whole."""
     pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
     rows: Counter[Op] = Counter()
 
@@ -97,6 +115,7 @@ def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_
         if spec.name == "model.layers.0.mlp.down_proj":
             rows[op] += x.shape[0]
     plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama", tap=tap))
+    into(monkeypatch, ours, layout)
     hp = Hyperparameters(1, 4, 1.0, micro_batch_tokens=200)
     for one, (preferred, non_preferred) in zip(pairs, references(plain, pairs), strict=True):
         one.reference = (preferred, non_preferred)
@@ -104,21 +123,26 @@ def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     ours.train()
     preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=0.5)
-    groups = pair_groups(pairs, hp.micro_batch_tokens, shared=True)
+    groups = pair_groups(pairs, hp.micro_batch_tokens, layout)
     assert micro_batches(ours, pairs, hp.micro_batch_tokens) == groups
-    assert [len(group) for group in groups] == [2, 2]
+    assert [len(group) for group in groups] == ([3, 1] if layout == shared_prompt.PACKED
+                                                else [2, 2])
     assert [len(group) for group in pair_groups(pairs, hp.micro_batch_tokens)] == [2, 1, 1]
     shared = whole = 0
     for group in groups:
         cuts = [shared_prompt.shared_length(one) for one in group]
         assert cuts == [next(t for t, label in enumerate(one.preferred.labels) if label != IGNORE)
                         - 1 for one in group]  # random outputs differ at their first token
-        longest = [max(one.preferred.size, one.non_preferred.size) for one in group]
-        positions = len(group) * max(cuts) + 2 * len(group) * max(
-            n - cut for n, cut in zip(longest, cuts, strict=True))
+        sizes = [(one.preferred.size, one.non_preferred.size) for one in group]
+        if layout == shared_prompt.PACKED:
+            positions = len(group) * max(a + b - cut for (a, b), cut in zip(sizes, cuts,
+                                                                             strict=True))
+        else:
+            positions = len(group) * max(cuts) + 2 * len(group) * max(
+                max(size) - cut for size, cut in zip(sizes, cuts, strict=True))
         assert positions <= hp.micro_batch_tokens
         shared += positions
-        whole += 2 * len(group) * max(longest)
+        whole += 2 * len(group) * max(max(size) for size in sizes)
     assert rows == {Op.FORWARD: shared, Op.BACKWARD: shared}
     assert shared < 0.8 * whole
 
