@@ -80,11 +80,10 @@ def pair_groups(pairs: list[Pair], max_tokens: int,
 
 
 def micro_batches(model: torch.nn.Module, pairs: list[Pair], max_tokens: int,
-                  share_prompt: bool = True) -> list[list[Pair]]:
-    """`pair_groups` as `sequence_logps` will run them in `model` (a group of pairs that share
-    as a whole shares too, in the layout of the whole or one that fits fewer positions)."""
+                  share_prompt: bool = True) -> tuple[str | None, list[list[Pair]]]:
+    """(the layout the pairs run in, in `model`; `pair_groups` in it)."""
     how = shared_prompt.layout(model, pairs) if share_prompt and pairs else None
-    return pair_groups(pairs, max_tokens, how)
+    return how, pair_groups(pairs, max_tokens, how)
 
 
 def _longest(pair: Pair) -> int:
@@ -92,16 +91,18 @@ def _longest(pair: Pair) -> int:
 
 
 def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
-                   share_prompt: bool = True) -> torch.Tensor:
+                   how: str | None = shared_prompt.AUTO) -> torch.Tensor:
     """[2 x pairs]: each output's log-probability, summed over its tokens; the preferred first.
     Through the executor's head loss where the model has one (`workers.remote.loss`: only the
     labelled positions' rows cross the link, their logits stay in the executor), else from the
     logits (only the labelled positions' are normalized: a prompt's are never copied). A pair's
     prompt runs once where the model allows (`workers.training.shared_prompt`) and
-    `share_prompt` (False: each output whole, as plain peft's DPO runs them)."""
+    in `how`'s layout (`AUTO`: the one the group allows; None: each output whole, as plain
+    peft's DPO runs them)."""
     fused = head_loss(model)
     passing = fused.passing if fused is not None else _no_head_loss
-    how = shared_prompt.layout(model, group) if share_prompt else None
+    if how == shared_prompt.AUTO:
+        how = shared_prompt.layout(model, group)
     if how is not None:
         outputs, labels, owners = shared_prompt.run(model, group, pad_id, passing, how)
     else:
@@ -143,8 +144,9 @@ def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
     training = model.training
     model.eval()
     try:
-        for group in micro_batches(model, pairs, micro_batch_tokens):
-            logps = sequence_logps(model, group, pad_id).cpu()
+        how, groups = micro_batches(model, pairs, micro_batch_tokens)
+        for group in groups:
+            logps = sequence_logps(model, group, pad_id, how).cpu()
             for k, pair in enumerate(group):
                 pair.reference = (float(logps[k]), float(logps[len(group) + k]))
             if between is not None:
@@ -154,10 +156,10 @@ def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
 
 
 def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int, beta: float,
-                share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                how: str | None = shared_prompt.AUTO) -> tuple[torch.Tensor, torch.Tensor]:
     """(each pair's loss, each pair's margin: the policy's log-ratio of preferred over
     non-preferred minus the reference's)."""
-    policy = sequence_logps(model, group, pad_id, share_prompt)
+    policy = sequence_logps(model, group, pad_id, how)
     n = len(group)
     reference = torch.tensor([p.reference[0] - p.reference[1] for p in group],
                              dtype=policy.dtype, device=policy.device)
@@ -171,8 +173,9 @@ def preference_step(model: torch.nn.Module, pairs: list[Pair], pad_id: int, opti
                     beta: float, share_prompt: bool = True) -> StepResult:
     """One optimizer step of DPO over the pairs (the mean of their losses)."""
     loss_sum = favoured = tokens = 0.0
-    for group in micro_batches(model, pairs, hp.micro_batch_tokens, share_prompt):
-        losses, margin = pair_losses(model, group, pad_id, beta, share_prompt)
+    how, groups = micro_batches(model, pairs, hp.micro_batch_tokens, share_prompt)
+    for group in groups:
+        losses, margin = pair_losses(model, group, pad_id, beta, how)
         (losses.sum() / len(pairs)).backward()
         loss_sum += float(losses.detach().sum())
         favoured += int((margin > 0).sum())
@@ -186,8 +189,9 @@ def evaluate_pairs(model: torch.nn.Module, pairs: list[Pair], pad_id: int,
                    micro_batch_tokens: int, *, beta: float) -> tuple[float, float]:
     """(mean DPO loss, share of pairs favoured) over `pairs`; the reference's is (log 2, 0)."""
     loss_sum = favoured = 0.0
-    for group in micro_batches(model, pairs, micro_batch_tokens):
-        losses, margin = pair_losses(model, group, pad_id, beta)
+    how, groups = micro_batches(model, pairs, micro_batch_tokens)
+    for group in groups:
+        losses, margin = pair_losses(model, group, pad_id, beta, how)
         loss_sum += float(losses.sum())
         favoured += int((margin > 0).sum())
     return (loss_sum / len(pairs), favoured / len(pairs)) if pairs else (float("nan"),) * 2

@@ -17,9 +17,9 @@ would; the backward of both outputs reaches the prompt's once. Two layouts:
   tiled for them.
 
 Not at all where an adapter prepends virtual tokens (prompt and prefix tuning: positions and a
-cache of their own), where decoder layers are recomputed in the backward (the cache would be
-filled again), or where a sliding window may be shorter than a row (twice the longest
-conversation: its mask counts places, not positions)."""
+cache of their own) or where a sliding window may be shorter than a row (twice the longest
+conversation: its mask counts places, not positions); not cached where decoder layers are
+recomputed in the backward (the cache would be filled again)."""
 
 from __future__ import annotations
 
@@ -53,27 +53,24 @@ def _first_trained(example: Example) -> int:
 
 PACKED_WIDTH = 4096  # a packed row's positions at most: its mask is this squared, in booleans
 PACKED, CACHED = "packed", "cached"
-
-
-def shares(model: nn.Module, group: list[Pair]) -> bool:
-    """Whether `group` may run its prompts once in `model`."""
-    peft = getattr(model, "active_peft_config", None)
-    base = _base(model)
-    window = getattr(base.config.get_text_config(), "sliding_window", None)
-    longest = max(max(p.preferred.size, p.non_preferred.size) for p in group)
-    return (peft is None or not peft.is_prompt_learning) \
-        and not any(getattr(m, "gradient_checkpointing", False) for m in base.modules()) \
-        and (window is None or window > 2 * longest) \
-        and all(shared_length(pair) > 0 for pair in group)
+AUTO = "auto"  # the layout a group allows (`layout`)
 
 
 def layout(model: nn.Module, group: list[Pair]) -> str | None:
     """How `group` runs in `model`: `PACKED`, `CACHED`, or None (each output whole)."""
-    if not shares(model, group):
+    peft = getattr(model, "active_peft_config", None)
+    base = _base(model)
+    window = getattr(base.config.get_text_config(), "sliding_window", None)
+    longest = max(max(p.preferred.size, p.non_preferred.size) for p in group)
+    if (peft is not None and peft.is_prompt_learning) \
+            or (window is not None and window <= 2 * longest) \
+            or any(shared_length(pair) == 0 for pair in group):
         return None
-    packs = _base(model).config._attn_implementation == "sdpa" \
-        and max(packed_length(pair) for pair in group) <= PACKED_WIDTH
-    return PACKED if packs else CACHED
+    if base.config._attn_implementation == "sdpa" \
+            and max(packed_length(pair) for pair in group) <= PACKED_WIDTH:
+        return PACKED
+    recomputed = any(getattr(m, "gradient_checkpointing", False) for m in base.modules())
+    return None if recomputed else CACHED
 
 
 def packed_length(pair: Pair) -> int:

@@ -71,14 +71,21 @@ def into(monkeypatch, model, layout: str) -> str:
     return layout
 
 
-@pytest.mark.parametrize("method", ["prompt_tuning", "prefix_tuning", "recompute"])
-def test_a_model_that_cannot_share_runs_each_output_whole(method: str) -> None:
+@pytest.mark.parametrize("method", ["prompt_tuning", "prefix_tuning", "recompute_cached",
+                                    "recompute_packed"])
+def test_recomputed_layers_pack_and_virtual_tokens_run_each_output_whole(monkeypatch,
+                                                                         method: str) -> None:
+    """Layers recomputed in the backward (gradient checkpointing) pack, and would fill a cache
+    twice: where a row does not pack, each output runs whole, as with virtual tokens."""
     pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
-    plain, ours = build_pair("tiny-llama", "lora" if method == "recompute" else method,
+    plain, ours = build_pair("tiny-llama", method if "tuning" in method else "lora",
                              LocalExecutor.load("tiny-llama"))
-    if method == "recompute":
+    if method.startswith("recompute"):
         recompute_layers(ours)
-    assert shared_prompt.layout(ours, pairs) is None
+    if method == "recompute_cached":
+        into(monkeypatch, ours, shared_prompt.CACHED)
+    expected = shared_prompt.PACKED if method == "recompute_packed" else None
+    assert shared_prompt.layout(ours, pairs) == expected
     assert_plain_pefts(plain, ours, pairs)
 
 
@@ -124,7 +131,7 @@ def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_
     ours.train()
     preference_step(ours, pairs, 0, optimizer, schedule, hp, beta=0.5)
     groups = pair_groups(pairs, hp.micro_batch_tokens, layout)
-    assert micro_batches(ours, pairs, hp.micro_batch_tokens) == groups
+    assert micro_batches(ours, pairs, hp.micro_batch_tokens) == (layout, groups)
     assert [len(group) for group in groups] == ([3, 1] if layout == shared_prompt.PACKED
                                                 else [2, 2])
     assert [len(group) for group in pair_groups(pairs, hp.micro_batch_tokens)] == [2, 1, 1]
