@@ -12,7 +12,8 @@ does (a positive margin).
 
 Each output's log-probability is the sum of its tokens' losses (negated) that the executor's head
 loss answers row by row where the trainer has it: the logits never cross the link, as in a
-supervised step, and each row's gradient comes back with its loss."""
+supervised step, and each row's gradient comes back with its loss. A pair's shared prompt runs
+once for both outputs (`workers.training.shared_prompt`)."""
 
 from __future__ import annotations
 
@@ -96,9 +97,8 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
     Through the executor's head loss where the model has one (`workers.remote.loss`: only the
     labelled positions' rows cross the link, their logits stay in the executor), else from the
     logits (only the labelled positions' are normalized: a prompt's are never copied). A pair's
-    prompt runs once where the model allows (`workers.training.shared_prompt`) and
-    in `how`'s layout (`AUTO`: the one the group allows; None: each output whole, as plain
-    peft's DPO runs them)."""
+    prompt runs once, in `how`'s layout (`workers.training.shared_prompt`; `AUTO`: the one the
+    model allows the group), or with None each output whole, as plain peft's DPO runs them."""
     fused = head_loss(model)
     passing = fused.passing if fused is not None else _no_head_loss
     if how == shared_prompt.AUTO:
