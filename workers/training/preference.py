@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from workers.remote.loss import head_loss
 from workers.training import shared_prompt
-from workers.training.data import IGNORE, Items, Pair, collate
+from workers.training.data import IGNORE, Items, Pair
 from workers.training.gates import base_loss
 from workers.training.loop import (
     Hyperparameters,
@@ -103,10 +103,7 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
     passing = fused.passing if fused is not None else _no_head_loss
     if how == shared_prompt.AUTO:
         how = shared_prompt.layout(model, group)
-    if how is not None:
-        outputs, labels, owners = shared_prompt.run(model, group, pad_id, passing, how)
-    else:
-        outputs, labels, owners = _run_whole(model, group, pad_id, passing)
+    outputs, labels, owners = shared_prompt.run(model, group, pad_id, passing, how)
     if fused is not None:  # the "logits" are the final hidden states
         losses, trained = fused.row_losses(outputs, labels)
         picked = -losses
@@ -116,19 +113,6 @@ def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
         picked = rows.gather(1, labels[trained].unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
     return torch.zeros(2 * len(group), dtype=picked.dtype, device=picked.device).index_add(
         0, owners[trained], picked)
-
-
-def _run_whole(model: torch.nn.Module, group: list[Pair], pad_id: int,
-               passing: shared_prompt.Passing) -> shared_prompt.Ran:
-    """`shared_prompt.run`'s answer, each output run whole (its prompt too)."""
-    batch = collate([p.preferred for p in group] + [p.non_preferred for p in group], pad_id)
-    batch = {name: t.to(model.device) for name, t in batch.items()}
-    length = batch["input_ids"].shape[1]
-    with passing(batch["labels"]):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    labels = batch["labels"][:, 1:]
-    return out.logits[:, -length:, :][:, :-1, :], labels, shared_prompt.rows(labels)  # prompt
-    # tuning prepends virtual tokens
 
 
 def _no_head_loss(labels: torch.Tensor | None) -> contextlib.AbstractContextManager:

@@ -19,7 +19,8 @@ would; the backward of both outputs reaches the prompt's once. Two layouts:
 Not at all where an adapter prepends virtual tokens (prompt and prefix tuning: positions and a
 cache of their own) or where a sliding window may be shorter than a row (twice the longest
 conversation: its mask counts places, not positions); not cached where decoder layers are
-recomputed in the backward (the cache would be filled again)."""
+recomputed in the backward (the cache would be filled again). There each output runs whole,
+its prompt with it (`run` with no layout)."""
 
 from __future__ import annotations
 
@@ -91,12 +92,24 @@ Ran = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (outputs, labels, owner
 
 
 def run(model: nn.Module, group: list[Pair], pad_id: int, passing: Passing,
-        how: str) -> Ran:
+        how: str | None) -> Ran:
     """(the model's outputs at every position but each row's last [rows, length, ...]: logits, or
     the final hidden states inside `passing`; the tokens they predict, IGNORE where none is
     trained [rows, length]; the output each position serves [rows, length]: pair i's preferred
-    i, its non-preferred pairs + i), in layout `how`."""
-    return (_packed if how == PACKED else _cached)(model, group, pad_id, passing)
+    i, its non-preferred pairs + i), in layout `how` (None: each output whole)."""
+    ways = {PACKED: _packed, CACHED: _cached, None: _whole}
+    return ways[how](model, group, pad_id, passing)
+
+
+def _whole(model: nn.Module, group: list[Pair], pad_id: int, passing: Passing) -> Ran:
+    batch = _on(model, collate([p.preferred for p in group] + [p.non_preferred for p in group],
+                               pad_id))
+    length = batch["input_ids"].shape[1]
+    with passing(batch["labels"]):
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    labels = batch["labels"][:, 1:]
+    return out.logits[:, -length:, :][:, :-1, :], labels, _rows(labels)  # prompt tuning
+    # prepends virtual tokens
 
 
 def _packed(model: nn.Module, group: list[Pair], pad_id: int, passing: Passing) -> Ran:
@@ -146,10 +159,10 @@ def _cached(model: nn.Module, group: list[Pair], pad_id: int, passing: Passing) 
         out = model(input_ids=rest["input_ids"], attention_mask=mask, position_ids=positions,
                     past_key_values=cache, use_cache=True)
     labels = rest["labels"][:, 1:]
-    return out.logits[:, :-1], labels, rows(labels)
+    return out.logits[:, :-1], labels, _rows(labels)
 
 
-def rows(labels: torch.Tensor) -> torch.Tensor:
+def _rows(labels: torch.Tensor) -> torch.Tensor:
     """Each position's output where each row is one output."""
     return torch.arange(len(labels), device=labels.device)[:, None].expand_as(labels)
 

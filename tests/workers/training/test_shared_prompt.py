@@ -13,7 +13,7 @@ import torch
 
 from executor.local import LocalExecutor
 from tests.peft_reference import build_pair
-from tests.workers.training.test_preference import PAIRS, logp, pair
+from tests.workers.training.test_preference import PAIRS, logp, pair, references
 from wire.call.messages import Op
 from workers.training import shared_prompt
 from workers.training.data import IGNORE, Example, Pair
@@ -152,9 +152,3 @@ def test_a_step_computes_each_prompt_once_and_each_output_from_its_prompts_last_
         whole += 2 * len(group) * max(max(size) for size in sizes)
     assert rows == {Op.FORWARD: shared, Op.BACKWARD: shared}
     assert shared < 0.8 * whole
-
-
-def references(plain, pairs: list[Pair]) -> list[tuple[float, float]]:
-    with torch.no_grad():
-        return [(float(logp(plain, one.preferred)), float(logp(plain, one.non_preferred)))
-                for one in pairs]
