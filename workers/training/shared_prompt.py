@@ -19,8 +19,9 @@ would; the backward of both outputs reaches the prompt's once. Two layouts:
 Not at all where an adapter prepends virtual tokens (prompt and prefix tuning: positions and a
 cache of their own) or where a sliding window may be shorter than a row (twice the longest
 conversation: its mask counts places, not positions); not cached where decoder layers are
-recomputed in the backward (the cache would be filled again). There each output runs whole,
-its prompt with it (`run` with no layout)."""
+recomputed in the backward (the cache would be filled again) or where a pair shares nothing
+(no prompt to cache; packed, its two outputs lie side by side in its row, each from position
+0). There each output runs whole, its prompt with it (`run` with no layout)."""
 
 from __future__ import annotations
 
@@ -64,14 +65,14 @@ def layout(model: nn.Module, group: list[Pair]) -> str | None:
     window = getattr(base.config.get_text_config(), "sliding_window", None)
     longest = max(max(p.preferred.size, p.non_preferred.size) for p in group)
     if (peft is not None and peft.is_prompt_learning) \
-            or (window is not None and window <= 2 * longest) \
-            or any(shared_length(pair) == 0 for pair in group):
+            or (window is not None and window <= 2 * longest):
         return None
     if base.config._attn_implementation == "sdpa" \
             and max(packed_length(pair) for pair in group) <= PACKED_WIDTH:
-        return PACKED
+        return PACKED  # a pair that shares nothing packs too: its outputs side by side
     recomputed = any(getattr(m, "gradient_checkpointing", False) for m in base.modules())
-    return None if recomputed else CACHED
+    nothing = any(shared_length(pair) == 0 for pair in group)  # no prompt to cache
+    return None if recomputed or nothing else CACHED
 
 
 def packed_length(pair: Pair) -> int:

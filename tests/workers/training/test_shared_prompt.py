@@ -89,6 +89,22 @@ def test_recomputed_layers_pack_and_virtual_tokens_run_each_output_whole(monkeyp
     assert_plain_pefts(plain, ours, pairs)
 
 
+@pytest.mark.parametrize("layout", [shared_prompt.PACKED, shared_prompt.CACHED])
+def test_a_pair_that_shares_nothing_packs_beside_the_others(monkeypatch, layout: str) -> None:
+    """A one-token prompt: its output predicts the first trained token, so nothing runs once.
+    Packed, its outputs lie side by side in its row, each from position 0, and the others still
+    share; cached (no prompt to keep), every output of the step runs whole."""
+    pairs = [pair(prompt, outputs, seed) for (prompt, outputs), seed in PAIRS]
+    pairs.insert(1, pair(1, (6, 9), 5))
+    assert shared_prompt.shared_length(pairs[1]) == 0
+    plain, ours = build_pair("tiny-llama", "lora", LocalExecutor.load("tiny-llama"))
+    into(monkeypatch, ours, layout)
+    expected = shared_prompt.PACKED if layout == shared_prompt.PACKED else None
+    assert shared_prompt.layout(ours, pairs) == expected
+    assert shared_prompt.layout(ours, pairs[:1] + pairs[2:]) == layout
+    assert_plain_pefts(plain, ours, pairs)
+
+
 def assert_plain_pefts(plain, ours, pairs: list[Pair]) -> None:
     """Both models in training mode (adapters' dropout is 0): the log-probabilities of all pairs
     in one micro-batch, then the gradients of their sum."""
