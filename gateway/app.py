@@ -20,7 +20,7 @@ from gateway.head import ASKED, HeadAsGet
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.routes import router
-from gateway.schema_bounds import closed_forms, exact_bounds
+from gateway.schema_bounds import closed_forms, exact_bounds, upload_limit
 from gateway.serving import Serving
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
@@ -37,6 +37,7 @@ from state.files import FileReader
 from state.jobs import JobReader
 from state.responses import ResponseReader
 from state.storage import Reserve
+from state.uploads import UploadReader
 
 log = logging.getLogger("gateway")
 JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")
@@ -56,6 +57,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.db = Database(settings.db_path, read_only=True)  # the worker manager writes
         state.registry = AdapterReader(state.db, settings.data_dir, settings.model)
         state.files = FileReader(state.db, settings.data_dir)
+        state.upload_records = UploadReader(state.db, settings.data_dir)
         state.responses = ResponseReader(state.db)
         state.chats = ChatReader(state.db)
         state.conversations = ConversationReader(state.db)
@@ -130,7 +132,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.add_middleware(HeadAsGet)
     app.add_middleware(BodyGuard, settings=settings)  # outermost: before any body is read
     default_openapi = app.openapi
-    app.openapi = lambda: closed_forms(exact_bounds(default_openapi()))  # (cached, patched once)
+    app.openapi = lambda: upload_limit(closed_forms(exact_bounds(default_openapi())),
+                                       settings.max_upload_bytes)  # (cached, patched once)
     return app
 
 

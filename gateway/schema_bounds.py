@@ -28,3 +28,11 @@ def closed_forms(document: dict) -> dict:
         if name.startswith("Body_"):
             schema["additionalProperties"] = False
     return document
+
+
+def upload_limit(document: dict, max_upload_bytes: int) -> dict:
+    """An upload's `bytes` bounded by the largest file this gateway takes (a setting)."""
+    schema = document.get("components", {}).get("schemas", {}).get("UploadRequest")
+    if schema is not None:
+        schema["properties"]["bytes"]["maximum"] = max_upload_bytes
+    return document

@@ -71,6 +71,11 @@ def _triggers(counted: Counted) -> str:
     END;"""
 
 
+def counting(counted: Counted) -> str:
+    """The statements that count a table added later: what it holds now, then its triggers."""
+    return _backfill(counted) + _triggers(counted)
+
+
 def _backfill(counted: Counted) -> str:
     tenant = counted.tenant.format(row="r")
     return (f"INSERT INTO kept_bytes (tenant, kind, bytes) SELECT {tenant} AS t, "

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from state.kept_bytes import MEASURED_MIGRATION as MEASURED_BYTES
 from state.kept_bytes import MIGRATION as KEPT_BYTES
 from state.response_items import MIGRATION as RESPONSE_ITEMS
+from state.upload_tables import MIGRATION as UPLOADS
 
 MIGRATIONS = [
     """
@@ -197,6 +198,7 @@ MIGRATIONS = [
     RESPONSE_ITEMS,
     KEPT_BYTES,
     MEASURED_BYTES,
+    UPLOADS,
 ]
 
 

@@ -53,6 +53,10 @@ class StoreAction(enum.StrEnum):
     TAG_CONVERSATION = "tag_conversation"  # `record` ({id, metadata}): its new metadata
     DELETE_CONVERSATION = "delete_conversation"  # the tenant's conversation `response_id`
     DELETE_ITEM = "delete_item"  # `record` ({conversation, item}): that item of it goes
+    ADD_UPLOAD = "add_upload"  # an upload of `size` bytes (`name`, `purpose`, `mime_type`)
+    ADD_PART = "add_part"  # the staged upload `staged`: the next part of `upload_id`
+    COMPLETE_UPLOAD = "complete_upload"  # `staged` (`part_ids` joined) becomes its file
+    CANCEL_UPLOAD = "cancel_upload"  # the pending `upload_id` and its parts go
 
 
 class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only=True):
@@ -62,20 +66,25 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     model: str = ""
     number: int | None = None
     split: list[list[int]] | None = None  # [[version, weight], ...]
-    name: str = ""  # ADD_ADAPTER: the adapter's name; ADD_FILE: the client's filename
+    name: str = ""  # ADD_ADAPTER: the adapter's name; ADD_FILE, ADD_UPLOAD: the filename
     staged: str = ""  # a staging name (`state.files.STAGED`, `state.adapters.STAGED`)
     serve: bool = True  # ADD_ADAPTER: meant to serve (False: a candidate, as promote=false)
     hold: bool = False  # ADD_ADAPTER: meant to serve, but only once promoted
-    purpose: str = ""  # ADD_FILE
-    examples: int = 0  # ADD_FILE: the examples its validation counted
-    format: str | None = None  # ADD_FILE: "chat" or "prompt-completion"
+    purpose: str = ""  # ADD_FILE, ADD_UPLOAD
+    examples: int = 0  # ADD_FILE, COMPLETE_UPLOAD: the examples its validation counted
+    format: str | None = None  # ADD_FILE, COMPLETE_UPLOAD: "chat" or "prompt-completion"
     file_id: str = ""  # DELETE_FILE
-    expires_in: int | None = None  # ADD_FILE: seconds until it is gone for its tenant
+    expires_in: int | None = None  # ADD_FILE, ADD_UPLOAD: seconds until the file is gone for
+    # its tenant
     record: str = ""  # the JSON of what to keep or change (responses, chats, conversations)
     response_id: str = ""  # DELETE_RESPONSE; DELETE_CHAT, DELETE_CONVERSATION: the record's id
     quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE, ADD_CHAT, ADD_CONVERSATION,
     # ADD_ITEMS, SETTLE_TURN: what the tenant may keep (0: any)
     batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH
+    upload_id: str = ""  # ADD_PART, COMPLETE_UPLOAD, CANCEL_UPLOAD
+    part_ids: list[str] = []  # COMPLETE_UPLOAD: its parts, in the file's order
+    size: int = 0  # ADD_UPLOAD: the bytes it will hold
+    mime_type: str = ""  # ADD_UPLOAD
 
 
 class StoreAnswer(msgspec.Struct, tag="store_answer", array_like=True, kw_only=True):

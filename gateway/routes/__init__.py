@@ -16,10 +16,12 @@ from gateway.routes import (
     models,
     responses,
     stored_chat,
+    uploads,
     versions,
 )
 
 router = APIRouter()
 for module in (health, models, completions, chat, stored_chat, responses, input_tokens,
-               conversations, adapters, versions, files, batches, fine_tuning, dashboard):
+               conversations, adapters, versions, files, uploads, batches, fine_tuning,
+               dashboard):
     router.include_router(module.router)

@@ -50,7 +50,7 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
             if not await stage(file, staged, limit):
                 raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
                                "file_too_large", "file")
-            examples, format = await _checked(staged, purpose, state.text_tokens)
+            examples, format = await checked(staged, purpose, state.text_tokens)
             made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
                                 name=file.filename or "upload.jsonl", purpose=purpose,
                                 staged=staged.name, examples=examples, format=format,
@@ -60,7 +60,7 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
     return FileObject(**state.files.get(made.made, tenant.id).public())
 
 
-async def _checked(staged: Path, purpose: str, tokens) -> tuple[int, str | None]:
+async def checked(staged: Path, purpose: str, tokens) -> tuple[int, str | None]:
     """A fine-tuning file's examples and format, or a batch file's requests; else the 400."""
     try:
         if purpose == "batch":

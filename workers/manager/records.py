@@ -30,6 +30,7 @@ from workers.manager.job_ledger import JobLedger
 from workers.manager.job_store import JobStore
 from workers.manager.response_store import ResponseStore
 from workers.manager.store_desk import StoreDesk
+from workers.manager.upload_store import UploadStore
 
 LOCK = "manager.lock"
 log = logging.getLogger("workers.manager.records")
@@ -50,8 +51,9 @@ class Records:
         self.batches = BatchStore(self.db, self.files)
         self.chats = ChatStore(self.db, self.files.reserve)
         self.conversations = ConversationStore(self.db, self.files.reserve)
+        self.uploads = UploadStore(self.db, data_dir, self.files.reserve)
         self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses,
-                              self.batches, self.chats, self.conversations)
+                              self.batches, self.chats, self.conversations, self.uploads)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)
         self.inspector = Inspector(self.registry.inspect)
         self._next_expiry = 0.0
@@ -74,9 +76,9 @@ class Records:
 
     def expire(self, every_s: float = 60.0) -> None:
         """At most once every `every_s`: delete the files past their expiry (`expires_after`
-        at upload) that no unfinished job reads, and the stored responses and chat completions past
-        their retention;
-        they are gone for their tenants already."""
+        at upload) that no unfinished job reads, the stored responses and chat completions past
+        their retention and the parts of uploads past their hour; they are gone for their
+        tenants already."""
         if time.monotonic() < self._next_expiry:
             return
         self._next_expiry = time.monotonic() + every_s
@@ -87,8 +89,11 @@ class Records:
                 log.info("%d stored response(s) past their retention: deleted", gone)
             if gone := self.chats.expire(int(time.time())):
                 log.info("%d stored chat completion(s) past their retention: deleted", gone)
+            for upload_id in self.uploads.expire(int(time.time())):
+                log.info("upload %s expired: its parts deleted", upload_id)
         except Exception:  # housekeeping: the next sweep tries again; serving goes on
-            log.exception("deleting expired files, responses or chat completions failed")
+            log.exception("deleting expired files, responses, chat completions or uploads "
+                          "failed")
 
     def close(self) -> None:
         self.inspector.close()

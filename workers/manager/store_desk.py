@@ -27,6 +27,8 @@ from workers.manager.file_store import FileStore
 from workers.manager.inspector import Outcome
 from workers.manager.refused import Refused
 from workers.manager.response_store import InvalidRecord, ResponseStore
+from workers.manager.upload_desk import UploadDesk
+from workers.manager.upload_store import UploadStore
 from workers.manager.version_store import VersionError
 
 log = logging.getLogger("workers.manager.store")
@@ -36,7 +38,7 @@ Act = Callable[[StoreCommand], StoreAnswer]
 class StoreDesk:
     def __init__(self, registry: AdapterRegistry, files: FileStore, jobs: JobReader,
                  responses: ResponseStore, batches: BatchStore, chats: ChatStore,
-                 conversations: ConversationStore) -> None:
+                 conversations: ConversationStore, uploads: UploadStore) -> None:
         self.chats = chats
         self.batches = batches
         self.registry = registry
@@ -58,7 +60,8 @@ class StoreDesk:
             StoreAction.FINISH_BATCH: self._finish_batch,
             StoreAction.ADD_CHAT: self._add_chat, StoreAction.TAG_CHAT: self._tag_chat,
             StoreAction.DELETE_CHAT: self._delete_chat,
-            **ConversationDesk(conversations, self._fits).acts()}
+            **ConversationDesk(conversations, self._fits).acts(),
+            **UploadDesk(uploads, files, self._fits).acts()}
 
     def command(self, command: StoreCommand, inspected: Outcome | None = None) -> StoreAnswer:
         """`command` carried out (an ADD_ADAPTER with its upload's `inspected` outcome when

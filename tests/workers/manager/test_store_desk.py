@@ -227,7 +227,7 @@ def test_a_file_past_its_expiry_is_gone_and_deleted_once_no_job_reads_it(records
 def test_a_failing_expiry_sweep_is_logged_and_the_manager_goes_on(records, caplog) -> None:
     records.db.conn.close()  # every query fails now
     records.expire()
-    assert "deleting expired files, responses or chat completions failed" in caplog.text
+    assert "deleting expired files, responses, chat completions or uploads failed" in caplog.text
 
 
 def response_record(response_id: str, created_at: int, own: int = 1) -> str:

@@ -1,0 +1,162 @@
+"""/v1/uploads (a file sent in parts, OpenAI's Uploads API) through the gateway with the
+manager's records behind it, driven by the official `openai` SDK: the file it becomes holds the
+parts in the order named, as `/v1/files` would have kept it; every mistake is an OpenAI-shaped
+error that leaves the upload as it was; parts count in the tenant's storage until they go."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import openai
+import pytest
+
+from gateway.settings import GatewaySettings
+from state.usage import stored_by_kind
+from tests.gateway.conftest import KEY, serving
+from tests.gateway.test_validation import assert_openai_error
+
+LINES = [json.dumps({"messages": [{"role": "user", "content": f"Question {i}?"},
+                                  {"role": "assistant", "content": f"Answer {i}."}]}) + "\n"
+         for i in range(6)]
+DATA = "".join(LINES).encode()
+QUOTA_MB = 3 * len(DATA) / 2**20
+
+
+@pytest.fixture()
+def served(tmp_path):
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
+                               manager=f"ipc://{tmp_path}/manager.sock",
+                               max_body_bytes=64 * 1024, max_upload_bytes=4 * len(DATA),
+                               max_storage_mb=QUOTA_MB)
+    with serving(settings) as (client, manager):
+        yield client, manager, sdk(client, "sk-acme")
+
+
+def sdk(client, key: str) -> openai.OpenAI:
+    return openai.OpenAI(api_key=key, base_url=f"{client.base_url}/v1", http_client=client,
+                         max_retries=0)
+
+
+def test_a_file_sent_in_parts_is_the_file_whole(served) -> None:
+    client, manager, api = served
+    upload = api.uploads.upload_file_chunked(
+        file=DATA, bytes=len(DATA), filename="train.jsonl", mime_type="application/jsonl",
+        purpose="fine-tune",
+        part_size=100, md5=hashlib.md5(DATA).hexdigest())  # several parts
+    assert (upload.status, upload.bytes, upload.filename) == ("completed", len(DATA),
+                                                              "train.jsonl")
+    assert upload.expires_at == upload.created_at + 3600
+    file = upload.file
+    assert (file.bytes, file.filename, file.purpose) == (len(DATA), "train.jsonl", "fine-tune")
+    assert api.files.retrieve(file.id) == file
+    assert api.files.content(file.id).content == DATA
+    assert client.get(f"/v1/files/{file.id}", headers=KEY).json()["bytes"] == len(DATA)
+    job = client.post("/v1/fine_tuning/jobs", headers=KEY,
+                      json={"model": "tiny-llama", "training_file": file.id})
+    assert job.status_code == 200, job.text  # validated and counted as an upload's file is
+    assert stored_by_kind(manager.records.db, "acme")["files"] == len(DATA)  # parts gone
+    assert list(manager.records.uploads.parts_dir.iterdir()) == []
+
+
+def test_the_parts_join_in_the_order_named_and_the_file_expires_as_asked(served) -> None:
+    _, _, api = served
+    upload = api.uploads.create(bytes=len(DATA), filename="t.jsonl", mime_type="text/jsonl",
+                                purpose="fine-tune",
+                                expires_after={"anchor": "created_at", "seconds": 7200})
+    assert upload.status == "pending" and upload.file is None
+    halves = DATA[:len(LINES[0]) * 2], DATA[len(LINES[0]) * 2:]
+    first, second = (api.uploads.parts.create(upload.id, data=half) for half in halves)
+    assert (first.object, first.upload_id) == ("upload.part", upload.id)
+    done = api.uploads.complete(upload.id, part_ids=[second.id, first.id])
+    assert api.files.content(done.file.id).content == halves[1] + halves[0]
+    assert done.file.expires_at == done.file.created_at + 7200
+
+
+def test_mistakes_are_openai_errors_and_leave_the_upload_pending(served) -> None:
+    client, manager, api = served
+    upload = api.uploads.create(bytes=len(DATA), filename="t.jsonl",
+                                mime_type="application/jsonl", purpose="fine-tune")
+    path = f"/v1/uploads/{upload.id}"
+    part = api.uploads.parts.create(upload.id, data=DATA[:50])
+    assert stored_by_kind(manager.records.db, "acme")["files"] == 50  # a part counts
+    too_many = client.post(f"{path}/parts", headers=KEY, files={"data": ("p", DATA)})
+    assert assert_openai_error(too_many, 409)["code"] == "upload_too_large"
+    rest = api.uploads.parts.create(upload.id, data=DATA[50:])
+    for part_ids, status, wrong in (([part.id], 409, "hold 50 bytes"),
+                                    ([part.id, "part-x"], 409, "part-x"),
+                                    ([part.id, part.id, rest.id], 400, "more than once")):
+        refused = client.post(f"{path}/complete", headers=KEY, json={"part_ids": part_ids})
+        error = assert_openai_error(refused, status)
+        assert error["param"] == "part_ids" and wrong in error["message"], error
+    refused = client.post(f"{path}/complete", headers=KEY,
+                          json={"part_ids": [part.id, rest.id], "md5": "0" * 32})
+    assert assert_openai_error(refused, 400)["param"] == "md5"
+    with pytest.raises(openai.BadRequestError) as exc:  # invalid JSONL: lines in this order
+        api.uploads.complete(upload.id, part_ids=[rest.id, part.id])
+    assert exc.value.code == "invalid_file_format"
+    assert client.get("/v1/files", headers=KEY).json()["data"] == []
+    beta = sdk(client, "sk-beta")
+    with pytest.raises(openai.NotFoundError):  # another tenant's
+        beta.uploads.complete(upload.id, part_ids=[part.id, rest.id])
+    assert api.uploads.complete(upload.id, part_ids=[part.id, rest.id]).status == "completed"
+    again = client.post(f"{path}/parts", headers=KEY, files={"data": ("p", b"{}")})
+    assert assert_openai_error(again, 409)["code"] == "upload_not_pending"
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    ({"bytes": 4 * len(DATA) + 1}, 400, "bytes"), ({"bytes": 0}, 400, "bytes"),
+    ({"mime_type": "image/png"}, 400, "mime_type"), ({"purpose": "vision"}, 400, "purpose"),
+    ({"expires_after": {"anchor": "created_at", "seconds": 60}}, 400,
+     "expires_after.seconds"), ({"parts": 2}, 400, "parts")])
+def test_a_bad_upload_is_refused_naming_its_field(served, body: dict, status: int,
+                                                  param: str) -> None:
+    client, manager, _ = served
+    asked = {"bytes": 10, "filename": "t.jsonl", "mime_type": "application/jsonl",
+             "purpose": "fine-tune", **body}
+    error = assert_openai_error(client.post("/v1/uploads", headers=KEY, json=asked), status)
+    assert error["param"] == param
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["UploadRequest"]
+    assert schema["properties"]["bytes"]["maximum"] == 4 * len(DATA)  # the setting, published
+    assert manager.records.db.query("SELECT COUNT(*) AS n FROM uploads")[0]["n"] == 0
+
+
+def test_a_cancelled_or_expired_upload_takes_nothing_and_its_parts_go(served) -> None:
+    _, manager, api = served
+    uploads = manager.records.uploads
+    cancelled = api.uploads.create(bytes=len(DATA), filename="t.jsonl",
+                                   mime_type="application/jsonl", purpose="fine-tune")
+    part = api.uploads.parts.create(cancelled.id, data=DATA)
+    assert api.uploads.cancel(cancelled.id).status == "cancelled"
+    assert not uploads.path(part.id).exists() and uploads.parts(cancelled.id) == []
+    assert stored_by_kind(manager.records.db, "acme")["files"] == 0
+    with pytest.raises(openai.ConflictError) as exc:
+        api.uploads.complete(cancelled.id, part_ids=[part.id])
+    assert exc.value.code == "upload_not_pending" and "cancelled" in exc.value.message
+    late = api.uploads.create(bytes=len(DATA), filename="t.jsonl",
+                              mime_type="application/jsonl", purpose="fine-tune")
+    part = api.uploads.parts.create(late.id, data=DATA)
+    with manager.records.db.transaction() as conn:
+        conn.execute("UPDATE uploads SET expires_at = ? WHERE id = ?",
+                     (int(time.time()) - 1, late.id))
+    with pytest.raises(openai.ConflictError) as exc:
+        api.uploads.complete(late.id, part_ids=[part.id])
+    assert "expired" in exc.value.message
+    assert uploads.expire(int(time.time())) == [late.id]
+    assert not uploads.path(part.id).exists()
+    assert stored_by_kind(manager.records.db, "acme")["files"] == 0
+    assert uploads.expire(int(time.time()) + 2 * 3600) == []  # their records forgotten an hour
+    # after their own hour
+    assert uploads.get(late.id, "acme") is None and uploads.get(cancelled.id, "acme") is None
+
+
+def test_parts_past_the_storage_quota_are_a_403(served) -> None:
+    client, _, api = served
+    upload = api.uploads.create(bytes=4 * len(DATA), filename="t.jsonl",
+                                mime_type="application/jsonl", purpose="fine-tune")
+    for _ in range(3):
+        api.uploads.parts.create(upload.id, data=DATA)
+    refused = client.post(f"/v1/uploads/{upload.id}/parts", headers=KEY,
+                          files={"data": ("p", DATA)})
+    assert assert_openai_error(refused, 403)["code"] == "storage_quota_exceeded"
