@@ -3,8 +3,10 @@ in the gateway's memory whole, never written from the event loop."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from fastapi import UploadFile
 from starlette.concurrency import run_in_threadpool
@@ -22,3 +24,15 @@ def copy_at_most(source: BinaryIO, target: Path, limit: int) -> int:
     """Copy up to `limit` + 1 bytes in chunks (more means too large); the bytes copied."""
     return write_new(target, iter(lambda: source.read(min(1 << 20, limit + 1)), b""),
                      limit=limit + 1)
+
+
+@asynccontextmanager
+async def staging_file(state: Any, tenant: str) -> AsyncIterator[Path]:
+    """A fresh staging path beside the files (`FileReader.staging`), within one of the tenant's
+    upload slots; removed afterwards (by then the manager adopted it, or it is not wanted)."""
+    async with state.uploads.slot(tenant):
+        staged = state.files.staging()
+        try:
+            yield staged
+        finally:
+            staged.unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from gateway.dataset import validate_jsonl
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
-from gateway.staging import stage
+from gateway.staging import stage, staging_file
 from openapi.files import FileDeleted, FileList, FileObject
 from wire.store import StoreAction
 
@@ -44,19 +44,15 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
     anchor, `created_at`, is the only one)."""
     state = request.app.state
     limit = state.settings.max_upload_bytes
-    async with state.uploads.slot(tenant.id):
-        staged = state.files.staging()
-        try:
-            if not await stage(file, staged, limit):
-                raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
-                               "file_too_large", "file")
-            examples, format = await checked(staged, purpose, state.text_tokens)
-            made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
-                                name=file.filename or "upload.jsonl", purpose=purpose,
-                                staged=staged.name, examples=examples, format=format,
-                                expires_in=seconds, quota_bytes=tenant.storage_quota())
-        finally:
-            staged.unlink(missing_ok=True)
+    async with staging_file(state, tenant.id) as staged:
+        if not await stage(file, staged, limit):
+            raise APIError(413, f"The file is larger than the limit of {limit} bytes.",
+                           "file_too_large", "file")
+        examples, format = await checked(staged, purpose, state.text_tokens)
+        made = await change(state.manager, StoreAction.ADD_FILE, tenant.id, param="file",
+                            name=file.filename or "upload.jsonl", purpose=purpose,
+                            staged=staged.name, examples=examples, format=format,
+                            expires_in=seconds, quota_bytes=tenant.storage_quota())
     return FileObject(**state.files.get(made.made, tenant.id).public())
 
 

@@ -16,7 +16,7 @@ from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
 from gateway.records import change
 from gateway.routes.files import checked
-from gateway.staging import stage
+from gateway.staging import stage, staging_file
 from openapi.files import FileObject
 from openapi.uploads import CompleteRequest, Upload, UploadPart, UploadRequest
 from state.storage import write_new
@@ -50,17 +50,13 @@ async def add_upload_part(upload_id: str, request: Request, tenant: TenantDep,
     than the upload's `bytes`."""
     state = request.app.state
     _pending(request, upload_id, tenant.id)
-    async with state.uploads.slot(tenant.id):
-        staged = state.files.staging()
-        try:
-            if not await stage(data, staged, PART_BYTES):
-                raise APIError(413, f"A part is larger than the limit of {PART_BYTES} bytes.",
-                               "part_too_large", "data")
-            made = await change(state.manager, StoreAction.ADD_PART, tenant.id, param="data",
-                                upload_id=upload_id, staged=staged.name,
-                                quota_bytes=tenant.storage_quota())
-        finally:
-            staged.unlink(missing_ok=True)
+    async with staging_file(state, tenant.id) as staged:
+        if not await stage(data, staged, PART_BYTES):
+            raise APIError(413, f"A part is larger than the limit of {PART_BYTES} bytes.",
+                           "part_too_large", "data")
+        made = await change(state.manager, StoreAction.ADD_PART, tenant.id, param="data",
+                            upload_id=upload_id, staged=staged.name,
+                            quota_bytes=tenant.storage_quota())
     part = next((p for p in state.upload_records.parts(upload_id) if p.id == made.made), None)
     if part is None:  # the upload ended since (cancelled): the part was taken all the same
         return UploadPart(id=made.made, created_at=int(time.time()), upload_id=upload_id)
@@ -79,25 +75,20 @@ async def complete_upload(upload_id: str, body: CompleteRequest, request: Reques
     if wrong:
         status, code, message = wrong
         raise APIError(status, message, code, "part_ids")
-    async with state.uploads.slot(tenant.id):
-        staged = state.files.staging()
+    async with staging_file(state, tenant.id) as staged:
         try:
-            try:
-                md5 = await run_in_threadpool(join, [records.path(p) for p in body.part_ids],
-                                              staged)
-            except FileNotFoundError:  # cancelled or expired meanwhile
-                raise APIError(409, not_pending(_pending(request, upload_id, tenant.id)),
-                               "upload_not_pending") from None
-            if body.md5 is not None and body.md5.lower() != md5:
-                raise APIError(400, f"The parts' MD5 is {md5}, not {body.md5}.",
-                               "md5_mismatch", "md5")
-            examples, format = await checked(staged, upload.purpose, state.text_tokens)
-            made = await change(state.manager, StoreAction.COMPLETE_UPLOAD, tenant.id,
-                                param="part_ids", upload_id=upload_id,
-                                part_ids=body.part_ids, staged=staged.name, examples=examples,
-                                format=format)
-        finally:
-            staged.unlink(missing_ok=True)
+            md5 = await run_in_threadpool(join, [records.path(p) for p in body.part_ids], staged)
+        except FileNotFoundError:
+            _pending(request, upload_id, tenant.id)  # cancelled or expired meanwhile: its 409
+            raise APIError(409, f"A part of upload {upload_id} is gone.", "invalid_part_ids",
+                           "part_ids") from None
+        if body.md5 is not None and body.md5.lower() != md5:
+            raise APIError(400, f"The parts' MD5 is {md5}, not {body.md5}.", "md5_mismatch",
+                           "md5")
+        examples, format = await checked(staged, upload.purpose, state.text_tokens)
+        made = await change(state.manager, StoreAction.COMPLETE_UPLOAD, tenant.id,
+                            param="part_ids", upload_id=upload_id, part_ids=body.part_ids,
+                            staged=staged.name, examples=examples, format=format)
     return _public(request, records.get(upload_id, tenant.id), made.made)
 
 

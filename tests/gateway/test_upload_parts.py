@@ -160,3 +160,16 @@ def test_parts_past_the_storage_quota_are_a_403(served) -> None:
     refused = client.post(f"/v1/uploads/{upload.id}/parts", headers=KEY,
                           files={"data": ("p", DATA)})
     assert assert_openai_error(refused, 403)["code"] == "storage_quota_exceeded"
+
+
+def test_a_part_gone_while_completing_is_a_409_not_a_500(served) -> None:
+    """(As when the upload is cancelled between the check and the join: here its bytes alone.)"""
+    client, manager, api = served
+    upload = api.uploads.create(bytes=len(DATA), filename="t.jsonl",
+                                mime_type="application/jsonl", purpose="fine-tune")
+    part = api.uploads.parts.create(upload.id, data=DATA)
+    manager.records.uploads.path(part.id).unlink()
+    refused = client.post(f"/v1/uploads/{upload.id}/complete", headers=KEY,
+                          json={"part_ids": [part.id]})
+    assert "is gone" in assert_openai_error(refused, 409)["message"]
+    assert client.get("/v1/files", headers=KEY).json()["data"] == []
