@@ -1,7 +1,7 @@
 """The Batch API through real processes with the official openai SDK: a batch's answers are
 those of its endpoint (greedy text equal to plain peft's, with its token counts), a bad
-request is its line's error, a cancelled batch stops and names the requests it never ran, and a
-batch is its tenant's alone."""
+request is its line's error, a cancelled batch stops and names the requests it never ran (its
+input sent in parts, through the Uploads API), and a batch is its tenant's alone."""
 
 from __future__ import annotations
 
@@ -18,11 +18,15 @@ URL = "/v1/chat/completions"
 PROMPTS = ["Hello", "Tell me a story", "Bye"]
 
 
-def submit(client: openai.OpenAI, bodies: list[dict], **fields):
+def submit(client: openai.OpenAI, bodies: list[dict], parts: bool = False, **fields):
+    """A batch of `bodies`, its input file uploaded whole or (`parts`) in parts of 500 bytes."""
     rows = [{"custom_id": f"q{k}", "method": "POST", "url": URL, "body": body}
             for k, body in enumerate(bodies)]
-    source = client.files.create(file=("in.jsonl", "\n".join(map(json.dumps, rows)).encode()),
-                                 purpose="batch")
+    data = "\n".join(map(json.dumps, rows)).encode()
+    source = client.uploads.upload_file_chunked(
+        file=data, bytes=len(data), filename="in.jsonl", mime_type="application/jsonl",
+        purpose="batch", part_size=500).file if parts else \
+        client.files.create(file=("in.jsonl", data), purpose="batch")
     return client.batches.create(input_file_id=source.id, endpoint=URL,
                                  completion_window="24h", **fields)
 
@@ -77,7 +81,7 @@ def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deploym
     client = deployment.client("acme")
     long = {"model": "acme/lora-a", "messages": [{"role": "user", "content": "Go on"}],
             "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
-    batch = submit(client, [long] * 12)
+    batch = submit(client, [long] * 12, parts=True)  # (the Uploads API's file, 6 parts)
     with pytest.raises(openai.ConflictError):  # its input is read while it runs
         client.files.delete(batch.input_file_id)
     cancelling = client.batches.cancel(batch.id)
