@@ -173,3 +173,17 @@ def test_a_part_gone_while_completing_is_a_409_not_a_500(served) -> None:
                           json={"part_ids": [part.id]})
     assert "is gone" in assert_openai_error(refused, 409)["message"]
     assert client.get("/v1/files", headers=KEY).json()["data"] == []
+
+
+def test_the_manager_deletes_part_files_no_record_names_as_it_starts(served) -> None:
+    """(Left by a manager stopped between an upload's end, recorded with its file, and the
+    removal of its parts' bytes.)"""
+    _, manager, api = served
+    uploads = manager.records.uploads
+    upload = api.uploads.create(bytes=len(DATA), filename="t.jsonl",
+                                mime_type="application/jsonl", purpose="fine-tune")
+    live = api.uploads.parts.create(upload.id, data=DATA)
+    (uploads.parts_dir / "part-0123456789abcdef01234567").write_bytes(b"left")
+    assert uploads.sweep() == 1
+    assert [path.name for path in uploads.parts_dir.iterdir()] == [live.id]
+    assert api.uploads.complete(upload.id, part_ids=[live.id]).status == "completed"

@@ -3,12 +3,16 @@ one (the data dir's one writer of the `files` table; `state.files` reads it)."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from state.db import Database
 from state.files import FileReader, FileRecord, new_id
 from state.storage import Reserve, delete_freeing_space, write_new
+
+Then = Callable[[sqlite3.Connection, FileRecord], None]
 
 
 class FileStore(FileReader):
@@ -17,10 +21,11 @@ class FileStore(FileReader):
         self.reserve = Reserve(data_dir)
 
     def create(self, tenant: str, filename: str, purpose: str, data: bytes | Path, *,
-               examples: int = 0, format: str | None = None,
-               expires_in: int | None = None) -> FileRecord:
+               examples: int = 0, format: str | None = None, expires_in: int | None = None,
+               then: Then | None = None) -> FileRecord:
         """A new file from bytes, or adopting a staged file whole (`staging`); `expires_in`:
-        seconds from now until it is gone for its tenant."""
+        seconds from now until it is gone for its tenant; `then`: what else its transaction
+        writes (an upload it completes)."""
         file_id = new_id("file")
         path = self.root / file_id
         if isinstance(data, Path):
@@ -38,6 +43,8 @@ class FileStore(FileReader):
                              (record.id, record.tenant, record.bytes, record.created_at,
                               record.filename, record.purpose, record.status, record.path,
                               record.examples, record.format, record.expires_at))
+                if then is not None:
+                    then(conn, record)
         except BaseException:
             path.unlink(missing_ok=True)
             raise

@@ -52,6 +52,8 @@ class Records:
         self.chats = ChatStore(self.db, self.files.reserve)
         self.conversations = ConversationStore(self.db, self.files.reserve)
         self.uploads = UploadStore(self.db, data_dir, self.files.reserve)
+        if swept := self.uploads.sweep():
+            log.info("%d part file(s) of ended uploads deleted", swept)
         self.desk = StoreDesk(self.registry, self.files, self.jobs, self.responses,
                               self.batches, self.chats, self.conversations, self.uploads)
         self.ledger = JobLedger(self.jobs, self.files, data_dir)

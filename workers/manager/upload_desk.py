@@ -46,7 +46,8 @@ class UploadDesk:
 
     def _complete(self, command: StoreCommand) -> StoreAnswer:
         upload = self._pending(command)
-        sizes = {part.id: part.bytes for part in self.uploads.parts(upload.id)}
+        parts = self.uploads.parts(upload.id)
+        sizes = {part.id: part.bytes for part in parts}
         wrong = parts_wrong(upload, sizes, command.part_ids)
         if wrong:
             raise Refused(*wrong)
@@ -54,10 +55,11 @@ class UploadDesk:
         if staged is None or not staged.is_file() or staged.stat().st_size != upload.bytes:
             raise Refused(400, "invalid_file", f"no staged upload {command.staged!r} of "
                           f"{upload.bytes} bytes")
-        file = self.files.create(upload.tenant, upload.filename, upload.purpose, staged,
-                                 examples=command.examples, format=command.format,
-                                 expires_in=upload.file_expires_in)
-        self.uploads.finish(upload, "completed", file.id)
+        file = self.files.create(  # the file and the upload's end in one transaction
+            upload.tenant, upload.filename, upload.purpose, staged, examples=command.examples,
+            format=command.format, expires_in=upload.file_expires_in,
+            then=lambda conn, file: self.uploads.ended(conn, upload.id, "completed", file.id))
+        self.uploads.remove(parts)
         return StoreAnswer(id=command.id, made=file.id)
 
     def _cancel(self, command: StoreCommand) -> StoreAnswer:

@@ -4,6 +4,7 @@ deleted, and ended ones forgotten an hour after their own."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -45,21 +46,36 @@ class UploadStore(UploadReader):
             raise
         return part
 
-    def finish(self, upload: UploadRecord, status: str, file_id: str | None = None) -> None:
-        """`upload` ends as `status`; its parts' rows and bytes go."""
+    def finish(self, upload: UploadRecord, status: str) -> None:
+        """`upload` ends as `status` (cancelled, expired); its parts' rows and bytes go."""
         parts = self.parts(upload.id)
 
         def forget() -> None:
             with self.db.transaction() as conn:
-                conn.execute("DELETE FROM upload_parts WHERE upload = ?", (upload.id,))
-                conn.execute("UPDATE uploads SET status = ?, file_id = ? WHERE id = ?",
-                             (status, file_id, upload.id))
+                self.ended(conn, upload.id, status)
 
-        def remove() -> None:
-            for part in parts:
-                self.path(part.id).unlink(missing_ok=True)
+        delete_freeing_space(forget, lambda: self.remove(parts), self.reserve)
 
-        delete_freeing_space(forget, remove, self.reserve)
+    def ended(self, conn: sqlite3.Connection, upload_id: str, status: str,
+              file_id: str | None = None) -> None:
+        """In `conn`'s transaction: the upload ends as `status`, its parts' rows go (their bytes
+        then: `remove`)."""
+        conn.execute("DELETE FROM upload_parts WHERE upload = ?", (upload_id,))
+        conn.execute("UPDATE uploads SET status = ?, file_id = ? WHERE id = ?",
+                     (status, file_id, upload_id))
+
+    def remove(self, parts: list[PartRecord]) -> None:
+        for part in parts:
+            self.path(part.id).unlink(missing_ok=True)
+
+    def sweep(self) -> int:
+        """Delete the part files no row names (a manager stopped between an upload's end and
+        their removal); how many. Only the manager writes here, so at its start none is new."""
+        named = {row["id"] for row in self.db.query("SELECT id FROM upload_parts")}
+        gone = [path for path in self.parts_dir.iterdir() if path.name not in named]
+        for path in gone:
+            path.unlink(missing_ok=True)
+        return len(gone)
 
     def expire(self, now: int) -> list[str]:
         """The pending uploads past their hour end as expired (their parts deleted), and the
