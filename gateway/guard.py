@@ -2,7 +2,8 @@
 
 An ASGI middleware (outermost), so nothing reads a byte of a body before it runs:
 - a request with a body to /v1/ without a valid key gets its 401 before any of the body is read;
-- a declared Content-Length over the limit gets its 413 at once;
+- a declared Content-Length over the limit (a form's: the largest upload and its framing) gets
+  its 413 at once;
 - a body without a declared length (chunked) is counted as it arrives; the first chunk past the
   limit ends the request with a 413, whatever the route was doing with it (JSON or multipart).
 """
@@ -18,6 +19,8 @@ from gateway.settings import GatewaySettings
 from gateway.tenants import TenantDirectory
 
 log = logging.getLogger("gateway")
+FORM_FRAMING = 64 * 1024  # a form's boundaries and fields beside a file of the largest size (the
+# route counts the file itself against `max_upload_bytes`)
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
@@ -58,7 +61,8 @@ class BodyGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope["headers"]}
         multipart = headers.get("content-type", "").startswith("multipart/")
-        limit = self.settings.max_upload_bytes if multipart else self.settings.max_body_bytes
+        limit = self.settings.max_upload_bytes + FORM_FRAMING if multipart \
+            else self.settings.max_body_bytes
         try:
             if scope["path"].startswith("/v1/") and IN_PROCESS_TENANT not in scope:
                 authenticate(headers.get("authorization", ""), scope["app"].state.tenants)

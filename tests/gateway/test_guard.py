@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.app import create_app
+from gateway.guard import FORM_FRAMING
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import KEY
 
@@ -79,7 +80,7 @@ def test_no_body_is_read_before_authentication(app, path: str, headers: dict) ->
 
 
 @pytest.mark.parametrize(("path", "headers", "limit"), [
-    ("/v1/files", MULTIPART, 256 * 1024),
+    ("/v1/files", MULTIPART, 256 * 1024 + FORM_FRAMING),
     ("/v1/completions", {"content-type": "application/json"}, 64 * 1024),
 ])
 def test_bodies_are_cut_at_the_limit_as_they_stream(app, path: str, headers: dict,

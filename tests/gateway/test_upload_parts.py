@@ -28,7 +28,7 @@ QUOTA_MB = 3 * len(DATA) / 2**20
 def served(tmp_path):
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme,beta=sk-beta",
                                manager=f"ipc://{tmp_path}/manager.sock",
-                               max_body_bytes=64 * 1024, max_upload_bytes=4 * len(DATA),
+                               max_body_bytes=64 * 1024, max_upload_bytes=2 * len(DATA),
                                max_storage_mb=QUOTA_MB)
     with serving(settings) as (client, manager):
         yield client, manager, sdk(client, "sk-acme")
@@ -106,7 +106,7 @@ def test_mistakes_are_openai_errors_and_leave_the_upload_pending(served) -> None
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [
-    ({"bytes": 4 * len(DATA) + 1}, 400, "bytes"), ({"bytes": 0}, 400, "bytes"),
+    ({"bytes": 2 * len(DATA) + 1}, 400, "bytes"), ({"bytes": 0}, 400, "bytes"),
     ({"mime_type": "image/png"}, 400, "mime_type"), ({"purpose": "vision"}, 400, "purpose"),
     ({"expires_after": {"anchor": "created_at", "seconds": 60}}, 400,
      "expires_after.seconds"), ({"parts": 2}, 400, "parts")])
@@ -118,7 +118,7 @@ def test_a_bad_upload_is_refused_naming_its_field(served, body: dict, status: in
     error = assert_openai_error(client.post("/v1/uploads", headers=KEY, json=asked), status)
     assert error["param"] == param
     schema = client.get("/openapi.json").json()["components"]["schemas"]["UploadRequest"]
-    assert schema["properties"]["bytes"]["maximum"] == 4 * len(DATA)  # the setting, published
+    assert schema["properties"]["bytes"]["maximum"] == 2 * len(DATA)  # the setting, published
     assert manager.records.db.query("SELECT COUNT(*) AS n FROM uploads")[0]["n"] == 0
 
 
@@ -153,11 +153,12 @@ def test_a_cancelled_or_expired_upload_takes_nothing_and_its_parts_go(served) ->
 
 def test_parts_past_the_storage_quota_are_a_403(served) -> None:
     client, _, api = served
-    upload = api.uploads.create(bytes=4 * len(DATA), filename="t.jsonl",
-                                mime_type="application/jsonl", purpose="fine-tune")
-    for _ in range(3):
+    first, second = (api.uploads.create(bytes=2 * len(DATA), filename="t.jsonl",
+                                        mime_type="application/jsonl", purpose="fine-tune")
+                     for _ in range(2))
+    for upload in (first, first, second):
         api.uploads.parts.create(upload.id, data=DATA)
-    refused = client.post(f"/v1/uploads/{upload.id}/parts", headers=KEY,
+    refused = client.post(f"/v1/uploads/{second.id}/parts", headers=KEY,
                           files={"data": ("p", DATA)})
     assert assert_openai_error(refused, 403)["code"] == "storage_quota_exceeded"
 
@@ -187,3 +188,20 @@ def test_the_manager_deletes_part_files_no_record_names_as_it_starts(served) -> 
     assert uploads.sweep() == 1
     assert [path.name for path in uploads.parts_dir.iterdir()] == [live.id]
     assert api.uploads.complete(upload.id, part_ids=[live.id]).status == "completed"
+
+
+def test_a_file_of_the_largest_size_goes_whole_or_in_the_sdks_default_part(served) -> None:
+    """The body guard's limit on a form leaves room for its framing beside the largest file."""
+    client, _, api = served
+    largest = DATA * 2  # the served limit, exactly
+    upload = api.uploads.upload_file_chunked(file=largest, bytes=len(largest),
+                                             filename="t.jsonl", mime_type="application/jsonl",
+                                             purpose="fine-tune")
+    assert api.files.content(upload.file.id).content == largest
+    api.files.delete(upload.file.id)  # room in the quota
+    whole = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                        files={"file": ("t.jsonl", largest, "application/jsonl")})
+    assert whole.status_code == 200, whole.text
+    over = client.post("/v1/files", headers=KEY, data={"purpose": "fine-tune"},
+                       files={"file": ("t.jsonl", largest + b"\n", "application/jsonl")})
+    assert assert_openai_error(over, 413)["code"] == "file_too_large"
