@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, BinaryIO, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
-from gateway.batch_file import InvalidBatchFile, read_batch_file
-from gateway.dataset import validate_jsonl
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
+from gateway.file_check import checked
 from gateway.records import change
 from gateway.staging import stage, staging_file
 from openapi.files import FileDeleted, FileList, FileObject
@@ -54,28 +51,6 @@ async def upload_file(request: Request, tenant: TenantDep, file: Annotated[Uploa
                             staged=staged.name, examples=examples, format=format,
                             expires_in=seconds, quota_bytes=tenant.storage_quota())
     return FileObject(**state.files.get(made.made, tenant.id).public())
-
-
-async def checked(staged: Path, purpose: str, tokens) -> tuple[int, str | None]:
-    """A fine-tuning file's examples and format, or a batch file's requests; else the 400."""
-    try:
-        if purpose == "batch":
-            return (await run_in_threadpool(read_batch_file, staged)).requests, None
-        report = await run_in_threadpool(validate_file, staged, tokens.count,
-                                         tokens.max_context)
-    except InvalidBatchFile as exc:
-        raise APIError(400, f"Invalid batch file: {exc}", "invalid_file_format", "file") from None
-    if not report.ok:
-        raise APIError(400, report.message(), "invalid_file_format", "file")
-    return report.examples, report.format
-
-
-def validate_file(path: Path, count, max_tokens: int):
-    """Line by line, read ~1 MiB at a time (iterating the file object itself holds the GIL
-    for seconds and stalls every other request)."""
-    with path.open("rb") as f:
-        return validate_jsonl((line for batch in iter(lambda: f.readlines(1 << 20), [])
-                               for line in batch), count, max_tokens)
 
 
 @router.get("/files", response_model=FileList)

@@ -14,8 +14,8 @@ from starlette.concurrency import run_in_threadpool
 
 from gateway.deps import KnownFormFields, TenantDep
 from gateway.errors import APIError, documented
+from gateway.file_check import checked
 from gateway.records import change
-from gateway.routes.files import checked
 from gateway.staging import stage, staging_file
 from openapi.files import FileObject
 from openapi.uploads import CompleteRequest, Upload, UploadPart, UploadRequest
@@ -85,7 +85,7 @@ async def complete_upload(upload_id: str, body: CompleteRequest, request: Reques
         if body.md5 is not None and body.md5.lower() != md5:
             raise APIError(400, f"The parts' MD5 is {md5}, not {body.md5}.", "md5_mismatch",
                            "md5")
-        examples, format = await checked(staged, upload.purpose, state.text_tokens)
+        examples, format = await checked(staged, upload.purpose, state.text_tokens, None)
         made = await change(state.manager, StoreAction.COMPLETE_UPLOAD, tenant.id,
                             param="part_ids", upload_id=upload_id, part_ids=body.part_ids,
                             staged=staged.name, examples=examples, format=format)

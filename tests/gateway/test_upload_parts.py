@@ -95,7 +95,8 @@ def test_mistakes_are_openai_errors_and_leave_the_upload_pending(served) -> None
     assert assert_openai_error(refused, 400)["param"] == "md5"
     with pytest.raises(openai.BadRequestError) as exc:  # invalid JSONL: lines in this order
         api.uploads.complete(upload.id, part_ids=[rest.id, part.id])
-    assert exc.value.code == "invalid_file_format"
+    assert exc.value.code == "invalid_file_format" and exc.value.param is None
+    assert "line 1" in exc.value.message.lower(), exc.value.message
     assert client.get("/v1/files", headers=KEY).json()["data"] == []
     beta = sdk(client, "sk-beta")
     with pytest.raises(openai.NotFoundError):  # another tenant's
