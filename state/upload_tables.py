@@ -1,11 +1,13 @@
 """The tables of uploads (`state.uploads`) and their parts, whose bytes count in their tenant's
-storage as files do (`state.kept_bytes`)."""
+storage as files do (`state.kept_bytes`), as do an upload's own names (a tenant cannot keep
+rows past its quota however many uploads it opens)."""
 
 from __future__ import annotations
 
 from state.kept_bytes import Counted, counting
 
 PARTS = Counted("upload_parts", "files", ("bytes",), "{row}.tenant", measured=True)
+UPLOADS = Counted("uploads", "files", ("id", "filename", "mime_type"), "{row}.tenant")
 MIGRATION = f"""
     CREATE TABLE uploads (
         id TEXT PRIMARY KEY,
@@ -30,4 +32,5 @@ MIGRATION = f"""
     );
     CREATE INDEX upload_parts_by_upload ON upload_parts (upload);
     {counting(PARTS)}
+    {counting(UPLOADS)}
     """

@@ -37,7 +37,7 @@ async def create_upload(body: UploadRequest, request: Request, tenant: TenantDep
                        "file_too_large", "bytes")
     made = await change(request.app.state.manager, StoreAction.ADD_UPLOAD, tenant.id,
                         name=body.filename, purpose=body.purpose, size=body.bytes,
-                        mime_type=body.mime_type,
+                        mime_type=body.mime_type, quota_bytes=tenant.storage_quota(),
                         expires_in=body.expires_after.seconds if body.expires_after else None)
     return _public(request, _pending(request, made.made, tenant.id))
 

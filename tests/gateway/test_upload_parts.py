@@ -21,7 +21,7 @@ LINES = [json.dumps({"messages": [{"role": "user", "content": f"Question {i}?"},
                                   {"role": "assistant", "content": f"Answer {i}."}]}) + "\n"
          for i in range(6)]
 DATA = "".join(LINES).encode()
-QUOTA_MB = 3 * len(DATA) / 2**20
+QUOTA_MB = (3 * len(DATA) + 200) / 2**20  # three copies and a few uploads' records
 
 
 @pytest.fixture()
@@ -32,6 +32,12 @@ def served(tmp_path):
                                max_storage_mb=QUOTA_MB)
     with serving(settings) as (client, manager):
         yield client, manager, sdk(client, "sk-acme")
+
+
+def kept(manager, *uploads: tuple[object, str]) -> int:
+    """The tenant's files' bytes beside what its uploads' records keep (id, name, MIME type)."""
+    rows = sum(len(upload.id) + len(upload.filename) + len(mime) for upload, mime in uploads)
+    return stored_by_kind(manager.records.db, "acme")["files"] - rows
 
 
 def sdk(client, key: str) -> openai.OpenAI:
@@ -56,7 +62,7 @@ def test_a_file_sent_in_parts_is_the_file_whole(served) -> None:
     job = client.post("/v1/fine_tuning/jobs", headers=KEY,
                       json={"model": "tiny-llama", "training_file": file.id})
     assert job.status_code == 200, job.text  # validated and counted as an upload's file is
-    assert stored_by_kind(manager.records.db, "acme")["files"] == len(DATA)  # parts gone
+    assert kept(manager, (upload, "application/jsonl")) == len(DATA)  # its parts gone
     assert list(manager.records.uploads.parts_dir.iterdir()) == []
 
 
@@ -80,7 +86,7 @@ def test_mistakes_are_openai_errors_and_leave_the_upload_pending(served) -> None
                                 mime_type="application/jsonl", purpose="fine-tune")
     path = f"/v1/uploads/{upload.id}"
     part = api.uploads.parts.create(upload.id, data=DATA[:50])
-    assert stored_by_kind(manager.records.db, "acme")["files"] == 50  # a part counts
+    assert kept(manager, (upload, "application/jsonl")) == 50  # a part counts
     too_many = client.post(f"{path}/parts", headers=KEY, files={"data": ("p", DATA)})
     assert assert_openai_error(too_many, 409)["code"] == "upload_too_large"
     rest = api.uploads.parts.create(upload.id, data=DATA[50:])
@@ -131,7 +137,7 @@ def test_a_cancelled_or_expired_upload_takes_nothing_and_its_parts_go(served) ->
     part = api.uploads.parts.create(cancelled.id, data=DATA)
     assert api.uploads.cancel(cancelled.id).status == "cancelled"
     assert not uploads.path(part.id).exists() and uploads.parts(cancelled.id) == []
-    assert stored_by_kind(manager.records.db, "acme")["files"] == 0
+    assert kept(manager, (cancelled, "application/jsonl")) == 0
     with pytest.raises(openai.ConflictError) as exc:
         api.uploads.complete(cancelled.id, part_ids=[part.id])
     assert exc.value.code == "upload_not_pending" and "cancelled" in exc.value.message
@@ -146,10 +152,11 @@ def test_a_cancelled_or_expired_upload_takes_nothing_and_its_parts_go(served) ->
     assert "expired" in exc.value.message
     assert uploads.expire(int(time.time())) == [late.id]
     assert not uploads.path(part.id).exists()
-    assert stored_by_kind(manager.records.db, "acme")["files"] == 0
+    assert kept(manager, (cancelled, "application/jsonl"), (late, "application/jsonl")) == 0
     assert uploads.expire(int(time.time()) + 2 * 3600) == []  # their records forgotten an hour
-    # after their own hour
+    # after their own hour, and what they kept with them
     assert uploads.get(late.id, "acme") is None and uploads.get(cancelled.id, "acme") is None
+    assert stored_by_kind(manager.records.db, "acme")["files"] == 0
 
 
 def test_parts_past_the_storage_quota_are_a_403(served) -> None:
@@ -162,6 +169,10 @@ def test_parts_past_the_storage_quota_are_a_403(served) -> None:
     refused = client.post(f"/v1/uploads/{second.id}/parts", headers=KEY,
                           files={"data": ("p", DATA)})
     assert assert_openai_error(refused, 403)["code"] == "storage_quota_exceeded"
+    asked = {"bytes": 10, "filename": "t.jsonl", "mime_type": "application/jsonl",
+             "purpose": "fine-tune"}
+    answers = [client.post("/v1/uploads", headers=KEY, json=asked) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 403, 403]  # ~55 bytes a record, 90 left
 
 
 def test_a_part_gone_while_completing_is_a_409_not_a_500(served) -> None:

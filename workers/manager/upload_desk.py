@@ -29,6 +29,8 @@ class UploadDesk:
                           f"{', '.join(sorted(PURPOSES))}")
         if command.size < 1:
             raise Refused(400, "invalid_upload", "an upload holds at least one byte")
+        self.fits(command, len(f"upload-{'0' * 24}{command.name}{command.mime_type}".encode()),
+                  "upload")
         record = self.uploads.create(command.tenant, command.name, command.purpose,
                                      command.size, command.mime_type, command.expires_in)
         return StoreAnswer(id=command.id, made=record.id)
