@@ -26,7 +26,8 @@ class UploadRecord:
     mime_type: str
     created_at: int
     expires_at: int
-    status: str  # pending, completed, cancelled (`status` says expired past `expires_at`)
+    status: str  # pending, completed, cancelled, expired (`status_now`: expired once past
+    # `expires_at`, before the manager's sweep records it)
     file_id: str | None = None  # the file it became
     file_expires_in: int | None = None  # that file's `expires_after[seconds]`
 

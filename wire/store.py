@@ -79,7 +79,7 @@ class StoreCommand(msgspec.Struct, tag="store_command", array_like=True, kw_only
     record: str = ""  # the JSON of what to keep or change (responses, chats, conversations)
     response_id: str = ""  # DELETE_RESPONSE; DELETE_CHAT, DELETE_CONVERSATION: the record's id
     quota_bytes: int = 0  # ADD_FILE, ADD_ADAPTER, ADD_RESPONSE, ADD_CHAT, ADD_CONVERSATION,
-    # ADD_ITEMS, SETTLE_TURN: what the tenant may keep (0: any)
+    # ADD_ITEMS, SETTLE_TURN, ADD_UPLOAD, ADD_PART: what the tenant may keep (0: any)
     batch_id: str = ""  # CANCEL_BATCH, FINISH_BATCH
     upload_id: str = ""  # ADD_PART, COMPLETE_UPLOAD, CANCEL_UPLOAD
     part_ids: list[str] = []  # COMPLETE_UPLOAD: its parts, in the file's order

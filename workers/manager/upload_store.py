@@ -72,7 +72,8 @@ class UploadStore(UploadReader):
         """Delete the part files no row names (a manager stopped between an upload's end and
         their removal); how many. Only the manager writes here, so at its start none is new."""
         named = {row["id"] for row in self.db.query("SELECT id FROM upload_parts")}
-        gone = [path for path in self.parts_dir.iterdir() if path.name not in named]
+        gone = [path for path in self.parts_dir.iterdir()
+                if path.name not in named and path.is_file()]
         for path in gone:
             path.unlink(missing_ok=True)
         return len(gone)
