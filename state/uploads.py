@@ -71,6 +71,16 @@ class UploadReader:
                              (upload_id,))
         return [PartRecord(**dict(r)) for r in rows]
 
+    def part(self, part_id: str, upload_id: str) -> PartRecord | None:
+        rows = self.db.query("SELECT * FROM upload_parts WHERE id = ? AND upload = ?",
+                             (part_id, upload_id))
+        return PartRecord(**dict(rows[0])) if rows else None
+
+    def held(self, upload_id: str) -> int:
+        """The bytes its parts hold so far."""
+        return self.db.query("SELECT COALESCE(SUM(bytes), 0) AS n FROM upload_parts "
+                             "WHERE upload = ?", (upload_id,))[0]["n"]
+
     def path(self, part_id: str) -> Path:
         """Where a part's bytes are (its id is ours: `new_id`, never a client's)."""
         return self.parts_dir / part_id

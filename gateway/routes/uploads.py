@@ -57,7 +57,7 @@ async def add_upload_part(upload_id: str, request: Request, tenant: TenantDep,
         made = await change(state.manager, StoreAction.ADD_PART, tenant.id, param="data",
                             upload_id=upload_id, staged=staged.name,
                             quota_bytes=tenant.storage_quota())
-    part = next((p for p in state.upload_records.parts(upload_id) if p.id == made.made), None)
+    part = state.upload_records.part(made.made, upload_id)
     if part is None:  # the upload was cancelled since: the part was taken, then went with it
         return UploadPart(id=made.made, created_at=int(time.time()), upload_id=upload_id)
     return UploadPart(**part.public())

@@ -40,7 +40,7 @@ class UploadDesk:
         staged = self.files.staged(command.staged)
         if staged is None or not staged.is_file():
             raise Refused(400, "invalid_file", f"no staged upload {command.staged!r}")
-        size, held = staged.stat().st_size, sum(p.bytes for p in self.uploads.parts(upload.id))
+        size, held = staged.stat().st_size, self.uploads.held(upload.id)
         if held + size > upload.bytes:
             raise Refused(409, "upload_too_large", too_large(upload, held, size))
         self.fits(command, size, "part")
