@@ -92,17 +92,15 @@ def _longest(pair: Pair) -> int:
 
 
 def sequence_logps(model: torch.nn.Module, group: list[Pair], pad_id: int,
-                   how: str | None = shared_prompt.AUTO) -> torch.Tensor:
+                   how: str | None) -> torch.Tensor:
     """[2 x pairs]: each output's log-probability, summed over its tokens; the preferred first.
     Through the executor's head loss where the model has one (`workers.remote.loss`: only the
     labelled positions' rows cross the link, their logits stay in the executor), else from the
     logits (only the labelled positions' are normalized: a prompt's are never copied). A pair's
-    prompt runs once, in `how`'s layout (`workers.training.shared_prompt`; `AUTO`: the one the
-    model allows the group), or with None each output whole, as plain peft's DPO runs them."""
+    prompt runs once, in `how`'s layout (`workers.training.shared_prompt`, as `micro_batches`
+    chose it), or with None each output whole, as plain peft's DPO runs them."""
     fused = head_loss(model)
     passing = fused.passing if fused is not None else _no_head_loss
-    if how == shared_prompt.AUTO:
-        how = shared_prompt.layout(model, group)
     outputs, labels, owners = shared_prompt.run(model, group, pad_id, passing, how)
     if fused is not None:  # the "logits" are the final hidden states
         losses, trained = fused.row_losses(outputs, labels)
@@ -140,7 +138,7 @@ def remember_references(model: torch.nn.Module, pairs: Items, pad_id: int,
 
 
 def pair_losses(model: torch.nn.Module, group: list[Pair], pad_id: int, beta: float,
-                how: str | None = shared_prompt.AUTO) -> tuple[torch.Tensor, torch.Tensor]:
+                how: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(each pair's loss, each pair's margin: the policy's log-ratio of preferred over
     non-preferred minus the reference's)."""
     policy = sequence_logps(model, group, pad_id, how)

@@ -55,7 +55,6 @@ def _first_trained(example: Example) -> int:
 
 PACKED_WIDTH = 4096  # a packed row's positions at most: its mask is this squared, in booleans
 PACKED, CACHED = "packed", "cached"
-AUTO = "auto"  # the layout a group allows (`layout`)
 
 
 def layout(model: nn.Module, group: list[Pair]) -> str | None:

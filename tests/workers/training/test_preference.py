@@ -20,6 +20,7 @@ from executor.local import LocalExecutor
 from tests.peft_reference import build_pair
 from workers.remote.loss import head_loss
 from workers.remote.privacy import PrivacyConfig
+from workers.training import shared_prompt
 from workers.training.data import IGNORE, Example, Pair, load_examples
 from workers.training.loop import Hyperparameters
 from workers.training.preference import (
@@ -213,7 +214,7 @@ def test_outputs_with_nothing_labelled_make_no_head_call_and_no_gradient() -> No
     for example in (one.preferred, one.non_preferred):
         example.labels = [IGNORE] * len(example.labels)
     ours.train()
-    logps = sequence_logps(ours, [one], 0)
+    logps = sequence_logps(ours, [one], 0, shared_prompt.layout(ours, [one]))
     assert logps.tolist() == [0.0, 0.0] and logps.requires_grad
     logps.sum().backward()
     grads = [p.grad for p in ours.parameters() if p.requires_grad]

@@ -113,7 +113,7 @@ def assert_plain_pefts(plain, ours, pairs: list[Pair]) -> None:
     expected = torch.stack([logp(plain, one.preferred) for one in pairs]
                            + [logp(plain, one.non_preferred) for one in pairs])
     expected.sum().backward()
-    logps = sequence_logps(ours, pairs, 0)
+    logps = sequence_logps(ours, pairs, 0, shared_prompt.layout(ours, pairs))
     assert logps.tolist() == pytest.approx(expected.tolist(), rel=1e-5)
     logps.sum().backward()
     grads = {n: p.grad for n, p in ours.named_parameters() if p.requires_grad}
