@@ -19,6 +19,7 @@ from gateway.guard import BodyGuard
 from gateway.head import ASKED, HeadAsGet
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
+from gateway.rate_limits import RateLimits
 from gateway.routes import router
 from gateway.schema_bounds import closed_forms, exact_bounds, upload_limit
 from gateway.serving import Serving
@@ -72,6 +73,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                                              max_kv_tokens=settings.max_kv_tokens,
                                              max_storage_mb=settings.max_storage_mb,
                                              max_context=settings.max_context,
+                                             requests_per_minute=settings.requests_per_minute,
+                                             tokens_per_minute=settings.tokens_per_minute,
                                              admin_keys=settings.admin_keys)
         state.manager = ManagerClient(settings.manager, stale_s=settings.manager_stale_s)
         await state.manager.start()
@@ -95,6 +98,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                   description="OpenAI-compatible completions and fine-tuning for many tenants' "
                               "PEFT adapters on one shared base model.")
     app.state.metrics = Metrics()
+    app.state.rate_limits = RateLimits()
     errors.install(app)
     app.include_router(router)
 
@@ -124,6 +128,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         app.state.metrics.requests.labels(path, str(response.status_code), tenant).inc()
         app.state.metrics.latency.labels(path).observe(time.monotonic() - started)
         response.headers["x-request-id"] = request.state.request_id
+        if (limited := getattr(request.state, "rate_limited", None)) is not None:
+            response.headers.update(app.state.rate_limits.headers(limited))
         log.info("request %s %s %s -> %d (%.0f ms, tenant %s)", request.state.request_id,
                  request.scope.get(ASKED, request.method), request.url.path, response.status_code,
                  1e3 * (time.monotonic() - started), tenant)

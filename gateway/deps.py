@@ -32,11 +32,21 @@ def caller(request: Request) -> Tenant:
 
 
 def tenant(request: Request) -> Tenant:
+    """The caller, a tenant, with one of its requests per minute taken (not for a request the
+    gateway makes of itself: its client's request was counted); the response reports its
+    limits (`x-ratelimit-*`, the `request_context` middleware)."""
     found = caller(request)
     if found.id == OPERATOR:
         raise APIError(403, "An operator key reads /metrics; it is no tenant's key.",
                        "operator_key")
     request.state.tenant = found.id
+    if request.scope.get(IN_PROCESS_TENANT) is None:
+        request.state.rate_limited = found
+        try:
+            request.app.state.rate_limits.take_request(found)
+        except APIError:
+            request.app.state.metrics.rejected.labels(found.id, "requests_per_minute").inc()
+            raise
     return found
 
 

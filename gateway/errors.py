@@ -37,10 +37,11 @@ RETRY_SOON = {"Retry-After": "1"}  # a 429 that a request finishing elsewhere en
 
 def documented(*statuses: int) -> dict:
     """A router's error responses for the OpenAPI document: every /v1 route can answer 401 (no
-    or a wrong key) and 403 (an operator key, which is no tenant's), 413 (body over the limit)
-    and 503 (the manager or executor down) besides its own."""
+    or a wrong key) and 403 (an operator key, which is no tenant's), 413 (body over the limit),
+    429 (the tenant's requests per minute spent) and 503 (the manager or executor down) besides
+    its own."""
     return {status: {"model": ErrorResponse}
-            for status in sorted({401, 403, 413, 503, *statuses})}
+            for status in sorted({401, 403, 413, 429, 503, *statuses})}
 
 
 class APIError(Exception):

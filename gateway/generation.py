@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway import kv_budget
 from gateway.errors import RETRY_SOON, APIError
 from gateway.fingerprint import fingerprint, stamped
+from gateway.rate_limits import TokenMeter
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
@@ -44,6 +45,7 @@ class Call:
 ChunkMaker = Callable[[Call, PromptResult, W.Message], list[dict]]
 BodyMaker = Callable[[Call, list[PromptResult]], dict]
 Kept = Callable[[dict], Awaitable[None]]
+Watch = Callable[[PromptResult, W.Message], None]
 
 
 def admit(state, tenant: Tenant) -> None:
@@ -54,6 +56,16 @@ def admit(state, tenant: Tenant) -> None:
         raise APIError(429, f"Too many concurrent requests for tenant {tenant.id} (limit "
                        f"{tenant.max_concurrent}); retry when one finishes.",
                        "rate_limit_exceeded", headers=RETRY_SOON)
+
+
+def _refused_as(state, tenant: Tenant, reason: str, take: Callable, *args):
+    """`take(*args)`, a 429 it raises counted as a refusal for `reason`."""
+    try:
+        return take(*args)
+    except APIError as refused:
+        if refused.status == 429:
+            state.metrics.rejected.labels(tenant.id, reason).inc()
+        raise
 
 
 async def generate(request: Request, tenant: Tenant, target: Target, prompts: list[dict],
@@ -83,13 +95,20 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
     admit(state, tenant)
     try:
-        kv_held = await kv_budget.reserve(state.tenants, state.text_tokens, tenant, prompts,
-                                          params)
-    except BaseException as refused:  # a 400 or 429, or the client gone while it was counted
+        lengths = await kv_budget.counted(state.text_tokens, tenant, prompts, params)
+        kv_held = _refused_as(state, tenant, "kv_budget", kv_budget.reserve, state.tenants,
+                              state.text_tokens, tenant, lengths, params)
+    except BaseException:  # a 400 or 429, or the client gone while it was counted
         state.tenants.release(tenant)
-        if isinstance(refused, APIError) and refused.status == 429:
-            state.metrics.rejected.labels(tenant.id, "kv_budget").inc()
         raise
+    try:
+        _refused_as(state, tenant, "tokens_per_minute", state.rate_limits.take_prompt, tenant,
+                    sum(lengths))
+    except APIError:
+        state.tenants.release(tenant)
+        state.tenants.free_kv(tenant, kv_held)
+        raise
+    meter = TokenMeter(state.rate_limits, tenant, lengths)
     state.metrics.inflight.labels(tenant.id).inc()
     released = False
 
@@ -116,6 +135,10 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         raise
     clock = TokenClock(state.metrics, tenant.id, call.started_at, params,
                        tenant.token_targets())
+
+    def tick(result: PromptResult, event: W.Message) -> None:
+        clock.tick(result, event)
+        meter.tick(result.index, event)
     call.answered = state.settings.model if run.fallback else target.model
     call.fingerprint = fingerprint(state.settings.model, call.answered, run.backend)
     headers = {VERSION_HEADER: call.answered}
@@ -124,12 +147,12 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         state.metrics.fallbacks.labels(tenant.id).inc()
     if stream:
         ending = Ending(usage_chunk, done_marker, settle, failed, body, kept)
-        return Stream(_stream(call, run, clock, chunks, include_usage, ending, release,
+        return Stream(_stream(call, run, tick, chunks, include_usage, ending, release,
                               obfuscate), ended=lambda: _ended(run, release),
                       media_type="text/event-stream",
                       headers={**headers, "cache-control": "no-cache"})
     try:
-        task = asyncio.ensure_future(run.collect(clock.tick))
+        task = asyncio.ensure_future(run.collect(tick))
         watcher = asyncio.ensure_future(watch_disconnect(request, task))
         try:
             results = await task
@@ -159,7 +182,7 @@ class Ending:
     kept: Kept | None
 
 
-async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
+async def _stream(call: Call, run: Run, tick: Watch, chunks: ChunkMaker,
                   include_usage: bool, end: Ending, release,
                   obfuscate: bool) -> AsyncIterator[bytes]:
     try:
@@ -167,7 +190,7 @@ async def _stream(call: Call, run: Run, clock: TokenClock, chunks: ChunkMaker,
             for chunk in chunks(call, result, result.started):
                 yield sse(stamped(chunk, call.fingerprint), obfuscate)
         async for result, event in run.events():
-            clock.tick(result, event)
+            tick(result, event)
             for chunk in chunks(call, result, event):
                 yield sse(stamped(chunk, call.fingerprint), obfuscate)
         _count(call, run.results)

@@ -35,6 +35,8 @@ class GatewaySettings(BaseSettings):
     max_context: int = Field(0, ge=0)  # per tenant; 0: the model's own limit
     max_kv_tokens: int = Field(0, ge=0)  # per tenant, across its in-flight requests; 0: no budget
     max_storage_mb: float = Field(0, ge=0)  # per tenant: all it keeps (usage.py); 0: any
+    requests_per_minute: int = Field(0, ge=0)  # per tenant (rate_limits.py); 0: any
+    tokens_per_minute: int = Field(0, ge=0)  # per tenant, prompt and generated; 0: any
     min_free_mb: int = Field(64, ge=0)  # /ready says unavailable with less free space in data_dir
     default_max_tokens: int | None = Field(None, ge=1)  # chat without max_tokens; None: by model
     max_tokens_cap: int = Field(0, ge=0)  # the most any request may ask for; 0: the context

@@ -3,7 +3,7 @@
 The tenants file (JSON) looks like:
     {"tenants": [{"id": "acme", "key_sha256": ["<hex>"], "max_concurrent": 8,
                   "max_context": 2048, "max_kv_tokens": 65536, "max_storage_mb": 1024,
-                  "fallback": false,
+                  "requests_per_minute": 600, "tokens_per_minute": 100000, "fallback": false,
                   "admin": false, "job_priority": 0, "decode_target_ms": 0,
                   "prefill_target_ms": 0, "ttft_target_ms": 0, "inter_token_target_ms": 0}]}
 Extra keys may come from the environment: SYMBIOSIS_API_KEYS="acme=sk-...,beta=sk-...", and
@@ -32,6 +32,7 @@ TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 TENANT_RULE = "lowercase letters, digits, '_' and '-' (at most 63), a letter or digit first"
 log = logging.getLogger("gateway.tenants")
 TARGET_MAX_MS = 60_000  # a latency target longer than a minute is no target
+RATES = ("requests_per_minute", "tokens_per_minute")
 TARGETS = ("decode_target_ms", "prefill_target_ms", "ttft_target_ms", "inter_token_target_ms")
 OPERATOR = "~operator"  # the keys of SYMBIOSIS_ADMIN_KEYS (no tenant id can look like this)
 
@@ -48,6 +49,8 @@ class Tenant:
     max_context: int = 0
     max_kv_tokens: int = 0  # KV-cache tokens its in-flight requests may hold at once (0: any)
     max_storage_mb: float = 0  # what it keeps (files, adapters, responses, batches; 0: any)
+    requests_per_minute: int = 0  # its clients' requests (0: any; `gateway.rate_limits`)
+    tokens_per_minute: int = 0  # its requests' prompt and generated tokens (0: any)
     fallback: bool = False
     admin: bool = False  # an operator key: may read /metrics (every tenant's volumes)
     job_priority: int = 0  # its tier: the priority of its jobs that do not set one (-100..100)
@@ -81,6 +84,11 @@ def amount(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
 
 
+def count(value: object) -> bool:
+    """A whole number >= 0 (not a bool), as a rate in the tenants file is."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class TenantDirectory:
     """Tenants by key. With a tenants file it follows the file while serving: a tenant created,
     changed or revoked there (`symbiosis tenants ...`) counts within `RECHECK_S`; a file that
@@ -105,10 +113,13 @@ class TenantDirectory:
     @classmethod
     def load(cls, path: Path, env_keys: str = "", *, max_concurrent: int = 16,
              max_context: int = 0, admin_keys: str = "",
-             max_kv_tokens: int = 0, max_storage_mb: float = 0) -> TenantDirectory:
+             max_kv_tokens: int = 0, max_storage_mb: float = 0, requests_per_minute: int = 0,
+             tokens_per_minute: int = 0) -> TenantDirectory:
         """The server-wide limits are each tenant's unless the tenants file sets its own."""
         defaults = {"max_concurrent": max_concurrent, "max_context": max_context,
-                    "max_kv_tokens": max_kv_tokens, "max_storage_mb": max_storage_mb}
+                    "max_kv_tokens": max_kv_tokens, "max_storage_mb": max_storage_mb,
+                    "requests_per_minute": requests_per_minute,
+                    "tokens_per_minute": tokens_per_minute}
 
         def source() -> list[Tenant]:
             return _read(path, env_keys, admin_keys, defaults)
@@ -199,6 +210,10 @@ def _read(path: Path, env_keys: str, admin_keys: str, defaults: dict) -> list[Te
             if not amount(tenant.max_storage_mb):
                 raise ValueError(f"tenant {tenant.id}: max_storage_mb is a number >= 0 "
                                  "(0: no quota)")
+            for name in RATES:
+                if not count(getattr(tenant, name)):
+                    raise ValueError(f"tenant {tenant.id}: {name} is a whole number >= 0 "
+                                     "(0: no limit)")
             if not LOWEST_PRIORITY <= tenant.job_priority <= HIGHEST_PRIORITY:
                 raise ValueError(f"tenant {tenant.id}: job_priority is "
                                  f"{LOWEST_PRIORITY}..{HIGHEST_PRIORITY}")

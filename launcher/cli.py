@@ -2,7 +2,7 @@
 
     symbiosis serve [--model tiny-llama] [--data-dir ./data] [--port 8000]
     symbiosis tenants create NAME [--max-concurrent N] [--max-storage-mb MB] [--job-priority P]
-        [--data-dir ./data]
+        [--requests-per-minute N] [--tokens-per-minute N] [--data-dir ./data]
     symbiosis tenants revoke NAME [--key KEY] [--data-dir ./data]
     symbiosis tenants list [--data-dir ./data]
     symbiosis adapters register --tenant T --name N DIRECTORY [--data-dir ./data]
@@ -23,6 +23,7 @@ from catalogue.builtin import BUILTINS
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
 from gateway.tenants import (
+    RATES,
     TARGETS,
     TenantDirectory,
     create_tenant,
@@ -127,7 +128,7 @@ def tenants_create(args: argparse.Namespace) -> int:
         limits["fallback"] = True
     if args.job_priority is not None:
         limits["job_priority"] = args.job_priority
-    for name in TARGETS:
+    for name in (*RATES, *TARGETS):
         if (value := getattr(args, name)) is not None:
             limits[name] = value
     key = create_tenant(path, args.name, **limits)
@@ -232,6 +233,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--job-priority", type=priority,
                    metavar=f"{LOWEST_PRIORITY}..{HIGHEST_PRIORITY}",
                    help="the tenant's tier: the priority of its jobs that do not set one")
+    p.add_argument("--requests-per-minute", type=serve_flags.COUNT, metavar="N",
+                   help="the requests the tenant's clients may send a minute (0: any)")
+    p.add_argument("--tokens-per-minute", type=serve_flags.COUNT, metavar="N",
+                   help="the prompt and generated tokens the tenant's requests may take a "
+                   "minute (0: any)")
     p.add_argument("--fallback", action="store_true",
                    help="serve the base model when the tenant's adapter cannot be loaded")
     for lane, default in (("decode", 1), ("prefill", 50)):

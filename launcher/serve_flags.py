@@ -103,6 +103,11 @@ SETTINGS = [
     Setting("--max-storage-mb", "SYMBIOSIS_MAX_STORAGE_MB", "what a tenant's files, adapters, "
             "stored responses and batches may take (the tenants file overrides; 0: no quota)",
             AMOUNT),
+    Setting("--requests-per-minute", "SYMBIOSIS_REQUESTS_PER_MINUTE", "the requests a tenant's "
+            "clients may send a minute (the tenants file overrides; 0: any)", COUNT),
+    Setting("--tokens-per-minute", "SYMBIOSIS_TOKENS_PER_MINUTE", "the prompt and generated "
+            "tokens a tenant's requests may take a minute (the tenants file overrides; 0: any)",
+            COUNT),
     Setting("--max-body-bytes", "SYMBIOSIS_MAX_BODY_BYTES", "the largest request body", positive),
     Setting("--max-upload-bytes", "SYMBIOSIS_MAX_UPLOAD_BYTES", "the largest upload", positive),
     Setting("--max-concurrent-uploads", "SYMBIOSIS_MAX_CONCURRENT_UPLOADS", "uploads one tenant "

@@ -8,9 +8,10 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
+from catalogue.resolve import resolve_model
 from gateway.app import create_app
 from gateway.errors import APIError
-from gateway.kv_budget import kv_tokens, reserve
+from gateway.kv_budget import counted, kv_tokens, reserve
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant, TenantDirectory
 from gateway.tokens import TextTokens
@@ -18,6 +19,12 @@ from tests.gateway.conftest import health_meanwhile
 from wire import manager as W
 
 TOKENS = TextTokens("tiny-llama")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def exported() -> None:
+    """The tokenizer's files (a first count in a process without them would count 0 for good)."""
+    resolve_model("tiny-llama")
 
 
 def test_a_request_holds_prompt_plus_output_tokens_per_sequence() -> None:
@@ -39,7 +46,8 @@ def test_a_request_holds_prompt_plus_output_tokens_per_sequence() -> None:
 
 def held(directory: TenantDirectory, tenant: Tenant, prompts: list[dict],
          params: W.SamplingParams) -> int:
-    return asyncio.run(reserve(directory, TOKENS, tenant, prompts, params))
+    lengths = asyncio.run(counted(TOKENS, tenant, prompts, params))
+    return reserve(directory, TOKENS, tenant, lengths, params)
 
 
 def test_requests_fit_beside_each_other_or_wait() -> None:
