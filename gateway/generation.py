@@ -58,6 +58,26 @@ def admit(state, tenant: Tenant) -> None:
                        "rate_limit_exceeded", headers=RETRY_SOON)
 
 
+async def _admitted(state, tenant: Tenant, prompts: list[dict], params: W.SamplingParams
+                    ) -> tuple[int, TokenMeter]:
+    """The request's place within its tenant's limits, each taken in turn and let go again
+    where a later one refuses: a concurrency slot (`admit`), its share of the KV budget (what to
+    free when it ends), its prompt's tokens per minute (the meter takes its generated ones)."""
+    admit(state, tenant)
+    kv_held = 0
+    try:
+        lengths = await kv_budget.counted(state.text_tokens, tenant, prompts, params)
+        kv_held = _refused_as(state, tenant, "kv_budget", kv_budget.reserve, state.tenants,
+                              state.text_tokens, tenant, lengths, params)
+        _refused_as(state, tenant, "tokens_per_minute", state.rate_limits.take_prompt, tenant,
+                    sum(lengths))
+    except BaseException:  # a 400 or 429, or the client gone while it was counted
+        state.tenants.release(tenant)
+        state.tenants.free_kv(tenant, kv_held)
+        raise
+    return kv_held, TokenMeter(state.rate_limits, tenant, lengths)
+
+
 def _refused_as(state, tenant: Tenant, reason: str, take: Callable, *args):
     """`take(*args)`, a 429 it raises counted as a refusal for `reason`."""
     try:
@@ -93,22 +113,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
-    admit(state, tenant)
-    try:
-        lengths = await kv_budget.counted(state.text_tokens, tenant, prompts, params)
-        kv_held = _refused_as(state, tenant, "kv_budget", kv_budget.reserve, state.tenants,
-                              state.text_tokens, tenant, lengths, params)
-    except BaseException:  # a 400 or 429, or the client gone while it was counted
-        state.tenants.release(tenant)
-        raise
-    try:
-        _refused_as(state, tenant, "tokens_per_minute", state.rate_limits.take_prompt, tenant,
-                    sum(lengths))
-    except APIError:
-        state.tenants.release(tenant)
-        state.tenants.free_kv(tenant, kv_held)
-        raise
-    meter = TokenMeter(state.rate_limits, tenant, lengths)
+    kv_held, meter = await _admitted(state, tenant, prompts, params)
     state.metrics.inflight.labels(tenant.id).inc()
     released = False
 
@@ -125,12 +130,15 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     response_id, created = named or (f"{prefix}{uuid.uuid4().hex}", int(time.time()))
     call = Call(request, tenant, target, response_id, created,
                 getattr(request.state, "received", None) or time.monotonic())
+    run = None
     try:
         run = await state.serving.start(tenant, target, request.state.request_id, prompts,
                                         params, received=call.started_at)
         if started:
             await started(call)
     except BaseException:
+        if run is None:  # nothing ran: its prompt's tokens go back
+            meter.give_back()
         release()
         raise
     clock = TokenClock(state.metrics, tenant.id, call.started_at, params,
@@ -139,6 +147,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     def tick(result: PromptResult, event: W.Message) -> None:
         clock.tick(result, event)
         meter.tick(result.index, event)
+
     call.answered = state.settings.model if run.fallback else target.model
     call.fingerprint = fingerprint(state.settings.model, call.answered, run.backend)
     headers = {VERSION_HEADER: call.answered}

@@ -138,6 +138,12 @@ class TokenMeter:
         self._limits, self._tenant = limits, tenant
         self._taken = list(estimates)  # per prompt: its tokens taken so far
 
+    def give_back(self) -> None:
+        """Return what was taken: the request never ran."""
+        if self._tenant.tokens_per_minute:
+            self._limits.spend(self._tenant, -sum(self._taken))
+            self._taken = [0] * len(self._taken)
+
     def tick(self, index: int, event: W.Message) -> None:
         if not self._tenant.tokens_per_minute:
             return

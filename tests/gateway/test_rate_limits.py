@@ -8,7 +8,9 @@ import time
 
 import openai
 import pytest
+from fastapi.testclient import TestClient
 
+from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.rate_limits import RateLimits, TokenMeter, duration
 from gateway.settings import GatewaySettings
@@ -97,6 +99,15 @@ def test_tokens_are_the_prompts_then_each_generated_one_set_right_by_the_worker(
     with pytest.raises(APIError) as too_large:
         limits.take_prompt(tenant, 121)
     assert (too_large.value.status, too_large.value.code) == (400, "tokens_per_minute_exceeded")
+    meter = TokenMeter(limits, tenant, [3])  # the prompt just taken
+    meter.tick(0, W.Delta("c", 0, "z"))
+    assert limits.headers(tenant)["x-ratelimit-remaining-tokens"] == "0"  # owing 1
+    meter.give_back()  # it never ran after all: the 4 it took are back, once
+    assert limits.headers(tenant)["x-ratelimit-remaining-tokens"] == "3"
+    meter.give_back()
+    limits.take_prompt(tenant, 3)
+    with pytest.raises(APIError):
+        limits.take_prompt(tenant, 1)
     free = Tenant("beta")
     limits.take_prompt(free, 10**6)
     TokenMeter(limits, free, [1]).tick(0, W.Delta("c", 0, "z"))
@@ -162,3 +173,15 @@ def test_a_tenant_past_its_requests_gets_429s_the_sdk_waits_out(limited) -> None
     assert patient.models.list().data  # refused once more, then waited out
     assert time.monotonic() - started >= 0.5
     assert refused_for_requests(client, "acme") == 2
+
+
+def test_a_request_that_never_ran_gives_its_prompts_tokens_back(tmp_path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", tokens_per_minute=100,
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as client:
+        client.app.state.rate_limits = RateLimits(Clock())
+        response = client.post("/v1/completions", headers={"Authorization": "Bearer sk-acme"},
+                               json={"model": "tiny-llama", "prompt": [5, 6, 7], "max_tokens": 4})
+    assert_openai_error(response, 503)  # no manager to run it
+    assert response.headers["x-ratelimit-remaining-tokens"] == "100"
+    assert response.headers["x-ratelimit-limit-tokens"] == "100"
