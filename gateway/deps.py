@@ -32,15 +32,16 @@ def caller(request: Request) -> Tenant:
 
 
 def tenant(request: Request) -> Tenant:
-    """The caller, a tenant, with one of its requests per minute taken (not for a request the
-    gateway makes of itself: its client's request was counted); the response reports its
-    limits (`x-ratelimit-*`, the `request_context` middleware)."""
+    """The caller, a tenant, with one of its requests per minute taken where a key asks (not
+    for the dashboard's reads in a signed-in browser, nor a request the gateway makes of itself,
+    whose client's request was counted); the response reports its limits (`x-ratelimit-*`, the
+    `request_context` middleware)."""
     found = caller(request)
     if found.id == OPERATOR:
         raise APIError(403, "An operator key reads /metrics; it is no tenant's key.",
                        "operator_key")
     request.state.tenant = found.id
-    if request.scope.get(IN_PROCESS_TENANT) is None:
+    if request.scope.get(IN_PROCESS_TENANT) is None and "authorization" in request.headers:
         request.state.rate_limited = found
         try:
             request.app.state.rate_limits.take_request(found)

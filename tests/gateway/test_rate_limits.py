@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.rate_limits import RateLimits, TokenMeter, duration
+from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant, TenantDirectory
 from tests.gateway.conftest import serving
@@ -185,3 +186,19 @@ def test_a_request_that_never_ran_gives_its_prompts_tokens_back(tmp_path) -> Non
     assert_openai_error(response, 503)  # no manager to run it
     assert response.headers["x-ratelimit-remaining-tokens"] == "100"
     assert response.headers["x-ratelimit-limit-tokens"] == "100"
+
+
+def test_the_dashboards_reads_in_a_signed_in_browser_are_not_counted(tmp_path) -> None:
+    token, setting = new_link("acme")
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", dashboard_link=setting,
+                               requests_per_minute=2,
+                               manager="ipc:///tmp/symbiosis-test-no-manager.sock")
+    with TestClient(create_app(settings)) as client:
+        client.app.state.rate_limits = RateLimits(Clock())
+        assert client.post("/dashboard/api/signin", json={"link": token}).status_code == 200
+        for _ in range(5):  # a dashboard refreshing
+            read = client.get("/v1/models")
+            assert read.status_code == 200 and "x-ratelimit-limit-requests" not in read.headers
+        key = {"Authorization": "Bearer sk-acme"}
+        assert [client.get("/v1/models", headers=key).status_code for _ in range(3)] == \
+            [200, 200, 429]
