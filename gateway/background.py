@@ -108,7 +108,7 @@ class BackgroundRunner:
             if leave.is_set():
                 return None
             try:
-                status, _, content = await in_process.post(
+                status, headers, content = await in_process.post(
                     self.app, made.tenant, "/v1/responses", data, leave=leave,
                     scope={RUN: (made.id, made.created_at), **({HELD: give} if give else {})},
                     streamed=events.run_sent if (events := self.events.get(made.id)) else None)
@@ -120,8 +120,8 @@ class BackgroundRunner:
             if status != 429 and (status != 503 or unavailable == UNAVAILABLE_TRIES):
                 return status, content
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(leave.wait(), RETRY_S if status == 429 else
-                                       2 ** unavailable)
+                await asyncio.wait_for(leave.wait(), in_process.retry_s(headers, RETRY_S)
+                                       if status == 429 else 2 ** unavailable)
                 return None
             unavailable += status == 503
 

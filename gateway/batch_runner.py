@@ -134,7 +134,8 @@ class BatchRunner:
             if status == 429 or (status == 503 and unavailable < UNAVAILABLE_TRIES):
                 if self._stopped(batch):
                     return None
-                await asyncio.sleep(RETRY_S if status == 429 else 2 ** unavailable)
+                await asyncio.sleep(in_process.retry_s(headers, RETRY_S) if status == 429
+                                    else 2 ** unavailable)
                 unavailable += status == 503
                 continue
             self.app.state.metrics.batch_requests.labels(batch.tenant, str(status)).inc()

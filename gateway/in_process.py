@@ -65,3 +65,12 @@ async def post(app, tenant: str, path: str, data: bytes, *, scope: dict[str, Any
         raise asyncio.CancelledError
     headers = {k.decode().lower(): v.decode() for k, v in start.get("headers", [])}
     return start.get("status", 500), headers, b"".join(chunks)
+
+
+def retry_s(headers: dict[str, str], otherwise: float) -> float:
+    """How long a 429 says to wait (a rate limit's `retry-after-ms`: its tenant's minute must
+    refill first), else `otherwise` (a request finishing elsewhere ends the others' 429s)."""
+    try:
+        return max(otherwise, float(headers["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        return otherwise

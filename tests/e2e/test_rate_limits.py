@@ -2,19 +2,22 @@
 added to the serving gateway's tenants file (`symbiosis tenants create`'s function) takes, for
 each request, what the response's own `usage` says it read and wrote; a long answer leaves the
 bucket owing, and the next request is a 429 saying how long until the minute has paid it back;
-a tenant without limits sees none of it. A chat's prompt, estimated as it arrives, is set right
-by the worker's count once it ends."""
+a tenant without limits sees none of it; a batch's line refused waits as long as its 429
+says. A chat's prompt, estimated as it arrives, is set right by the worker's count once it
+ends."""
 
 from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
 from gateway.tenants import create_tenant, revoke_tenant
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import Deployment
+from tests.e2e.conftest import OPERATOR, Deployment
+from tests.e2e.test_batches import finished, submit
 
 pytestmark = pytest.mark.slow
 PER_MINUTE = 120  # two tokens a second
@@ -71,6 +74,9 @@ def test_the_tokens_taken_are_the_usages_and_an_owing_bucket_waits(
     most = (owed + len(PROMPT)) * 500  # the prompt's tokens and what is owed, at 2 a second
     assert most - 1000 * waited - 500 <= wait_ms <= most + 1
     assert "tokens per minute (TPM) of tenant delta" in refused.value.message
+    assert refusals(deployment) == 1
+    batch = submit(metered, [{"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                              "max_tokens": 1}])  # its line waits for the minute to pay back
 
     with pytest.raises(openai.BadRequestError) as too_large:
         metered.completions.create(model=MODEL, prompt=list(range(5, 5 + PER_MINUTE + 1)),
@@ -81,3 +87,15 @@ def test_the_tokens_taken_are_the_usages_and_an_owing_bucket_waits(
         model=MODEL, prompt=PROMPT, max_tokens=40)
     assert free.parse().usage.total_tokens > 0
     assert not [h for h in free.headers if h.startswith("x-ratelimit")]
+
+    done = finished(metered, batch.id, timeout_s=120)
+    assert done.request_counts.completed == 1
+    assert time.monotonic() - started >= wait_ms / 1000
+    assert refusals(deployment) <= 3  # the line waited as its 429 said, not every half second
+
+
+def refusals(deployment: Deployment) -> float:
+    metrics = httpx.get(f"{deployment.stack.base_url}/metrics", headers=OPERATOR).text
+    line = 'symbiosis_rejected_total{reason="tokens_per_minute",tenant="delta"} '
+    return next((float(row.split()[-1]) for row in metrics.splitlines()
+                 if row.startswith(line)), 0.0)

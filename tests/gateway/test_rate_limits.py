@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.errors import APIError
+from gateway.in_process import retry_s
 from gateway.rate_limits import RateLimits, TokenMeter, duration
 from gateway.sessions import new_link
 from gateway.settings import GatewaySettings
@@ -202,3 +203,10 @@ def test_the_dashboards_reads_in_a_signed_in_browser_are_not_counted(tmp_path) -
         key = {"Authorization": "Bearer sk-acme"}
         assert [client.get("/v1/models", headers=key).status_code for _ in range(3)] == \
             [200, 200, 429]
+
+
+@pytest.mark.parametrize(("headers", "wait_s"), [
+    ({"retry-after-ms": "15000"}, 15.0), ({"retry-after-ms": "100"}, 0.5),
+    ({"retry-after": "1"}, 0.5), ({"retry-after-ms": "soon"}, 0.5)])
+def test_the_gateways_own_requests_wait_as_a_rate_limits_429_says(headers, wait_s) -> None:
+    assert retry_s(headers, 0.5) == wait_s  # a batch's line, a background response
