@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from gateway.errors import APIError
 from gateway.guard import IN_PROCESS_TENANT, authenticate
+from gateway.rate_limits import count_request
 from gateway.sessions import COOKIE
 from gateway.tenants import OPERATOR, Tenant
 
@@ -43,11 +44,7 @@ def tenant(request: Request) -> Tenant:
     request.state.tenant = found.id
     if request.scope.get(IN_PROCESS_TENANT) is None and "authorization" in request.headers:
         request.state.rate_limited = found
-        try:
-            request.app.state.rate_limits.take_request(found)
-        except APIError:
-            request.app.state.metrics.rejected.labels(found.id, "requests_per_minute").inc()
-            raise
+        count_request(request.app.state, request.scope, found)
     return found
 
 

@@ -1,7 +1,8 @@
 """BodyGuard: authenticate a request before reading its body, then count the body as it streams.
 
 An ASGI middleware (outermost), so nothing reads a byte of a body before it runs:
-- a request with a body to /v1/ without a valid key gets its 401 before any of the body is read;
+- a request with a body to /v1/ without a valid key gets its 401 before any of the body is read,
+  and one past its tenant's requests per minute its 429 (`rate_limits`);
 - a declared Content-Length over the limit (a form's: the largest upload and its framing) gets
   its 413 at once;
 - a body without a declared length (chunked) is counted as it arrives; the first chunk past the
@@ -15,8 +16,9 @@ import logging
 import uuid
 
 from gateway.errors import APIError
+from gateway.rate_limits import count_request
 from gateway.settings import GatewaySettings
-from gateway.tenants import TenantDirectory
+from gateway.tenants import OPERATOR, TenantDirectory
 
 log = logging.getLogger("gateway")
 FORM_FRAMING = 64 * 1024  # a form's boundaries and fields beside a file of the largest size (the
@@ -63,14 +65,19 @@ class BodyGuard:
         multipart = headers.get("content-type", "").startswith("multipart/")
         limit = self.settings.max_upload_bytes + FORM_FRAMING if multipart \
             else self.settings.max_body_bytes
+        limited = None
         try:
             if scope["path"].startswith("/v1/") and IN_PROCESS_TENANT not in scope:
-                authenticate(headers.get("authorization", ""), scope["app"].state.tenants)
+                found = authenticate(headers.get("authorization", ""), scope["app"].state.tenants)
+                if found.id != OPERATOR:
+                    limited = found
+                    count_request(scope["app"].state, scope, found)
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
                 raise too_large(limit)
         except APIError as refused:
-            await _refuse(scope, headers, send, refused)
+            limits = scope["app"].state.rate_limits.headers(limited) if limited else {}
+            await _refuse(scope, headers, send, refused, {**refused.headers, **limits})
             return
         await self._counted(scope, headers, receive, send, limit)
 
@@ -105,8 +112,10 @@ class BodyGuard:
             await _refuse(scope, headers, send, too_large(limit))
 
 
-async def _refuse(scope, headers: dict[str, str], send, error: APIError) -> None:
-    """Answer with `error` (with a request id, logged and counted like any other request)."""
+async def _refuse(scope, headers: dict[str, str], send, error: APIError,
+                  more: dict[str, str] | None = None) -> None:
+    """Answer with `error` (with a request id and `more` headers, logged and counted like any
+    other request)."""
     request_id = headers.get("x-request-id") or uuid.uuid4().hex
     log.info("request %s %s %s -> %d (%s; body not read)", request_id, scope["method"],
              scope["path"], error.status, error.code)
@@ -116,5 +125,6 @@ async def _refuse(scope, headers: dict[str, str], send, error: APIError) -> None
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
                             (b"x-request-id", request_id.encode()),
-                            (b"connection", b"close")]})
+                            (b"connection", b"close"),
+                            *((k.encode(), v.encode()) for k, v in (more or {}).items())]})
     await send({"type": "http.response.body", "body": body})

@@ -24,6 +24,8 @@ from gateway.errors import APIError
 from gateway.tenants import Tenant
 from wire import manager as W
 
+COUNTED = "symbiosis.request_counted"  # a request's scope: its one request taken (the body
+# guard takes it before any of a body is read, the tenant dependency otherwise)
 REQUESTS = "requests"
 TOKENS = "tokens"
 NAMES = {REQUESTS: "requests per minute (RPM)", TOKENS: "tokens per minute (TPM)"}
@@ -110,6 +112,19 @@ class RateLimits:
             bucket.per_minute, bucket.level = per_minute, min(bucket.level, per_minute)
         bucket.refill(now)
         return bucket
+
+
+def count_request(state, scope: dict, tenant: Tenant) -> None:
+    """Take one of the tenant's requests for this request (once, whoever asks first), its refusal
+    counted in `symbiosis_rejected`."""
+    if scope.get(COUNTED):
+        return
+    scope[COUNTED] = True
+    try:
+        state.rate_limits.take_request(tenant)
+    except APIError:
+        state.metrics.rejected.labels(tenant.id, "requests_per_minute").inc()
+        raise
 
 
 def retry_after(wait_s: float) -> dict[str, str]:

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.guard import FORM_FRAMING
+from gateway.rate_limits import RateLimits
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import KEY
 
@@ -32,9 +33,11 @@ def app(tmp_path) -> Iterator:
         yield application
 
 
-def drive(app, path: str, headers: dict[str, str], chunks: int) -> tuple[int, dict, int]:
+def drive(app, path: str, headers: dict[str, str], chunks: int,
+          answered: dict[str, str] | None = None) -> tuple[int, dict, int]:
     """POST `chunks` chunks of CHUNK bytes with no Content-Length (a multipart body is one
-    endless file field); returns (status, JSON body, chunks the server pulled)."""
+    endless file field); returns (status, JSON body, chunks the server pulled); the answer's
+    headers go into `answered`."""
     first = PART_HEAD if headers.get("content-type", "").startswith("multipart/") else b""
     pulled = 0
     sent: list[dict] = []
@@ -58,6 +61,8 @@ def drive(app, path: str, headers: dict[str, str], chunks: int) -> tuple[int, di
              "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
     asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
     start = next(m for m in sent if m["type"] == "http.response.start")
+    if answered is not None:
+        answered.update((k.decode(), v.decode()) for k, v in start["headers"])
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], json.loads(body), pulled
 
@@ -116,3 +121,18 @@ def test_public_metrics_answer_a_scraper_without_a_key(tmp_path) -> None:
         scraped = client.get("/metrics")
         assert scraped.status_code == 200 and "symbiosis_requests_total" in scraped.text
         assert client.get("/v1/models").status_code == 401  # nothing else opens
+
+
+def test_a_body_past_the_tenants_requests_per_minute_is_refused_unread(tmp_path) -> None:
+    app = create_app(GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                                     manager="ipc:///tmp/symbiosis-test-no-manager.sock",
+                                     requests_per_minute=1, max_upload_bytes=256 * 1024))
+    with TestClient(app):
+        app.state.rate_limits = RateLimits(lambda: 1000.0)  # a still clock, the bucket full
+        status, body, pulled = drive(app, "/v1/files", {**MULTIPART, **KEY}, chunks=2)
+        assert status == 400 and pulled == 2  # the first: read (and no file of a form)
+        answered: dict[str, str] = {}
+        status, body, pulled = drive(app, "/v1/files", {**MULTIPART, **KEY}, 64, answered)
+    assert (status, body["error"]["code"], pulled) == (429, "rate_limit_exceeded", 0)
+    assert (answered["retry-after-ms"], answered["x-ratelimit-remaining-requests"]) == \
+        ("60000", "0")
