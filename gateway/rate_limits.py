@@ -4,12 +4,14 @@ continuously, reported on every response (`x-ratelimit-*`) and a 429 with `retry
 when it runs dry, so that one tenant's burst never takes the gateway or the base model from
 the others for longer than its share.
 
-A request costs 1 of its tenant's requests when it arrives (a batch's lines and a background
-response's run are the one request that created them). Tokens: a request needs its prompt's
-tokens (as the KV budget counts them) in the bucket to start, and takes them; each token it
-generates is taken as it comes, so a long answer leaves the bucket owing and the tenant's next
-request waits until the minute has paid it back. A prompt larger than a whole minute's tokens
-could never start: a 400.
+A request with a key costs 1 of its tenant's requests when it arrives, before any of its body
+is read (a batch's lines and a background response's run are the one request that created
+them; the dashboard's reads in a signed-in browser are not counted). Tokens: a generation needs
+its prompt's tokens (as the KV budget counts them) in the bucket to start, and takes them; each
+token it generates is taken as it comes, so a long answer leaves the bucket owing and the
+tenant's next request waits until the minute has paid it back; once it ends, the worker's count
+of its prompt sets the estimate right, and one that never ran gives back what it took. A prompt
+larger than a whole minute's tokens could never start: a 400.
 """
 
 from __future__ import annotations
