@@ -86,6 +86,15 @@ class RateLimits:
                                   bucket.wait_s(per_minute))}
         return found
 
+    def report(self, tenant: Tenant) -> dict[str, dict | None]:
+        """Each limit's `limit`, `remaining` and `reset` as the headers say them (None: no
+        limit)."""
+        said = self.headers(tenant)
+        return {kind: {"limit": int(said[f"x-ratelimit-limit-{kind}"]),
+                       "remaining": int(said[f"x-ratelimit-remaining-{kind}"]),
+                       "reset": said[f"x-ratelimit-reset-{kind}"]}
+                if f"x-ratelimit-limit-{kind}" in said else None for kind in (REQUESTS, TOKENS)}
+
     def _take(self, tenant: Tenant, kind: str, per_minute: int, amount: int) -> None:
         with self._lock:
             bucket = self._bucket(tenant.id, kind, per_minute)

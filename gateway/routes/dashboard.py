@@ -62,8 +62,8 @@ async def sign_out(request: Request) -> JSONResponse:
 async def usage(request: Request, tenant: TenantDep) -> dict:
     """This tenant's requests by route and status, tokens, the mean time to its first token
     and between its tokens (as the gateway received them), the share of those that met the
-    tenant's own targets (None: no target set, or nothing timed yet), and what it keeps
-    against its storage quota (None: no quota)."""
+    tenant's own targets (None: no target set, or nothing timed yet), what it keeps against its
+    storage quota (None: no quota), and its rate limits as its keys' responses report them."""
     state = request.app.state
     metrics = state.metrics
     requests, tokens, timed = [], {}, {}
@@ -98,7 +98,8 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
             "time_to_first_token_target_met": met("time_to_first_token"),
             "inter_token_target_met": met("inter_token"),
             "storage": {"used_bytes": await run_in_threadpool(stored_bytes, state.db, tenant.id),
-                "quota_bytes": tenant.storage_quota() or None}}
+                "quota_bytes": tenant.storage_quota() or None},
+            "rate_limits": state.rate_limits.report(tenant)}
 
 
 @router.get("/dashboard/api/kept")

@@ -19,8 +19,10 @@ from launcher.stack import Stack, free_port
 from state.db import db_path
 from tests.e2e.adapters import MODEL, Reference, save_adapter
 
-# gamma's end-to-end targets: every first token meets a minute, no gap between tokens meets 1 us
+# gamma's end-to-end targets: every first token meets a minute, no gap between tokens meets 1 us;
+# its rate limits, which no test comes near, for the dashboard to show
 GAMMA_TARGETS = {"ttft_target_ms": 60_000, "inter_token_target_ms": 0.001}
+GAMMA_RATES = {"requests_per_minute": 100_000, "tokens_per_minute": 10_000_000}
 KEYS = {"acme": "sk-acme-test", "beta": "sk-beta-test", "gamma": "sk-gamma-test"}
 OPERATOR_KEY = "sk-operator-test"
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
@@ -51,7 +53,7 @@ def deploy(root: Path, **stack_options) -> Deployment:
     data_dir.mkdir(parents=True)
     (data_dir / "tenants.json").write_text(json.dumps({"tenants": [
         {"id": "gamma", "key_sha256": [], "fallback": True, "max_concurrent": 2,
-         **GAMMA_TARGETS}]}))
+         **GAMMA_TARGETS, **GAMMA_RATES}]}))
     adapters = {}
     for tenant, name, method, seed in (("acme", "lora-a", "lora", 1), ("beta", "ia3-b", "ia3", 2),
                                        ("acme", "prefix-a", "prefix_tuning", 3)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 
 from state.usage import readable
 from tests.e2e.adapters import MODEL
-from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment, sign_in
+from tests.e2e.conftest import GAMMA_RATES, KEYS, OPERATOR_KEY, Deployment, sign_in
 from tests.e2e.jobs import memorization_file, wait
 
 pytestmark = pytest.mark.slow
@@ -75,6 +76,11 @@ def test_a_tenant_sees_its_jobs_loss_curve(browser, deployment: Deployment,
     assert usage["storage"]["quota_bytes"] is None and usage["storage"]["used_bytes"] > 0
     assert page.text_content("#storage") == \
         f"{usage['storage']['used_bytes'] / 2**20:.2f} MB, no quota"
+    for kind, limit in (("requests", 100_000), ("tokens", 10_000_000)):
+        assert usage["rate_limits"][kind]["limit"] == limit == GAMMA_RATES[f"{kind}_per_minute"]
+        assert 0 <= usage["rate_limits"][kind]["remaining"] <= limit
+        assert re.fullmatch(rf"\d+ of {limit} left, full in [\d.ms]+",
+                            page.text_content(f"#rate-{kind}"))
     page.click(f'tr.job[data-job="{finished_job}"]')
     page.wait_for_selector("#loss-chart circle[data-series=train]")
     page.wait_for_function("document.getElementById('job-status').textContent === 'succeeded'")

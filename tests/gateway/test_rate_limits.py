@@ -48,6 +48,9 @@ def test_requests_take_a_minutes_worth_then_wait_for_the_refill() -> None:
         limits.take_request(acme)
         limits.take_request(beta)  # no limit of its own: never refused, no headers
     assert limits.headers(beta) == {}
+    assert limits.report(beta) == {"requests": None, "tokens": None}
+    assert limits.report(acme) == {"requests": {"limit": 3, "remaining": 0, "reset": "1m0s"},
+                                   "tokens": None}
     assert limits.headers(acme) == {"x-ratelimit-limit-requests": "3",
                                     "x-ratelimit-remaining-requests": "0",
                                     "x-ratelimit-reset-requests": "1m0s"}
