@@ -1,5 +1,6 @@
-"""The operator CLI: a tenant created with a tier or latency targets is loaded with them and its
-key works; an argument outside its rule is a usage error that names the rule."""
+"""The operator CLI: a tenant created with a tier, a quota, rate limits or latency targets is
+loaded with them and its key works; an argument outside its rule is a usage error that names
+the rule."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from wire.manager import NO_TOKEN_TARGETS, TokenTargets
 def test_tenants_create_stores_the_tier_the_quota_and_a_working_key(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", "gold",
                           "--job-priority", "40", "--max-storage-mb", "0.5",
+                          "--requests-per-minute", "90", "--tokens-per-minute", "40000",
                           "--data-dir", str(tmp_path)],
                          check=True, capture_output=True, text=True).stdout
     key = re.search(r"(sk-symb-\S+)", out).group(1)
@@ -25,6 +27,7 @@ def test_tenants_create_stores_the_tier_the_quota_and_a_working_key(tmp_path) ->
     tenant = directory.authenticate(key)
     assert tenant is not None and tenant.id == "gold" and tenant.job_priority == 40
     assert tenant.storage_quota() == 2**19
+    assert (tenant.requests_per_minute, tenant.tokens_per_minute) == (90, 40_000)
     refused = subprocess.run([sys.executable, "-m", "launcher.cli", "tenants", "create", "lead",
                               "--job-priority", "500", "--data-dir", str(tmp_path)],
                              capture_output=True, text=True)
@@ -66,6 +69,7 @@ def test_tenants_create_stores_latency_targets_that_its_requests_carry(tmp_path)
     (["tenants", "revoke", "../acme"], "a tenant id uses"),
     (["tenants", "create", "ok", "--max-concurrent", "0"], "at least 1, not 0"),
     (["tenants", "create", "ok", "--job-priority", "1000"], "a priority is -100..100, not 1000"),
+    (["tenants", "create", "ok", "--tokens-per-minute", "1.5"], "an integer at least 0, not '1.5'"),
     (["adapters", "register", "--tenant", "Bad", "--name", "x", "dir"], "a tenant id uses"),
     (["serve", "--port", "99999"], "a port is 0..65535, not 99999"),
     (["serve", "--threads", "-3"], "--threads: an integer at least 1, not -3"),
