@@ -40,8 +40,23 @@ def documented(*statuses: int) -> dict:
     or a wrong key) and 403 (an operator key, which is no tenant's), 413 (body over the limit),
     429 (the tenant's requests per minute spent) and 503 (the manager or executor down) besides
     its own."""
-    return {status: {"model": ErrorResponse}
+    return {status: {"model": ErrorResponse, **({"headers": RATE_HEADERS} if status == 429 else {})}
             for status in sorted({401, 403, 413, 429, 503, *statuses})}
+
+
+def _header(description: str, kind: str = "integer") -> dict:
+    return {"description": description, "required": False, "schema": {"type": kind}}
+
+
+RATE_HEADERS = {  # a 429's (`gateway.rate_limits`; a concurrency limit's sends Retry-After only)
+    "retry-after": _header("seconds to wait before retrying"),
+    "retry-after-ms": _header("milliseconds to wait before retrying (a rate limit's)"),
+    **{f"x-ratelimit-{what}-{kind}": _header(says.format(kind), form)
+       for kind in ("requests", "tokens")
+       for what, says, form in (("limit", "the tenant's {} per minute", "integer"),
+                                ("remaining", "{} it may use now", "integer"),
+                                ("reset", "until its {} are full again, e.g. 1.5s or 6m0s",
+                                 "string"))}}
 
 
 class APIError(Exception):

@@ -169,6 +169,8 @@ def test_a_tenant_past_its_requests_gets_429s_the_sdk_waits_out(limited) -> None
     headers = refused.value.response.headers
     assert (headers["retry-after"], headers["retry-after-ms"]) == ("1", "500")  # 60 s / 120
     assert headers["x-ratelimit-remaining-requests"] == "0"
+    documented = client.app.openapi()["paths"]["/v1/models"]["get"]["responses"]["429"]["headers"]
+    assert {name for name in documented if not name.endswith("-tokens")} <= set(headers)
     assert beta.models.list().data  # the other tenant untouched
     assert refused_for_requests(client, "acme") == 1
     patient = openai.OpenAI(api_key="sk-acme", base_url=f"{client.base_url}/v1",
