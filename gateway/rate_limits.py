@@ -68,10 +68,11 @@ class RateLimits:
         self._take(tenant, TOKENS, tenant.tokens_per_minute, tokens)
 
     def spend(self, tenant: Tenant, tokens: int) -> None:
-        """Take generated tokens (never refused: the bucket may owe them)."""
+        """Take generated tokens (never refused: the bucket may owe them), or give some back
+        (never past a full bucket)."""
         with self._lock:
             if (bucket := self._bucket(tenant.id, TOKENS, tenant.tokens_per_minute)):
-                bucket.level -= tokens
+                bucket.level = min(bucket.per_minute, bucket.level - tokens)
 
     def headers(self, tenant: Tenant) -> dict[str, str]:
         """OpenAI's `x-ratelimit-*` headers of each limit the tenant has."""
@@ -150,7 +151,7 @@ def duration(seconds: float) -> str:
         return "0s"
     if seconds < 1:
         return f"{math.ceil(seconds * 1000)}ms"
-    minutes, rest = divmod(seconds, 60)
+    minutes, rest = divmod(round(seconds, 3), 60)
     text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
     return f"{int(minutes)}m{text}" if minutes else text
 
