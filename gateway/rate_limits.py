@@ -76,31 +76,35 @@ class RateLimits:
 
     def headers(self, tenant: Tenant) -> dict[str, str]:
         """OpenAI's `x-ratelimit-*` headers of each limit the tenant has."""
-        found = {}
-        with self._lock:
-            for kind, per_minute in ((REQUESTS, tenant.requests_per_minute),
-                                     (TOKENS, tenant.tokens_per_minute)):
-                if (bucket := self._bucket(tenant.id, kind, per_minute)):
-                    found |= {f"x-ratelimit-limit-{kind}": str(per_minute),
-                              f"x-ratelimit-remaining-{kind}": str(max(0, int(bucket.level))),
-                              f"x-ratelimit-reset-{kind}": duration(
-                                  bucket.wait_s(per_minute))}
-        return found
+        return {f"x-ratelimit-{name}-{kind}": str(value)
+                for kind, figures in self._figures(tenant).items()
+                for name, value in figures.items()}
 
     def report(self, tenant: Tenant) -> dict[str, dict | None]:
-        """Each limit's `limit`, `remaining` and `reset` as the headers say them (None: no
+        """Each limit's `limit`, `remaining` and `reset`, as the headers say them (None: no
         limit)."""
-        said = self.headers(tenant)
-        return {kind: {"limit": int(said[f"x-ratelimit-limit-{kind}"]),
-                       "remaining": int(said[f"x-ratelimit-remaining-{kind}"]),
-                       "reset": said[f"x-ratelimit-reset-{kind}"]}
-                if f"x-ratelimit-limit-{kind}" in said else None for kind in (REQUESTS, TOKENS)}
+        figures = self._figures(tenant)
+        return {kind: figures.get(kind) for kind in (REQUESTS, TOKENS)}
+
+    def _figures(self, tenant: Tenant) -> dict[str, dict]:
+        """Each limit the tenant has: its `limit`, `remaining` (whole, 0 while owing) and
+        `reset` (the time until it is full again)."""
+        limits = {kind: per_minute for kind, per_minute in (
+            (REQUESTS, tenant.requests_per_minute), (TOKENS, tenant.tokens_per_minute))
+            if per_minute}
+        if not limits:
+            return {}  # (no lock on the way of every unlimited tenant's request)
+        with self._lock:
+            buckets = {kind: self._bucket(tenant.id, kind, n) for kind, n in limits.items()}
+            return {kind: {"limit": limits[kind], "remaining": max(0, int(bucket.level)),
+                           "reset": duration(bucket.wait_s(limits[kind]))}
+                    for kind, bucket in buckets.items()}
 
     def _take(self, tenant: Tenant, kind: str, per_minute: int, amount: int) -> None:
+        if not per_minute:
+            return
         with self._lock:
             bucket = self._bucket(tenant.id, kind, per_minute)
-            if bucket is None:
-                return
             if bucket.level < amount:
                 wait_s = bucket.wait_s(amount)
                 raise APIError(429, f"Rate limit reached for {NAMES[kind]} of tenant "
