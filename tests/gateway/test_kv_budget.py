@@ -15,7 +15,7 @@ from gateway.kv_budget import counted, kv_tokens, reserve
 from gateway.settings import GatewaySettings
 from gateway.tenants import Tenant, TenantDirectory
 from gateway.tokens import TextTokens
-from tests.gateway.conftest import health_meanwhile
+from tests.gateway.conftest import assert_answered_all_along, health_meanwhile
 from wire import manager as W
 
 TOKENS = TextTokens("tiny-llama")
@@ -92,4 +92,4 @@ def test_a_long_prompt_is_counted_while_other_requests_are_answered(tmp_path) ->
         "kv_budget_exceeded", refused.text
     assert f"about {TOKENS.count(prompt) + 1} KV-cache tokens" in refused.json()["error"]["message"]
     assert seconds > 0.2 and len(waits) >= 3  # the test saw the counting happen
-    assert max(waits) < seconds / 3, (max(waits), seconds)
+    assert_answered_all_along(waits, seconds)

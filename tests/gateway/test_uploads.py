@@ -9,7 +9,7 @@ import threading
 import time
 
 from gateway.settings import GatewaySettings
-from tests.gateway.conftest import KEY, health_meanwhile, serving
+from tests.gateway.conftest import KEY, assert_answered_all_along, health_meanwhile, serving
 from tests.gateway.manager_stand_in import ManagerStandIn
 
 ROW = json.dumps({"messages": [
@@ -28,7 +28,7 @@ def test_health_answers_while_a_large_upload_is_validated(tmp_path) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.json()["bytes"] == len(data)
     assert seconds > 1.5 and len(waits) >= 5  # the test saw the validation happen
-    assert max(waits) < seconds / 3, (max(waits), seconds)
+    assert_answered_all_along(waits, seconds, head_start_s=0.5)
 
 
 def test_a_tenants_uploads_are_capped_and_others_go_on(tmp_path) -> None:
