@@ -48,6 +48,8 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     fit: bool = False  # max_tokens is the server's default, not the client's: at most what fits
     truncate: bool = False  # a chat too long for the context loses its earliest messages
     count: bool = False  # only count the prompt's tokens: Started and Done, nothing run
+    embed: bool = False  # the prompt's embedding in its Done, no tokens generated
+    dimensions: int = 0  # an embedding's first dimensions, normalized again (0: all)
 
 
 class ChatMessage(msgspec.Struct, array_like=True):
@@ -130,6 +132,7 @@ class Done(msgspec.Struct, tag="done", array_like=True):
     id: str
     prompt_tokens: int
     completion_tokens: int
+    embedding: bytes = b""  # an `embed` request's: float32, little-endian, of length 1
 
 
 class Failed(msgspec.Struct, tag="failed", array_like=True):

@@ -1,12 +1,12 @@
 """Continuous batching over one worker's requests.
 
-`step()` first admits waiting requests (prefilled together in one forward where they can share
-it, `prefill.py`, through the PEFT model, which also handles the virtual tokens of prompt and
-prefix tuning; a long prompt beside running sequences a chunk a step, `chunks.py`), then runs
-one decode step for all running sequences at once (through the underlying model, left-padded
-batch cache, each row attending from its own first position, `row_attention.py`; the step's
-chunks, and short prompts arriving beside running rows, in the same forward where it can,
-`packed.py`). New requests thus join between decode steps, and finished or aborted ones leave.
+`step()` first answers waiting embedding requests (`embedding.py`), admits waiting requests
+(prefilled together in one forward where they can share it, `prefill.py`, through the PEFT
+model, which also handles the virtual tokens of prompt and prefix tuning; a long prompt beside
+running sequences a chunk a step, `chunks.py`), then runs one decode step for all running
+sequences at once (through the underlying model, left-padded batch cache, each row attending
+from its own first position, `row_attention.py`; the step's chunks and short prompts beside
+running rows in one forward where it can, `packed.py`): requests join and leave between steps.
 An engine that `use`s a PeftModel of many LoRA adapters runs every phase through it.
 """
 
@@ -27,6 +27,7 @@ from workers.inference.batch import BatchCache, kv_bytes_per_token, place, repea
 from workers.inference.checks import refusal
 from workers.inference.chunks import Chunker, Partial, prefill_chunk
 from workers.inference.detok import Detokenizer
+from workers.inference.embedding import answer_embeddings
 from workers.inference.grammar import Grammars
 from workers.inference.packed import may_pack, packs, step_forward
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
@@ -54,8 +55,7 @@ class InferenceEngine:
         self.packs = pack and self.by_rows  # prompts in the rows' decode forward: packed.py
         self.tokenizer, self.max_context, self.eos_ids = tokenizer, max_context, eos_ids
         self.max_batch = max_batch
-        self.vocab_size = int(model.config.vocab_size)
-        self.device = model.device
+        self.vocab_size, self.device = int(model.config.vocab_size), model.device
         self.kv_budget_bytes = kv_budget_bytes  # KV cache kept on the device; 0: no limit
         self.kv_token_bytes = kv_bytes_per_token(model.config, model.dtype)
         cost = call_bytes(self.device) if attention_call_bytes is None else attention_call_bytes
@@ -84,8 +84,7 @@ class InferenceEngine:
             any(s.request.adapter == adapter for s in self.running)
 
     def prefills_with(self, model: Any) -> bool:
-        """Whether a waiting request's prompt still needs `model` (its rows then decode as the
-        base model's: the virtual tokens are in their cache)."""
+        """Whether a waiting request's prompt still needs `model` (prompt or prefix tuning's)."""
         return any(r.prefill is model for r in self.waiting)
 
     @property
@@ -98,10 +97,9 @@ class InferenceEngine:
     def add(self, request: Request, max_context: int | None = None) -> list[W.Message]:
         limit = min(self.max_context, max_context or self.max_context)
         refused = refusal(request, limit, self.vocab_size, self.max_batch, self.grammars)
-        if refused is not None:
-            return [refused]
-        self.waiting.append(request)
-        return []
+        if refused is None:
+            self.waiting.append(request)  # an embedding too (`embedding.py`)
+        return [] if refused is None else [refused]
 
     def abort(self, request_id: str) -> None:
         self.waiting = deque(r for r in self.waiting if r.id != request_id)
@@ -129,9 +127,11 @@ class InferenceEngine:
 
     @torch.no_grad()
     def step(self) -> list[W.Message]:
+        events = answer_embeddings(self.waiting, self.prefill_model, self.rows, self.device)
         admitted: deque[Request] = deque()
         seats = len(self.running) + sum(r.params.n for r in self.chunks.requests)
-        while self.waiting and seats + self.waiting[0].params.n <= self.max_batch:
+        while self.waiting and not self.waiting[0].params.embed and \
+                seats + self.waiting[0].params.n <= self.max_batch:
             seats += self.waiting[0].params.n
             admitted.append(self.waiting.popleft())
         running = [s.request for s in self.running]
@@ -141,7 +141,7 @@ class InferenceEngine:
         if self.pace is not None:  # a prompt's first token comes in the step of its last chunk
             self.pace([*admitted, *(p.request for p, n in chunks if n == p.rest)], running)
         try:
-            events = self._prefill_all(admitted)
+            events += self._prefill_all(admitted)
             packed = chunks if self.packs and all(
                 packs(p.request, self.resident.sequences, self.rows) for p, _ in chunks) else []
             events += self._prefill_chunks([] if packed else chunks)

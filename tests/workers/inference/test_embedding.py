@@ -1,0 +1,154 @@
+"""Embeddings in a worker's engines (in-process executor): each prompt's embedding, whatever
+its adapter (LoRA rows beside the base model's in one forward, IA3's own engine, prompt
+tuning's virtual tokens, AdaLoRA's own model) and whatever prompts share its forward, equals plain
+transformers + peft's last hidden state of its last token, normalized; decode steps go on
+between a large request's forwards, and its adapter stays loaded while it waits."""
+
+from __future__ import annotations
+
+import copy
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from peft import PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from catalogue.resolve import resolve_model
+from tests.peft_reference import peft_config
+from tests.workers.inference.test_adapters import adapters
+from wire import manager as W
+from workers.inference import embedding
+from workers.inference.request import Request
+
+MODEL = "tiny-llama"
+HIDDEN = 64  # tiny-llama's hidden size
+METHODS = {"t/lora@1": ("lora", 1), "t/lora@2": ("lora", 2), "t/ia3@1": ("ia3", 3),
+           "t/prompt@1": ("prompt_tuning", 4), "t/adalora@1": ("adalora", 5)}
+PROMPTS = [[1, 15, 27, 3, 99], [1, 44], [1, 8, 8, 8, 120, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resolve_model(MODEL))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
+    paths = {}
+    for model, (method, seed) in METHODS.items():
+        torch.manual_seed(seed)
+        peft = get_peft_model(copy.deepcopy(base), peft_config(MODEL, method))
+        with torch.no_grad():
+            for p in peft.parameters():
+                if p.requires_grad:
+                    p.add_(0.3 * torch.randn_like(p))
+        paths[model] = tmp_path_factory.mktemp(model.replace("/", "-").replace("@", "-"))
+        peft.save_pretrained(paths[model])
+    return paths
+
+
+def reference(path: Path | None, prompt: list[int], dimensions: int = 0) -> torch.Tensor:
+    """Plain transformers + peft: the last layer's hidden state (after the final norm) at the
+    prompt's last token, its first `dimensions`, of length 1."""
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
+    if path is not None:
+        model = PeftModel.from_pretrained(model, path)
+    with torch.no_grad():
+        out = model.eval()(input_ids=torch.tensor([prompt]), output_hidden_states=True)
+    state = out.hidden_states[-1][0, -1]
+    state = state[:dimensions] if dimensions else state
+    return state / state.norm()
+
+
+def vector(event: W.Done) -> torch.Tensor:
+    return torch.tensor(struct.unpack(f"<{len(event.embedding) // 4}f", event.embedding))
+
+
+def embed(held, asks: list[tuple[str, str | None, list[int], int]],
+          saved: dict[str, Path]) -> dict[str, W.Done]:
+    """Every (request id, model, prompt, dimensions) added at once, every engine stepped until
+    done: each request's Done."""
+    for request_id, model, prompt, dimensions in asks:
+        ref = None if model is None else W.AdapterRef(str(saved[model]), "")
+        engine, adapter = held.route(model or "base", ref)
+        params = W.SamplingParams(max_tokens=0, embed=True, dimensions=dimensions)
+        assert engine.add(Request(request_id, prompt, params, adapter=adapter,
+                                  prefill=held.prefill_of(model or "base"))) == []
+    done: dict[str, W.Done] = {}
+    while any(e.has_work() for e in held.engines()):
+        for engine in held.engines():
+            for event in engine.step() if engine.has_work() else []:
+                assert not isinstance(event, W.Failed), event
+                if isinstance(event, W.Done):
+                    done[event.id] = event
+    return done
+
+
+def test_each_prompt_embeds_as_plain_peft_whatever_its_adapter_and_neighbours(
+        saved, tokenizer) -> None:
+    held = adapters(tokenizer)
+    asks = [(f"{model}-{i}", model, prompt, 0) for model in [None, *METHODS]
+            for i, prompt in enumerate(PROMPTS)]
+    asks += [("short", "t/lora@1", PROMPTS[0], 16), ("one", None, [1], 0)]
+    done = embed(held, asks, saved)
+    assert sorted(done) == sorted(a[0] for a in asks)
+    for request_id, model, prompt, dimensions in asks:
+        got, path = vector(done[request_id]), None if model is None else saved[model]
+        assert done[request_id].prompt_tokens == len(prompt)
+        assert done[request_id].completion_tokens == 0
+        assert got.shape == (dimensions or HIDDEN,)
+        assert torch.allclose(got, reference(path, prompt, dimensions), atol=2e-5), request_id
+    assert not torch.allclose(vector(done["t/lora@1-0"]), vector(done["t/lora@2-0"]), atol=1e-2)
+
+
+def test_a_large_request_takes_a_step_s_tokens_at_a_time_beside_decoding(
+        saved, tokenizer, monkeypatch) -> None:
+    monkeypatch.setattr(embedding, "STEP_TOKENS", 12)
+    held = adapters(tokenizer, capacity=1)
+    engine, name = held.route("t/lora@1", W.AdapterRef(str(saved["t/lora@1"]), ""))
+    greedy = W.SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    engine.add(Request("talk", [1, 5, 6], greedy))
+    engine.step()  # its prefill: it decodes from now on
+    for i in range(6):
+        engine.add(Request(f"e{i}", [1, 7, 9, 11, 13], W.SamplingParams(
+            max_tokens=0, embed=True), adapter=name))
+    held.unload("t/lora@1")
+    answered = []
+    while engine.has_work():
+        events = engine.step()
+        answered.append(sorted(e.id for e in events if isinstance(e, W.Done) and e.embedding))
+        assert any(isinstance(e, W.Delta) and e.id == "talk" for e in events) or \
+            not any(s.request.id == "talk" for s in engine.running)
+        assert "t/lora@1" in held.loaded or not engine.has_work()
+        held.settle()
+    assert answered[:3] == [["e0", "e1"], ["e2", "e3"], ["e4", "e5"]]  # 10 of 12 tokens a step
+    assert "t/lora@1" not in held.loaded  # let go once its last embedding was answered
+    want = reference(saved["t/lora@1"], [1, 7, 9, 11, 13])
+    done = embed(adapters(tokenizer), [("again", "t/lora@1", [1, 7, 9, 11, 13], 0)], saved)
+    assert torch.allclose(vector(done["again"]), want, atol=2e-5)
+
+
+def test_a_failed_forward_fails_its_requests_only(saved, tokenizer, monkeypatch) -> None:
+    held = adapters(tokenizer)
+    calls = []
+
+    def failing(model, rows, requests, device):
+        calls.append([r.id for r in requests])
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real(model, rows, requests, device)
+
+    real = embedding.last_states
+    monkeypatch.setattr(embedding, "last_states", failing)
+    engine, _ = held.route("base", None)
+    for request_id, prompt in (("long-a", PROMPTS[3]), ("long-b", PROMPTS[3]), ("x", [1])):
+        engine.add(Request(request_id, prompt, W.SamplingParams(max_tokens=0, embed=True)))
+    events = engine.step()
+    failed = sorted(e.id for e in events if isinstance(e, W.Failed))
+    assert failed == sorted(calls[0]) and "x" not in failed
+    assert [e.code for e in events if isinstance(e, W.Failed)] == ["internal_error"] * 2
+    assert torch.allclose(vector(next(e for e in events if isinstance(e, W.Done))),
+                          reference(None, [1]), atol=2e-5)

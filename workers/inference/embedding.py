@@ -1,0 +1,113 @@
+"""Embeddings: a prompt's last token's final hidden state (after the model's last norm), of
+length 1, as decoder models serve embeddings (last-token pooling: vLLM's pooling of a generative
+model, what E5-Mistral or Qwen3-Embedding are trained for), through the request's adapter.
+
+Embedding requests wait in their engine's queue with the others (its adapters stay while they
+do) and are answered at the start of its steps: at most `STEP_TOKENS` prompt tokens a step (a
+longer prompt alone), prompts of one model and similar lengths in one left-padded forward
+(`prefill.groups`), so the running sequences' decode steps go on between a large request's
+forwards. A generation request behind one waits for it, as behind any other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+import torch
+from peft import PeftModel
+from transformers import DynamicCache
+
+from wire import manager as W
+from workers.inference.prefill import groups, shares_forwards
+from workers.inference.request import Request
+from workers.inference.rows import RowAdapters
+from workers.inference.sequence import started
+from workers.remote.handle import ExecutorError, ExecutorUnavailable
+
+log = logging.getLogger("workers.engine")
+STEP_TOKENS = 2048
+
+
+def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
+                      device: torch.device) -> list[W.Message]:
+    """Answer `waiting`'s embedding requests, in order, up to a step's tokens (each taken out
+    of it); a forward that fails fails its requests only (where the executor is gone, they
+    wait again, at the front, and it is raised)."""
+    taken: list[Request] = []
+    for request in [r for r in waiting if r.params.embed]:
+        if taken and sum(len(r.prompt_ids) for r in taken) + len(request.prompt_ids) > \
+                STEP_TOKENS:
+            break
+        taken.append(request)
+    if not taken:
+        return []
+    chosen = {id(r) for r in taken}
+    kept = [r for r in waiting if id(r) not in chosen]
+    waiting.clear()
+    waiting.extend(kept)
+    events: list[W.Message] = []
+    shared = batches(taken, model)
+    for at, batch in enumerate(shared):
+        try:
+            vectors = last_states(batch[0].prefill or model, rows, batch, device)
+        except ExecutorUnavailable:
+            waiting.extendleft(reversed([r for b in shared[at:] for r in b]))
+            raise
+        except Exception as exc:
+            log.exception("an embedding forward of %d prompts failed", len(batch))
+            code = "executor_error" if isinstance(exc, ExecutorError) else "internal_error"
+            events += [W.Failed(r.id, 500, code, f"The request failed: {type(exc).__name__}")
+                       for r in batch]
+            continue
+        for request, vector in zip(batch, vectors, strict=True):
+            events += [started(request), W.Done(request.id, len(request.prompt_ids), 0,
+                                                embedding(vector, request.params.dimensions))]
+    return events
+
+
+def batches(requests: list[Request], model: Any) -> list[list[Request]]:
+    """The requests that share a forward: of the engine's model (not prompt or prefix tuning's
+    own) and similar lengths; the others alone."""
+    if not shares_forwards(model):
+        return [[r] for r in requests]
+    alone = [[r] for r in requests if r.prefill is not None]
+    shared = [r for r in requests if r.prefill is None]
+    return [[shared[i] for i in group] for group in groups([len(r.prompt_ids) for r in shared])
+            ] + alone
+
+
+def last_states(model: Any, rows: RowAdapters, requests: list[Request],
+                device: torch.device) -> torch.Tensor:
+    """[prompts, hidden]: each prompt's last position's output of the model's decoder (after
+    its final norm), from one forward of the prompts left-padded, each row through its
+    adapter."""
+    prompts = [r.prompt_ids for r in requests]
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    # one prompt goes without positions: prompt tuning's PeftModel places its virtual tokens
+    positions = {} if len(prompts) == 1 else {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    captured: list[torch.Tensor] = []
+    hook = base.get_decoder().register_forward_hook(
+        lambda module, args, out: captured.append(out[0][:, -1]))
+    try:
+        with torch.no_grad(), rows.select([r.adapter for r in requests]):
+            model(input_ids=ids, attention_mask=mask, past_key_values=DynamicCache(),
+                  use_cache=True, logits_to_keep=1, **positions)
+    finally:
+        hook.remove()
+    return captured[-1].float().cpu()
+
+
+def embedding(state: torch.Tensor, dimensions: int = 0) -> bytes:
+    """A hidden state as an embedding: its first `dimensions` (all where 0), of length 1, as
+    float32 little-endian bytes."""
+    kept = state[:dimensions] if dimensions else state
+    return torch.nn.functional.normalize(kept, dim=0).numpy().astype("<f4").tobytes()
