@@ -41,6 +41,12 @@ class TextTokens:
         return int(self._config.get("vocab_size") or 0)
 
     @cached_property
+    def hidden_size(self) -> int:
+        """An embedding's dimensions (0: unknown here; the worker checks `dimensions` then)."""
+        config = self._config
+        return int(config.get("hidden_size") or config.get("n_embd") or 0)
+
+    @cached_property
     def modules(self) -> frozenset[str]:
         """The model's modules with weights (empty: unknown here; the trainer checks then)."""
         return frozenset() if self._path is None else module_names(self._path)

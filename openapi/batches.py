@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 from openapi.common import OpenAIBaseModel, StrictModel, Text
 
-BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/responses"]
+BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/responses",
+                        "/v1/embeddings"]
 
 
 class OutputExpiresAfter(StrictModel):

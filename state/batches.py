@@ -15,7 +15,7 @@ from state.db import Database, after_cursor
 BATCH_ID = re.compile(r"batch_[0-9a-f]{32}")
 ACTIVE = ("in_progress", "cancelling")  # a gateway runs these
 WINDOW_S = 24 * 3600  # completion_window "24h"
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings")
 
 
 @dataclass(frozen=True)

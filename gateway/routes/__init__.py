@@ -9,6 +9,7 @@ from gateway.routes import (
     completions,
     conversations,
     dashboard,
+    embeddings,
     files,
     fine_tuning,
     health,
@@ -22,6 +23,6 @@ from gateway.routes import (
 
 router = APIRouter()
 for module in (health, models, completions, chat, stored_chat, responses, input_tokens,
-               conversations, adapters, versions, files, uploads, batches, fine_tuning,
+               embeddings, conversations, adapters, versions, files, uploads, batches, fine_tuning,
                dashboard):
     router.include_router(module.router)

@@ -7,8 +7,9 @@ from starlette.concurrency import run_in_threadpool
 
 from gateway import obfuscation, responses
 from gateway.deps import TenantDep
-from gateway.errors import APIError, documented
+from gateway.errors import documented
 from gateway.generation import Call, generate
+from gateway.prompts import prompt_specs
 from gateway.sampling import completion_params, constrain
 from gateway.serving import PromptResult
 from gateway.structured import response_format_grammar
@@ -17,33 +18,6 @@ from wire import manager as W
 
 router = APIRouter(prefix="/v1", tags=["completions"],
                    responses=documented(400, 404, 429))
-
-
-def prompt_specs(prompt: str | list, vocab_size: int = 0) -> list[dict]:
-    specs = _prompt_specs(prompt)
-    for spec in specs:
-        bad = next((t for t in spec.get("prompt_ids", ()) if vocab_size and t >= vocab_size),
-                   None)
-        if bad is not None:
-            raise APIError(400, f"Token id {bad} is out of range: this model's vocabulary has "
-                           f"{vocab_size} tokens (ids 0 to {vocab_size - 1}).", "invalid_prompt",
-                           "prompt")
-    return specs
-
-
-def _prompt_specs(prompt: str | list) -> list[dict]:
-    if isinstance(prompt, str):
-        return [{"prompt": prompt}]
-    if not prompt:
-        raise APIError(400, "prompt must not be empty", "invalid_prompt", "prompt")
-    if all(isinstance(p, int) for p in prompt):
-        return [{"prompt_ids": list(prompt)}]
-    if all(isinstance(p, str) for p in prompt):
-        return [{"prompt": p} for p in prompt]
-    if all(isinstance(p, list) and p for p in prompt):
-        return [{"prompt_ids": list(p)} for p in prompt]
-    raise APIError(400, "prompt must be a string, a list of strings, a list of token ids or a "
-                   "list of lists of token ids", "invalid_prompt", "prompt")
 
 
 @router.post("/completions", response_model=CompletionResponse)

@@ -1,7 +1,8 @@
 """The Batch API through real processes with the official openai SDK: a batch's answers are
-those of its endpoint (greedy text equal to plain peft's, with its token counts), a bad
-request is its line's error, a cancelled batch stops and names the requests it never ran (its
-input sent in parts, through the Uploads API), and a batch is its tenant's alone."""
+those of its endpoint (greedy text equal to plain peft's, with its token counts; embeddings
+equal to plain peft's), a bad request is its line's error, a cancelled batch stops and names
+the requests it never ran (its input sent in parts, through the Uploads API), and a batch is
+its tenant's alone."""
 
 from __future__ import annotations
 
@@ -12,22 +13,25 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Deployment
+from tests.e2e.test_embeddings import close, expected
 
 pytestmark = pytest.mark.slow
 URL = "/v1/chat/completions"
 PROMPTS = ["Hello", "Tell me a story", "Bye"]
 
 
-def submit(client: openai.OpenAI, bodies: list[dict], parts: bool = False, **fields):
-    """A batch of `bodies`, its input file uploaded whole or (`parts`) in parts of 500 bytes."""
-    rows = [{"custom_id": f"q{k}", "method": "POST", "url": URL, "body": body}
+def submit(client: openai.OpenAI, bodies: list[dict], parts: bool = False, url: str = URL,
+           **fields):
+    """A batch of `bodies` to `url`, its input file uploaded whole or (`parts`) in parts of 500
+    bytes."""
+    rows = [{"custom_id": f"q{k}", "method": "POST", "url": url, "body": body}
             for k, body in enumerate(bodies)]
     data = "\n".join(map(json.dumps, rows)).encode()
     source = client.uploads.upload_file_chunked(
         file=data, bytes=len(data), filename="in.jsonl", mime_type="application/jsonl",
         purpose="batch", part_size=500).file if parts else \
         client.files.create(file=("in.jsonl", data), purpose="batch")
-    return client.batches.create(input_file_id=source.id, endpoint=URL,
+    return client.batches.create(input_file_id=source.id, endpoint=url,
                                  completion_window="24h", **fields)
 
 
@@ -75,6 +79,22 @@ def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deploy
         deployment.client("beta").batches.retrieve(done.id)
     with pytest.raises(openai.NotFoundError):
         deployment.client("beta").files.content(done.output_file_id)
+
+
+def test_a_batch_of_embeddings_answers_as_plain_peft_would(deployment: Deployment) -> None:
+    client = deployment.client("acme")
+    bodies = [{"model": "acme/lora-a", "input": p} for p in PROMPTS]
+    done = finished(client, submit(client, bodies, url="/v1/embeddings").id)
+    assert done.status == "completed" and done.request_counts.completed == 3
+    reference = deployment.reference("acme/lora-a")
+    answers = {line["custom_id"]: line["response"] for line in lines(client, done.output_file_id)}
+    for k, prompt in enumerate(PROMPTS):
+        ids = reference.ids(prompt)
+        body = answers[f"q{k}"]["body"]
+        assert body["usage"] == {"prompt_tokens": len(ids), "total_tokens": len(ids)}
+        assert close(body["data"][0]["embedding"], expected(reference, ids))
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (
+        sum(len(reference.ids(p)) for p in PROMPTS), 0)
 
 
 def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deployment) -> None:

@@ -31,7 +31,7 @@ def test_a_good_file_counts_its_requests_and_names_its_url_and_model() -> None:
     (lines({"custom_id": "a", **CHAT}, {"custom_id": "a", **CHAT}), "Line 2: custom_id 'a' is "
      "not unique."),
     (lines({"custom_id": "a", **CHAT, "method": "GET"}), "Line 1: method must be 'POST'."),
-    (lines({"custom_id": "a", **CHAT, "url": "/v1/embeddings"}), "Line 1: url must be one of"),
+    (lines({"custom_id": "a", **CHAT, "url": "/v1/moderations"}), "Line 1: url must be one of"),
     (lines({"custom_id": "a", **CHAT}, {"custom_id": "b", **CHAT, "url": "/v1/completions"}),
      "Line 2: every request of a batch goes to one url (/v1/chat/completions)."),
     (lines({"custom_id": "a", **CHAT, "body": "text"}), "Line 1: body must be a JSON object."),

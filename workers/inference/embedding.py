@@ -36,18 +36,22 @@ def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
     of it); a forward that fails fails its requests only (where the executor is gone, they
     wait again, at the front, and it is raised)."""
     taken: list[Request] = []
+    events: list[W.Message] = []
+    hidden, tokens = int(model.config.hidden_size), 0
     for request in [r for r in waiting if r.params.embed]:
-        if taken and sum(len(r.prompt_ids) for r in taken) + len(request.prompt_ids) > \
-                STEP_TOKENS:
+        if request.params.dimensions > hidden:
+            events.append(W.Failed(request.id, 400, "invalid_dimensions", f"dimensions is "
+                                   f"{request.params.dimensions}: this model's embeddings have "
+                                   f"{hidden}."))
+        elif taken and tokens + len(request.prompt_ids) > STEP_TOKENS:
             break
-        taken.append(request)
-    if not taken:
-        return []
-    chosen = {id(r) for r in taken}
-    kept = [r for r in waiting if id(r) not in chosen]
+        else:
+            taken.append(request)
+            tokens += len(request.prompt_ids)
+    answered = {e.id for e in events} | {r.id for r in taken}
+    kept = [r for r in waiting if r.id not in answered]
     waiting.clear()
     waiting.extend(kept)
-    events: list[W.Message] = []
     shared = batches(taken, model)
     for at, batch in enumerate(shared):
         try:

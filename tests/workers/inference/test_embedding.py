@@ -152,3 +152,16 @@ def test_a_failed_forward_fails_its_requests_only(saved, tokenizer, monkeypatch)
     assert [e.code for e in events if isinstance(e, W.Failed)] == ["internal_error"] * 2
     assert torch.allclose(vector(next(e for e in events if isinstance(e, W.Done))),
                           reference(None, [1]), atol=2e-5)
+
+
+def test_more_dimensions_than_the_model_has_are_refused_alone(tokenizer) -> None:
+    engine, _ = adapters(tokenizer).route("base", None)
+    for request_id, dimensions in (("wide", HIDDEN + 1), ("whole", HIDDEN)):
+        engine.add(Request(request_id, [1, 2], W.SamplingParams(
+            max_tokens=0, embed=True, dimensions=dimensions)))
+    events = engine.step()
+    (failed,) = [e for e in events if isinstance(e, W.Failed)]
+    assert (failed.id, failed.status, failed.code) == ("wide", 400, "invalid_dimensions")
+    (done,) = [e for e in events if isinstance(e, W.Done)]
+    assert done.id == "whole" and torch.allclose(vector(done), reference(None, [1, 2]), atol=2e-5)
+    assert not engine.has_work()
