@@ -30,8 +30,12 @@ def _inputs(value: object) -> object:
     return value
 
 
+NonEmptyText = Annotated[Text, Field(min_length=1)]
+
+
 class EmbeddingRequest(OpenAIBaseModel):
-    input: Annotated[Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)] |
+    input: Annotated[NonEmptyText |
+                     Annotated[list[NonEmptyText], Field(min_length=1, max_length=MAX_INPUTS)] |
                      Annotated[list[TokenId], Field(min_length=1)] |
                      Annotated[list[Annotated[list[TokenId], Field(min_length=1)]],
                                Field(min_length=1, max_length=MAX_INPUTS)],
