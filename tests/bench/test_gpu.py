@@ -175,6 +175,7 @@ def test_gpu_check_collects_the_gpu_marked_files_without_the_bench_harness() -> 
         "tests/wire/call/test_device.py",
         "tests/wire/call/test_digits.py", "tests/workers/inference/test_adapter_chunks.py",
         "tests/workers/inference/test_adapters.py",
+        "tests/workers/inference/test_embedding.py",
         "tests/workers/inference/test_packed.py", "tests/workers/inference/test_placement.py",
         "tests/workers/inference/test_row_attention.py",
         "tests/workers/remote/test_gpu_clients.py", "tests/workers/remote/test_kept_rows.py",

@@ -165,3 +165,17 @@ def test_more_dimensions_than_the_model_has_are_refused_alone(tokenizer) -> None
     (done,) = [e for e in events if isinstance(e, W.Done)]
     assert done.id == "whole" and torch.allclose(vector(done), reference(None, [1, 2]), atol=2e-5)
     assert not engine.has_work()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_embeddings_through_an_executor_process(saved, tokenizer, device, client_on) -> None:
+    """A worker of an executor process (on a GPU, its tensors and the hidden states there):
+    the same vectors as plain peft's on the CPU."""
+    held = adapters(tokenizer, device=device, executor=client_on(device, f"embed-{device}"))
+    asks = [("lora", "t/lora@1", PROMPTS[0], 0), ("base", None, PROMPTS[2], 8),
+            ("lora-long", "t/lora@1", PROMPTS[3], 0), ("ia3", "t/ia3@1", PROMPTS[1], 0)]
+    done = embed(held, asks, saved)
+    for request_id, model, prompt, dimensions in asks:
+        path = None if model is None else saved[model]
+        assert torch.allclose(vector(done[request_id]), reference(path, prompt, dimensions),
+                              atol=1e-4), request_id
