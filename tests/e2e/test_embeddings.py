@@ -81,5 +81,6 @@ def test_too_long_an_input_and_another_tenants_model(deployment: Deployment) -> 
     with pytest.raises(openai.BadRequestError) as refused:
         deployment.client("acme").embeddings.create(model="acme/lora-a", input=[1] * 5000)
     assert refused.value.body["code"] == "context_length_exceeded"
+    assert "an input has 5000 tokens" in refused.value.body["message"]
     with pytest.raises(openai.NotFoundError):
         deployment.client("beta").embeddings.create(model="acme/lora-a", input="hello")

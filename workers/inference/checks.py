@@ -46,6 +46,10 @@ def refusal(request: Request, limit: int, vocab_size: int, max_batch: int,
         return W.Failed(request.id, 400, "invalid_n",
                         f"{params.n} sequences a prompt (n, or best_of) are more than this "
                         f"server decodes at once ({max_batch})")
+    if params.embed and len(request.prompt_ids) > limit:
+        return W.Failed(request.id, 400, "context_length_exceeded",
+                        f"This model's maximum context length is {limit} tokens. However, an "
+                        f"input has {len(request.prompt_ids)} tokens. Please reduce the input.")
     if len(request.prompt_ids) + params.max_tokens > limit:
         return W.Failed(
             request.id, 400, "context_length_exceeded",
