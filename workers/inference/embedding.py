@@ -85,8 +85,9 @@ def batches(requests: list[Request], model: Any) -> list[list[Request]]:
 def last_states(model: Any, rows: RowAdapters, requests: list[Request],
                 device: torch.device) -> torch.Tensor:
     """[prompts, hidden]: each prompt's last position's output of the model's decoder (after
-    its final norm), from one forward of the prompts left-padded, each row through its
-    adapter."""
+    its final norm), from one forward of the prompts left-padded, each row through its adapter:
+    of the decoder alone (no head, no logits), or for prompt or prefix tuning of its model's
+    own forward (which places the virtual tokens), read where the decoder returns."""
     prompts = [r.prompt_ids for r in requests]
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -98,15 +99,18 @@ def last_states(model: Any, rows: RowAdapters, requests: list[Request],
     # one prompt goes without positions: prompt tuning's PeftModel places its virtual tokens
     positions = {} if len(prompts) == 1 else {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
     base = model.get_base_model() if isinstance(model, PeftModel) else model
-    captured: list[torch.Tensor] = []
-    hook = base.get_decoder().register_forward_hook(
-        lambda module, args, out: captured.append(out[0][:, -1]))
-    try:
-        with torch.no_grad(), rows.select([r.adapter for r in requests]):
+    with torch.no_grad(), rows.select([r.adapter for r in requests]):
+        if shares_forwards(model):  # the decoder alone: no head, no logits
+            return base.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False,
+                                      **positions).last_hidden_state[:, -1].float().cpu()
+        captured: list[torch.Tensor] = []  # prompt or prefix tuning: its model's own forward
+        hook = base.get_decoder().register_forward_hook(
+            lambda module, args, out: captured.append(out[0][:, -1]))
+        try:
             model(input_ids=ids, attention_mask=mask, past_key_values=DynamicCache(),
                   use_cache=True, logits_to_keep=1, **positions)
-    finally:
-        hook.remove()
+        finally:
+            hook.remove()
     return captured[-1].float().cpu()
 
 

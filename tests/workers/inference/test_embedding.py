@@ -16,11 +16,14 @@ from peft import PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from catalogue.resolve import resolve_model
+from executor.local import LocalExecutor
 from tests.peft_reference import peft_config
 from tests.workers.inference.test_adapters import adapters
 from wire import manager as W
 from workers.inference import embedding
+from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
+from workers.remote.build import remote_model
 
 MODEL = "tiny-llama"
 HIDDEN = 64  # tiny-llama's hidden size
@@ -179,3 +182,21 @@ def test_embeddings_through_an_executor_process(saved, tokenizer, device, client
         path = None if model is None else saved[model]
         assert torch.allclose(vector(done[request_id]), reference(path, prompt, dimensions),
                               atol=1e-4), request_id
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-starcoder"])
+def test_prompts_of_learned_positions_share_a_forward_exactly(name: str) -> None:
+    """GPT-2's positions are learned, not rotary: a left-padded row's positions must count from
+    its first token (RoPE's relative angles hide a shift, these do not)."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name))
+    engine = InferenceEngine(remote_model(name, LocalExecutor.load(name)), tokenizer,
+                             max_context=512, eos_ids=())
+    for i, prompt in enumerate(PROMPTS):
+        engine.add(Request(f"r{i}", prompt, W.SamplingParams(max_tokens=0, embed=True)))
+    done = {e.id: e for e in engine.step() if isinstance(e, W.Done)}
+    plain = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
+    for i, prompt in enumerate(PROMPTS):
+        with torch.no_grad():
+            state = plain(input_ids=torch.tensor([prompt]),
+                          output_hidden_states=True).hidden_states[-1][0, -1]
+        assert torch.allclose(vector(done[f"r{i}"]), state / state.norm(), atol=2e-5)
