@@ -30,6 +30,7 @@ from bench.records import Record, table, write_json
 from bench.scenarios import (
     adapters,
     chunks,
+    embeddings,
     inference,
     overhead,
     pacing,
@@ -75,6 +76,7 @@ SCENARIOS: dict[str, Callable[[Settings], list[Record]]] = {
     "coldstart": overhead.cold_start,
     "sharding": sharding.sharded,
     "adapters": adapters.many_adapters,
+    "embeddings": embeddings.embeddings,
     "tenants": tenants.many_tenants,
     "long-prompts": chunks.long_prompts,
     "mixed-lengths": chunks.mixed_lengths,

@@ -7,7 +7,9 @@ line): it reads the spec `{"model", "paths", "prompt", "tokens", "threads", "mix
 the model and answers `{"ready": true, "omp_wait_policy": ...}`; then each line it reads runs
 one round and it answers `{"seconds": S, "sequences": [...]}` (the ids it made); it exits at the
 end of its input. `mixed`: one batch, each row with its own adapter (`adapter_names`); else one
-`generate` an adapter (`set_adapter`), as peft serves IA3 and prompt tuning.
+`generate` an adapter (`set_adapter`), as peft serves IA3 and prompt tuning. `embed`
+(`{"prompts", "adapters"}`, each prompt's adapter by index): a round is those prompts'
+embeddings in one forward (`embeddings`), which it answers as its sequences.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ def holding(model: str, paths: list[str]) -> PeftModel:
     return peft.eval()
 
 
-def rounds(spec: dict) -> Callable[[], list[list[int]]]:
-    """One round of the spec's generation; it returns the sequences made (prompt included)."""
+def rounds(spec: dict) -> Callable[[], list[list]]:
+    """One round of the spec's generation; it returns the sequences made (prompt included), or
+    with `embed` the embeddings."""
     model, tokens = holding(spec["model"], spec["paths"]), spec["tokens"]
     names = [f"a{k}" for k in range(len(spec["paths"]))]
+    if spec.get("embed"):
+        return lambda: embeddings(model, spec["embed"]["prompts"],
+                                  [names[k] for k in spec["embed"]["adapters"]])
     options = {"max_new_tokens": tokens, "do_sample": False, **FIXED_LENGTH}
     if spec["mixed"]:
         ids = torch.tensor([spec["prompt"]] * len(names))
@@ -57,17 +63,30 @@ def rounds(spec: dict) -> Callable[[], list[list[int]]]:
     return each
 
 
+def embeddings(model: PeftModel, prompts: list[list[int]], names: list[str]) -> list[list]:
+    """The prompts' embeddings in one forward, each row through its adapter (`adapter_names`),
+    left-padded: the last layer's hidden state at the last position (the head's logits there
+    only), of length 1."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(
+        min=0), adapter_names=names, output_hidden_states=True, logits_to_keep=1)
+    return torch.nn.functional.normalize(out.hidden_states[-1][:, -1], dim=-1).tolist()
+
+
 class PeftProcess:
     """The harness's side: start the process, time a round there."""
 
     def __init__(self, model: Path, paths: list[Path], prompt: list[int], tokens: int,
-                 threads: int, mixed: bool) -> None:
+                 threads: int, mixed: bool, embed: dict | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.peft_process"], text=True,
                                      env=environment("plain"), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
         try:
             self._say({"model": str(model), "paths": [str(p) for p in paths], "prompt": prompt,
-                       "tokens": tokens, "threads": threads, "mixed": mixed})
+                       "tokens": tokens, "threads": threads, "mixed": mixed,
+                       "embed": embed})
             ready = self._hear()
         except BaseException:
             self.proc.kill()
