@@ -1,9 +1,9 @@
 """The worker manager's records and job queue behind a gateway under test, in a thread: a ROUTER
 socket on the gateway's manager endpoint, answering its heartbeats, its record changes and its
 job commands through the manager's own `Records` (`StoreDesk`, `JobScheduler`, `JobLedger`) on
-the gateway's data dir; a `Generate` is answered 503 (no workers here). Its trainers are
-stand-ins (no process, no training): each says hello at once and, asked to pause or cancel,
-reports that it stopped and exits."""
+the gateway's data dir; a `Generate` is answered 503 (no workers here), or as a test's `answer`
+says. Its trainers are stand-ins (no process, no training): each says hello at once and, asked
+to pause or cancel, reports that it stopped and exits."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ STOPPED = {JobAction.PAUSE: JobStatus.PAUSED, JobAction.CANCEL: JobStatus.CANCEL
            JobAction.PREEMPT: JobStatus.QUEUED}
 
 
+def unavailable(message: W.Generate) -> list[W.Message]:
+    return [W.Failed(message.id, 503, "worker_unavailable",
+                     "no workers behind this stand-in manager")]
+
+
 class ManagerStandIn:
     def __init__(self, data_dir: Path, endpoint: str, max_jobs: int = 1) -> None:
         self.records = Records(data_dir, "tiny-llama", endpoint)
@@ -35,6 +40,7 @@ class ManagerStandIn:
         self._pids = itertools.count(1000)
         self._trainers: dict[str, int] = {}  # job id -> its stand-in trainer's "pid"
         self._next: list[Callable[[], object]] = []  # trainers' doings, after each message
+        self.answer: Callable[[W.Generate], list[W.Message]] = unavailable  # a worker's events
         self.scheduler = JobScheduler(
             self.records.ledger, self._start,
             lambda job, threads: TrainerSpec(job=trainer_job(job, files),
@@ -72,8 +78,8 @@ class ManagerStandIn:
                 if done is not None:
                     self._send(identity, done)
             elif isinstance(message, W.Generate):
-                self._send(identity, W.Failed(message.id, 503, "worker_unavailable",
-                                              "no workers behind this stand-in manager"))
+                for event in self.answer(message):
+                    self._send(identity, event)
             while self._next:
                 self._next.pop(0)()
 
