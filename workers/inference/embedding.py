@@ -33,12 +33,15 @@ STEP_TOKENS = 2048
 def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
                       device: torch.device) -> list[W.Message]:
     """Answer `waiting`'s embedding requests, in order, up to a step's tokens (each taken out
-    of it); a forward that fails fails its requests only (where the executor is gone, they
-    wait again, at the front, and it is raised)."""
+    of it); a forward that fails fails its requests only (where the executor is gone, every
+    request taken waits again, at the front, for `fail_all`, and it is raised)."""
+    asked = [r for r in waiting if r.params.embed]
+    if not asked:
+        return []
     taken: list[Request] = []
     events: list[W.Message] = []
     hidden, tokens = int(model.config.hidden_size), 0
-    for request in [r for r in waiting if r.params.embed]:
+    for request in asked:
         if request.params.dimensions > hidden:
             events.append(W.Failed(request.id, 400, "invalid_dimensions", f"dimensions is "
                                    f"{request.params.dimensions}: this model's embeddings have "
@@ -49,15 +52,15 @@ def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
             taken.append(request)
             tokens += len(request.prompt_ids)
     answered = {e.id for e in events} | {r.id for r in taken}
+    removed = [r for r in waiting if r.id in answered]
     kept = [r for r in waiting if r.id not in answered]
     waiting.clear()
     waiting.extend(kept)
-    shared = batches(taken, model)
-    for at, batch in enumerate(shared):
+    for batch in batches(taken, model):
         try:
             vectors = last_states(batch[0].prefill or model, rows, batch, device)
-        except ExecutorUnavailable:
-            waiting.extendleft(reversed([r for b in shared[at:] for r in b]))
+        except ExecutorUnavailable:  # every answer of this step is lost with it: all wait again
+            waiting.extendleft(reversed(removed))
             raise
         except Exception as exc:
             log.exception("an embedding forward of %d prompts failed", len(batch))

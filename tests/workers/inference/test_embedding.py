@@ -24,6 +24,7 @@ from workers.inference import embedding
 from workers.inference.engine import InferenceEngine
 from workers.inference.request import Request
 from workers.remote.build import remote_model
+from workers.remote.handle import ExecutorUnavailable
 
 MODEL = "tiny-llama"
 HIDDEN = 64  # tiny-llama's hidden size
@@ -155,6 +156,32 @@ def test_a_failed_forward_fails_its_requests_only(saved, tokenizer, monkeypatch)
     assert [e.code for e in events if isinstance(e, W.Failed)] == ["internal_error"] * 2
     assert torch.allclose(vector(next(e for e in events if isinstance(e, W.Done))),
                           reference(None, [1]), atol=2e-5)
+
+
+def test_a_lost_executor_fails_every_request_of_the_step(tokenizer, monkeypatch) -> None:
+    """Where the executor goes mid-step, the step's answers so far go with it: every request it
+    took waits again, so that the worker's `fail_all` answers each (none is left unanswered)."""
+    real, calls = embedding.last_states, []
+
+    def losing(model, rows, requests, device):
+        calls.append(len(requests))
+        if len(calls) == 2:
+            raise ExecutorUnavailable("gone")
+        return real(model, rows, requests, device)
+
+    monkeypatch.setattr(embedding, "last_states", losing)
+    engine, _ = adapters(tokenizer).route("base", None)
+    for request_id, prompt, dimensions in (("a", PROMPTS[3], 0), ("b", [1], 0),
+                                           ("wide", [1], HIDDEN + 1)):
+        engine.add(Request(request_id, prompt, W.SamplingParams(
+            max_tokens=0, embed=True, dimensions=dimensions)))
+    engine.add(Request("talk", [1, 5], W.SamplingParams(max_tokens=2)))
+    with pytest.raises(ExecutorUnavailable):
+        engine.step()
+    assert calls == [1, 1]  # the first answered, then lost with the second
+    failed = engine.fail_all(503, "executor_unavailable", "gone")
+    assert sorted(e.id for e in failed) == ["a", "b", "talk", "wide"]
+    assert not engine.has_work()
 
 
 def test_more_dimensions_than_the_model_has_are_refused_alone(tokenizer) -> None:
