@@ -20,7 +20,7 @@ from peft import PeftModel
 from transformers import DynamicCache
 
 from wire import manager as W
-from workers.inference.prefill import groups, shares_forwards
+from workers.inference.prefill import groups, left_padded, shares_forwards
 from workers.inference.request import Request
 from workers.inference.rows import RowAdapters
 from workers.inference.sequence import started
@@ -91,27 +91,20 @@ def last_states(model: Any, rows: RowAdapters, requests: list[Request],
     its final norm), from one forward of the prompts left-padded, each row through its adapter:
     of the decoder alone (no head, no logits), or for prompt or prefix tuning of its model's
     own forward (which places the virtual tokens), read where the decoder returns."""
-    prompts = [r.prompt_ids for r in requests]
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask, positions = left_padded([r.prompt_ids for r in requests], device)
     # one prompt goes without positions: prompt tuning's PeftModel places its virtual tokens
-    positions = {} if len(prompts) == 1 else {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    extra = {} if len(requests) == 1 else {"position_ids": positions}
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     with torch.no_grad(), rows.select([r.adapter for r in requests]):
         if shares_forwards(model):  # the decoder alone: no head, no logits
             return base.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False,
-                                      **positions).last_hidden_state[:, -1].float().cpu()
+                                      **extra).last_hidden_state[:, -1].float().cpu()
         captured: list[torch.Tensor] = []  # prompt or prefix tuning: its model's own forward
         hook = base.get_decoder().register_forward_hook(
             lambda module, args, out: captured.append(out[0][:, -1]))
         try:
             model(input_ids=ids, attention_mask=mask, past_key_values=DynamicCache(),
-                  use_cache=True, logits_to_keep=1, **positions)
+                  use_cache=True, logits_to_keep=1, **extra)
         finally:
             hook.remove()
     return captured[-1].float().cpu()

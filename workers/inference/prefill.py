@@ -102,9 +102,10 @@ def prefill_shared(model: Any, rows: RowAdapters, requests: list[Request],
     return shared
 
 
-def prefill_together(model: Any, rows: RowAdapters, prompts: list[list[int]],
-                     adapters: list[str | None], device: torch.device) -> list[Prefilled]:
-    """One forward for several prompts; each row's cache, mask and last logits."""
+def left_padded(prompts: list[list[int]], device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prompts' ids left-padded to the longest, the mask (0 over the padding) and each
+    row's positions counted from its first real token."""
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     mask = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -112,7 +113,13 @@ def prefill_together(model: Any, rows: RowAdapters, prompts: list[list[int]],
         ids[row, width - len(prompt):] = torch.tensor(prompt)
         mask[row, width - len(prompt):] = 1
     ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def prefill_together(model: Any, rows: RowAdapters, prompts: list[list[int]],
+                     adapters: list[str | None], device: torch.device) -> list[Prefilled]:
+    """One forward for several prompts; each row's cache, mask and last logits."""
+    ids, mask, positions = left_padded(prompts, device)
     with rows.select(adapters):
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)

@@ -37,10 +37,15 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    """Each adapter saved as a PEFT directory, with non-trivial weights."""
+    return save_all(tmp_path_factory, ADAPTERS)
+
+
+def save_all(tmp_path_factory, adapters: dict[str, tuple[str, int]]) -> dict[str, Path]:
+    """Each adapter (model id -> method, seed) saved as a PEFT directory, with non-trivial
+    weights."""
     base = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
     paths = {}
-    for model, (method, seed) in ADAPTERS.items():
+    for model, (method, seed) in adapters.items():
         torch.manual_seed(seed)
         peft = get_peft_model(copy.deepcopy(base), peft_config(MODEL, method))
         with torch.no_grad():

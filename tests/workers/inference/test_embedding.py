@@ -1,24 +1,24 @@
-"""Embeddings in a worker's engines (in-process executor): each prompt's embedding, whatever
-its adapter (LoRA rows beside the base model's in one forward, IA3's own engine, prompt
-tuning's virtual tokens, AdaLoRA's own model) and whatever prompts share its forward, equals plain
-transformers + peft's last hidden state of its last token, normalized; decode steps go on
-between a large request's forwards, and its adapter stays loaded while it waits."""
+"""Embeddings in a worker's engines (in-process executor, and an executor process): each
+prompt's embedding, whatever its adapter (LoRA rows beside the base model's in one forward,
+IA3's group, prompt tuning's virtual tokens, AdaLoRA's own model), its model's positions (GPT-2's
+learned ones) and the prompts sharing its forward, equals plain transformers + peft's last
+hidden state at its last token, normalized; decode steps go on between a large request's
+forwards, its adapter stays loaded while it waits, and a failure is its forward's requests'
+alone (a lost executor: every request of the step answered by `fail_all`)."""
 
 from __future__ import annotations
 
-import copy
 import struct
 from pathlib import Path
 
 import pytest
 import torch
-from peft import PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
-from tests.peft_reference import peft_config
-from tests.workers.inference.test_adapters import adapters
+from tests.workers.inference.test_adapters import adapters, save_all
 from wire import manager as W
 from workers.inference import embedding
 from workers.inference.engine import InferenceEngine
@@ -40,18 +40,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
-    paths = {}
-    for model, (method, seed) in METHODS.items():
-        torch.manual_seed(seed)
-        peft = get_peft_model(copy.deepcopy(base), peft_config(MODEL, method))
-        with torch.no_grad():
-            for p in peft.parameters():
-                if p.requires_grad:
-                    p.add_(0.3 * torch.randn_like(p))
-        paths[model] = tmp_path_factory.mktemp(model.replace("/", "-").replace("@", "-"))
-        peft.save_pretrained(paths[model])
-    return paths
+    return save_all(tmp_path_factory, METHODS)
 
 
 def reference(path: Path | None, prompt: list[int], dimensions: int = 0) -> torch.Tensor:

@@ -95,7 +95,7 @@ def test_a_batch_runs_only_for_the_tenants_own_batch_file(records) -> None:
     for file_id in (theirs.id, tuning.id, "file-none"):
         assert add(records, file_id)[1].code == "invalid_record"
     source = batch_file(records)
-    for fields in ({"id": "batch_../x"}, {"endpoint": "/v1/embeddings"}, {"total": 0}):
+    for fields in ({"id": "batch_../x"}, {"endpoint": "/v1/moderations"}, {"total": 0}):
         assert add(records, source.id, **fields)[1].code == "invalid_record"
     assert records.batches.list("acme", after=None, limit=10) == ([], False)
     batch_id, _ = add(records, source.id)
