@@ -2,9 +2,10 @@
 
 The gateway sends a `Generate` per prompt; the manager routes it to the tenant's worker,
 starting one if needed, which serves all of the tenant's models; the worker streams `Started`,
-`Delta`s and `Done` (or `Failed`) back through the manager. `Abort` stops a request whose HTTP
-client went away. Fine-tuning jobs are controlled over the same sockets by the messages of
-`wire.jobs`, and the data dir's records by those of `wire.store`.
+`Delta`s and `Done` (or `Failed`) back through the manager (an embedding request's vector in its
+`Done`, no `Delta`). `Abort` stops a request whose HTTP client went away. Fine-tuning jobs are
+controlled over the same sockets by the messages of `wire.jobs`, and the data dir's records by
+those of `wire.store`.
 """
 
 from __future__ import annotations
