@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -163,3 +164,21 @@ def low_precision_errors(model: str, method: str, handle: Any, seed: int = 0, ro
             "plain": max(_diff(a, b) for a, b in zip(exact, theirs, strict=True)),
             "between": max(_diff(a, b) for a, b in zip(theirs, mine, strict=True)),
             "largest": max(a.abs().max().item() for a in exact)}
+
+
+def save_adapters(tmp_path_factory, model: str, adapters: dict[str, tuple[str, int]]
+                  ) -> dict[str, Path]:
+    """Each adapter (model id -> method, seed) over `model` saved as a PEFT directory, with
+    non-trivial weights (peft's own initialization, plus seeded noise)."""
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(model))
+    paths = {}
+    for model_id, (method, seed) in adapters.items():
+        torch.manual_seed(seed)
+        peft = get_peft_model(copy.deepcopy(base), peft_config(model, method))
+        with torch.no_grad():
+            for p in peft.parameters():
+                if p.requires_grad:
+                    p.add_(0.3 * torch.randn_like(p))
+        paths[model_id] = tmp_path_factory.mktemp(model_id.replace("/", "-").replace("@", "-"))
+        peft.save_pretrained(paths[model_id])
+    return paths

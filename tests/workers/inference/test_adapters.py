@@ -4,18 +4,17 @@ request's tokens equal plain transformers + peft with that adapter alone."""
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
 import pytest
 import torch
-from peft import PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
-from tests.peft_reference import peft_config
+from tests.peft_reference import save_adapters
 from wire import manager as W
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
@@ -37,24 +36,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    return save_all(tmp_path_factory, ADAPTERS)
-
-
-def save_all(tmp_path_factory, adapters: dict[str, tuple[str, int]]) -> dict[str, Path]:
-    """Each adapter (model id -> method, seed) saved as a PEFT directory, with non-trivial
-    weights."""
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
-    paths = {}
-    for model, (method, seed) in adapters.items():
-        torch.manual_seed(seed)
-        peft = get_peft_model(copy.deepcopy(base), peft_config(MODEL, method))
-        with torch.no_grad():
-            for p in peft.parameters():
-                if p.requires_grad:
-                    p.add_(0.3 * torch.randn_like(p))
-        paths[model] = tmp_path_factory.mktemp(model.replace("/", "-").replace("@", "-"))
-        peft.save_pretrained(paths[model])
-    return paths
+    return save_adapters(tmp_path_factory, MODEL, ADAPTERS)
 
 
 def plain_tokens(path: Path | None, prompt: list[int], device: str = "cpu") -> list[int]:

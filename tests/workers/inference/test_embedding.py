@@ -18,7 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
-from tests.workers.inference.test_adapters import adapters, save_all
+from tests.peft_reference import save_adapters
+from tests.workers.inference.test_adapters import adapters
 from wire import manager as W
 from workers.inference import embedding
 from workers.inference.engine import InferenceEngine
@@ -40,7 +41,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    return save_all(tmp_path_factory, METHODS)
+    return save_adapters(tmp_path_factory, MODEL, METHODS)
 
 
 def reference(path: Path | None, prompt: list[int], dimensions: int = 0) -> torch.Tensor:
