@@ -182,3 +182,14 @@ def save_adapters(tmp_path_factory, model: str, adapters: dict[str, tuple[str, i
         paths[model_id] = tmp_path_factory.mktemp(model_id.replace("/", "-").replace("@", "-"))
         peft.save_pretrained(paths[model_id])
     return paths
+
+
+def embedding_of(model: Any, ids: list[int], dimensions: int = 0) -> torch.Tensor:
+    """Plain transformers (+ peft) as an embedding's reference: the last layer's hidden state
+    (after the final norm) at the prompt's last token, its first `dimensions` (all where 0), of
+    length 1."""
+    with torch.no_grad():
+        out = model.eval()(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    state = out.hidden_states[-1][0, -1]
+    state = state[:dimensions] if dimensions else state
+    return state / state.norm()

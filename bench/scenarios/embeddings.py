@@ -32,8 +32,9 @@ def inputs(count: int, length: int, vocab: int) -> list[list[int]]:
     """`count` seeded inputs of `length` tokens, a quarter of them up to 3 tokens shorter (as
     texts differ)."""
     generator = torch.Generator().manual_seed(0)
-    return [torch.randint(3, vocab, (length - (k % 4 == 3) * (k % 3 + 1),),
-                          generator=generator).tolist() for k in range(count)]
+    shorter = [k % 3 + 1 if k % 4 == 3 else 0 for k in range(count)]
+    return [torch.randint(3, vocab, (length - short,), generator=generator).tolist()
+            for short in shorter]
 
 
 def embeddings(settings: Settings) -> list[Record]:

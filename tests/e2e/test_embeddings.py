@@ -14,17 +14,14 @@ import torch
 
 from tests.e2e.adapters import MODEL, Reference
 from tests.e2e.conftest import Deployment
+from tests.peft_reference import embedding_of
 
 pytestmark = pytest.mark.slow
 TEXTS = ["The quick brown fox", "jumps", "over the lazy dog, twice over and again"]
 
 
 def expected(reference: Reference, ids: list[int], dimensions: int = 0) -> torch.Tensor:
-    with torch.no_grad():
-        out = reference.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-    state = out.hidden_states[-1][0, -1]
-    state = state[:dimensions] if dimensions else state
-    return state / state.norm()
+    return embedding_of(reference.model, ids, dimensions)
 
 
 def close(got: list[float], want: torch.Tensor) -> bool:

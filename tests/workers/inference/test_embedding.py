@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from executor.local import LocalExecutor
-from tests.peft_reference import save_adapters
+from tests.peft_reference import embedding_of, save_adapters
 from tests.workers.inference.test_adapters import adapters
 from wire import manager as W
 from workers.inference import embedding
@@ -50,11 +50,7 @@ def reference(path: Path | None, prompt: list[int], dimensions: int = 0) -> torc
     model = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))
     if path is not None:
         model = PeftModel.from_pretrained(model, path)
-    with torch.no_grad():
-        out = model.eval()(input_ids=torch.tensor([prompt]), output_hidden_states=True)
-    state = out.hidden_states[-1][0, -1]
-    state = state[:dimensions] if dimensions else state
-    return state / state.norm()
+    return embedding_of(model, prompt, dimensions)
 
 
 def vector(event: W.Done) -> torch.Tensor:
@@ -211,9 +207,6 @@ def test_prompts_of_learned_positions_share_a_forward_exactly(name: str) -> None
     for i, prompt in enumerate(PROMPTS):
         engine.add(Request(f"r{i}", prompt, W.SamplingParams(max_tokens=0, embed=True)))
     done = {e.id: e for e in engine.step() if isinstance(e, W.Done)}
-    plain = AutoModelForCausalLM.from_pretrained(resolve_model(name)).eval()
+    plain = AutoModelForCausalLM.from_pretrained(resolve_model(name))
     for i, prompt in enumerate(PROMPTS):
-        with torch.no_grad():
-            state = plain(input_ids=torch.tensor([prompt]),
-                          output_hidden_states=True).hidden_states[-1][0, -1]
-        assert torch.allclose(vector(done[f"r{i}"]), state / state.norm(), atol=2e-5)
+        assert torch.allclose(vector(done[f"r{i}"]), embedding_of(plain, prompt), atol=2e-5)
