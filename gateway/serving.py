@@ -1,9 +1,10 @@
 """Running a generation for the HTTP layer: resolve the model, fan prompts out to the worker
 manager, and hand back either the collected results or a merged stream of events.
 
-Every prompt of a request becomes one `Generate`; the first event of each (Started, or Failed,
-which becomes an HTTP error) is awaited before any response starts, so errors keep their status
-code and the fallback header can be set. If the client goes away, every prompt is aborted.
+Every prompt of a request becomes one `Generate`, all sent at once; the first event of each
+(Started, or Failed, which becomes an HTTP error) is awaited before any response starts, so
+errors keep their status code and the fallback header can be set. If the client goes away, every
+prompt is aborted.
 """
 
 from __future__ import annotations
@@ -60,19 +61,31 @@ class Run:
         self.finished: set[str] = set()
 
     async def start(self) -> None:
-        """Wait for every prompt to start; an error becomes an APIError (and stops the rest)."""
+        """Send every prompt at once and wait for each to start; the first error to arrive
+        becomes an APIError (and stops the rest). Sent one after another's start, a request's
+        prompts would be prefilled (an embedding's answered) one forward each."""
+        arrived: asyncio.Queue[int] = asyncio.Queue()
+        firsts = [asyncio.ensure_future(anext(stream)) for stream in self.streams]
+        for index, first in enumerate(firsts):
+            first.add_done_callback(lambda _, index=index: arrived.put_nowait(index))
+        started: dict[int, W.Started] = {}
         try:
-            for index, stream in enumerate(self.streams):
-                first = await anext(stream)
+            while len(started) < len(firsts):
+                index = await arrived.get()
+                first = firsts[index].result()
                 if isinstance(first, W.Failed):
                     self.finished.add(first.id)
                     raise refused(first)
                 if not isinstance(first, W.Started):
                     raise APIError(500, "unexpected first event from the worker", "internal_error")
-                self.results.append(PromptResult(index, first))
+                started[index] = first
         except BaseException:
             await self.close()
+            for first in firsts:
+                first.cancel()
+            await asyncio.gather(*firsts, return_exceptions=True)
             raise
+        self.results = [PromptResult(index, started[index]) for index in range(len(firsts))]
 
     @property
     def fallback(self) -> bool:

@@ -2,8 +2,8 @@
 socket on the gateway's manager endpoint, answering its heartbeats, its record changes and its
 job commands through the manager's own `Records` (`StoreDesk`, `JobScheduler`, `JobLedger`) on
 the gateway's data dir; a `Generate` is answered 503 (no workers here), or as a test's `answer`
-says. Its trainers are stand-ins (no process, no training): each says hello at once and, asked
-to pause or cancel, reports that it stopped and exits."""
+says; an `Abort` is noted (`aborted`). Its trainers are stand-ins (no process, no training):
+each says hello at once and, asked to pause or cancel, reports that it stopped and exits."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class ManagerStandIn:
         self._trainers: dict[str, int] = {}  # job id -> its stand-in trainer's "pid"
         self._next: list[Callable[[], object]] = []  # trainers' doings, after each message
         self.answer: Callable[[W.Generate], list[W.Message]] = unavailable  # a worker's events
+        self.aborted: list[str] = []  # the request ids of the Aborts, in order
         self.scheduler = JobScheduler(
             self.records.ledger, self._start,
             lambda job, threads: TrainerSpec(job=trainer_job(job, files),
@@ -80,6 +81,8 @@ class ManagerStandIn:
             elif isinstance(message, W.Generate):
                 for event in self.answer(message):
                     self._send(identity, event)
+            elif isinstance(message, W.Abort):
+                self.aborted.append(message.id)
             while self._next:
                 self._next.pop(0)()
 
