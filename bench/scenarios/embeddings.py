@@ -5,15 +5,22 @@ adapters, which embeds a round's inputs in one forward, each row through its ada
 (`adapter_names`, peft's mixed batch), left-padded, and reads the last hidden state
 (`output_hidden_states`, the head's logits at the last position only). Rounds in turn, the best
 of each side; both sides' vectors are compared first. Ours' worker part runs in this process on
-a worker's threads, the executor and the peft process on the run's (as scenario 13's rows)."""
+a worker's threads, the executor and the peft process on the run's (as scenario 13's rows).
+
+Its second row is what a user pays: one request of many inputs to one LoRA adapter through the
+whole stack at its default settings (the executor on the run's threads), the official SDK's
+`embeddings.create` (base64, as it asks by default), against the plain peft process embedding
+the same inputs through the same adapter in one forward."""
 
 from __future__ import annotations
 
+import base64
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoTokenizer
 
@@ -66,7 +73,57 @@ def embeddings(settings: Settings) -> list[Record]:
         torch.set_num_threads(settings.threads)  # the run's, for the scenarios after this one
     return [Record("19 embeddings", f"{count} inputs of ~{length} tokens over {ADAPTERS} LoRA "
                    "adapters: inputs/s vs one peft process (adapter_names, one forward)",
-                   best["ours"], best["plain"], "inputs/s")]
+                   best["ours"], best["plain"], "inputs/s"), through_the_api(settings)]
+
+
+def through_the_api(settings: Settings) -> Record:
+    """One request of `count` inputs to one adapter through the whole stack (the SDK's call
+    timed) against the plain peft process's forward of them: the best of `ROUNDS` in turn."""
+    import openai
+
+    from bench.scenarios.tenants import register
+    from launcher.stack import Stack, free_port
+
+    count, length = (16, 8) if settings.toy else (512, 32)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(MODEL))
+    prompts = inputs(count, length, tokenizer.vocab_size)
+    root = Path(tempfile.mkdtemp(prefix="symb-embeddings-api-"))
+    best = {"ours": 0.0, "plain": 0.0}
+    try:
+        paths = make_adapters(root / "files", 1)
+        (model,) = register(root / "data", paths, 1)
+        stack = Stack(root / "data", MODEL, port=free_port(),
+                      env={"SYMBIOSIS_API_KEYS": "t0=sk-t0"},
+                      executor_args=("--threads", str(settings.threads))).start()
+        try:
+            client = openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key="sk-t0",
+                                   max_retries=0, timeout=600)
+            with PeftProcess(resolve_model(MODEL), paths, [], 0, settings.threads, mixed=True,
+                             embed={"prompts": prompts, "adapters": [0] * count}) as plain:
+                mine = [vector(e.embedding) for e in client.embeddings.create(
+                    model=model, input=prompts, encoding_format="base64").data]  # not timed
+                gap = (torch.tensor(mine) - torch.tensor(plain.generate()[1])).abs().max().item()
+                if gap > 1e-4:
+                    raise AssertionError(f"the sides' embeddings differ by {gap}")
+                for _ in range(ROUNDS):
+                    started = time.perf_counter()
+                    client.embeddings.create(model=model, input=prompts)
+                    best["ours"] = max(best["ours"], count / (time.perf_counter() - started))
+                    best["plain"] = max(best["plain"], count / plain.round())
+        finally:
+            stack.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return Record("19 embeddings", f"one request of {count} inputs of ~{length} tokens to a "
+                  "LoRA adapter, the whole stack (official SDK) vs one peft process's forward",
+                  best["ours"], best["plain"], "inputs/s")
+
+
+def vector(embedding: list[float] | str) -> list[float]:
+    """An embedding as the SDK hands it over: its floats (decoded where it is base64)."""
+    if isinstance(embedding, str):
+        return np.frombuffer(base64.b64decode(embedding), dtype="<f4").tolist()
+    return embedding
 
 
 def embed_round(ours: Ours, paths: list[Path], prompts: list[list[int]],
