@@ -11,8 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway import kv_budget
 from gateway.errors import RETRY_SOON, APIError
@@ -100,7 +99,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                    started: Callable[[Call], Awaitable[None]] | None = None,
                    obfuscate: bool = False, kept: Kept | None = None,
                    let_go: Callable[[], None] | None = None,
-                   threaded: type[JSONResponse] | None = None):
+                   respond: Callable[[dict, dict[str, str]], Response] | None = None):
     """`usage_chunk`: a stream's last chunk where `include_usage`; `done_marker`: a stream
     ends with `data: [DONE]` (the completion APIs; the Responses API's last event ends it);
     `settle`: what is done with the whole answer (the body, or a stream's last chunk) before
@@ -112,9 +111,9 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     with the whole answer as a body (`body`'s, a stream's too) once it is complete, before the
     client has it or its stream's end (a stored chat completion is kept); `let_go`: what else
     the request held, let go with its concurrency slot once it ends (a conversation's turn);
-    `threaded`: the body is made, and rendered as this response class renders it, by a worker
-    thread, not the event loop (megabytes of embeddings' numbers would stop every other request
-    for seconds; the class renders them piecewise, as the GIL is let go only between pieces)."""
+    `respond`: the response that sends the whole answer, given it and the headers (by default
+    JSON rendered in one piece; the embeddings' megabytes of numbers are rendered piecewise by
+    worker threads as they are sent)."""
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
@@ -176,14 +175,11 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         finally:
             watcher.cancel()
         _count(call, results)
-        made = stamped(await run_in_threadpool(body, call, results) if threaded else
-                       body(call, results), call.fingerprint)
+        made = stamped(body(call, results), call.fingerprint)
         if kept:
             await kept(made)
         answer = await settle(made) if settle else made
-        if threaded:
-            return await run_in_threadpool(threaded, answer, headers=headers)
-        return JSONResponse(answer, headers=headers)
+        return respond(answer, headers) if respond else JSONResponse(answer, headers=headers)
     finally:
         release()
 

@@ -5,10 +5,12 @@ adapter of the tenant's: its last token's final hidden state through the adapter
 from __future__ import annotations
 
 import base64
+import json
 import struct
+from collections.abc import Iterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import StreamingResponse
 
 from gateway.deps import TenantDep
 from gateway.errors import APIError, documented
@@ -18,6 +20,7 @@ from gateway.serving import PromptResult
 from openapi.embeddings import EmbeddingList, EmbeddingRequest
 from wire import manager as W
 
+PIECE = 16  # embeddings rendered at a time: json.dumps holds the GIL while it runs
 router = APIRouter(prefix="/v1", tags=["embeddings"], responses=documented(400, 404, 409, 429))
 
 
@@ -33,31 +36,50 @@ async def create_embeddings(body: EmbeddingRequest, request: Request, tenant: Te
     params = W.SamplingParams(max_tokens=0, embed=True, dimensions=body.dimensions or 0)
 
     def make_body(call: Call, results: list[PromptResult]) -> dict:
-        """`EmbeddingList`'s fields, made as plain values (pydantic would check each number)."""
+        """`EmbeddingList`'s fields, each embedding as the worker's bytes (encoded as sent)."""
         tokens = sum(r.started.prompt_tokens for r in results)
-        return {"object": "list", "data": [
-            {"object": "embedding", "index": r.index,
-             "embedding": encoded(r.done.embedding if r.done else b"", body.encoding_format)}
-            for r in results], "model": body.model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return {"object": "list", "data": [(r.index, r.done.embedding if r.done else b"")
+                                           for r in results], "model": body.model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     return await generate(request, tenant, target, prompts, params, prefix="emb-",
                           stream=False, include_usage=False, body=make_body,
                           chunks=lambda call, result, event: [],
                           usage_chunk=lambda call, results: {}, user=body.user,
-                          threaded=EmbeddingsJSON)
+                          respond=lambda made, headers: EmbeddingsJSON(
+                              made, headers, body.encoding_format))
 
 
-class EmbeddingsJSON(JSONResponse):
-    """An embedding list rendered an embedding at a time: json.dumps holds the GIL while it
-    runs, so one dumps of megabytes of numbers (1.7 s for 2,048 x 2,048 here) would stop the
-    event loop even from a worker thread; between pieces (a millisecond each) the loop runs."""
+class EmbeddingsJSON(StreamingResponse):
+    """An embedding list sent as it is rendered, by worker threads, `PIECE` embeddings at a
+    time, each encoded only then. Rendered whole, 2,048 x 2,048 floats held the event loop for
+    1.7 s (json.dumps holds the GIL, even in a thread) and the gateway's memory for ~300 MB (the
+    floats as Python objects, their text, joined); piecewise, it holds the vectors' bytes and a
+    piece."""
 
-    def render(self, content: dict) -> bytes:
-        render = super().render
-        rest = render({k: v for k, v in content.items() if k != "data"})
-        return b'{"data":[' + b",".join(render(item) for item in content["data"]) + b"]," + \
-            rest[1:]
+    def __init__(self, content: dict, headers: dict[str, str], encoding_format: str) -> None:
+        super().__init__(pieces(content, encoding_format), headers=headers,
+                         media_type="application/json")
+
+
+def pieces(content: dict, encoding_format: str) -> Iterator[bytes]:
+    """`content` as JSON (its `data` first), `PIECE` embeddings a piece."""
+    data, opening = content["data"], b'{"data":['
+    for start in range(0, len(data), PIECE):
+        items = [dumps({"object": "embedding", "index": index,
+                        "embedding": encoded(vector, encoding_format)})
+                 for index, vector in data[start:start + PIECE]]
+        yield opening + b",".join(items)
+        opening = b","
+    if opening != b",":
+        yield opening
+    yield b"]," + dumps({k: v for k, v in content.items() if k != "data"})[1:]
+
+
+def dumps(value: dict) -> bytes:
+    """As starlette's JSONResponse renders."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=None,
+                      separators=(",", ":")).encode()
 
 
 def encoded(vector: bytes, encoding_format: str) -> list[float] | str:

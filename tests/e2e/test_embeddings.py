@@ -58,6 +58,7 @@ def test_token_lists_and_an_adapter_differ_from_the_base(deployment: Deployment)
     assert not close(adapter.data[0].embedding, torch.tensor(base.data[0].embedding))
     raw = client.embeddings.with_raw_response.create(model="acme/lora-a", input="hi")
     assert raw.headers["x-symbiosis-model-version"] == "acme/lora-a@1"
+    assert raw.headers["transfer-encoding"] == "chunked"  # sent as it is rendered
     assert "system_fingerprint" not in json.loads(raw.text)  # OpenAI's embeddings carry none
 
 
