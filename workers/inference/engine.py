@@ -28,6 +28,7 @@ from workers.inference.checks import refusal
 from workers.inference.chunks import Chunker, Partial, prefill_chunk
 from workers.inference.detok import Detokenizer
 from workers.inference.embedding import answer_embeddings
+from workers.inference.fair import FairQueue
 from workers.inference.grammar import Grammars
 from workers.inference.packed import may_pack, packs, step_forward
 from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, shares_forwards
@@ -61,7 +62,7 @@ class InferenceEngine:
         cost = call_bytes(self.device) if attention_call_bytes is None else attention_call_bytes
         self.call_positions = cost * model.config.num_hidden_layers // self.kv_token_bytes
         self.grammars = Grammars(tokenizer, self.vocab_size)
-        self.waiting: deque[Request] = deque()
+        self.waiting = FairQueue()  # tenants' requests take turns (a shared worker's)
         self.chunks = Chunker(chunk_tokens)  # long prompts coming in beside running sequences
         self.resident = BatchCache(self.device)
         self.offloaded = BatchCache(self.device, offloaded=True)
@@ -98,11 +99,11 @@ class InferenceEngine:
         limit = min(self.max_context, max_context or self.max_context)
         refused = refusal(request, limit, self.vocab_size, self.max_batch, self.grammars)
         if refused is None:
-            self.waiting.append(request)  # an embedding too (`embedding.py`)
+            self.waiting.add(request)  # an embedding too (`embedding.py`)
         return [] if refused is None else [refused]
 
     def abort(self, request_id: str) -> None:
-        self.waiting = deque(r for r in self.waiting if r.id != request_id)
+        self.waiting.drop(request_id)
         self.chunks.drop(request_id)
         for seq in self.running:
             if seq.request.id == request_id:
@@ -241,8 +242,7 @@ class InferenceEngine:
                       self.kv_token_bytes)
         batch.join(repeat_rows(done.kv, params.n), done.mask.repeat(params.n, 1))
         batch.sequences.extend(sequences)
-        events += self._drop_finished()
-        return events
+        return events + self._drop_finished()
 
     def _decode(self, batch: BatchCache, packed: list[tuple[Partial, int]]) -> list[W.Message]:
         """A decode step of the batch's rows, with the chunks `packed` in its forward (a

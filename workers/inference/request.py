@@ -23,3 +23,5 @@ class Request:
     token_targets: W.TokenTargets = W.NO_TOKEN_TARGETS  # and end to end (`pacing` derives waits)
     arrived: float = field(default_factory=time.monotonic)  # `Generate.arrived`, else now
     backend: str = ""  # what computes it (`Started.backend`)
+    tenant: str = ""  # whose it is: a shared worker's tenants take turns (`fair.py`)
+    turn: int = 0  # its place among them

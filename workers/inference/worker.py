@@ -236,7 +236,8 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,
     request = Request(message.id, ids, message.params, fallback, grammar=prepared.matcher,
                       adapter=adapter, prefill=prefill, targets=message.targets,
                       token_targets=message.token_targets,
-                      arrived=message.arrived or time.monotonic(), backend=adapters.backend)
+                      arrived=message.arrived or time.monotonic(), backend=adapters.backend,
+                      tenant=message.tenant)
     return engine.add(request, message.max_context or None)
 
 
