@@ -1,6 +1,12 @@
 """The manager's two sockets: a ROUTER in front for gateways, a ROUTER behind for inference
 workers and trainers (identities: worker keys). Messages are `wire.manager` structs; anything
-else that arrives is dropped with a warning, never passed on."""
+else that arrives is dropped with a warning, never passed on.
+
+Neither bounds its queues: a ROUTER drops, silently, what it sends a peer past ZeroMQ's default
+high-water mark (1,000 messages a pipe), and one request's 2,048 prompts send 2,048 Generates
+to a worker at once (to one still starting, all at once when it is ready) and 4,096 Starteds
+and Dones to a gateway. What is in flight is bounded before it comes here: by the gateway's
+limits on a tenant's requests and a request's prompts."""
 
 from __future__ import annotations
 
@@ -52,6 +58,8 @@ class Links:
 def _router(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
     socket = ctx.socket(zmq.ROUTER)
     socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
     socket.bind(endpoint)
     return socket
 

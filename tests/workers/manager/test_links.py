@@ -1,0 +1,44 @@
+"""The manager's sockets lose nothing however much comes at once: 5,000 messages sent to a
+worker that reads none yet (as to one still starting), and to a gateway, all arrive, in order
+(past ZeroMQ's default high-water mark, 1,000 a pipe, a ROUTER drops them silently)."""
+
+from __future__ import annotations
+
+import zmq
+
+from wire import manager as W
+from workers.manager.links import Links
+
+COUNT = 5000
+
+
+def received(sock: zmq.Socket) -> list[str]:
+    ids = []
+    while sock.poll(500):
+        ids.append(W.decode(sock.recv()).id)
+    return ids
+
+
+def test_every_message_reaches_a_worker_and_a_gateway_that_read_late(tmp_path) -> None:
+    ctx = zmq.Context()
+    links = Links(ctx, f"ipc://{tmp_path}/front.sock", f"ipc://{tmp_path}/back.sock")
+    worker, gateway = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    try:
+        worker.setsockopt(zmq.IDENTITY, b"acme")
+        worker.connect(f"ipc://{tmp_path}/back.sock")
+        gateway.connect(f"ipc://{tmp_path}/front.sock")
+        gateway.send(W.encode(W.Status()))  # the manager learns the gateway's identity
+        identity, _ = links.front.recv_multipart()
+        worker.send(W.encode(W.Ready("acme", 1, 0.0)))
+        links.back.recv_multipart()  # connected both ways
+        for k in range(COUNT):
+            links.to_worker("acme", W.Abort(f"r-{k}"))
+            links.reply(identity, W.Abort(f"r-{k}"))
+        want = [f"r-{k}" for k in range(COUNT)]
+        assert received(worker) == want
+        assert received(gateway) == want
+    finally:
+        for sock in (worker, gateway):
+            sock.close(0)
+        links.close()
+        ctx.term()
