@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -26,6 +27,7 @@ from wire import manager as W
 log = logging.getLogger("gateway.generation")
 FALLBACK_HEADER = "x-symbiosis-fallback"
 VERSION_HEADER = "x-symbiosis-model-version"  # which version answered: `acme/bot@3`
+T = TypeVar("T")
 
 
 @dataclass
@@ -136,8 +138,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                 getattr(request.state, "received", None) or time.monotonic())
     run = None
     try:
-        run = await state.serving.start(tenant, target, request.state.request_id, prompts,
-                                        params, received=call.started_at)
+        run = await _unless_gone(request, state.serving.start(
+            tenant, target, request.state.request_id, prompts, params, received=call.started_at))
         if started:
             await started(call)
     except BaseException:
@@ -165,15 +167,11 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
                       media_type="text/event-stream",
                       headers={**headers, "cache-control": "no-cache"})
     try:
-        task = asyncio.ensure_future(run.collect(tick))
-        watcher = asyncio.ensure_future(watch_disconnect(request, task))
         try:
-            results = await task
-        except asyncio.CancelledError:
+            results = await _unless_gone(request, run.collect(tick))
+        except APIError:
             await run.close()  # the task may have been cancelled before it ever ran
-            raise APIError(499, "client closed the request", "client_closed") from None
-        finally:
-            watcher.cancel()
+            raise
         _count(call, results)
         made = stamped(body(call, results), call.fingerprint)
         if kept:
@@ -182,6 +180,20 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         return respond(answer, headers) if respond else JSONResponse(answer, headers=headers)
     finally:
         release()
+
+
+async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """What `work` comes to, unless the client goes away first: then it is cancelled, and the
+    request ends 499 (the prompts of an embeddings request, or a long prompt's prefill, are
+    aborted, not run on for nobody)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(watch_disconnect(request, task))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        raise APIError(499, "client closed the request", "client_closed") from None
+    finally:
+        watcher.cancel()
 
 
 @dataclass(frozen=True)

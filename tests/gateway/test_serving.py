@@ -117,6 +117,29 @@ def test_a_request_whose_client_left_is_aborted_at_the_manager(tmp_path) -> None
     assert len(aborted) == 1 and aborted[0].endswith("-0")
 
 
+class SilentManager(StandInManager):
+    """Takes every Generate and starts none (as a worker still embedding a request's inputs, or
+    prefilling a long prompt, would not yet)."""
+
+    async def serve(self) -> None:
+        while True:
+            peer, data = await self.sock.recv_multipart()
+            message = W.decode(data)
+            if isinstance(message, W.Status):
+                await self._send(peer, W.StatusReply([], True, {}))
+            elif isinstance(message, W.Generate):
+                self.generates.append(message)
+            elif isinstance(message, W.Abort):
+                self.aborted.append(message.id)
+
+
+def test_a_client_that_leaves_before_its_prompts_start_has_them_aborted(tmp_path) -> None:
+    manager = SilentManager()
+    sent, aborted = asyncio.run(_client_leaves(tmp_path, manager))
+    assert sent[0]["status"] == 499
+    assert aborted == [g.id for g in manager.generates] and len(aborted) == 1
+
+
 @pytest.mark.parametrize("asked", [{}, {"decode_target_ms": 0.25, "prefill_target_ms": 30,
                                         "ttft_target_ms": 900, "inter_token_target_ms": 45}],
                          ids=["none", "tight"])
