@@ -19,9 +19,12 @@ from wire.call import messages as P
 
 class StandInManager:
     """Answers Status; streams Deltas for every Generate until it is aborted (never finishing
-    it), as fast as it can, so the gateway's queues are never empty; records the Aborts."""
+    it), as fast as it can, so the gateway's queues are never empty; records the Aborts. Where
+    it `starts` none, it takes every Generate and answers nothing (as a worker still embedding
+    a request's inputs, or prefilling a long prompt, would not yet)."""
 
-    def __init__(self) -> None:
+    def __init__(self, starts: bool = True) -> None:
+        self.starts = starts
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -39,11 +42,14 @@ class StandInManager:
                 await self._send(peer, W.StatusReply([], True, {}))
             elif isinstance(message, W.Generate):
                 self.generates.append(message)
-                await self._send(peer, W.Started(message.id, 1, False))
-                self.streaming[message.id] = asyncio.create_task(self._stream(peer, message.id))
+                if self.starts:
+                    await self._send(peer, W.Started(message.id, 1, False))
+                    self.streaming[message.id] = asyncio.create_task(
+                        self._stream(peer, message.id))
             elif isinstance(message, W.Abort):
                 self.aborted.append(message.id)
-                self.streaming.pop(message.id).cancel()
+                if self.starts:
+                    self.streaming.pop(message.id).cancel()
 
     async def _stream(self, peer: bytes, request_id: str) -> None:
         while True:
@@ -117,24 +123,8 @@ def test_a_request_whose_client_left_is_aborted_at_the_manager(tmp_path) -> None
     assert len(aborted) == 1 and aborted[0].endswith("-0")
 
 
-class SilentManager(StandInManager):
-    """Takes every Generate and starts none (as a worker still embedding a request's inputs, or
-    prefilling a long prompt, would not yet)."""
-
-    async def serve(self) -> None:
-        while True:
-            peer, data = await self.sock.recv_multipart()
-            message = W.decode(data)
-            if isinstance(message, W.Status):
-                await self._send(peer, W.StatusReply([], True, {}))
-            elif isinstance(message, W.Generate):
-                self.generates.append(message)
-            elif isinstance(message, W.Abort):
-                self.aborted.append(message.id)
-
-
 def test_a_client_that_leaves_before_its_prompts_start_has_them_aborted(tmp_path) -> None:
-    manager = SilentManager()
+    manager = StandInManager(starts=False)
     sent, aborted = asyncio.run(_client_leaves(tmp_path, manager))
     assert sent[0]["status"] == 499
     assert aborted == [g.id for g in manager.generates] and len(aborted) == 1
