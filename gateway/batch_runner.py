@@ -4,11 +4,13 @@ A watch finds the running batches (at start, and whenever one is created or canc
 each one's requests not yet answered, `PARALLEL` at a time per tenant (whatever its number of
 batches; tenants' batches run side by side), through the app itself (an in-process request as
 its tenant, `gateway.in_process`, so a line is checked, served and answered exactly as the
-endpoint would answer it); each answer is kept by the worker manager as it comes, so a gateway
-that restarts goes on where it was. A request refused for now (429: its tenant's concurrency or
-KV budget is full) is sent again; one that finds the service unavailable (503) up to
-`UNAVAILABLE_TRIES` times. A batch cancelled or past its window stops taking requests; the
-manager then gathers the answers into its output and error files.
+endpoint would answer it), at the flex tier (`gateway.tiers`: behind every interactive request,
+and apart from its tenant's interactive concurrency, which `PARALLEL` stands for); each answer
+is kept by the worker manager as it comes, so a gateway that restarts goes on where it was. A
+request refused for now (429: its tenant's KV budget or tokens per minute are spent) is sent
+again; one that finds the service unavailable (503) up to `UNAVAILABLE_TRIES` times. A batch
+cancelled or past its window stops taking requests; the manager then gathers the answers into
+its output and error files.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from gateway import in_process
 from gateway.batch_file import requests_of
 from gateway.errors import APIError
 from gateway.records import change
+from gateway.tiers import BATCH_LINE
 from state.batches import BatchRecord
 from wire.store import StoreAction
 
 log = logging.getLogger("gateway.batches")
-PARALLEL = 2  # a tenant's batch requests in flight at once (each also counts against its limits)
+PARALLEL = 8  # a tenant's batch requests in flight at once (flex, apart from its concurrency)
 TICK_S = 1.0
 RETRY_S = 0.5
 UNAVAILABLE_TRIES = 5  # waiting 1, 2, 4, 8, 16 s
@@ -130,7 +133,8 @@ class BatchRunner:
                     "the output file.", "unsupported_parameter", name))
         data, unavailable = json.dumps(body).encode(), 0
         while True:
-            status, headers, content = await in_process.post(self.app, batch.tenant, url, data)
+            status, headers, content = await in_process.post(self.app, batch.tenant, url, data,
+                                                             scope={BATCH_LINE: True})
             if status == 429 or (status == 503 and unavailable < UNAVAILABLE_TRIES):
                 if self._stopped(batch):
                     return None

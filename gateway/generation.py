@@ -21,6 +21,7 @@ from gateway.rate_limits import TokenMeter
 from gateway.responses import sse
 from gateway.serving import PromptResult, Run, Target, watch_disconnect
 from gateway.tenants import Tenant
+from gateway.tiers import batch_line, named
 from gateway.token_clock import TokenClock
 from wire import manager as W
 
@@ -42,6 +43,11 @@ class Call:
     started_at: float
     answered: str = ""  # the version that answered (the base model when it fell back)
     fingerprint: str = ""  # its `system_fingerprint`
+    flex: bool = False  # served at the flex tier (`gateway.tiers`)
+
+    def stamp(self, made: dict) -> dict:
+        """`made` with its fingerprint and tier, if it is an object that carries them."""
+        return named(stamped(made, self.fingerprint), self.flex)
 
 
 ChunkMaker = Callable[[Call, PromptResult, W.Message], list[dict]]
@@ -60,12 +66,14 @@ def admit(state, tenant: Tenant) -> None:
                        "rate_limit_exceeded", headers=RETRY_SOON)
 
 
-async def _admitted(state, tenant: Tenant, prompts: list[dict], params: W.SamplingParams
-                    ) -> tuple[int, TokenMeter]:
+async def _admitted(state, tenant: Tenant, prompts: list[dict], params: W.SamplingParams,
+                    slot: bool) -> tuple[int, TokenMeter]:
     """The request's place within its tenant's limits, each taken in turn and let go again
-    where a later one refuses: a concurrency slot (`admit`), its share of the KV budget (what to
-    free when it ends), its prompt's tokens per minute (the meter takes its generated ones)."""
-    admit(state, tenant)
+    where a later one refuses: a concurrency slot (`admit`; where `slot`), its share of the KV
+    budget (what to free when it ends), its prompt's tokens per minute (the meter takes its
+    generated ones)."""
+    if slot:
+        admit(state, tenant)
     kv_held = 0
     try:
         lengths = await kv_budget.counted(state.text_tokens, tenant, prompts, params)
@@ -74,7 +82,8 @@ async def _admitted(state, tenant: Tenant, prompts: list[dict], params: W.Sampli
         _refused_as(state, tenant, "tokens_per_minute", state.rate_limits.take_prompt, tenant,
                     sum(lengths))
     except BaseException:  # a 400 or 429, or the client gone while it was counted
-        state.tenants.release(tenant)
+        if slot:
+            state.tenants.release(tenant)
         state.tenants.free_kv(tenant, kv_held)
         raise
     return kv_held, TokenMeter(state.rate_limits, tenant, lengths)
@@ -119,7 +128,9 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
     state = request.app.state
     log.info("request %s: tenant %s, model %s, %d prompt(s)%s", request.state.request_id,
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
-    kv_held, meter = await _admitted(state, tenant, prompts, params)
+    slot = not batch_line(request)  # a batch's lines run in slots of their own
+    params.flex = params.flex or not slot
+    kv_held, meter = await _admitted(state, tenant, prompts, params, slot)
     state.metrics.inflight.labels(tenant.id).inc()
     released = False
 
@@ -127,7 +138,8 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         nonlocal released
         if not released:
             released = True
-            state.tenants.release(tenant)
+            if slot:
+                state.tenants.release(tenant)
             state.tenants.free_kv(tenant, kv_held)
             state.metrics.inflight.labels(tenant.id).dec()
             if let_go:
@@ -135,7 +147,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
 
     response_id, created = named or (f"{prefix}{uuid.uuid4().hex}", int(time.time()))
     call = Call(request, tenant, target, response_id, created,
-                getattr(request.state, "received", None) or time.monotonic())
+                getattr(request.state, "received", None) or time.monotonic(), flex=params.flex)
     run = None
     try:
         run = await _unless_gone(request, state.serving.start(
@@ -148,7 +160,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
         release()
         raise
     clock = TokenClock(state.metrics, tenant.id, call.started_at, params,
-                       tenant.token_targets())
+                       W.NO_TOKEN_TARGETS if params.flex else tenant.token_targets())
 
     def tick(result: PromptResult, event: W.Message) -> None:
         clock.tick(result, event)
@@ -173,7 +185,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             await run.close()  # the task may have been cancelled before it ever ran
             raise
         _count(call, results)
-        made = stamped(body(call, results), call.fingerprint)
+        made = call.stamp(body(call, results))
         if kept:
             await kept(made)
         answer = await settle(made) if settle else made
@@ -214,16 +226,16 @@ async def _stream(call: Call, run: Run, tick: Watch, chunks: ChunkMaker,
     try:
         for result in run.results:
             for chunk in chunks(call, result, result.started):
-                yield sse(stamped(chunk, call.fingerprint), obfuscate)
+                yield sse(call.stamp(chunk), obfuscate)
         async for result, event in run.events():
             tick(result, event)
             for chunk in chunks(call, result, event):
-                yield sse(stamped(chunk, call.fingerprint), obfuscate)
+                yield sse(call.stamp(chunk), obfuscate)
         _count(call, run.results)
         if end.kept:
-            await end.kept(stamped(end.body(call, run.results), call.fingerprint))
+            await end.kept(call.stamp(end.body(call, run.results)))
         if include_usage:
-            last = stamped(end.usage_chunk(call, run.results), call.fingerprint)
+            last = call.stamp(end.usage_chunk(call, run.results))
             yield sse(await end.settle(last) if end.settle else last)
     except APIError as exc:
         log.warning("request %s failed mid-stream: %s", call.response_id, exc.message)

@@ -12,6 +12,7 @@ from gateway import sampling
 from gateway.errors import APIError, check_metadata, unsupported_parameter
 from gateway.responses import chat_logprobs
 from gateway.serving import PromptResult
+from gateway.tiers import DEFAULT, FLEX, asks_flex
 from gateway.tools import ToolMode
 from openapi.chat import ChatCompletionRequest
 from openapi.common import RefusalPart
@@ -59,7 +60,7 @@ def as_chat(body: ResponseRequest, earlier: list[dict] | None = None) -> ChatCom
             "top_p": body.top_p, "stream": body.stream, "user": body.user,
             "safety_identifier": body.safety_identifier, "seed": body.seed,
             "parallel_tool_calls": body.parallel_tool_calls, "logprobs": wants_logprobs(body),
-            "top_logprobs": body.top_logprobs}
+            "top_logprobs": body.top_logprobs, "service_tier": body.service_tier}
     if body.tools is not None:
         chat["tools"] = [{"type": "function", "function": tool.model_dump(
             exclude={"type"}, exclude_none=True)} for tool in body.tools]
@@ -150,6 +151,7 @@ def described(body: ResponseRequest, response: Response) -> Response:
     named = conversation_of(body)
     response.conversation = ConversationRef(id=named) if named else None
     response.truncation = body.truncation or "disabled"
+    response.service_tier = FLEX if asks_flex(body.service_tier) else DEFAULT
     response.store = body.store is not False
     response.background = body.background is True
     response.metadata = body.metadata or {}
@@ -169,8 +171,7 @@ def _refuse_unsupported(body: ResponseRequest) -> None:
         value = getattr(body, name)  # unset, false or empty; not 0 (== False, in a tuple)
         if not (value is None or value is False or value == [] or value == {}):
             raise unsupported_parameter(name, reason)
-    if body.service_tier not in (None, "auto", "default"):
-        raise unsupported_parameter("service_tier", "only 'auto' and 'default' exist here")
+    asks_flex(body.service_tier)
     if body.text is not None and body.text.verbosity not in (None, "medium"):
         raise unsupported_parameter("text.verbosity",
                                     "the models served here have no verbosity levels")

@@ -6,6 +6,7 @@ Every field OpenAI defines is honoured or refused here with a 400 that names it.
 from __future__ import annotations
 
 from gateway.errors import APIError, check_metadata, unsupported_parameter
+from gateway.tiers import asks_flex
 from openapi.chat import ChatCompletionRequest
 from openapi.completions import MAX_STOP, CompletionRequest, SamplingFields
 from wire.manager import SamplingParams
@@ -46,8 +47,6 @@ def refuse_unsupported(request: SamplingFields) -> None:
         raise unsupported_parameter("metadata", "metadata tags a stored chat completion, and "
                                     "this one is not stored: set store to true")
     check_metadata(getattr(request, "metadata", None))
-    if getattr(request, "service_tier", None) not in (None, "auto", "default"):
-        raise unsupported_parameter("service_tier", "only 'auto' and 'default' exist here")
     if getattr(request, "modalities", None) not in (None, ["text"]):
         raise unsupported_parameter("modalities", "this server generates text only")
 
@@ -87,6 +86,7 @@ def _common(request: SamplingFields, max_tokens: int | None, logprobs: int | Non
         ignore_eos=request.ignore_eos,
         min_tokens=request.min_tokens,
         logit_bias=logit_bias(request.logit_bias),
+        flex=asks_flex(getattr(request, "service_tier", None)),
     )
 
 

@@ -24,6 +24,7 @@ from gateway.tenants import Tenant
 from state.adapters import AdapterReader
 from state.versions import choose, split_id, weights
 from wire import manager as W
+from wire.call.messages import NO_TARGETS
 
 log = logging.getLogger("gateway.serving")
 REFUSED_PARAMS = {"invalid_logit_bias": "logit_bias", "invalid_n": "n"}  # the worker's refusals
@@ -197,10 +198,12 @@ class Serving:
                     received: float | None = None) -> Run:
         """`received`: when the request reached the gateway (time.monotonic(); None: now)."""
         waited_us = 0 if received is None else max(round((time.monotonic() - received) * 1e6), 0)
+        targets, token_targets = (NO_TARGETS, W.NO_TOKEN_TARGETS) if params.flex else \
+            (tenant.call_targets(), tenant.token_targets())  # flex: no hurry (`gateway.tiers`)
         requests = [W.Generate(f"{request_id}-{i}", tenant.id, target.model, params,
                                target.adapter, max_context=tenant.max_context,
-                               fallback=tenant.fallback, targets=tenant.call_targets(),
-                               token_targets=tenant.token_targets(), waited_us=waited_us,
+                               fallback=tenant.fallback, targets=targets,
+                               token_targets=token_targets, waited_us=waited_us,
                                **prompt)
                     for i, prompt in enumerate(prompts)]
         if not self.manager.up:

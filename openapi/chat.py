@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from openapi.common import (
     INT32,
+    SERVICE_TIER,
     RefusalPart,
     StrictModel,
     Text,
@@ -137,9 +138,9 @@ class ChatCompletionRequest(SamplingFields):
     metadata: dict[Text, Text] | None = Field(default=None, description=(
         "a stored completion's tags (with store: true): at most 16 pairs, keys <= 64 and "
         "values <= 512 characters"))
+    service_tier: str | None = Field(default=None, description=SERVICE_TIER)
     # OpenAI's fields for features this server does not have: refused unless left at their
     # default (gateway.sampling.refuse_unsupported), never silently ignored
-    service_tier: str | None = None
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None

@@ -19,6 +19,9 @@ from pydantic_core import PydanticCustomError
 
 INT32 = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+SERVICE_TIER = ("auto or default: served as it comes; flex: behind every interactive request (a "
+                "lower priority; its tenant's latency targets do not apply); other tiers are "
+                "refused")
 
 
 def _unicode(text: str) -> str:

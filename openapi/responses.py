@@ -19,6 +19,7 @@ from openapi.common import (
     INT32,
     INT64_MAX,
     INT64_MIN,
+    SERVICE_TIER,
     OpenAIBaseModel,
     ResponseStreamOptions,
     StrictModel,
@@ -122,7 +123,7 @@ class ResponseRequest(OpenAIBaseModel):
     truncation: Literal["auto", "disabled"] | None = Field(default=None, description=(
         "auto: a conversation too long for the context loses its earliest items (instructions "
         "stay, and the last item); disabled (the default): it is a 400"))
-    service_tier: Text | None = None
+    service_tier: Text | None = Field(default=None, description=SERVICE_TIER)
 
 
 class OutputText(BaseModel):
@@ -194,6 +195,9 @@ class Response(BaseModel):
     tools: list[Any] = Field(default_factory=list)
     top_p: float | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
+    service_tier: Literal["default", "flex"] = Field(default="default", description=(
+        "the tier that served it (flex: behind every interactive request, as the request "
+        "asked)"))
     usage: ResponseUsage | None = None
     user: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

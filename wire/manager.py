@@ -51,6 +51,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     count: bool = False  # only count the prompt's tokens: Started and Done, nothing run
     embed: bool = False  # the prompt's embedding in its Done, no tokens generated
     dimensions: int = 0  # an embedding's first dimensions, normalized again (0: all)
+    flex: bool = False  # the flex tier: behind all others (`workers.inference.fair`)
 
 
 class ChatMessage(msgspec.Struct, array_like=True):

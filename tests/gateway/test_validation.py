@@ -57,7 +57,7 @@ BAD = [
      "metadata"),
     ("/v1/chat/completions", {**CHAT, "store": True,
                               "metadata": {str(i): "v" for i in range(17)}}, "metadata"),
-    ("/v1/chat/completions", {**CHAT, "service_tier": "flex"}, "service_tier"),
+    ("/v1/chat/completions", {**CHAT, "service_tier": "priority"}, "service_tier"),
     ("/v1/chat/completions", {**CHAT, "modalities": ["text", "audio"]}, "modalities"),
     ("/v1/chat/completions", {**CHAT, "audio": {"voice": "alloy", "format": "mp3"}}, "audio"),
     ("/v1/chat/completions", {**CHAT, "prediction": {"type": "content", "content": "x"}},

@@ -1,12 +1,13 @@
 """Continuous batching over one worker's requests.
 
-`step()` first answers waiting embedding requests (`embedding.py`), admits waiting requests
-(prefilled together in one forward where they can share it, `prefill.py`, through the PEFT
-model, which also handles the virtual tokens of prompt and prefix tuning; a long prompt beside
-running sequences a chunk a step, `chunks.py`), then runs one decode step for all running
-sequences at once (through the underlying model, left-padded batch cache, each row attending
-from its own first position, `row_attention.py`; the step's chunks and short prompts beside
-running rows in one forward where it can, `packed.py`): requests join and leave between steps.
+`step()` first answers waiting embedding requests (`embedding.py`), admits waiting requests (in
+turns, flex ones last and within their seats: `fair.py`; prefilled together in one forward where
+they can share it, `prefill.py`, through the PEFT model, which also handles the virtual tokens
+of prompt and prefix tuning; a long prompt beside running sequences a chunk a step,
+`chunks.py`), then runs one decode step for all running sequences at once (through the
+underlying model, left-padded batch cache, each row attending from its own first position,
+`row_attention.py`; the step's chunks and short prompts beside running rows in one forward where
+it can, `packed.py`): requests join and leave between steps.
 An engine that `use`s a PeftModel of many LoRA adapters runs every phase through it.
 """
 
@@ -129,13 +130,8 @@ class InferenceEngine:
     @torch.no_grad()
     def step(self) -> list[W.Message]:
         events = answer_embeddings(self.waiting, self.prefill_model, self.rows, self.device)
-        admitted: deque[Request] = deque()
-        seats = len(self.running) + sum(r.params.n for r in self.chunks.requests)
-        while self.waiting and not self.waiting[0].params.embed and \
-                seats + self.waiting[0].params.n <= self.max_batch:
-            seats += self.waiting[0].params.n
-            admitted.append(self.waiting.popleft())
         running = [s.request for s in self.running]
+        admitted = self.waiting.seat(running, self.chunks.requests, self.max_batch)
         chunks = self.chunks.plan(admitted, running, self.packs and may_pack(
             self.resident.sequences, self.rows)) if shares_forwards(self.prefill_model) \
             else []  # prompt or prefix tuning's virtual tokens go in front of each forward

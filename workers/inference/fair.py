@@ -4,33 +4,69 @@ turn is one after its tenant's last request's, and not before the turn of the re
 head, so a tenant that sends 2,048 prompts at once (one request's, or many requests') holds one
 place in each turn, not the 2,048 ahead of everyone who comes after: a tenant's request that
 arrives behind them goes in after the head's turn, and is admitted (or embedded) in the next
-steps. Within a turn, first come, first served."""
+steps. Within a turn, first come, first served.
+
+Flex requests (`SamplingParams.flex`: a client's `service_tier: "flex"`, a Batch API line) wait
+behind every other: they take their turns among themselves, after the last interactive one, and
+take at most `FLEX_SEATS` of an engine's seats (`flex_seats`), so that an interactive request
+that comes while they run finds a seat free at the next step."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 
 from workers.inference.request import Request
+
+FLEX = 1 << 48  # the flex requests' turns start here: after every interactive one's
+FLEX_SEATS = 0.75  # of an engine's seats, the most its flex requests' sequences may hold
+
+
+def flex_seats(max_batch: int) -> int:
+    """The seats flex requests may hold in an engine of `max_batch`: at least one, and one
+    left for an interactive request where there are two or more."""
+    return max(1, min(int(max_batch * FLEX_SEATS), max_batch - 1))
+
+
+def _turn(request: Request) -> int:
+    return request.turn
 
 
 class FairQueue(deque[Request]):
     def __init__(self) -> None:
         super().__init__()
-        self.last: dict[str, int] = {}  # tenant -> the turn of its latest request
-        self.latest = 0  # the latest turn given
+        self.last: dict[tuple[bool, str], int] = {}  # (flex, tenant) -> its latest request's turn
+        self.latest = {False: 0, True: FLEX}  # the latest turn given, per tier
 
     def add(self, request: Request) -> None:
         """`request` in its turn, behind every request waiting of an earlier or equal turn."""
-        floor = self[0].turn if self else self.latest
-        request.turn = max(floor, self.last.get(request.tenant, floor - 1) + 1)
-        self.last[request.tenant] = request.turn
-        self.latest = max(self.latest, request.turn)
-        place = len(self)
-        while place and self[place - 1].turn > request.turn:
-            place -= 1
-        self.insert(place, request)
+        flex = request.params.flex
+        head = bisect_left(self, FLEX, key=_turn) if flex else 0  # its tier's first, if any
+        floor = self[head].turn if head < len(self) and (flex or self[head].turn < FLEX) \
+            else self.latest[flex]
+        request.turn = max(floor, self.last.get((flex, request.tenant), floor - 1) + 1)
+        self.last[flex, request.tenant] = request.turn
+        self.latest[flex] = max(self.latest[flex], request.turn)
+        self.insert(bisect_right(self, request.turn, key=_turn), request)
 
     def drop(self, request_id: str) -> None:
         """The request of this id taken out, if it waits."""
         for request in [r for r in self if r.id == request_id]:
             self.remove(request)
+
+    def seat(self, running: list[Request], chunking: list[Request],
+             max_batch: int) -> deque[Request]:
+        """The requests at the head that take the seats left beside the sequences `running`
+        (a request's each) and the prompts `chunking` in (theirs to come), up to the first
+        embedding; flex ones within their seats (one alone where no other flex one runs)."""
+        seats = len(running) + sum(r.params.n for r in chunking)
+        flex = sum(r.params.flex for r in running) + \
+            sum(r.params.n for r in chunking if r.params.flex)
+        admitted: deque[Request] = deque()
+        while self and not self[0].params.embed:
+            n, flexed = self[0].params.n, self[0].params.flex
+            if seats + n > max_batch or (flexed and flex and flex + n > flex_seats(max_batch)):
+                break
+            seats, flex = seats + n, flex + n * flexed
+            admitted.append(self.popleft())
+        return admitted

@@ -1,7 +1,8 @@
 """A shared worker's tenants take turns in its engine's queue (`workers/inference/fair.py`): a
 tenant's request that arrives behind another's many prompts is admitted, or embedded, in the
 next steps, a turn each, not after them all; one tenant's requests stay first come, first
-served."""
+served. Flex requests wait behind every interactive one, in turns of their own, and leave an
+engine a quarter of its seats for the interactive ones that come while they run."""
 
 from __future__ import annotations
 
@@ -11,23 +12,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from catalogue.resolve import resolve_model
 from tests.peft_reference import embedding_of
-from tests.workers.inference.test_adapters import adapters
+from tests.workers.inference.test_adapters import adapters, plain_tokens
 from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference import embedding
-from workers.inference.fair import FairQueue
+from workers.inference.fair import FairQueue, flex_seats
 from workers.inference.request import Request
 from workers.inference.worker import _generate, build_adapters, preload
 
 EMBED = W.SamplingParams(max_tokens=0, embed=True)
+FLEX = W.SamplingParams(max_tokens=0, embed=True, flex=True)
 
 
 def queued(*arrivals: str) -> FairQueue:
-    """Requests of these tenants added in this order, each named tenant and its count so far."""
+    """Requests of these tenants added in this order, each named tenant and its count so far;
+    a tenant written in capitals sends flex requests."""
     queue, counts = FairQueue(), {}
     for tenant in arrivals:
         counts[tenant] = counts.get(tenant, -1) + 1
-        queue.add(Request(f"{tenant}{counts[tenant]}", [1], EMBED, tenant=tenant))
+        queue.add(Request(f"{tenant}{counts[tenant]}", [1], FLEX if tenant.isupper() else EMBED,
+                          tenant=tenant.lower()))
     return queue
 
 
@@ -47,6 +51,28 @@ def test_tenants_take_turns_and_each_ones_requests_keep_their_order() -> None:
     assert ids(queue) == ["c1", "b1", "d0", "a2", "a3"]  # not before the head's turn
     queue.drop("a2")
     assert ids(queue) == ["c1", "b1", "d0", "a3"]
+
+
+def test_flex_requests_wait_behind_every_interactive_one_taking_turns_of_their_own() -> None:
+    queue = queued("A", "A", "A", "b", "C", "a", "b", "C")
+    assert ids(queue) == ["b0", "a0", "b1", "A0", "C0", "A1", "C1", "A2"]
+    for _ in range(4):
+        queue.popleft()  # b0, a0, b1, A0 served
+    queue.add(Request("D0", [1], FLEX, tenant="d"))
+    queue.add(Request("b2", [1], EMBED, tenant="b"))
+    assert ids(queue) == ["b2", "C0", "D0", "A1", "C1", "A2"]  # D in the flex head's turn
+
+
+def test_flex_requests_hold_at_most_their_seats_and_one_alone_where_none_runs() -> None:
+    assert [flex_seats(n) for n in (1, 2, 4, 16, 32)] == [1, 1, 3, 12, 24]
+    wide = W.SamplingParams(n=4, flex=True)
+    queue = FairQueue()
+    for request_id in ("w0", "w1"):
+        queue.add(Request(request_id, [1], wide, tenant="a"))
+    assert [r.id for r in queue.seat([], [], 4)] == ["w0"]  # 4 seats: more than flex's 3
+    assert list(queue.seat([Request("w0", [1], wide)] * 4, [], 8)) == []  # 8 > flex's 6
+    assert [r.id for r in queue.seat([], [Request("i", [1], W.SamplingParams(n=3))], 8)] == \
+        ["w1"]  # an interactive prompt coming in by chunks is not flex's
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +115,29 @@ def test_a_workers_requests_carry_their_tenant_into_its_queue(executor_for) -> N
                                     prompt_ids=[5, 6, 7]), held, preloaded) == []
     assert [(r.id, r.tenant) for r in engine.waiting] == [("a0", "acme"), ("b0", "beta"),
                                                           ("a1", "acme")]
+
+
+def started_ids(events: list[W.Message]) -> list[str]:
+    return [e.id for e in events if isinstance(e, W.Started)]
+
+
+def test_an_interactive_request_gets_a_seat_beside_flex_ones_that_wait(tokenizer) -> None:
+    held = adapters(tokenizer)  # 16 seats: flex requests hold at most 12
+    engine, _ = held.route("base", None)
+    for i in range(13):
+        engine.add(Request(f"f{i}", [1, 7, 9, 11], W.SamplingParams(
+            max_tokens=4, temperature=0, ignore_eos=True, flex=True), tenant="a"))
+    assert started_ids(engine.step()) == [f"f{i}" for i in range(12)]
+    prompt = tokenizer.encode("request b says")
+    engine.add(Request("b", prompt, W.SamplingParams(max_tokens=8, temperature=0,
+                                                     ignore_eos=True), tenant="b"))
+    events = engine.step()
+    assert started_ids(events) == ["b"]  # ahead of f12, which waits for a flex seat
+    order = []
+    while engine.has_work():
+        events += (step := engine.step())
+        order += [(type(e).__name__, e.id) for e in step if isinstance(e, W.Started | W.Done)]
+    assert order.index(("Started", "f12")) > order.index(("Done", "f0"))
+    text = "".join(e.text for e in events if isinstance(e, W.Delta) and e.id == "b")
+    assert tokenizer.encode(text) == tokenizer.encode(tokenizer.decode(
+        plain_tokens(None, prompt)))
