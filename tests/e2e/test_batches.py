@@ -1,8 +1,8 @@
-"""The Batch API through real processes with the official openai SDK: a batch's answers are
-those of its endpoint (greedy text equal to plain peft's, with its token counts; embeddings
-equal to plain peft's), a bad request is its line's error, a cancelled batch stops and names
-the requests it never ran (its input sent in parts, through the Uploads API), and a batch is
-its tenant's alone."""
+"""The Batch API through real processes with the official openai SDK: a batch's answers are those
+of its endpoint (greedy text equal to plain peft's, with its token counts; embeddings equal to
+plain peft's), at the flex tier (as a client's flex request is answered), a bad request is its
+line's error, a cancelled batch stops and names the requests it never ran (its input sent in
+parts, through the Uploads API), and a batch is its tenant's alone."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deploy
     for k, prompt in enumerate(PROMPTS):
         ids = reference.ids(messages=[{"role": "user", "content": prompt}])
         body = answers[f"q{k}"]["body"]
-        assert answers[f"q{k}"]["status_code"] == 200
+        assert answers[f"q{k}"]["status_code"] == 200 and body["service_tier"] == "flex"
         assert body["choices"][0]["message"]["content"] == \
             reference.text(reference.greedy(ids, 6))
         assert body["usage"]["prompt_tokens"] == len(ids)
@@ -79,6 +79,21 @@ def test_a_batch_answers_as_its_endpoint_and_plain_peft_would(deployment: Deploy
         deployment.client("beta").batches.retrieve(done.id)
     with pytest.raises(openai.NotFoundError):
         deployment.client("beta").files.content(done.output_file_id)
+
+
+def test_a_flex_request_answers_as_plain_peft_would_naming_its_tier(
+        deployment: Deployment) -> None:
+    client, reference = deployment.client("acme"), deployment.reference("acme/lora-a")
+    messages = [{"role": "user", "content": PROMPTS[1]}]
+    ids = reference.ids(messages=messages)
+    for tier in ("flex", "default"):
+        answer = client.chat.completions.create(model="acme/lora-a", messages=messages,
+                                                max_tokens=6, temperature=0, service_tier=tier)
+        assert answer.service_tier == tier
+        assert answer.choices[0].message.content == reference.text(reference.greedy(ids, 6))
+    response = client.responses.create(model="acme/lora-a", input=PROMPTS[1], temperature=0,
+                                       max_output_tokens=6, service_tier="flex")
+    assert response.service_tier == "flex"
 
 
 def test_a_batch_of_embeddings_answers_as_plain_peft_would(deployment: Deployment) -> None:
