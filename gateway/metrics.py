@@ -24,12 +24,13 @@ class Metrics:
                                  registry=r)
         self.first_token = Histogram("symbiosis_time_to_first_token_seconds",
                                      "Time from a request's arrival to its first generated "
-                                     "token reaching the gateway, streamed or not", ["tenant"],
-                                     registry=r,
+                                     "token reaching the gateway, streamed or not, by service "
+                                     "tier (default, flex)", ["tenant", "tier"], registry=r,
                                      buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self.inter_token = Histogram("symbiosis_inter_token_seconds",
                                      "Time between two consecutive generated tokens of one "
-                                     "sequence reaching the gateway", ["tenant"], registry=r,
+                                     "sequence reaching the gateway, by service tier",
+                                     ["tenant", "tier"], registry=r,
                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
                                               2.5))
         self.token_targets = Counter("symbiosis_token_targets", "Generated tokens timed against "

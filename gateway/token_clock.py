@@ -1,7 +1,8 @@
 """A request's tokens timed as its client meets them: the wait for the first generated token and
 each gap between one sequence's tokens, taken where the gateway receives them (a worker sends
-one `Delta` per generated token), for streamed and collected responses alike; each counted as
-met or missed against the tenant's own end-to-end targets, where it set them."""
+one `Delta` per generated token), for streamed and collected responses alike, by service tier;
+each counted as met or missed against the tenant's own end-to-end targets, where it set them
+(a flex request carries none)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from gateway.metrics import Metrics
 from gateway.serving import PromptResult
+from gateway.tiers import DEFAULT, FLEX
 from wire import manager as W
 
 
@@ -18,9 +20,10 @@ class TokenClock:
     def __init__(self, metrics: Metrics, tenant: str, started_at: float,
                  params: W.SamplingParams, targets: W.TokenTargets = W.NO_TOKEN_TARGETS,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._first_token = _Timed(metrics.first_token.labels(tenant), targets.ttft_us,
+        tier = FLEX if params.flex else DEFAULT  # a flex request's times apart (`gateway.tiers`)
+        self._first_token = _Timed(metrics.first_token.labels(tenant, tier), targets.ttft_us,
                                    metrics, tenant, "time_to_first_token")
-        self._between = _Timed(metrics.inter_token.labels(tenant), targets.inter_token_us,
+        self._between = _Timed(metrics.inter_token.labels(tenant, tier), targets.inter_token_us,
                                metrics, tenant, "inter_token")
         self._started_at = started_at
         self._clock = clock

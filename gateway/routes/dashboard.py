@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from gateway.deps import TenantDep, operator
 from gateway.errors import APIError
 from gateway.sessions import COOKIE, SESSION_S
+from gateway.tiers import FLEX
 from state.usage import stored_by_kind, stored_bytes
 from wire.figures import ExecutorFigures
 
@@ -60,10 +61,11 @@ async def sign_out(request: Request) -> JSONResponse:
 
 @router.get("/dashboard/api/usage")
 async def usage(request: Request, tenant: TenantDep) -> dict:
-    """This tenant's requests by route and status, tokens, the mean time to its first token
-    and between its tokens (as the gateway received them), the share of those that met the
-    tenant's own targets (None: no target set, or nothing timed yet), what it keeps against its
-    storage quota (None: no quota), and its rate limits as its keys' responses report them."""
+    """This tenant's requests by route and status, tokens, the mean time to its first token and
+    between its tokens (as the gateway received them; of its requests at the default tier, not
+    the flex ones, which wait behind them), the share of those that met the tenant's own targets
+    (None: no target set, or nothing timed yet), what it keeps against its storage quota (None:
+    no quota), and its rate limits as its keys' responses report them."""
     state = request.app.state
     metrics = state.metrics
     requests, tokens, timed = [], {}, {}
@@ -78,7 +80,8 @@ async def usage(request: Request, tenant: TenantDep) -> dict:
             elif sample.name == "symbiosis_tokens_total":
                 kind = sample.labels["kind"]
                 tokens[kind] = tokens.get(kind, 0) + int(sample.value)
-            elif sample.name.endswith(("_seconds_sum", "_seconds_count")):
+            elif sample.name.endswith(("_seconds_sum", "_seconds_count")) and \
+                    sample.labels.get("tier") != FLEX:
                 timed[sample.name] = sample.value
             elif sample.name == "symbiosis_token_targets_total":
                 counted = targets.setdefault(sample.labels["target"], [0, 0])

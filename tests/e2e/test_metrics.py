@@ -14,6 +14,7 @@ from tests.e2e.conftest import KEYS, OPERATOR, Deployment
 from tests.e2e.test_inference import PROMPT
 
 pytestmark = pytest.mark.slow
+ACME = {"tenant": "acme", "tier": "default"}  # acme's token times of the default tier
 
 
 def scrape(deployment: Deployment) -> dict:
@@ -50,16 +51,17 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
     assert moved("symbiosis_responses_total", tenant="acme", model="acme/lora-a",
                  version="1") == 1
     assert moved("symbiosis_request_seconds_count", route="/v1/completions") == 1
-    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
-    assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == 4  # 5 tokens, 1 row
-    waited = (moved("symbiosis_time_to_first_token_seconds_sum", tenant="acme")
-              + moved("symbiosis_inter_token_seconds_sum", tenant="acme"))
+    assert moved("symbiosis_time_to_first_token_seconds_count", **ACME) == 1
+    assert moved("symbiosis_inter_token_seconds_count", **ACME) == 4  # 5 tokens, 1 row
+    waited = (moved("symbiosis_time_to_first_token_seconds_sum", **ACME)
+              + moved("symbiosis_inter_token_seconds_sum", **ACME))
     assert 0 < waited <= answered  # arrival to last token, within the client's own wait
     usage = httpx.get(f"{deployment.stack.base_url}/dashboard/api/usage",
                       headers={"Authorization": f"Bearer {KEYS['acme']}"}).json()
-    between = ("symbiosis_inter_token_seconds_sum", (("tenant", "acme"),))
+    labels = tuple(sorted(ACME.items()))
     assert usage["mean_inter_token_s"] == pytest.approx(
-        after[between] / after[("symbiosis_inter_token_seconds_count", (("tenant", "acme"),))])
+        after[("symbiosis_inter_token_seconds_sum", labels)]
+        / after[("symbiosis_inter_token_seconds_count", labels)])
 
     assert moved("symbiosis_executor_calls_total", kind="inference") > 0
     assert after[("symbiosis_executor_up", ())] == 1
@@ -77,9 +79,18 @@ def test_metrics_parse_and_their_counters_move(deployment: Deployment) -> None:
         model="acme/lora-a", prompt=PROMPT, max_tokens=4, n=2, seed=3, stream=True,
         stream_options={"include_usage": True}))
     after = scrape(deployment)
-    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme") == 1
-    assert moved("symbiosis_inter_token_seconds_count", tenant="acme") == \
+    assert moved("symbiosis_time_to_first_token_seconds_count", **ACME) == 1
+    assert moved("symbiosis_inter_token_seconds_count", **ACME) == \
         chunks[-1].usage.completion_tokens - 2
+
+    before = scrape(deployment)  # a flex request's times apart from the default tier's
+    deployment.client("acme").chat.completions.create(
+        model="acme/lora-a", messages=[{"role": "user", "content": PROMPT}], max_tokens=3,
+        temperature=0, service_tier="flex")
+    after = scrape(deployment)
+    assert moved("symbiosis_time_to_first_token_seconds_count", tenant="acme", tier="flex") == 1
+    assert moved("symbiosis_inter_token_seconds_count", tenant="acme", tier="flex") == 2
+    assert moved("symbiosis_time_to_first_token_seconds_count", **ACME) == 0
 
 
 def test_tokens_are_counted_against_the_tenants_own_targets(deployment: Deployment) -> None:

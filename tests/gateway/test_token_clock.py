@@ -19,11 +19,12 @@ class Clock:
         return self.now
 
 
-def histogram(metrics: Metrics, name: str, tenant: str = "acme") -> tuple[float, float]:
-    """(count, sum) of one tenant's histogram."""
+def histogram(metrics: Metrics, name: str, tenant: str = "acme", tier: str = "default"
+              ) -> tuple[float, float]:
+    """(count, sum) of one tenant's histogram, of one service tier."""
     get = metrics.registry.get_sample_value
-    return (get(f"{name}_count", {"tenant": tenant}) or 0.0,
-            get(f"{name}_sum", {"tenant": tenant}) or 0.0)
+    labels = {"tenant": tenant, "tier": tier}
+    return get(f"{name}_count", labels) or 0.0, get(f"{name}_sum", labels) or 0.0
 
 
 def result(index: int) -> PromptResult:
@@ -46,7 +47,8 @@ def test_first_token_and_the_gaps_of_each_sequence() -> None:
     assert histogram(metrics, "symbiosis_time_to_first_token_seconds") == (1, 0.75)
     assert histogram(metrics, "symbiosis_inter_token_seconds") == (4, 0.75 + 1.25 + 1.0 + 3.0)
     get = metrics.registry.get_sample_value
-    assert get("symbiosis_inter_token_seconds_bucket", {"tenant": "acme", "le": "1.0"}) == 2
+    assert get("symbiosis_inter_token_seconds_bucket", {"tenant": "acme", "tier": "default",
+                                                         "le": "1.0"}) == 2
     assert histogram(metrics, "symbiosis_inter_token_seconds", "beta") == (0, 0)
 
 
@@ -88,3 +90,15 @@ def test_each_token_is_counted_against_the_tenants_own_targets() -> None:
     assert histogram(metrics, "symbiosis_inter_token_seconds", "beta")[0] == 7  # timed, and
     assert counted("beta", "inter_token", "true") is None  # not counted against anything
     assert counted("beta", "inter_token", "false") is None
+
+
+def test_a_flex_requests_times_are_kept_apart_from_the_default_tiers() -> None:
+    metrics, clock = Metrics(), Clock()
+    flex = TokenClock(metrics, "acme", 99.0, W.SamplingParams(max_tokens=3, flex=True),
+                      clock=clock)
+    for at in (100.0, 102.0):
+        clock.now = at
+        flex.tick(result(0), W.Delta("r-0", 0, "x"))
+    assert histogram(metrics, "symbiosis_time_to_first_token_seconds", tier="flex") == (1, 1.0)
+    assert histogram(metrics, "symbiosis_inter_token_seconds", tier="flex") == (1, 2.0)
+    assert histogram(metrics, "symbiosis_time_to_first_token_seconds") == (0, 0)
