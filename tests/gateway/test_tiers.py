@@ -1,14 +1,17 @@
 """Service tiers (`gateway/tiers.py`): a request at the flex tier (a client's `service_tier:
 "flex"`, a Batch API line) reaches the worker manager marked so and without its tenant's
 latency targets, and its answer names the tier that served it; a batch's lines run apart from
-their tenant's interactive concurrency."""
+their tenant's interactive concurrency; the dashboard's mean token times are the default
+tier's."""
 
 from __future__ import annotations
 
 import json
 import time
 
+from gateway.serving import PromptResult
 from gateway.settings import GatewaySettings
+from gateway.token_clock import TokenClock
 from tests.gateway.conftest import KEY, serving
 from tests.gateway.test_batches import request, until, upload
 from tests.gateway.test_fan_out import completed, held_until
@@ -84,3 +87,13 @@ def test_a_batchs_lines_run_at_flex_apart_from_the_tenants_concurrency(tmp_path)
     assert sorted(o["custom_id"] for o in lines) == ["line-0", "line-1", "line-2"]
     assert all(o["response"]["body"]["service_tier"] == "flex" for o in lines)
     assert [g.params.flex for g in seen] == [True, True, True, False]
+
+
+def test_the_dashboards_mean_token_times_are_the_default_tiers(client) -> None:
+    metrics = client.app.state.metrics
+    for flex, seconds in ((False, 0.5), (True, 8.0), (False, 1.5)):
+        clock = TokenClock(metrics, "acme", 0.0, W.SamplingParams(max_tokens=2, flex=flex),
+                           clock=lambda at=seconds: at)
+        clock.tick(PromptResult(0, W.Started("r-0", 3)), W.Delta("r-0", 0, "x"))
+    usage = client.get("/dashboard/api/usage", headers=KEY).json()
+    assert usage["mean_time_to_first_token_s"] == 1.0  # not 10 / 3 with the flex one's
