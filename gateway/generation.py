@@ -84,7 +84,7 @@ async def _admitted(state, tenant: Tenant, prompts: list[dict], params: W.Sampli
     except BaseException:  # a 400 or 429, or the client gone while it was counted
         if slot:
             state.tenants.release(tenant)
-        state.tenants.free_kv(tenant, kv_held)
+        state.tenants.free_kv(tenant, kv_held, params.flex)
         raise
     return kv_held, TokenMeter(state.rate_limits, tenant, lengths)
 
@@ -140,7 +140,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
             released = True
             if slot:
                 state.tenants.release(tenant)
-            state.tenants.free_kv(tenant, kv_held)
+            state.tenants.free_kv(tenant, kv_held, params.flex)
             state.metrics.inflight.labels(tenant.id).dec()
             if let_go:
                 let_go()

@@ -2,9 +2,10 @@
 
 A request holds, until it ends, about (prompt tokens + max_tokens) x n of the cache: every one
 of its n sequences keeps its own keys and values. Prompt tokens are counted with the base
-model's tokenizer; a chat prompt adds ChatML's few tokens per message. A request larger than
-the whole budget is a 400; one that does not fit beside the tenant's others is a 429. The same
-counts are what a request's prompt takes of its tenant's tokens per minute (`rate_limits`).
+model's tokenizer; a chat prompt adds ChatML's few tokens per message. A request larger than the
+whole budget is a 400; one that does not fit beside the tenant's others is a 429 (flex requests
+hold at most three quarters of it together: `gateway.tiers`). The same counts are what a
+request's prompt takes of its tenant's tokens per minute (`rate_limits`).
 """
 
 from __future__ import annotations
@@ -81,10 +82,11 @@ def reserve(directory: TenantDirectory, tokens: TextTokens, tenant: Tenant, leng
         raise APIError(400, f"This request needs about {need} KV-cache tokens ((prompt + "
                        f"max_tokens) x n), more than tenant {tenant.id}'s whole budget of "
                        f"{tenant.max_kv_tokens}; lower max_tokens or n.", "kv_budget_exceeded")
-    held = directory.reserve_kv(tenant, need)
+    held = directory.reserve_kv(tenant, need, params.flex)
     if held is None:
+        flex = " (its flex requests at most three quarters of them)" if params.flex else ""
         raise APIError(429, f"Tenant {tenant.id}'s requests in flight hold most of its "
-                       f"{tenant.max_kv_tokens} KV-cache tokens and this one needs about "
+                       f"{tenant.max_kv_tokens} KV-cache tokens{flex} and this one needs about "
                        f"{need}; retry when one finishes.", "rate_limit_exceeded",
                        headers=RETRY_SOON)
     return held

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.tiers import FLEX_SHARE
 from openapi.fine_tuning import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from wire.call.messages import CallTargets
 from wire.manager import TokenTargets
@@ -103,7 +104,7 @@ class TenantDirectory:
         self._checked = time.monotonic()
         self._use(tenants)
         self._inflight: dict[str, int] = {}
-        self._kv: dict[str, int] = {}  # KV-cache tokens held by in-flight requests
+        self._kv: dict[tuple[str, bool], int] = {}  # (tenant, flex) -> KV-cache tokens held
         self._lock = threading.Lock()
 
     def _use(self, tenants: list[Tenant]) -> None:
@@ -169,21 +170,24 @@ class TenantDirectory:
         with self._lock:
             self._inflight[tenant.id] = max(0, self._inflight.get(tenant.id, 1) - 1)
 
-    def reserve_kv(self, tenant: Tenant, tokens: int) -> int | None:
+    def reserve_kv(self, tenant: Tenant, tokens: int, flex: bool = False) -> int | None:
         """Hold `tokens` of the tenant's KV-cache budget; None if they do not fit now, else
-        what must be given back (`free_kv`) when the request ends."""
+        what must be given back (`free_kv`) when the request ends. Flex requests hold at most
+        `FLEX_SHARE` of it together (one alone may hold more: `gateway.tiers`)."""
         if not tenant.max_kv_tokens:
             return 0
         with self._lock:
-            held = self._kv.get(tenant.id, 0)
-            if held + tokens > tenant.max_kv_tokens:
+            flexed = self._kv.get((tenant.id, True), 0)
+            held = self._kv.get((tenant.id, False), 0) + flexed
+            if held + tokens > tenant.max_kv_tokens or \
+                    (flex and flexed and flexed + tokens > tenant.max_kv_tokens * FLEX_SHARE):
                 return None
-            self._kv[tenant.id] = held + tokens
+            self._kv[tenant.id, flex] = self._kv.get((tenant.id, flex), 0) + tokens
             return tokens
 
-    def free_kv(self, tenant: Tenant, tokens: int) -> None:
+    def free_kv(self, tenant: Tenant, tokens: int, flex: bool = False) -> None:
         with self._lock:
-            self._kv[tenant.id] = max(0, self._kv.get(tenant.id, 0) - tokens)
+            self._kv[tenant.id, flex] = max(0, self._kv.get((tenant.id, flex), 0) - tokens)
 
     def inflight(self) -> dict[str, int]:
         with self._lock:

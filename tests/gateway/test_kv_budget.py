@@ -69,6 +69,25 @@ def test_requests_fit_beside_each_other_or_wait() -> None:
     assert held(directory, tenant, text, params) == TOKENS.count("Hello there") + 16
 
 
+def test_flex_requests_hold_at_most_three_quarters_of_the_budget() -> None:
+    tenant = Tenant("acme", max_kv_tokens=100)
+    directory = TenantDirectory([tenant])
+    flex, interactive = W.SamplingParams(max_tokens=10, flex=True), W.SamplingParams(max_tokens=10)
+    assert held(directory, tenant, [{"prompt_ids": [1] * 80}], flex) == 90  # alone: all it needs
+    directory.free_kv(tenant, 90, flex=True)
+    assert held(directory, tenant, [{"prompt_ids": [1] * 40}], flex) == 50
+    with pytest.raises(APIError) as info:  # 50 + 30 of flex's: past its 75
+        held(directory, tenant, [{"prompt_ids": [1] * 20}], flex)
+    assert info.value.status == 429 and "flex requests at most three quarters" in \
+        info.value.message
+    assert held(directory, tenant, [{"prompt_ids": [1] * 20}], interactive) == 30
+    assert held(directory, tenant, [{"prompt_ids": [1] * 10}], flex) == 20  # 70 of flex's
+    with pytest.raises(APIError):  # 100 held: the budget's end, whichever tier
+        held(directory, tenant, [{"prompt_ids": [1]}], interactive)
+    directory.free_kv(tenant, 30)  # the interactive one ends: its tokens come back
+    assert held(directory, tenant, [{"prompt_ids": [1] * 20}], interactive) == 30
+
+
 def test_a_request_larger_than_the_budget_is_a_400(tmp_path) -> None:
     settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme", max_kv_tokens=100,
                                manager="ipc:///tmp/symbiosis-test-no-manager.sock")

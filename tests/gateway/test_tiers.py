@@ -35,7 +35,8 @@ def test_a_flex_request_goes_without_its_tenants_targets_and_names_its_tier(tmp_
         seen.append(message)
         return completed(message)
 
-    settings = settings_of(tmp_path, decode_target_ms=0.25, ttft_target_ms=900)
+    settings = settings_of(tmp_path, decode_target_ms=0.25, ttft_target_ms=900,
+                           max_kv_tokens=200)  # room for one request: each gives it back
     with serving(settings) as (client, manager):
         manager.answer = answer
         chats = [client.post("/v1/chat/completions", headers=KEY, json={
