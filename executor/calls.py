@@ -46,7 +46,7 @@ class PendingCall:
         self.kind: CallKind = header.kind
         self.key: tuple[int, Op] = (self.layer, self.op)
         self.rows: int = x.shape[0]
-        self.lane = lane_for(self.kind, self.rows, header.decode)
+        self.lane = lane_for(self.kind, self.rows, header.decode, header.flex)
         self.target_s = own_target_s(header, self.lane)
 
     def __repr__(self) -> str:
@@ -56,12 +56,15 @@ class PendingCall:
 DECODE_ROWS = 32  # an inference call of at most this many rows is taken for a decode step
 
 
-def lane_for(kind: int, rows: int, decode: bool = False) -> int:
-    """0: decode step, 1: prefill, 2: training (`executor.lanes.Lane`). An inference call its
-    worker marks a decode step is one whatever its rows (a large batch's, or one with prompts'
-    chunks packed beside its rows); an unmarked one is taken for one by its rows."""
+def lane_for(kind: int, rows: int, decode: bool = False, flex: bool = False) -> int:
+    """0: decode step, 1: prefill, 2: training, 3: flex (`executor.lanes.Lane`). An inference
+    call its worker marks a decode step is one whatever its rows (a large batch's, or one with
+    prompts' chunks packed beside its rows); an unmarked one is taken for one by its rows; one
+    it marks flex (flex requests' rows only) is flex whatever else it is."""
     if kind == CallKind.TRAINING:
         return 2
+    if flex:
+        return 3
     return 0 if decode or rows <= DECODE_ROWS else 1
 
 

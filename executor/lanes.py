@@ -1,5 +1,6 @@
-"""Lanes: what a call is for, read off its kind, its worker's mark and its size (decode step,
-prefill, training).
+"""Lanes: what a call is for, read off its kind, its worker's marks and its size (decode step,
+prefill, training; flex: an inference call of flex requests' rows only, which runs after every
+other inference call and is no decode client's company to wait for).
 
 A decode step (an inference call its worker marks so, or one of a few rows) is one of a token's
 ~50 calls, so its wait adds straight to the token's latency; a prefill's wait adds to
@@ -22,6 +23,7 @@ class Lane(IntEnum):
     DECODE = 0
     PREFILL = 1
     TRAINING = 2
+    FLEX = 3
 
 
 def lane_of(call: PendingCall) -> Lane:

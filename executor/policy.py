@@ -10,15 +10,16 @@
   soon (`Scheduler`): every decoding tenant then shares one batch per layer. Training calls wait
   up to `max_wait` for every trainer computing its own part (`executor.readiness`): the jobs
   then move through the model together, one batch per layer.
-  Among ready queues, decode steps run before prefills and large batches, and small steps'
-  training calls before large steps' (`large_steps`); and a training batch
-  runs in slices of about `slice_s` of compute (sized to the decode target, `executor.targets`;
-  cut into bands of output columns where it is one matmul, `executor.columns`),
-  with the decode steps, then the prefills that became ready run between slices (training keeps
-  its share of the compute time), so a token never waits behind a whole 256-row training matmul; a
-  prefill beside decoding tenants runs in slices too (`executor.interleave`). While training has
-  more than its share, a training batch waits for the decode steps due within `convoy_s` before
-  it starts and between its slices (`Scheduler.hold_training`).
+  Among ready queues, decode steps run before prefills and large batches, flex requests' calls
+  after both, and small steps' training calls before large steps' (`large_steps`); and a
+  training batch runs in slices of about `slice_s` of compute (sized to the decode target,
+  `executor.targets`; cut into bands of output columns where it is one matmul,
+  `executor.columns`), with the decode steps, then the prefills that became ready run between
+  slices (training keeps its share of the compute time), so a token never waits behind a whole
+  256-row training matmul; a prefill beside decoding tenants runs in slices too
+  (`executor.interleave`). While training has more than its share, a training batch waits for
+  the decode steps due within `convoy_s` before it starts and between its slices
+  (`Scheduler.hold_training`).
 """
 
 from __future__ import annotations
@@ -132,13 +133,13 @@ class Opportunistic(Policy):
     def order(self, queue: list[PendingCall], progress: int) -> tuple:
         # Decode steps first: a token's latency is the sum of its ~50 calls' waits, while a
         # prefill or a large batch hardly notices a short delay (the starvation bound keeps it
-        # from waiting long). Among training queues, small steps' calls before large ones'
-        # (`large_steps`). Then farthest behind first: clients ahead in the model wait (they
-        # are busy anyway) while those behind catch up, so scattered clients converge into one
-        # batch per layer.
+        # from waiting long); flex requests' calls after the others. Among training queues, small
+        # steps' calls before large ones' (`large_steps`). Then farthest behind first: clients
+        # ahead in the model wait (they are busy anyway) while those behind catch up, so scattered
+        # clients converge into one batch per layer.
         lane = lane_of_batch(queue)
-        return (lane != Lane.DECODE, lane == Lane.TRAINING and large_steps(queue), progress,
-                queue[0].seq)
+        return (lane != Lane.DECODE, lane == Lane.FLEX,
+                lane == Lane.TRAINING and large_steps(queue), progress, queue[0].seq)
 
     @property
     def slice_s(self) -> float | None:

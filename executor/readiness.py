@@ -153,8 +153,30 @@ def training_holds(s: Scheduler, now: float, convoy_until: float) -> float:
     step about to come: one queued for its convoy (until `convoy_until`), or an idle decode
     client due soon (`presence.convoy`); never longer than `convoy_s`, and only while training
     keeps its share. A slice started in such a gap is what a decode step waited for."""
+    return decode_holds(s, now, convoy_until) if s.share.kept() else 0.0
+
+
+def held_waits(s: Scheduler, now: float, convoy_until: float,
+               held: list[tuple[deque[PendingCall], float, Lane]]
+               ) -> Iterator[tuple[deque[PendingCall], float]]:
+    """The waits of queues of training calls and of flex requests' calls (`held`: each with
+    its wait so far and its lane): training's held while decode steps are due and it keeps its
+    share (`training_holds`), or while the serving executor holds the idle twin
+    (`share.held`); flex requests' while decode steps are due, whatever training's share (the
+    scan holds them up to starving), so that a batch's calls, and the host's cores its workers
+    would take meanwhile, do not come before an interactive tenant's next token."""
+    holds: dict[Lane, float] = {}
+    for queue, wait, lane in held:
+        if lane not in holds:
+            holds[lane] = decode_holds(s, now, convoy_until) if lane == Lane.FLEX else \
+                max(training_holds(s, now, convoy_until), s.share.held(now))
+        yield queue, max(wait, holds[lane])
+
+
+def decode_holds(s: Scheduler, now: float, convoy_until: float) -> float:
+    """Seconds to leave the executor idle for a decode step about to come (`held_waits`)."""
     convoy_s = s.policy.convoy_s
-    if convoy_s <= 0 or not s.share.kept():
+    if convoy_s <= 0:
         return 0.0
     _, due = convoy(s.presence, s.successor, s.positions, now, s.active_window_s, convoy_s)
     return min(max(convoy_until, *due.values()) - now, convoy_s) if due \

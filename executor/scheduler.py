@@ -22,7 +22,8 @@ than its share, a training batch, before it starts and between its slices, leave
 for a decode step about to come (queued for its convoy, or due: `hold_training`), so a token's calls
 do not each wait for a slice begun in the gap before them. Within a batch that exceeds
 `max_batch_rows`, clients are taken round-robin, so a client flooding one layer cannot crowd others
-out.
+out. Flex requests' calls (`Lane.FLEX`: a worker's steps of flex requests only) wait, up to
+starving, while a decode step is about to come, and run after every other inference call.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from executor.calls import DECODE_ROWS, PendingCall, take
 from executor.lanes import Lane, lane_of_batch
 from executor.policy import CostModel, Eager, Policy
 from executor.presence import Key, Presence, forget_departed
-from executor.readiness import queue_waits, training_holds
+from executor.readiness import held_waits, queue_waits, training_holds
 from executor.share import ShareNow, TrainingShare
 from executor.targets import LatencyTargets
 from wire.call.messages import CallKind, Op
@@ -246,25 +247,24 @@ class Scheduler:
     def _scan(self, now: float) -> Iterator[tuple[deque[PendingCall], float]]:
         """Each non-empty queue with the seconds it should still wait (<= 0: ready); a
         training queue waits while decode steps are due (`readiness.training_holds`) and, on
-        the idle twin, while the serving executor holds it; while the twin is owed training's
-        floor, the others leave it the host (up to starving)."""
-        held: list[tuple[deque[PendingCall], float]] = []
+        the idle twin, while the serving executor holds it; a flex queue, up to starving, while
+        decode steps are due; while the twin is owed training's floor, the others leave it the
+        host (up to starving)."""
+        held: list[tuple[deque[PendingCall], float, Lane]] = []
         convoy_until = now  # when the last decode step waiting for its convoy runs at the latest
         owed = self.share.owed()
         for queue, wait in queue_waits(self, now):
             lane = lane_of_batch(queue)
-            if lane == Lane.TRAINING:
-                held.append((queue, wait))
+            starving = now - queue[0].arrived >= self.starvation_s
+            if lane == Lane.TRAINING or (lane == Lane.FLEX and not starving):
+                held.append((queue, wait, lane))
                 continue
-            if owed and now - queue[0].arrived < self.starvation_s:
+            if owed and not starving:
                 wait = max(wait, TWIN_TURN_S)
             if lane == Lane.DECODE and wait > 0:
                 convoy_until = max(convoy_until, now + wait)
             yield queue, wait
-        if held:
-            hold = max(training_holds(self, now, convoy_until), self.share.held(now))
-            for queue, wait in held:
-                yield queue, max(wait, hold)
+        yield from held_waits(self, now, convoy_until, held)
 
     def hold_training(self) -> bool:
         """Between a training batch's slices: wait while a decode step is about to come

@@ -37,7 +37,7 @@ from executor.stats import ExecutorStats
 from executor.validation import CallRejected, CallTable, check_doorbell
 from wire.call import doorbell as bell
 from wire.call import messages as P
-from wire.call.header import SPIN_SAFE
+from wire.call.header import DECODE, FLEX, SPIN_SAFE
 from wire.call.spin import AdaptiveSpin, watch
 from wire.endpoints import prepare
 
@@ -246,7 +246,8 @@ class ExecutorServer:
             return
         client.last_seen = now = self.scheduler.clock()
         call = P.Call(call_id, header[2], header[6], header[3], "", (), header[9], header[10],
-                      header[11], header[12], header[13] != 0)
+                      header[11], header[12], bool(header[13] & DECODE),
+                      bool(header[13] & FLEX))
         if self.tap is not None:
             self.tap(client.name, call, x.clone())
         self.scheduler.add(PendingCall(client.identity, call, x, now, reply_seq=seq))

@@ -14,9 +14,9 @@ from executor.targets import MISS_SHARE, LatencyTargets, SliceTuner
 from wire.call.messages import Call, CallKind, Op
 
 
-def test_targets_are_per_lane_and_training_has_none() -> None:
+def test_targets_are_per_lane_and_training_and_flex_have_none() -> None:
     targets = LatencyTargets(decode_s=0.002, prefill_s=0.03)
-    assert [targets.of(lane) for lane in Lane] == [0.002, 0.03, None]
+    assert [targets.of(lane) for lane in Lane] == [0.002, 0.03, None, None]
 
 
 def test_the_slice_shrinks_while_decode_steps_miss_and_grows_back_to_the_target() -> None:

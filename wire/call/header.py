@@ -4,7 +4,8 @@ client's shared memory (no allocation, no generic decoding on the hot path).
 Layout of a doorbell client's segment:
     [0, 64)       request: seq u64, id u32, op u8, kind u8, dtype u8, ndim u8, layer u32,
                   rows u32, cols u32, shm_in u64, shm_out u64, decode target u32 (us),
-                  prefill target u32 (us), decode step u8 (`Call.decode`)
+                  prefill target u32 (us), marks u8 (`DECODE`: `Call.decode`, `FLEX`:
+                  `Call.flex`)
     [64, 128)     reply:   seq u64, id u32, status u8, dtype u8, ndim u8, -, rows u32, cols u32,
                   text length u16
     [128, 4096)   reply text (an error's message, UTF-8)
@@ -30,7 +31,8 @@ from wire.call.messages import ErrorCode
 REQUEST_AT, REPLY_AT, TEXT_AT, DATA_AT = 0, 64, 128, 4096
 TEXT_MAX = DATA_AT - TEXT_AT
 SEQ = struct.Struct("<Q")
-REQUEST_BODY = struct.Struct("<IBBBBIIIQQIIB")  # after the seq: id ... shm_out, targets, decode
+REQUEST_BODY = struct.Struct("<IBBBBIIIQQIIB")  # after the seq: id ... shm_out, targets, marks
+DECODE, FLEX = 1, 2  # a call's marks (`Call.decode`, `Call.flex`)
 REPLY_BODY = struct.Struct("<IBBBxIIH")  # after the seq: id, status, dtype, ndim, rows, cols, text
 SPIN_SAFE = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 DTYPE_CODES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16,
@@ -44,16 +46,15 @@ STATUS_OF: dict[ErrorCode, int] = {c: i + 1 for i, c in enumerate(ERROR_CODES)}
 
 def publish_call(mapped, seq: int, call_id: int, op: int, kind: int, dtype: int, ndim: int,
                  layer: int, rows: int, cols: int, shm_in: int, shm_out: int,
-                 decode_target_us: int = 0, prefill_target_us: int = 0,
-                 decode: bool = False) -> None:
+                 decode_target_us: int = 0, prefill_target_us: int = 0, marks: int = 0) -> None:
     REQUEST_BODY.pack_into(mapped, REQUEST_AT + 8, call_id, op, kind, dtype, ndim, layer, rows,
-                           cols, shm_in, shm_out, decode_target_us, prefill_target_us, decode)
+                           cols, shm_in, shm_out, decode_target_us, prefill_target_us, marks)
     SEQ.pack_into(mapped, REQUEST_AT, seq)
 
 
 def read_call(mapped, expected_seq: int) -> tuple | None:
     """(seq, id, op, kind, dtype, ndim, layer, rows, cols, shm_in, shm_out, decode target,
-    prefill target, decode step) if the call with `expected_seq` is published, else None."""
+    prefill target, marks) if the call with `expected_seq` is published, else None."""
     if SEQ.unpack_from(mapped, REQUEST_AT)[0] != expected_seq:
         return None
     return (expected_seq, *REQUEST_BODY.unpack_from(mapped, REQUEST_AT + 8))

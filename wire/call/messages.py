@@ -15,12 +15,12 @@ import msgspec
 
 from wire.figures import ExecutorFigures
 
-PROTOCOL_VERSION = 13  # 2: binary doorbell headers, stretches; 3: device call buffers;
+PROTOCOL_VERSION = 14  # 2: binary doorbell headers, stretches; 3: device call buffers;
 # 4: device buffers name their GPU by UUID; 5: stats answered as typed figures; 6: the lead;
 # 7: stretches and the lead return the normed residual stream before the next q/k/v; 8: greedy;
 # 9: a stretch's backward takes its forward's residual output too; 10: calls carry their
 # tenants' latency targets; 11: the welcome names the executor's own targets; 12: the head's
-# loss; 13: kept stretches
+# loss; 13: kept stretches; 14: flex rows' calls
 
 
 TARGET_MAX_US = 2**32 - 1  # a target travels as an unsigned 32-bit count of microseconds
@@ -178,6 +178,9 @@ class Call(msgspec.Struct, tag="call", array_like=True):
     # it carries running sequences' next tokens: a decode step, in the decode lane whatever its
     # rows (one with prompts' chunks packed beside them has more); False: the lane by its rows
     decode: bool = False
+    # every row it carries is a flex request's (`SamplingParams.flex`): the flex lane, after
+    # every other inference call (`executor.lanes`)
+    flex: bool = False
 
 
 class Result(msgspec.Struct, tag="result", array_like=True):

@@ -38,7 +38,7 @@ from workers.inference.row_attention import call_bytes, install, plan
 from workers.inference.rows import RowAdapters
 from workers.inference.sampling import Choice, argmax_only, choose, make_generator
 from workers.inference.sequence import Sequence, started
-from workers.remote.handle import ExecutorError, ExecutorUnavailable
+from workers.remote.handle import ExecutorError, ExecutorUnavailable, flex_step
 from workers.remote.tail import Choosing, tail_of
 
 log = logging.getLogger("workers.engine")
@@ -123,12 +123,16 @@ class InferenceEngine:
         self.chunks.partials.clear()
         self.resident = BatchCache(self.device)
         self.offloaded = BatchCache(self.device, offloaded=True)
-        self._pending.clear()
-        self._generated.clear()
+        self._pending, self._generated = {}, {}
         return [W.Failed(i, status, code, message) for i in sorted(ids)]
 
-    @torch.no_grad()
     def step(self) -> list[W.Message]:
+        running = [s.request for s in self.running]  # a worker's flex work yields (`fair.py`)
+        with flex_step(self.waiting.flex_only(running, self.chunks.requests)):
+            return self._step()
+
+    @torch.no_grad()
+    def _step(self) -> list[W.Message]:
         events = answer_embeddings(self.waiting, self.prefill_model, self.rows, self.device)
         running = [s.request for s in self.running]
         admitted = self.waiting.seat(running, self.chunks.requests, self.max_batch)

@@ -70,3 +70,9 @@ class FairQueue(deque[Request]):
             seats, flex = seats + n, flex + n * flexed
             admitted.append(self.popleft())
         return admitted
+
+    def flex_only(self, running: list[Request], chunking: list[Request]) -> bool:
+        """Whether every request waiting (an interactive one would be first), running and
+        coming in by chunks is flex: then a step's calls are flex ones (`Call.flex`)."""
+        return (not self or self[0].params.flex) and all(r.params.flex for r in running) and \
+            all(r.params.flex for r in chunking)

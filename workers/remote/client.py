@@ -29,7 +29,7 @@ from wire.figures import ExecutorFigures
 from wire.host import host
 from workers.remote.channel import Channel, Reconnect
 from workers.remote.fastpath import CallFailed, FastPath, NeedsCapacity
-from workers.remote.handle import ExecutorError, ExecutorUnavailable, decoding
+from workers.remote.handle import ExecutorError, ExecutorUnavailable, decoding, flexing, marks
 from workers.remote.parts import Input, Parts
 from workers.remote.replicas import Replicas
 from workers.remote.transport import Transport, choose
@@ -254,7 +254,7 @@ class ExecutorClient:
         targets = self.targets
         call = P.Call(self._next_id, op, layer, kind, name_of(wire_dtype), tuple(x.shape),
                       decode_target_us=targets.decode_us, prefill_target_us=targets.prefill_us,
-                      decode=decoding())
+                      decode=decoding(), flex=flexing())
         self._ensure_capacity(aligned(in_bytes) + out_bytes)
         if self._shm is not None:
             call.shm_in, call.shm_out = 0, aligned(in_bytes)
@@ -278,7 +278,7 @@ class ExecutorClient:
     def _call_fast(self, op: P.Op, layer: int, x: Input, kind: P.CallKind) -> torch.Tensor:
         deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
         args = (op, layer, x, kind, self._next_id, self._channel.check_alive, deadline,
-                self.targets, decoding())
+                self.targets, marks())
         try:
             return self._fast.call(*args)
         except NeedsCapacity as needed:

@@ -90,10 +90,10 @@ class FastPath:
 
     def call(self, op: int, layer: int, x: torch.Tensor | Parts, kind: int, call_id: int,
              check_alive: Callable[[], None], deadline: float | None,
-             targets: CallTargets = NO_TARGETS, decode: bool = False) -> torch.Tensor:
+             targets: CallTargets = NO_TARGETS, marks: int = 0) -> torch.Tensor:
         """The result, a view of shared memory (or of the device buffer) valid until the next
-        call. `decode`: a decode step's call (`Call.decode`). `x` in `Parts`: each copied into
-        its columns of the call's memory."""
+        call. `marks`: a decode step's call, a flex one's (`wire.call.header.DECODE`, `FLEX`).
+        `x` in `Parts`: each copied into its columns of the call's memory."""
         key = (layer, op, x.shape[0], x.dtype)
         plan = self._plans.get(key)
         if plan is None:
@@ -108,7 +108,7 @@ class FastPath:
         seq = self.seq
         H.publish_call(self.mapped, seq, call_id, op, kind, plan.dtype_code, plan.ndim, layer,
                        x.shape[0], plan.cols, plan.shm_in, plan.shm_out, targets.decode_us,
-                       targets.prefill_us, decode)
+                       targets.prefill_us, marks)
         self.doorbell.ring()
         reply = self._await(seq, check_alive, deadline, self._spins[kind][layer])
         if reply[1] != H.OK:

@@ -9,9 +9,11 @@ from typing import Protocol
 
 import torch
 
+from wire.call.header import DECODE, FLEX
 from wire.call.messages import CallKind, LayerSpec, Op
 
 _DECODING: ContextVar[bool] = ContextVar("decoding", default=False)
+_FLEXING: ContextVar[bool] = ContextVar("flexing", default=False)
 
 
 @contextmanager
@@ -29,6 +31,27 @@ def decode_step() -> Iterator[None]:
 def decoding() -> bool:
     """Whether the calls made now are a decode step's (`decode_step`)."""
     return _DECODING.get()
+
+
+@contextmanager
+def flex_step(flex: bool) -> Iterator[None]:
+    """Where `flex`, the calls made inside carry flex requests' rows only (`Call.flex`): the
+    executor runs them after every other inference call."""
+    token = _FLEXING.set(flex)
+    try:
+        yield
+    finally:
+        _FLEXING.reset(token)
+
+
+def flexing() -> bool:
+    """Whether the calls made now carry flex requests' rows only (`flex_step`)."""
+    return _FLEXING.get()
+
+
+def marks() -> int:
+    """The calls' marks as a doorbell header carries them (`wire.call.header`)."""
+    return (DECODE if _DECODING.get() else 0) | (FLEX if _FLEXING.get() else 0)
 
 
 class ExecutorError(RuntimeError):

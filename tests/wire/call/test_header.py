@@ -18,11 +18,11 @@ def test_a_call_is_read_only_once_published_and_round_trips() -> None:
     assert H.read_call(mapped, 1) == (1, 9, Op.BACKWARD, CallKind.TRAINING, 1, 2, 300, 5, 64,
                                       H.DATA_AT, H.DATA_AT + 1024, 0, 0, 0)  # no targets asked
     assert H.read_call(mapped, 2) is None  # the executor waits for the next seq only
-    # the tenants' latency targets, up to the largest a u32 of microseconds holds, and the mark
-    # of a decode step's call
+    # the tenants' latency targets, up to the largest a u32 of microseconds holds, and the marks
+    # of a decode step's call of flex requests' rows
     H.publish_call(mapped, 2, 10, Op.FORWARD, CallKind.INFERENCE, 0, 2, 3, 1, 64, H.DATA_AT,
-                   H.DATA_AT + 1024, 250, TARGET_MAX_US, decode=True)
-    assert H.read_call(mapped, 2)[-3:] == (250, TARGET_MAX_US, 1)
+                   H.DATA_AT + 1024, 250, TARGET_MAX_US, marks=H.DECODE | H.FLEX)
+    assert H.read_call(mapped, 2)[-3:] == (250, TARGET_MAX_US, 3)
     assert H.REQUEST_AT + 8 + H.REQUEST_BODY.size <= H.REPLY_AT  # the request fits its slot
 
 

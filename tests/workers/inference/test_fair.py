@@ -19,6 +19,7 @@ from workers.inference import embedding
 from workers.inference.fair import FairQueue, flex_seats
 from workers.inference.request import Request
 from workers.inference.worker import _generate, build_adapters, preload
+from workers.remote.client import ExecutorClient
 
 EMBED = W.SamplingParams(max_tokens=0, embed=True)
 FLEX = W.SamplingParams(max_tokens=0, embed=True, flex=True)
@@ -141,3 +142,37 @@ def test_an_interactive_request_gets_a_seat_beside_flex_ones_that_wait(tokenizer
     text = "".join(e.text for e in events if isinstance(e, W.Delta) and e.id == "b")
     assert tokenizer.encode(text) == tokenizer.encode(tokenizer.decode(
         plain_tokens(None, prompt)))
+
+
+def test_a_workers_steps_of_flex_requests_only_are_flex_calls(executor_for, tokenizer) -> None:
+    """In the executor's flex lane (`Call.flex`) while every request the engine holds is flex;
+    the step an interactive request joins is not (its rows ride with the interactive ones)."""
+    process = executor_for("tiny-llama")
+    spec = WorkerSpec(key="acme", tenant="acme", base="tiny-llama", executor=process.endpoint,
+                      manager="inproc://unused")
+    engine = build_adapters(spec, preload("tiny-llama")).engine
+    watcher = ExecutorClient(process.endpoint, name="flex-watcher")
+
+    def moved(steps: int) -> tuple[dict[str, int], list[W.Message]]:
+        before = {lane: f.calls for lane, f in watcher.stats().lanes.items()}
+        events = [e for _ in range(steps) for e in engine.step()]
+        after = watcher.stats().lanes
+        return {lane: f.calls - before[lane] for lane, f in after.items()}, events
+
+    try:
+        prompt = tokenizer.encode("request f says")
+        engine.add(Request("f", prompt, W.SamplingParams(
+            max_tokens=8, temperature=0, ignore_eos=True, flex=True), tenant="acme"))
+        lanes, events = moved(3)
+        assert lanes["flex"] > 0 and lanes["decode"] == lanes["prefill"] == 0
+        engine.add(Request("i", [1, 5, 6], W.SamplingParams(max_tokens=2, temperature=0,
+                                                            ignore_eos=True), tenant="acme"))
+        lanes, more = moved(1)
+        assert lanes["flex"] == 0 and lanes["decode"] + lanes["prefill"] > 0
+        while engine.has_work():
+            more += engine.step()
+        text = "".join(e.text for e in [*events, *more] if isinstance(e, W.Delta) and e.id == "f")
+        assert tokenizer.encode(text) == tokenizer.encode(tokenizer.decode(
+            plain_tokens(None, prompt)))
+    finally:
+        watcher.close()
