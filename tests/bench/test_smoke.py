@@ -15,7 +15,7 @@ from bench.__main__ import SCENARIOS
 # Three toy runs side by side, of about equal length: the harness is checked, not the speed.
 PARTS = (["capacity", "sharding", "privacy", "mixed", "rate", "pacing", "chat", "dpo"],
          ["policies", "memory", "decode", "mixed-trace", "targets", "long-prompts",
-          "mixed-lengths", "mixed-idle", "embeddings"],
+          "mixed-lengths", "mixed-idle", "embeddings", "flex"],
          ["throughput", "adapters", "tenants", "coldstart", "together", "overhead", "methods",
           "shapes"])
 
