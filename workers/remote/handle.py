@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -17,15 +17,19 @@ _FLEXING: ContextVar[bool] = ContextVar("flexing", default=False)
 
 
 @contextmanager
-def decode_step() -> Iterator[None]:
-    """The calls made inside carry running sequences' next tokens (`Call.decode`): the executor
-    runs them in its decode lane, first among ready work and never sliced, whatever their rows
-    (a large batch, or prompts' chunks packed beside the rows)."""
-    token = _DECODING.set(True)
+def _marked(mark: ContextVar[bool], value: bool) -> Iterator[None]:
+    token = mark.set(value)
     try:
         yield
     finally:
-        _DECODING.reset(token)
+        mark.reset(token)
+
+
+def decode_step() -> AbstractContextManager[None]:
+    """The calls made inside carry running sequences' next tokens (`Call.decode`): the executor
+    runs them in its decode lane, first among ready work and never sliced, whatever their rows
+    (a large batch, or prompts' chunks packed beside the rows)."""
+    return _marked(_DECODING, True)
 
 
 def decoding() -> bool:
@@ -33,15 +37,10 @@ def decoding() -> bool:
     return _DECODING.get()
 
 
-@contextmanager
-def flex_step(flex: bool) -> Iterator[None]:
+def flex_step(flex: bool) -> AbstractContextManager[None]:
     """Where `flex`, the calls made inside carry flex requests' rows only (`Call.flex`): the
     executor runs them after every other inference call."""
-    token = _FLEXING.set(flex)
-    try:
-        yield
-    finally:
-        _FLEXING.reset(token)
+    return _marked(_FLEXING, flex)
 
 
 def flexing() -> bool:
