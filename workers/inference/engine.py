@@ -129,12 +129,11 @@ class InferenceEngine:
     def step(self) -> list[W.Message]:
         running = [s.request for s in self.running]  # a worker's flex work yields (`fair.py`)
         with flex_step(self.waiting.flex_only(running, self.chunks.requests)):
-            return self._step()
+            return self._step(running)
 
     @torch.no_grad()
-    def _step(self) -> list[W.Message]:
+    def _step(self, running: list[Request]) -> list[W.Message]:
         events = answer_embeddings(self.waiting, self.prefill_model, self.rows, self.device)
-        running = [s.request for s in self.running]
         admitted = self.waiting.seat(running, self.chunks.requests, self.max_batch)
         chunks = self.chunks.plan(admitted, running, self.packs and may_pack(
             self.resident.sequences, self.rows)) if shares_forwards(self.prefill_model) \
