@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from openapi.common import (
     INT32,
+    SERVED_TIER,
     SERVICE_TIER,
     RefusalPart,
     StrictModel,
@@ -193,6 +194,7 @@ class ChatCompletionResponse(BaseModel):
     created: int
     model: str
     system_fingerprint: str | None = unless_none()
+    service_tier: Literal["default", "flex"] | None = unless_none(description=SERVED_TIER)
     choices: list[ChatChoice]
     usage: Usage | None = None
 
@@ -228,5 +230,6 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     system_fingerprint: str | None = unless_none()
+    service_tier: Literal["default", "flex"] | None = unless_none(description=SERVED_TIER)
     choices: list[ChunkChoice]
     usage: Usage | None = None

@@ -22,6 +22,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SERVICE_TIER = ("auto or default: served as it comes; flex: behind every interactive request (a "
                 "lower priority; its tenant's latency targets do not apply); other tiers are "
                 "refused")
+SERVED_TIER = "the tier that served it (flex: behind every interactive request, as it asked)"
 
 
 def _unicode(text: str) -> str:

@@ -19,6 +19,7 @@ from openapi.common import (
     INT32,
     INT64_MAX,
     INT64_MIN,
+    SERVED_TIER,
     SERVICE_TIER,
     OpenAIBaseModel,
     ResponseStreamOptions,
@@ -195,9 +196,7 @@ class Response(BaseModel):
     tools: list[Any] = Field(default_factory=list)
     top_p: float | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
-    service_tier: Literal["default", "flex"] = Field(default="default", description=(
-        "the tier that served it (flex: behind every interactive request, as the request "
-        "asked)"))
+    service_tier: Literal["default", "flex"] = Field(default="default", description=SERVED_TIER)
     usage: ResponseUsage | None = None
     user: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
