@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.tiers import FLEX_SHARE
 from openapi.fine_tuning import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from wire.call.messages import CallTargets
-from wire.manager import TokenTargets
+from wire.manager import FLEX_SHARE, TokenTargets
 
 TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 TENANT_RULE = "lowercase letters, digits, '_' and '-' (at most 63), a letter or digit first"

@@ -1,10 +1,10 @@
 """Service tiers, as OpenAI names them: `default` (and `auto`, which is it here) served as each
 request comes; `flex` (a client's `service_tier: "flex"`, and every Batch API line) served
 behind them: in its worker after every interactive request and within its seats
-(`workers.inference.fair`), within `FLEX_SHARE` of its tenant's KV-cache budget (so that an
-interactive request finds room beside a batch), with none of its tenant's latency targets (its
-calls are not hurried, its tokens not counted as targets met or missed). A batch's lines run
-apart from their tenant's interactive concurrency, a few at a time of their own
+(`workers.inference.fair`), within `wire.manager.FLEX_SHARE` of its tenant's KV-cache budget (so
+that an interactive request finds room beside a batch), with none of its tenant's latency
+targets (its calls are not hurried, its tokens not counted as targets met or missed). A batch's
+lines run apart from their tenant's interactive concurrency, a few at a time of their own
 (`gateway.batch_runner`). The tier that served it is named in a chat completion (and each chunk)
 and a response."""
 
@@ -19,7 +19,6 @@ DEFAULT = "default"
 ASKED = (None, "auto", DEFAULT, FLEX)
 TIERED = ("chat.completion", "chat.completion.chunk")  # the objects that name their tier
 BATCH_LINE = "symbiosis.batch_line"  # in an in-process request's scope: a Batch API line's
-FLEX_SHARE = 0.75  # of its tenant's KV-cache budget, the most its flex requests may hold
 
 
 def asks_flex(service_tier: str | None) -> bool:

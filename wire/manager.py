@@ -54,6 +54,9 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     flex: bool = False  # the flex tier: behind all others (`workers.inference.fair`)
 
 
+FLEX_SHARE = 0.75  # of a worker's seats and of a tenant's KV budget, the most flex requests hold
+
+
 class ChatMessage(msgspec.Struct, array_like=True):
     role: str
     content: str
