@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -14,12 +13,12 @@ from gateway import errors
 from gateway.background import BackgroundRunner
 from gateway.batch_runner import BatchRunner
 from gateway.deps import operator
-from gateway.errors import APIError
 from gateway.guard import BodyGuard
-from gateway.head import ASKED, HeadAsGet
+from gateway.head import HeadAsGet
 from gateway.manager_client import ManagerClient
 from gateway.metrics import Metrics
 from gateway.rate_limits import RateLimits
+from gateway.request_context import RequestContext
 from gateway.routes import router
 from gateway.schema_bounds import closed_forms, exact_bounds, upload_limit
 from gateway.serving import Serving
@@ -41,7 +40,6 @@ from state.storage import Reserve
 from state.uploads import UploadReader
 
 log = logging.getLogger("gateway")
-JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")
 
 
 def create_app(settings: GatewaySettings | None = None) -> FastAPI:
@@ -111,30 +109,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         return Response(state.metrics.render(status, state.jobs.count_by_status()),
                         media_type="text/plain; version=0.0.4")
 
-    @app.middleware("http")
-    async def request_context(request: Request, call_next):
-        request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        started = time.monotonic()
-        try:
-            _check_path(request)
-            await _check_utf8(request)
-            request.state.received = time.monotonic()  # all of it: a completion's TTFT starts
-            response = await call_next(request)
-        except APIError as exc:
-            response = exc.response()
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        tenant = getattr(request.state, "tenant", "-")
-        app.state.metrics.requests.labels(path, str(response.status_code), tenant).inc()
-        app.state.metrics.latency.labels(path).observe(time.monotonic() - started)
-        response.headers["x-request-id"] = request.state.request_id
-        if (limited := getattr(request.state, "rate_limited", None)) is not None:
-            response.headers.update(app.state.rate_limits.headers(limited))
-        log.info("request %s %s %s -> %d (%.0f ms, tenant %s)", request.state.request_id,
-                 request.scope.get(ASKED, request.method), request.url.path, response.status_code,
-                 1e3 * (time.monotonic() - started), tenant)
-        return response
-
+    app.add_middleware(RequestContext, state=app.state)
     app.add_middleware(HeadAsGet)
     app.add_middleware(BodyGuard, settings=settings)  # outermost: before any body is read
     default_openapi = app.openapi
@@ -142,21 +117,3 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                                        settings.max_upload_bytes)  # (cached, patched once)
     return app
 
-
-def _check_path(request: Request) -> None:
-    """A path with a control character is no URL of ours: the router's `{model:path}` would match
-    `tiny-llama\\n` as `tiny-llama` (its pattern's `$` lets a final newline through)."""
-    if any(ord(c) < 32 or c == "\x7f" for c in request.scope["path"]):
-        raise APIError(404, "Unknown request URL. Please check the URL and method.")
-
-
-async def _check_utf8(request: Request) -> None:
-    """Refuse non-UTF-8 JSON bodies before any parsing (BodyGuard has authenticated the request
-    and bounds the body)."""
-    if request.method not in ("POST", "PUT", "PATCH") or \
-            not request.url.path.startswith(JSON_BODIES):
-        return
-    try:
-        (await request.body()).decode("utf-8")
-    except UnicodeDecodeError:
-        raise APIError(400, "The request body is not valid UTF-8.", "invalid_encoding") from None
