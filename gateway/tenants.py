@@ -13,7 +13,6 @@ operator keys (for /metrics) from SYMBIOSIS_ADMIN_KEYS="sk-...,sk-...".
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import re
@@ -150,12 +149,11 @@ class TenantDirectory:
         return self.tenants.get(tenant_id)
 
     def authenticate(self, key: str) -> Tenant | None:
+        """The tenant whose key this is, found by the key's SHA-256 in one lookup (a walk
+        comparing every tenant's hashes took 1.7 ms a request at 10,000 tenants, twice a request;
+        a lookup's time tells of a digest, which no one can turn back into a key)."""
         self.refresh()
-        digest = hash_key(key)
-        for known, tenant in self._by_hash.items():
-            if hmac.compare_digest(known, digest):
-                return tenant
-        return None
+        return self._by_hash.get(hash_key(key))
 
     def acquire(self, tenant: Tenant) -> bool:
         with self._lock:

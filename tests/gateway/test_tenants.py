@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.tenants import TenantDirectory, create_tenant
+from gateway.tenants import Tenant, TenantDirectory, create_tenant, hash_key
 
 
 @pytest.mark.parametrize("entry", [{"decode_target_ms": -0.5}, {"prefill_target_ms": "50"},
@@ -43,3 +43,17 @@ def test_a_storage_quota_is_the_servers_unless_the_file_sets_one(tmp_path) -> No
         path.write_text(json.dumps({"tenants": [{"id": "acme", "max_storage_mb": bad}]}))
         with pytest.raises(ValueError, match="max_storage_mb is a number >= 0"):
             TenantDirectory.load(path)
+
+
+def test_a_key_finds_its_tenant_among_many_and_a_near_miss_finds_none() -> None:
+    """Each of 20,000 tenants' keys (one with two) is its own tenant's; a key one character off
+    one of them, an empty key and a key's hash given as the key are nobody's."""
+    keys = {f"t{k}": f"sk-{k:05d}" for k in range(20_000)}
+    tenants = [Tenant(id=tenant, key_sha256=[hash_key(key)]) for tenant, key in keys.items()]
+    tenants[7].key_sha256.append(hash_key("sk-second"))
+    directory = TenantDirectory(tenants)
+    for tenant in ("t0", "t7", "t12345", "t19999"):
+        assert directory.authenticate(keys[tenant]).id == tenant
+    assert directory.authenticate("sk-second").id == "t7"
+    for stranger in ("sk-00001x", "sk-0000", "", hash_key("sk-00001")):
+        assert directory.authenticate(stranger) is None
