@@ -4,7 +4,7 @@ An ASGI middleware (outermost), so nothing reads a byte of a body before it runs
 - a request with a body to /v1/ without a valid key gets its 401 before any of the body is read,
   and one past its tenant's requests per minute its 429 (`rate_limits`);
 - a declared Content-Length over the limit (a form's: the largest upload and its framing) gets
-  its 413 at once;
+  its 413 at once, and takes none of the tenant's requests per minute;
 - a body without a declared length (chunked) is counted as it arrives; the first chunk past the
   limit ends the request with a 413, whatever the route was doing with it (JSON or multipart).
 """
@@ -71,10 +71,11 @@ class BodyGuard:
                 found = authenticate(headers.get("authorization", ""), scope["app"].state.tenants)
                 if found.id != OPERATOR:
                     limited = found
-                    count_request(scope["app"].state, scope, found)
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
-                raise too_large(limit)
+                raise too_large(limit)  # before the count: a request refused unread takes none
+            if limited is not None:
+                count_request(scope["app"].state, scope, limited)
         except APIError as refused:
             limits = scope["app"].state.rate_limits.headers(limited) if limited else {}
             await _refuse(scope, headers, send, refused, {**refused.headers, **limits})

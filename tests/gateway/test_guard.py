@@ -136,3 +136,21 @@ def test_a_body_past_the_tenants_requests_per_minute_is_refused_unread(tmp_path)
     assert (status, body["error"]["code"], pulled) == (429, "rate_limit_exceeded", 0)
     assert (answered["retry-after-ms"], answered["x-ratelimit-remaining-requests"]) == \
         ("60000", "0")
+
+
+def test_a_body_declared_oversized_takes_none_of_the_tenants_requests(tmp_path) -> None:
+    app = create_app(GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                                     manager="ipc:///tmp/symbiosis-test-no-manager.sock",
+                                     requests_per_minute=1, max_upload_bytes=256 * 1024))
+    oversized = {**KEY, "content-type": "application/json", "content-length": str(10**9)}
+    with TestClient(app):
+        app.state.rate_limits = RateLimits(lambda: 1000.0)  # a still clock, the bucket full
+        for _ in range(3):
+            status, body, _ = drive(app, "/v1/completions", oversized, chunks=64)
+            assert (status, body["error"]["code"]) == (413, "request_too_large")
+        answered: dict[str, str] = {}
+        status, body, pulled = drive(app, "/v1/files", {**MULTIPART, **KEY}, 2, answered)
+        assert (status, pulled) == (400, 2)  # the bucket's one request still there: taken now
+        assert answered["x-ratelimit-remaining-requests"] == "0"
+        status, body, _ = drive(app, "/v1/files", {**MULTIPART, **KEY}, 2)
+    assert (status, body["error"]["code"]) == (429, "rate_limit_exceeded")
