@@ -67,7 +67,7 @@ class Loaded:
 
     def busy(self) -> bool:
         if self.prefill is not None:
-            return self.engine.prefills_with(self.prefill)
+            return any(r.prefill is self.prefill for r in self.engine.waiting)  # its prompts
         return self.engine.uses(self.name) if self.shared else self.engine.has_work()
 
 

@@ -85,10 +85,6 @@ class InferenceEngine:
         return any(r.adapter == adapter for r in [*self.waiting, *self.chunks.requests]) or \
             any(s.request.adapter == adapter for s in self.running)
 
-    def prefills_with(self, model: Any) -> bool:
-        """Whether a waiting request's prompt still needs `model` (prompt or prefix tuning's)."""
-        return any(r.prefill is model for r in self.waiting)
-
     @property
     def running(self) -> list[Sequence]:
         return self.resident.sequences + self.offloaded.sequences
@@ -126,13 +122,15 @@ class InferenceEngine:
         self._pending, self._generated = {}, {}
         return [W.Failed(i, status, code, message) for i in sorted(ids)]
 
-    def step(self) -> list[W.Message]:
+    def step(self, emit: Callable[[list[W.Message]], None] | None = None) -> list[W.Message]:
+        """One step's events; with `emit`, those before its decode step go to it first (a new
+        request's first token is not held for the running sequences' next)."""
         running = [s.request for s in self.running]  # a worker's flex work yields (`fair.py`)
         with flex_step(self.waiting.flex_only(running, self.chunks.requests)):
-            return self._step(running)
+            return self._step(running, emit)
 
     @torch.no_grad()
-    def _step(self, running: list[Request]) -> list[W.Message]:
+    def _step(self, running: list[Request], emit: Callable | None) -> list[W.Message]:
         events = answer_embeddings(self.waiting, self.prefill_model, self.rows, self.device)
         admitted = self.waiting.seat(running, self.chunks.requests, self.max_batch)
         chunks = self.chunks.plan(admitted, running, self.packs and may_pack(
@@ -148,6 +146,9 @@ class InferenceEngine:
         except ExecutorUnavailable:
             self.waiting.extendleft(reversed(admitted))  # every request fails with the executor
             raise
+        if emit is not None and events:
+            emit(events)
+            events = []
         began, threads, tried = time.perf_counter(), 0, bool(packed)
         for batch in (self.resident, self.offloaded):
             if batch.sequences:
@@ -291,9 +292,8 @@ class InferenceEngine:
                     self._pending[seq.request.id] -= 1
                     if self._pending[seq.request.id] == 0:
                         del self._pending[seq.request.id]
-                        generated = self._generated.pop(seq.request.id, 0)
                         events.append(W.Done(seq.request.id, len(seq.request.prompt_ids),
-                                             generated))
+                                             self._generated.pop(seq.request.id, 0)))
             batch.keep(keep)
         return events
 

@@ -13,6 +13,7 @@ import copy
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,12 +152,16 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     grammars = Grammars(preloaded.spare_tokenizer, adapters.engine.vocab_size)
     preparer = Preparer(ctx, lambda message: prepare(message, preloaded.spare_tokenizer,
                                                      preloaded.max_context, grammars))
+
+    def send(events: list[W.Message]) -> None:
+        for event in events:
+            sock.send(W.encode(event))
+
     try:
         while _receive(sock, adapters, preloaded, threads, preparer):
             busy = [engine for engine in adapters.engines() if engine.has_work()]
             for engine in busy:
-                for event in _step(engine):
-                    sock.send(W.encode(event))
+                send(_step(engine, send))
             reserve.note(bool(busy))
             adapters.settle()
             if (adapters.loads, adapters.let_go) != reported:
@@ -241,9 +246,12 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,
     return engine.add(request, message.max_context or None)
 
 
-def _step(engine: InferenceEngine) -> list[W.Message]:
+def _step(engine: InferenceEngine, emit: Callable[[list[W.Message]], None]
+          ) -> list[W.Message]:
+    """A step's events (those before its decode step sent by `emit` at once), or its
+    requests' failures."""
     try:
-        return engine.step()
+        return engine.step(emit)
     except ExecutorUnavailable as exc:
         return engine.fail_all(503, "executor_unavailable", str(exc))
     except ExecutorError as exc:

@@ -88,6 +88,26 @@ def test_requests_equal_plain_generate(method: str, stagger: int, tokenizer) -> 
     assert not engine.running and engine.resident.rows == engine.offloaded.rows == 0
 
 
+def test_a_new_requests_first_token_is_emitted_before_the_steps_decode(tokenizer) -> None:
+    """A step's prefill events go to `emit` before its decode step runs: a request admitted
+    with nothing running has its Started and first token emitted while the step's decode (its
+    second token) has yet to come; the tokens are plain generate()'s."""
+    plain, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
+    engine.add(Request("r", prompts()[1], W.SamplingParams(max_tokens=4, temperature=0)))
+    decoded, emitted = [], []
+    engine.decode_model.register_forward_pre_hook(lambda *_: decoded.append(len(emitted)))
+    returned = engine.step(emit=emitted.extend)
+    assert [type(e) for e in emitted] == [W.Started, W.Delta]
+    assert decoded == [0, 2]  # the prompt's forward (under the adapter's), then the decode's
+    assert [type(e) for e in returned] == [W.Delta]  # the second token, from the decode
+    events = emitted + returned
+    while engine.has_work():
+        events += engine.step(emit=events.extend)
+    assert text(events) == generated(plain, tokenizer, prompts()[1], 4)
+    assert [e.completion_tokens for e in events if isinstance(e, W.Done)] == [4]
+
+
 def test_seeded_sampling_is_reproducible_and_n_sequences_differ(tokenizer) -> None:
     _, ours = build_pair(MODEL, "lora", LocalExecutor.load(MODEL))
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=())
