@@ -1,11 +1,13 @@
 """Batches run in the background of the gateway (`/v1/batches`).
 
 A watch finds the running batches (at start, and whenever one is created or cancelled) and runs
-each one's requests not yet answered, `PARALLEL` at a time per tenant (whatever its number of
-batches; tenants' batches run side by side), through the app itself (an in-process request as
-its tenant, `gateway.in_process`, so a line is checked, served and answered exactly as the
-endpoint would answer it), at the flex tier (`gateway.tiers`: behind every interactive request,
-and apart from its tenant's interactive concurrency, which `PARALLEL` stands for); each answer
+each one's requests not yet answered, as many at a time per tenant as its worker's flex seats
+(`wire.manager.flex_seats` of `max_batch`: a step decodes them all together, while a quarter of
+the seats stay an interactive request's; whatever its number of batches; tenants' batches run
+side by side), through the app itself (an in-process request as its tenant,
+`gateway.in_process`, so a line is checked, served and answered exactly as the endpoint would
+answer it), at the flex tier (`gateway.tiers`: behind every interactive request, and apart from
+its tenant's interactive concurrency, which its flex seats stand for); each answer
 is kept by the worker manager as it comes, so a gateway that restarts goes on where it was. A
 request refused for now (429: its tenant's KV budget or tokens per minute are spent) is sent
 again; one that finds the service unavailable (503) up to `UNAVAILABLE_TRIES` times. A batch
@@ -30,10 +32,10 @@ from gateway.errors import APIError
 from gateway.records import change
 from gateway.tiers import BATCH_LINE
 from state.batches import BatchRecord
+from wire.manager import flex_seats
 from wire.store import StoreAction
 
 log = logging.getLogger("gateway.batches")
-PARALLEL = 8  # a tenant's batch requests in flight at once (flex, apart from its concurrency)
 TICK_S = 1.0
 RETRY_S = 0.5
 UNAVAILABLE_TRIES = 5  # waiting 1, 2, 4, 8, 16 s
@@ -80,7 +82,8 @@ class BatchRunner:
             requests = await run_in_threadpool(requests_of, Path(source.path)) if source else []
             done = state.batches.done_lines(batch.id)
             todo = iter([line for line in range(len(requests)) if line not in done])
-            slots = self.slots.setdefault(batch.tenant, asyncio.Semaphore(PARALLEL))
+            parallel = flex_seats(state.settings.max_batch)
+            slots = self.slots.setdefault(batch.tenant, asyncio.Semaphore(parallel))
 
             async def take_lines() -> None:  # the lines left, one at a time, as slots free
                 for line in todo:
@@ -89,7 +92,7 @@ class BatchRunner:
                             return
                         await self._run_line(batch, line, requests[line])
 
-            takers = [asyncio.ensure_future(take_lines()) for _ in range(PARALLEL)]
+            takers = [asyncio.ensure_future(take_lines()) for _ in range(parallel)]
             try:
                 await asyncio.gather(*takers)
             finally:  # one failed (the manager away): the others stop too

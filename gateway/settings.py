@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from catalogue.builtin import BUILTINS
 from state.db import db_path
 from wire.endpoints import default_executor, default_manager
+from wire.manager import MAX_BATCH
 
 BUILTIN_DEFAULT_MAX_TOKENS = 128
 
@@ -32,6 +33,8 @@ class GatewaySettings(BaseSettings):
     first_token_timeout_s: float = 300.0  # includes starting a worker and queueing
     manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
     max_concurrent: int = Field(16, ge=1)  # per tenant, unless the tenants file says otherwise
+    max_batch: int = Field(MAX_BATCH, ge=1)  # a worker's seats (the manager's setting): a
+    # tenant's batch lines run as many at once as its worker's flex seats (`batch_runner`)
     max_context: int = Field(0, ge=0)  # per tenant; 0: the model's own limit
     max_kv_tokens: int = Field(0, ge=0)  # per tenant, across its in-flight requests; 0: no budget
     max_storage_mb: float = Field(0, ge=0)  # per tenant: all it keeps (usage.py); 0: any

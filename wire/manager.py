@@ -55,6 +55,13 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
 
 
 FLEX_SHARE = 0.75  # of a worker's seats and of a tenant's KV budget, the most flex requests hold
+MAX_BATCH = 32  # a worker's seats, the sequences it decodes at once, unless configured
+
+
+def flex_seats(max_batch: int) -> int:
+    """The seats flex requests may hold in an engine of `max_batch`: at least one, and one
+    left for an interactive request where there are two or more."""
+    return max(1, min(int(max_batch * FLEX_SHARE), max_batch - 1))
 
 
 class ChatMessage(msgspec.Struct, array_like=True):

@@ -21,8 +21,9 @@ from pathlib import Path
 from bench.records import Record
 from bench.scenarios.adapter_sides import MODEL
 from bench.scenarios.common import Settings
+from wire import manager as W
 
-LINES = 8
+LINES = W.flex_seats(W.MAX_BATCH)  # a batch's lines in flight, as the gateway runs them
 ROUNDS = 3  # each phase's turns (1 in toy runs)
 
 
@@ -129,7 +130,10 @@ def flex(settings: Settings) -> list[Record]:
     root = Path(tempfile.mkdtemp(prefix="symb-flex-"))
     try:
         stack = Stack(root / "data", MODEL, port=free_port(),
-                      env={"SYMBIOSIS_API_KEYS": "t0=sk-t0,t1=sk-t1"},
+                      # t1's lines come through the API, counted in its concurrency (a batch's
+                      # are not): room for them all
+                      env={"SYMBIOSIS_API_KEYS": "t0=sk-t0,t1=sk-t1",
+                           "SYMBIOSIS_MAX_CONCURRENT": str(max(LINES, 16))},
                       executor_args=("--threads", str(settings.threads))).start()
         try:
             t0, t1 = (openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key=f"sk-{name}",

@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import Deployment
 from tests.e2e.test_embeddings import close, expected
+from wire.manager import MAX_BATCH, flex_seats
 
 pytestmark = pytest.mark.slow
 URL = "/v1/chat/completions"
@@ -116,7 +117,8 @@ def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deploym
     client = deployment.client("acme")
     long = {"model": "acme/lora-a", "messages": [{"role": "user", "content": "Go on"}],
             "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
-    batch = submit(client, [long] * 12, parts=True)  # (the Uploads API's file, 6 parts)
+    at_once = flex_seats(MAX_BATCH)  # a batch's lines in flight: its worker's flex seats
+    batch = submit(client, [long] * (at_once + 4), parts=True)  # (the Uploads API's, in parts)
     with pytest.raises(openai.ConflictError):  # its input is read while it runs
         client.files.delete(batch.input_file_id)
     cancelling = client.batches.cancel(batch.id)
@@ -125,7 +127,7 @@ def test_a_cancelled_batch_stops_and_names_what_it_never_ran(deployment: Deploym
     assert done.status == "cancelled" and done.cancelled_at >= done.cancelling_at
     never = [e for e in lines(client, done.error_file_id) if e["error"]]
     ran = done.request_counts.completed + done.request_counts.failed
-    assert len(never) == 12 - ran >= 4  # eight run at a time, each 1,000 tokens long
+    assert len(never) == at_once + 4 - ran >= 4  # each 1,000 tokens long
     assert {e["error"]["code"] for e in never} == {"batch_cancelled"}
     assert client.files.delete(batch.input_file_id).deleted
     assert client.batches.cancel(batch.id).status == "cancelled"  # as it is

@@ -5,12 +5,14 @@ requests answered in process as its tenant, exactly as the endpoint answers them
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 
 import pytest
 
+from gateway import in_process
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import KEY, serving
 from tests.gateway.test_validation import assert_openai_error
@@ -60,6 +62,17 @@ def test_a_batch_file_and_a_batch_are_checked_naming_what_is_wrong(client) -> No
         "batch_not_found"
 
 
+def running(records: Records, rows: list[dict]) -> tuple[str, str]:
+    """A batch of `rows` in progress: its id and its input file's."""
+    source = records.files.create("acme", "in.jsonl", "batch",
+                                  "\n".join(json.dumps(r) for r in rows).encode())
+    batch_id = f"batch_{uuid.uuid4().hex}"
+    assert act(records, StoreAction.ADD_BATCH, record=json.dumps(
+        {"id": batch_id, "endpoint": URL, "input_file_id": source.id, "total": len(rows),
+         "output_expires_s": 7200})).ok
+    return batch_id, source.id
+
+
 @pytest.fixture()
 def left_running(tmp_path) -> tuple[str, str]:
     """A batch of five requests, the first answered by a gateway that then stopped."""
@@ -70,17 +83,12 @@ def left_running(tmp_path) -> tuple[str, str]:
             request("theirs", messages=[{"role": "user", "content": "Hi"}]) | {
                 "body": {"model": "beta/x", "messages": [{"role": "user", "content": "Hi"}]}},
             request("background", background=True, messages=[{"role": "user", "content": "Hi"}])]
-    source = records.files.create("acme", "in.jsonl", "batch",
-                                  "\n".join(json.dumps(r) for r in rows).encode())
-    batch_id = f"batch_{uuid.uuid4().hex}"
-    assert act(records, StoreAction.ADD_BATCH, record=json.dumps(
-        {"id": batch_id, "endpoint": URL, "input_file_id": source.id, "total": 5,
-         "output_expires_s": 7200})).ok
+    batch_id, source = running(records, rows)
     assert act(records, StoreAction.BATCH_RESULT, record=json.dumps(
         {"batch_id": batch_id, "line": 0, "custom_id": "kept", "response": {
             "status_code": 200, "request_id": "r0", "body": {"answered": "before"}}})).made
     records.close()
-    return batch_id, source.id
+    return batch_id, source
 
 
 def until(client, batch_id: str, status: str) -> dict:
@@ -147,3 +155,34 @@ def test_a_batch_past_its_window_expires_naming_the_requests_it_never_ran(
             [("empty", "batch_expired"), ("streamed", "batch_expired"),
              ("theirs", "batch_expired"), ("background", "batch_expired")]
         assert batch["request_counts"] == {"total": 5, "completed": 1, "failed": 0}
+
+
+@pytest.mark.parametrize(("max_batch", "at_once"), [(8, 6), (None, 24)])
+def test_a_tenants_batch_lines_run_as_many_at_once_as_its_workers_flex_seats(
+        tmp_path, monkeypatch, max_batch: int | None, at_once: int) -> None:
+    """A worker of `max_batch` seats (32 unless configured) gives flex requests three quarters
+    of them, and a step decodes them together: a tenant's batch keeps that many lines in flight
+    (8, whatever the worker, before), each answered here by a stand-in for the endpoint."""
+    in_flight, most = 0, 0
+
+    async def answered(app, tenant: str, path: str, data: bytes, **kw):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        return 200, {"x-request-id": "r"}, json.dumps({"line": json.loads(data)["n"]}).encode()
+
+    monkeypatch.setattr(in_process, "post", answered)
+    records = Records(tmp_path, "tiny-llama", "")
+    batch_id, _ = running(records, [request(f"c{k}", n=k) for k in range(at_once + 9)])
+    records.close()
+    configured = {"max_batch": max_batch} if max_batch else {}
+    settings = GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+                               manager=f"ipc://{tmp_path}/manager.sock", **configured)
+    with serving(settings) as (client, _):
+        batch = until(client, batch_id, "completed")
+        output = client.get(f"/v1/files/{batch['output_file_id']}/content", headers=KEY).text
+    assert most == at_once
+    assert [json.loads(o)["response"]["body"]["line"] for o in output.splitlines()] == \
+        list(range(at_once + 9))

@@ -8,24 +8,18 @@ steps. Within a turn, first come, first served.
 
 Flex requests (`SamplingParams.flex`: a client's `service_tier: "flex"`, a Batch API line) wait
 behind every other: they take their turns among themselves, after the last interactive one, and
-take at most `FLEX_SHARE` of an engine's seats (`flex_seats`), so that an interactive request
-that comes while they run finds a seat free at the next step."""
+take at most `wire.manager.FLEX_SHARE` of an engine's seats (`flex_seats`), so that an
+interactive request that comes while they run finds a seat free at the next step."""
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
 
-from wire.manager import FLEX_SHARE
+from wire.manager import flex_seats
 from workers.inference.request import Request
 
 FLEX = 1 << 48  # the flex requests' turns start here: after every interactive one's
-
-
-def flex_seats(max_batch: int) -> int:
-    """The seats flex requests may hold in an engine of `max_batch`: at least one, and one
-    left for an interactive request where there are two or more."""
-    return max(1, min(int(max_batch * FLEX_SHARE), max_batch - 1))
 
 
 def _turn(request: Request) -> int:

@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from wire.endpoints import default_executor, default_manager
 from wire.flags import add_flags, given
+from wire.manager import MAX_BATCH
 
 DEVICE = r"^(cpu|cuda(:[0-9]{1,2})?)$"
 
@@ -61,7 +62,7 @@ class ManagerConfig(BaseSettings):
                                   "circuit breaker")
     breaker_cooldown_s: float = Field(30.0, gt=0, description="how long an open circuit refuses "
                                       "before one probe")
-    max_batch: int = Field(32, ge=1, description="sequences a worker decodes at once")
+    max_batch: int = Field(MAX_BATCH, ge=1, description="sequences a worker decodes at once")
     worker_threads: int = Field(0, ge=0, description="torch threads of each worker at most, "
                                 "one per 128 tokens of its forward (0: the cores shared out "
                                 "among the live workers, told anew as workers start and stop)")

@@ -16,7 +16,7 @@ from tests.workers.inference.test_adapters import adapters, plain_tokens
 from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference import embedding
-from workers.inference.fair import FairQueue, flex_seats
+from workers.inference.fair import FairQueue
 from workers.inference.request import Request
 from workers.inference.worker import _generate, build_adapters, preload
 from workers.remote.client import ExecutorClient
@@ -65,7 +65,7 @@ def test_flex_requests_wait_behind_every_interactive_one_taking_turns_of_their_o
 
 
 def test_flex_requests_hold_at_most_their_seats_and_one_alone_where_none_runs() -> None:
-    assert [flex_seats(n) for n in (1, 2, 4, 16, 32)] == [1, 1, 3, 12, 24]
+    assert [W.flex_seats(n) for n in (1, 2, 4, 16, 32)] == [1, 1, 3, 12, 24]
     wide = W.SamplingParams(n=4, flex=True)
     queue = FairQueue()
     for request_id in ("w0", "w1"):
