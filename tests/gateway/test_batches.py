@@ -1,7 +1,8 @@
 """/v1/batches through the gateway with the manager's records behind it: a batch file is
 checked at upload and a batch at creation (each fault an OpenAI-shaped 400 naming its field);
 a batch left running by a gateway that stopped is run on from where it was by the next one, its
-requests answered in process as its tenant, exactly as the endpoint answers them."""
+requests answered in process as its tenant, exactly as the endpoint answers them, as many at once
+as its worker's flex seats."""
 
 from __future__ import annotations
 
