@@ -23,7 +23,6 @@ import torch
 from peft import PeftModel
 
 from wire import manager as W
-from wire.call.digits import greedy_choices
 from workers.inference.batch import BatchCache, kv_bytes_per_token, place, repeat_rows
 from workers.inference.checks import refusal
 from workers.inference.chunks import Chunker, Partial, prefill_chunk
@@ -36,7 +35,7 @@ from workers.inference.prefill import Prefilled, prefill_one, prefill_shared, sh
 from workers.inference.request import Request
 from workers.inference.row_attention import call_bytes, install, plan
 from workers.inference.rows import RowAdapters
-from workers.inference.sampling import Choice, argmax_only, choose, make_generator
+from workers.inference.sampling import Choice, GreedyRows, choose, make_generator
 from workers.inference.sequence import Sequence, started
 from workers.remote.handle import ExecutorError, ExecutorUnavailable, flex_step
 from workers.remote.tail import Choosing, tail_of
@@ -249,10 +248,9 @@ class InferenceEngine:
         prompt all in joins the rows); where that forward fails, each chunk goes alone first
         (a failure then stays its request's), `packed` emptied: its time is no chunk's cost."""
         groups = plan(batch.starts, self.call_positions) if self.by_rows else ()
-        greedy = [argmax_only(s.request.params, s.counts, s.allows_eos(), self.eos_ids,
-                              s.matcher is not None) for s in batch.sequences]
+        greedy = GreedyRows(batch.sequences, self.eos_ids)
         try:  # rows that all take their greedy choice want no logits (`Choosing`)
-            with Choosing(self.tail, all(greedy) and not packed) as chosen:
+            with Choosing(self.tail, all(greedy.rows) and not packed, greedy.settle) as chosen:
                 logits, done = step_forward(self.decode_model, self.rows, batch, groups, packed,
                                             self.device)
         except ExecutorUnavailable:
@@ -263,8 +261,8 @@ class InferenceEngine:
             log.exception("a decode step with %d chunks failed: each goes alone", len(packed))
             alone, packed[:] = packed[:], []
             return self._prefill_chunks(alone) + self._decode(batch, [])
-        best = chosen.ids or (greedy_choices(logits).tolist() if any(greedy) else [])
-        events = [self._accept(seq, Choice(best[row]) if greedy[row]
+        best = chosen.ids if chosen.ids is not None else greedy.choices(logits)
+        events = [self._accept(seq, Choice(best[row]) if greedy.rows[row]
                                else self._choose(seq, logits[row]))
                   for row, seq in enumerate(batch.sequences)]
         events += self._drop_finished()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy
 import torch
 
 from wire.call.digits import greedy_choices
 from wire.manager import SamplingParams
+
+if TYPE_CHECKING:
+    from workers.inference.sequence import Sequence
 
 
 @dataclass
@@ -26,14 +31,45 @@ def make_generator(params: SamplingParams, index: int) -> torch.Generator | None
     return generator
 
 
-def argmax_only(params: SamplingParams, counts: dict[int, int], allow_eos: bool,
-                eos_ids: tuple[int, ...], grammar: bool) -> bool:
-    """Whether `choose` would return the row's argmax and nothing more (greedy; no bias,
-    penalty, suppressed end of sequence, grammar or logprobs): a decode step's rows of this
-    kind share one argmax over the batch."""
+def greedy_only(params: SamplingParams, counts: dict[int, int], grammar: bool) -> bool:
+    """Whether `choose` would return the row's argmax once the ends of sequence it may not take
+    yet are masked (greedy; no bias, penalty, grammar or logprobs): a decode step's rows of this
+    kind share one argmax over the batch, which `mask_ends` settles for rows that may not end."""
     return (params.temperature <= 0 and not params.logit_bias and params.logprobs is None
             and not (counts and (params.presence_penalty or params.frequency_penalty))
-            and (allow_eos or not eos_ids) and not grammar)
+            and not grammar)
+
+
+def mask_ends(ids: list[int], logits: torch.Tensor, rows: Iterable[int],
+              eos_ids: tuple[int, ...]) -> None:
+    """Each of `rows` (greedy rows that may not end yet) whose choice in `ids` ends the sequence
+    takes its best other token instead, as `choose` picks it (`logits`: [rows, vocabulary])."""
+    for row in rows:
+        if ids[row] in eos_ids:
+            scores = logits[row].float().clone()
+            scores[list(eos_ids)] = float("-inf")
+            ids[row] = int(greedy_choices(scores[None])[0])
+
+
+class GreedyRows:
+    """A decode step's rows that take their greedy choice (`rows`: whether each does), and
+    their choices from the step's logits, or the executor's argmax of them (`settle`)."""
+
+    def __init__(self, sequences: list[Sequence], eos_ids: tuple[int, ...]) -> None:
+        self.rows = [greedy_only(s.request.params, s.counts, s.matcher is not None)
+                     for s in sequences]
+        self.early = [row for row, s in enumerate(sequences)
+                      if self.rows[row] and eos_ids and not s.allows_eos()]
+        self.eos_ids = eos_ids
+
+    def choices(self, logits: torch.Tensor) -> list[int]:
+        ids = greedy_choices(logits).tolist() if any(self.rows) else []
+        self.settle(ids, logits)
+        return ids
+
+    def settle(self, ids: list[int], logits: torch.Tensor) -> None:
+        """The rows that may not end yet, settled (`mask_ends`)."""
+        mask_ends(ids, logits, self.early, self.eos_ids)
 
 
 def choose(logits: torch.Tensor, params: SamplingParams, counts: dict[int, int],

@@ -20,6 +20,7 @@ tail makes that call whenever the lead is usable.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,21 +66,27 @@ class Tail:
             self.lead.foresee(parts[3], parts[4])
         if choosing is None:
             return parts[:3]
-        choosing.ids = self.lead.foreseen.ids  # out of the call's memory before the next call
+        # out of the call's memory before the next call: the choices, settled from its logits
+        choosing.ids = list(self.lead.foreseen.ids)
+        if choosing.settle is not None:
+            choosing.settle(choosing.ids, parts[2])
         return parts[0].clone(), parts[1].clone(), parts[2][:, :0]
 
 
 class Choosing:
     """Around a decode step's forward whose rows all take their greedy choice (`wanted`): the
     tail's greedy call leaves the logits in the call's memory (the head returns [rows, 1, 0])
-    and `ids` gets the executor's choices; None where the step made no greedy call (the logits
-    came then). Not wanted, or no tail: nothing changes."""
+    and `ids` gets the executor's choices, which `settle` may change from those logits first
+    (a row that may not end yet takes its best other token); None where the step made no greedy
+    call (the logits came then). Not wanted, or no tail: nothing changes."""
 
-    __slots__ = ("ids", "tail")
+    __slots__ = ("ids", "settle", "tail")
 
-    def __init__(self, tail: Tail | None, wanted: bool) -> None:
+    def __init__(self, tail: Tail | None, wanted: bool,
+                 settle: Callable[[list[int], torch.Tensor], None] | None = None) -> None:
         self.tail = tail if wanted else None
         self.ids: list[int] | None = None
+        self.settle = settle
 
     def __enter__(self) -> Choosing:
         if self.tail is not None:

@@ -45,39 +45,46 @@ def test_every_64_bit_seed_seeds_a_generator_per_choice() -> None:
         assert torch.equal(again, draws[0])
 
 
-def test_rows_said_to_need_only_the_argmax_choose_the_argmax_and_no_other_row_is_said_to() \
+def test_rows_said_to_be_greedy_choose_the_argmax_of_what_they_may_take_and_no_other_row_is() \
         -> None:
     """The decode step gives such rows one argmax over the batch: for every combination of what
-    changes a greedy choice, `argmax_only` is true exactly where `choose` returns the raw row's
-    argmax with nothing else (this row's best token is EOS, 0, and gets a bias, a penalty), and
-    never for a sampled row."""
-    from workers.inference.sampling import argmax_only
+    changes a greedy choice, `greedy_only` is true exactly where `choose` returns the raw row's
+    argmax, or where the row may not end yet (this row's best token is EOS, 0) its best other
+    token as `mask_ends` settles it, with nothing else (a bias, a penalty or a grammar's mask,
+    each of which changes the choice whether or not it may end, or logprobs); never for a
+    sampled row."""
+    from workers.inference.sampling import greedy_only, mask_ends
 
     logits = _logits()
     logits[0] = logits.max() + 1.0
+    second, worst = int(logits[1:].argmax()) + 1, int(logits.argmin())
     grammar = torch.ones(1000, dtype=torch.bool)
-    grammar[0] = False
+    grammar[[0, second]] = False
     said = 0
     for temperature in (0.0, 0.7):
-        for bias in ({}, {0: -100.0}):
-            for penalty, counts in ((0.0, {}), (2.0, {}), (2.0, {0: 3})):
+        for bias in ({}, {worst: 100.0}):
+            for penalty, counts in ((0.0, {}), (50.0, {}), (50.0, {0: 3, second: 3})):
                 for allow_eos in (True, False):
                     for mask in (None, grammar):
                         for logprobs in (None, 2):
                             params = SamplingParams(temperature=temperature, logit_bias=bias,
                                                     presence_penalty=penalty, logprobs=logprobs,
                                                     seed=1)
-                            only = argmax_only(params, counts, allow_eos, (0,), mask is not None)
+                            only = greedy_only(params, counts, mask is not None)
                             choice = choose(logits, params, counts, make_generator(params, 0),
                                             allow_eos, (0,), mask)
-                            plain = choice.token == 0 and choice.logprob is None
+                            settled = [0]
+                            mask_ends(settled, logits[None], [] if allow_eos else [0], (0,))
+                            plain = choice.token == settled[0] and choice.logprob is None
                             case = (params, counts, allow_eos, mask is not None)
                             if temperature > 0:  # a draw may take the best token too
                                 assert not only, case
                             else:
                                 assert only == plain, case
                             said += only
-    assert said == 2  # greedy, untouched: with or without a penalty that has nothing to count
+    assert settled == [second]  # the best after EOS
+    assert said == 4  # greedy, untouched: with or without a penalty that has nothing to count,
+    # each whether or not it may end
 
 
 def test_draws_follow_the_probabilities_and_never_take_a_token_of_probability_zero() -> None:

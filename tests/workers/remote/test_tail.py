@@ -89,3 +89,56 @@ def test_steps_of_greedy_rows_alone_skip_the_logits_and_decode_as_plain_generate
         assert "".join(e.text for e in events[request.id] if isinstance(e, W.Delta)) == expected
     done = [e for e in events["s"] if isinstance(e, W.Done)]
     assert done and done[0].completion_tokens == 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_rows_that_may_not_end_yet_take_their_best_other_token_in_either_kind_of_step(
+        device: str, client_on, monkeypatch) -> None:
+    """Greedy requests that may not end yet (`ignore_eos`; `min_tokens` as long as they are)
+    beside a sampled one: where a row's best token is an end of sequence, its shared argmax is
+    settled from the step's logits (a's second token, while the sampled row brings them) or from
+    those the executor's greedy call left in its memory (b's fifth, after it: the steps still
+    bring only the choices); each text is plain generate()'s with those ends suppressed."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(MODEL))
+    plain, ours = build_pair(MODEL, "lora_qv", client_on(device, f"early-{device}"),
+                             device=device)
+    plain = plain.to(device).eval()
+    widths = []
+    real = Tail.run
+
+    def run(self, last, rows):
+        parts = real(self, last, rows)
+        widths.append(tuple(parts[2].shape))
+        return parts
+    monkeypatch.setattr(Tail, "run", run)
+
+    def generate(prompt: list[int], **ends) -> list[int]:
+        ids = torch.tensor([prompt], device=device)
+        with torch.no_grad():
+            out = plain.generate(input_ids=ids, max_new_tokens=8, min_new_tokens=8,
+                                 do_sample=False, attention_mask=torch.ones_like(ids), **ends)
+        return out[0, ids.shape[1]:].tolist()
+
+    prompts = [list(range(40, 49)), list(range(7, 16)), list(range(90, 99))]
+    free = [generate(prompts[0]), generate(prompts[2])]  # their choices where they may end
+    eos = (free[0][1], free[1][4])
+    assert not set(eos) & {free[0][0], *free[1][:4]}  # the ends come first where said
+    engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=eos, max_batch=8)
+    requests = [Request("a", prompts[0], W.SamplingParams(max_tokens=8, temperature=0,
+                                                          ignore_eos=True)),
+                Request("s", prompts[1], W.SamplingParams(max_tokens=3, temperature=1.0, seed=5)),
+                Request("b", prompts[2], W.SamplingParams(max_tokens=8, temperature=0,
+                                                          min_tokens=8))]
+    events: dict[str, list] = {r.id: [] for r in requests}
+    for request in requests:
+        assert engine.add(request) == []
+    while engine.has_work():
+        for event in engine.step():
+            events[event.id].append(event)
+    vocab = plain.config.vocab_size
+    assert widths == [(3, vocab)] * 2 + [(2, 0)] * 5  # greedy calls once the sampled row left
+    for request, tokens in zip((requests[0], requests[2]), free, strict=True):
+        expected = generate(request.prompt_ids, eos_token_id=list(eos))
+        assert expected != tokens
+        text = "".join(e.text for e in events[request.id] if isinstance(e, W.Delta))
+        assert text == tokenizer.decode(expected, skip_special_tokens=True)
