@@ -20,6 +20,30 @@ MODEL = "tiny-llama"
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+def tail_widths(monkeypatch) -> list[tuple[int, ...]]:
+    """Each tail call's logits as its step gets them, (rows, width), from now on."""
+    widths = []
+    real = Tail.run
+
+    def run(self, last, rows):
+        parts = real(self, last, rows)
+        widths.append(tuple(parts[2].shape))
+        return parts
+    monkeypatch.setattr(Tail, "run", run)
+    return widths
+
+
+def run_all(engine: InferenceEngine, requests: list[Request]) -> dict[str, list]:
+    """Each request's events, the engine stepped until it has no work."""
+    events: dict[str, list] = {r.id: [] for r in requests}
+    for request in requests:
+        assert engine.add(request) == []
+    while engine.has_work():
+        for event in engine.step():
+            events[event.id].append(event)
+    return events
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_choosing_step_brings_the_greedy_choices_and_no_logits(device: str, client_on) -> None:
     """A decode step of two rows inside `Choosing`: empty logits, plain transformers' argmax as
@@ -58,26 +82,14 @@ def test_steps_of_greedy_rows_alone_skip_the_logits_and_decode_as_plain_generate
     plain, ours = build_pair(MODEL, "lora_qv", client_on(device, f"greedy-rows-{device}"),
                              device=device)
     plain = plain.to(device).eval()
-    widths = []  # each tail call's logits: (rows, width)
-    real = Tail.run
-
-    def run(self, last, rows):
-        parts = real(self, last, rows)
-        widths.append(tuple(parts[2].shape))
-        return parts
-    monkeypatch.setattr(Tail, "run", run)
+    widths = tail_widths(monkeypatch)
     engine = InferenceEngine(ours.eval(), tokenizer, max_context=2048, eos_ids=(), max_batch=8)
     prompts = [list(range(40, 49)), list(range(7, 16)), list(range(90, 99))]
     greedy = W.SamplingParams(max_tokens=8, temperature=0)
     sampled = W.SamplingParams(max_tokens=3, temperature=1.0, seed=5)
     requests = [Request("a", prompts[0], greedy), Request("s", prompts[1], sampled),
                 Request("b", prompts[2], greedy)]
-    events: dict[str, list] = {r.id: [] for r in requests}
-    for request in requests:
-        assert engine.add(request) == []
-    while engine.has_work():
-        for event in engine.step():
-            events[event.id].append(event)
+    events = run_all(engine, requests)
     vocab = plain.config.vocab_size
     assert widths == [(3, vocab)] * 2 + [(2, 0)] * 5  # 1 token from the prefill, then steps
     for request in (requests[0], requests[2]):
@@ -103,14 +115,7 @@ def test_greedy_rows_that_may_not_end_yet_take_their_best_other_token_in_either_
     plain, ours = build_pair(MODEL, "lora_qv", client_on(device, f"early-{device}"),
                              device=device)
     plain = plain.to(device).eval()
-    widths = []
-    real = Tail.run
-
-    def run(self, last, rows):
-        parts = real(self, last, rows)
-        widths.append(tuple(parts[2].shape))
-        return parts
-    monkeypatch.setattr(Tail, "run", run)
+    widths = tail_widths(monkeypatch)
 
     def generate(prompt: list[int], **ends) -> list[int]:
         ids = torch.tensor([prompt], device=device)
@@ -129,12 +134,7 @@ def test_greedy_rows_that_may_not_end_yet_take_their_best_other_token_in_either_
                 Request("s", prompts[1], W.SamplingParams(max_tokens=3, temperature=1.0, seed=5)),
                 Request("b", prompts[2], W.SamplingParams(max_tokens=8, temperature=0,
                                                           min_tokens=8))]
-    events: dict[str, list] = {r.id: [] for r in requests}
-    for request in requests:
-        assert engine.add(request) == []
-    while engine.has_work():
-        for event in engine.step():
-            events[event.id].append(event)
+    events = run_all(engine, requests)
     vocab = plain.config.vocab_size
     assert widths == [(3, vocab)] * 2 + [(2, 0)] * 5  # greedy calls once the sampled row left
     for request, tokens in zip((requests[0], requests[2]), free, strict=True):
