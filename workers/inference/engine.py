@@ -41,6 +41,7 @@ from workers.remote.handle import ExecutorError, ExecutorUnavailable, flex_step
 from workers.remote.tail import Choosing, tail_of
 
 log = logging.getLogger("workers.engine")
+Emit = Callable[[list[W.Message]], None]  # sends a step's events before its decode step
 
 
 class InferenceEngine:
@@ -121,7 +122,7 @@ class InferenceEngine:
         self._pending, self._generated = {}, {}
         return [W.Failed(i, status, code, message) for i in sorted(ids)]
 
-    def step(self, emit: Callable[[list[W.Message]], None] | None = None) -> list[W.Message]:
+    def step(self, emit: Emit | None = None) -> list[W.Message]:
         """One step's events; with `emit`, those before its decode step go to it first (a new
         request's first token is not held for the running sequences' next)."""
         running = [s.request for s in self.running]  # a worker's flex work yields (`fair.py`)
@@ -129,7 +130,7 @@ class InferenceEngine:
             return self._step(running, emit)
 
     @torch.no_grad()
-    def _step(self, running: list[Request], emit: Callable | None) -> list[W.Message]:
+    def _step(self, running: list[Request], emit: Emit | None) -> list[W.Message]:
         events = answer_embeddings(self.waiting, self.prefill_model, self.rows, self.device)
         admitted = self.waiting.seat(running, self.chunks.requests, self.max_batch)
         chunks = self.chunks.plan(admitted, running, self.packs and may_pack(
