@@ -13,7 +13,6 @@ import copy
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from wire.call.messages import CallTargets
 from wire.spawner import WorkerSpec
 from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
-from workers.inference.engine import InferenceEngine
+from workers.inference.engine import Emit, InferenceEngine
 from workers.inference.grammar import Grammars
 from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
@@ -246,8 +245,7 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,
     return engine.add(request, message.max_context or None)
 
 
-def _step(engine: InferenceEngine, emit: Callable[[list[W.Message]], None]
-          ) -> list[W.Message]:
+def _step(engine: InferenceEngine, emit: Emit) -> list[W.Message]:
     """A step's events (those before its decode step sent by `emit` at once), or its
     requests' failures."""
     try:
