@@ -6,7 +6,8 @@ over HTTP) alone; then again while two tenants' fine-tuning jobs run, submitted 
 fine-tuning API; then the jobs alone for as long as that replay took. The tenants' time to first
 token and per-token latency with the jobs against the replay alone, and the jobs' training
 tokens/s during the replay against the jobs alone, read from their metrics events
-(`trained_tokens` at each step, sampled as the steps end).
+(`trained_tokens` at each step, sampled as the steps end), each window stretched to the step
+ends around it.
 """
 
 from __future__ import annotations
@@ -104,17 +105,29 @@ class StepClock:
                 raise RuntimeError(f"the jobs did not reach step {steps}: {self.seen}")
             time.sleep(SAMPLE_S)
 
+    def wait_past(self, moment: float, timeout: float = 600) -> None:
+        """Until every job has a step end seen after `moment`."""
+        deadline = time.monotonic() + timeout
+        while min((marks[-1][0] if marks else 0.0) for marks in self.seen.values()) <= moment:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the jobs ended no step after {moment:.1f}: {self.seen}")
+            time.sleep(SAMPLE_S)
+
     def rate(self, start: float, end: float) -> float:
-        """Tokens per second of all jobs together between `start` and `end`: each job's tokens
-        from its first step end in the window to its last, over that time."""
+        """Tokens per second of all jobs together over `start`..`end`: each job's tokens
+        between the step ends that bound the window (its last at or before `start` and its
+        first at or after `end`, where it has them), over that time, so that a window shorter
+        than a slow step still has a rate."""
         total = 0.0
         for marks in self.seen.values():
-            inside = [m for m in marks if start <= m[0] <= end]
-            if len(inside) < 2:
-                raise RuntimeError(f"fewer than two steps of a job in the window: {marks}")
-            total += (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+            before = [i for i, m in enumerate(marks) if m[0] <= start]
+            after = [i for i, m in enumerate(marks) if m[0] >= end]
+            first, last = (before[-1] if before else 0), (after[0] if after else len(marks) - 1)
+            if last <= first:
+                raise RuntimeError(f"fewer than two steps of a job around the window: {marks}")
+            total += ((marks[last][1] - marks[first][1])
+                      / (marks[last][0] - marks[first][0]))
         return total
-
 
 def replay_beside_jobs(base_url: str, trace: list[tuple], tenants: int,
                        model: str) -> tuple[dict, dict, float, float]:
@@ -131,8 +144,9 @@ def replay_beside_jobs(base_url: str, trace: list[tuple], tenants: int,
             together = summarize(asyncio.run(replay(base_url, trace, tenants)))
             ended = time.monotonic()
             time.sleep(ended - started)
-            return alone, together, clock.rate(started, ended), clock.rate(ended,
-                                                                            time.monotonic())
+            alone_until = time.monotonic()
+            clock.wait_past(alone_until)
+            return alone, together, clock.rate(started, ended), clock.rate(ended, alone_until)
         finally:
             clock.stop()
             for job, tenant in jobs.items():
