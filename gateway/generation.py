@@ -130,6 +130,7 @@ async def generate(request: Request, tenant: Tenant, target: Target, prompts: li
              tenant.id, target.model, len(prompts), f", end user {user!r}" if user else "")
     slot = not batch_line(request)  # a batch's lines run in slots of their own
     params.flex = params.flex or not slot
+    params.collected = not stream  # its tokens come merged (`workers.inference.merging`)
     kv_held, meter = await _admitted(state, tenant, prompts, params, slot)
     state.metrics.inflight.labels(tenant.id).inc()
     released = False

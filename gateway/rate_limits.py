@@ -179,7 +179,7 @@ class TokenMeter:
         if not self._tenant.tokens_per_minute:
             return
         if isinstance(event, W.Delta):
-            amount = 1
+            amount = event.tokens
         elif isinstance(event, W.Done):
             amount = event.prompt_tokens + event.completion_tokens - self._taken[index]
         else:

@@ -1,8 +1,9 @@
 """A request's tokens timed as its client meets them: the wait for the first generated token and
 each gap between one sequence's tokens, taken where the gateway receives them (a worker sends
-one `Delta` per generated token), for streamed and collected responses alike, by service tier;
-each counted as met or missed against the tenant's own end-to-end targets, where it set them
-(a flex request carries none)."""
+one `Delta` per generated token of a stream; a collected response's first token alone, then the
+rest merged, whose gaps are each taken as the merged Delta's wait over its tokens), for streamed
+and collected responses alike, by service tier; each counted as met or missed against the
+tenant's own end-to-end targets, where it set them (a flex request carries none)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ class TokenClock:
         sequence = (result.index, event.index)
         last = self._last.get(sequence)
         if last is not None:
-            self._between.observe(now - last)
+            gap = (now - last) / max(event.tokens, 1)
+            for _ in range(event.tokens):
+                self._between.observe(gap)
         self._last[sequence] = now
 
 

@@ -52,6 +52,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     embed: bool = False  # the prompt's embedding in its Done, no tokens generated
     dimensions: int = 0  # an embedding's first dimensions, normalized again (0: all)
     flex: bool = False  # the flex tier: behind all others (`workers.inference.fair`)
+    collected: bool = False  # its client gets it whole: its Deltas merged (`...merging`)
 
 
 FLEX_SHARE = 0.75  # of a worker's seats and of a tenant's KV budget, the most flex requests hold
@@ -138,6 +139,7 @@ class Delta(msgspec.Struct, tag="delta", array_like=True):
     text: str
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None  # stop | length
+    tokens: int = 1  # the generated tokens its text holds (a collected request's: several)
 
 
 class Done(msgspec.Struct, tag="done", array_like=True):

@@ -86,8 +86,9 @@ def test_tokens_are_the_prompts_then_each_generated_one_set_right_by_the_worker(
     limits = RateLimits(clock)
     limits.take_prompt(tenant, 30)
     meter = TokenMeter(limits, tenant, [20, 10])  # two prompts, estimated 20 and 10
-    for _ in range(5):
+    for _ in range(2):
         meter.tick(0, W.Delta("a", 0, "x"))
+    meter.tick(0, W.Delta("a", 0, "xyz", tokens=3))  # a collected answer's tokens, merged
     meter.tick(1, W.Delta("b", 0, "y"))
     assert limits.headers(tenant)["x-ratelimit-remaining-tokens"] == str(120 - 30 - 6)
     meter.tick(0, W.Done("a", prompt_tokens=22, completion_tokens=5))  # 2 more than estimated

@@ -102,3 +102,18 @@ def test_a_flex_requests_times_are_kept_apart_from_the_default_tiers() -> None:
     assert histogram(metrics, "symbiosis_time_to_first_token_seconds", tier="flex") == (1, 1.0)
     assert histogram(metrics, "symbiosis_inter_token_seconds", tier="flex") == (1, 2.0)
     assert histogram(metrics, "symbiosis_time_to_first_token_seconds") == (0, 0)
+
+
+def test_a_merged_deltas_wait_is_shared_by_its_tokens() -> None:
+    """A collected response's first token alone, then its tokens merged: the merged Delta's
+    wait is each of its tokens' gap."""
+    metrics, clock = Metrics(), Clock()
+    timer = TokenClock(metrics, "acme", 99.5, W.SamplingParams(max_tokens=5), clock=clock)
+    for at, tokens in ((100.0, 1), (101.5, 3), (102.0, 1)):
+        clock.now = at
+        timer.tick(result(0), W.Delta("r-0", 0, "x" * tokens, tokens=tokens))
+    assert histogram(metrics, "symbiosis_time_to_first_token_seconds") == (1, 0.5)
+    assert histogram(metrics, "symbiosis_inter_token_seconds") == (4, 2.0)
+    get = metrics.registry.get_sample_value
+    assert get("symbiosis_inter_token_seconds_bucket", {"tenant": "acme", "tier": "default",
+                                                         "le": "0.5"}) == 4

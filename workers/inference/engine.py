@@ -235,7 +235,7 @@ class InferenceEngine:
             seq = Sequence(request, index, Detokenizer(self.tokenizer, params.stop),
                            make_generator(params, index),
                            request.grammar.deep_copy() if request.grammar else None)
-            events.append(self._accept(seq, self._choose(seq, done.last_logits)))
+            events += self._accept(seq, self._choose(seq, done.last_logits))
             sequences.append(seq)
         self._pending[request.id] = params.n
         batch = place(request, self.resident, self.offloaded, self.kv_budget_bytes,
@@ -263,9 +263,8 @@ class InferenceEngine:
             alone, packed[:] = packed[:], []
             return self._prefill_chunks(alone) + self._decode(batch, [])
         best = chosen.ids if chosen.ids is not None else greedy.choices(logits)
-        events = [self._accept(seq, Choice(best[row]) if greedy.rows[row]
-                               else self._choose(seq, logits[row]))
-                  for row, seq in enumerate(batch.sequences)]
+        events = [delta for row, seq in enumerate(batch.sequences) for delta in self._accept(
+            seq, Choice(best[row]) if greedy.rows[row] else self._choose(seq, logits[row]))]
         events += self._drop_finished()
         for (partial, _), prefilled in zip(packed, done, strict=True):
             events += [] if prefilled is None else self._all_in(partial.request, prefilled)
@@ -276,7 +275,7 @@ class InferenceEngine:
         return choose(logits, seq.request.params, seq.counts, seq.generator,
                       seq.allows_eos(), self.eos_ids, allowed)
 
-    def _accept(self, seq: Sequence, choice: Choice) -> W.Delta:
+    def _accept(self, seq: Sequence, choice: Choice) -> list[W.Delta]:
         self._generated[seq.request.id] = self._generated.get(seq.request.id, 0) + 1
         return seq.accept(choice, self.eos_ids, self.tokenizer)
 

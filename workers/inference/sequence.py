@@ -10,6 +10,7 @@ import torch
 
 from wire import manager as W
 from workers.inference.detok import Detokenizer
+from workers.inference.merging import Merging
 from workers.inference.request import Request
 from workers.inference.sampling import Choice, prompt_logprobs
 
@@ -27,14 +28,19 @@ class Sequence:
     generated: int = 0
     last: int = 0
     finish: str | None = None
+    merging: Merging | None = None  # a collected request's Deltas go out merged
+
+    def __post_init__(self) -> None:
+        if self.request.params.collected:
+            self.merging = Merging()
 
     def allows_eos(self) -> bool:
         params = self.request.params
         return not params.ignore_eos and self.generated >= params.min_tokens
 
-    def accept(self, choice: Choice, eos_ids: tuple[int, ...], tokenizer: Any) -> W.Delta:
+    def accept(self, choice: Choice, eos_ids: tuple[int, ...], tokenizer: Any) -> list[W.Delta]:
         """Take the chosen token: its text (held back while it may start a stop string), and
-        whether the sequence ends with it."""
+        whether the sequence ends with it; the Deltas due out (a collected request's merged)."""
         params = self.request.params
         self.last = choice.token
         self.generated += 1
@@ -51,7 +57,8 @@ class Sequence:
             self.finish = "length"
         if self.finish:
             text += self.detok.flush()
-        return W.Delta(self.request.id, self.index, text, logprobs, self.finish)
+        delta = W.Delta(self.request.id, self.index, text, logprobs, self.finish)
+        return [delta] if self.merging is None else self.merging.take(delta)
 
 
 def token_logprob(tokenizer: Any, choice: Choice) -> W.TokenLogprob:
