@@ -129,6 +129,7 @@ class StepClock:
                       / (marks[last][0] - marks[first][0]))
         return total
 
+
 def replay_beside_jobs(base_url: str, trace: list[tuple], tenants: int,
                        model: str) -> tuple[dict, dict, float, float]:
     """The trace alone, then beside the jobs; the jobs' tokens/s beside it, then by themselves

@@ -29,6 +29,7 @@ def test_the_rate_counts_each_jobs_tokens_between_the_step_ends_around_the_windo
     # before a job's first step end and after its last, its own first and last count
     assert clock.rate(0.0, 10.0) == pytest.approx(175.0)
 
+
 def test_a_job_with_one_step_end_has_no_rate() -> None:
     clock = clock_with({"job-a": [(1.0, 100)], "job-b": [(2.0, 50), (4.0, 250)]})
     with pytest.raises(RuntimeError, match="fewer than two steps"):

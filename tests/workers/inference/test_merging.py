@@ -32,25 +32,24 @@ def logprob(token: str) -> W.TokenLogprob:
 def test_the_first_goes_at_once_then_the_rest_merged_until_due_or_the_end() -> None:
     clock = Clock()
     merger = Merging(clock)
+    late = 10.0 + FLUSH_S  # FLUSH_S after the first was sent
+    arrivals = [(10.0, "a", None), (10.1, "b", None), (10.2, "c", None),
+                (late + 0.05, "d", None), (late + 0.1, "e", None), (late + 0.2, "f", "stop")]
     out = []
-    for at, token, finish in ((10.0, "a", None), (10.1, "b", None), (10.2, "c", None),
-                              (10.0 + FLUSH_S + 0.05, "d", None), (10.0 + FLUSH_S + 0.1, "e",
-                                                                   None),
-                              (10.0 + FLUSH_S + 0.2, "f", "stop")):
+    for at, token, finish in arrivals:
         clock.now = at
         out.append(merger.take(W.Delta("r", 1, token, [logprob(token)], finish)))
     assert [[(d.text, d.tokens, d.finish_reason) for d in due] for due in out] == [
         [("a", 1, None)], [], [], [("bcd", 3, None)], [], [("ef", 2, "stop")]]
     assert [t.token for t in out[3][0].logprobs] == ["b", "c", "d"]
-    assert {d.id for due in out for d in due} == {"r"} and {d.index for due in out
-                                                           for d in due} == {1}
+    assert {(d.id, d.index) for due in out for d in due} == {("r", 1)}
     assert merger.pending is None
 
 
-def test_deltas_without_logprobs_merge_without_them() -> None:
+def test_logprobs_merge_where_either_side_has_them() -> None:
     assert merging.merged(W.Delta("r", 0, "a"), W.Delta("r", 0, "b")).logprobs is None
-    assert merging.merged(W.Delta("r", 0, "", tokens=1),
-                          W.Delta("r", 0, "b", [logprob("b")])).logprobs[0].token == "b"
+    assert [t.token for t in merging.merged(
+        W.Delta("r", 0, ""), W.Delta("r", 0, "b", [logprob("b")])).logprobs] == ["b"]
 
 
 @pytest.fixture(scope="module")
