@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wire import manager as W
 
@@ -17,26 +17,29 @@ FLUSH_S = 0.5
 
 @dataclass
 class Merging:
-    """One collected sequence's Deltas: each taken, and those due out returned."""
+    """One collected sequence's Deltas: each taken, and those due out returned (those held
+    since the last sent, as one)."""
 
     clock: Callable[[], float] = time.monotonic
-    pending: W.Delta | None = None
+    held: list[W.Delta] = field(default_factory=list)
     sent_at: float | None = None
 
     def take(self, delta: W.Delta) -> list[W.Delta]:
-        if self.pending is not None:
-            delta, self.pending = merged(self.pending, delta), None
+        self.held.append(delta)
         now = self.clock()
         if self.sent_at is None or delta.finish_reason or now - self.sent_at >= FLUSH_S:
             self.sent_at = now
-            return [delta]
-        self.pending = delta
+            due, self.held = merged(self.held), []
+            return [due]
         return []
 
 
-def merged(first: W.Delta, then: W.Delta) -> W.Delta:
-    """One sequence's two Deltas as one: their text, logprobs and tokens, the later's end."""
-    logprobs = None if first.logprobs is None and then.logprobs is None else [
-        *(first.logprobs or []), *(then.logprobs or [])]
-    return W.Delta(first.id, first.index, first.text + then.text, logprobs, then.finish_reason,
-                   first.tokens + then.tokens)
+def merged(deltas: list[W.Delta]) -> W.Delta:
+    """One sequence's Deltas as one: their text, logprobs and tokens, the last one's end."""
+    if len(deltas) == 1:
+        return deltas[0]
+    first = deltas[0]
+    logprobs = None if all(d.logprobs is None for d in deltas) else [
+        t for d in deltas for t in d.logprobs or []]
+    return W.Delta(first.id, first.index, "".join(d.text for d in deltas), logprobs,
+                   deltas[-1].finish_reason, sum(d.tokens for d in deltas))

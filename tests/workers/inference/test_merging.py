@@ -43,13 +43,13 @@ def test_the_first_goes_at_once_then_the_rest_merged_until_due_or_the_end() -> N
         [("a", 1, None)], [], [], [("bcd", 3, None)], [], [("ef", 2, "stop")]]
     assert [t.token for t in out[3][0].logprobs] == ["b", "c", "d"]
     assert {(d.id, d.index) for due in out for d in due} == {("r", 1)}
-    assert merger.pending is None
+    assert merger.held == []
 
 
 def test_logprobs_merge_where_either_side_has_them() -> None:
-    assert merging.merged(W.Delta("r", 0, "a"), W.Delta("r", 0, "b")).logprobs is None
+    assert merging.merged([W.Delta("r", 0, "a"), W.Delta("r", 0, "b")]).logprobs is None
     assert [t.token for t in merging.merged(
-        W.Delta("r", 0, ""), W.Delta("r", 0, "b", [logprob("b")])).logprobs] == ["b"]
+        [W.Delta("r", 0, ""), W.Delta("r", 0, "b", [logprob("b")])]).logprobs] == ["b"]
 
 
 @pytest.fixture(scope="module")
