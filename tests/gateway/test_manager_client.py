@@ -1,0 +1,152 @@
+"""The gateway's connection to the worker manager against a real ROUTER socket in a thread that
+answers at once: every reply reaches its request, in order, however the replies and the sends
+interleave (a reply that arrives during a send must still wake the reader)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import zmq
+
+from gateway.manager_client import DRAIN, ManagerClient
+from wire import manager as W
+
+
+class EchoManager:
+    """Answers Status, and each Generate with Started, `max_tokens` Deltas (their text the
+    token's number) and Done, as soon as it reads it; records every message's kind in order."""
+
+    def __init__(self) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.endpoint = f"tcp://127.0.0.1:{self.sock.bind_to_random_port('tcp://127.0.0.1')}"
+        self.received: list[tuple[str, str]] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            if not self.sock.poll(50):
+                continue
+            peer, data = self.sock.recv_multipart()
+            message = W.decode(data)
+            self.received.append((type(message).__name__, getattr(message, "id", "")))
+            if isinstance(message, W.Status):
+                self._send(peer, W.StatusReply([], True, {}))
+            elif isinstance(message, W.Generate):
+                self._send(peer, W.Started(message.id, 1))
+                for token in range(message.params.max_tokens or 0):
+                    self._send(peer, W.Delta(message.id, 0, str(token)))
+                self._send(peer, W.Done(message.id, 1, message.params.max_tokens or 0))
+
+    def _send(self, peer: bytes, message) -> None:
+        self.sock.send_multipart([peer, W.encode(message)])
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.sock.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def manager():
+    stand_in = EchoManager()
+    yield stand_in
+    stand_in.close()
+
+
+def generate(request_id: str, tokens: int) -> W.Generate:
+    return W.Generate(request_id, "acme", "m", W.SamplingParams(max_tokens=tokens), prompt="x")
+
+
+async def events_of(client: ManagerClient, request: W.Generate) -> list[W.Message]:
+    return [event async for event in client.generate(request, first_timeout_s=30)]
+
+
+async def connected(manager: EchoManager) -> ManagerClient:
+    """A client whose heartbeat (a send, which wakes the reader where replies wait) comes too
+    seldom to hide a reader that missed its wake-up."""
+    client = ManagerClient(manager.endpoint, heartbeat_s=60)
+    await client.start()
+    assert await client.fresh_status(5.0) is not None
+    return client
+
+
+def test_every_reply_of_many_requests_sent_at_once_arrives(manager):
+    """Rounds of 512 requests sent together (an embeddings request's inputs): each gets its
+    Started, its Deltas in order and its Done (a reader that missed the wake-up of replies
+    that came during a send stalled a round, here until the round's timeout)."""
+
+    async def run() -> None:
+        client = await connected(manager)
+        try:
+            for round_ in range(12):
+                requests = [generate(f"r{round_}-{i}", i % 3) for i in range(512)]
+                async with asyncio.timeout(20):
+                    answers = await asyncio.gather(*(events_of(client, r) for r in requests))
+                for request, events in zip(requests, answers, strict=True):
+                    tokens = request.params.max_tokens
+                    assert [type(e).__name__ for e in events] == \
+                        ["Started"] + ["Delta"] * tokens + ["Done"]
+                    assert [e.text for e in events[1:-1]] == [str(t) for t in range(tokens)]
+                    assert {e.id for e in events} == {request.id}
+            assert client.up
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_a_burst_longer_than_a_drain_arrives_whole_and_lets_others_run(manager):
+    """One request's 5 x `DRAIN` Deltas come in order, and a task of the same loop gets turns
+    while they are routed."""
+
+    async def run() -> None:
+        client = await connected(manager)
+        turns = 0
+
+        async def other() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        ticking = asyncio.create_task(other())
+        try:
+            async with asyncio.timeout(20):
+                events = await events_of(client, generate("long", 5 * DRAIN))
+        finally:
+            ticking.cancel()
+            await client.close()
+        assert [e.text for e in events[1:-1]] == [str(t) for t in range(5 * DRAIN)]
+        assert isinstance(events[-1], W.Done)
+        assert turns >= 5
+
+    asyncio.run(run())
+
+
+def test_messages_leave_in_the_order_sent(manager):
+    """A request's Generate before its Abort, and a batch of sends in the order made."""
+
+    async def run() -> None:
+        client = await connected(manager)
+        try:
+            stream = client.generate(generate("first", 1000), first_timeout_s=30)
+            assert isinstance(await anext(stream), W.Started)
+            await stream.aclose()  # the consumer stops early: an Abort follows
+            for i in range(100):
+                await client.send(W.Abort(f"a{i}"))
+            await client.fresh_status(5.0)
+        finally:
+            await client.close()
+        kinds = [entry for entry in manager.received if entry[0] != "Status"]
+        assert kinds == [("Generate", "first"), ("Abort", "first")] + \
+            [("Abort", f"a{i}") for i in range(100)]
+
+    asyncio.run(run())
