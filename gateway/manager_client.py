@@ -3,7 +3,7 @@
 One DEALER socket, used without pyzmq's asyncio layer (a future and its callbacks for every
 message): a message is sent at once (no send limit, as the manager's own sockets), and a reader
 task, woken through the event loop by the socket's descriptor, routes every reply already arrived
-to the queue of its request id. That descriptor signals only a change of
+to the inbox of its request id (`gateway.inbox`). That descriptor signals only a change of
 the socket's state, which any operation on the socket may consume, so after each send the state is
 read again and the reader woken where replies wait (else a reply that came during a send would
 wait for the next one to arrive). A heartbeat task asks the manager for its status every second
@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import zmq
 
+from gateway.inbox import Inbox
 from wire import manager as W
 from wire.jobs import JobCommand, JobState
 from wire.store import StoreAnswer, StoreCommand
@@ -43,7 +44,7 @@ class ManagerClient:
         self.last_seen = 0.0
         self._ctx = zmq.Context()
         self._readable = asyncio.Event()  # replies may wait in the socket
-        self._queues: dict[str, asyncio.Queue] = {}
+        self._inboxes: dict[str, Inbox] = {}
         self._status_waiters: list[asyncio.Future] = []
         self._tasks: list[asyncio.Task] = []
 
@@ -74,14 +75,13 @@ class ManagerClient:
         """The request's events until Done or Failed. Abort is sent if the consumer stops early."""
         if not self.up:
             raise ManagerUnavailable("the worker manager is not reachable")
-        queue: asyncio.Queue = asyncio.Queue()
-        self._queues[request.id] = queue
+        inbox = self._inboxes[request.id] = Inbox()
         finished = False
         try:
             await self._post(W.encode(request))
             timeout = first_timeout_s
             while True:
-                event = await self._next(queue, timeout)
+                event = await self._next(inbox, timeout)
                 if event is None:
                     finished = True
                     reason = f"no answer from a worker within {timeout:.0f} s" if self.up \
@@ -95,26 +95,23 @@ class ManagerClient:
                 if finished:
                     return
         finally:
-            if self._queues.pop(request.id, None) is not None and not finished:
+            if self._inboxes.pop(request.id, None) is not None and not finished:
                 await self.abort(request.id)
 
-    async def _next(self, queue: asyncio.Queue, timeout_s: float) -> W.Message | None:
+    async def _next(self, inbox: Inbox, timeout_s: float) -> W.Message | None:
         """The next event, or None after `timeout_s` or as soon as the manager goes silent."""
-        if not queue.empty():
-            return queue.get_nowait()
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            try:  # not asyncio.wait_for: on 3.11 it loses a cancel that meets a ready item
-                async with asyncio.timeout(min(left, 1.0)):
-                    return await queue.get()
-            except TimeoutError:
-                if not self.up:
-                    return None
+            event = await inbox.get(min(left, 1.0))
+            if event is not None:
+                return event
+            if not self.up:
+                return None
         return None
 
     async def abort(self, request_id: str) -> None:
         """Tell the manager to stop a request (once: its stream sends no second Abort)."""
-        self._queues.pop(request_id, None)
+        self._inboxes.pop(request_id, None)
         with contextlib.suppress(zmq.ZMQError):
             await self._post(W.encode(W.Abort(request_id)))
 
@@ -135,15 +132,14 @@ class ManagerClient:
                    timeout_s: float):
         if not self.up:
             raise ManagerUnavailable("the worker manager is not reachable")
-        queue: asyncio.Queue = asyncio.Queue()
-        self._queues[command.id] = queue
+        inbox = self._inboxes[command.id] = Inbox()
         try:
             await self._post(W.encode(command))
-            answer = await self._next(queue, timeout_s)
+            answer = await self._next(inbox, timeout_s)
         except zmq.ZMQError:
             return None
         finally:
-            self._queues.pop(command.id, None)
+            self._inboxes.pop(command.id, None)
         return answer if isinstance(answer, answer_type) else None
 
     async def fresh_status(self, timeout_s: float = 2.0) -> W.StatusReply | None:
@@ -196,9 +192,9 @@ class ManagerClient:
                     future.set_result(message)
             self._status_waiters.clear()
             return
-        queue = self._queues.get(getattr(message, "id", ""))
-        if queue is not None:
-            queue.put_nowait(message)
+        inbox = self._inboxes.get(getattr(message, "id", ""))
+        if inbox is not None:
+            inbox.put(message)
 
     async def _heartbeat(self) -> None:
         while True:
