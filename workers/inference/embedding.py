@@ -6,7 +6,8 @@ Embedding requests wait in their engine's queue with the others (its adapters st
 do) and are answered at the start of its steps: at most `STEP_TOKENS` prompt tokens a step (a
 longer prompt alone), prompts of one model and similar lengths in one left-padded forward
 (`prefill.groups`), so the running sequences' decode steps go on between a large request's
-forwards. A generation request behind one waits for it, as behind any other.
+forwards. A generation request behind one waits for it, as behind any other. An embedding
+of NaN or infinity (broken adapter weights, an overflow) fails its request alone.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from workers.remote.handle import ExecutorError, ExecutorUnavailable
 
 log = logging.getLogger("workers.engine")
 STEP_TOKENS = 2048
+NOT_FINITE = ("The model's embedding of this input is not finite (NaN or infinity): its "
+              "adapter's weights, or the model's at this dtype, overflow.")
 
 
 def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
@@ -68,7 +71,12 @@ def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
             events += [W.Failed(r.id, 500, code, f"The request failed: {type(exc).__name__}")
                        for r in batch]
             continue
-        for request, vector in zip(batch, vectors, strict=True):
+        finite = torch.isfinite(vectors).all(dim=1).tolist()
+        for request, vector, ok in zip(batch, vectors, finite, strict=True):
+            if not ok:
+                log.warning("request %s: its embedding is not finite", request.id)
+                events.append(W.Failed(request.id, 500, "invalid_embedding", NOT_FINITE))
+                continue
             events += [started(request), W.Done(request.id, len(request.prompt_ids), 0,
                                                 embedding(vector, request.params.dimensions))]
     return events

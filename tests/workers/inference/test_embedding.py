@@ -144,6 +144,29 @@ def test_a_failed_forward_fails_its_requests_only(saved, tokenizer, monkeypatch)
                           reference(None, [1]), atol=2e-5)
 
 
+def test_an_embedding_that_is_not_finite_fails_its_request_alone(tokenizer, monkeypatch) -> None:
+    """A row of NaN or infinity (an adapter's broken weights) is refused with a clear error, not
+    sent on as numbers JSON cannot carry; the forward's other rows are answered."""
+    real = embedding.last_states
+
+    def spoiled(model, rows, requests, device):
+        states = real(model, rows, requests, device)
+        for row, request in enumerate(requests):
+            if request.id != "fine":
+                states[row, 3] = float("nan") if request.id == "nan" else float("inf")
+        return states
+
+    monkeypatch.setattr(embedding, "last_states", spoiled)
+    engine, _ = adapters(tokenizer).route("base", None)
+    for request_id in ("nan", "fine", "inf"):
+        engine.add(Request(request_id, [1, 2], W.SamplingParams(max_tokens=0, embed=True)))
+    events = engine.step()
+    failed = {e.id: (e.status, e.code) for e in events if isinstance(e, W.Failed)}
+    assert failed == {"nan": (500, "invalid_embedding"), "inf": (500, "invalid_embedding")}
+    (done,) = [e for e in events if isinstance(e, W.Done)]
+    assert done.id == "fine" and torch.allclose(vector(done), reference(None, [1, 2]), atol=2e-5)
+
+
 def test_a_lost_executor_fails_every_request_of_the_step(tokenizer, monkeypatch) -> None:
     """Where the executor goes mid-step, the step's answers so far go with it: every request it
     took waits again, so that the worker's `fail_all` answers each (none is left unanswered)."""
