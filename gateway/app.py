@@ -77,7 +77,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         state.manager = ManagerClient(settings.manager, stale_s=settings.manager_stale_s)
         await state.manager.start()
         state.serving = Serving(state.manager, state.registry, settings.model,
-                                settings.first_token_timeout_s)
+                                settings.first_token_timeout_s, settings.next_token_timeout_s)
         state.batch_runner = BatchRunner(app)
         state.batch_runner.start()
         state.background = BackgroundRunner(app)

@@ -17,6 +17,9 @@ class Inbox:
         self._items: deque[Any] = deque()
         self._waiter: asyncio.Future | None = None
 
+    def __len__(self) -> int:  # the items waiting
+        return len(self._items)
+
     def put(self, item: Any) -> None:
         """Keep `item` (never None) and wake the reader if it waits."""
         self._items.append(item)

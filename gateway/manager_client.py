@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 
 import msgspec
 import zmq
@@ -70,44 +69,33 @@ class ManagerClient:
     def up(self) -> bool:
         return time.monotonic() - self.last_seen < self.stale_s
 
-    async def generate(self, request: W.Generate, first_timeout_s: float,
-                       next_timeout_s: float = 120.0) -> AsyncIterator[W.Message]:
-        """The request's events until Done or Failed. Abort is sent if the consumer stops early."""
+    def open(self, requests: list[W.Generate]) -> Inbox:
+        """Send every request at once; the replies to all of them wait in the one inbox
+        returned (in the order they come), each id's until `forget` or `abort` lets it go."""
         if not self.up:
             raise ManagerUnavailable("the worker manager is not reachable")
-        inbox = self._inboxes[request.id] = Inbox()
-        finished = False
-        try:
-            await self._post(W.encode(request))
-            timeout = first_timeout_s
-            while True:
-                event = await self._next(inbox, timeout)
-                if event is None:
-                    finished = True
-                    reason = f"no answer from a worker within {timeout:.0f} s" if self.up \
-                        else "the worker manager stopped answering"
-                    yield W.Failed(request.id, 503, "timeout", reason)
-                    return
-                timeout = next_timeout_s
-                if isinstance(event, (W.Done, W.Failed)):
-                    finished = True
-                yield event
-                if finished:
-                    return
-        finally:
-            if self._inboxes.pop(request.id, None) is not None and not finished:
-                await self.abort(request.id)
+        inbox = Inbox()
+        for request in requests:
+            self._inboxes[request.id] = inbox
+        for request in requests:
+            self._sock.send(W.encode(request), zmq.NOBLOCK)
+        self._wake_if_waiting()
+        return inbox
 
-    async def _next(self, inbox: Inbox, timeout_s: float) -> W.Message | None:
-        """The next event, or None after `timeout_s` or as soon as the manager goes silent."""
+    def forget(self, request_id: str) -> None:
+        """Replies to `request_id` are dropped from now on (its request has ended)."""
+        self._inboxes.pop(request_id, None)
+
+    async def next(self, inbox: Inbox, timeout_s: float) -> W.Message | None:
+        """The next reply in `inbox`, or None after `timeout_s` or as soon as the manager goes
+        silent (one waiting already is returned even when `timeout_s` has run out)."""
         deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            event = await inbox.get(min(left, 1.0))
+        while True:
+            event = await inbox.get(min(max(deadline - time.monotonic(), 0.0), 1.0))
             if event is not None:
                 return event
-            if not self.up:
+            if not self.up or time.monotonic() >= deadline:
                 return None
-        return None
 
     async def abort(self, request_id: str) -> None:
         """Tell the manager to stop a request (once: its stream sends no second Abort)."""
@@ -135,7 +123,7 @@ class ManagerClient:
         inbox = self._inboxes[command.id] = Inbox()
         try:
             await self._post(W.encode(command))
-            answer = await self._next(inbox, timeout_s)
+            answer = await self.next(inbox, timeout_s)
         except zmq.ZMQError:
             return None
         finally:
@@ -159,6 +147,9 @@ class ManagerClient:
         """Send `data` (at once: the socket has no send limit), then wake the reader where
         replies wait: the send may have taken the descriptor's signal of their coming."""
         self._sock.send(data, zmq.NOBLOCK)
+        self._wake_if_waiting()
+
+    def _wake_if_waiting(self) -> None:
         if self._sock.get(zmq.EVENTS) & zmq.POLLIN:
             self._readable.set()
 

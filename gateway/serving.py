@@ -1,24 +1,25 @@
 """Running a generation for the HTTP layer: resolve the model, fan prompts out to the worker
 manager, and hand back either the collected results or a merged stream of events.
 
-Every prompt of a request becomes one `Generate`, all sent at once; the first event of each
-(Started, or Failed, which becomes an HTTP error) is awaited before any response starts, so
-errors keep their status code and the fallback header can be set. If the client goes away, every
-prompt is aborted.
+Every prompt of a request becomes one `Generate`, all sent at once, their replies in one inbox;
+the first event of each (Started, or Failed, which becomes an HTTP error) is awaited before any
+response starts, so errors keep their status code and the fallback header can be set. If the
+client goes away, every prompt is aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from gateway.errors import APIError, model_not_found
+from gateway.inbox import Inbox
 from gateway.manager_client import ManagerClient, ManagerUnavailable
 from gateway.tenants import Tenant
 from state.adapters import AdapterReader
@@ -51,42 +52,49 @@ class PromptResult:
 
 
 class Run:
-    """One API request's generations, one per prompt."""
+    """One API request's generations, one per prompt, whose replies all come to one inbox (a
+    request of 2,048 inputs waits on one inbox, not on 2,048 streams and their tasks)."""
 
     def __init__(self, manager: ManagerClient, requests: list[W.Generate],
-                 first_timeout_s: float) -> None:
+                 first_timeout_s: float, next_timeout_s: float) -> None:
         self.manager = manager
+        self.requests = requests
+        self.first_timeout_s = first_timeout_s
+        self.next_timeout_s = next_timeout_s
         self.ids = [r.id for r in requests]
-        self.streams = [manager.generate(r, first_timeout_s) for r in requests]
         self.results: list[PromptResult] = []
         self.finished: set[str] = set()
+        self._index = {request_id: i for i, request_id in enumerate(self.ids)}
+        self._inbox: Inbox | None = None
+        self._early: deque[W.Message] = deque()  # came before every prompt had started
+        self._heard: dict[str, float] = {}  # the unfinished prompts, last heard from first
 
     async def start(self) -> None:
         """Send every prompt at once and wait for each to start; the first error to arrive
         becomes an APIError (and stops the rest). Sent one after another's start, a request's
         prompts would be prefilled (an embedding's answered) one forward each."""
-        arrived: asyncio.Queue[int] = asyncio.Queue()
-        firsts = [asyncio.ensure_future(anext(stream)) for stream in self.streams]
-        for index, first in enumerate(firsts):
-            first.add_done_callback(lambda _, index=index: arrived.put_nowait(index))
+        self._inbox = self.manager.open(self.requests)
+        deadline = time.monotonic() + self.first_timeout_s
         started: dict[int, W.Started] = {}
         try:
-            while len(started) < len(firsts):
-                index = await arrived.get()
-                first = firsts[index].result()
-                if isinstance(first, W.Failed):
-                    self.finished.add(first.id)
-                    raise refused(first)
-                if not isinstance(first, W.Started):
+            while len(started) < len(self.ids):
+                event = await self._receive(deadline)
+                if event is None:
+                    late = next(i for i in self.ids if self._index[i] not in started)
+                    raise self._timed_out(late, self.first_timeout_s)
+                index = self._index[event.id]
+                if isinstance(event, W.Failed):
+                    raise refused(event)
+                if index in started:
+                    self._early.append(event)
+                elif isinstance(event, W.Started):
+                    started[index] = event
+                else:
                     raise APIError(500, "unexpected first event from the worker", "internal_error")
-                started[index] = first
         except BaseException:
             await self.close()
-            for first in firsts:
-                first.cancel()
-            await asyncio.gather(*firsts, return_exceptions=True)
             raise
-        self.results = [PromptResult(index, started[index]) for index in range(len(firsts))]
+        self.results = [PromptResult(index, started[index]) for index in range(len(self.ids))]
 
     @property
     def fallback(self) -> bool:
@@ -106,46 +114,53 @@ class Run:
         return self.results
 
     async def events(self) -> AsyncIterator[tuple[PromptResult, W.Message]]:
-        """Deltas and Done events of all prompts, merged, each applied to its result first."""
-        queue: asyncio.Queue = asyncio.Queue()
-        pumps = [asyncio.create_task(self._pump(result, stream, queue))
-                 for result, stream in zip(self.results, self.streams, strict=True)]
+        """Deltas and Done events of all prompts as they come, each applied to its result first;
+        a prompt that goes `next_timeout_s` without an event fails the run (503)."""
         try:
-            remaining = len(pumps)
-            while remaining:
-                result, event = await queue.get()
-                if event is None:
-                    remaining -= 1
-                    continue
-                if isinstance(event, (W.Done, W.Failed)):
-                    self.finished.add(event.id)
+            while self._early or self._heard:
+                if self._early:
+                    event = self._early.popleft()
+                else:
+                    quiet = next(iter(self._heard))
+                    event = await self._receive(self._heard[quiet] + self.next_timeout_s)
+                    if event is None:
+                        raise self._timed_out(quiet, self.next_timeout_s)
                 if isinstance(event, W.Failed):
                     raise refused(event)
+                result = self.results[self._index[event.id]]
                 self._apply(result, event)
                 yield result, event
         finally:
-            for pump in pumps:
-                pump.cancel()
             await self.close()
 
     async def close(self) -> None:
-        """Stop every prompt: unfinished ones are aborted here, not left to the streams' own
-        clean-up (a stream never iterated again is only closed when it is garbage collected)."""
+        """Stop every prompt: the unfinished ones are aborted (once)."""
         for request_id in self.ids:
             if request_id not in self.finished:
                 self.finished.add(request_id)
                 await self.manager.abort(request_id)
-        for stream in self.streams:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+        self._heard.clear()
 
-    @staticmethod
-    async def _pump(result: PromptResult, stream, queue: asyncio.Queue) -> None:
-        try:
-            async for event in stream:
-                await queue.put((result, event))
-        finally:
-            await queue.put((result, None))
+    async def _receive(self, deadline: float) -> W.Message | None:
+        """The next event of any prompt; None after `deadline` (`time.monotonic()`), or once
+        the manager went silent."""
+        event = await self.manager.next(self._inbox, deadline - time.monotonic())
+        if event is None:
+            return None
+        self._heard.pop(event.id, None)
+        if isinstance(event, (W.Done, W.Failed)):
+            self.finished.add(event.id)
+            self.manager.forget(event.id)
+        else:
+            self._heard[event.id] = time.monotonic()
+        return event
+
+    def _timed_out(self, request_id: str, timeout_s: float) -> APIError:
+        """The request fails (503) for `request_id`'s silence; `close` aborts it."""
+        reason = f"no answer from a worker within {timeout_s:.0f} s" if self.manager.up \
+            else "the worker manager stopped answering"
+        log.warning("prompt %s: %s", request_id, reason)
+        return APIError(503, reason, "timeout")
 
     @staticmethod
     def _apply(result: PromptResult, event: W.Message) -> None:
@@ -161,11 +176,12 @@ class Run:
 
 class Serving:
     def __init__(self, manager: ManagerClient, registry: AdapterReader, base_model: str,
-                 first_timeout_s: float) -> None:
+                 first_timeout_s: float, next_timeout_s: float) -> None:
         self.manager = manager
         self.registry = registry
         self.base_model = base_model
         self.first_timeout_s = first_timeout_s
+        self.next_timeout_s = next_timeout_s
 
     def resolve(self, tenant: Tenant, model: str, user: str | None = None) -> Target:
         """The version that answers a request for `model`: the one named (`name@3`), or the
@@ -209,7 +225,7 @@ class Serving:
         if not self.manager.up:
             raise APIError(503, "The worker manager is not reachable; try again shortly.",
                            "service_unavailable")
-        run = Run(self.manager, requests, self.first_timeout_s)
+        run = Run(self.manager, requests, self.first_timeout_s, self.next_timeout_s)
         try:
             await run.start()
         except ManagerUnavailable as exc:

@@ -31,6 +31,7 @@ class GatewaySettings(BaseSettings):
     max_upload_bytes: int = Field(64 * 2**20, ge=1)
     max_concurrent_uploads: int = Field(2, ge=1)  # per tenant; more at once: 429
     first_token_timeout_s: float = 300.0  # includes starting a worker and queueing
+    next_token_timeout_s: float = 120.0  # a started prompt quiet this long fails (503)
     manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
     max_concurrent: int = Field(16, ge=1)  # per tenant, unless the tenants file says otherwise
     max_batch: int = Field(MAX_BATCH, ge=1)  # a worker's seats (the manager's setting): a

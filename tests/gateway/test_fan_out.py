@@ -42,9 +42,20 @@ def held_until(count: int, answer: Answer, seen: list[W.Generate]) -> Answer:
     return hold
 
 
-def settings_of(tmp_path) -> GatewaySettings:
+def settings_of(tmp_path, first_s: float = 5, next_s: float = 120) -> GatewaySettings:
     return GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
-                           manager=f"ipc://{tmp_path}/manager.sock", first_token_timeout_s=5)
+                           manager=f"ipc://{tmp_path}/manager.sock",
+                           first_token_timeout_s=first_s, next_token_timeout_s=next_s)
+
+
+def aborted_once(manager, count: int) -> list[str]:
+    """The prompts' indices in the stand-in's Aborts, once `count` came (its thread reads
+    them a moment after the answer)."""
+    deadline = time.monotonic() + 5
+    while len(manager.aborted) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # no second Abort of any
+    return sorted(a.rsplit("-", 1)[1] for a in manager.aborted)
 
 
 def test_every_prompt_is_sent_before_any_has_started(tmp_path) -> None:
@@ -77,10 +88,48 @@ def test_the_first_refusal_to_arrive_fails_the_request_and_aborts_the_rest(tmp_p
         manager.answer = refuse_the_last
         refused = client.post("/v1/embeddings", headers=KEY, json={
             "model": "tiny-llama", "input": [[1], [2], [3]]})
-        deadline = time.monotonic() + 5  # the stand-in's thread reads the Aborts in a moment
-        while len(manager.aborted) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        aborted = sorted(manager.aborted)
+        aborted = aborted_once(manager, 2)
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["code"] == "context_length_exceeded"
-    assert [a.rsplit("-", 1)[1] for a in aborted] == ["0", "1"]
+    assert aborted == ["0", "1"]
+
+
+def test_prompts_that_never_start_fail_the_request_at_the_first_timeout(tmp_path) -> None:
+    def start_the_first(message: W.Generate) -> list[W.Message]:
+        return [W.Started(message.id, 1)] if index_of(message) == 0 else []
+
+    with serving(settings_of(tmp_path, first_s=1)) as (client, manager):
+        manager.answer = start_the_first
+        began = time.monotonic()
+        answer = client.post("/v1/completions", headers=KEY, json={
+            "model": "tiny-llama", "prompt": ["a", "b", "c"], "max_tokens": 1})
+        waited = time.monotonic() - began
+        aborted = aborted_once(manager, 3)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "timeout"
+    assert answer.json()["error"]["message"] == "no answer from a worker within 1 s"
+    assert 1 <= waited < 4
+    assert aborted == ["0", "1", "2"]
+
+
+def test_a_started_prompt_that_goes_quiet_fails_the_request_at_the_next_timeout(
+        tmp_path) -> None:
+    """The others finish; the one that stops after its first token fails the request once it
+    has been quiet `next_token_timeout_s`, and is aborted (the finished ones are not)."""
+
+    def stall_the_second(message: W.Generate) -> list[W.Message]:
+        if index_of(message) == 1:
+            return [W.Started(message.id, 1), W.Delta(message.id, 0, "x")]
+        return completed(message)
+
+    with serving(settings_of(tmp_path, next_s=1)) as (client, manager):
+        manager.answer = stall_the_second
+        began = time.monotonic()
+        answer = client.post("/v1/completions", headers=KEY, json={
+            "model": "tiny-llama", "prompt": ["a", "b", "c"], "max_tokens": 4})
+        waited = time.monotonic() - began
+        aborted = aborted_once(manager, 1)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["message"] == "no answer from a worker within 1 s"
+    assert 1 <= waited < 4
+    assert aborted == ["1"]

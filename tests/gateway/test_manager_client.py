@@ -65,8 +65,20 @@ def generate(request_id: str, tokens: int) -> W.Generate:
     return W.Generate(request_id, "acme", "m", W.SamplingParams(max_tokens=tokens), prompt="x")
 
 
-async def events_of(client: ManagerClient, request: W.Generate) -> list[W.Message]:
-    return [event async for event in client.generate(request, first_timeout_s=30)]
+async def events_of(client: ManagerClient, requests: list[W.Generate]
+                    ) -> dict[str, list[W.Message]]:
+    """Each request's replies, all sent at once and answered through one inbox."""
+    inbox = client.open(requests)
+    events: dict[str, list[W.Message]] = {request.id: [] for request in requests}
+    waiting = len(requests)
+    while waiting:
+        event = await client.next(inbox, 30)
+        assert event is not None
+        events[event.id].append(event)
+        if isinstance(event, (W.Done, W.Failed)):
+            client.forget(event.id)
+            waiting -= 1
+    return events
 
 
 async def connected(manager: EchoManager) -> ManagerClient:
@@ -79,24 +91,27 @@ async def connected(manager: EchoManager) -> ManagerClient:
 
 
 def test_every_reply_of_many_requests_sent_at_once_arrives(manager):
-    """Rounds of 512 requests sent together (an embeddings request's inputs): each gets its
-    Started, its Deltas in order and its Done (a reader that missed the wake-up of replies
-    that came during a send stalled a round, here until the round's timeout)."""
+    """Rounds of 512 requests sent together (four API requests' inputs, each request's into one
+    inbox): each gets its Started, its Deltas in order and its Done, in its request's inbox
+    only (a reader that missed the wake-up of replies that came during a send stalled a round,
+    here until the round's timeout)."""
 
     async def run() -> None:
         client = await connected(manager)
         try:
             for round_ in range(12):
-                requests = [generate(f"r{round_}-{i}", i % 3) for i in range(512)]
+                groups = [[generate(f"r{round_}-{g}-{i}", i % 3) for i in range(128)]
+                          for g in range(4)]
                 async with asyncio.timeout(20):
-                    answers = await asyncio.gather(*(events_of(client, r) for r in requests))
-                for request, events in zip(requests, answers, strict=True):
-                    tokens = request.params.max_tokens
-                    assert [type(e).__name__ for e in events] == \
-                        ["Started"] + ["Delta"] * tokens + ["Done"]
-                    assert [e.text for e in events[1:-1]] == [str(t) for t in range(tokens)]
-                    assert {e.id for e in events} == {request.id}
-            assert client.up
+                    answers = await asyncio.gather(*(events_of(client, g) for g in groups))
+                for group, answer in zip(groups, answers, strict=True):
+                    assert set(answer) == {request.id for request in group}
+                    for request in group:
+                        tokens, events = request.params.max_tokens, answer[request.id]
+                        assert [type(e).__name__ for e in events] == \
+                            ["Started"] + ["Delta"] * tokens + ["Done"]
+                        assert [e.text for e in events[1:-1]] == [str(t) for t in range(tokens)]
+            assert client.up and not client._inboxes
         finally:
             await client.close()
 
@@ -120,7 +135,7 @@ def test_a_burst_longer_than_a_drain_arrives_whole_and_lets_others_run(manager):
         ticking = asyncio.create_task(other())
         try:
             async with asyncio.timeout(20):
-                events = await events_of(client, generate("long", 5 * DRAIN))
+                events = (await events_of(client, [generate("long", 5 * DRAIN)]))["long"]
         finally:
             ticking.cancel()
             await client.close()
@@ -137,9 +152,9 @@ def test_messages_leave_in_the_order_sent(manager):
     async def run() -> None:
         client = await connected(manager)
         try:
-            stream = client.generate(generate("first", 1000), first_timeout_s=30)
-            assert isinstance(await anext(stream), W.Started)
-            await stream.aclose()  # the consumer stops early: an Abort follows
+            inbox = client.open([generate("first", 1000)])
+            assert isinstance(await client.next(inbox, 30), W.Started)
+            await client.abort("first")  # the consumer stops early
             for i in range(100):
                 await client.send(W.Abort(f"a{i}"))
             await client.fresh_status(5.0)
@@ -148,5 +163,26 @@ def test_messages_leave_in_the_order_sent(manager):
         kinds = [entry for entry in manager.received if entry[0] != "Status"]
         assert kinds == [("Generate", "first"), ("Abort", "first")] + \
             [("Abort", f"a{i}") for i in range(100)]
+
+    asyncio.run(run())
+
+
+def test_a_wait_ends_empty_at_its_timeout_and_a_reply_already_come_is_returned_after_it(
+        manager):
+    async def run() -> None:
+        client = await connected(manager)
+        try:
+            quiet = client.open([])
+            started = asyncio.get_running_loop().time()
+            assert await client.next(quiet, 0.2) is None
+            assert asyncio.get_running_loop().time() - started >= 0.19
+            inbox = client.open([generate("one", 0)])
+            async with asyncio.timeout(10):
+                while len(inbox) < 2:  # Started and Done came
+                    await asyncio.sleep(0.01)
+            assert isinstance(await client.next(inbox, 0), W.Started)
+            assert isinstance(await client.next(inbox, -1), W.Done)
+        finally:
+            await client.close()
 
     asyncio.run(run())
