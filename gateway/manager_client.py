@@ -2,13 +2,13 @@
 
 One DEALER socket, used without pyzmq's asyncio layer (a future and its callbacks for every
 message): a message is sent at once (no send limit, as the manager's own sockets), and a reader
-task, woken through the event loop by the socket's descriptor, routes every reply already arrived
-to the inbox of its request id (`gateway.inbox`). That descriptor signals only a change of
-the socket's state, which any operation on the socket may consume, so after each send the state is
-read again and the reader woken where replies wait (else a reply that came during a send would
-wait for the next one to arrive). A heartbeat task asks the manager for its status every second
-(`heartbeat_s`); when the manager has not answered for a while, requests fail at once with 503
-instead of waiting out a timeout.
+task, woken through the event loop by the socket's descriptor, routes every reply already arrived to
+the inbox of its request id (`gateway.inbox`; an API request's prompts share one). That descriptor
+signals only a change of the socket's state, which any operation on the socket may consume, so after
+each send the state is read again and the reader woken where replies wait (else a reply that came
+during a send would wait for the next one to arrive). A heartbeat task asks the manager for its
+status every second (`heartbeat_s`); when the manager has not answered for a while, requests fail at
+once with 503 instead of waiting out a timeout.
 """
 
 from __future__ import annotations
