@@ -30,8 +30,8 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(2 * 2**20, ge=1)
     max_upload_bytes: int = Field(64 * 2**20, ge=1)
     max_concurrent_uploads: int = Field(2, ge=1)  # per tenant; more at once: 429
-    first_token_timeout_s: float = 300.0  # includes starting a worker and queueing
-    next_token_timeout_s: float = 120.0  # a started prompt quiet this long fails (503)
+    first_token_timeout_s: float = Field(300.0, gt=0)  # includes a worker's start and the queue
+    next_token_timeout_s: float = Field(120.0, gt=0)  # a started prompt quiet this long fails
     manager_stale_s: float = 10.0  # no manager heartbeat for this long: answer 503
     max_concurrent: int = Field(16, ge=1)  # per tenant, unless the tenants file says otherwise
     max_batch: int = Field(MAX_BATCH, ge=1)  # a worker's seats (the manager's setting): a

@@ -110,6 +110,10 @@ SETTINGS = [
             COUNT),
     Setting("--max-body-bytes", "SYMBIOSIS_MAX_BODY_BYTES", "the largest request body", positive),
     Setting("--max-upload-bytes", "SYMBIOSIS_MAX_UPLOAD_BYTES", "the largest upload", positive),
+    Setting("--first-token-timeout-s", "SYMBIOSIS_FIRST_TOKEN_TIMEOUT_S", "a prompt not started "
+            "by its worker this long after it was sent fails its request (503)", SPAN),
+    Setting("--next-token-timeout-s", "SYMBIOSIS_NEXT_TOKEN_TIMEOUT_S", "a started prompt "
+            "without a token this long fails its request (503)", SPAN),
     Setting("--max-concurrent-uploads", "SYMBIOSIS_MAX_CONCURRENT_UPLOADS", "uploads one tenant "
             "may have in progress at once", positive),
     Setting("--min-free-mb", "SYMBIOSIS_MIN_FREE_MB", "/ready is unavailable with less free "
