@@ -98,7 +98,7 @@ class ManagerClient:
                 return None
 
     async def abort(self, request_id: str) -> None:
-        """Tell the manager to stop a request (once: its stream sends no second Abort)."""
+        """Tell the manager to stop a request; its replies are dropped from now on."""
         self._inboxes.pop(request_id, None)
         with contextlib.suppress(zmq.ZMQError):
             await self._post(W.encode(W.Abort(request_id)))

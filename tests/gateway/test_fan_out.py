@@ -94,20 +94,27 @@ def test_the_first_refusal_to_arrive_fails_the_request_and_aborts_the_rest(tmp_p
     assert aborted == ["0", "1"]
 
 
+def timed_out(settings: GatewaySettings, answer: Answer, aborts: int) -> tuple[float, list[str]]:
+    """A completion of three prompts the stand-in answers so: the request's seconds, and the
+    prompts aborted; it must fail with the timeout's 503."""
+    with serving(settings) as (client, manager):
+        manager.answer = answer
+        began = time.monotonic()
+        failed = client.post("/v1/completions", headers=KEY, json={
+            "model": "tiny-llama", "prompt": ["a", "b", "c"], "max_tokens": 4})
+        waited = time.monotonic() - began
+        aborted = aborted_once(manager, aborts)
+    assert failed.status_code == 503, failed.text
+    assert failed.json()["error"]["code"] == "timeout"
+    assert failed.json()["error"]["message"] == "no answer from a worker within 1 s"
+    return waited, aborted
+
+
 def test_prompts_that_never_start_fail_the_request_at_the_first_timeout(tmp_path) -> None:
     def start_the_first(message: W.Generate) -> list[W.Message]:
         return [W.Started(message.id, 1)] if index_of(message) == 0 else []
 
-    with serving(settings_of(tmp_path, first_s=1)) as (client, manager):
-        manager.answer = start_the_first
-        began = time.monotonic()
-        answer = client.post("/v1/completions", headers=KEY, json={
-            "model": "tiny-llama", "prompt": ["a", "b", "c"], "max_tokens": 1})
-        waited = time.monotonic() - began
-        aborted = aborted_once(manager, 3)
-    assert answer.status_code == 503, answer.text
-    assert answer.json()["error"]["code"] == "timeout"
-    assert answer.json()["error"]["message"] == "no answer from a worker within 1 s"
+    waited, aborted = timed_out(settings_of(tmp_path, first_s=1), start_the_first, 3)
     assert 1 <= waited < 4
     assert aborted == ["0", "1", "2"]
 
@@ -122,14 +129,6 @@ def test_a_started_prompt_that_goes_quiet_fails_the_request_at_the_next_timeout(
             return [W.Started(message.id, 1), W.Delta(message.id, 0, "x")]
         return completed(message)
 
-    with serving(settings_of(tmp_path, next_s=1)) as (client, manager):
-        manager.answer = stall_the_second
-        began = time.monotonic()
-        answer = client.post("/v1/completions", headers=KEY, json={
-            "model": "tiny-llama", "prompt": ["a", "b", "c"], "max_tokens": 4})
-        waited = time.monotonic() - began
-        aborted = aborted_once(manager, 1)
-    assert answer.status_code == 503, answer.text
-    assert answer.json()["error"]["message"] == "no answer from a worker within 1 s"
+    waited, aborted = timed_out(settings_of(tmp_path, next_s=1), stall_the_second, 1)
     assert 1 <= waited < 4
     assert aborted == ["1"]
