@@ -99,7 +99,7 @@ class ManagerClient:
 
     async def abort(self, request_id: str) -> None:
         """Tell the manager to stop a request; its replies are dropped from now on."""
-        self._inboxes.pop(request_id, None)
+        self.forget(request_id)
         with contextlib.suppress(zmq.ZMQError):
             await self._post(W.encode(W.Abort(request_id)))
 
