@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,14 @@ from wire.call.messages import NO_TARGETS
 
 log = logging.getLogger("gateway.serving")
 REFUSED_PARAMS = {"invalid_logit_bias": "logit_bias", "invalid_n": "n"}  # the worker's refusals
+
+
+def run_id(request_id: str) -> str:
+    """What a request's prompts' ids on the wire start with (`{run_id}-{i}`): unique whatever
+    `x-request-id` a client sent (replies are routed by id, and two requests that shared one
+    would share their replies), led by the request's id (its first 64 characters) so that each
+    process's log lines name it."""
+    return f"{request_id[:64]}.{uuid.uuid4().hex[:16]}"
 
 
 def refused(event: W.Failed) -> APIError:
@@ -216,7 +225,8 @@ class Serving:
         waited_us = 0 if received is None else max(round((time.monotonic() - received) * 1e6), 0)
         targets, token_targets = (NO_TARGETS, W.NO_TOKEN_TARGETS) if params.flex else \
             (tenant.call_targets(), tenant.token_targets())  # flex: no hurry (`gateway.tiers`)
-        requests = [W.Generate(f"{request_id}-{i}", tenant.id, target.model, params,
+        run = run_id(request_id)
+        requests = [W.Generate(f"{run}-{i}", tenant.id, target.model, params,
                                target.adapter, max_context=tenant.max_context,
                                fallback=tenant.fallback, targets=targets,
                                token_targets=token_targets, waited_us=waited_us,
