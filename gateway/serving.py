@@ -230,7 +230,7 @@ class Serving:
                                target.adapter, max_context=tenant.max_context,
                                fallback=tenant.fallback, targets=targets,
                                token_targets=token_targets, waited_us=waited_us,
-                               **prompt)
+                               group=run, **prompt)
                     for i, prompt in enumerate(prompts)]
         if not self.manager.up:
             raise APIError(503, "The worker manager is not reachable; try again shortly.",

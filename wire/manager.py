@@ -111,6 +111,7 @@ class Generate(msgspec.Struct, tag="generate", array_like=True):
     # time.monotonic() of the manager's host, which the workers it starts share; a worker's
     # time to first token counts from it (0: from the worker's own receipt)
     arrived: float = 0.0
+    group: str = ""  # the API request whose prompt it is: a tenant's requests take turns (fair.py)
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):

@@ -154,28 +154,48 @@ def test_a_late_body_is_the_clients_time_not_counted_in_what_the_gateway_held(tm
     assert 0 < generate.waited_us < 500_000
 
 
-def test_the_time_since_a_request_was_received_goes_with_it(tmp_path) -> None:
-    manager = StandInManager()
+def started(data_dir, manager: StandInManager, *runs: tuple[str, int, float]
+            ) -> list[W.Generate]:
+    """The Generates the manager got for runs started (and closed) one after another, each
+    (request id, prompts, seconds since it was received)."""
 
-    async def start() -> W.Generate:
+    async def start() -> list[W.Generate]:
         server = asyncio.create_task(manager.serve())
-        app = create_app(GatewaySettings(data_dir=tmp_path, api_keys="acme=sk-acme",
+        app = create_app(GatewaySettings(data_dir=data_dir, api_keys="acme=sk-acme",
                                          manager=manager.endpoint))
         try:
             async with app.router.lifespan_context(app):
                 while not app.state.manager.up:
                     await asyncio.sleep(0.01)
-                run = await app.state.serving.start(
-                    app.state.tenants.get("acme"), Target("tiny-llama", None), "held",
-                    [{"prompt": "Hi"}], W.SamplingParams(), received=time.monotonic() - 2.0)
-                await run.close()
-                return manager.generates[0]
+                for request_id, prompts, received_s_ago in runs:
+                    run = await app.state.serving.start(
+                        app.state.tenants.get("acme"), Target("tiny-llama", None), request_id,
+                        [{"prompt": "Hi"}] * prompts, W.SamplingParams(),
+                        received=time.monotonic() - received_s_ago)
+                    await run.close()
+                return manager.generates
         finally:
             for task in [server, *manager.streaming.values()]:
                 task.cancel()
             manager.close()
 
-    assert 2_000_000 <= asyncio.run(start()).waited_us < 2_500_000
+    return asyncio.run(start())
+
+
+def test_the_time_since_a_request_was_received_goes_with_it(tmp_path) -> None:
+    (generate,) = started(tmp_path, StandInManager(), ("held", 1, 2.0))
+    assert 2_000_000 <= generate.waited_us < 2_500_000
+
+
+def test_requests_of_one_id_go_out_under_ids_of_their_own_their_prompts_grouped(tmp_path
+                                                                                 ) -> None:
+    """Replies are routed by a prompt's id: a client's `x-request-id` only leads it; a request's
+    prompts share a `group` (its tenant's place in a worker's turns goes round its requests)."""
+    sent = started(tmp_path, StandInManager(), ("same", 2, 0), ("same", 1, 0), ("x" * 500, 1, 0))
+    assert len({g.id for g in sent}) == 4 and len({g.group for g in sent}) == 3
+    assert [g.id for g in sent] == [f"{sent[0].group}-0", f"{sent[0].group}-1",
+                                    f"{sent[2].group}-0", f"{sent[3].group}-0"]
+    assert [g.group.split(".")[0] for g in sent] == ["same", "same", "same", "x" * 64]
 
 
 def test_a_request_past_the_tenants_concurrency_is_429_with_retry_after(tmp_path) -> None:

@@ -125,6 +125,7 @@ class InferenceEngine:
     def step(self, emit: Emit | None = None) -> list[W.Message]:
         """One step's events; with `emit`, those before its decode step go to it first (a new
         request's first token is not held for the running sequences' next)."""
+        self.waiting.settle()  # each tenant's places go round its requests (`fair.py`)
         running = [s.request for s in self.running]  # a worker's flex work yields (`fair.py`)
         with flex_step(self.waiting.flex_only(running, self.chunks.requests)):
             return self._step(running, emit)

@@ -6,6 +6,13 @@ place in each turn, not the 2,048 ahead of everyone who comes after: a tenant's 
 arrives behind them goes in after the head's turn, and is admitted (or embedded) in the next
 steps. Within a turn, first come, first served.
 
+A tenant's place in each turn goes round its API requests (`Request.group`: the prompts of one
+request share it): a chat completion sent behind the same tenant's 2,048-input embeddings request
+takes the tenant's next place but one, not its 2,049th. The places are handed round lazily
+(`settle`, once before a step, for the tenants that had requests added): a request's 2,048 prompts
+come one by one, and each of its tenant's places keeps its turn and its spot in the queue; only
+which of the tenant's requests holds it changes. Prompts without a group are one group.
+
 Flex requests (`SamplingParams.flex`: a client's `service_tier: "flex"`, a Batch API line) wait
 behind every other: they take their turns among themselves, after the last interactive one, and
 take at most `wire.manager.FLEX_SHARE` of an engine's seats (`flex_seats`), so that an
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
+from itertools import chain, zip_longest
 
 from wire.manager import flex_seats
 from workers.inference.request import Request
@@ -31,6 +39,9 @@ class FairQueue(deque[Request]):
         super().__init__()
         self.last: dict[tuple[bool, str], int] = {}  # (flex, tenant) -> its latest request's turn
         self.latest = {False: 0, True: FLEX}  # the latest turn given, per tier
+        self.group: dict[tuple[bool, str], str] = {}  # (flex, tenant) -> its latest's group
+        self.mixed: set[tuple[bool, str]] = set()  # tenants of several groups when last settled
+        self.unsettled: set[tuple[bool, str]] = set()  # tenants whose places go round again
 
     def add(self, request: Request) -> None:
         """`request` in its turn, behind every request waiting of an earlier or equal turn."""
@@ -42,6 +53,35 @@ class FairQueue(deque[Request]):
         self.last[flex, request.tenant] = request.turn
         self.latest[flex] = max(self.latest[flex], request.turn)
         self.insert(bisect_right(self, request.turn, key=_turn), request)
+        key = (flex, request.tenant)
+        if key in self.mixed or self.group.get(key, request.group) != request.group:
+            self.unsettled.add(key)
+        self.group[key] = request.group
+
+    def settle(self) -> None:
+        """Each tenant added to since the last settle: its places, in their order, handed
+        round its groups (in the order of their first place), a place a group at a time."""
+        if not self.unsettled:
+            return
+        waiting, places = list(self), {}
+        for i, request in enumerate(waiting):
+            key = (request.params.flex, request.tenant)
+            if key in self.unsettled:
+                places.setdefault(key, []).append(i)
+        for key, where in places.items():
+            groups: dict[str, list[Request]] = {}
+            for i in where:
+                groups.setdefault(waiting[i].group, []).append(waiting[i])
+            (self.mixed.add if len(groups) > 1 else self.mixed.discard)(key)
+            turns = [waiting[i].turn for i in where]
+            rounds = chain.from_iterable(zip_longest(*groups.values()))
+            for i, turn, request in zip(where, turns, [r for r in rounds if r is not None],
+                                        strict=True):
+                request.turn, waiting[i] = turn, request
+        self.mixed -= self.unsettled - places.keys()  # none of theirs waits any more
+        self.unsettled.clear()
+        self.clear()
+        self.extend(waiting)
 
     def drop(self, request_id: str) -> None:
         """The request of this id taken out, if it waits."""

@@ -24,4 +24,5 @@ class Request:
     arrived: float = field(default_factory=time.monotonic)  # `Generate.arrived`, else now
     backend: str = ""  # what computes it (`Started.backend`)
     tenant: str = ""  # whose it is: a shared worker's tenants take turns (`fair.py`)
+    group: str = ""  # the API request whose prompt it is: a tenant's place in a turn rotates
     turn: int = 0  # its place among them

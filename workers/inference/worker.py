@@ -241,7 +241,7 @@ def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,
                       adapter=adapter, prefill=prefill, targets=message.targets,
                       token_targets=message.token_targets,
                       arrived=message.arrived or time.monotonic(), backend=adapters.backend,
-                      tenant=message.tenant)
+                      tenant=message.tenant, group=message.group)
     return engine.add(request, message.max_context or None)
 
 

@@ -1,7 +1,8 @@
 """A shared worker's tenants take turns in its engine's queue (`workers/inference/fair.py`): a
 tenant's request that arrives behind another's many prompts is admitted, or embedded, in the
-next steps, a turn each, not after them all; one tenant's requests stay first come, first
-served. Flex requests wait behind every interactive one, in turns of their own, and leave an
+next steps, a turn each, not after them all; a tenant's place in each turn goes round its own
+API requests, each one's prompts in their order (prompts of no request's: first come, first
+served). Flex requests wait behind every interactive one, in turns of their own, and leave an
 engine a quarter of its seats for the interactive ones that come while they run."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from workers.remote.client import ExecutorClient
 
 EMBED = W.SamplingParams(max_tokens=0, embed=True)
 FLEX = W.SamplingParams(max_tokens=0, embed=True, flex=True)
+TALK = W.SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
 
 
 def queued(*arrivals: str) -> FairQueue:
@@ -52,6 +54,43 @@ def test_tenants_take_turns_and_each_ones_requests_keep_their_order() -> None:
     assert ids(queue) == ["c1", "b1", "d0", "a2", "a3"]  # not before the head's turn
     queue.drop("a2")
     assert ids(queue) == ["c1", "b1", "d0", "a3"]
+
+
+def test_a_tenants_place_in_each_turn_goes_round_its_requests() -> None:
+    queue = FairQueue()
+    for i in range(6):
+        queue.add(Request(f"e{i}", [1], EMBED, tenant="a", group="embeddings"))
+    queue.add(Request("b0", [1], EMBED, tenant="b", group="b"))
+    queue.add(Request("chat", [1], TALK, tenant="a", group="chat"))
+    for i in range(2):
+        queue.add(Request(f"p{i}", [1], TALK, tenant="a", group="two prompts"))
+    queue.settle()
+    assert ids(queue) == ["e0", "b0", "chat", "p0", "e1", "p1", "e2", "e3", "e4", "e5"]
+    assert [r.turn for r in queue] == [0, 0, 1, 2, 3, 4, 5, 6, 7, 8]  # a's places kept
+    for _ in range(3):
+        queue.popleft()  # e0, b0, chat served
+    queue.add(Request("p2", [1], TALK, tenant="a", group="two prompts"))  # as a's last
+    queue.add(Request("b1", [1], EMBED, tenant="b", group="b"))
+    queue.settle()
+    assert ids(queue) == ["p0", "b1", "e1", "p1", "e2", "p2", "e3", "e4", "e5"]
+    for _ in range(5):
+        queue.popleft()
+    queue.add(Request("chat2", [1], TALK, tenant="a", group="chat2"))
+    queue.settle()
+    assert ids(queue) == ["p2", "e3", "chat2", "e4", "e5"]
+    for _ in range(3):
+        queue.popleft()
+    queue.add(Request("e6", [1], EMBED, tenant="a", group="embeddings"))
+    queue.settle()  # one request's left: its prompts in their order
+    assert ids(queue) == ["e4", "e5", "e6"] and not queue.mixed
+    queue.add(Request("chat3", [1], TALK, tenant="a", group="chat3"))
+    queue.settle()
+    assert queue.mixed == {(False, "a")}
+    queue.add(Request("chat4", [1], TALK, tenant="a", group="chat4"))
+    for request_id in ids(queue):
+        queue.drop(request_id)  # aborted before the step
+    queue.settle()
+    assert not queue and not queue.mixed
 
 
 def test_flex_requests_wait_behind_every_interactive_one_taking_turns_of_their_own() -> None:
@@ -105,17 +144,38 @@ def test_a_tenant_behind_anothers_many_prompts_goes_in_the_next_step(tokenizer,
     assert rest == [f"a{i}" for i in range(1, 8)]  # a's in its own order
 
 
+def test_a_tenants_chat_behind_its_own_many_inputs_goes_in_the_next_step(tokenizer,
+                                                                         monkeypatch) -> None:
+    monkeypatch.setattr(embedding, "STEP_TOKENS", 12)  # two inputs a step
+    engine, _ = adapters(tokenizer).route("base", None)
+    for i in range(8):
+        engine.add(Request(f"a{i}", [1, 7, 9, 11, 13], EMBED, tenant="a", group="embeddings"))
+    prompt = tokenizer.encode("request a says")
+    engine.add(Request("talk", prompt, TALK, tenant="a", group="chat"))
+    events = engine.step()
+    assert started_ids(events) == ["a0", "a1", "talk"]  # not after a7
+    while engine.has_work():
+        events += engine.step()
+    assert [e.id for e in events if isinstance(e, W.Done) and e.embedding] == \
+        [f"a{i}" for i in range(8)]
+    text = "".join(e.text for e in events if isinstance(e, W.Delta) and e.id == "talk")
+    assert tokenizer.encode(text) == tokenizer.encode(tokenizer.decode(
+        plain_tokens(None, prompt)))
+
+
 def test_a_workers_requests_carry_their_tenant_into_its_queue(executor_for) -> None:
-    """What the turns go by: the tenant a `Generate` names, each request placed in its turn."""
+    """What the turns go by: the tenant and the API request (`group`) a `Generate` names, each
+    request placed in its turn."""
     preloaded = preload("tiny-llama")
     spec = WorkerSpec(key="shared", tenant="*", base="tiny-llama",
                       executor=executor_for("tiny-llama").endpoint, manager="inproc://unused")
     engine = (held := build_adapters(spec, preloaded)).engine
     for request_id, tenant in [("a0", "acme"), ("a1", "acme"), ("b0", "beta")]:
         assert _generate(W.Generate(request_id, tenant, "tiny-llama", EMBED,
-                                    prompt_ids=[5, 6, 7]), held, preloaded) == []
-    assert [(r.id, r.tenant) for r in engine.waiting] == [("a0", "acme"), ("b0", "beta"),
-                                                          ("a1", "acme")]
+                                    prompt_ids=[5, 6, 7], group=f"{tenant}-run"),
+                         held, preloaded) == []
+    assert [(r.id, r.tenant, r.group) for r in engine.waiting] == [
+        ("a0", "acme", "acme-run"), ("b0", "beta", "beta-run"), ("a1", "acme", "acme-run")]
 
 
 def started_ids(events: list[W.Message]) -> list[str]:
