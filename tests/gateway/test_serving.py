@@ -143,7 +143,6 @@ def test_a_request_carries_its_tenants_latency_targets_to_the_manager(tmp_path, 
     assert [g.token_targets for g in manager.generates] == [end_to_end]
 
 
-
 def test_a_late_body_is_the_clients_time_not_counted_in_what_the_gateway_held(tmp_path) -> None:
     """The worker's time to first token counts from the gateway's receipt of the whole request
     (`waited_us`: how long the gateway held it since); a body sent 2 s after its headers is
