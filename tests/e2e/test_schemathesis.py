@@ -101,7 +101,7 @@ def forced_spec(path: Path, model: str, max_tokens: int) -> Path:
 
 
 # Its run took 371 s and 646 s alone on one slow afternoon of this 2-core host (2026-12-07, the
-# same test on two trees), and passed 600 s beside the other xdist worker's tests: the budget
+# same test on two trees), and went past 600 s beside the other xdist worker's tests: the budget
 # is Schemathesis' own (1,200 s) and the stack's start and stop.
 @pytest.mark.timeout(1260)
 def test_sampling_requests_that_reach_a_worker_never_fail_with_a_5xx(tmp_path) -> None:

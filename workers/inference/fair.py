@@ -34,6 +34,11 @@ def _turn(request: Request) -> int:
     return request.turn
 
 
+def _tenant(request: Request) -> tuple[bool, str]:
+    """Whose turns it takes: its tenant's in its tier."""
+    return request.params.flex, request.tenant
+
+
 class FairQueue(deque[Request]):
     def __init__(self) -> None:
         super().__init__()
@@ -45,15 +50,15 @@ class FairQueue(deque[Request]):
 
     def add(self, request: Request) -> None:
         """`request` in its turn, behind every request waiting of an earlier or equal turn."""
-        flex = request.params.flex
+        key = _tenant(request)
+        flex = key[0]
         head = bisect_left(self, FLEX, key=_turn) if flex else 0  # its tier's first, if any
         floor = self[head].turn if head < len(self) and (flex or self[head].turn < FLEX) \
             else self.latest[flex]
-        request.turn = max(floor, self.last.get((flex, request.tenant), floor - 1) + 1)
-        self.last[flex, request.tenant] = request.turn
+        request.turn = max(floor, self.last.get(key, floor - 1) + 1)
+        self.last[key] = request.turn
         self.latest[flex] = max(self.latest[flex], request.turn)
         self.insert(bisect_right(self, request.turn, key=_turn), request)
-        key = (flex, request.tenant)
         if key in self.mixed or self.group.get(key, request.group) != request.group:
             self.unsettled.add(key)
         self.group[key] = request.group
@@ -65,8 +70,7 @@ class FairQueue(deque[Request]):
             return
         waiting, places = list(self), {}
         for i, request in enumerate(waiting):
-            key = (request.params.flex, request.tenant)
-            if key in self.unsettled:
+            if (key := _tenant(request)) in self.unsettled:
                 places.setdefault(key, []).append(i)
         for key, where in places.items():
             groups: dict[str, list[Request]] = {}
