@@ -80,14 +80,14 @@ class FileReader:
             sql += " AND purpose = ?"
             params.append(purpose)
         direction = "DESC" if order == "desc" else "ASC"
-        if after:
-            cursor = self.get(after, tenant)
-            if cursor is None:
+        if after:  # files of one second in the order they were made (rowid), not by id
+            if self.get(after, tenant) is None:
                 raise UnknownCursor(after)
             op = "<" if order == "desc" else ">"
-            sql += f" AND (created_at, id) {op} (?, ?)"
-            params += [cursor.created_at, cursor.id]
-        sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+            sql += f" AND (created_at, rowid) {op} (SELECT created_at, rowid FROM files " \
+                "WHERE id = ?)"
+            params.append(after)
+        sql += f" ORDER BY created_at {direction}, rowid {direction} LIMIT ?"
         params.append(limit + 1)
         rows = [FileRecord(**dict(r)) for r in self.db.query(sql, tuple(params))]
         return rows[:limit], len(rows) > limit

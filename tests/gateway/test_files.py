@@ -1,10 +1,12 @@
 """/v1/files through the gateway with the manager's records behind it: `expires_after` as
-OpenAI's Files API takes it, and form fields it does not know refused."""
+OpenAI's Files API takes it, form fields it does not know refused, and a burst of uploads listed
+by the official SDK in the order they were made."""
 
 from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 
 from tests.gateway.conftest import KEY
@@ -51,3 +53,17 @@ def test_a_file_uploaded_with_expires_after_says_when_and_is_gone_after(managed)
 def test_a_bad_or_unknown_form_field_is_refused_naming_it(client, form: dict, param: str) -> None:
     assert assert_openai_error(upload(client, **form), 400)["param"] == param
     assert client.get("/v1/files", headers=KEY).json()["data"] == []
+
+
+def test_the_sdk_pages_through_a_burst_of_uploads_newest_first(managed) -> None:
+    """Uploads within one second list in the order they were made, however their random ids
+    sort: the SDK's pages (`after` = the last id of the page before) neither skip nor repeat."""
+    client, _ = managed
+    api = openai.OpenAI(api_key="sk-acme", base_url=f"{client.base_url}/v1", http_client=client,
+                        max_retries=0)
+    made = [api.files.create(file=(f"f{i}.jsonl", ROW), purpose="fine-tune").id
+            for i in range(5)]
+    assert [f.id for f in api.files.list(limit=2)] == made[::-1]
+    assert [f.id for f in api.files.list(limit=2, order="asc")] == made
+    first = api.files.list(limit=2)
+    assert ([f.id for f in first.data], first.has_more) == (made[:2:-1], True)
