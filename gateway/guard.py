@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 
 from gateway.errors import APIError
 from gateway.rate_limits import count_request
+from gateway.request_context import request_id
 from gateway.settings import GatewaySettings
 from gateway.tenants import OPERATOR, TenantDirectory
 
@@ -117,15 +117,15 @@ async def _refuse(scope, headers: dict[str, str], send, error: APIError,
                   more: dict[str, str] | None = None) -> None:
     """Answer with `error` (with a request id and `more` headers, logged and counted like any
     other request)."""
-    request_id = headers.get("x-request-id") or uuid.uuid4().hex
-    log.info("request %s %s %s -> %d (%s; body not read)", request_id, scope["method"],
+    answer_id = request_id(headers.get("x-request-id"))
+    log.info("request %s %s %s -> %d (%s; body not read)", answer_id, scope["method"],
              scope["path"], error.status, error.code)
     scope["app"].state.metrics.requests.labels("unmatched", str(error.status), "-").inc()
     body = json.dumps(error.body()).encode()
     await send({"type": "http.response.start", "status": error.status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
-                            (b"x-request-id", request_id.encode()),
+                            (b"x-request-id", answer_id.encode()),
                             (b"connection", b"close"),
                             *((k.encode(), v.encode()) for k, v in (more or {}).items())]})
     await send({"type": "http.response.body", "body": body})

@@ -22,6 +22,14 @@ from gateway.head import ASKED
 
 log = logging.getLogger("gateway")
 JSON_BODIES = ("/v1/completions", "/v1/chat/completions", "/v1/fine_tuning")
+ID_CHARS = 128  # of a client's x-request-id, kept as the request's id
+
+
+def request_id(header: str | None) -> str:
+    """The request's id, echoed and logged: the client's `x-request-id`, cut at `ID_CHARS` (a
+    header of kilobytes would otherwise stand whole in each of the request's log lines), or a
+    fresh one."""
+    return header[:ID_CHARS] if header else uuid.uuid4().hex
 
 
 class RequestContext:
@@ -33,7 +41,7 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request.state.request_id = request_id(request.headers.get("x-request-id"))
         started = time.monotonic()
 
         async def answer(message: Message) -> None:

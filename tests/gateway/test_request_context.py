@@ -2,17 +2,20 @@
 metrics, driven as the ASGI server drives it: a streamed answer's chunks reach the server from
 the route's own task, with nothing between them (Starlette's `BaseHTTPMiddleware` ran the route
 in a task of its own and passed every chunk over a stream); a body read for its check reaches
-the route whole and unchanged; a body that is not UTF-8 is refused before the route runs."""
+the route whole and unchanged; a body that is not UTF-8 is refused before the route runs; a
+client's id of kilobytes is cut before it is echoed or logged."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from types import SimpleNamespace
 
 from gateway.metrics import Metrics
 from gateway.rate_limits import RateLimits
-from gateway.request_context import RequestContext
+from gateway.request_context import ID_CHARS, RequestContext
+from tests.gateway.conftest import KEY
 
 
 def scope(path: str = "/v1/chat/completions", request_id: bytes = b"req-1") -> dict:
@@ -93,3 +96,17 @@ def test_a_path_with_a_control_character_is_no_route_and_other_bodies_pass_unrea
     assert start["status"] == 404 and not route.called
     sent = run(RequestContext(route, state), scope("/v1/files"), [b"\xff\xfe", b"raw"])
     assert b"".join(m.get("body", b"") for m, _ in sent[1:]) == b"\xff\xferaw"
+
+
+def test_a_long_request_id_comes_back_and_is_logged_cut(client, caplog) -> None:
+    """An answered request and a body's that the guard refuses before any route (no key)."""
+    sent = "".join(chr(ord("a") + i % 26) for i in range(12_000))
+    caplog.set_level(logging.INFO, logger="gateway")
+    for method, headers, status in (("GET", KEY, 200), ("POST", {}, 401)):
+        answer = client.request(method, "/v1/models", headers={**headers, "x-request-id": sent})
+        assert answer.status_code == status
+        assert answer.headers["x-request-id"] == sent[:ID_CHARS]
+    lines = [r.getMessage() for r in caplog.records if sent[:ID_CHARS] in r.getMessage()]
+    assert len(lines) == 2 and all(sent[:ID_CHARS + 1] not in line for line in lines)
+    assert client.get("/v1/models", headers={**KEY, "x-request-id": "mine"}).headers[
+        "x-request-id"] == "mine"
