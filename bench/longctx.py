@@ -66,7 +66,7 @@ def serve_round(engine, name: str, prompts: list[list[int]], tokens: int, until:
         watch()
         if stamps[-1] >= until:
             for request_id in ids:
-                engine.abort(request_id)
+                engine.abort({request_id})
     return stamps
 
 

@@ -80,7 +80,7 @@ class SharedWorker:
             if last >= until:
                 for engine in engines:
                     for request_id in self.texts:
-                        engine.abort(request_id)
+                        engine.abort({request_id})
                 break
             events = [e for engine in engines if engine.has_work() for e in engine.step()]
             now = time.monotonic()

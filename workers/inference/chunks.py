@@ -23,6 +23,7 @@ check; a tiny model's prefills may never take long enough to measure).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,8 +149,8 @@ class Chunker:
             left -= len(request.prompt_ids)
         return chunks
 
-    def drop(self, request_id: str) -> None:
-        self.partials = [p for p in self.partials if p.request.id != request_id]
+    def drop(self, request_ids: Collection[str]) -> None:
+        self.partials = [p for p in self.partials if p.request.id not in request_ids]
 
 
 def prefill_chunk(model: Any, rows: RowAdapters, partial: Partial, tokens: int,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -99,14 +99,15 @@ class InferenceEngine:
             self.waiting.add(request)  # an embedding too (`embedding.py`)
         return [] if refused is None else [refused]
 
-    def abort(self, request_id: str) -> None:
-        self.waiting.drop(request_id)
-        self.chunks.drop(request_id)
+    def abort(self, request_ids: Collection[str]) -> None:
+        self.waiting.drop(request_ids)
+        self.chunks.drop(request_ids)
         for seq in self.running:
-            if seq.request.id == request_id:
+            if seq.request.id in request_ids:
                 seq.finish = "abort"
         self._drop_finished()
-        self._forget(request_id)
+        for request_id in request_ids:
+            self._forget(request_id)
 
     def _forget(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
@@ -197,7 +198,7 @@ class InferenceEngine:
             except ExecutorUnavailable:
                 raise
             except Exception as exc:
-                self.chunks.drop(request.id)
+                self.chunks.drop({request.id})
                 events.append(self._failed(request, exc))
         return events
 
@@ -220,7 +221,7 @@ class InferenceEngine:
 
     def _all_in(self, request: Request, done: Prefilled) -> list[W.Message]:
         """A prompt that came in by chunks, all in: it joins the running sequences."""
-        self.chunks.drop(request.id)
+        self.chunks.drop({request.id})
         return self._admit(request, started(request), done)
 
     def _admit(self, request: Request, first: W.Started, done: Prefilled) -> list[W.Message]:

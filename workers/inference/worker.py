@@ -34,6 +34,11 @@ from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.threads import ForwardThreads
 
 log = logging.getLogger("workers.worker")
+# How long a drain of messages holds up the next step of sequences that decode, at most: a
+# request of 2,048 inputs comes as 2,048 messages (~0.2 ms each to tokenize and queue), ~0.4 s
+# that stalled every sequence decoding beside it; now they come in between its steps. With none
+# decoding, a drain takes all: the step that follows is then as full as it can be.
+DRAIN_S = 0.01
 
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
@@ -175,13 +180,20 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
 
 def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
              threads: ForwardThreads, preparer: Preparer | None = None) -> bool:
-    """Handle every waiting message, and every request `preparer` has made ready (a `heavy`
-    one is handed to it; without one, or a light one, is prepared here); False when told to
-    stop."""
-    timeout = 0 if any(e.has_work() for e in adapters.engines()) else 1000
+    """Handle the waiting messages (for up to `DRAIN_S` while sequences decode), and every
+    request `preparer` has made ready (a `heavy` one is handed to it; without one, or a light
+    one, is prepared here); False when told to stop."""
+    engines = adapters.engines()
+    timeout = 0 if any(e.has_work() for e in engines) else 1000
+    decoding = any(e.running or e.chunks.partials for e in engines)  # owed their next step
     poll = preparer.poller(sock).poll if preparer else sock.poll
+    aborted: set[str] = set()  # taken out together, before the next other message is handled
+    until = None
     while poll(timeout):
-        timeout = 0
+        timeout, now = 0, time.perf_counter()
+        until = until or now + (DRAIN_S if decoding else float("inf"))
+        if now > until:  # the rest after the next step
+            break
         for prepared in preparer.ready() if preparer else []:
             for event in _generate(prepared.message, adapters, preloaded, prepared):
                 sock.send(W.encode(event))
@@ -194,12 +206,13 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
             continue
         if isinstance(message, W.Stop):
             return False
-        if isinstance(message, W.Abort):
-            for engine in adapters.engines():
-                engine.abort(message.id)
+        if isinstance(message, W.Abort):  # a request's prompts come aborted one after another
+            aborted.add(message.id)
             if preparer:
                 preparer.drop(message.id)
-        elif isinstance(message, W.WorkerThreads):
+            continue
+        _abort(aborted, adapters)
+        if isinstance(message, W.WorkerThreads):
             log.info("forwards on %d threads at most from now on", message.threads)
             threads.share = message.threads
         elif isinstance(message, W.Unload):
@@ -214,7 +227,16 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
         elif isinstance(message, W.Generate):
             for event in _generate(message, adapters, preloaded):
                 sock.send(W.encode(event))
+    _abort(aborted, adapters)
     return True
+
+
+def _abort(request_ids: set[str], adapters: Adapters) -> None:
+    """The requests of these ids stop, in one pass over each engine's queues however many."""
+    if request_ids:
+        for engine in adapters.engines():
+            engine.abort(request_ids)
+        request_ids.clear()
 
 
 def _generate(message: W.Generate, adapters: Adapters, preloaded: Preloaded,

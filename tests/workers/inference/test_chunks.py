@@ -126,7 +126,7 @@ def test_a_partial_holds_its_seats_and_can_be_aborted(tokenizer) -> None:
     engine.step()
     assert [p.request.id for p in engine.chunks.partials] == ["long"]
     assert [r.id for r in engine.waiting] == ["third"]  # 1 running + 2 held by "long" = 3
-    engine.abort("long")
+    engine.abort({"long"})
     events = engine.step()
     assert not engine.chunks.partials and not engine.waiting
     assert {e.id for e in events} == {"running", "third"}

@@ -148,7 +148,7 @@ def test_abort_and_context_limit(tokenizer) -> None:
     engine.add(Request("a", prompts()[0], W.SamplingParams(max_tokens=10, temperature=0)))
     engine.add(Request("b", prompts()[1], W.SamplingParams(max_tokens=10, temperature=0)))
     engine.step()
-    engine.abort("a")
+    engine.abort({"a"})
     rest = []
     while engine.has_work():
         rest += engine.step()

@@ -52,8 +52,10 @@ def test_tenants_take_turns_and_each_ones_requests_keep_their_order() -> None:
     queue.add(Request("b1", [1], EMBED, tenant="b"))
     queue.add(Request("d0", [1], EMBED, tenant="d"))
     assert ids(queue) == ["c1", "b1", "d0", "a2", "a3"]  # not before the head's turn
-    queue.drop("a2")
+    queue.drop({"a2"})
     assert ids(queue) == ["c1", "b1", "d0", "a3"]
+    queue.drop({"c1", "d0", "a9"})  # several at once; one that does not wait changes nothing
+    assert ids(queue) == ["b1", "a3"]
 
 
 def test_a_tenants_place_in_each_turn_goes_round_its_requests() -> None:
@@ -88,7 +90,7 @@ def test_a_tenants_place_in_each_turn_goes_round_its_requests() -> None:
     assert queue.mixed == {(False, "a")}
     queue.add(Request("chat4", [1], TALK, tenant="a", group="chat4"))
     for request_id in ids(queue):
-        queue.drop(request_id)  # aborted before the step
+        queue.drop({request_id})  # aborted before the step
     queue.settle()
     assert not queue and not queue.mixed
 

@@ -3,7 +3,9 @@ ids are those `prompt_ids` gives, its constraint compiled as the engine compiles
 back in the order they came; an abort before it is ready drops it; one whose preparing breaks
 fails alone; and, in a worker against a real executor, one request's decode steps go on while
 another's 2 MB prompt is tokenized, while a short prompt is prepared in the loop itself and
-joins the next step."""
+joins the next step; aborts that come one after another are taken out together, before the
+next other message; and a burst of requests holds up the steps of sequences that decode for at
+most `DRAIN_S` a drain, while with none decoding a drain takes them all."""
 
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ class Worker:
     preparer: Preparer
     key: bytes
 
-    def send(self, message: W.Generate) -> None:
+    def send(self, message: W.Message) -> None:
         self.manager.send_multipart([self.key, W.encode(message)])
 
     def receive(self) -> None:
@@ -151,3 +153,50 @@ def test_a_short_prompt_is_prepared_in_the_loop_and_joins_at_once(executor_for) 
         worker.send(asked("short", messages=[W.ChatMessage("user", "Hello " * 100)]))
         worker.receive()
         assert worker.adapters.engine.has_work()
+
+
+def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_for) -> None:
+    """A request's prompts are aborted a message each: the waiting and running ones named go
+    (in one pass, not one each), the rest keep their order, and a request sent between two
+    aborts is in the queue in its place."""
+    with worker_on(executor_for, "aborting-worker") as worker:
+        engine = worker.adapters.engine
+        worker.send(asked("running", 1000, prompt_ids=[5, 6, 7]))
+        worker.receive()
+        engine.step()
+        assert [seq.request.id for seq in engine.running] == ["running"]
+        for i in range(8):
+            worker.send(asked(f"p{i}", prompt_ids=[5, 6, 7]))
+        worker.receive()
+        for message in (W.Abort("p1"), W.Abort("p3"), W.Abort("running"), W.Abort("nothing"),
+                        asked("late", prompt_ids=[8, 9]), W.Abort("p5"), W.Abort("p7")):
+            worker.send(message)
+        worker.receive()
+        assert [r.id for r in engine.waiting] == ["p0", "p2", "p4", "p6", "late"]
+        assert not engine.running
+
+
+def test_a_burst_of_requests_comes_in_between_the_steps_of_those_decoding(executor_for) -> None:
+    """1,000 requests (a 1,000-input embeddings request's prompts, ~0.2 ms each to take in; no
+    more than the pipe's high-water mark holds): one drain takes them all while nothing decodes,
+    but only what `DRAIN_S` allows beside a sequence that decodes, which gets its next token
+    before the rest come in."""
+    burst = [asked(f"e{i}", 1, prompt=f"input {i} of a long request") for i in range(1000)]
+    with worker_on(executor_for, "burst-worker") as worker:
+        engine = worker.adapters.engine
+        for message in burst:
+            worker.send(message)
+        worker.receive()
+        assert len(engine.waiting) == len(burst)
+        engine.abort({m.id for m in burst})
+        worker.send(asked("decoding", 1000, prompt_ids=[5, 6, 7]))
+        worker.receive()
+        engine.step()
+        for message in burst:
+            worker.send(message)
+        worker.receive()
+        assert 0 < len(engine.waiting) < len(burst)
+        assert [seq.request.id for seq in engine.running] == ["decoding"]
+        generated = engine.running[0].generated
+        engine.step()
+        assert engine.running[0].generated == generated + 1
