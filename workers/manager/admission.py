@@ -28,7 +28,7 @@ class Admission:
         self.breakers = Breakers(threshold=config.breaker_failures,
                                  cooldown_s=config.breaker_cooldown_s)
         self.fell_back: set[str] = set()  # requests served by the base model: circuit open
-        self.waiting: list[Waiting] = []
+        self.waiting: dict[str, Waiting] = {}  # by request id (an abort takes one out at once)
 
     @staticmethod
     def received(request: W.Generate) -> W.Generate:
@@ -55,18 +55,18 @@ class Admission:
         """Queue the request for a slot; a 503 once it has waited too long."""
         since = time.monotonic() if since is None else since
         if time.monotonic() - since < self.capacity_wait_s:
-            self.waiting.append((gateway, request, tries, since))
+            self.waiting[request.id] = (gateway, request, tries, since)
             return None
         return W.Failed(request.id, 503, "no_worker_capacity",
                         f"No worker slot freed up in time: {reason}")
 
     def due(self) -> list[Waiting]:
         """The waiting requests, to be tried again (those still without room come back)."""
-        waiting, self.waiting = self.waiting, []
+        waiting, self.waiting = list(self.waiting.values()), {}
         return waiting
 
     def forget(self, request_id: str) -> None:
-        self.waiting = [w for w in self.waiting if w[1].id != request_id]
+        self.waiting.pop(request_id, None)
         self.fell_back.discard(request_id)
 
     def observe(self, key: str, message: W.Message) -> None:

@@ -180,7 +180,7 @@ class Manager:
         if handle.state == "ready":
             self.links.to_worker(handle.key, request)
         else:
-            handle.pending.append(request)
+            handle.pending[request.id] = request
 
     def _start(self, handle: WorkerHandle) -> None:
         self.threads.spawning(handle)
@@ -212,7 +212,7 @@ class Manager:
                 return
             handle.state = "ready"
             log.info("worker %s ready in %.2f s", key, message.load_s)
-            for request in handle.pending:
+            for request in handle.pending.values():
                 self.links.to_worker(key, request)
             handle.pending.clear()
         elif isinstance(message, W.AdapterCache):

@@ -43,7 +43,7 @@ class WorkerHandle:
     last_used: float = 0.0
     models: set[str] = field(default_factory=set)  # served and not let go since
     inflight: dict[str, str] = field(default_factory=dict)  # request id -> its model_key
-    pending: list[W.Generate] = field(default_factory=list)  # waiting for Ready
+    pending: dict[str, W.Generate] = field(default_factory=dict)  # by id: waiting for Ready
     adapters: W.AdapterCache | None = None  # what it last said it holds
     threads: int = 1  # its share of the cores as it last heard it (`worker_threads`)
 
@@ -81,10 +81,10 @@ class WorkerPool:
             return f"{SHARED}{zlib.crc32(tenant.encode()) % self.shared_workers}"
         return tenant
 
-
     def of_tenant(self, tenant: str) -> WorkerHandle | None:
         """The worker that serves the tenant, if one lives."""
         return self.workers.get(self.key_of(tenant))
+
     def is_pinned(self, key: str) -> bool:
         """Pinning `tenant|model` (or `tenant`) pins the tenant's worker."""
         return any(self.key_of(pin.partition("|")[0]) == key for pin in self.pinned)
@@ -139,7 +139,7 @@ class WorkerPool:
         handle = self.workers.get(key)
         if handle is not None:
             handle.inflight.pop(request_id, None)
-            handle.pending = [r for r in handle.pending if r.id != request_id]
+            handle.pending.pop(request_id, None)
 
     def remove(self, key: str) -> WorkerHandle | None:
         return self.workers.pop(key, None)

@@ -54,4 +54,4 @@ def preload(config: ManagerConfig, pool: WorkerPool,
             log.info("preloading pinned worker %s", handle.key)
             start(handle)
         handle.models.add(request.model)
-        handle.pending.append(request)  # sent once the worker is ready
+        handle.pending[request.id] = request  # sent once the worker is ready

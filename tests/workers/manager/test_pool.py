@@ -1,10 +1,14 @@
 """Worker pool bookkeeping with a fake clock: one worker per tenant, LRU eviction, pinning, idle
-timeout, capacity."""
+timeout, capacity; an aborted request taken out of a starting worker's queue and out of the
+waiting room for a slot, the others kept in their order."""
 
 from __future__ import annotations
 
 import pytest
 
+from wire import manager as W
+from workers.manager.admission import Admission
+from workers.manager.config import ManagerConfig
 from workers.manager.pool import NoCapacity, NotYet, WorkerPool, model_key
 
 
@@ -126,3 +130,22 @@ def test_tenants_that_share_are_served_by_the_shared_pool() -> None:
     everyone = WorkerPool(shared_workers=1, shared_tenants=frozenset({"*"}))
     assert everyone.key_of("any") == everyone.key_of("other") == "~shared-0"
     assert WorkerPool(shared_tenants=frozenset({"*"})).key_of("any") == "any"  # no pool: own
+
+
+def test_an_aborted_request_leaves_the_queues_it_waits_in_and_the_rest_keep_their_order(
+        ) -> None:
+    """Every other one of a request's 2,048 prompts aborted, one by one (by id: no pass over
+    what waits for each)."""
+    asked = [W.Generate(f"r{i}", "a", "tiny-llama", W.SamplingParams()) for i in range(2048)]
+    pool, room = WorkerPool(max_workers=1, clock=Clock()), Admission(ManagerConfig())
+    handle, _ = pool.add("a")  # starting: its requests wait for its Ready
+    for request in asked:
+        handle.inflight[request.id] = model_key("a", request.model)
+        handle.pending[request.id] = request
+        assert room.wait(b"gateway", request, 1, None, NotYet("no slot yet")) is None
+    for request in asked[1::2]:
+        pool.forget(handle.key, request.id)
+        room.forget(request.id)
+    assert list(handle.pending.values()) == asked[::2] and list(handle.inflight) == \
+        [r.id for r in asked[::2]]
+    assert [waiting[1] for waiting in room.due()] == asked[::2] and room.due() == []
