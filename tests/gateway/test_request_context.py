@@ -99,7 +99,8 @@ def test_a_path_with_a_control_character_is_no_route_and_other_bodies_pass_unrea
 
 
 def test_a_long_request_id_comes_back_and_is_logged_cut(client, caplog) -> None:
-    """An answered request and a body's that the guard refuses before any route (no key)."""
+    """Alike for a request that is answered and for one whose body the guard refuses before
+    any route reads it (no key)."""
     sent = "".join(chr(ord("a") + i % 26) for i in range(12_000))
     caplog.set_level(logging.INFO, logger="gateway")
     for method, headers, status in (("GET", KEY, 200), ("POST", {}, 401)):

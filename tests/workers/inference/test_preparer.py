@@ -156,9 +156,9 @@ def test_a_short_prompt_is_prepared_in_the_loop_and_joins_at_once(executor_for) 
 
 
 def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_for) -> None:
-    """A request's prompts are aborted a message each: the waiting and running ones named go
-    (in one pass, not one each), the rest keep their order, and a request sent between two
-    aborts is in the queue in its place."""
+    """A request's prompts are aborted a message each: the waiting and running ones named go,
+    the rest keep their order, and a request sent between two aborts is in the queue in its
+    place (the aborts before it taken out first, those after it at the drain's end)."""
     with worker_on(executor_for, "aborting-worker") as worker:
         engine = worker.adapters.engine
         worker.send(asked("running", 1000, prompt_ids=[5, 6, 7]))
@@ -177,8 +177,8 @@ def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_fo
 
 
 def test_a_burst_of_requests_comes_in_between_the_steps_of_those_decoding(executor_for) -> None:
-    """1,000 requests (a 1,000-input embeddings request's prompts, ~0.2 ms each to take in; no
-    more than the pipe's high-water mark holds): one drain takes them all while nothing decodes,
+    """1,000 requests at once (as a 1,000-input request's prompts come, ~0.2 ms each to take in;
+    no more than this pipe's high-water mark holds): one drain takes them all while nothing decodes,
     but only what `DRAIN_S` allows beside a sequence that decodes, which gets its next token
     before the rest come in."""
     burst = [asked(f"e{i}", 1, prompt=f"input {i} of a long request") for i in range(1000)]

@@ -132,8 +132,7 @@ def test_tenants_that_share_are_served_by_the_shared_pool() -> None:
     assert WorkerPool(shared_tenants=frozenset({"*"})).key_of("any") == "any"  # no pool: own
 
 
-def test_an_aborted_request_leaves_the_queues_it_waits_in_and_the_rest_keep_their_order(
-        ) -> None:
+def test_an_aborted_request_leaves_the_queues_it_waits_in_the_rest_in_order() -> None:
     """Every other one of a request's 2,048 prompts aborted, one by one (by id: no pass over
     what waits for each)."""
     asked = [W.Generate(f"r{i}", "a", "tiny-llama", W.SamplingParams()) for i in range(2048)]
