@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -186,13 +187,14 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
     engines = adapters.engines()
     timeout = 0 if any(e.has_work() for e in engines) else 1000
     decoding = any(e.running or e.chunks.partials for e in engines)  # owed their next step
+    budget_s = DRAIN_S if decoding else math.inf  # how long this drain may hold that step up
     poll = preparer.poller(sock).poll if preparer else sock.poll
     aborted: set[str] = set()  # taken out together, before the next other message is handled
-    until = None
+    began = None  # when its first message was read
     while poll(timeout):
         timeout, now = 0, time.perf_counter()
-        until = until or now + (DRAIN_S if decoding else float("inf"))
-        if now > until:  # the rest after the next step
+        began = now if began is None else began
+        if now - began > budget_s:  # the rest after the next step
             break
         for prepared in preparer.ready() if preparer else []:
             for event in _generate(prepared.message, adapters, preloaded, prepared):
