@@ -72,13 +72,13 @@ def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
                        for r in batch]
             continue
         finite = torch.isfinite(vectors).all(dim=1).tolist()
-        for request, vector, ok in zip(batch, vectors, finite, strict=True):
+        encoded = embeddings(vectors, [r.params.dimensions for r in batch])
+        for request, vector, ok in zip(batch, encoded, finite, strict=True):
             if not ok:
                 log.warning("request %s: its embedding is not finite", request.id)
                 events.append(W.Failed(request.id, 500, "invalid_embedding", NOT_FINITE))
                 continue
-            events += [started(request), W.Done(request.id, len(request.prompt_ids), 0,
-                                                embedding(vector, request.params.dimensions))]
+            events += [started(request), W.Done(request.id, len(request.prompt_ids), 0, vector)]
     return events
 
 
@@ -118,8 +118,15 @@ def last_states(model: Any, rows: RowAdapters, requests: list[Request],
     return captured[-1].float().cpu()
 
 
-def embedding(state: torch.Tensor, dimensions: int = 0) -> bytes:
-    """A hidden state as an embedding: its first `dimensions` (all where 0), of length 1, as
-    float32 little-endian bytes."""
-    kept = state[:dimensions] if dimensions else state
-    return torch.nn.functional.normalize(kept, dim=0).numpy().astype("<f4").tobytes()
+def embeddings(states: torch.Tensor, dimensions: list[int]) -> list[bytes]:
+    """Hidden states [rows, hidden] as embeddings: each row's first `dimensions` (all where 0),
+    of length 1, as float32 little-endian bytes (rows asking the same `dimensions` normalized
+    together, not a few tensor ops each)."""
+    encoded = [b""] * len(dimensions)
+    for width in set(dimensions):
+        rows = [i for i, asked in enumerate(dimensions) if asked == width]
+        kept = states[rows, :width] if width else states[rows]
+        unit = torch.nn.functional.normalize(kept, dim=1).numpy().astype("<f4")
+        for row, vector in zip(rows, unit, strict=True):
+            encoded[row] = vector.tobytes()
+    return encoded
