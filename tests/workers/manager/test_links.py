@@ -42,3 +42,28 @@ def test_every_message_reaches_a_worker_and_a_gateway_that_read_late(tmp_path) -
             sock.close(0)
         links.close()
         ctx.term()
+
+
+def test_a_message_not_of_two_frames_or_undecodable_is_dropped_and_the_rest_handled(
+        tmp_path) -> None:
+    ctx = zmq.Context()
+    links = Links(ctx, f"ipc://{tmp_path}/front.sock", f"ipc://{tmp_path}/back.sock")
+    gateway = ctx.socket(zmq.DEALER)
+    handled: list[tuple[bytes, W.Message]] = []
+    try:
+        gateway.setsockopt(zmq.IDENTITY, b"gw")
+        gateway.connect(f"ipc://{tmp_path}/front.sock")
+        gateway.send(W.encode(W.Abort("first")))
+        gateway.send_multipart([W.encode(W.Abort("two")), W.encode(W.Abort("frames"))])
+        gateway.send(b"\x00not msgpack")
+        gateway.send(W.encode(W.Abort("last")))
+        poller = zmq.Poller()
+        links.register(poller)
+        while len(handled) < 2 and (events := dict(poller.poll(2000))):
+            links.drain(events, lambda identity, message: handled.append((identity, message)),
+                        lambda identity, message: None)
+        assert handled == [(b"gw", W.Abort("first")), (b"gw", W.Abort("last"))]
+    finally:
+        gateway.close(0)
+        links.close()
+        ctx.term()
