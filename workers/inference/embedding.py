@@ -73,12 +73,13 @@ def answer_embeddings(waiting: deque[Request], model: Any, rows: RowAdapters,
             continue
         finite = torch.isfinite(vectors).all(dim=1).tolist()
         encoded = embeddings(vectors, [r.params.dimensions for r in batch])
-        for request, vector, ok in zip(batch, encoded, finite, strict=True):
+        for request, embedded, ok in zip(batch, encoded, finite, strict=True):
             if not ok:
                 log.warning("request %s: its embedding is not finite", request.id)
                 events.append(W.Failed(request.id, 500, "invalid_embedding", NOT_FINITE))
                 continue
-            events += [started(request), W.Done(request.id, len(request.prompt_ids), 0, vector)]
+            events += [started(request),
+                       W.Done(request.id, len(request.prompt_ids), 0, embedded)]
     return events
 
 
