@@ -32,12 +32,6 @@ from wire.endpoints import private_dir, runtime_dir
 from wire.probes import executor_answers, manager_answers
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PortInUse(OSError):
     pass
 

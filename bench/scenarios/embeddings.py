@@ -82,7 +82,8 @@ def through_the_api(settings: Settings) -> Record:
     import openai
 
     from bench.scenarios.tenants import register
-    from launcher.stack import Stack, free_port
+    from launcher.ports import free_port
+    from launcher.stack import Stack
 
     count, length = (16, 8) if settings.toy else (512, 32)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(MODEL))

@@ -124,7 +124,8 @@ def batch_alone(batch_client, tier: str, seconds: float, batch_tokens: int) -> f
 def flex(settings: Settings) -> list[Record]:
     import openai
 
-    from launcher.stack import Stack, free_port
+    from launcher.ports import free_port
+    from launcher.stack import Stack
 
     count, tokens, batch_tokens = (2, 4, 4) if settings.toy else (8, 32, 64)
     root = Path(tempfile.mkdtemp(prefix="symb-flex-"))

@@ -115,7 +115,8 @@ def cold_start(settings: Settings) -> list[Record]:
     from peft import get_peft_model
 
     from bench.models import adapter as adapter_config
-    from launcher.stack import Stack, free_port
+    from launcher.ports import free_port
+    from launcher.stack import Stack
 
     with tempfile.TemporaryDirectory(prefix="symb-cold-") as scratch:
         root = Path(scratch)

@@ -66,7 +66,8 @@ async def traffic(base_url: str, models: list[str], order: list[int]) -> dict:
 
 
 def many_tenants(settings: Settings) -> list[Record]:
-    from launcher.stack import Stack, free_port
+    from launcher.ports import free_port
+    from launcher.stack import Stack
 
     tenants, per = (4, 2) if settings.toy else (TENANTS, PER_TENANT)
     requests = 16 if settings.toy else 240 if settings.quick else 600

@@ -122,7 +122,8 @@ def register_adapters(data_dir: Path, model: str, adapters: list[Path]) -> None:
 def replay_under(policy: str, data_dir: Path, adapters: list[Path], trace: list[tuple],
                  settings: Settings) -> dict:
     """The trace's replay through a whole stack of its own, its executor under `policy`."""
-    from launcher.stack import Stack, free_port
+    from launcher.ports import free_port
+    from launcher.stack import Stack
 
     tenants = len(adapters)
     register_adapters(data_dir, settings.model, adapters)

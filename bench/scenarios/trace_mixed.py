@@ -155,7 +155,8 @@ def replay_beside_jobs(base_url: str, trace: list[tuple], tenants: int,
 
 
 def mixed_trace(settings: Settings) -> list[Record]:
-    from launcher.stack import Stack, free_port
+    from launcher.ports import free_port
+    from launcher.stack import Stack
 
     n, stretch = (8, 1.0) if settings.toy else (16, 3.0) if settings.quick else (120, 6.0)
     trace = load_trace(n, stretch, prompt_scale=16, output_scale=8)

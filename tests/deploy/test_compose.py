@@ -16,7 +16,7 @@ import openai
 import psutil
 import pytest
 
-from launcher.stack import free_port
+from launcher.ports import free_ports
 
 ROOT = Path(__file__).parents[2]
 FILES = {"compose.yaml": [], "gpu": ["compose.gpu.yaml"], "remote": []}
@@ -125,7 +125,7 @@ def test_the_services_commands_bring_up_a_working_system(tmp_path, twin: bool) -
     variables of idle training, the executor's twin serves too."""
     doc = config("compose.yaml", env={"SYMBIOSIS_API_KEYS": "acme=sk-compose",
                                       **(TWIN_ENV if twin else {})})
-    ports = {port: str(free_port()) for port in ("5555", "5556", "5557", "8000")}
+    ports = dict(zip(("5555", "5556", "5557", "8000"), map(str, free_ports(4)), strict=True))
 
     def local(value: str) -> str:
         value = re.sub(r"tcp://(executor|workers|0\.0\.0\.0|127\.0\.0\.1):(\d+)",
@@ -140,14 +140,17 @@ def test_the_services_commands_bring_up_a_working_system(tmp_path, twin: bool) -
             service = doc["services"][name]
             env = {**os.environ, **{k: local(str(v)) for k, v in service["environment"].items()}}
             command = [sys.executable if a == "python" else local(a) for a in service["command"]]
-            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
+            log = tmp_path / f"{name}.log"
+            with log.open("wb") as stderr:
+                procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                              stderr=stderr))
             check = [sys.executable if a == "python" else local(a)
                      for a in healthcheck_command(service)]
             deadline = time.monotonic() + 180
             while subprocess.run(check, env=env).returncode != 0:
-                assert procs[-1].poll() is None, f"{name} exited"
-                assert time.monotonic() < deadline, f"{name} never became healthy"
+                assert procs[-1].poll() is None, f"{name} exited: {log.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, (f"{name} never became healthy: "
+                                                      f"{log.read_text()[-2000:]}")
                 time.sleep(1)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['8000']}/v1",
                                api_key="sk-compose", max_retries=0)

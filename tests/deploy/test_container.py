@@ -22,7 +22,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from launcher.stack import free_port
+from launcher.ports import free_port
 from tests.deploy.test_compose import compose_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # ~5 min here from a clean store

@@ -15,7 +15,8 @@ import openai
 import pytest
 
 from gateway.sessions import new_link
-from launcher.stack import Stack, free_port
+from launcher.ports import free_port
+from launcher.stack import Stack
 from state.db import db_path
 from tests.e2e.adapters import MODEL, Reference, save_adapter
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import openai
 
-from launcher.stack import Stack, free_port
+from launcher.ports import free_port
+from launcher.stack import Stack
 from tests.e2e.adapters import MODEL
 from tests.e2e.conftest import KEYS, OPERATOR_KEY
 

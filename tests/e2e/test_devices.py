@@ -11,7 +11,8 @@ import openai
 import pytest
 import torch
 
-from launcher.stack import Stack, free_port
+from launcher.ports import free_port
+from launcher.stack import Stack
 from tests.e2e.adapters import MODEL, Reference, save_adapter
 from tests.e2e.conftest import KEYS, OPERATOR_KEY, Deployment, register
 from tests.e2e.jobs import memorization_file, wait

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from launcher.stack import Stack, free_port
+from launcher.ports import free_port
+from launcher.stack import Stack
 
 pytestmark = pytest.mark.slow
 # One Schemathesis worker: its workers are threads, and CPython 3.11's ast module keeps its

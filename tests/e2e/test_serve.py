@@ -16,7 +16,8 @@ import openai
 import psutil
 import pytest
 
-from launcher.stack import Stack, free_port
+from launcher.ports import free_port
+from launcher.stack import Stack
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from launcher.stack import free_port
+from launcher.ports import free_port
 
 pytestmark = pytest.mark.slow
 README = (Path(__file__).parents[2] / "README.md").read_text()

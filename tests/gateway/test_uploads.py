@@ -77,7 +77,7 @@ def test_an_upload_is_never_held_in_the_gateways_memory_whole_either_way(tmp_pat
 
     import httpx
 
-    from launcher.stack import free_port
+    from launcher.ports import free_port
 
     port, endpoint = free_port(), f"ipc://{tmp_path}/manager.sock"
     env = {**os.environ, "SYMBIOSIS_DATA_DIR": str(tmp_path / "data"), "SYMBIOSIS_PORT": str(port),
