@@ -97,11 +97,13 @@ class ManagerClient:
             if not self.up or time.monotonic() >= deadline:
                 return None
 
-    async def abort(self, request_id: str) -> None:
-        """Tell the manager to stop a request; its replies are dropped from now on."""
-        self.forget(request_id)
+    async def abort(self, request_ids: list[str]) -> None:
+        """Tell the manager to stop requests, in one message; their replies are dropped from
+        now on."""
+        for request_id in request_ids:
+            self.forget(request_id)
         with contextlib.suppress(zmq.ZMQError):
-            await self._post(W.encode(W.Abort(request_id)))
+            await self._post(W.encode(W.Abort(request_ids)))
 
     async def send(self, message: msgspec.Struct) -> None:
         await self._post(W.encode(message))

@@ -143,12 +143,12 @@ class Run:
             await self.close()
 
     async def close(self) -> None:
-        """Stop every prompt: the unfinished ones are aborted (once)."""
-        for request_id in self.ids:
-            if request_id not in self.finished:
-                self.finished.add(request_id)
-                await self.manager.abort(request_id)
+        """Stop every prompt: the unfinished ones are aborted (once, in one message)."""
+        unfinished = [request_id for request_id in self.ids if request_id not in self.finished]
         self._heard.clear()
+        if unfinished:
+            self.finished.update(unfinished)
+            await self.manager.abort(unfinished)
 
     async def _receive(self, deadline: float) -> W.Message | None:
         """The next event of any prompt; None after `deadline` (`time.monotonic()`), or once

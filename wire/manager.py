@@ -3,9 +3,9 @@
 The gateway sends a `Generate` per prompt; the manager routes it to the tenant's worker,
 starting one if needed, which serves all of the tenant's models; the worker streams `Started`,
 `Delta`s and `Done` (or `Failed`) back through the manager (an embedding request's vector in its
-`Done`, no `Delta`). `Abort` stops a request whose HTTP client went away. Fine-tuning jobs are
-controlled over the same sockets by the messages of `wire.jobs`, and the data dir's records by
-those of `wire.store`.
+`Done`, no `Delta`). `Abort` stops the prompts of a request whose HTTP client went away (all of
+them in one message). Fine-tuning jobs are controlled over the same sockets by the messages of
+`wire.jobs`, and the data dir's records by those of `wire.store`.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Generate(msgspec.Struct, tag="generate", array_like=True):
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):
-    id: str
+    ids: list[str]  # one message for all of a request's unfinished prompts
 
 
 class TokenLogprob(msgspec.Struct, array_like=True):

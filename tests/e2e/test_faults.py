@@ -154,12 +154,13 @@ def test_a_request_right_after_a_worker_died_goes_to_a_new_worker(
 
 
 def test_a_non_streaming_request_stops_when_its_client_leaves(deployment: Deployment) -> None:
+    """Every one of its prompts (aborted together, in one message through the manager)."""
     acme = deployment.client("acme")
     acme.completions.create(model="acme/lora-a", prompt="warm", max_tokens=1)
     impatient = deployment.client("acme", timeout=1.0)
     with pytest.raises(openai.APITimeoutError):  # the client hangs up after 1 s
-        impatient.completions.create(model="acme/lora-a", prompt="Long", max_tokens=1900,
-                                     extra_body={"ignore_eos": True})
+        impatient.completions.create(model="acme/lora-a", prompt=["Long", "Longer", "Longest"],
+                                     max_tokens=1900, extra_body={"ignore_eos": True})
     left = time.monotonic()
     while True:
         busy = [w for w in manager_status(deployment).workers if "acme/lora-a@1" in w.models]

@@ -41,7 +41,7 @@ class ManagerStandIn:
         self._trainers: dict[str, int] = {}  # job id -> its stand-in trainer's "pid"
         self._next: list[Callable[[], object]] = []  # trainers' doings, after each message
         self.answer: Callable[[W.Generate], list[W.Message]] = unavailable  # a worker's events
-        self.aborted: list[str] = []  # the request ids of the Aborts, in order
+        self.aborted: list[list[str]] = []  # each Abort's request ids, in order
         self.scheduler = JobScheduler(
             self.records.ledger, self._start,
             lambda job, threads: TrainerSpec(job=trainer_job(job, files),
@@ -82,7 +82,7 @@ class ManagerStandIn:
                 for event in self.answer(message):
                     self._send(identity, event)
             elif isinstance(message, W.Abort):
-                self.aborted.append(message.id)
+                self.aborted.append(message.ids)
             while self._next:
                 self._next.pop(0)()
 

@@ -49,13 +49,14 @@ def settings_of(tmp_path, first_s: float = 5, next_s: float = 120) -> GatewaySet
 
 
 def aborted_once(manager, count: int) -> list[str]:
-    """The prompts' indices in the stand-in's Aborts, once `count` came (its thread reads
-    them a moment after the answer)."""
+    """The prompts' indices in the stand-in's one Abort, once it came (its thread reads it a
+    moment after the answer) naming `count`."""
     deadline = time.monotonic() + 5
-    while len(manager.aborted) < count and time.monotonic() < deadline:
+    while not manager.aborted and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.1)  # no second Abort of any
-    return sorted(a.rsplit("-", 1)[1] for a in manager.aborted)
+    time.sleep(0.1)  # no second Abort
+    assert len(manager.aborted) == 1 and len(manager.aborted[0]) == count, manager.aborted
+    return sorted(a.rsplit("-", 1)[1] for a in manager.aborted[0])
 
 
 def test_every_prompt_is_sent_before_any_has_started(tmp_path) -> None:

@@ -24,7 +24,7 @@ class EchoManager:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.endpoint = f"tcp://127.0.0.1:{self.sock.bind_to_random_port('tcp://127.0.0.1')}"
-        self.received: list[tuple[str, str]] = []
+        self.received: list[tuple[str, str | list[str]]] = []
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -35,7 +35,8 @@ class EchoManager:
                 continue
             peer, data = self.sock.recv_multipart()
             message = W.decode(data)
-            self.received.append((type(message).__name__, getattr(message, "id", "")))
+            self.received.append((type(message).__name__,
+                                  getattr(message, "id", getattr(message, "ids", ""))))
             if isinstance(message, W.Status):
                 self._send(peer, W.StatusReply([], True, {}))
             elif isinstance(message, W.Generate):
@@ -154,15 +155,15 @@ def test_messages_leave_in_the_order_sent(manager):
         try:
             inbox = client.open([generate("first", 1000)])
             assert isinstance(await client.next(inbox, 30), W.Started)
-            await client.abort("first")  # the consumer stops early
+            await client.abort(["first"])  # the consumer stops early
             for i in range(100):
-                await client.send(W.Abort(f"a{i}"))
+                await client.send(W.Abort([f"a{i}"]))
             await client.fresh_status(5.0)
         finally:
             await client.close()
         kinds = [entry for entry in manager.received if entry[0] != "Status"]
-        assert kinds == [("Generate", "first"), ("Abort", "first")] + \
-            [("Abort", f"a{i}") for i in range(100)]
+        assert kinds == [("Generate", "first"), ("Abort", ["first"])] + \
+            [("Abort", [f"a{i}"]) for i in range(100)]
 
     asyncio.run(run())
 

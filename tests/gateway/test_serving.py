@@ -30,7 +30,7 @@ class StandInManager:
         self.sock.setsockopt(zmq.LINGER, 0)
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
-        self.aborted: list[str] = []
+        self.aborted: list[list[str]] = []  # each Abort's ids
         self.generates: list[W.Generate] = []
         self.streaming: dict[str, asyncio.Task] = {}
 
@@ -47,9 +47,9 @@ class StandInManager:
                     self.streaming[message.id] = asyncio.create_task(
                         self._stream(peer, message.id))
             elif isinstance(message, W.Abort):
-                self.aborted.append(message.id)
-                if self.starts:
-                    self.streaming.pop(message.id).cancel()
+                self.aborted.append(message.ids)
+                for request_id in message.ids if self.starts else ():
+                    self.streaming.pop(request_id).cancel()
 
     async def _stream(self, peer: bytes, request_id: str) -> None:
         while True:
@@ -76,7 +76,7 @@ def _scope(app, body: bytes) -> dict:
 
 
 async def _client_leaves(data_dir, manager: StandInManager | None = None, body_after_s: float = 0
-                         ) -> tuple[list[dict], list[str]]:
+                         ) -> tuple[list[dict], list[list[str]]]:
     """POST a completion through the whole app, its body sent `body_after_s` after its headers;
     the client leaves 0.2 s after sending it."""
     manager = manager or StandInManager()
@@ -120,14 +120,14 @@ async def _client_leaves(data_dir, manager: StandInManager | None = None, body_a
 def test_a_request_whose_client_left_is_aborted_at_the_manager(tmp_path) -> None:
     sent, aborted = asyncio.run(_client_leaves(tmp_path))
     assert sent[0]["status"] == 499
-    assert len(aborted) == 1 and aborted[0].endswith("-0")
+    assert len(aborted) == 1 and len(aborted[0]) == 1 and aborted[0][0].endswith("-0")
 
 
 def test_a_client_that_leaves_before_its_prompts_start_has_them_aborted(tmp_path) -> None:
     manager = StandInManager(starts=False)
     sent, aborted = asyncio.run(_client_leaves(tmp_path, manager))
     assert sent[0]["status"] == 499
-    assert aborted == [g.id for g in manager.generates] and len(aborted) == 1
+    assert aborted == [[g.id for g in manager.generates]] and len(aborted[0]) == 1
 
 
 @pytest.mark.parametrize("asked", [{}, {"decode_target_ms": 0.25, "prefill_target_ms": 30,

@@ -12,7 +12,7 @@ MESSAGES = [
     W.Generate("r1", "acme", "acme/x", PARAMS, W.AdapterRef("/a", "LORA"), prompt="hi"),
     W.Generate("r2", "acme", "base", W.SamplingParams(), prompt_ids=[1, 2],
                messages=[W.ChatMessage("user", "hi")], max_context=100, fallback=True),
-    W.Abort("r1"),
+    W.Abort(["r1", "r2"]),
     W.Started("r1", 4, True, "hi", [W.TokenLogprob("h", float("-0.5"), [("h", -0.5)], [104])]),
     W.Delta("r1", 1, "text", [W.TokenLogprob("t", -1.0, [], [116])], "stop"),
     W.Done("r1", 4, 2),

@@ -208,10 +208,10 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
             continue
         if isinstance(message, W.Stop):
             return False
-        if isinstance(message, W.Abort):  # a request's prompts come aborted one after another
-            aborted.add(message.id)
-            if preparer:
-                preparer.drop(message.id)
+        if isinstance(message, W.Abort):  # several requests' may come one after another
+            aborted.update(message.ids)
+            for request_id in message.ids if preparer else ():
+                preparer.drop(request_id)
             continue
         _abort(aborted, adapters)
         if isinstance(message, W.WorkerThreads):

@@ -122,12 +122,12 @@ class Manager:
     def _from_gateway(self, gateway: bytes, message: W.Message) -> None:
         if isinstance(message, W.Generate):
             self._generate(gateway, self.admission.received(message))
-        elif isinstance(message, W.Abort):
-            self.admission.forget(message.id)
-            route = self.requests.drop(message.id)
-            if route is not None:
-                self.links.to_worker(route[1], message)
-                self.pool.forget(route[1], message.id)
+        elif isinstance(message, W.Abort):  # each worker told of its own in one message
+            for request_id in message.ids:
+                self.admission.forget(request_id)
+            for key, ids in self.requests.drop_all(message.ids).items():
+                self.links.to_worker(key, W.Abort(ids))
+                self.pool.forget(key, ids)
         elif isinstance(message, W.Status):
             self.links.reply(gateway, self._status())
         elif isinstance(message, W.Prefetch):  # to a worker that is up; none is started for it

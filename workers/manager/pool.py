@@ -134,10 +134,10 @@ class WorkerPool:
             self.counters["worker_evictions"] += 1
         return stale
 
-    def forget(self, key: str, request_id: str) -> None:
-        """A request no longer waits for, or runs in, worker `key` (it was aborted)."""
+    def forget(self, key: str, request_ids: list[str]) -> None:
+        """Requests no longer wait for, or run in, worker `key` (they were aborted)."""
         handle = self.workers.get(key)
-        if handle is not None:
+        for request_id in request_ids if handle is not None else ():
             handle.inflight.pop(request_id, None)
             handle.pending.pop(request_id, None)
 

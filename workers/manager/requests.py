@@ -23,6 +23,15 @@ class Requests:
         self.unanswered.pop(request_id, None)
         return self.routes.pop(request_id, None)
 
+    def drop_all(self, request_ids: list[str]) -> dict[str, list[str]]:
+        """Drop each request; the ids of those that were in flight, by the worker of each."""
+        by_worker: dict[str, list[str]] = {}
+        for request_id in request_ids:
+            route = self.drop(request_id)
+            if route is not None:
+                by_worker.setdefault(route[1], []).append(request_id)
+        return by_worker
+
     def answer(self, message: W.Message) -> tuple[bytes, str] | None:
         """A worker's event for a request: the gateway to pass it to and the request's tenant
         and model as `model_key` (None: aborted); the request is answered now, and gone once

@@ -156,9 +156,10 @@ def test_a_short_prompt_is_prepared_in_the_loop_and_joins_at_once(executor_for) 
 
 
 def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_for) -> None:
-    """A request's prompts are aborted a message each: the waiting and running ones named go,
-    the rest keep their order, and a request sent between two aborts is in the queue in its
-    place (the aborts before it taken out first, those after it at the drain's end)."""
+    """Aborts in a row, each naming several prompts: the waiting and running ones named go
+    (an unknown id is passed over), the rest keep their order, and a request sent between two
+    aborts is in the queue in its place (the aborts before it taken out first, those after it
+    at the drain's end)."""
     with worker_on(executor_for, "aborting-worker") as worker:
         engine = worker.adapters.engine
         worker.send(asked("running", 1000, prompt_ids=[5, 6, 7]))
@@ -168,8 +169,8 @@ def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_fo
         for i in range(8):
             worker.send(asked(f"p{i}", prompt_ids=[5, 6, 7]))
         worker.receive()
-        for message in (W.Abort("p1"), W.Abort("p3"), W.Abort("running"), W.Abort("nothing"),
-                        asked("late", prompt_ids=[8, 9]), W.Abort("p5"), W.Abort("p7")):
+        for message in (W.Abort(["p1", "p3"]), W.Abort(["running", "nothing"]),
+                        asked("late", prompt_ids=[8, 9]), W.Abort(["p5", "p7"])):
             worker.send(message)
         worker.receive()
         assert [r.id for r in engine.waiting] == ["p0", "p2", "p4", "p6", "late"]

@@ -15,7 +15,7 @@ COUNT = 5000
 def received(sock: zmq.Socket) -> list[str]:
     ids = []
     while sock.poll(500):
-        ids.append(W.decode(sock.recv()).id)
+        ids.extend(W.decode(sock.recv()).ids)
     return ids
 
 
@@ -32,8 +32,8 @@ def test_every_message_reaches_a_worker_and_a_gateway_that_read_late(tmp_path) -
         worker.send(W.encode(W.Ready("acme", 1, 0.0)))
         links.back.recv_multipart()  # connected both ways
         for k in range(COUNT):
-            links.to_worker("acme", W.Abort(f"r-{k}"))
-            links.reply(identity, W.Abort(f"r-{k}"))
+            links.to_worker("acme", W.Abort([f"r-{k}"]))
+            links.reply(identity, W.Abort([f"r-{k}"]))
         want = [f"r-{k}" for k in range(COUNT)]
         assert received(worker) == want
         assert received(gateway) == want
@@ -53,16 +53,16 @@ def test_a_message_not_of_two_frames_or_undecodable_is_dropped_and_the_rest_hand
     try:
         gateway.setsockopt(zmq.IDENTITY, b"gw")
         gateway.connect(f"ipc://{tmp_path}/front.sock")
-        gateway.send(W.encode(W.Abort("first")))
-        gateway.send_multipart([W.encode(W.Abort("two")), W.encode(W.Abort("frames"))])
+        gateway.send(W.encode(W.Abort(["first"])))
+        gateway.send_multipart([W.encode(W.Abort(["two"])), W.encode(W.Abort(["frames"]))])
         gateway.send(b"\x00not msgpack")
-        gateway.send(W.encode(W.Abort("last")))
+        gateway.send(W.encode(W.Abort(["last"])))
         poller = zmq.Poller()
         links.register(poller)
         while len(handled) < 2 and (events := dict(poller.poll(2000))):
             links.drain(events, lambda identity, message: handled.append((identity, message)),
                         lambda identity, message: None)
-        assert handled == [(b"gw", W.Abort("first")), (b"gw", W.Abort("last"))]
+        assert handled == [(b"gw", W.Abort(["first"])), (b"gw", W.Abort(["last"]))]
     finally:
         gateway.close(0)
         links.close()

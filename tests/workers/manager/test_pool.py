@@ -143,7 +143,7 @@ def test_an_aborted_request_leaves_the_queues_it_waits_in_the_rest_in_order() ->
         handle.pending[request.id] = request
         assert room.wait(b"gateway", request, 1, None, NotYet("no slot yet")) is None
     for request in asked[1::2]:
-        pool.forget(handle.key, request.id)
+        pool.forget(handle.key, [request.id])
         room.forget(request.id)
     assert list(handle.pending.values()) == asked[::2] and list(handle.inflight) == \
         [r.id for r in asked[::2]]
