@@ -24,7 +24,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from peft import PeftConfig, PeftModel, PeftModelForCausalLM
@@ -34,9 +33,9 @@ from wire.manager import AdapterCache, AdapterRef
 from workers.inference.budget import Budget, Holding, tensor_bytes
 from workers.inference.engine import InferenceEngine
 from workers.inference.groups import Groups, batch_family, read_adapter
+from workers.inference.loaded import InUse, Loaded
 from workers.inference.slots import (
     WEIGHTS,
-    Place,
     clone,
     fill,
     place_of,
@@ -49,26 +48,6 @@ log = logging.getLogger("workers.adapters")
 
 class AdapterLoadError(Exception):
     pass
-
-
-@dataclass
-class Loaded:
-    model: str  # the model id requests name (an adapter version)
-    name: str  # its name inside the PeftModel
-    engine: InferenceEngine
-    shared: bool  # one of many in a PeftModel (rows name it): the LoRA adapters' or a group's
-    tenant: str = ""
-    bytes: int = 0  # what it holds resident (Budget.bytes)
-    last_used: float = 0.0
-    shape: str | None = None  # a shared adapter's: which others could take its place
-    place: Place | None = None  # a shared adapter's tensors, once another took its place
-    group: str | None = None  # an IA3 adapter's group (groups.py)
-    prefill: PeftModel | None = None  # a prompt or prefix tuning adapter's model
-
-    def busy(self) -> bool:
-        if self.prefill is not None:
-            return any(r.prefill is self.prefill for r in self.engine.waiting)  # its prompts
-        return self.engine.uses(self.name) if self.shared else self.engine.has_work()
 
 
 class Adapters:
@@ -132,10 +111,11 @@ class Adapters:
         is to go."""
         if not self.unloading and not self.past_budget:
             return
-        for model in [m for m in self.unloading if not self.loaded[m].busy()]:
+        in_use = InUse()
+        for model in [m for m in self.unloading if not self.loaded[m].busy(in_use)]:
             self._drop(model)
-        idle = sorted((a for a in self.loaded.values()
-                       if not a.busy() and a.model != keep and a.model not in self.unloading),
+        idle = sorted((a for a in self.loaded.values() if not a.busy(in_use)
+                       and a.model != keep and a.model not in self.unloading),
                       key=lambda a: a.last_used)
         holding = self._holding()
         for adapter in idle:
@@ -195,7 +175,9 @@ class Adapters:
         its group; the tenant's own when only the tenant's share is full), when one more would
         be past the budget and its file fits that adapter's tensors; None otherwise."""
         shape = shape_of(path)
-        idle = [a for a in self.loaded.values() if a.shared and a.shape == shape and not a.busy()]
+        in_use = InUse()
+        idle = [a for a in self.loaded.values()
+                if a.shared and a.shape == shape and not a.busy(in_use)]
         if not idle:
             return None
         holding = self._holding()  # with the newcomer: the same shape holds the same bytes

@@ -80,10 +80,10 @@ class InferenceEngine:
         self.rows.close()
         self.rows = RowAdapters(model if mixed else None)
 
-    def uses(self, adapter: str) -> bool:
-        """Whether a waiting or running request is served by `adapter`."""
-        return any(r.adapter == adapter for r in [*self.waiting, *self.chunks.requests]) or \
-            any(s.request.adapter == adapter for s in self.running)
+    def adapters_in_use(self) -> set[str]:
+        """The adapters that serve a waiting, prefilling or running request."""
+        return {r.adapter for r in [*self.waiting, *self.chunks.requests]} | \
+            {s.request.adapter for s in self.running}
 
     @property
     def running(self) -> list[Sequence]:
