@@ -10,7 +10,7 @@ from wire import manager as W
 from wire.call.messages import NO_TARGETS, CallTargets
 
 
-@dataclass
+@dataclass(eq=False)  # one request is one object: found and removed by identity
 class Request:
     id: str
     prompt_ids: list[int]
