@@ -208,7 +208,7 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
             continue
         if isinstance(message, W.Stop):
             return False
-        if isinstance(message, W.Abort):  # several requests' may come one after another
+        if isinstance(message, W.Abort):  # a run of them (each a request's prompts) goes together
             aborted.update(message.ids)
             for request_id in message.ids if preparer else ():
                 preparer.drop(request_id)
