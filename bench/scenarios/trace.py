@@ -42,7 +42,6 @@ def load_trace(n: int, stretch: float, prompt_scale: float, output_scale: float)
              max(2, min(64, round(int(r["GeneratedTokens"]) / output_scale)))) for r in rows]
 
 
-
 def api_keys(tenants: int) -> str:
     """SYMBIOSIS_API_KEYS for tenants t0, t1, ... with keys sk-t0, sk-t1, ..."""
     return ",".join(f"t{i}=sk-t{i}" for i in range(tenants))
@@ -50,6 +49,8 @@ def api_keys(tenants: int) -> str:
 
 def auth(tenant: int) -> dict[str, str]:
     return {"Authorization": f"Bearer sk-t{tenant}"}
+
+
 async def _request(client: httpx.AsyncClient, tenant: int, prompt: int, output: int,
                    at: float, t0: float, out: list) -> None:
     await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
