@@ -27,7 +27,7 @@ from wire.jobs import JobCommand, JobState
 from wire.store import StoreAnswer, StoreCommand
 
 log = logging.getLogger("gateway.manager")
-DRAIN = 256  # replies routed in one go
+DRAIN = 256  # replies routed in one go (the frame that passes it routed whole)
 
 
 class ManagerUnavailable(Exception):
@@ -70,15 +70,16 @@ class ManagerClient:
         return time.monotonic() - self.last_seen < self.stale_s
 
     def open(self, requests: list[W.Generate]) -> Inbox:
-        """Send every request at once; the replies to all of them wait in the one inbox
-        returned (in the order they come), each id's until `forget` or `abort` lets it go."""
+        """Send every request at once, in one frame; the replies to all of them wait in the one
+        inbox returned (in the order they come), each id's until `forget` or `abort` lets it
+        go."""
         if not self.up:
             raise ManagerUnavailable("the worker manager is not reachable")
         inbox = Inbox()
         for request in requests:
             self._inboxes[request.id] = inbox
-        for request in requests:
-            self._sock.send(W.encode(request), zmq.NOBLOCK)
+        if requests:
+            self._sock.send(W.encode(W.framed(requests)), zmq.NOBLOCK)
         self._wake_if_waiting()
         return inbox
 
@@ -161,22 +162,24 @@ class ManagerClient:
         while True:
             await self._readable.wait()
             self._readable.clear()
-            for _ in range(DRAIN):
+            routed = 0
+            while routed < DRAIN:
                 try:
                     data = self._sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                self._route(data)
+                routed += self._route(data)
             else:  # more may wait: on after the others' turn
                 self._readable.set()
                 await asyncio.sleep(0)
 
-    def _route(self, data: bytes) -> None:
+    def _route(self, data: bytes) -> int:
+        """The frame's replies each to its inbox; how many it held."""
         try:
             message = W.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             log.warning("undecodable message from the manager")
-            return
+            return 1
         self.last_seen = time.monotonic()
         if isinstance(message, W.StatusReply):
             self.status = message
@@ -184,10 +187,13 @@ class ManagerClient:
                 if not future.done():
                     future.set_result(message)
             self._status_waiters.clear()
-            return
-        inbox = self._inboxes.get(getattr(message, "id", ""))
-        if inbox is not None:
-            inbox.put(message)
+            return 1
+        replies = W.unframed(message)
+        for reply in replies:
+            inbox = self._inboxes.get(getattr(reply, "id", ""))
+            if inbox is not None:
+                inbox.put(reply)
+        return len(replies)
 
     async def _heartbeat(self) -> None:
         while True:

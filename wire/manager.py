@@ -3,9 +3,12 @@
 The gateway sends a `Generate` per prompt; the manager routes it to the tenant's worker,
 starting one if needed, which serves all of the tenant's models; the worker streams `Started`,
 `Delta`s and `Done` (or `Failed`) back through the manager (an embedding request's vector in its
-`Done`, no `Delta`). `Abort` stops the prompts of a request whose HTTP client went away (all of
-them in one message). Fine-tuning jobs are controlled over the same sockets by the messages of
-`wire.jobs`, and the data dir's records by those of `wire.store`.
+`Done`, no `Delta`). Several of them travel as one frame: a request's prompts as `Generates`
+(gateway -> manager -> worker), replies as `Replies` (a worker's step's, and on from the manager
+each gateway's share); a frame of one message is that message. `Abort` stops the prompts of a
+request whose HTTP client went away (all of them in one message). Fine-tuning jobs are
+controlled over the same sockets by the messages of `wire.jobs`, and the data dir's records by
+those of `wire.store`.
 """
 
 from __future__ import annotations
@@ -118,6 +121,10 @@ class Abort(msgspec.Struct, tag="abort", array_like=True):
     ids: list[str]  # one message for all of a request's unfinished prompts
 
 
+class Generates(msgspec.Struct, tag="generates", array_like=True):
+    requests: list[Generate]  # handled in their order, as if each came alone
+
+
 class TokenLogprob(msgspec.Struct, array_like=True):
     token: str
     logprob: float  # NaN: none (the first prompt token)
@@ -155,6 +162,31 @@ class Failed(msgspec.Struct, tag="failed", array_like=True):
     status: int  # the HTTP status the gateway should answer with
     code: str
     message: str
+
+
+Reply = Started | Delta | Done | Failed
+
+
+class Replies(msgspec.Struct, tag="replies", array_like=True):
+    replies: list[Reply]  # passed on in their order, as if each came alone
+
+
+def framed(messages: list[Generate] | list[Reply]) -> Generate | Generates | Reply | Replies:
+    """`messages` (at least one, all requests or all replies) as one frame's message."""
+    if len(messages) == 1:
+        return messages[0]
+    if isinstance(messages[0], Generate):
+        return Generates(messages)
+    return Replies(messages)
+
+
+def unframed(message: Message) -> list[Message]:
+    """The messages a frame's message carries: those of `Generates` or `Replies`, else itself."""
+    if isinstance(message, Generates):
+        return message.requests
+    if isinstance(message, Replies):
+        return message.replies
+    return [message]
 
 
 # worker <-> manager control
@@ -234,8 +266,8 @@ class Prefetch(msgspec.Struct, tag="prefetch", array_like=True):
     adapter: AdapterRef
 
 
-Message = (Generate | Abort | Started | Delta | Done | Failed | Ready | LoadFailed | AdapterCache
-           | Unload | WorkerThreads
+Message = (Generate | Generates | Abort | Started | Delta | Done | Failed | Replies | Ready
+           | LoadFailed | AdapterCache | Unload | WorkerThreads
            | Stop | Status | StatusReply | Prefetch | JobCommand | JobState | TrainerHello
            | TrainerControl | TrainerThreads | TrainerAck | TrainerStarted | TrainerEvent
            | TrainerCheckpoint | TrainerFinished | TrainerStopped | StoreCommand | StoreAnswer)

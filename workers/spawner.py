@@ -34,7 +34,8 @@ import workers.remote.build  # noqa: F401
 from wire import spawner as S
 from wire.call.device import assert_fork_safe
 from wire.forking import fork_child
-from workers.inference.worker import Preloaded, preload, serve
+from workers.inference.preloaded import Preloaded, preload
+from workers.inference.worker import serve
 from workers.training.runner import run as train
 
 # peft reads transformers' deprecated `is_gradient_checkpointing` on every PeftModel: one

@@ -69,22 +69,22 @@ class ManagerStandIn:
             if not self._sock.poll(20):
                 continue
             identity, data = self._sock.recv_multipart()
-            message = W.decode(data)
-            if isinstance(message, W.Status):
-                self._send(identity, W.StatusReply([], True, {}))
-            elif isinstance(message, JobCommand):
-                self.scheduler.command(identity, message)
-            elif isinstance(message, StoreCommand):
-                done = self.records.take(identity, message)
-                if done is not None:
-                    self._send(identity, done)
-            elif isinstance(message, W.Generate):
-                for event in self.answer(message):
-                    self._send(identity, event)
-            elif isinstance(message, W.Abort):
-                self.aborted.append(message.ids)
-            while self._next:
-                self._next.pop(0)()
+            for message in W.unframed(W.decode(data)):  # a request's prompts come as one
+                if isinstance(message, W.Status):
+                    self._send(identity, W.StatusReply([], True, {}))
+                elif isinstance(message, JobCommand):
+                    self.scheduler.command(identity, message)
+                elif isinstance(message, StoreCommand):
+                    done = self.records.take(identity, message)
+                    if done is not None:
+                        self._send(identity, done)
+                elif isinstance(message, W.Generate):
+                    for event in self.answer(message):
+                        self._send(identity, event)
+                elif isinstance(message, W.Abort):
+                    self.aborted.append(message.ids)
+                while self._next:
+                    self._next.pop(0)()
 
     def _send(self, identity: bytes, message: msgspec.Struct) -> None:
         self._sock.send_multipart([identity, W.encode(message)])

@@ -1,6 +1,7 @@
 """The gateway's connection to the worker manager against a real ROUTER socket in a thread that
 answers at once: every reply reaches its request, in order, however the replies and the sends
-interleave (a reply that arrives during a send must still wake the reader)."""
+interleave (a reply that arrives during a send must still wake the reader), and a request's
+prompts leave as one frame."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from wire import manager as W
 
 class EchoManager:
     """Answers Status, and each Generate with Started, `max_tokens` Deltas (their text the
-    token's number) and Done, as soon as it reads it; records every message's kind in order."""
+    token's number) and Done, as soon as it reads it, in frames of up to `FRAME` replies (the
+    manager passes a worker's on so); records every message's kind in order, and how many
+    each frame it read carried."""
+
+    FRAME = 7
 
     def __init__(self) -> None:
         self.ctx = zmq.Context()
@@ -25,6 +30,7 @@ class EchoManager:
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.endpoint = f"tcp://127.0.0.1:{self.sock.bind_to_random_port('tcp://127.0.0.1')}"
         self.received: list[tuple[str, str | list[str]]] = []
+        self.frames: list[int] = []
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -34,16 +40,20 @@ class EchoManager:
             if not self.sock.poll(50):
                 continue
             peer, data = self.sock.recv_multipart()
-            message = W.decode(data)
-            self.received.append((type(message).__name__,
-                                  getattr(message, "id", getattr(message, "ids", ""))))
-            if isinstance(message, W.Status):
-                self._send(peer, W.StatusReply([], True, {}))
-            elif isinstance(message, W.Generate):
-                self._send(peer, W.Started(message.id, 1))
-                for token in range(message.params.max_tokens or 0):
-                    self._send(peer, W.Delta(message.id, 0, str(token)))
-                self._send(peer, W.Done(message.id, 1, message.params.max_tokens or 0))
+            messages, replies = W.unframed(W.decode(data)), []
+            self.frames.append(len(messages))
+            for message in messages:
+                self.received.append((type(message).__name__,
+                                      getattr(message, "id", getattr(message, "ids", ""))))
+                if isinstance(message, W.Status):
+                    self._send(peer, W.StatusReply([], True, {}))
+                elif isinstance(message, W.Generate):
+                    tokens = message.params.max_tokens or 0
+                    replies += [W.Started(message.id, 1),
+                                *(W.Delta(message.id, 0, str(t)) for t in range(tokens)),
+                                W.Done(message.id, 1, tokens)]
+            for first in range(0, len(replies), self.FRAME):
+                self._send(peer, W.framed(replies[first:first + self.FRAME]))
 
     def _send(self, peer: bytes, message) -> None:
         self.sock.send_multipart([peer, W.encode(message)])
@@ -164,6 +174,21 @@ def test_messages_leave_in_the_order_sent(manager):
         kinds = [entry for entry in manager.received if entry[0] != "Status"]
         assert kinds == [("Generate", "first"), ("Abort", ["first"])] + \
             [("Abort", [f"a{i}"]) for i in range(100)]
+
+    asyncio.run(run())
+
+
+def test_a_requests_prompts_leave_as_one_frame(manager):
+    async def run() -> None:
+        client = await connected(manager)
+        try:
+            events = await events_of(client, [generate(f"p{i}", 2) for i in range(3)])
+        finally:
+            await client.close()
+        assert [kind for kind in manager.received if kind[0] != "Status"] == \
+            [("Generate", f"p{i}") for i in range(3)]
+        assert 3 in manager.frames  # the three in one
+        assert all(len(events[f"p{i}"]) == 4 for i in range(3))
 
     asyncio.run(run())
 

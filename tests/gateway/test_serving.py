@@ -37,19 +37,19 @@ class StandInManager:
     async def serve(self) -> None:
         while True:
             peer, data = await self.sock.recv_multipart()
-            message = W.decode(data)
-            if isinstance(message, W.Status):
-                await self._send(peer, W.StatusReply([], True, {}))
-            elif isinstance(message, W.Generate):
-                self.generates.append(message)
-                if self.starts:
-                    await self._send(peer, W.Started(message.id, 1, False))
-                    self.streaming[message.id] = asyncio.create_task(
-                        self._stream(peer, message.id))
-            elif isinstance(message, W.Abort):
-                self.aborted.append(message.ids)
-                for request_id in message.ids if self.starts else ():
-                    self.streaming.pop(request_id).cancel()
+            for message in W.unframed(W.decode(data)):  # a request's prompts come as one
+                if isinstance(message, W.Status):
+                    await self._send(peer, W.StatusReply([], True, {}))
+                elif isinstance(message, W.Generate):
+                    self.generates.append(message)
+                    if self.starts:
+                        await self._send(peer, W.Started(message.id, 1, False))
+                        self.streaming[message.id] = asyncio.create_task(
+                            self._stream(peer, message.id))
+                elif isinstance(message, W.Abort):
+                    self.aborted.append(message.ids)
+                    for request_id in message.ids if self.starts else ():
+                        self.streaming.pop(request_id).cancel()
 
     async def _stream(self, peer: bytes, request_id: str) -> None:
         while True:

@@ -1,4 +1,6 @@
-"""Gateway <-> manager <-> worker messages survive a round trip (and stay torch-free)."""
+"""Gateway <-> manager <-> worker messages survive a round trip (and stay torch-free); several
+requests or replies make one frame's message, which carries them in their order, and one is
+itself."""
 
 from __future__ import annotations
 
@@ -26,8 +28,19 @@ MESSAGES = [
                   {"a": 1}),
     W.Prefetch("acme", "acme/x@2", W.AdapterRef("/a", "LORA")),
 ]
+MESSAGES += [W.Generates(MESSAGES[:2]), W.Replies(MESSAGES[3:7])]
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_round_trip(message) -> None:
     assert W.decode(W.encode(message)) == message
+
+
+def test_requests_or_replies_framed_are_carried_in_their_order() -> None:
+    requests, replies = MESSAGES[:2], MESSAGES[3:7]
+    assert W.framed(requests) == W.Generates(requests)
+    assert W.framed(replies) == W.Replies(replies)
+    assert W.framed(replies[:1]) is replies[0]
+    for messages in (requests, replies, replies[:1]):
+        assert W.unframed(W.decode(W.encode(W.framed(messages)))) == messages
+    assert W.unframed(W.Stop()) == [W.Stop()]

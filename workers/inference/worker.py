@@ -9,12 +9,12 @@ of their own (`preparer`), so it holds up no other request's steps.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass
+from collections import deque
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -29,6 +29,7 @@ from workers.inference.engine import Emit, InferenceEngine
 from workers.inference.grammar import Grammars
 from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
+from workers.inference.preloaded import Preloaded
 from workers.inference.preparer import Prepared, Preparer, heavy, prepare
 from workers.inference.request import Request
 from workers.remote.handle import ExecutorError, ExecutorUnavailable
@@ -40,49 +41,6 @@ log = logging.getLogger("workers.worker")
 # that stalled every sequence decoding beside it; now they come in between its steps. With none
 # decoding, a drain takes all: the step that follows is then as full as it can be.
 DRAIN_S = 0.01
-
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
-    "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-
-@dataclass
-class Preloaded:
-    """What the spawner loads once and every forked worker shares."""
-
-    tokenizer: Any
-    max_context: int
-    eos_ids: tuple[int, ...]
-    # a copy for the preparer's thread (the loop's detokenizes meanwhile), made once here:
-    # made in each worker after Ready, it held up its first requests (TTFT p50 +100 ms)
-    spare_tokenizer: Any
-
-
-def preload(base: str) -> Preloaded:
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-    from catalogue.resolve import resolve_model
-
-    path = resolve_model(base)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.chat_template is None:
-        tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
-    config = AutoConfig.from_pretrained(path)
-    eos: set[int] = set()
-    try:
-        generation = GenerationConfig.from_pretrained(path)
-        ids = generation.eos_token_id
-        eos.update(ids if isinstance(ids, list) else [ids] if ids is not None else [])
-    except OSError:
-        pass
-    if tokenizer.eos_token_id is not None:
-        eos.add(tokenizer.eos_token_id)
-    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
-                                                                          2048)
-    return Preloaded(tokenizer, int(context), tuple(sorted(eos)), copy.deepcopy(tokenizer))
-
 
 def build_adapters(config: WorkerSpec, preloaded: Preloaded,
                    threads: ForwardThreads | None = None) -> Adapters:
@@ -158,12 +116,10 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
     preparer = Preparer(ctx, lambda message: prepare(message, preloaded.spare_tokenizer,
                                                      preloaded.max_context, grammars))
 
-    def send(events: list[W.Message]) -> None:
-        for event in events:
-            sock.send(W.encode(event))
-
+    send = partial(_send, sock)
+    intake: deque[W.Generate] = deque()
     try:
-        while _receive(sock, adapters, preloaded, threads, preparer):
+        while _receive(sock, adapters, preloaded, threads, intake, preparer):
             busy = [engine for engine in adapters.engines() if engine.has_work()]
             for engine in busy:
                 send(_step(engine, send))
@@ -180,26 +136,29 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
 
 
 def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
-             threads: ForwardThreads, preparer: Preparer | None = None) -> bool:
-    """Handle the waiting messages (for up to `DRAIN_S` while sequences decode), and every
-    request `preparer` has made ready (a `heavy` one is handed to it; without one, or a light
-    one, is prepared here); False when told to stop."""
+             threads: ForwardThreads, intake: deque[W.Generate],
+             preparer: Preparer | None = None) -> bool:
+    """Handle the waiting messages and take the requests they brought (`intake`, kept across
+    drains: a frame may bring thousands) one by one, for up to `DRAIN_S` while sequences
+    decode, and every request `preparer` has made ready (a `heavy` one is handed to it; without
+    one, or a light one, is prepared here); False when told to stop."""
     engines = adapters.engines()
-    timeout = 0 if any(e.has_work() for e in engines) else 1000
+    timeout = 0 if intake or any(e.has_work() for e in engines) else 1000
     decoding = any(e.running or e.chunks.partials for e in engines)  # owed their next step
     budget_s = DRAIN_S if decoding else math.inf  # how long this drain may hold that step up
     poll = preparer.poller(sock).poll if preparer else sock.poll
     aborted: set[str] = set()  # taken out together, before the next other message is handled
     began = None  # when its first message was read
-    while poll(timeout):
+    while intake or poll(timeout):
         timeout, now = 0, time.perf_counter()
         began = now if began is None else began
         if now - began > budget_s:  # the rest after the next step
             break
         for prepared in preparer.ready() if preparer else []:
-            for event in _generate(prepared.message, adapters, preloaded, prepared):
-                sock.send(W.encode(event))
-        if not sock.poll(0):
+            _send(sock, _generate(prepared.message, adapters, preloaded, prepared))
+        if not sock.poll(0):  # the messages first: an abort reaches the requests not yet taken
+            if intake:
+                _take(intake.popleft(), sock, adapters, preloaded, preparer)
             continue
         try:
             message = W.decode(sock.recv())
@@ -210,8 +169,7 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
             return False
         if isinstance(message, W.Abort):  # a run of them (each a request's prompts) goes together
             aborted.update(message.ids)
-            for request_id in message.ids if preparer else ():
-                preparer.drop(request_id)
+            _drop(aborted, intake, preparer)
             continue
         _abort(aborted, adapters)
         if isinstance(message, W.WorkerThreads):
@@ -224,13 +182,32 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
                 adapters.route(message.model, message.adapter, message.tenant)
             except AdapterLoadError as exc:  # its first request will say so
                 log.warning("prefetch of %s failed: %s", message.model, exc)
-        elif isinstance(message, W.Generate) and preparer and heavy(message):
-            preparer.submit(message)
-        elif isinstance(message, W.Generate):
-            for event in _generate(message, adapters, preloaded):
-                sock.send(W.encode(event))
+        elif isinstance(message, W.Generate | W.Generates):
+            intake.extend(W.unframed(message))
     _abort(aborted, adapters)
     return True
+
+
+def _take(message: W.Generate, sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
+          preparer: Preparer | None) -> None:
+    if preparer is not None and heavy(message):
+        preparer.submit(message)
+    else:
+        _send(sock, _generate(message, adapters, preloaded))
+
+
+def _send(sock: zmq.Socket, events: list[W.Message]) -> None:
+    if events:  # one frame
+        sock.send(W.encode(W.framed(events)))
+
+
+def _drop(request_ids: set[str], intake: deque[W.Generate], preparer: Preparer | None) -> None:
+    """The requests of these ids not taken yet are never taken (nor those being prepared)."""
+    kept = [message for message in intake if message.id not in request_ids]
+    intake.clear()
+    intake.extend(kept)
+    for request_id in request_ids if preparer else ():
+        preparer.drop(request_id)
 
 
 def _abort(request_ids: set[str], adapters: Adapters) -> None:

@@ -107,6 +107,7 @@ class Manager:
                     next_sweep = time.monotonic() + 1
                     self._sweep()
                     self.probes.ask(poller)
+                self.links.flush()  # what this turn held: one frame a peer
         finally:
             self.spawner.stop()
             self.links.close()
@@ -120,8 +121,9 @@ class Manager:
     # -- gateway side ----------------------------------------------------------------------
 
     def _from_gateway(self, gateway: bytes, message: W.Message) -> None:
-        if isinstance(message, W.Generate):
-            self._generate(gateway, self.admission.received(message))
+        if isinstance(message, W.Generate | W.Generates):  # a request's prompts: each in turn
+            for request in W.unframed(message):
+                self._generate(gateway, self.admission.received(request))
         elif isinstance(message, W.Abort):  # each worker told of its own in one message
             for request_id in message.ids:
                 self.admission.forget(request_id)
@@ -187,13 +189,9 @@ class Manager:
         self.spawner.spawn(worker_spec(self.config, self.worker_bind, handle))
 
     def _status(self) -> W.StatusReply:
-        now = time.monotonic()
-        workers = [W.WorkerInfo(h.key, h.tenant, sorted(h.models), h.pid, h.state,
-                                len(h.inflight), now - h.last_used, self.pool.is_pinned(h.key),
-                                h.adapters, h.threads)
-                   for h in self.pool.workers.values()]
-        return W.StatusReply(workers, self.probes.serving.alive, dict(self.pool.counters),
-                             *self.probes.figures(), self.probes.training_up())
+        return W.StatusReply(self.pool.infos(), self.probes.serving.alive,
+                             dict(self.pool.counters), *self.probes.figures(),
+                             self.probes.training_up())
 
     # -- worker side -------------------------------------------------------------------------
 
@@ -225,18 +223,22 @@ class Manager:
                 self._fail_all(handle, 503, message.code,
                                f"the model could not be loaded: {message.message}")
                 handle.state = "stopping"
-        elif isinstance(message, (W.Started, W.Delta, W.Done, W.Failed)):
-            route = self.requests.answer(message)
-            if route is None:
-                return  # aborted meanwhile
-            gateway, tenant_model = route
-            if isinstance(message, W.Started) and message.fallback:
-                self.pool.counters["fallbacks"] += 1  # the worker could not load the adapter
-            self.admission.observe(tenant_model, message)
-            if isinstance(message, (W.Done, W.Failed)) and handle is not None:
-                handle.inflight.pop(message.id, None)
-                handle.last_used = time.monotonic()
-            self.links.reply(gateway, message)
+        elif isinstance(message, W.Reply | W.Replies):
+            for reply in W.unframed(message):
+                self._pass_on(handle, reply)
+
+    def _pass_on(self, handle: WorkerHandle | None, reply: W.Reply) -> None:
+        route = self.requests.answer(reply)
+        if route is None:
+            return  # aborted meanwhile
+        gateway, tenant_model = route
+        if isinstance(reply, W.Started) and reply.fallback:
+            self.pool.counters["fallbacks"] += 1  # the worker could not load the adapter
+        self.admission.observe(tenant_model, reply)
+        if isinstance(reply, (W.Done, W.Failed)) and handle is not None:
+            handle.inflight.pop(reply.id, None)
+            handle.last_used = time.monotonic()
+        self.links.reply(gateway, reply)
 
     def _from_spawner(self, event: S.Spawned | S.Exited) -> None:
         if isinstance(event, S.Spawned):
@@ -266,8 +268,7 @@ class Manager:
                            "the worker serving this model stopped; retry the request")
 
     def _failed_models(self, handle: WorkerHandle) -> None:
-        """The worker failed (it did not start, or died): a failure of each model it was
-        serving, for their circuit breakers."""
+        """Each model the worker served (it did not start, or died) fails once in its breaker."""
         for tenant_model in set(handle.inflight.values()):
             self.admission.breakers.failed(tenant_model)
 

@@ -137,9 +137,18 @@ class WorkerPool:
     def forget(self, key: str, request_ids: list[str]) -> None:
         """Requests no longer wait for, or run in, worker `key` (they were aborted)."""
         handle = self.workers.get(key)
-        for request_id in request_ids if handle is not None else ():
+        if handle is None:
+            return
+        for request_id in request_ids:
             handle.inflight.pop(request_id, None)
             handle.pending.pop(request_id, None)
+
+    def infos(self) -> list[W.WorkerInfo]:
+        """Each worker as `/status` describes it."""
+        now = self.clock()
+        return [W.WorkerInfo(h.key, h.tenant, sorted(h.models), h.pid, h.state, len(h.inflight),
+                             now - h.last_used, self.is_pinned(h.key), h.adapters, h.threads)
+                for h in self.workers.values()]
 
     def remove(self, key: str) -> WorkerHandle | None:
         return self.workers.pop(key, None)

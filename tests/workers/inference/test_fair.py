@@ -18,8 +18,9 @@ from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference import embedding
 from workers.inference.fair import FairQueue
+from workers.inference.preloaded import preload
 from workers.inference.request import Request
-from workers.inference.worker import _generate, build_adapters, preload
+from workers.inference.worker import _generate, build_adapters
 from workers.remote.client import ExecutorClient
 
 EMBED = W.SamplingParams(max_tokens=0, embed=True)

@@ -1,18 +1,21 @@
-"""Requests prepared by a thread of the worker's own (`workers.inference.preparer`): a prompt's
-ids are those `prompt_ids` gives, its constraint compiled as the engine compiles it, handed
-back in the order they came; an abort before it is ready drops it; one whose preparing breaks
-fails alone; and, in a worker against a real executor, one request's decode steps go on while
+"""Requests prepared by a thread of the worker's own (`workers.inference.preparer`): a prompt's ids
+are those `prompt_ids` gives, its constraint compiled as the engine compiles it, handed back in
+the order they came; an abort before it is ready drops it; one whose preparing breaks fails
+alone; and, in a worker against a real executor, one request's decode steps go on while
 another's 2 MB prompt is tokenized, while a short prompt is prepared in the loop itself and
-joins the next step; aborts that come one after another are taken out together, before the
-next other message; and a burst of requests holds up the steps of sequences that decode for at
-most `DRAIN_S` a drain, while with none decoding a drain takes them all."""
+joins the next step; a frame's requests are answered each in a frame of its own; aborts that
+come one after another are taken out together, before the next other message; and a burst of
+requests in one frame holds up the steps of sequences that decode for at most `DRAIN_S` a drain
+(the rest wait, in order, for the drains that follow, where an abort reaches them), while with
+none decoding a drain takes them all."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import zmq
 
@@ -21,9 +24,10 @@ from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference.adapters import Adapters
 from workers.inference.grammar import Grammars
+from workers.inference.preloaded import Preloaded, preload
 from workers.inference.preparer import Preparer, heavy, prepare
 from workers.inference.prompt import prompt_ids
-from workers.inference.worker import Preloaded, _receive, build_adapters, preload
+from workers.inference.worker import _receive, build_adapters
 from workers.threads import ForwardThreads
 
 MODEL = "tiny-llama"
@@ -96,12 +100,14 @@ class Worker:
     sock: zmq.Socket
     preparer: Preparer
     key: bytes
+    intake: deque[W.Generate] = field(default_factory=deque)  # kept across drains, as a worker's
 
     def send(self, message: W.Message) -> None:
         self.manager.send_multipart([self.key, W.encode(message)])
 
     def receive(self) -> None:
-        assert _receive(self.sock, self.adapters, self.preloaded, self.threads, self.preparer)
+        assert _receive(self.sock, self.adapters, self.preloaded, self.threads, self.intake,
+                        self.preparer)
 
 
 @contextlib.contextmanager
@@ -155,6 +161,21 @@ def test_a_short_prompt_is_prepared_in_the_loop_and_joins_at_once(executor_for) 
         assert worker.adapters.engine.has_work()
 
 
+def test_a_frames_requests_are_answered_each_in_one_frame(executor_for) -> None:
+    """Prompts to count (as the Responses API's input_tokens asks) in one frame: each one's
+    Started and Done come back together, as one frame, in the order asked."""
+    counted = [W.Generate(f"c{i}", "acme", MODEL, W.SamplingParams(count=True),
+                          prompt_ids=list(range(1, i + 2))) for i in range(3)]
+    with worker_on(executor_for, "counting-worker") as worker:
+        worker.send(W.Generates(counted))
+        worker.receive()
+        frames = []
+        while worker.manager.poll(100):
+            frames.append(W.decode(worker.manager.recv_multipart()[1]))
+    assert frames == [W.Replies([W.Started(f"c{i}", i + 1), W.Done(f"c{i}", i + 1, 0)])
+                      for i in range(3)]
+
+
 def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_for) -> None:
     """Aborts in a row, each naming several prompts: the waiting and running ones named go
     (an unknown id is passed over), the rest keep their order, and a request sent between two
@@ -178,26 +199,34 @@ def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_fo
 
 
 def test_a_burst_of_requests_comes_in_between_the_steps_of_those_decoding(executor_for) -> None:
-    """1,000 requests at once (as a 1,000-input request's prompts come, ~0.2 ms each to take in;
-    no more than this pipe's high-water mark holds): one drain takes them all while nothing decodes,
-    but only what `DRAIN_S` allows beside a sequence that decodes, which gets its next token
-    before the rest come in."""
+    """1,000 requests in one frame (as a 1,000-input request's prompts come, ~0.2 ms each to
+    take in): one drain takes them all while nothing decodes, but only what `DRAIN_S` allows
+    beside a sequence that decodes, which gets its next token before the rest come in, in
+    their order, over the drains that follow; an abort reaches those not taken yet."""
     burst = [asked(f"e{i}", 1, prompt=f"input {i} of a long request") for i in range(1000)]
     with worker_on(executor_for, "burst-worker") as worker:
         engine = worker.adapters.engine
-        for message in burst:
-            worker.send(message)
+        worker.send(W.Generates(burst))
         worker.receive()
         assert len(engine.waiting) == len(burst)
         engine.abort({m.id for m in burst})
         worker.send(asked("decoding", 1000, prompt_ids=[5, 6, 7]))
         worker.receive()
         engine.step()
-        for message in burst:
-            worker.send(message)
+        worker.send(W.Generates(burst))
         worker.receive()
-        assert 0 < len(engine.waiting) < len(burst)
+        assert 0 < len(engine.waiting) < len(burst) == len(engine.waiting) + len(worker.intake)
         assert [seq.request.id for seq in engine.running] == ["decoding"]
         generated = engine.running[0].generated
         engine.step()
         assert engine.running[0].generated == generated + 1
+        queued = [r.id for r in engine.waiting] + [m.id for m in worker.intake]
+        aborted = {m.id for m in burst[-100:]}
+        worker.send(W.Abort(sorted(aborted)))
+        drains = 0
+        while worker.intake:
+            worker.receive()
+            drains += 1
+        assert drains > 1  # still `DRAIN_S` a drain
+        assert [r.id for r in engine.waiting] == [i for i in queued if i not in aborted]
+        assert aborted <= set(queued)

@@ -11,7 +11,8 @@ from catalogue.resolve import resolve_model
 from tests.helpers import ExecutorProcess
 from wire import manager as W
 from wire.spawner import WorkerSpec
-from workers.inference.worker import _generate, build_adapters, preload
+from workers.inference.preloaded import preload
+from workers.inference.worker import _generate, build_adapters
 from workers.remote.client import ExecutorClient
 
 MODEL = "tiny-llama"

@@ -4,13 +4,16 @@ prefill runs on as many of its threads as its tokens keep busy, decode steps on 
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 import zmq
 
 from tests.helpers import ExecutorProcess
 from wire import manager as W
 from wire.spawner import WorkerSpec
-from workers.inference.worker import _generate, _receive, build_adapters, preload
+from workers.inference.preloaded import preload
+from workers.inference.worker import _generate, _receive, build_adapters
 from workers.threads import ForwardThreads
 
 MODEL = "tiny-llama"
@@ -47,7 +50,7 @@ def test_a_worker_prefills_on_the_share_it_is_told(executor_for, threads_back) -
         worker.setsockopt(zmq.IDENTITY, spec.key.encode())
         worker.connect("inproc://manager")
         manager.send_multipart([spec.key.encode(), W.encode(W.WorkerThreads(4))])
-        assert _receive(worker, adapters, preloaded, threads)  # the other worker stopped
+        assert _receive(worker, adapters, preloaded, threads, deque())  # the other one stopped
     finally:
         worker.close(0)
         manager.close(0)

@@ -1,13 +1,16 @@
 """The manager's sockets lose nothing however much comes at once: 5,000 messages sent to a
 worker that reads none yet (as to one still starting), and to a gateway, all arrive, in order
-(past ZeroMQ's default high-water mark, 1,000 a pipe, a ROUTER drops them silently)."""
+(past ZeroMQ's default high-water mark, 1,000 a pipe, a ROUTER drops them silently). Requests
+to a worker and replies to a gateway are held and go as one frame a peer, at `flush` or before
+the next other message to that peer, in their order; a gateway's replies at most `SHARE` a
+frame."""
 
 from __future__ import annotations
 
 import zmq
 
 from wire import manager as W
-from workers.manager.links import Links
+from workers.manager.links import SHARE, Links
 
 COUNT = 5000
 
@@ -37,6 +40,55 @@ def test_every_message_reaches_a_worker_and_a_gateway_that_read_late(tmp_path) -
         want = [f"r-{k}" for k in range(COUNT)]
         assert received(worker) == want
         assert received(gateway) == want
+    finally:
+        for sock in (worker, gateway):
+            sock.close(0)
+        links.close()
+        ctx.term()
+
+
+def frames(sock: zmq.Socket) -> list[W.Message]:
+    got = []
+    while sock.poll(500):
+        got.append(W.decode(sock.recv()))
+    return got
+
+
+def asked(request_id: str) -> W.Generate:
+    return W.Generate(request_id, "acme", "tiny-llama", W.SamplingParams(max_tokens=1))
+
+
+def test_requests_and_replies_go_as_one_frame_a_peer_in_their_order(tmp_path) -> None:
+    ctx = zmq.Context()
+    links = Links(ctx, f"ipc://{tmp_path}/front.sock", f"ipc://{tmp_path}/back.sock")
+    worker, gateway = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    try:
+        worker.setsockopt(zmq.IDENTITY, b"acme")
+        worker.connect(f"ipc://{tmp_path}/back.sock")
+        gateway.connect(f"ipc://{tmp_path}/front.sock")
+        gateway.send(W.encode(W.Status()))
+        identity, _ = links.front.recv_multipart()
+        worker.send(W.encode(W.Ready("acme", 1, 0.0)))
+        links.back.recv_multipart()
+        links.to_worker("acme", asked("a"))
+        links.to_worker("acme", asked("b"))
+        links.to_worker("acme", W.Abort(["a"]))  # the held requests go first
+        links.to_worker("acme", asked("c"))
+        replies = [W.Started("a", 3), W.Delta("a", 0, "x"), W.Done("a", 3, 1)]
+        for reply in replies:
+            links.reply(identity, reply)
+        links.reply(identity, W.StatusReply([], True, {}))
+        many = [W.Delta("b", 0, str(k)) for k in range(SHARE + 1)]
+        for reply in many:
+            links.reply(identity, reply)  # a full share goes at once
+        assert frames(worker) == [W.Generates([asked("a"), asked("b")]), W.Abort(["a"])]
+        assert frames(gateway) == [W.Replies(replies), W.StatusReply([], True, {}),
+                                   W.Replies(many[:SHARE])]
+        links.flush()
+        assert frames(worker) == [asked("c")]  # one alone: itself
+        assert frames(gateway) == [many[-1]]
+        links.flush()
+        assert not worker.poll(100) and not gateway.poll(100)  # nothing held twice
     finally:
         for sock in (worker, gateway):
             sock.close(0)
