@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import time
-from collections import deque
 from functools import partial
 from typing import Any
 
@@ -27,6 +26,7 @@ from workers.inference.adapters import AdapterLoadError, Adapters
 from workers.inference.budget import Budget
 from workers.inference.engine import Emit, InferenceEngine
 from workers.inference.grammar import Grammars
+from workers.inference.intake import Intake
 from workers.inference.memory import Reserve
 from workers.inference.pacing import Pacer
 from workers.inference.preloaded import Preloaded
@@ -36,10 +36,11 @@ from workers.remote.handle import ExecutorError, ExecutorUnavailable
 from workers.threads import ForwardThreads
 
 log = logging.getLogger("workers.worker")
-# How long a drain of messages holds up the next step of sequences that decode, at most: a
-# request of 2,048 inputs comes as 2,048 messages (~0.2 ms each to tokenize and queue), ~0.4 s
-# that stalled every sequence decoding beside it; now they come in between its steps. With none
-# decoding, a drain takes all: the step that follows is then as full as it can be.
+# How long a drain of messages holds up the next step of sequences that decode, or the first
+# token of a prompt taken, at most: a request of 2,048 inputs (one frame) takes ~0.2 s to take in
+# (~0.1 ms each to tokenize and queue), which stalled every sequence decoding beside it; now they
+# come in between its steps. With none decoding and only embeddings taken, a drain takes all:
+# the step that follows is then as full as it can be.
 DRAIN_S = 0.01
 
 def build_adapters(config: WorkerSpec, preloaded: Preloaded,
@@ -117,7 +118,7 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
                                                      preloaded.max_context, grammars))
 
     send = partial(_send, sock)
-    intake: deque[W.Generate] = deque()
+    intake = Intake()
     try:
         while _receive(sock, adapters, preloaded, threads, intake, preparer):
             busy = [engine for engine in adapters.engines() if engine.has_work()]
@@ -136,11 +137,11 @@ def serve(config: WorkerSpec, preloaded: Preloaded) -> int:
 
 
 def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
-             threads: ForwardThreads, intake: deque[W.Generate],
-             preparer: Preparer | None = None) -> bool:
+             threads: ForwardThreads, intake: Intake, preparer: Preparer | None = None) -> bool:
     """Handle the waiting messages and take the requests they brought (`intake`, kept across
     drains: a frame may bring thousands) one by one, for up to `DRAIN_S` while sequences
-    decode, and every request `preparer` has made ready (a `heavy` one is handed to it; without
+    decode or once a prompt to generate from is taken (its first token waits for the next
+    step), and every request `preparer` has made ready (a `heavy` one is handed to it; without
     one, or a light one, is prepared here); False when told to stop."""
     engines = adapters.engines()
     timeout = 0 if intake or any(e.has_work() for e in engines) else 1000
@@ -158,7 +159,10 @@ def _receive(sock: zmq.Socket, adapters: Adapters, preloaded: Preloaded,
             _send(sock, _generate(prepared.message, adapters, preloaded, prepared))
         if not sock.poll(0):  # the messages first: an abort reaches the requests not yet taken
             if intake:
-                _take(intake.popleft(), sock, adapters, preloaded, preparer)
+                request = intake.take()
+                _take(request, sock, adapters, preloaded, preparer)
+                if not (request.params.embed or request.params.count):
+                    budget_s = DRAIN_S  # its first token is owed too
             continue
         try:
             message = W.decode(sock.recv())
@@ -201,11 +205,9 @@ def _send(sock: zmq.Socket, events: list[W.Message]) -> None:
         sock.send(W.encode(W.framed(events)))
 
 
-def _drop(request_ids: set[str], intake: deque[W.Generate], preparer: Preparer | None) -> None:
+def _drop(request_ids: set[str], intake: Intake, preparer: Preparer | None) -> None:
     """The requests of these ids not taken yet are never taken (nor those being prepared)."""
-    kept = [message for message in intake if message.id not in request_ids]
-    intake.clear()
-    intake.extend(kept)
+    intake.drop(request_ids)
     for request_id in request_ids if preparer else ():
         preparer.drop(request_id)
 

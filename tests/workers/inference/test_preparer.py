@@ -5,15 +5,15 @@ alone; and, in a worker against a real executor, one request's decode steps go o
 another's 2 MB prompt is tokenized, while a short prompt is prepared in the loop itself and
 joins the next step; a frame's requests are answered each in a frame of its own; aborts that
 come one after another are taken out together, before the next other message; and a burst of
-requests in one frame holds up the steps of sequences that decode for at most `DRAIN_S` a drain
-(the rest wait, in order, for the drains that follow, where an abort reaches them), while with
-none decoding a drain takes them all."""
+requests in one frame holds up the steps of sequences that decode, or the first token of a
+prompt taken, for at most `DRAIN_S` a drain (the rest wait, in order, for the drains that
+follow, where an abort reaches them), while with none decoding a drain of embeddings takes them
+all; a chat behind them is taken next."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -24,6 +24,7 @@ from wire import manager as W
 from wire.spawner import WorkerSpec
 from workers.inference.adapters import Adapters
 from workers.inference.grammar import Grammars
+from workers.inference.intake import Intake
 from workers.inference.preloaded import Preloaded, preload
 from workers.inference.preparer import Preparer, heavy, prepare
 from workers.inference.prompt import prompt_ids
@@ -100,7 +101,7 @@ class Worker:
     sock: zmq.Socket
     preparer: Preparer
     key: bytes
-    intake: deque[W.Generate] = field(default_factory=deque)  # kept across drains, as a worker's
+    intake: Intake = field(default_factory=Intake)  # kept across drains, as a worker's
 
     def send(self, message: W.Message) -> None:
         self.manager.send_multipart([self.key, W.encode(message)])
@@ -199,17 +200,25 @@ def test_aborts_in_a_row_take_out_theirs_and_leave_the_rest_in_order(executor_fo
 
 
 def test_a_burst_of_requests_comes_in_between_the_steps_of_those_decoding(executor_for) -> None:
-    """1,000 requests in one frame (as a 1,000-input request's prompts come, ~0.2 ms each to
-    take in): one drain takes them all while nothing decodes, but only what `DRAIN_S` allows
-    beside a sequence that decodes, which gets its next token before the rest come in, in
-    their order, over the drains that follow; an abort reaches those not taken yet."""
+    """1,000 requests in one frame (as a 1,000-input request's prompts come, ~0.1 ms each to
+    take in): one drain takes them all while nothing decodes and none is owed a first token
+    (embeddings), but only what `DRAIN_S` allows beside a sequence that decodes, which gets
+    its next token before the rest come in, in their order, over the drains that follow; an
+    abort reaches those not taken yet."""
     burst = [asked(f"e{i}", 1, prompt=f"input {i} of a long request") for i in range(1000)]
+    embeddings = [W.Generate(f"v{i}", "acme", MODEL, W.SamplingParams(max_tokens=0, embed=True),
+                             prompt=f"input {i} of a long request") for i in range(1000)]
     with worker_on(executor_for, "burst-worker") as worker:
         engine = worker.adapters.engine
-        worker.send(W.Generates(burst))
+        worker.send(W.Generates(embeddings))
         worker.receive()
-        assert len(engine.waiting) == len(burst)
+        assert len(engine.waiting) == len(embeddings)
+        engine.abort({m.id for m in embeddings})
+        worker.send(W.Generates(burst))
+        worker.receive()  # none decodes, but the first of them is owed its first token
+        assert 0 < len(engine.waiting) < len(burst)
         engine.abort({m.id for m in burst})
+        worker.intake.drop({m.id for m in burst})
         worker.send(asked("decoding", 1000, prompt_ids=[5, 6, 7]))
         worker.receive()
         engine.step()
@@ -230,3 +239,21 @@ def test_a_burst_of_requests_comes_in_between_the_steps_of_those_decoding(execut
         assert drains > 1  # still `DRAIN_S` a drain
         assert [r.id for r in engine.waiting] == [i for i in queued if i not in aborted]
         assert aborted <= set(queued)
+
+
+def test_a_chat_behind_a_burst_of_embeddings_is_taken_next_and_waits_one_drain(
+        executor_for) -> None:
+    """With nothing decoding, a drain of embeddings alone takes them all (the step after it is
+    as full as can be); a chat that comes behind 2,000 of them (another API request) is taken
+    next, and from then on the drain ends within `DRAIN_S`: its first token waits for one
+    step, not for the rest to come in."""
+    burst = [W.Generate(f"e{i}", "acme", MODEL, W.SamplingParams(max_tokens=0, embed=True),
+                        prompt=f"input {i} of a long request", group="big") for i in range(2000)]
+    with worker_on(executor_for, "chat-behind-worker") as worker:
+        engine = worker.adapters.engine
+        worker.send(W.Generates(burst))
+        worker.send(asked("chat", 4, prompt="Hello there", group="chat"))
+        worker.receive()
+        assert "chat" in [r.id for r in engine.waiting]
+        assert len(worker.intake) > len(burst) // 2
+        assert len(engine.waiting) + len(worker.intake) == len(burst) + 1
