@@ -165,6 +165,7 @@ class Failed(msgspec.Struct, tag="failed", array_like=True):
 
 
 Reply = Started | Delta | Done | Failed
+_REPLIES = {Started, Delta, Done, Failed}
 
 
 class Replies(msgspec.Struct, tag="replies", array_like=True):
@@ -172,12 +173,16 @@ class Replies(msgspec.Struct, tag="replies", array_like=True):
 
 
 def framed(messages: list[Generate] | list[Reply]) -> Generate | Generates | Reply | Replies:
-    """`messages` (at least one, all requests or all replies) as one frame's message."""
+    """`messages` (at least one, all requests or all replies) as one frame's message (a frame
+    of other kinds would not decode on the other side: a TypeError here)."""
     if len(messages) == 1:
         return messages[0]
-    if isinstance(messages[0], Generate):
+    kinds = {type(m) for m in messages}
+    if kinds == {Generate}:
         return Generates(messages)
-    return Replies(messages)
+    if kinds <= _REPLIES:
+        return Replies(messages)
+    raise TypeError(f"not one frame's: {sorted(kind.__name__ for kind in kinds)}")
 
 
 def unframed(message: Message) -> list[Message]:

@@ -44,3 +44,7 @@ def test_requests_or_replies_framed_are_carried_in_their_order() -> None:
     for messages in (requests, replies, replies[:1]):
         assert W.unframed(W.decode(W.encode(W.framed(messages)))) == messages
     assert W.unframed(W.Stop()) == [W.Stop()]
+    with pytest.raises(TypeError):
+        W.framed([*replies, W.Stop()])  # would not decode as Replies: the frame would be lost
+    with pytest.raises(TypeError):
+        W.framed([requests[0], replies[0]])
