@@ -1,10 +1,10 @@
 """Running a generation for the HTTP layer: resolve the model, fan prompts out to the worker
 manager, and hand back either the collected results or a merged stream of events.
 
-Every prompt of a request becomes one `Generate`, all sent at once, their replies in one inbox;
-the first event of each (Started, or Failed, which becomes an HTTP error) is awaited before any
-response starts, so errors keep their status code and the fallback header can be set. If the
-client goes away, every prompt is aborted.
+Every prompt of a request becomes one `Generate`, all sent at once (one frame), their replies in
+one inbox; the first event of each (Started, or Failed, which becomes an HTTP error) is awaited
+before any response starts, so errors keep their status code and the fallback header can be set.
+If the client goes away, every prompt is aborted.
 """
 
 from __future__ import annotations

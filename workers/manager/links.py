@@ -3,10 +3,10 @@ workers and trainers (identities: worker keys). Messages are `wire.manager` stru
 else that arrives is dropped with a warning, never passed on.
 
 Requests to a worker and replies to a gateway are held until `flush` (the end of the loop's
-turn), or until another message goes to the same peer (which they precede), and go as one frame
-a peer (`W.framed`): a request of 2,048 prompts reaches its worker as one frame, and the replies
-of a drain reach each gateway as one frame of up to `SHARE` (each frame passes ~20 us of
-sockets' work on each side; every prompt's request and replies passed here as six).
+turn), until another message goes to the same peer (which they precede), or until a message of
+another kind comes in (its handling may take long: a job's report, a store's command), and go
+as one frame a peer (`W.framed`): a request of 2,048 prompts reaches its worker as one frame,
+and the replies of a drain reach each gateway as one frame of up to `SHARE`.
 
 Neither bounds its queues: a ROUTER drops, silently, what it sends a peer past ZeroMQ's default
 high-water mark (1,000 frames a pipe). What is in flight is bounded before it comes here: by the
@@ -31,6 +31,7 @@ Handler = Callable[[bytes, W.Message], None]
 # the rest of a send), and every prompt of a request passes here six times.
 NOBLOCK, MORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
 SHARE = 256  # replies held for a gateway at most: the first of a long drain go on meanwhile
+TRAFFIC = W.Generate | W.Generates | W.Reply | W.Replies  # what comes in without a flush
 
 
 class Links:
@@ -47,9 +48,9 @@ class Links:
     def drain(self, events: dict, from_gateway: Handler, from_worker: Handler) -> None:
         """Handle every message waiting on the sockets that `events` (a poll's) names."""
         if self.front in events:
-            _drain(self.front, from_gateway)
+            _drain(self.front, from_gateway, self.flush)
         if self.back in events:
-            _drain(self.back, from_worker)
+            _drain(self.back, from_worker, self.flush)
 
     def reply(self, gateway: bytes, message: msgspec.Struct) -> None:
         """`message` to `gateway`; a reply to a request is held until `flush`."""
@@ -113,7 +114,9 @@ def _router(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
     return socket
 
 
-def _drain(sock: zmq.Socket, handler: Handler) -> None:
+def _drain(sock: zmq.Socket, handler: Handler, before_other: Callable[[], None]) -> None:
+    """Handle each message waiting; `before_other` before one that is neither a request nor a
+    reply."""
     while True:
         try:
             frames = _frames(sock)
@@ -127,6 +130,8 @@ def _drain(sock: zmq.Socket, handler: Handler) -> None:
         except (msgspec.DecodeError, msgspec.ValidationError):
             log.warning("undecodable message from %r", identity)
             continue
+        if not isinstance(message, TRAFFIC):
+            before_other()
         handler(identity, message)
 
 

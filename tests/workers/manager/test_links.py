@@ -1,9 +1,9 @@
 """The manager's sockets lose nothing however much comes at once: 5,000 messages sent to a
 worker that reads none yet (as to one still starting), and to a gateway, all arrive, in order
 (past ZeroMQ's default high-water mark, 1,000 a pipe, a ROUTER drops them silently). Requests
-to a worker and replies to a gateway are held and go as one frame a peer, at `flush` or before
-the next other message to that peer, in their order; a gateway's replies at most `SHARE` a
-frame."""
+to a worker and replies to a gateway are held and go as one frame a peer, at `flush`, before
+the next other message to that peer, or before a message that is neither a request nor a reply
+is handled, in their order; a gateway's replies at most `SHARE` a frame."""
 
 from __future__ import annotations
 
@@ -92,6 +92,37 @@ def test_requests_and_replies_go_as_one_frame_a_peer_in_their_order(tmp_path) ->
     finally:
         for sock in (worker, gateway):
             sock.close(0)
+        links.close()
+        ctx.term()
+
+
+def test_what_is_held_goes_before_a_message_of_another_kind_is_handled(tmp_path) -> None:
+    """A reply held while a job's report (or a store's command) is handled would wait for that
+    handling's database writes."""
+    ctx = zmq.Context()
+    links = Links(ctx, f"ipc://{tmp_path}/front.sock", f"ipc://{tmp_path}/back.sock")
+    gateway = ctx.socket(zmq.DEALER)
+    sent_before: list[tuple[str, bool]] = []
+    try:
+        gateway.connect(f"ipc://{tmp_path}/front.sock")
+        gateway.send(W.encode(W.Status()))
+        identity, _ = links.front.recv_multipart()
+        poller = zmq.Poller()
+        links.register(poller)
+
+        def handle(_: bytes, message: W.Message) -> None:
+            sent_before.append((type(message).__name__, bool(gateway.poll(200))))
+
+        for message in (W.Generate("g", "acme", "m", W.SamplingParams()), W.Status()):
+            links.reply(identity, W.Started("r", 1))  # held
+            gateway.send(W.encode(message))
+            events = dict(poller.poll(2000))
+            assert events
+            links.drain(events, handle, lambda identity, message: None)
+        assert sent_before == [("Generate", False), ("Status", True)]
+        assert frames(gateway) == [W.Replies([W.Started("r", 1), W.Started("r", 1)])]
+    finally:
+        gateway.close(0)
         links.close()
         ctx.term()
 
