@@ -43,6 +43,7 @@ log = logging.getLogger("workers.worker")
 # the step that follows is then as full as it can be.
 DRAIN_S = 0.01
 
+
 def build_adapters(config: WorkerSpec, preloaded: Preloaded,
                    threads: ForwardThreads | None = None) -> Adapters:
     """The tenant's base model on the executor, and the adapters it will load into it; each base
